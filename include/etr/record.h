@@ -1,0 +1,200 @@
+/* etr/record.h — what a runtime says about one operator call, and the begin/end pair.
+ *
+ * A record lives on the caller's stack and needs no free. The life cycle:
+ *
+ *   etr_record rec;
+ *   etr_record_init(&rec, "aten::mm", ETR_SCOPE_FUNCTION);   // one relaxed load when off
+ *   if (etr_record_is_active(&rec)) {                        // someone observes this op
+ *     rec.schema = "aten::mm(Tensor self, Tensor mat2) -> Tensor";
+ *     if (etr_record_needs_inputs(&rec)) { rec.inputs = in; rec.n_inputs = 2; }
+ *   }
+ *   etr_record_begin(&rec);
+ *   ... run the operator ...
+ *   if (etr_record_needs_outputs(&rec)) { rec.outputs = out; rec.n_outputs = 1; }
+ *   etr_record_end(&rec);
+ *
+ * While no observer is enabled, init is a relaxed atomic load and two stores, and begin/end
+ * are one predictable branch each: nothing allocates, locks or calls out. Fields other than
+ * name and scope are given their defaults by init only when the record is active, so set
+ * them after init. Values pointed to by the record must stay valid until the call that reads
+ * them returns: inputs and kernel/collective info until etr_record_begin, outputs until
+ * etr_record_end (etr copies what it keeps).
+ *
+ * Threads: a record belongs to the thread that initialised it; begin and end must be called
+ * on that thread. Records made inside an observer callback are not observed (no recursion).
+ * Defining ETR_DISABLE before including etr.h compiles all of this to nothing.
+ */
+#ifndef ETR_RECORD_H
+#define ETR_RECORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "etr/common.h"
+#include "etr/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where an operator call comes from (written as the "scope" attr). Values are PyTorch's. */
+typedef enum etr_scope {
+  ETR_SCOPE_FUNCTION = 0,
+  ETR_SCOPE_BACKWARD_FUNCTION = 1,
+  ETR_SCOPE_TORCHSCRIPT_FUNCTION = 2,
+  ETR_SCOPE_KERNEL_FUNCTION_DTYPE = 3,
+  ETR_SCOPE_CUSTOM_CLASS = 4,
+  ETR_SCOPE_BUILD_FEATURE = 5,
+  ETR_SCOPE_LITE_INTERPRETER = 6,
+  ETR_SCOPE_USER_SCOPE = 7,
+  ETR_SCOPE_STATIC_RUNTIME_OP = 8,
+  ETR_SCOPE_STATIC_RUNTIME_MODEL = 9
+} etr_scope;
+#define ETR_SCOPE_COUNT 10
+
+/* Kernel launch details (attrs kernel_backend, kernel_file, and when set kernel_grid,
+ * kernel_stream). Start from ETR_KERNEL_INFO_INIT. */
+typedef struct etr_kernel_info {
+  const char *backend;  /* "triton", "cuda", ...; NULL = "" */
+  const char *file;     /* kernel source or binary; NULL = "" */
+  uint32_t grid[3];     /* all zero = not written */
+  int64_t stream;       /* < 0 = not written */
+} etr_kernel_info;
+#define ETR_KERNEL_INFO_INIT {NULL, NULL, {0, 0, 0}, -1}
+
+/* Collective communication details (the attrs of DESIGN 6.2). Start from
+ * ETR_COLLECTIVE_INFO_INIT. Split sizes are written as "[a, b]". */
+typedef struct etr_collective_info {
+  const char *name;   /* collective_name: "allreduce", "all_gather", ... */
+  const char *dtype;  /* "Float", ... */
+  uint64_t in_msg_nelems;
+  uint64_t out_msg_nelems;
+  const int64_t *in_split_sizes;
+  uint32_t n_in_splits;
+  const int64_t *out_split_sizes;
+  uint32_t n_out_splits;
+  int64_t global_rank_start;   /* written when >= 0 */
+  int64_t global_rank_stride;  /* written when > 0 */
+  const char *pg_name;
+  const char *pg_desc;
+  uint64_t pg_size;
+  bool is_async;               /* is_asynchronized_op: 1 or 0 */
+} etr_collective_info;
+#define ETR_COLLECTIVE_INFO_INIT \
+  {NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1, 0, NULL, NULL, 0, false}
+
+/* What observers ask the runtime to fill in (etr_observer_options.needs). */
+typedef enum etr_needs {
+  ETR_NEEDS_INPUTS = 1u << 0,
+  ETR_NEEDS_OUTPUTS = 1u << 1,
+  ETR_NEEDS_IDS = 1u << 2,
+  ETR_NEEDS_TRACEBACK = 1u << 3
+} etr_needs;
+
+typedef struct etr_record {
+  /* Set by the runtime. */
+  const char *name;          /* NUL-terminated; NULL is written as "" */
+  uint32_t scope;            /* etr_scope */
+  uint32_t n_inputs;
+  int64_t seq_nr;            /* sequence number linking forward and backward; -1 = none */
+  uint64_t fw_tid;           /* etr_thread_id() of the forward thread this op runs for; 0 */
+  const char *schema;        /* operator schema string; NULL = "" */
+  const etr_value *inputs;
+  const etr_value *outputs;
+  uint32_t n_outputs;
+  uint32_t _needs;           /* private: union of the active observers' needs */
+  const etr_kernel_info *kernel;          /* NULL = none */
+  const etr_collective_info *collective;  /* NULL = none */
+  /* Private to etr. */
+  uint64_t _active;          /* bit i: observer slot i entered */
+  uint64_t _epoch;           /* registry epoch when the record was prepared */
+  uint64_t _rf_id;           /* unique record handle (the "rf_id" attr) */
+  uint32_t _state;           /* 0 unobserved, 1 prepared, 2 begun, 3 ended */
+  uint32_t _tid;             /* logical id of the owning thread */
+} etr_record;
+
+/* Nonzero while at least one observer is enabled somewhere. Read it only through the inline
+ * functions below. */
+extern ETR_API uint32_t etr__observing;
+/* Nonzero while an execution trace tracks object ids. */
+extern ETR_API uint32_t etr__tracking_ids;
+
+ETR_API void etr__record_prepare(etr_record *rec);
+ETR_API void etr__record_begin(etr_record *rec);
+ETR_API void etr__record_end(etr_record *rec);
+ETR_API void etr__tensor_died(const void *impl);
+ETR_API void etr__storage_died(const void *storage);
+
+/* Start a record. name must stay valid until etr_record_begin returns. Any thread; never
+ * allocates or locks while nothing is enabled. */
+static inline void etr_record_init(etr_record *rec, const char *name, etr_scope scope) {
+  rec->name = name;
+  rec->scope = (uint32_t)scope;
+  rec->_active = 0;
+  rec->_state = 0;
+#ifndef ETR_DISABLE
+  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0)) etr__record_prepare(rec);
+#endif
+}
+
+/* True when some observer will see this record: only then is it worth filling it in. */
+static inline bool etr_record_is_active(const etr_record *rec) { return rec->_active != 0; }
+
+static inline bool etr_record_needs_inputs(const etr_record *rec) {
+  return rec->_active != 0 && (rec->_needs & ETR_NEEDS_INPUTS) != 0;
+}
+static inline bool etr_record_needs_outputs(const etr_record *rec) {
+  return rec->_active != 0 && (rec->_needs & ETR_NEEDS_OUTPUTS) != 0;
+}
+
+/* The operator starts: observers' enter callbacks run here. */
+static inline void etr_record_begin(etr_record *rec) {
+#ifndef ETR_DISABLE
+  if (ETR__UNLIKELY(rec->_state != 0)) etr__record_begin(rec);
+#else
+  (void)rec;
+#endif
+}
+
+/* The operator ended: exit callbacks run here, for every observer whose enter ran, even if
+ * it was disabled since. An end without a begin, or a second end, is counted and ignored. */
+static inline void etr_record_end(etr_record *rec) {
+#ifndef ETR_DISABLE
+  if (ETR__UNLIKELY(rec->_state != 0)) etr__record_end(rec);
+#else
+  (void)rec;
+#endif
+}
+
+/* The record's unique handle (0 when not active). For observers. */
+static inline uint64_t etr_record_handle(const etr_record *rec) { return rec->_rf_id; }
+
+/* The calling thread's small logical id (1, 2, ... in order of first use). Put it in the
+ * fw_tid of records run on another thread on this thread's behalf. Any thread; cheap after
+ * the first call on a thread. */
+ETR_API uint64_t etr_thread_id(void);
+
+/* Tell etr a tensor object (identified by its impl pointer) died, so that a new tensor at
+ * the same address gets a new id. Any thread; one relaxed load while no trace is open. */
+static inline void etr_tensor_died(const void *impl) {
+#ifndef ETR_DISABLE
+  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__tracking_ids) != 0)) etr__tensor_died(impl);
+#else
+  (void)impl;
+#endif
+}
+
+/* Same for a storage object. */
+static inline void etr_storage_died(const void *storage) {
+#ifndef ETR_DISABLE
+  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__tracking_ids) != 0)) etr__storage_died(storage);
+#else
+  (void)storage;
+#endif
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ETR_RECORD_H */

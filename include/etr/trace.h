@@ -1,0 +1,103 @@
+/* etr/trace.h — the execution-trace observer: records operators into a JSON execution
+ * trace in the format PyTorch's execution-trace observer writes and MLCommons Chakra reads
+ * (see docs/FORMAT.md).
+ *
+ * etr_trace_open creates the file and a writer thread; the trace starts disabled. Enable and
+ * disable any number of times; etr_trace_close finalizes the file. One trace may be open at a
+ * time in a process. Setting ETR_TRACE=path.json in the environment opens and enables one at
+ * load time and closes it at exit, with no code change (ETR_TRACE_* options: docs/API.md).
+ *
+ * Cost: the recording thread encodes each op into a per-thread buffer (no global lock, no
+ * allocation after warm-up, no JSON formatting); the writer thread formats and writes.
+ * Memory is bounded: when the writer falls behind, recording threads wait for buffer space
+ * rather than lose nodes. Write errors stop recording cleanly and are reported by close and
+ * by etr_trace_stats_get; the traced process goes on. After fork() the child never writes
+ * into the parent's trace. exit() without close still finalizes the file.
+ */
+#ifndef ETR_TRACE_H
+#define ETR_TRACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "etr/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum etr_schema {
+  ETR_SCHEMA_1_1_1 = 0, /* "1.1.1-chakra.0.0.4": inputs/outputs carry "strides" (default) */
+  ETR_SCHEMA_1_1_0 = 1  /* "1.1.0-chakra.0.0.4": no "strides" */
+} etr_schema;
+
+typedef struct etr_trace_options {
+  size_t struct_size;          /* sizeof(etr_trace_options) */
+  etr_schema schema;
+  bool no_timing;              /* omit ts / inclusive_dur / exclusive_dur */
+  uint32_t buffer_kb;          /* per-thread buffer chunk size; 0 = 64 KiB */
+  uint32_t max_buffers;        /* chunks in flight before recorders wait; 0 = 64 */
+  double sample_probability;   /* record this fraction of ops; 0 = all */
+  uint32_t scopes;             /* bit (1u << scope) per recorded scope; 0 = all */
+} etr_trace_options;
+#define ETR_TRACE_OPTIONS_INIT {sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0}
+
+typedef struct etr_trace etr_trace;
+
+/* Create the trace file at path and return a disabled trace. ETR_EBUSY if a trace is open
+ * already, ETR_EOPEN if the file cannot be created, ETR_ETHREAD if the writer cannot start.
+ * opt may be NULL (defaults). Any thread; allocates. */
+ETR_API int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
+
+/* Start or stop recording. Ops in flight at disable still complete normally (and are
+ * counted in ops_open_at_disable). Any thread; takes the registry lock. */
+ETR_API int etr_trace_enable(etr_trace *trace);
+ETR_API int etr_trace_disable(etr_trace *trace);
+ETR_API bool etr_trace_is_enabled(const etr_trace *trace);
+
+/* Hand the calling thread's buffered nodes to the writer and wait until everything queued
+ * so far is written to the file. Other threads' partly filled buffers are written when they
+ * fill, when their thread exits, or at close. */
+ETR_API int etr_trace_flush(etr_trace *trace);
+
+/* Stop recording, write the open ops of every thread (marked, counted), the thread nodes,
+ * the process node and the footer, close the file and free the trace. Safe while other
+ * threads record (their later records are simply not traced). Returns the first write
+ * error seen, if any (ETR_EIO), else 0. NULL is a no-op. In a forked child it frees the
+ * trace without writing and returns ETR_EFORKED. */
+ETR_API int etr_trace_close(etr_trace *trace);
+
+/* The trace opened through ETR_TRACE, or NULL. */
+ETR_API etr_trace *etr_trace_current(void);
+
+typedef struct etr_trace_stats {
+  size_t struct_size;
+  uint64_t nodes_written;        /* op, thread and process nodes handed to the file */
+  uint64_t ops_recorded;         /* op nodes encoded by recording threads */
+  uint64_t bytes_written;        /* bytes written to the file so far */
+  uint64_t threads;              /* thread nodes */
+  uint64_t objects;              /* object ids assigned (tensors and storages) */
+  uint64_t ids_retired;          /* ids retired because the runtime said the object died */
+  uint64_t strings_cut;          /* strings cut at 8192 bytes */
+  uint64_t lists_cut;            /* lists cut at 4096 elements (or the per-node budget) */
+  uint64_t utf8_replaced;        /* invalid UTF-8 sequences replaced */
+  uint64_t nesting_cut;          /* values nested deeper than 32 levels, written as "<...>" */
+  uint64_t ends_without_begin;   /* exits whose op was not on the thread's stack */
+  uint64_t ends_out_of_order;    /* an op ended while ops it enclosed were still open */
+  uint64_t ops_open_at_disable;  /* ops in flight when the trace was disabled */
+  uint64_t ops_open_at_thread_exit; /* ops still open when their thread exited */
+  uint64_t ops_open_at_close;    /* ops still open at close (written, marked incomplete) */
+  uint64_t nodes_dropped;        /* nodes lost (only after a write error) */
+  uint64_t buffer_waits;         /* times a recorder waited for the writer */
+  int write_error;               /* errno of the first write error, 0 if none */
+} etr_trace_stats;
+
+/* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without stopping
+ * recorders, so they are a snapshot. */
+ETR_API int etr_trace_stats_get(const etr_trace *trace, etr_trace_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ETR_TRACE_H */

@@ -1,0 +1,70 @@
+/* Streaming JSON output: a byte buffer that drains to a file descriptor in large writes.
+ *
+ * The buffer grows as needed and is written out only by etr__jw_flush, so the caller
+ * decides the boundaries (the trace writer flushes between nodes, so that what reaches the
+ * file is always whole nodes).
+ *
+ * Used by one thread at a time (the trace writer thread). Everything written is valid JSON
+ * whatever the input bytes: strings are escaped and invalid UTF-8 is replaced by U+FFFD.
+ * After a write error the buffer keeps accepting output and discards it, so callers need no
+ * error checks per call; the first errno is kept in `err`.
+ * With fd < 0 the buffer only grows (for tests and in-memory use).
+ */
+#ifndef ETR_JSON_WRITER_H
+#define ETR_JSON_WRITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct etr__jw {
+  int fd;
+  int err;              /* errno of the first failed write, 0 if none */
+  char *buf;
+  size_t len;
+  size_t cap;
+  uint64_t written;     /* bytes handed to the file */
+  uint64_t replaced;    /* invalid UTF-8 sequences replaced */
+} etr__jw;
+
+/* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */
+int etr__jw_init(etr__jw *w, int fd, size_t cap);
+void etr__jw_free(etr__jw *w);
+
+/* Write out everything buffered; returns 0 or the errno of the failure. */
+int etr__jw_flush(etr__jw *w);
+
+/* Make room for n more bytes by growing the buffer. False when memory is exhausted. */
+bool etr__jw_reserve_slow(etr__jw *w, size_t n);
+static inline bool etr__jw_reserve(etr__jw *w, size_t n) {
+  return w->len + n <= w->cap || etr__jw_reserve_slow(w, n);
+}
+
+static inline void etr__jw_raw(etr__jw *w, const char *s, size_t n) {
+  if (!etr__jw_reserve(w, n)) return;
+  memcpy(w->buf + w->len, s, n);
+  w->len += n;
+}
+#define ETR__JW_LIT(w, lit) etr__jw_raw((w), (lit), sizeof(lit) - 1)
+
+static inline void etr__jw_char(etr__jw *w, char c) {
+  if (!etr__jw_reserve(w, 1)) return;
+  w->buf[w->len++] = c;
+}
+
+void etr__jw_u64(etr__jw *w, uint64_t v);
+void etr__jw_i64(etr__jw *w, int64_t v);
+/* Finite doubles in shortest round-trip form; NaN and infinities as "nan", "inf", "-inf". */
+void etr__jw_double(etr__jw *w, double v);
+
+/* A quoted JSON string of n bytes. */
+void etr__jw_str(etr__jw *w, const char *s, size_t n);
+/* The escaped bytes only, no quotes (to build one string out of several pieces). */
+void etr__jw_str_body(etr__jw *w, const char *s, size_t n);
+
+/* Length of the longest prefix of s[0..n) of at most max bytes that does not split a UTF-8
+ * sequence (only well-formed lead bytes are respected; invalid bytes are single units). */
+size_t etr__utf8_cut(const char *s, size_t n, size_t max);
+
+#endif

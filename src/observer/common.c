@@ -1,0 +1,61 @@
+/* Error strings, the log hook and the version: the small shared pieces of the library. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "etr/common.h"
+#include "etr/version.h"
+#include "observer/internal.h"
+
+const char *etr_strerror(int err) {
+  switch (err) {
+#define ETR__ERR_MSG(name, value, msg) \
+  case value:                          \
+    return msg;
+    ETR_ERRNO_MAP(ETR__ERR_MSG)
+#undef ETR__ERR_MSG
+    default:
+      return "unknown error";
+  }
+}
+
+const char *etr_err_name(int err) {
+  switch (err) {
+#define ETR__ERR_NAME(name, value, msg) \
+  case value:                           \
+    return "ETR_" #name;
+    ETR_ERRNO_MAP(ETR__ERR_NAME)
+#undef ETR__ERR_NAME
+    default:
+      return "ETR_E?";
+  }
+}
+
+int etr_version(void) { return ETR_VERSION_NUMBER; }
+const char *etr_version_string(void) { return ETR_VERSION_STRING; }
+
+static etr_log_fn log_fn;
+static void *log_user;
+
+void etr_set_log(etr_log_fn fn, void *user) {
+  __atomic_store_n(&log_user, user, __ATOMIC_RELAXED);
+  __atomic_store_n(&log_fn, fn, __ATOMIC_RELEASE);
+}
+
+void etr__log(etr_log_level level, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  etr_log_fn fn = __atomic_load_n(&log_fn, __ATOMIC_ACQUIRE);
+  if (fn) {
+    fn(level, msg, __atomic_load_n(&log_user, __ATOMIC_RELAXED));
+    return;
+  }
+  const char *env = getenv("ETR_LOG");
+  if (env && *env && *env != '0') {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    fprintf(stderr, "etr: %s: %s\n", names[(unsigned)level & 3u], msg);
+  }
+}

@@ -1,0 +1,458 @@
+/* The writer thread's side: events to JSON nodes (DESIGN 6). Only this thread touches
+ * tr->jw. */
+#include <string.h>
+#include <time.h>
+
+#include "etr/version.h"
+#include "observer/trace_internal.h"
+
+#define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
+#define THREAD_NAME "[pytorch|profiler|execution_trace|thread]"
+
+static const char *schema_name(etr_schema s) {
+  return s == ETR_SCHEMA_1_1_0 ? "1.1.0-chakra.0.0.4" : "1.1.1-chakra.0.0.4";
+}
+
+static inline uint32_t rd32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t rd64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+/* ---- values ---- */
+
+enum mode { M_VALUES, M_SHAPES, M_TYPES, M_STRIDES };
+
+/* Skips or emits one encoded value; returns the position after it. */
+static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m);
+
+static const uint8_t *int_array(etr__jw *w, const uint8_t *p, uint32_t n, bool emit) {
+  if (emit) {
+    etr__jw_char(w, '[');
+    for (uint32_t i = 0; i < n; i++) {
+      if (i) etr__jw_char(w, ',');
+      etr__jw_i64(w, (int64_t)rd64(p + (size_t)i * 8));
+    }
+    etr__jw_char(w, ']');
+  }
+  return p + (size_t)n * 8;
+}
+
+static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
+  bool defined = p[1];
+  uint32_t nd = p[2], dn = p[3], vn = p[4];
+  const uint8_t *f = p + 5;
+  const uint8_t *dtype = f + 40;
+  const uint8_t *dev = dtype + dn;
+  const uint8_t *sizes = dev + vn;
+  const uint8_t *strides = sizes + (size_t)nd * 8;
+  const uint8_t *end = defined ? strides + (size_t)nd * 8 : f + 40;
+  switch (m) {
+    case M_VALUES:
+      etr__jw_char(w, '[');
+      for (int i = 0; i < 5; i++) {
+        if (i) etr__jw_char(w, ',');
+        if (i < 2)
+          etr__jw_u64(w, rd64(f + i * 8));
+        else
+          etr__jw_i64(w, (int64_t)rd64(f + i * 8));
+      }
+      etr__jw_char(w, ',');
+      etr__jw_str(w, (const char *)dev, defined ? vn : 0);
+      etr__jw_char(w, ']');
+      break;
+    case M_SHAPES:
+      int_array(w, sizes, defined ? nd : 0, true);
+      break;
+    case M_STRIDES:
+      int_array(w, strides, defined ? nd : 0, true);
+      break;
+    case M_TYPES:
+      if (defined) {
+        ETR__JW_LIT(w, "Tensor(");
+        etr__jw_str_body(w, (const char *)dtype, dn);
+        etr__jw_char(w, ')');
+      } else {
+        ETR__JW_LIT(w, "Tensor(nullptr (uninitialized))");
+      }
+      break;
+  }
+  return end;
+}
+
+static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
+  uint8_t tag = p[0];
+  bool scalar_shape = (m == M_SHAPES || m == M_STRIDES);
+  switch (tag) {
+    case ETR__V_BOOL:
+      if (scalar_shape)
+        ETR__JW_LIT(w, "[]");
+      else if (m == M_TYPES)
+        ETR__JW_LIT(w, "Bool");
+      else if (p[1])
+        ETR__JW_LIT(w, "true");
+      else
+        ETR__JW_LIT(w, "false");
+      return p + 2;
+    case ETR__V_INT:
+    case ETR__V_DOUBLE:
+      if (scalar_shape) {
+        ETR__JW_LIT(w, "[]");
+      } else if (m == M_TYPES) {
+        if (tag == ETR__V_INT)
+          ETR__JW_LIT(w, "Int");
+        else
+          ETR__JW_LIT(w, "Double");
+      } else if (tag == ETR__V_INT) {
+        etr__jw_i64(w, (int64_t)rd64(p + 1));
+      } else {
+        double d;
+        memcpy(&d, p + 1, 8);
+        etr__jw_double(w, d);
+      }
+      return p + 9;
+    case ETR__V_STRING:
+    case ETR__V_DEVICE:
+    case ETR__V_OBJECT: {
+      uint32_t n = rd32(p + 1);
+      const char *s = (const char *)p + 5;
+      if (scalar_shape) {
+        ETR__JW_LIT(w, "[]");
+      } else if (m == M_TYPES) {
+        if (tag == ETR__V_STRING) {
+          ETR__JW_LIT(w, "String");
+        } else if (tag == ETR__V_DEVICE) {
+          ETR__JW_LIT(w, "Device");
+        } else {
+          etr__jw_char(w, '<');
+          etr__jw_str_body(w, s, n);
+          etr__jw_char(w, '>');
+        }
+      } else if (tag == ETR__V_OBJECT) {
+        ETR__JW_LIT(w, "\"<");
+        etr__jw_str_body(w, s, n);
+        ETR__JW_LIT(w, ">\"");
+      } else {
+        etr__jw_str(w, s, n);
+      }
+      return p + 5 + n;
+    }
+    case ETR__V_TENSOR:
+      return tensor(w, p, m);
+    case ETR__V_LIST:
+    case ETR__V_TUPLE: {
+      uint32_t n = rd32(p + 1);
+      const uint8_t *q = p + 5;
+      if (m == M_TYPES) {
+        if (tag == ETR__V_LIST)
+          ETR__JW_LIT(w, "GenericList[");
+        else
+          ETR__JW_LIT(w, "Tuple[");
+      } else {
+        etr__jw_char(w, '[');
+      }
+      for (uint32_t i = 0; i < n; i++) {
+        if (i) etr__jw_char(w, ',');
+        q = value(w, q, m);
+      }
+      etr__jw_char(w, ']');
+      return q;
+    }
+    case ETR__V_CUT:
+      if (scalar_shape)
+        ETR__JW_LIT(w, "[]");
+      else if (m == M_TYPES)
+        ETR__JW_LIT(w, "<...>");
+      else
+        ETR__JW_LIT(w, "\"<...>\"");
+      return p + 1;
+    case ETR__V_NONE:
+    default:
+      if (scalar_shape)
+        ETR__JW_LIT(w, "[]");
+      else if (m == M_TYPES)
+        ETR__JW_LIT(w, "None");
+      else
+        ETR__JW_LIT(w, "\"<None>\"");
+      return p + 1;
+  }
+}
+
+static void value_array(etr__jw *w, const uint8_t *p, uint32_t n, enum mode m) {
+  etr__jw_char(w, '[');
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) etr__jw_char(w, ',');
+    if (m == M_TYPES) etr__jw_char(w, '"');
+    p = value(w, p, m);
+    if (m == M_TYPES) etr__jw_char(w, '"');
+  }
+  etr__jw_char(w, ']');
+}
+
+static void values_object(etr_trace *tr, const uint8_t *p, uint32_t n) {
+  etr__jw *w = &tr->jw;
+  ETR__JW_LIT(w, "{\"values\": ");
+  value_array(w, p, n, M_VALUES);
+  ETR__JW_LIT(w, ", \"shapes\": ");
+  value_array(w, p, n, M_SHAPES);
+  ETR__JW_LIT(w, ", \"types\": ");
+  value_array(w, p, n, M_TYPES);
+  if (tr->opt.schema != ETR_SCHEMA_1_1_0) {
+    ETR__JW_LIT(w, ", \"strides\": ");
+    value_array(w, p, n, M_STRIDES);
+  }
+  etr__jw_char(w, '}');
+}
+
+/* ---- attrs ---- */
+
+static void attr_u64(etr__jw *w, const char *name, uint64_t v) {
+  ETR__JW_LIT(w, "{\"name\": \"");
+  etr__jw_raw(w, name, strlen(name));
+  ETR__JW_LIT(w, "\", \"type\": \"uint64\", \"value\": ");
+  etr__jw_u64(w, v);
+  etr__jw_char(w, '}');
+}
+
+static void attr_str(etr__jw *w, const char *name, const char *s, size_t n) {
+  ETR__JW_LIT(w, "{\"name\": \"");
+  etr__jw_raw(w, name, strlen(name));
+  ETR__JW_LIT(w, "\", \"type\": \"string\", \"value\": ");
+  etr__jw_str(w, s, n);
+  etr__jw_char(w, '}');
+}
+
+/* Integers written as uint64 attrs must fit int64 (DESIGN 6.2); clamp negatives to 0. */
+static uint64_t clamp_u(int64_t v) { return v < 0 ? 0 : (uint64_t)v; }
+
+static const uint8_t *coll_str(const uint8_t *p, const char **s, uint32_t *n) {
+  *n = rd32(p);
+  *s = (const char *)p + 4;
+  return p + 4 + *n;
+}
+
+static void split_sizes(etr__jw *w, const char *name, const uint8_t *p, uint32_t n) {
+  ETR__JW_LIT(w, ", {\"name\": \"");
+  etr__jw_raw(w, name, strlen(name));
+  ETR__JW_LIT(w, "\", \"type\": \"string\", \"value\": \"[");
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) ETR__JW_LIT(w, ", ");
+    etr__jw_i64(w, (int64_t)rd64(p + (size_t)i * 8));
+  }
+  ETR__JW_LIT(w, "]\"}");
+}
+
+static void collective_attrs(etr__jw *w, const uint8_t *p) {
+  const char *s;
+  uint32_t n;
+  p = coll_str(p, &s, &n);
+  ETR__JW_LIT(w, ", ");
+  attr_str(w, "collective_name", s, n);
+  p = coll_str(p, &s, &n);
+  ETR__JW_LIT(w, ", ");
+  attr_str(w, "dtype", s, n);
+  ETR__JW_LIT(w, ", ");
+  attr_u64(w, "in_msg_nelems", rd64(p));
+  ETR__JW_LIT(w, ", ");
+  attr_u64(w, "out_msg_nelems", rd64(p + 8));
+  p += 16;
+  uint32_t ni = rd32(p);
+  split_sizes(w, "in_split_size", p + 4, ni);
+  p += 4 + (size_t)ni * 8;
+  uint32_t no = rd32(p);
+  split_sizes(w, "out_split_size", p + 4, no);
+  p += 4 + (size_t)no * 8;
+  int64_t rank_start = (int64_t)rd64(p), rank_stride = (int64_t)rd64(p + 8);
+  p += 16;
+  if (rank_start >= 0) {
+    ETR__JW_LIT(w, ", ");
+    attr_u64(w, "global_rank_start", (uint64_t)rank_start);
+  }
+  if (rank_stride > 0) {
+    ETR__JW_LIT(w, ", ");
+    attr_u64(w, "global_rank_stride", (uint64_t)rank_stride);
+  }
+  p = coll_str(p, &s, &n);
+  ETR__JW_LIT(w, ", ");
+  attr_str(w, "pg_name", s, n);
+  p = coll_str(p, &s, &n);
+  ETR__JW_LIT(w, ", ");
+  attr_str(w, "pg_desc", s, n);
+  ETR__JW_LIT(w, ", ");
+  attr_u64(w, "pg_size", rd64(p));
+  ETR__JW_LIT(w, ", ");
+  attr_u64(w, "is_asynchronized_op", p[8] ? 1 : 0);
+}
+
+/* The seven base attrs plus kernel_backend and kernel_file (DESIGN 6.2). */
+static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t seq, uint64_t scope,
+                       uint64_t tid, uint64_t fw_tid, const char *schema, size_t schema_n,
+                       const char *kback, size_t kback_n, const char *kfile, size_t kfile_n) {
+  ETR__JW_LIT(w, "\"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": ");
+  etr__jw_u64(w, rf_id);
+  ETR__JW_LIT(w, "}, {\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": ");
+  etr__jw_u64(w, fw_parent);
+  ETR__JW_LIT(w, "}, {\"name\": \"seq_id\", \"type\": \"int64\", \"value\": ");
+  etr__jw_i64(w, seq);
+  ETR__JW_LIT(w, "}, {\"name\": \"scope\", \"type\": \"uint64\", \"value\": ");
+  etr__jw_u64(w, scope);
+  ETR__JW_LIT(w, "}, {\"name\": \"tid\", \"type\": \"uint64\", \"value\": ");
+  etr__jw_u64(w, tid);
+  ETR__JW_LIT(w, "}, {\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
+  etr__jw_u64(w, fw_tid);
+  ETR__JW_LIT(w, "}, {\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
+  etr__jw_str(w, schema, schema_n);
+  ETR__JW_LIT(w, "}, {\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
+  etr__jw_str(w, kback, kback_n);
+  ETR__JW_LIT(w, "}, {\"name\": \"kernel_file\", \"type\": \"string\", \"value\": ");
+  etr__jw_str(w, kfile, kfile_n);
+  etr__jw_char(w, '}');
+}
+
+static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name_n,
+                       uint64_t parent) {
+  etr__jw *w = &tr->jw;
+  if (tr->any_node)
+    ETR__JW_LIT(w, ",\n    {\"id\": ");
+  else
+    ETR__JW_LIT(w, "\n    {\"id\": ");
+  tr->any_node = true;
+  etr__jw_u64(w, id);
+  ETR__JW_LIT(w, ", \"name\": ");
+  etr__jw_str(w, name, name_n);
+  ETR__JW_LIT(w, ", \"ctrl_deps\": ");
+  etr__jw_u64(w, parent);
+  ETR__JW_LIT(w, ", ");
+}
+
+static void empty_io(etr_trace *tr) {
+  etr__jw *w = &tr->jw;
+  if (tr->opt.schema == ETR_SCHEMA_1_1_0)
+    ETR__JW_LIT(w, "\"inputs\": {\"values\": [], \"shapes\": [], \"types\": []}, "
+                   "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": []}, ");
+  else
+    ETR__JW_LIT(w, "\"inputs\": {\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}, "
+                   "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}, ");
+}
+
+static void structural_node(etr_trace *tr, uint64_t id, const char *name, uint64_t tid) {
+  etr__jw *w = &tr->jw;
+  node_start(tr, id, name, strlen(name), 1);
+  empty_io(tr);
+  base_attrs(w, 0, 0, -1, 7, tid, 0, "", 0, "", 0, "", 0);
+  ETR__JW_LIT(w, "]}");
+}
+
+void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
+  etr__jw *w = &tr->jw;
+  if (ev->type == ETR__EV_THREAD) {
+    structural_node(tr, ev->id, THREAD_NAME, ev->tid);
+    return;
+  }
+  const char *name = (const char *)(ev + 1);
+  const char *schema = name + ev->name_len;
+  const char *kback = schema + ev->schema_len;
+  const char *kfile = kback + ev->kback_len;
+  const uint8_t *coll = (const uint8_t *)kfile + ev->kfile_len;
+  const uint8_t *in = coll + ev->coll_len;
+  const uint8_t *out = in + ev->in_len;
+
+  node_start(tr, ev->id, name, ev->name_len, ev->parent);
+  ETR__JW_LIT(w, "\"inputs\": ");
+  values_object(tr, in, ev->n_in);
+  ETR__JW_LIT(w, ", \"outputs\": ");
+  values_object(tr, out, ev->n_out);
+  ETR__JW_LIT(w, ", ");
+  if (ev->flags & ETR__EVF_TIMING) {
+    ETR__JW_LIT(w, "\"ts\": ");
+    etr__jw_i64(w, ev->ts_ns / 1000);
+    ETR__JW_LIT(w, ", \"inclusive_dur\": ");
+    etr__jw_i64(w, ev->incl_ns / 1000);
+    ETR__JW_LIT(w, ", \"exclusive_dur\": ");
+    etr__jw_i64(w, ev->excl_ns / 1000);
+    ETR__JW_LIT(w, ", ");
+  }
+  base_attrs(w, ev->rf_id, ev->fw_parent, ev->seq, ev->scope, ev->tid, ev->fw_tid, schema,
+             ev->schema_len, kback, ev->kback_len, kfile, ev->kfile_len);
+  if (ev->flags & ETR__EVF_COLLECTIVE) collective_attrs(w, coll);
+  if (ev->flags & ETR__EVF_KERNEL) {
+    if (ev->kgrid[0] || ev->kgrid[1] || ev->kgrid[2]) {
+      ETR__JW_LIT(w, ", {\"name\": \"kernel_grid\", \"type\": \"string\", \"value\": \"[");
+      for (int i = 0; i < 3; i++) {
+        if (i) ETR__JW_LIT(w, ", ");
+        etr__jw_u64(w, ev->kgrid[i]);
+      }
+      ETR__JW_LIT(w, "]\"}");
+    }
+    if (ev->kstream >= 0) {
+      ETR__JW_LIT(w, ", ");
+      attr_u64(w, "kernel_stream", clamp_u(ev->kstream));
+    }
+  }
+  if (ev->flags & ETR__EVF_INCOMPLETE) {
+    ETR__JW_LIT(w, ", ");
+    attr_u64(w, "etr_incomplete", 1);
+  }
+  ETR__JW_LIT(w, "]}");
+}
+
+void etr__emit_header(etr_trace *tr) {
+  etr__jw *w = &tr->jw;
+  char when[32] = "1970-01-01 00:00:00";
+  time_t now = time(NULL);
+  struct tm tm;
+  if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+  ETR__JW_LIT(w, "{\n  \"schema\": \"");
+  const char *sn = schema_name(tr->opt.schema);
+  etr__jw_raw(w, sn, strlen(sn));
+  ETR__JW_LIT(w, "\", \"pid\": ");
+  etr__jw_i64(w, (int64_t)tr->pid);
+  ETR__JW_LIT(w, ", \"time\": \"");
+  etr__jw_raw(w, when, strlen(when));
+  ETR__JW_LIT(w, "\", \"start_ts\": ");
+  etr__jw_i64(w, tr->start_ms);
+  ETR__JW_LIT(w, ",\n  \"nodes\": [");
+}
+
+static void stat(etr__jw *w, const char *name, uint64_t v, bool first) {
+  if (!first) ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, '"');
+  etr__jw_raw(w, name, strlen(name));
+  ETR__JW_LIT(w, "\": ");
+  etr__jw_u64(w, v);
+}
+
+void etr__emit_footer(etr_trace *tr) {
+  etr__jw *w = &tr->jw;
+  structural_node(tr, 1, PROCESS_NAME, 0);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ETR__JW_LIT(w, "\n  ],\n  \"finish_ts\": ");
+  etr__jw_i64(w, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  ETR__JW_LIT(w, ",\n  \"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"stats\": {");
+  etr_trace_stats s;
+  etr__trace_collect_stats(tr, &s);
+  s.nodes_written++; /* the process node above */
+  stat(w, "nodes_written", s.nodes_written, true);
+  stat(w, "ops_recorded", s.ops_recorded, false);
+  stat(w, "threads", s.threads, false);
+  stat(w, "objects", s.objects, false);
+  stat(w, "ids_retired", s.ids_retired, false);
+  stat(w, "strings_cut", s.strings_cut, false);
+  stat(w, "lists_cut", s.lists_cut, false);
+  stat(w, "utf8_replaced", s.utf8_replaced, false);
+  stat(w, "nesting_cut", s.nesting_cut, false);
+  stat(w, "ends_without_begin", s.ends_without_begin, false);
+  stat(w, "ends_out_of_order", s.ends_out_of_order, false);
+  stat(w, "ops_open_at_disable", s.ops_open_at_disable, false);
+  stat(w, "ops_open_at_thread_exit", s.ops_open_at_thread_exit, false);
+  stat(w, "ops_open_at_close", s.ops_open_at_close, false);
+  stat(w, "nodes_dropped", s.nodes_dropped, false);
+  stat(w, "buffer_waits", s.buffer_waits, false);
+  ETR__JW_LIT(w, "}}\n}\n");
+}

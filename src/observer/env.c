@@ -1,0 +1,95 @@
+/* Environment activation: ETR_TRACE=path records the whole process with no code change.
+ *
+ *   ETR_TRACE=path          trace file; "%p" becomes the process id
+ *   ETR_TRACE_SCHEMA=1.1.0  or 1.1.1 (default)
+ *   ETR_TRACE_TIMING=0      omit ts / inclusive_dur / exclusive_dur
+ *   ETR_TRACE_SAMPLE=p      record this fraction of ops (0 < p <= 1)
+ *   ETR_TRACE_BUFFER_KB=n   per-thread buffer chunk size
+ * Problems are reported through the log hook (ETR_LOG=1 shows them) and never stop the
+ * process. At exit (or library unload) any trace still open is finalized.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "etr/trace.h"
+#include "observer/internal.h"
+
+void etr__trace_set_env(etr_trace *tr);
+void etr__trace_shutdown(void);
+
+/* Expands %p to the pid and %% to %; false when the result does not fit. */
+static bool expand_path(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *p = in; *p; p++) {
+    char tmp[32];
+    const char *piece = p;
+    size_t n = 1;
+    if (p[0] == '%' && p[1] == 'p') {
+      n = (size_t)snprintf(tmp, sizeof tmp, "%ld", (long)getpid());
+      piece = tmp;
+      p++;
+    } else if (p[0] == '%' && p[1] == '%') {
+      p++;
+    }
+    if (o + n + 1 > cap) return false;
+    memcpy(out + o, piece, n);
+    o += n;
+  }
+  out[o] = '\0';
+  return true;
+}
+
+static bool env_flag_off(const char *v) {
+  return v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no"));
+}
+
+__attribute__((constructor)) static void etr_env_start(void) {
+  const char *path = getenv("ETR_TRACE");
+  if (!path || !*path) return;
+  char full[4096];
+  if (!expand_path(path, full, sizeof full)) {
+    etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
+    return;
+  }
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  const char *v = getenv("ETR_TRACE_SCHEMA");
+  if (v && *v) {
+    if (!strcmp(v, "1.1.0") || !strcmp(v, "1.1.0-chakra.0.0.4")) {
+      opt.schema = ETR_SCHEMA_1_1_0;
+    } else if (strcmp(v, "1.1.1") && strcmp(v, "1.1.1-chakra.0.0.4")) {
+      etr__log(ETR_LOG_WARN, "ETR_TRACE_SCHEMA=%s unknown; using 1.1.1", v);
+    }
+  }
+  opt.no_timing = env_flag_off(getenv("ETR_TRACE_TIMING"));
+  v = getenv("ETR_TRACE_SAMPLE");
+  if (v && *v) {
+    char *end;
+    double p = strtod(v, &end);
+    if (*end || !(p > 0.0 && p <= 1.0))
+      etr__log(ETR_LOG_WARN, "ETR_TRACE_SAMPLE=%s is not in (0, 1]; recording every op", v);
+    else
+      opt.sample_probability = p;
+  }
+  v = getenv("ETR_TRACE_BUFFER_KB");
+  if (v && *v) {
+    char *end;
+    unsigned long kb = strtoul(v, &end, 10);
+    if (*end || kb == 0 || kb > 65536)
+      etr__log(ETR_LOG_WARN, "ETR_TRACE_BUFFER_KB=%s ignored (1..65536)", v);
+    else
+      opt.buffer_kb = (uint32_t)kb;
+  }
+  etr_trace *tr;
+  int rc = etr_trace_open(full, &opt, &tr);
+  if (rc != 0) {
+    etr__log(ETR_LOG_ERROR, "ETR_TRACE=%s: %s", full, etr_strerror(rc));
+    return;
+  }
+  rc = etr_trace_enable(tr);
+  if (rc != 0) etr__log(ETR_LOG_ERROR, "ETR_TRACE: enable failed: %s", etr_strerror(rc));
+  etr__trace_set_env(tr);
+}
+
+__attribute__((destructor)) static void etr_env_stop(void) { etr__trace_shutdown(); }

@@ -1,0 +1,456 @@
+/* The observer registry: slots, enable/disable, the record life cycle.
+ *
+ * Hot path (records while observers are enabled): no lock, no allocation. A record reads
+ * the enabled mask and the registry epoch once at prepare; each begin/end publishes the set
+ * of slots whose callbacks it is about to run in the thread's hazard word (one seq_cst
+ * store), re-checks that each slot is still live, runs the callbacks and clears the word.
+ * A remover marks the slot dead (seq_cst), bumps the epoch, then waits until no other
+ * thread's hazard word holds the slot. The store-then-load on both sides (Dekker) makes
+ * sure either the recorder sees the slot dead or the remover sees the hazard.
+ *
+ * A slot re-added after a removal gets a newer epoch than records prepared before, so such
+ * records never call the new observer's exit for an enter it did not see.
+ *
+ * Lock order: reg_lock, then threads_lock. Callbacks never run under either.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "etr/observer.h"
+#include "observer/internal.h"
+#include "observer/registry.h"
+
+ETR_API uint32_t etr__observing;
+
+typedef struct slot {
+  _Atomic uint64_t live_epoch; /* 0: free or being removed; else the epoch it was added in */
+  _Atomic(etr_enter_fn) enter;
+  _Atomic(etr_exit_fn) exit;
+  _Atomic(void *) user;
+  _Atomic uint32_t needs;
+  _Atomic uint32_t scopes;
+  _Atomic uint64_t sample_threshold; /* 0 = every op; else observe when rng < threshold */
+  _Atomic(etr__thread *) owner;      /* NULL = global */
+  uint32_t gen;                      /* handle generation (under reg_lock) */
+  bool used;                         /* slot taken, possibly being removed (reg_lock) */
+} slot;
+
+static slot slots[ETR_MAX_OBSERVERS];
+static _Atomic uint64_t enabled_mask;
+static _Atomic uint64_t epoch = 1;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static etr__thread *threads_head;
+static _Atomic uint64_t next_tid = 1;
+static _Atomic uint64_t next_rf = 1;
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local etr__thread *tls_self;
+static _Thread_local bool tls_gone;
+
+/* Counters of threads that have exited, so stats stay monotonic (threads_lock). */
+static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, dead_in_callbacks;
+
+#define RF_BLOCK 256
+
+static void thread_exit(void *arg);
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+static void key_init(void) {
+  pthread_key_create(&thread_key, thread_exit);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static uint64_t seed_rng(uint64_t tid) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (tid * 0x9E3779B97F4A7C15ull);
+  return x ? x : 0x2545F4914F6CDD1Dull;
+}
+
+etr__thread *etr__thread_self(void) {
+  etr__thread *t = tls_self;
+  if (ETR__LIKELY(t != NULL)) return t;
+  if (tls_gone) return NULL;
+  pthread_once(&thread_key_once, key_init);
+  t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->tid = atomic_fetch_add_explicit(&next_tid, 1, memory_order_relaxed);
+  t->rng = seed_rng(t->tid);
+  pthread_mutex_lock(&threads_lock);
+  t->next = threads_head;
+  if (threads_head) threads_head->prev = t;
+  threads_head = t;
+  pthread_mutex_unlock(&threads_lock);
+  tls_self = t;
+  pthread_setspecific(thread_key, t);
+  return t;
+}
+
+uint64_t etr_thread_id(void) {
+  etr__thread *t = etr__thread_self();
+  return t ? t->tid : 0;
+}
+
+static void unlink_thread(etr__thread *t) {
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    threads_head = t->next;
+  if (t->next) t->next->prev = t->prev;
+  dead_observed += atomic_load_explicit(&t->n_observed, memory_order_relaxed);
+  dead_ends_without_begin += atomic_load_explicit(&t->n_ends_without_begin, memory_order_relaxed);
+  dead_begins_repeated += atomic_load_explicit(&t->n_begins_repeated, memory_order_relaxed);
+  dead_in_callbacks += atomic_load_explicit(&t->n_in_callbacks, memory_order_relaxed);
+}
+
+static void remove_slot_locked_and_wait(int i, bool wait);
+
+static void thread_exit(void *arg) {
+  etr__thread *t = arg;
+  /* Thread-local observers die with their thread. */
+  pthread_mutex_lock(&reg_lock);
+  for (int i = 0; i < ETR_MAX_OBSERVERS; i++) {
+    if (slots[i].used && atomic_load_explicit(&slots[i].owner, memory_order_relaxed) == t &&
+        atomic_load_explicit(&slots[i].live_epoch, memory_order_relaxed) != 0)
+      remove_slot_locked_and_wait(i, false);
+  }
+  pthread_mutex_unlock(&reg_lock);
+  etr__trace_thread_exit(t);
+  tls_self = NULL;
+  tls_gone = true;
+  pthread_mutex_lock(&threads_lock);
+  unlink_thread(t);
+  pthread_mutex_unlock(&threads_lock);
+  free(t);
+}
+
+/* Spin politely until no other thread holds a hazard matching `pred`. */
+static void wait_until_clear(uint64_t mask, bool ids) {
+  etr__thread *self = tls_self;
+  for (unsigned spins = 0;; spins++) {
+    bool busy = false;
+    pthread_mutex_lock(&threads_lock);
+    for (etr__thread *t = threads_head; t && !busy; t = t->next) {
+      if (t == self) continue;
+      if (mask && (atomic_load(&t->hazard_slots) & mask)) busy = true;
+      if (ids && atomic_load(&t->hazard_ids)) busy = true;
+    }
+    pthread_mutex_unlock(&threads_lock);
+    if (!busy) return;
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+void etr__wait_slots(uint64_t mask) { wait_until_clear(mask, false); }
+void etr__wait_ids(void) { wait_until_clear(0, true); }
+
+/* ---- observers ---- */
+
+static void publish_enabled(uint64_t mask) {
+  atomic_store(&enabled_mask, mask);
+  __atomic_store_n(&etr__observing, mask != 0 ? 1u : 0u, __ATOMIC_RELAXED);
+}
+
+static int slot_of(etr_observer_id id) {
+  uint32_t idx = (uint32_t)(id & 0xFFFFFFFFu);
+  uint32_t gen = (uint32_t)(id >> 32);
+  if (idx == 0 || idx > ETR_MAX_OBSERVERS) return -1;
+  slot *s = &slots[idx - 1];
+  if (!s->used || s->gen != gen || atomic_load_explicit(&s->live_epoch, memory_order_relaxed) == 0)
+    return -1;
+  return (int)(idx - 1);
+}
+
+int etr_observer_add(const etr_observer_options *opt, etr_observer_id *out) {
+  if (!opt || !out || opt->struct_size < sizeof(etr_observer_options)) return ETR_EINVAL;
+  double p = opt->sample_probability;
+  if (!(p >= 0.0 && p <= 1.0)) return ETR_EINVAL; /* also rejects NaN */
+  etr__thread *self = NULL;
+  if (opt->thread_local_only) {
+    self = etr__thread_self();
+    if (!self) return ETR_ENOMEM;
+  } else {
+    pthread_once(&thread_key_once, key_init);
+  }
+  uint64_t threshold = 0;
+  if (p > 0.0 && p < 1.0) {
+    threshold = (uint64_t)(p * 18446744073709551616.0);
+    if (threshold == 0) threshold = 1;
+  }
+  pthread_mutex_lock(&reg_lock);
+  int idx = -1;
+  for (int i = 0; i < ETR_MAX_OBSERVERS; i++)
+    if (!slots[i].used) {
+      idx = i;
+      break;
+    }
+  if (idx < 0) {
+    pthread_mutex_unlock(&reg_lock);
+    return ETR_ENOSPC;
+  }
+  slot *s = &slots[idx];
+  s->used = true;
+  s->gen++;
+  if (s->gen == 0) s->gen = 1;
+  atomic_store_explicit(&s->enter, opt->enter, memory_order_relaxed);
+  atomic_store_explicit(&s->exit, opt->exit, memory_order_relaxed);
+  atomic_store_explicit(&s->user, opt->user, memory_order_relaxed);
+  atomic_store_explicit(&s->needs, opt->needs, memory_order_relaxed);
+  atomic_store_explicit(&s->scopes, opt->scopes, memory_order_relaxed);
+  atomic_store_explicit(&s->sample_threshold, threshold, memory_order_relaxed);
+  atomic_store_explicit(&s->owner, self, memory_order_relaxed);
+  atomic_store(&s->live_epoch, atomic_load(&epoch));
+  if (!opt->start_disabled) publish_enabled(atomic_load(&enabled_mask) | (1ull << idx));
+  *out = ((uint64_t)s->gen << 32) | (uint64_t)(idx + 1);
+  pthread_mutex_unlock(&reg_lock);
+  return 0;
+}
+
+static int set_enabled(etr_observer_id id, bool on) {
+  pthread_mutex_lock(&reg_lock);
+  int i = slot_of(id);
+  if (i < 0) {
+    pthread_mutex_unlock(&reg_lock);
+    return ETR_ENOENT;
+  }
+  uint64_t m = atomic_load(&enabled_mask);
+  publish_enabled(on ? (m | (1ull << i)) : (m & ~(1ull << i)));
+  pthread_mutex_unlock(&reg_lock);
+  return 0;
+}
+
+int etr_observer_enable(etr_observer_id id) { return set_enabled(id, true); }
+int etr_observer_disable(etr_observer_id id) { return set_enabled(id, false); }
+
+int etr_observer_is_enabled(etr_observer_id id) {
+  pthread_mutex_lock(&reg_lock);
+  int i = slot_of(id);
+  int r = i < 0 ? ETR_ENOENT : (int)((atomic_load(&enabled_mask) >> i) & 1u);
+  pthread_mutex_unlock(&reg_lock);
+  return r;
+}
+
+/* Marks slot i dead under reg_lock. With wait, drops reg_lock while waiting for other
+ * threads to leave its callbacks (they may call into the registry), then frees the slot. */
+static void remove_slot_locked_and_wait(int i, bool wait) {
+  slot *s = &slots[i];
+  atomic_store(&s->live_epoch, 0);
+  publish_enabled(atomic_load(&enabled_mask) & ~(1ull << i));
+  atomic_fetch_add(&epoch, 1);
+  if (wait) {
+    pthread_mutex_unlock(&reg_lock);
+    etr__wait_slots(1ull << i);
+    pthread_mutex_lock(&reg_lock);
+  }
+  s->used = false;
+}
+
+void etr__observer_drop_in_child(uint64_t id) {
+  int i = slot_of(id);
+  if (i >= 0) remove_slot_locked_and_wait(i, false);
+}
+
+int etr_observer_remove(etr_observer_id id) {
+  pthread_mutex_lock(&reg_lock);
+  int i = slot_of(id);
+  if (i < 0) {
+    pthread_mutex_unlock(&reg_lock);
+    return ETR_ENOENT;
+  }
+  remove_slot_locked_and_wait(i, true);
+  pthread_mutex_unlock(&reg_lock);
+  return 0;
+}
+
+int etr_registry_stats_get(etr_registry_stats *out) {
+  if (!out) return ETR_EINVAL;
+  etr_registry_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  pthread_mutex_lock(&reg_lock);
+  for (int i = 0; i < ETR_MAX_OBSERVERS; i++)
+    if (slots[i].used && atomic_load(&slots[i].live_epoch) != 0) s.observers++;
+  pthread_mutex_unlock(&reg_lock);
+  pthread_mutex_lock(&threads_lock);
+  s.records_observed = dead_observed;
+  s.ends_without_begin = dead_ends_without_begin;
+  s.begins_repeated = dead_begins_repeated;
+  s.records_in_callbacks = dead_in_callbacks;
+  for (etr__thread *t = threads_head; t; t = t->next) {
+    s.records_observed += atomic_load_explicit(&t->n_observed, memory_order_relaxed);
+    s.ends_without_begin += atomic_load_explicit(&t->n_ends_without_begin, memory_order_relaxed);
+    s.begins_repeated += atomic_load_explicit(&t->n_begins_repeated, memory_order_relaxed);
+    s.records_in_callbacks += atomic_load_explicit(&t->n_in_callbacks, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&threads_lock);
+  size_t n = out->struct_size == 0 || out->struct_size > sizeof s ? sizeof s : out->struct_size;
+  memcpy(out, &s, n);
+  out->struct_size = n;
+  return 0;
+}
+
+/* ---- records ---- */
+
+/* Single-writer counter bump: a plain load and store, no locked instruction. */
+static inline void bump(_Atomic uint64_t *c) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+static inline uint64_t rng_next(etr__thread *t) {
+  uint64_t x = t->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t->rng = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+void etr__record_prepare(etr_record *rec) {
+  rec->_active = 0;
+  rec->_state = 0;
+  etr__thread *t = etr__thread_self();
+  if (!t) return;
+  if (t->in_callback) {
+    bump(&t->n_in_callbacks);
+    return;
+  }
+  uint64_t ep = atomic_load_explicit(&epoch, memory_order_acquire);
+  uint64_t mask = atomic_load_explicit(&enabled_mask, memory_order_acquire);
+  uint64_t active = 0;
+  uint32_t needs = 0;
+  while (mask) {
+    int i = __builtin_ctzll(mask);
+    mask &= mask - 1;
+    slot *s = &slots[i];
+    uint64_t le = atomic_load_explicit(&s->live_epoch, memory_order_acquire);
+    if (le == 0 || le > ep) continue;
+    etr__thread *owner = atomic_load_explicit(&s->owner, memory_order_relaxed);
+    if (owner && owner != t) continue;
+    uint32_t scopes = atomic_load_explicit(&s->scopes, memory_order_relaxed);
+    if (scopes && (rec->scope >= 32 || !(scopes & (1u << rec->scope)))) continue;
+    uint64_t thr = atomic_load_explicit(&s->sample_threshold, memory_order_relaxed);
+    if (thr && rng_next(t) >= thr) continue;
+    active |= 1ull << i;
+    needs |= atomic_load_explicit(&s->needs, memory_order_relaxed);
+  }
+  if (!active) return;
+  if (t->rf_next == t->rf_end) {
+    t->rf_next = atomic_fetch_add_explicit(&next_rf, RF_BLOCK, memory_order_relaxed);
+    t->rf_end = t->rf_next + RF_BLOCK;
+  }
+  rec->n_inputs = 0;
+  rec->n_outputs = 0;
+  rec->seq_nr = -1;
+  rec->fw_tid = 0;
+  rec->schema = NULL;
+  rec->inputs = NULL;
+  rec->outputs = NULL;
+  rec->kernel = NULL;
+  rec->collective = NULL;
+  rec->_needs = needs;
+  rec->_active = active;
+  rec->_epoch = ep;
+  rec->_rf_id = t->rf_next++;
+  rec->_tid = (uint32_t)t->tid;
+  rec->_state = 1;
+  bump(&t->n_observed);
+}
+
+/* Runs the enter (or exit) callbacks of the record's active slots. */
+static void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
+  uint64_t mask = rec->_active;
+  uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
+  atomic_store(&t->hazard_slots, saved | mask); /* seq_cst: pairs with the remover's store */
+  t->in_callback++;
+  uint64_t m = mask;
+  while (m) {
+    int i = __builtin_ctzll(m);
+    m &= m - 1;
+    slot *s = &slots[i];
+    uint64_t le = atomic_load(&s->live_epoch);
+    if (le == 0 || le > rec->_epoch) {
+      rec->_active &= ~(1ull << i); /* removed: no exit for it either */
+      continue;
+    }
+    void *user = atomic_load_explicit(&s->user, memory_order_relaxed);
+    if (enter) {
+      etr_enter_fn fn = atomic_load_explicit(&s->enter, memory_order_relaxed);
+      if (fn) fn(rec, user);
+    } else {
+      etr_exit_fn fn = atomic_load_explicit(&s->exit, memory_order_relaxed);
+      if (fn) fn(rec, user);
+    }
+  }
+  t->in_callback--;
+  atomic_store_explicit(&t->hazard_slots, saved, memory_order_release);
+}
+
+void etr__record_begin(etr_record *rec) {
+  if (!rec) return;
+  etr__thread *t = etr__thread_self();
+  if (!t) return;
+  if (rec->_state != 1) {
+    bump(&t->n_begins_repeated);
+    return;
+  }
+  rec->_state = 2;
+  run_callbacks(t, rec, true);
+}
+
+void etr__record_end(etr_record *rec) {
+  if (!rec) return;
+  etr__thread *t = etr__thread_self();
+  if (!t) return;
+  if (rec->_state != 2) {
+    bump(&t->n_ends_without_begin);
+    rec->_state = 3;
+    return;
+  }
+  rec->_state = 3;
+  if (rec->_active) run_callbacks(t, rec, false);
+}
+
+/* ---- fork ---- */
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&reg_lock);
+  etr__trace_before_fork();
+  pthread_mutex_lock(&threads_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&threads_lock);
+  etr__trace_after_fork_parent();
+  pthread_mutex_unlock(&reg_lock);
+}
+
+static void fork_child(void) {
+  /* Only the forking thread exists now: forget the others (their memory is the parent's
+   * business) so that nobody waits on their hazards. */
+  etr__thread *self = tls_self;
+  etr__thread *t = threads_head;
+  while (t) {
+    etr__thread *next = t->next;
+    if (t != self) {
+      unlink_thread(t);
+      free(t);
+    }
+    t = next;
+  }
+  pthread_mutex_unlock(&threads_lock);
+  etr__trace_after_fork_child();
+  pthread_mutex_unlock(&reg_lock);
+}

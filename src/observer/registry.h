@@ -1,0 +1,50 @@
+/* Registry internals shared with the trace observer: per-thread state and hazards.
+ *
+ * Every thread that touches etr gets one etr__thread, linked in a global list, freed at
+ * thread exit. Its hazard words say what shared state the thread is using right now, so
+ * that removers (observer removal, trace close) can wait until nobody uses it.
+ */
+#ifndef ETR_OBSERVER_REGISTRY_H
+#define ETR_OBSERVER_REGISTRY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct etr__thread etr__thread;
+
+struct etr__thread {
+  _Atomic uint64_t hazard_slots;  /* bit i: inside a callback of observer slot i */
+  _Atomic uint32_t hazard_ids;    /* nonzero: inside an object-id map operation */
+  uint32_t in_callback;           /* depth of callbacks on this thread */
+  uint64_t tid;                   /* logical id, 1, 2, ... */
+  uint64_t rng;                   /* sampling state */
+  uint64_t rf_next, rf_end;       /* block of record handles */
+  /* Per-thread counters: written by the owner only, read by stats. */
+  _Atomic uint64_t n_observed, n_ends_without_begin, n_begins_repeated, n_in_callbacks;
+  /* The trace observer's state for this thread, valid while trace_serial matches. */
+  void *trace_state;
+  uint64_t trace_serial;
+  etr__thread *prev, *next;
+};
+
+/* The calling thread's state, created on first use; NULL during/after thread exit, at
+ * shutdown, or if memory is exhausted. */
+etr__thread *etr__thread_self(void);
+
+/* Wait until no thread other than the caller has any of `mask` in hazard_slots. */
+void etr__wait_slots(uint64_t mask);
+/* Wait until no thread other than the caller is inside an object-id map operation. */
+void etr__wait_ids(void);
+
+/* In a forked child, with the registry lock held: forget an observer without waiting. */
+void etr__observer_drop_in_child(uint64_t id);
+
+/* Called by the registry when a thread exits (before its state is freed). */
+void etr__trace_thread_exit(etr__thread *self);
+/* Called in the child after fork, single-threaded, after the registry has reset itself. */
+void etr__trace_after_fork_child(void);
+void etr__trace_before_fork(void);
+void etr__trace_after_fork_parent(void);
+
+#endif

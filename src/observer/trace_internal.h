@@ -1,0 +1,183 @@
+/* Trace observer internals: the binary event format between recording threads and the
+ * writer thread, per-thread state, and the trace object.
+ *
+ * Recording threads never format JSON: at begin they encode the op's strings and inputs
+ * (raw bytes, ids already resolved) into a per-thread arena; at end they append outputs and
+ * timings and copy the finished event into the thread's current chunk. Full chunks go to a
+ * queue that the writer thread drains, turning each event into one JSON node.
+ */
+#ifndef ETR_OBSERVER_TRACE_INTERNAL_H
+#define ETR_OBSERVER_TRACE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "etr/observer.h"
+#include "etr/trace.h"
+#include "json/writer.h"
+#include "observer/objects.h"
+
+/* Limits of DESIGN 6.3 and our own. */
+#define ETR__STRING_MAX 8192u
+#define ETR__LIST_MAX 4096u
+#define ETR__DEPTH_MAX 32u
+#define ETR__NODE_BUDGET (1u << 20) /* encoded bytes of values per op, beyond it lists are cut */
+#define ETR__SHORT_MAX 255u        /* dtype and device names */
+
+/* ---- events ---- */
+enum { ETR__EV_OP = 1, ETR__EV_THREAD = 2 };
+enum {
+  ETR__EVF_TIMING = 1,
+  ETR__EVF_INCOMPLETE = 2,
+  ETR__EVF_KERNEL = 4,
+  ETR__EVF_COLLECTIVE = 8
+};
+
+/* Value tags in the encoding. */
+enum {
+  ETR__V_NONE = 0,
+  ETR__V_BOOL = 1,
+  ETR__V_INT = 2,
+  ETR__V_DOUBLE = 3,
+  ETR__V_STRING = 4,
+  ETR__V_DEVICE = 5,
+  ETR__V_TENSOR = 6,
+  ETR__V_LIST = 7,
+  ETR__V_TUPLE = 8,
+  ETR__V_OBJECT = 9,
+  ETR__V_CUT = 10 /* nested too deep */
+};
+
+/* Event header; the payload follows: name, schema, kernel backend, kernel file, collective
+ * block, inputs, outputs (lengths below). Events start 8-byte aligned in a chunk. */
+typedef struct etr__ev {
+  uint32_t size; /* header + payload, rounded up to 8 */
+  uint8_t type;
+  uint8_t flags;
+  uint16_t pad;
+  uint64_t id, parent, rf_id, fw_parent, fw_tid, tid;
+  int64_t seq;
+  int64_t ts_ns, incl_ns, excl_ns;
+  int64_t kstream;
+  uint32_t kgrid[3];
+  uint32_t scope;
+  uint32_t n_in, n_out;
+  uint32_t name_len, schema_len, kback_len, kfile_len, coll_len, in_len, out_len;
+} etr__ev;
+
+typedef struct etr__chunk {
+  struct etr__chunk *next;
+  uint32_t len, cap;
+  uint32_t nodes; /* events inside, to count what is lost after a write error */
+  bool oversized; /* made for one large event: freed after use, not pooled */
+  _Alignas(8) uint8_t data[];
+} etr__chunk;
+
+/* ---- per-thread state ---- */
+typedef struct etr__frame {
+  const etr_record *rec;
+  uint64_t id;
+  int64_t start_ns;
+  int64_t child_ns; /* inclusive time of finished children */
+  size_t off, len;  /* the frame's region in the arena */
+} etr__frame;
+
+typedef struct etr__tstate {
+  struct etr_trace *trace;
+  uint64_t tid;
+  uint64_t thread_node_id;
+  uint64_t id_next, id_end; /* block of node/object ids */
+  etr__chunk *chunk;
+  uint8_t *arena;
+  size_t arena_len, arena_cap;
+  etr__frame *frames;
+  uint32_t depth, frames_cap;
+  bool finished; /* open ops and thread node written (thread exit or close) */
+  _Atomic uint64_t top_id;    /* id of the innermost open op, for fw_parent lookups */
+  _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
+  /* Counters, written by the owner only (plain load+store), read by stats. */
+  _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut,
+      lists_cut, nesting_cut, nodes_dropped, objects;
+  struct etr__tstate *next;
+} etr__tstate;
+
+#define ETR__TID_PAGE 256u
+#define ETR__TID_PAGES 256u
+
+struct etr_trace {
+  uint64_t serial;
+  pid_t pid;
+  int fd;
+  etr_trace_options opt;
+  etr_observer_id obs;
+  int64_t start_ms;
+  _Atomic uint64_t next_id;
+  etr__idmap *tensors, *storages;
+  _Atomic int failed; /* a write error happened: recorders stop encoding */
+
+  pthread_mutex_t threads_mutex; /* threads list and tid pages */
+  etr__tstate *threads;
+  _Atomic(etr__tstate *) *tid_pages[ETR__TID_PAGES];
+
+  /* Queue between recorders and the writer (q_mutex). */
+  pthread_mutex_t q_mutex;
+  pthread_cond_t q_cond;     /* writer waits for work */
+  pthread_cond_t space_cond; /* recorders wait for a free chunk */
+  pthread_cond_t done_cond;  /* flushers wait for the writer */
+  etr__chunk *q_head, *q_tail, *free_chunks;
+  uint32_t chunks_alive, max_chunks;
+  uint32_t chunk_size;
+  uint64_t q_pushed, q_done, q_synced; /* chunks queued, processed, and on disk */
+  bool stop;
+  pthread_t writer;
+
+  /* Writer-thread state. */
+  etr__jw jw;
+  bool any_node;
+
+  /* Counters shared by many threads (rare events) or written by the writer. */
+  _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,
+      threads_count, ops_open_at_disable, ops_open_at_thread_exit, ops_open_at_close,
+      nodes_dropped_writer;
+  _Atomic int write_error;
+};
+
+/* Single-writer counter bump: a plain load and store, no locked instruction. */
+static inline void etr__bump(_Atomic uint64_t *c, uint64_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                        memory_order_relaxed);
+}
+
+/* ---- encode.c (recording threads) ---- */
+
+/* Grow the thread's arena to hold n more bytes; false when memory is exhausted. */
+bool etr__arena_reserve(etr__tstate *ts, size_t n);
+
+/* Encode n values at the end of the arena (ids resolved); returns the bytes written and
+ * the number of top-level values kept in *kept. */
+size_t etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, uint32_t *kept);
+
+/* Append s (NUL-terminated, or len bytes when len != 0) cut at max; returns bytes. */
+size_t etr__encode_str(etr__tstate *ts, const char *s, size_t len, size_t max);
+
+/* Encode a collective block; returns bytes. */
+size_t etr__encode_collective(etr__tstate *ts, const etr_collective_info *c);
+
+/* A fresh id from the thread's block of the trace counter. */
+uint64_t etr__next_id(etr__tstate *ts);
+
+/* ---- emit.c (writer thread) ---- */
+
+/* Write one event as a JSON node (with the separator before it). */
+void etr__emit_event(struct etr_trace *tr, const etr__ev *ev);
+/* Write the file's header, and the process node plus the footer. */
+void etr__emit_header(struct etr_trace *tr);
+void etr__emit_footer(struct etr_trace *tr);
+
+/* Fill a stats snapshot (trace.c). */
+void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);
+
+#endif
