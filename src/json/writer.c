@@ -56,47 +56,10 @@ bool etr__jw_reserve_slow(etr__jw *w, size_t n) {
   return true;
 }
 
-static const char digits2[201] =
+const char etr__digits2[201] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
-
-/* Writes v in decimal ending just before end; returns the start. */
-static char *u64_digits(char *end, uint64_t v) {
-  char *p = end;
-  while (v >= 100) {
-    unsigned i = (unsigned)(v % 100) * 2;
-    v /= 100;
-    p -= 2;
-    p[0] = digits2[i];
-    p[1] = digits2[i + 1];
-  }
-  if (v >= 10) {
-    unsigned i = (unsigned)v * 2;
-    p -= 2;
-    p[0] = digits2[i];
-    p[1] = digits2[i + 1];
-  } else {
-    *--p = (char)('0' + v);
-  }
-  return p;
-}
-
-void etr__jw_u64(etr__jw *w, uint64_t v) {
-  char tmp[24];
-  char *end = tmp + sizeof tmp;
-  char *p = u64_digits(end, v);
-  etr__jw_raw(w, p, (size_t)(end - p));
-}
-
-void etr__jw_i64(etr__jw *w, int64_t v) {
-  char tmp[24];
-  char *end = tmp + sizeof tmp;
-  uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-  char *p = u64_digits(end, mag);
-  if (v < 0) *--p = '-';
-  etr__jw_raw(w, p, (size_t)(end - p));
-}
 
 void etr__jw_double(etr__jw *w, double v) {
   if (isnan(v)) {
@@ -156,7 +119,18 @@ size_t etr__utf8_cut(const char *s, size_t n, size_t max) {
 }
 
 /* Bytes that can be copied as they are: printable ASCII other than '"' and '\\'. */
-static inline bool plain(unsigned char c) { return c >= 0x20 && c < 0x7F && c != '"' && c != '\\'; }
+static const bool plain_tab[256] = {
+#define R16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+    R16(0), R16(0),                                           /* 0x00-0x1f control */
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,           /* 0x20-0x2f: '"' */
+    R16(1), R16(1),                                           /* 0x30-0x4f */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,           /* 0x50-0x5f: '\\' */
+    R16(1),                                                   /* 0x60-0x6f */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,           /* 0x70-0x7f: DEL */
+    R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0) /* 0x80-0xff */
+#undef R16
+};
+static inline bool plain(unsigned char c) { return plain_tab[c]; }
 
 void etr__jw_str_body(etr__jw *w, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";

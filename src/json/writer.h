@@ -53,8 +53,54 @@ static inline void etr__jw_char(etr__jw *w, char c) {
   w->buf[w->len++] = c;
 }
 
-void etr__jw_u64(etr__jw *w, uint64_t v);
-void etr__jw_i64(etr__jw *w, int64_t v);
+extern const char etr__digits2[201]; /* "00".."99" */
+
+static inline unsigned etr__dec_len(uint64_t v) {
+  unsigned n = 1;
+  for (;;) {
+    if (v < 10) return n;
+    if (v < 100) return n + 1;
+    if (v < 1000) return n + 2;
+    if (v < 10000) return n + 3;
+    v /= 10000;
+    n += 4;
+  }
+}
+
+/* Writes v in decimal into p[0..len) with len = etr__dec_len(v). */
+static inline void etr__put_dec(char *p, uint64_t v, unsigned len) {
+  char *q = p + len;
+  while (v >= 100) {
+    unsigned i = (unsigned)(v % 100) * 2;
+    v /= 100;
+    q -= 2;
+    q[0] = etr__digits2[i];
+    q[1] = etr__digits2[i + 1];
+  }
+  if (v >= 10) {
+    q -= 2;
+    q[0] = etr__digits2[v * 2];
+    q[1] = etr__digits2[v * 2 + 1];
+  } else {
+    *--q = (char)('0' + v);
+  }
+}
+
+static inline void etr__jw_u64(etr__jw *w, uint64_t v) {
+  if (!etr__jw_reserve(w, 20)) return;
+  unsigned len = etr__dec_len(v);
+  etr__put_dec(w->buf + w->len, v, len);
+  w->len += len;
+}
+
+static inline void etr__jw_i64(etr__jw *w, int64_t v) {
+  if (!etr__jw_reserve(w, 21)) return;
+  if (v < 0) w->buf[w->len++] = '-';
+  uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  unsigned len = etr__dec_len(mag);
+  etr__put_dec(w->buf + w->len, mag, len);
+  w->len += len;
+}
 /* Finite doubles in shortest round-trip form; NaN and infinities as "nan", "inf", "-inf". */
 void etr__jw_double(etr__jw *w, double v);
 

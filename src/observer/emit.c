@@ -237,7 +237,7 @@ static const uint8_t *coll_str(const uint8_t *p, const char **s, uint32_t *n) {
 }
 
 static void split_sizes(etr__jw *w, const char *name, const uint8_t *p, uint32_t n) {
-  ETR__JW_LIT(w, ", {\"name\": \"");
+  ETR__JW_LIT(w, ",{\"name\": \"");
   etr__jw_raw(w, name, strlen(name));
   ETR__JW_LIT(w, "\", \"type\": \"string\", \"value\": \"[");
   for (uint32_t i = 0; i < n; i++) {
@@ -251,14 +251,14 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
   const char *s;
   uint32_t n;
   p = coll_str(p, &s, &n);
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_str(w, "collective_name", s, n);
   p = coll_str(p, &s, &n);
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_str(w, "dtype", s, n);
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_u64(w, "in_msg_nelems", rd64(p));
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_u64(w, "out_msg_nelems", rd64(p + 8));
   p += 16;
   uint32_t ni = rd32(p);
@@ -270,22 +270,22 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
   int64_t rank_start = (int64_t)rd64(p), rank_stride = (int64_t)rd64(p + 8);
   p += 16;
   if (rank_start >= 0) {
-    ETR__JW_LIT(w, ", ");
+    etr__jw_char(w, ',');
     attr_u64(w, "global_rank_start", (uint64_t)rank_start);
   }
   if (rank_stride > 0) {
-    ETR__JW_LIT(w, ", ");
+    etr__jw_char(w, ',');
     attr_u64(w, "global_rank_stride", (uint64_t)rank_stride);
   }
   p = coll_str(p, &s, &n);
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_str(w, "pg_name", s, n);
   p = coll_str(p, &s, &n);
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_str(w, "pg_desc", s, n);
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_u64(w, "pg_size", rd64(p));
-  ETR__JW_LIT(w, ", ");
+  etr__jw_char(w, ',');
   attr_u64(w, "is_asynchronized_op", p[8] ? 1 : 0);
 }
 
@@ -295,21 +295,21 @@ static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t s
                        const char *kback, size_t kback_n, const char *kfile, size_t kfile_n) {
   ETR__JW_LIT(w, "\"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": ");
   etr__jw_u64(w, rf_id);
-  ETR__JW_LIT(w, "}, {\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": ");
   etr__jw_u64(w, fw_parent);
-  ETR__JW_LIT(w, "}, {\"name\": \"seq_id\", \"type\": \"int64\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": ");
   etr__jw_i64(w, seq);
-  ETR__JW_LIT(w, "}, {\"name\": \"scope\", \"type\": \"uint64\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"scope\", \"type\": \"uint64\", \"value\": ");
   etr__jw_u64(w, scope);
-  ETR__JW_LIT(w, "}, {\"name\": \"tid\", \"type\": \"uint64\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"tid\", \"type\": \"uint64\", \"value\": ");
   etr__jw_u64(w, tid);
-  ETR__JW_LIT(w, "}, {\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
   etr__jw_u64(w, fw_tid);
-  ETR__JW_LIT(w, "}, {\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
   etr__jw_str(w, schema, schema_n);
-  ETR__JW_LIT(w, "}, {\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
   etr__jw_str(w, kback, kback_n);
-  ETR__JW_LIT(w, "}, {\"name\": \"kernel_file\", \"type\": \"string\", \"value\": ");
+  ETR__JW_LIT(w, "},{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": ");
   etr__jw_str(w, kfile, kfile_n);
   etr__jw_char(w, '}');
 }
@@ -382,7 +382,7 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
   if (ev->flags & ETR__EVF_COLLECTIVE) collective_attrs(w, coll);
   if (ev->flags & ETR__EVF_KERNEL) {
     if (ev->kgrid[0] || ev->kgrid[1] || ev->kgrid[2]) {
-      ETR__JW_LIT(w, ", {\"name\": \"kernel_grid\", \"type\": \"string\", \"value\": \"[");
+      ETR__JW_LIT(w, ",{\"name\": \"kernel_grid\", \"type\": \"string\", \"value\": \"[");
       for (int i = 0; i < 3; i++) {
         if (i) ETR__JW_LIT(w, ", ");
         etr__jw_u64(w, ev->kgrid[i]);
@@ -390,12 +390,12 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
       ETR__JW_LIT(w, "]\"}");
     }
     if (ev->kstream >= 0) {
-      ETR__JW_LIT(w, ", ");
+      etr__jw_char(w, ',');
       attr_u64(w, "kernel_stream", clamp_u(ev->kstream));
     }
   }
   if (ev->flags & ETR__EVF_INCOMPLETE) {
-    ETR__JW_LIT(w, ", ");
+    etr__jw_char(w, ',');
     attr_u64(w, "etr_incomplete", 1);
   }
   ETR__JW_LIT(w, "]}");
