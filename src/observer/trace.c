@@ -420,6 +420,8 @@ static void writer_flush(etr_trace *tr, uint64_t *buffered) {
     atomic_store(&tr->write_error, tr->jw.err);
     atomic_store(&tr->failed, 1);
     etr__log(ETR_LOG_ERROR, "trace write failed (%s); recording stopped", strerror(tr->jw.err));
+    /* Stop paying for ops that cannot be written; ops in flight still end normally. */
+    etr_observer_disable(tr->obs);
   }
 }
 
@@ -586,11 +588,8 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     tr->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* Buffered: the writer thread writes it with the first nodes (or at close). */
     etr__emit_header(tr);
-    if (etr__jw_flush(&tr->jw) != 0) {
-      atomic_store(&tr->write_error, tr->jw.err);
-      atomic_store(&tr->failed, 1);
-    }
     etr_observer_options oo = ETR_OBSERVER_OPTIONS_INIT;
     oo.enter = trace_enter;
     oo.exit = trace_exit;

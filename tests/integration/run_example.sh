@@ -1,0 +1,24 @@
+#!/bin/sh
+# Runs the example runtime for real and checks its trace with an independent parser
+# (Python's json module). Usage: run_example.sh EXAMPLE CHECKER OUTDIR MODE
+#   MODE: api      the example opens the trace itself (--out)
+#         env      the trace comes from ETR_TRACE alone (no code change)
+#         schema110 like api, with --schema 1.1.0
+set -eu
+example=$1 checker=$2 out=$3 mode=$4
+threads=3
+mkdir -p "$out"
+trace="$out/trace-$mode.json"
+rm -f "$trace"
+case "$mode" in
+  api) "$example" --out "$trace" --threads $threads --iters 2 ;;
+  schema110) "$example" --out "$trace" --threads $threads --iters 2 --schema 1.1.0 ;;
+  env)
+    rm -f "$out"/trace-env-*.json
+    ETR_TRACE="$out/trace-env-%p.json" "$example" --threads $threads --iters 2
+    set -- "$out"/trace-env-*.json
+    [ "$#" -eq 1 ] && [ -f "$1" ] || { echo "ETR_TRACE produced no single trace file: $*"; exit 1; }
+    trace=$1 ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac
+python3 "$checker" "$trace" --threads $threads

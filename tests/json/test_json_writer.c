@@ -1,0 +1,203 @@
+#define _GNU_SOURCE
+/* The JSON writer must produce valid JSON for any bytes: strings are escaped, invalid UTF-8
+ * is replaced (and counted), numbers round-trip. Each output is parsed back with jansson. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "json/writer.h"
+
+/* Writes s as a JSON string into memory and returns the parsed-back value (caller frees). */
+static char *roundtrip(const char *s, size_t n, uint64_t *replaced, size_t *out_len) {
+  etr__jw w;
+  assert_int_equal(etr__jw_init(&w, -1, 0), 0);
+  etr__jw_char(&w, '[');
+  etr__jw_str(&w, s, n);
+  etr__jw_char(&w, ']');
+  json_error_t err;
+  json_t *root = json_loadb(w.buf, w.len, JSON_ALLOW_NUL, &err);
+  if (!root) fail_msg("invalid JSON: %s in %.*s", err.text, (int)w.len, w.buf);
+  json_t *str = json_array_get(root, 0);
+  assert_true(json_is_string(str));
+  size_t len = json_string_length(str);
+  char *copy = malloc(len + 1);
+  memcpy(copy, json_string_value(str), len + 1);
+  *out_len = len;
+  if (replaced) *replaced = w.replaced;
+  json_decref(root);
+  etr__jw_free(&w);
+  return copy;
+}
+
+static void test_ascii_and_escapes(void **state) {
+  (void)state;
+  const char in[] = "plain \"quoted\" back\\slash\nnew\tline\r\b\f end";
+  size_t n;
+  uint64_t rep;
+  char *out = roundtrip(in, sizeof in - 1, &rep, &n);
+  assert_int_equal(n, sizeof in - 1);
+  assert_memory_equal(out, in, n);
+  assert_int_equal(rep, 0);
+  free(out);
+}
+
+static void test_every_control_byte(void **state) {
+  (void)state;
+  char in[34];
+  for (int i = 0; i < 32; i++) in[i] = (char)(i + 1 == 32 ? 0x7f : i + 1);
+  in[32] = 0; /* embedded NUL too */
+  in[33] = 'x';
+  size_t n;
+  char *out = roundtrip(in, sizeof in, NULL, &n);
+  assert_int_equal(n, sizeof in);
+  assert_memory_equal(out, in, sizeof in);
+  free(out);
+}
+
+static void test_valid_utf8_kept(void **state) {
+  (void)state;
+  const char in[] = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE2\x80\xA8";
+  size_t n;
+  uint64_t rep;
+  char *out = roundtrip(in, sizeof in - 1, &rep, &n);
+  assert_int_equal(rep, 0);
+  assert_int_equal(n, sizeof in - 1);
+  assert_memory_equal(out, in, n);
+  free(out);
+}
+
+static void check_replaced(const char *in, size_t len, const char *expect, uint64_t expect_rep) {
+  size_t n;
+  uint64_t rep;
+  char *out = roundtrip(in, len, &rep, &n);
+  assert_int_equal(rep, expect_rep);
+  assert_int_equal(n, strlen(expect));
+  assert_memory_equal(out, expect, n);
+  free(out);
+}
+
+#define FFFD "\xEF\xBF\xBD"
+
+static void test_invalid_utf8_replaced(void **state) {
+  (void)state;
+  check_replaced("a\x80z", 3, "a" FFFD "z", 1);                  /* lone continuation */
+  check_replaced("\xC0\xAF", 2, FFFD FFFD, 2);                     /* overlong '/' */
+  check_replaced("\xE0\x80\xAF", 3, FFFD FFFD FFFD, 3);            /* overlong 3-byte */
+  check_replaced("\xED\xA0\x80", 3, FFFD FFFD FFFD, 3);            /* UTF-16 surrogate */
+  check_replaced("\xF4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD, 4);   /* above U+10FFFF */
+  check_replaced("ok\xE2\x82", 4, "ok" FFFD FFFD, 2);              /* truncated at end */
+  check_replaced("\xFF\xFE", 2, FFFD FFFD, 2);
+}
+
+static void test_utf8_cut_respects_characters(void **state) {
+  (void)state;
+  const char *s = "ab\xE2\x82\xAC"; /* 'a' 'b' then a 3-byte euro sign */
+  assert_int_equal(etr__utf8_cut(s, 5, 5), 5);
+  assert_int_equal(etr__utf8_cut(s, 5, 4), 2);
+  assert_int_equal(etr__utf8_cut(s, 5, 3), 2);
+  assert_int_equal(etr__utf8_cut(s, 5, 2), 2);
+  assert_int_equal(etr__utf8_cut("\xFF\xFF\xFF", 3, 2), 2); /* invalid bytes are units */
+}
+
+static void test_integers(void **state) {
+  (void)state;
+  etr__jw w;
+  assert_int_equal(etr__jw_init(&w, -1, 0), 0);
+  const int64_t vals[] = {0, 1, -1, 9, 10, 99, 100, 12345, -987654321, INT64_MAX, INT64_MIN};
+  etr__jw_char(&w, '[');
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    if (i) etr__jw_char(&w, ',');
+    etr__jw_i64(&w, vals[i]);
+  }
+  etr__jw_char(&w, ',');
+  etr__jw_u64(&w, UINT64_MAX);
+  etr__jw_char(&w, ']');
+  etr__jw_char(&w, '\0');
+  const char *expect =
+      "[0,1,-1,9,10,99,100,12345,-987654321,9223372036854775807,-9223372036854775808,"
+      "18446744073709551615]";
+  assert_string_equal(w.buf, expect);
+  etr__jw_free(&w);
+}
+
+static void test_doubles(void **state) {
+  (void)state;
+  const double vals[] = {0.0, -0.0, 1.0, 0.1, 1.0 / 3.0, 1e300, -2.5e-300, 123456789.125};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    etr__jw w;
+    assert_int_equal(etr__jw_init(&w, -1, 0), 0);
+    etr__jw_char(&w, '[');
+    etr__jw_double(&w, vals[i]);
+    etr__jw_char(&w, ']');
+    json_error_t err;
+    json_t *root = json_loadb(w.buf, w.len, JSON_DECODE_INT_AS_REAL, &err);
+    assert_non_null(root);
+    assert_true(json_number_value(json_array_get(root, 0)) == vals[i]);
+    json_decref(root);
+    etr__jw_free(&w);
+  }
+  etr__jw w;
+  assert_int_equal(etr__jw_init(&w, -1, 0), 0);
+  etr__jw_double(&w, NAN);
+  etr__jw_char(&w, ' ');
+  etr__jw_double(&w, INFINITY);
+  etr__jw_char(&w, ' ');
+  etr__jw_double(&w, -INFINITY);
+  etr__jw_char(&w, '\0');
+  assert_string_equal(w.buf, "\"nan\" \"inf\" \"-inf\"");
+  etr__jw_free(&w);
+}
+
+static void test_fd_output_and_write_error(void **state) {
+  (void)state;
+  char path[] = "/tmp/etr-jw-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  etr__jw w;
+  assert_int_equal(etr__jw_init(&w, fd, 0), 0);
+  /* More than the buffer holds: it grows, and one flush writes all of it. */
+  for (int i = 0; i < 200000; i++) ETR__JW_LIT(&w, "0123456789");
+  assert_int_equal(etr__jw_flush(&w), 0);
+  assert_int_equal(w.written, 2000000);
+  assert_int_equal(lseek(fd, 0, SEEK_END), 2000000);
+  close(fd);
+  unlink(path);
+  etr__jw_free(&w);
+
+  int full = open("/dev/full", O_WRONLY);
+  if (full < 0) skip();
+  assert_int_equal(etr__jw_init(&w, full, 0), 0);
+  ETR__JW_LIT(&w, "data");
+  assert_int_equal(etr__jw_flush(&w), ENOSPC);
+  assert_int_equal(w.err, ENOSPC);
+  ETR__JW_LIT(&w, "more"); /* accepted and discarded, no crash */
+  assert_int_equal(etr__jw_flush(&w), ENOSPC);
+  assert_int_equal(w.len, 0);
+  close(full);
+  etr__jw_free(&w);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ascii_and_escapes),
+      cmocka_unit_test(test_every_control_byte),
+      cmocka_unit_test(test_valid_utf8_kept),
+      cmocka_unit_test(test_invalid_utf8_replaced),
+      cmocka_unit_test(test_utf8_cut_respects_characters),
+      cmocka_unit_test(test_integers),
+      cmocka_unit_test(test_doubles),
+      cmocka_unit_test(test_fd_output_and_write_error),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
