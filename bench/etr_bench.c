@@ -1,0 +1,623 @@
+/* bench/etr_bench.c — etr-bench: what recording costs, measured against a baseline in the
+ * same run (DESIGN 10).
+ *
+ * Figures (ns per op unless named otherwise; each the median over --reps repetitions of
+ * --ops ops after a warm-up, printed with min and max so noise is visible):
+ *   disabled_ns         record site (init + begin + end, as a runtime writes it) while no
+ *                       observer is enabled, minus an empty loop measured in the same rep
+ *   enabled_ns          trace observer on, file on disk, op with 2 tensor inputs + 1 output:
+ *                       wall clock of the recording loop / ops
+ *   enabled_devnull_ns  the same writing to /dev/null
+ *   enabled_cpu_ns      process CPU time (all threads, writer included) over the loop and
+ *                       the close that drains the writer, / ops
+ *   enabled_2t_ns       2 threads record concurrently; mean of their per-op wall times
+ *   bytes_per_node      bytes written / nodes written for the 2-in-1-out op
+ *   baseline_*          the same workload through a PyTorch-style observer (pt_baseline.c)
+ * The last line of output is one JSON object with every figure. The benchmark never fails
+ * a build: it exits 0 unless an etr call fails (then 1, with a message).
+ */
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <etr/etr.h>
+
+#include "pt_baseline.h"
+
+#ifndef ETR_BENCH_BUILD_TYPE
+#define ETR_BENCH_BUILD_TYPE "unknown"
+#endif
+
+/* The "operator body": a compiler barrier, so that neither the empty loop nor the record
+ * site can be deleted or merged across iterations. */
+#if defined(__GNUC__)
+#define BENCH_BARRIER() __asm__ __volatile__("" ::: "memory")
+#else
+#define BENCH_BARRIER() atomic_signal_fence(memory_order_seq_cst)
+#endif
+
+#define MAX_REPS 1001
+#define POOL 64 /* tensors per recording thread, reused like a model's activations */
+
+static const char OP_NAME[] = "aten::mm";
+static const char OP_SCHEMA[] = "aten::mm(Tensor self, Tensor mat2) -> Tensor";
+static const int64_t SIZES[2] = {64, 128};
+static const int64_t STRIDES[2] = {128, 1};
+
+typedef struct pool {
+  etr_tensor t[POOL];
+  _Alignas(64) unsigned char impl[POOL][64];    /* tensor objects (identity only) */
+  _Alignas(64) unsigned char storage[POOL][64]; /* storage objects (identity only) */
+} pool;
+
+static void pool_init(pool *p) {
+  memset(p, 0, sizeof *p);
+  for (int k = 0; k < POOL; k++) {
+    etr_tensor *t = &p->t[k];
+    t->impl = p->impl[k];
+    t->storage = p->storage[k];
+    t->storage_offset = 0;
+    t->numel = SIZES[0] * SIZES[1];
+    t->itemsize = 4;
+    t->dtype = "float";
+    t->device = "cpu";
+    t->ndim = 2;
+    t->sizes = SIZES;
+    t->strides = STRIDES;
+  }
+}
+
+/* One operator call as a runtime writes it: inputs and the schema are filled only when
+ * someone observes, outputs only when someone needs them. Inlined in every loop. */
+static inline void run_op(const pool *p, uint64_t i) {
+  etr_record r;
+  etr_value in[2];
+  etr_value out[1];
+  etr_record_init(&r, OP_NAME, ETR_SCOPE_FUNCTION);
+  if (etr_record_is_active(&r)) {
+    r.schema = OP_SCHEMA;
+    if (etr_record_needs_inputs(&r)) {
+      in[0] = etr_value_tensor(&p->t[(i * 5) % POOL]);
+      in[1] = etr_value_tensor(&p->t[(i * 11 + 7) % POOL]);
+      r.inputs = in;
+      r.n_inputs = 2;
+    }
+  }
+  etr_record_begin(&r);
+  BENCH_BARRIER();
+  if (etr_record_needs_outputs(&r)) {
+    out[0] = etr_value_tensor(&p->t[(i * 3 + 1) % POOL]);
+    r.outputs = out;
+    r.n_outputs = 1;
+  }
+  etr_record_end(&r);
+}
+
+/* The recording loop of the enabled phases: like a model, now and then an intermediate
+ * tensor dies and a new one takes its address. */
+static void run_ops(const pool *p, uint64_t first, uint64_t n) {
+  for (uint64_t i = first; i < first + n; i++) {
+    run_op(p, i);
+    if ((i & 1023) == 1023) {
+      const etr_tensor *t = &p->t[(i >> 10) % POOL];
+      etr_tensor_died(t->impl);
+      etr_storage_died(t->storage);
+    }
+  }
+}
+
+static uint64_t clock_ns(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+static uint64_t cpu_ns(void) { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
+static uint64_t thread_cpu_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
+
+static void die_etr(const char *what, int rc) {
+  fprintf(stderr, "etr-bench: %s failed: %s (%s)\n", what, etr_strerror(rc), etr_err_name(rc));
+  exit(1);
+}
+
+/* ---- statistics ---- */
+
+typedef struct spread {
+  double med, min, max;
+} spread;
+
+static const spread SKIPPED = {NAN, NAN, NAN};
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static spread spread_of(const double *v, int n) {
+  double s[MAX_REPS];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  spread r;
+  r.min = s[0];
+  r.max = s[n - 1];
+  r.med = (n % 2) ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  return r;
+}
+
+/* ---- disabled ---- */
+
+typedef struct disabled_result {
+  spread diff, raw, empty;
+} disabled_result;
+
+static double empty_loop(uint64_t n) {
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < n; i++) BENCH_BARRIER();
+  return (double)(now_ns() - t0) / (double)n;
+}
+
+static double disabled_loop(const pool *p, uint64_t n) {
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < n; i++) run_op(p, i);
+  return (double)(now_ns() - t0) / (double)n;
+}
+
+static disabled_result bench_disabled(const pool *p, uint64_t n, int reps) {
+  double diff[MAX_REPS], raw[MAX_REPS], empty[MAX_REPS];
+  (void)empty_loop(n / 4 + 1); /* warm-up */
+  (void)disabled_loop(p, n / 4 + 1);
+  for (int r = 0; r < reps; r++) {
+    empty[r] = empty_loop(n);
+    raw[r] = disabled_loop(p, n);
+    diff[r] = raw[r] - empty[r];
+  }
+  disabled_result d = {spread_of(diff, reps), spread_of(raw, reps), spread_of(empty, reps)};
+  return d;
+}
+
+/* ---- enabled phases (trace to a file, trace to /dev/null, baseline), 1 or 2 threads ---- */
+
+typedef enum phase_kind { PH_TRACE = 0, PH_BASELINE = 1 } phase_kind;
+
+typedef struct worker {
+  pthread_t thread;
+  const pool *p;
+  uint64_t warm, n;
+  etr_trace *trace; /* NULL for the baseline */
+  pthread_barrier_t *bar;
+  double per_op_ns;
+  double cpu_per_op_ns; /* this thread's CPU time (waits for the writer excluded) */
+  int rc;
+} worker;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  run_ops(w->p, 0, w->warm);
+  if (w->trace != NULL) w->rc = etr_trace_flush(w->trace);
+  pthread_barrier_wait(w->bar); /* A: warm, start */
+  uint64_t c0 = thread_cpu_ns(), t0 = now_ns();
+  run_ops(w->p, w->warm, w->n);
+  uint64_t t1 = now_ns(), c1 = thread_cpu_ns();
+  w->per_op_ns = (double)(t1 - t0) / (double)w->n;
+  w->cpu_per_op_ns = (double)(c1 - c0) / (double)w->n;
+  pthread_barrier_wait(w->bar); /* B: all done */
+  return NULL;
+}
+
+typedef struct rep_result {
+  double per_op_ns;      /* mean over the recording threads */
+  double rec_cpu_ns;     /* recording thread's own CPU per op, mean over the threads */
+  double cpu_ns;         /* process CPU per op (all threads), loop + close */
+  double close_ms;       /* etr_trace_close / pt_baseline_close */
+  double bytes_per_node; /* baseline only: file size / nodes */
+} rep_result;
+
+static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nthreads,
+                          uint64_t warm, uint64_t n) {
+  etr_trace *tr = NULL;
+  pt_baseline *bl = NULL;
+  int rc;
+  /* A fresh file each time: ext4 flushes a truncated-then-rewritten file at close. */
+  if (strcmp(path, "/dev/null") != 0) unlink(path);
+  if (kind == PH_TRACE) {
+    if ((rc = etr_trace_open(path, NULL, &tr)) != 0) die_etr("etr_trace_open", rc);
+    if ((rc = etr_trace_enable(tr)) != 0) die_etr("etr_trace_enable", rc);
+  } else if ((rc = pt_baseline_open(path, &bl)) != 0) {
+    die_etr("baseline open (etr_observer_add)", rc);
+  }
+
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
+  worker w[2];
+  for (int k = 0; k < nthreads; k++) {
+    w[k] = (worker){0, &pools[k], warm, n, tr, &bar, 0, 0, 0};
+    if (pthread_create(&w[k].thread, NULL, worker_main, &w[k]) != 0) {
+      fprintf(stderr, "etr-bench: pthread_create failed\n");
+      exit(1);
+    }
+  }
+  pthread_barrier_wait(&bar); /* A */
+  uint64_t cpu0 = cpu_ns();
+  pthread_barrier_wait(&bar); /* B */
+  for (int k = 0; k < nthreads; k++) pthread_join(w[k].thread, NULL);
+
+  rep_result res = {0, 0, 0, 0, 0};
+  uint64_t nodes = 0;
+  uint64_t c0 = now_ns();
+  if (kind == PH_TRACE) {
+    rc = etr_trace_close(tr);
+    if (rc != 0) die_etr("etr_trace_close", rc);
+  } else {
+    rc = pt_baseline_close(bl, &nodes);
+    if (rc != 0) die_etr("baseline close", rc);
+  }
+  uint64_t c1 = now_ns();
+  uint64_t cpu1 = cpu_ns();
+  pthread_barrier_destroy(&bar);
+  for (int k = 0; k < nthreads; k++) {
+    if (w[k].rc != 0) die_etr("etr_trace_flush", w[k].rc);
+    res.per_op_ns += w[k].per_op_ns / nthreads;
+    res.rec_cpu_ns += w[k].cpu_per_op_ns / nthreads;
+  }
+  res.cpu_ns = (double)(cpu1 - cpu0) / (double)(n * (uint64_t)nthreads);
+  res.close_ms = (double)(c1 - c0) / 1e6;
+  if (kind == PH_BASELINE && nodes != 0) {
+    struct stat st;
+    if (stat(path, &st) == 0) res.bytes_per_node = (double)st.st_size / (double)nodes;
+  }
+  return res;
+}
+
+typedef struct phase_result {
+  spread per_op, rec_cpu, cpu, close_ms, bytes_per_node;
+} phase_result;
+
+static phase_result run_phase(phase_kind kind, const char *path, pool *pools, int nthreads,
+                              uint64_t warm, uint64_t n, int reps) {
+  double per_op[MAX_REPS], rec_cpu[MAX_REPS], cpu[MAX_REPS], close_ms[MAX_REPS], bpn[MAX_REPS];
+  for (int r = 0; r < reps; r++) {
+    rep_result x = run_rep(kind, path, pools, nthreads, warm, n);
+    per_op[r] = x.per_op_ns;
+    rec_cpu[r] = x.rec_cpu_ns;
+    cpu[r] = x.cpu_ns;
+    close_ms[r] = x.close_ms;
+    bpn[r] = x.bytes_per_node;
+  }
+  phase_result p = {spread_of(per_op, reps), spread_of(rec_cpu, reps), spread_of(cpu, reps),
+                    spread_of(close_ms, reps), spread_of(bpn, reps)};
+  return p;
+}
+
+/* Bytes per node from the trace's own counters: the delta between two flushes around n ops
+ * on this thread (no header, footer, thread or process node in it). Also checks that no op
+ * was lost. */
+typedef struct bytes_result {
+  double bytes_per_node;
+  double file_bytes_per_node; /* file size after close / all nodes (header included) */
+  uint64_t buffer_waits;
+} bytes_result;
+
+static bytes_result bench_bytes(const char *path, const pool *p, uint64_t warm, uint64_t n) {
+  etr_trace *tr;
+  int rc;
+  if ((rc = etr_trace_open(path, NULL, &tr)) != 0) die_etr("etr_trace_open", rc);
+  if ((rc = etr_trace_enable(tr)) != 0) die_etr("etr_trace_enable", rc);
+  run_ops(p, 0, warm);
+  etr_trace_stats s0, s1;
+  memset(&s0, 0, sizeof s0);
+  memset(&s1, 0, sizeof s1);
+  s0.struct_size = s1.struct_size = sizeof s0;
+  if ((rc = etr_trace_flush(tr)) != 0) die_etr("etr_trace_flush", rc);
+  if ((rc = etr_trace_stats_get(tr, &s0)) != 0) die_etr("etr_trace_stats_get", rc);
+  run_ops(p, warm, n);
+  if ((rc = etr_trace_flush(tr)) != 0) die_etr("etr_trace_flush", rc);
+  if ((rc = etr_trace_stats_get(tr, &s1)) != 0) die_etr("etr_trace_stats_get", rc);
+  uint64_t nodes_total = s1.ops_recorded + 2; /* + the thread node and the process node */
+  if ((rc = etr_trace_close(tr)) != 0) die_etr("etr_trace_close", rc);
+
+  bytes_result b = {0, 0, s1.buffer_waits};
+  uint64_t dn = s1.nodes_written - s0.nodes_written;
+  if (s1.ops_recorded - s0.ops_recorded != n || dn != n || s1.nodes_dropped != 0 ||
+      s1.write_error != 0) {
+    fprintf(stderr,
+            "etr-bench: warning: %" PRIu64 " ops run, %" PRIu64 " recorded, %" PRIu64
+            " nodes written, %" PRIu64 " dropped, write_error %d\n",
+            n, s1.ops_recorded - s0.ops_recorded, dn, s1.nodes_dropped, s1.write_error);
+  }
+  if (dn != 0) b.bytes_per_node = (double)(s1.bytes_written - s0.bytes_written) / (double)dn;
+  struct stat st;
+  if (stat(path, &st) == 0) b.file_bytes_per_node = (double)st.st_size / (double)nodes_total;
+  return b;
+}
+
+/* ---- main ---- */
+
+enum {
+  RUN_DISABLED = 1u << 0,
+  RUN_BYTES = 1u << 1,
+  RUN_ENABLED = 1u << 2,
+  RUN_DEVNULL = 1u << 3,
+  RUN_2T = 1u << 4,
+  RUN_BASELINE = 1u << 5,
+  RUN_BASELINE_2T = 1u << 6,
+  RUN_ALL = (1u << 7) - 1
+};
+
+static const struct {
+  const char *name;
+  unsigned bit;
+} PHASES[] = {{"disabled", RUN_DISABLED},     {"bytes", RUN_BYTES}, {"enabled", RUN_ENABLED},
+              {"devnull", RUN_DEVNULL},       {"2t", RUN_2T},       {"baseline", RUN_BASELINE},
+              {"baseline2t", RUN_BASELINE_2T}};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: etr-bench [--quick] [--ops N] [--reps N] [--only LIST] [--keep] [--help]\n"
+          "  --ops N      ops per repetition in the enabled phases (default 200000); the\n"
+          "               disabled phase runs 100x as many (at least 1000000)\n"
+          "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
+          "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
+          "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
+          "               bytes, enabled, devnull, 2t, baseline, baseline2t; the figures\n"
+          "               of the others are printed as '-' and null\n"
+          "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
+          "               baseline.json) in the temporary directory\n"
+          "Prints a table, then one JSON line with every figure. Trace files go to a\n"
+          "temporary directory under $TMPDIR (default /tmp), removed unless --keep.\n",
+          MAX_REPS);
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-') return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_phases(const char *s, unsigned *out) {
+  unsigned m = 0;
+  while (*s) {
+    size_t len = strcspn(s, ",");
+    bool found = false;
+    for (size_t k = 0; k < sizeof PHASES / sizeof PHASES[0]; k++) {
+      if (strlen(PHASES[k].name) == len && strncmp(s, PHASES[k].name, len) == 0) {
+        m |= PHASES[k].bit;
+        found = true;
+      }
+    }
+    if (!found) return false;
+    s += len;
+    if (*s == ',') s++;
+  }
+  *out = m;
+  return m != 0;
+}
+
+static int nproc(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static void row(const char *name, spread s, const char *unit) {
+  if (isnan(s.med))
+    printf("  %-26s %12s %12s %12s  %s\n", name, "-", "-", "-", unit);
+  else
+    printf("  %-26s %12.2f %12.2f %12.2f  %s\n", name, s.med, s.min, s.max, unit);
+}
+
+static void row1(const char *name, double v, const char *unit) {
+  if (isnan(v))
+    printf("  %-26s %12s  %s\n", name, "-", unit);
+  else
+    printf("  %-26s %12.2f  %s\n", name, v, unit);
+}
+
+static void json_num(const char *name, double v) {
+  if (isnan(v))
+    printf(", \"%s\": null", name);
+  else
+    printf(", \"%s\": %.3f", name, v);
+}
+
+static void json_spread(const char *name, spread s) {
+  char key[64];
+  json_num(name, s.med);
+  snprintf(key, sizeof key, "%s_min", name);
+  json_num(key, s.min);
+  snprintf(key, sizeof key, "%s_max", name);
+  json_num(key, s.max);
+}
+
+int main(int argc, char **argv) {
+  uint64_t ops = 200000, reps = 11;
+  bool quick = false, ops_set = false, reps_set = false, keep = false;
+  unsigned run = RUN_ALL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (strcmp(argv[i], "--keep") == 0) {
+      keep = true;
+    } else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
+      if (!parse_u64(argv[++i], &ops) || ops == 0 || ops > (UINT64_C(1) << 40)) {
+        fprintf(stderr, "etr-bench: bad --ops value '%s'\n", argv[i]);
+        return 2;
+      }
+      ops_set = true;
+    } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      if (!parse_u64(argv[++i], &reps) || reps == 0 || reps > MAX_REPS) {
+        fprintf(stderr, "etr-bench: bad --reps value '%s' (1..%d)\n", argv[i], MAX_REPS);
+        return 2;
+      }
+      reps_set = true;
+    } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      if (!parse_phases(argv[++i], &run)) {
+        fprintf(stderr, "etr-bench: bad --only list '%s'\n", argv[i]);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "etr-bench: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (quick) {
+    if (!ops_set) ops = 5000;
+    if (!reps_set) reps = 3;
+  }
+  uint64_t disabled_ops = ops * 100 < 1000000 ? 1000000 : ops * 100;
+  uint64_t warm = ops / 10 < 100 ? 100 : (ops / 10 > 20000 ? 20000 : ops / 10);
+  int nreps = (int)reps;
+
+  if (etr_trace_current() != NULL) {
+    fprintf(stderr, "etr-bench: a trace is already open (ETR_TRACE is set?); unset it\n");
+    return 1;
+  }
+
+  const char *tmp = getenv("TMPDIR");
+  if (tmp == NULL || tmp[0] == '\0') tmp = "/tmp";
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/etr-bench-XXXXXX", tmp);
+  if (mkdtemp(dir) == NULL) {
+    fprintf(stderr, "etr-bench: cannot create a directory in %s: %s\n", tmp, strerror(errno));
+    return 1;
+  }
+  char trace_path[4200], bytes_path[4200], base_path[4200];
+  snprintf(trace_path, sizeof trace_path, "%s/trace.json", dir);
+  snprintf(bytes_path, sizeof bytes_path, "%s/trace-bytes.json", dir);
+  snprintf(base_path, sizeof base_path, "%s/baseline.json", dir);
+
+  static pool pools[2];
+  pool_init(&pools[0]);
+  pool_init(&pools[1]);
+
+  int np = nproc();
+  double load[3] = {NAN, NAN, NAN};
+  if (getloadavg(load, 3) < 3) load[0] = load[1] = load[2] = NAN;
+  printf("etr-bench: etr %s (header %s), build %s%s, nproc %d\n", etr_version_string(),
+         ETR_VERSION_STRING, ETR_BENCH_BUILD_TYPE,
+#ifdef __OPTIMIZE__
+         "",
+#else
+         " (NOT OPTIMISED: figures are meaningless, use -DCMAKE_BUILD_TYPE=Release)",
+#endif
+         np);
+  printf("  load average at start: %.2f %.2f %.2f (other work on the machine adds noise)\n",
+         load[0], load[1], load[2]);
+  printf("  op: %s, 2 tensor inputs + 1 output (2-D float cpu), pool of %d tensors/thread\n",
+         OP_NAME, POOL);
+  printf("  %" PRIu64 " ops x %d reps (warm-up %" PRIu64 " ops/rep); disabled: %" PRIu64
+         " ops x %d reps; trace files in %s\n",
+         ops, nreps, warm, disabled_ops, nreps, dir);
+  fflush(stdout);
+
+  disabled_result dis = {SKIPPED, SKIPPED, SKIPPED};
+  bytes_result byt = {NAN, NAN, 0};
+  phase_result none = {SKIPPED, SKIPPED, SKIPPED, SKIPPED, SKIPPED};
+  phase_result en = none, dn = none, en2 = none, bl = none, bl2 = none;
+  if (run & RUN_DISABLED) dis = bench_disabled(&pools[0], disabled_ops, nreps);
+  if (run & RUN_BYTES) byt = bench_bytes(bytes_path, &pools[0], warm, ops);
+  if (run & RUN_ENABLED) en = run_phase(PH_TRACE, trace_path, pools, 1, warm, ops, nreps);
+  if (run & RUN_DEVNULL) dn = run_phase(PH_TRACE, "/dev/null", pools, 1, warm, ops, nreps);
+  if (run & RUN_2T) en2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, ops, nreps);
+  if (run & RUN_BASELINE) bl = run_phase(PH_BASELINE, base_path, pools, 1, warm, ops, nreps);
+  if (run & RUN_BASELINE_2T) bl2 = run_phase(PH_BASELINE, base_path, pools, 2, warm, ops, nreps);
+  if (!keep) {
+    unlink(bytes_path);
+    unlink(trace_path);
+    unlink(base_path);
+    rmdir(dir);
+  }
+
+  double ratio_2t = en2.per_op.med / en.per_op.med;
+  double speedup = bl.per_op.med / en.per_op.med;
+  double speedup_2t = bl2.per_op.med / en2.per_op.med;
+  double speedup_cpu = bl.cpu.med / en.cpu.med;
+
+  printf("\n  %-26s %12s %12s %12s  %s\n", "figure", "median", "min", "max", "unit");
+  row("disabled_ns", dis.diff, "ns/op: record site minus empty loop (target <= 2)");
+  row("disabled_raw_ns", dis.raw, "ns/op: loop with the record site");
+  row("empty_loop_ns", dis.empty, "ns/op: empty loop (compiler barrier only)");
+  row("enabled_ns", en.per_op, "ns/op on the recording thread, trace on disk (<= 250)");
+  row("enabled_rec_cpu_ns", en.rec_cpu, "ns/op of the recording thread's own CPU time");
+  row("enabled_close_ms", en.close_ms, "ms: etr_trace_close (drains the writer)");
+  row("enabled_devnull_ns", dn.per_op, "ns/op, trace to /dev/null");
+  row("enabled_cpu_ns", en.cpu, "ns/op of process CPU, all threads, loop + close (<= 1000)");
+  row("enabled_devnull_rec_cpu_ns", dn.rec_cpu, "ns/op of the recording thread's CPU, /dev/null");
+  row("enabled_devnull_cpu_ns", dn.cpu, "ns/op of process CPU, /dev/null");
+  row("enabled_2t_ns", en2.per_op, "ns/op per recording thread, 2 threads");
+  row("enabled_2t_rec_cpu_ns", en2.rec_cpu, "ns/op of each recording thread's own CPU");
+  row("enabled_2t_cpu_ns", en2.cpu, "ns/op of process CPU, 2 threads");
+  row("baseline_ns", bl.per_op, "ns/op, PyTorch-style observer (global mutex)");
+  row("baseline_rec_cpu_ns", bl.rec_cpu, "ns/op of the recording thread's own CPU, baseline");
+  row("baseline_cpu_ns", bl.cpu, "ns/op of process CPU, baseline");
+  row("baseline_2t_ns", bl2.per_op, "ns/op per recording thread, baseline, 2 threads");
+  row("baseline_2t_rec_cpu_ns", bl2.rec_cpu, "ns/op of each recording thread's CPU, baseline");
+  row("baseline_close_ms", bl.close_ms, "ms: baseline close");
+  row1("bytes_per_node", byt.bytes_per_node, "bytes/node (trace's own counters)");
+  row1("file_bytes_per_node", byt.file_bytes_per_node, "bytes/node: file size / all nodes");
+  row1("baseline_bytes_per_node", bl.bytes_per_node.med, "bytes/node, PyTorch layout");
+  row1("ratio_2t", ratio_2t, "enabled_2t_ns / enabled_ns (target <= 1.5)");
+  row1("speedup", speedup, "baseline_ns / enabled_ns");
+  row1("speedup_2t", speedup_2t, "baseline_2t_ns / enabled_2t_ns");
+  row1("speedup_cpu", speedup_cpu, "baseline_cpu_ns / enabled_cpu_ns");
+  printf("  buffer_waits in the bytes run: %" PRIu64 "\n\n", byt.buffer_waits);
+
+  printf(
+      "{\"etr_version\": \"%s\", \"build\": \"%s\", \"optimized\": %s, \"nproc\": %d, "
+      "\"ops\": %" PRIu64 ", \"reps\": %d, \"disabled_ops\": %" PRIu64,
+      etr_version_string(), ETR_BENCH_BUILD_TYPE,
+#ifdef __OPTIMIZE__
+      "true",
+#else
+      "false",
+#endif
+      np, ops, nreps, disabled_ops);
+  json_num("loadavg", load[0]);
+  json_spread("disabled_ns", dis.diff);
+  json_spread("disabled_raw_ns", dis.raw);
+  json_spread("empty_loop_ns", dis.empty);
+  json_spread("enabled_ns", en.per_op);
+  json_spread("enabled_rec_cpu_ns", en.rec_cpu);
+  json_spread("enabled_close_ms", en.close_ms);
+  json_spread("enabled_devnull_ns", dn.per_op);
+  json_spread("enabled_cpu_ns", en.cpu);
+  json_spread("enabled_devnull_rec_cpu_ns", dn.rec_cpu);
+  json_spread("enabled_devnull_cpu_ns", dn.cpu);
+  json_spread("enabled_2t_ns", en2.per_op);
+  json_spread("enabled_2t_rec_cpu_ns", en2.rec_cpu);
+  json_spread("enabled_2t_cpu_ns", en2.cpu);
+  json_spread("baseline_ns", bl.per_op);
+  json_spread("baseline_rec_cpu_ns", bl.rec_cpu);
+  json_spread("baseline_cpu_ns", bl.cpu);
+  json_spread("baseline_2t_ns", bl2.per_op);
+  json_spread("baseline_2t_rec_cpu_ns", bl2.rec_cpu);
+  json_spread("baseline_close_ms", bl.close_ms);
+  json_num("bytes_per_node", byt.bytes_per_node);
+  json_num("file_bytes_per_node", byt.file_bytes_per_node);
+  json_num("baseline_bytes_per_node", bl.bytes_per_node.med);
+  json_num("ratio_2t", ratio_2t);
+  json_num("speedup", speedup);
+  json_num("speedup_2t", speedup_2t);
+  json_num("speedup_cpu", speedup_cpu);
+  printf(", \"buffer_waits\": %" PRIu64 "}\n", byt.buffer_waits);
+  return 0;
+}
