@@ -10,7 +10,9 @@
  *   disabled in between; not if it was removed.
  * - etr_observer_remove returns only after every callback of that observer already running
  *   on another thread has returned; after it, none starts. (Removing an observer from inside
- *   its own callback does not wait for that callback.)
+ *   its own callback does not wait for that callback. Two callbacks that remove each
+ *   other's observers at the same time on two threads wait for each other forever: remove
+ *   only your own observer from a callback.)
  * - Records made inside any callback are not observed again (no recursion, no deadlock).
  * - Callbacks run on the recording thread without any etr lock held.
  */

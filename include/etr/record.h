@@ -157,7 +157,9 @@ static inline void etr_record_begin(etr_record *rec) {
 }
 
 /* The operator ended: exit callbacks run here, for every observer whose enter ran, even if
- * it was disabled since. An end without a begin, or a second end, is counted and ignored. */
+ * it was disabled since. On an observed record, an end without a begin, or a second end, is
+ * counted (etr_registry_stats.ends_without_begin) and ignored; on a record nobody observed,
+ * end costs one branch and counts nothing. */
 static inline void etr_record_end(etr_record *rec) {
 #ifndef ETR_DISABLE
   if (ETR__UNLIKELY(rec->_state != 0)) etr__record_end(rec);
@@ -166,8 +168,10 @@ static inline void etr_record_end(etr_record *rec) {
 #endif
 }
 
-/* The record's unique handle (0 when not active). For observers. */
-static inline uint64_t etr_record_handle(const etr_record *rec) { return rec->_rf_id; }
+/* The record's unique handle (0 when not observed). For observers. */
+static inline uint64_t etr_record_handle(const etr_record *rec) {
+  return rec->_state != 0 ? rec->_rf_id : 0;
+}
 
 /* The calling thread's small logical id (1, 2, ... in order of first use). Put it in the
  * fw_tid of records run on another thread on this thread's behalf. Any thread; cheap after
