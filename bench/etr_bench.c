@@ -548,6 +548,7 @@ int main(int argc, char **argv) {
   }
 
   double ratio_2t = en2.per_op.med / en.per_op.med;
+  double ratio_2t_rec_cpu = en2.rec_cpu.med / en.rec_cpu.med;
   double speedup = bl.per_op.med / en.per_op.med;
   double speedup_2t = bl2.per_op.med / en2.per_op.med;
   double speedup_cpu = bl.cpu.med / en.cpu.med;
@@ -576,6 +577,7 @@ int main(int argc, char **argv) {
   row1("file_bytes_per_node", byt.file_bytes_per_node, "bytes/node: file size / all nodes");
   row1("baseline_bytes_per_node", bl.bytes_per_node.med, "bytes/node, PyTorch layout");
   row1("ratio_2t", ratio_2t, "enabled_2t_ns / enabled_ns (target <= 1.5)");
+  row1("ratio_2t_rec_cpu", ratio_2t_rec_cpu, "enabled_2t_rec_cpu_ns / enabled_rec_cpu_ns");
   row1("speedup", speedup, "baseline_ns / enabled_ns");
   row1("speedup_2t", speedup_2t, "baseline_2t_ns / enabled_2t_ns");
   row1("speedup_cpu", speedup_cpu, "baseline_cpu_ns / enabled_cpu_ns");
@@ -615,6 +617,7 @@ int main(int argc, char **argv) {
   json_num("file_bytes_per_node", byt.file_bytes_per_node);
   json_num("baseline_bytes_per_node", bl.bytes_per_node.med);
   json_num("ratio_2t", ratio_2t);
+  json_num("ratio_2t_rec_cpu", ratio_2t_rec_cpu);
   json_num("speedup", speedup);
   json_num("speedup_2t", speedup_2t);
   json_num("speedup_cpu", speedup_cpu);
