@@ -1,0 +1,131 @@
+/* tests/trace/test_trace_env.c — activation through the environment (DESIGN 5): a program
+ * linked with etr that never calls the trace API records its whole run when ETR_TRACE is
+ * set; %p in the path becomes the pid; ETR_TRACE_SCHEMA / ETR_TRACE_TIMING apply.
+ *
+ * TRACE_HELPER is the path of trace_helper (see trace_helper.c), passed by CMake. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "trace_util.h"
+
+#ifndef TRACE_HELPER
+#error "TRACE_HELPER must name the trace_helper executable"
+#endif
+
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* Run "trace_helper mode" with ETR_TRACE=<dir>/t-%p.json plus extra; load the result. */
+static void run_env(tu_trace *t, const char *mode, const char *extra1, const char *extra2) {
+  memset(t, 0, sizeof *t);
+  tu_mkdtemp(t->dir, sizeof t->dir);
+  char var[600];
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t-%%p.json", t->dir);
+  const char *env[4] = {var, extra1, extra1 ? extra2 : NULL, NULL};
+  const char *args[2] = {mode, NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper %s: status 0x%x", mode, status);
+  snprintf(t->path, sizeof t->path, "%s/t-%d.json", t->dir, (int)pid);
+  if (access(t->path, F_OK) != 0) fail_msg("%s was not created", t->path);
+  assert_int_equal(dir_entries(t->dir), 1);
+  tu_load(t);
+  assert_int_equal(json_integer_value(json_object_get(t->root, "pid")), pid);
+  assert_int_equal(tu_count(t, "env_outer"), 5);
+  assert_int_equal(tu_count(t, "env_inner"), 10);
+  size_t i;
+  json_t *node;
+  json_array_foreach(t->nodes, i, node) {
+    if (strcmp(tu_name(node), "env_inner") != 0) continue;
+    json_t *p = tu_node_by_id(t, tu_ctrl_deps(node));
+    assert_non_null(p);
+    assert_string_equal(tu_name(p), "env_outer");
+    assert_int_equal(json_array_size(json_object_get(json_object_get(node, "inputs"), "values")),
+                     3);
+  }
+  assert_int_equal(tu_count(t, TU_THREAD_NAME), 1);
+}
+
+static void test_env_schema_1_1_0(void **state) {
+  (void)state;
+  tu_trace t;
+  run_env(&t, "env", "ETR_TRACE_SCHEMA=1.1.0", NULL);
+  assert_string_equal(json_string_value(json_object_get(t.root, "schema")), "1.1.0-chakra.0.0.4");
+  assert_null(strstr(t.text, "\"strides\""));
+  assert_non_null(strstr(t.text, "\"inclusive_dur\""));
+  tu_free(&t);
+}
+
+static void test_env_defaults(void **state) {
+  (void)state;
+  tu_trace t;
+  run_env(&t, "env", NULL, NULL);
+  assert_string_equal(json_string_value(json_object_get(t.root, "schema")), "1.1.1-chakra.0.0.4");
+  json_t *n = tu_find(&t, "env_inner");
+  assert_non_null(n);
+  assert_true(json_is_array(json_object_get(json_object_get(n, "inputs"), "strides")));
+  assert_true(json_is_integer(json_object_get(n, "ts")));
+  tu_free(&t);
+}
+
+static void test_env_schema_1_1_1_no_timing(void **state) {
+  (void)state;
+  tu_trace t;
+  run_env(&t, "env", "ETR_TRACE_SCHEMA=1.1.1", "ETR_TRACE_TIMING=0");
+  assert_string_equal(json_string_value(json_object_get(t.root, "schema")), "1.1.1-chakra.0.0.4");
+  assert_null(strstr(t.text, "\"ts\""));
+  assert_null(strstr(t.text, "\"inclusive_dur\""));
+  tu_free(&t);
+}
+
+static void test_env_current(void **state) {
+  (void)state;
+  tu_trace t;
+  run_env(&t, "env-current", NULL, NULL);
+  tu_free(&t);
+  /* Without ETR_TRACE there is no current trace. */
+  const char *args[2] = {"env-current", NULL};
+  int status = tu_run(TRACE_HELPER, args, NULL, NULL);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 3);
+}
+
+static void test_env_bad_path(void **state) {
+  (void)state;
+  /* An unusable path: the program still runs to completion; nothing is created. */
+  char dir[256], var[600];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/missing/dir/t-%%p.json", dir);
+  const char *env[2] = {var, NULL};
+  const char *args[2] = {"env", NULL};
+  int status = tu_run(TRACE_HELPER, args, env, NULL);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_int_equal(dir_entries(dir), 0);
+  tu_rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_env_schema_1_1_0),
+      cmocka_unit_test(test_env_defaults),
+      cmocka_unit_test(test_env_schema_1_1_1_no_timing),
+      cmocka_unit_test(test_env_current),
+      cmocka_unit_test(test_env_bad_path),
+  };
+  return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
+}

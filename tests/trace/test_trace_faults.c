@@ -1,0 +1,277 @@
+/* tests/trace/test_trace_faults.c — never lose a node (DESIGN 8): unwritable paths, a full
+ * disk, exit() without close, fork() while recording.
+ *
+ * TRACE_HELPER is the path of trace_helper (see trace_helper.c), passed by CMake. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "trace_util.h"
+
+#ifndef TRACE_HELPER
+#error "TRACE_HELPER must name the trace_helper executable"
+#endif
+
+/* Number of entries in dir other than . and .. */
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+static void test_open_unwritable(void **state) {
+  (void)state;
+  char dir[256], p[600];
+  tu_mkdtemp(dir, sizeof dir);
+  etr_trace *t = NULL;
+  /* A missing directory. */
+  snprintf(p, sizeof p, "%s/no/such/dir/t.json", dir);
+  assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
+  assert_null(t);
+  /* A directory. */
+  assert_int_equal(etr_trace_open(dir, NULL, &t), ETR_EOPEN);
+  assert_null(t);
+  /* A path through a regular file. */
+  snprintf(p, sizeof p, "%s/file", dir);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fclose(f);
+  snprintf(p, sizeof p, "%s/file/t.json", dir);
+  assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
+  assert_null(t);
+  /* Read-only directory (only meaningful when not root). */
+  if (geteuid() != 0) {
+    char ro[512];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    assert_int_equal(mkdir(ro, 0500), 0);
+    snprintf(p, sizeof p, "%s/t.json", ro);
+    assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
+    assert_null(t);
+    assert_int_equal(dir_entries(ro), 0);
+    chmod(ro, 0700);
+  }
+  /* Nothing was created but our file (and ro). */
+  assert_int_equal(dir_entries(dir), geteuid() != 0 ? 2 : 1);
+  /* The failed opens left nothing busy. */
+  snprintf(p, sizeof p, "%s/ok.json", dir);
+  assert_int_equal(etr_trace_open(p, NULL, &t), 0);
+  assert_non_null(t);
+  assert_int_equal(etr_trace_close(t), 0);
+  tu_rmdir(dir);
+}
+
+static void test_dev_full(void **state) {
+  (void)state;
+  if (access("/dev/full", W_OK) != 0) skip();
+  etr_trace *t = NULL;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.buffer_kb = 4;
+  int rc = etr_trace_open("/dev/full", &opt, &t);
+  assert_int_equal(rc, 0);
+  assert_int_equal(etr_trace_enable(t), 0);
+  static int impl, stor;
+  const int64_t sz[1] = {16};
+  etr_tensor x = {&impl, &stor, 0, 16, 4, "float", "cpu", 1, sz, NULL};
+  etr_value in[2] = {etr_value_tensor(&x), etr_value_string("some payload to fill buffers")};
+  for (int i = 0; i < 3000; i++) tu_op("full_op", in, 2, in, 1);
+  int frc = etr_trace_flush(t);
+  assert_true(frc == 0 || frc == ETR_EIO);
+  /* Recording goes on without crash or hang. */
+  for (int i = 0; i < 3000; i++) tu_op("full_op2", in, 2, in, 1);
+  etr_trace_flush(t);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_stats_get(t, &st), 0);
+  assert_int_equal(st.write_error, ENOSPC);
+  assert_true(st.nodes_dropped > 0);
+  assert_int_equal(etr_trace_close(t), ETR_EIO);
+  /* The process goes on: a new trace works. */
+  tu_trace t2;
+  tu_open(&t2, NULL);
+  tu_op("after_full", NULL, 0, NULL, 0);
+  tu_close_ok(&t2);
+  assert_int_equal(tu_count(&t2, "after_full"), 1);
+  tu_free(&t2);
+}
+
+static void check_exit_trace(const char *mode, int expect_open) {
+  char dir[256], path[512];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/exit.json", dir);
+  const char *args[] = {mode, path, NULL};
+  /* The handle is deliberately never closed: do not report it as a leak. */
+  static const char *const env[] = {"ASAN_OPTIONS=detect_leaks=0", NULL};
+  int status = tu_run(TRACE_HELPER, args, env, NULL);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper %s: status 0x%x", mode, status);
+  tu_trace t;
+  tu_load_path(&t, path); /* complete, valid JSON, process node last */
+  tu_keys k;
+  char buf[256];
+  tu_root_keys(&t, &k);
+  assert_true(strncmp(tu_keys_join(&k, buf, sizeof buf),
+                      "schema,pid,time,start_ts,nodes,finish_ts", 40) == 0);
+  assert_int_equal(tu_count(&t, "exit_outer"), 5);
+  assert_int_equal(tu_count(&t, "exit_inner"), 10);
+  if (expect_open) {
+    json_t *a = tu_node(&t, "exit_open_a"), *b = tu_node(&t, "exit_open_b");
+    assert_int_equal(tu_ctrl_deps(b), tu_id(a));
+    assert_int_equal(tu_attr_int(a, "etr_incomplete"), 1);
+    assert_int_equal(tu_ctrl_deps(tu_node(&t, "exit_open_leaf")), tu_id(b));
+  }
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
+static void test_exit_without_close(void **state) {
+  (void)state;
+  check_exit_trace("exit", 0);
+}
+
+static void test_exit_with_open_ops(void **state) {
+  (void)state;
+  check_exit_trace("exit-open", 1);
+}
+
+static void test_exit_while_thread_records(void **state) {
+  (void)state;
+  check_exit_trace("exit-busy", 0);
+}
+
+/* fork() while recording. how: 0 child calls close then exit(), 1 child calls exit() without
+ * close, 2 child calls _exit(). */
+static void fork_case(int how) {
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record outer;
+  tu_begin(&outer, "parent_outer", NULL, 0);
+  tu_op("parent_before", NULL, 0, NULL, 0);
+  etr_trace_flush(t.trace);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* Child: record ops of its own; they must never reach the parent's file. */
+    for (int i = 0; i < 2000; i++) {
+      etr_record r;
+      tu_begin(&r, "child_only_op", NULL, 0);
+      tu_op("child_only_leaf", NULL, 0, NULL, 0);
+      tu_end(&r, NULL, 0);
+    }
+    tu_end(&outer, NULL, 0);
+    int code = 0;
+    if (how == 0) {
+      int rc = etr_trace_close(t.trace);
+      code = rc == ETR_EFORKED ? 0 : 10 + (rc < 0 ? -rc : rc);
+    }
+    if (how == 2) _exit(code);
+    exit(code);
+  }
+  for (int i = 0; i < 50; i++) tu_op("parent_during", NULL, 0, NULL, 0);
+  int status = 0;
+  int hung = tu_wait(pid, 10, &status);
+  tu_op("parent_after", NULL, 0, NULL, 0);
+  tu_end(&outer, NULL, 0);
+  tu_close_ok(&t);
+  if (hung) fail_msg("child (case %d) still running after 10 s: killed", how);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("child (case %d) status 0x%x (exit code %d; 10+n means close returned -n)", how,
+             status, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  assert_int_equal(tu_count(&t, "child_only_op"), 0);
+  assert_int_equal(tu_count(&t, "child_only_leaf"), 0);
+  assert_null(strstr(t.text, "child_only"));
+  assert_int_equal(tu_count(&t, "parent_before"), 1);
+  assert_int_equal(tu_count(&t, "parent_during"), 50);
+  assert_int_equal(tu_count(&t, "parent_after"), 1);
+  json_t *o = tu_node(&t, "parent_outer");
+  assert_null(tu_attr(o, "etr_incomplete"));
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "parent_after")), tu_id(o));
+  assert_int_equal(tu_count(&t, TU_THREAD_NAME), 1);
+  assert_int_equal(tu_count(&t, TU_PROCESS_NAME), 1);
+  assert_int_equal(json_integer_value(json_object_get(t.root, "pid")), getpid());
+  tu_free(&t);
+}
+
+static void test_fork_child_closes(void **state) {
+  (void)state;
+  fork_case(0);
+}
+
+static void test_fork_child_exits(void **state) {
+  (void)state;
+  fork_case(1);
+}
+
+static void test_fork_child_underscore_exit(void **state) {
+  (void)state;
+  fork_case(2);
+}
+
+/* The child may open its own trace. */
+static void test_fork_child_own_trace(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  tu_op("parent_op", NULL, 0, NULL, 0);
+  char cpath[600];
+  snprintf(cpath, sizeof cpath, "%s/child.json", t.dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    int rc = etr_trace_close(t.trace);
+    if (rc != ETR_EFORKED) code = 1;
+    etr_trace *ct = NULL;
+    rc = etr_trace_open(cpath, NULL, &ct);
+    if (rc != 0) _exit(code | 2);
+    if (etr_trace_enable(ct) != 0) code |= 4;
+    tu_op("child_own_op", NULL, 0, NULL, 0);
+    if (etr_trace_close(ct) != 0) code |= 8;
+    exit(code);
+  }
+  int status = 0;
+  int hung = tu_wait(pid, 10, &status);
+  tu_op("parent_op2", NULL, 0, NULL, 0);
+  tu_close_ok(&t);
+  if (hung) fail_msg("child still running after 10 s: killed");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("child status 0x%x (exit code bits: 1 close!=EFORKED, 2 open failed, 4 enable, "
+             "8 close)", status);
+  assert_int_equal(tu_count(&t, "child_own_op"), 0);
+  assert_int_equal(tu_count(&t, "parent_op2"), 1);
+  tu_trace c;
+  tu_load_path(&c, cpath);
+  assert_int_equal(tu_count(&c, "child_own_op"), 1);
+  assert_int_equal(tu_count(&c, "parent_op"), 0);
+  assert_int_equal(json_integer_value(json_object_get(c.root, "pid")), pid);
+  tu_free(&c);
+  tu_free(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_open_unwritable),
+      cmocka_unit_test(test_dev_full),
+      cmocka_unit_test(test_exit_without_close),
+      cmocka_unit_test(test_exit_with_open_ops),
+      cmocka_unit_test(test_exit_while_thread_records),
+      cmocka_unit_test(test_fork_child_closes),
+      cmocka_unit_test(test_fork_child_exits),
+      cmocka_unit_test(test_fork_child_underscore_exit),
+      cmocka_unit_test(test_fork_child_own_trace),
+  };
+  return cmocka_run_group_tests_name("trace_faults", tests, NULL, NULL);
+}

@@ -1,0 +1,334 @@
+/* tests/trace/test_trace_misuse.c — misuse never corrupts the tree (DESIGN 5): ends without
+ * begins, double ends, out-of-order ends, ops open at disable, at close and at thread exit,
+ * close while other threads record, a second open, NULL handles. Each misuse is counted. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace_util.h"
+
+static uint64_t reg_ends_without_begin(void) {
+  etr_registry_stats rs;
+  memset(&rs, 0, sizeof rs);
+  rs.struct_size = sizeof rs;
+  assert_int_equal(etr_registry_stats_get(&rs), 0);
+  return rs.ends_without_begin;
+}
+
+static void test_end_without_begin(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  uint64_t before = reg_ends_without_begin();
+  etr_record outer;
+  tu_begin(&outer, "outer", NULL, 0);
+  /* Initialised, never begun, ended. */
+  etr_record r;
+  etr_record_init(&r, "never_begun", ETR_SCOPE_FUNCTION);
+  etr_record_end(&r);
+  /* Begun and ended twice. */
+  etr_record d;
+  tu_begin(&d, "double_end", NULL, 0);
+  tu_end(&d, NULL, 0);
+  tu_end(&d, NULL, 0);
+  tu_op("after_misuse", NULL, 0, NULL, 0);
+  tu_end(&outer, NULL, 0);
+  tu_op("top_after", NULL, 0, NULL, 0);
+  tu_close_ok(&t);
+  uint64_t after = reg_ends_without_begin();
+  assert_int_equal(after - before, 2);
+  assert_int_equal(tu_count(&t, "never_begun"), 0);
+  assert_int_equal(tu_count(&t, "double_end"), 1);
+  json_t *o = tu_node(&t, "outer");
+  json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
+  assert_non_null(tn);
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "double_end")), tu_id(o));
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "after_misuse")), tu_id(o));
+  assert_int_equal(tu_ctrl_deps(o), tu_id(tn));
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "top_after")), tu_id(tn));
+  assert_null(tu_attr(o, "etr_incomplete"));
+  tu_free(&t);
+}
+
+static void test_end_out_of_order(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record a, b;
+  tu_begin(&a, "ooo_a", NULL, 0);
+  tu_begin(&b, "ooo_b", NULL, 0);
+  tu_end(&a, NULL, 0); /* a ends while b (inside it) is open */
+  tu_end(&b, NULL, 0);
+  tu_op("ooo_after", NULL, 0, NULL, 0);
+  tu_close_ok(&t);
+  json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
+  assert_int_equal(tu_count(&t, "ooo_a"), 1);
+  assert_true(tu_count(&t, "ooo_b") <= 1);
+  json_t *na = tu_node(&t, "ooo_a");
+  assert_int_equal(tu_ctrl_deps(na), tu_id(tn));
+  json_t *nb = tu_find(&t, "ooo_b");
+  if (nb != NULL) assert_int_equal(tu_ctrl_deps(nb), tu_id(na));
+  /* The stack is clean afterwards. */
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "ooo_after")), tu_id(tn));
+  assert_true(tu_stat(&t, "ends_out_of_order") + tu_stat(&t, "ends_without_begin") >= 1);
+  tu_free(&t);
+}
+
+static void test_open_at_disable(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record a, b;
+  tu_begin(&a, "open_at_disable", NULL, 0);
+  assert_int_equal(etr_trace_disable(t.trace), 0);
+  assert_false(etr_trace_is_enabled(t.trace));
+  tu_op("while_disabled", NULL, 0, NULL, 0);
+  /* Began while disabled, ended while enabled: not written. */
+  tu_begin(&b, "began_disabled", NULL, 0);
+  static int impl, stor;
+  etr_tensor x = {&impl, &stor, 0, 1, 4, "float", "cpu", 0, NULL, NULL};
+  etr_value out[1] = {etr_value_tensor(&x)};
+  tu_end(&a, out, 1);
+  assert_int_equal(etr_trace_enable(t.trace), 0);
+  tu_end(&b, NULL, 0);
+  tu_op("after_enable", NULL, 0, NULL, 0);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_stats_get(t.trace, &st), 0);
+  assert_int_equal(st.ops_open_at_disable, 1);
+  tu_close_ok(&t);
+  json_t *na = tu_node(&t, "open_at_disable");
+  assert_null(tu_attr(na, "etr_incomplete"));
+  assert_true(json_is_integer(json_object_get(na, "inclusive_dur")));
+  /* Its outputs, given after disable, are still recorded. */
+  assert_int_equal(json_array_size(tu_in(na, "outputs", "values", 0)), 6);
+  assert_int_equal(tu_count(&t, "while_disabled"), 0);
+  assert_int_equal(tu_count(&t, "began_disabled"), 0);
+  json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "after_enable")), tu_id(tn));
+  assert_int_equal(tu_stat(&t, "ops_open_at_disable"), 1);
+  tu_free(&t);
+}
+
+static void test_open_at_close(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record a, b;
+  tu_begin(&a, "open_a", NULL, 0);
+  tu_begin(&b, "open_b", NULL, 0);
+  tu_op("done_c", NULL, 0, NULL, 0);
+  tu_close_ok(&t);
+  /* Ending after close is harmless. */
+  tu_end(&b, NULL, 0);
+  tu_end(&a, NULL, 0);
+  json_t *na = tu_node(&t, "open_a"), *nb = tu_node(&t, "open_b"), *nc = tu_node(&t, "done_c");
+  json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
+  assert_non_null(tn);
+  assert_int_equal(tu_ctrl_deps(nc), tu_id(nb));
+  assert_int_equal(tu_ctrl_deps(nb), tu_id(na));
+  assert_int_equal(tu_ctrl_deps(na), tu_id(tn));
+  json_t *inc = tu_attr(na, "etr_incomplete");
+  assert_non_null(inc);
+  assert_string_equal(json_string_value(json_object_get(inc, "type")), "uint64");
+  assert_int_equal(json_integer_value(json_object_get(inc, "value")), 1);
+  assert_int_equal(tu_attr_int(nb, "etr_incomplete"), 1);
+  assert_null(tu_attr(nc, "etr_incomplete"));
+  /* etr_incomplete is the last attr. */
+  json_t *attrs = json_object_get(nb, "attrs");
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(attrs, json_array_size(attrs) - 1), "name")),
+      "etr_incomplete");
+  assert_int_equal(tu_stat(&t, "ops_open_at_close"), 2);
+  assert_true(tu_node_index(&t, nb) < tu_node_index(&t, na));
+  tu_free(&t);
+}
+
+static void *thread_exits_open(void *p) {
+  uint64_t *tid = p;
+  *tid = etr_thread_id();
+  etr_record a, b;
+  tu_begin(&a, "exit_open_a", NULL, 0);
+  tu_begin(&b, "exit_open_b", NULL, 0);
+  tu_op("exit_done", NULL, 0, NULL, 0);
+  return NULL; /* exits with a and b open */
+}
+
+static void test_thread_exit_open(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  uint64_t tid = 0;
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, thread_exits_open, &tid), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  tu_op("main_after", NULL, 0, NULL, 0);
+  tu_close_ok(&t);
+  json_t *tn = tu_thread_node(&t, (json_int_t)tid);
+  assert_non_null(tn);
+  json_t *na = tu_node(&t, "exit_open_a"), *nb = tu_node(&t, "exit_open_b");
+  json_t *nd = tu_node(&t, "exit_done");
+  assert_int_equal(tu_ctrl_deps(na), tu_id(tn));
+  assert_int_equal(tu_ctrl_deps(nb), tu_id(na));
+  assert_int_equal(tu_ctrl_deps(nd), tu_id(nb));
+  assert_int_equal(tu_attr_int(na, "etr_incomplete"), 1);
+  assert_int_equal(tu_attr_int(nb, "etr_incomplete"), 1);
+  assert_null(tu_attr(nd, "etr_incomplete"));
+  assert_int_equal(tu_stat(&t, "ops_open_at_thread_exit"), 2);
+  assert_int_equal(tu_stat(&t, "ops_open_at_close"), 0);
+  tu_free(&t);
+}
+
+/* Workers record in a loop while the main thread closes the trace. */
+static atomic_int stop_workers;
+static atomic_int worker_ops;
+
+static void *worker_loop(void *p) {
+  (void)p;
+  static int impl, stor;
+  const int64_t sz[1] = {4};
+  etr_tensor x = {&impl, &stor, 0, 4, 4, "float", "cpu", 1, sz, NULL};
+  etr_value in[3] = {etr_value_tensor(&x), etr_value_string("payload"), etr_value_int(3)};
+  while (!atomic_load(&stop_workers)) {
+    etr_record o;
+    tu_begin(&o, "worker_outer", in, 3);
+    tu_op("worker_inner", in, 3, in, 1);
+    tu_end(&o, NULL, 0);
+    etr_tensor_died(&impl);
+    atomic_fetch_add(&worker_ops, 1);
+  }
+  return NULL;
+}
+
+static void test_close_while_recording(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.buffer_kb = 4;
+  tu_open(&t, &opt);
+  atomic_store(&stop_workers, 0);
+  atomic_store(&worker_ops, 0);
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, worker_loop, NULL), 0);
+  while (atomic_load(&worker_ops) < 300) tu_sleep_us(1000);
+  t.close_rc = etr_trace_close(t.trace);
+  t.trace = NULL;
+  int at_close = atomic_load(&worker_ops);
+  while (atomic_load(&worker_ops) < at_close + 300) tu_sleep_us(1000);
+  /* A new trace may be opened while they still record. */
+  tu_trace t2;
+  tu_open(&t2, NULL);
+  tu_sleep_us(5000);
+  atomic_store(&stop_workers, 1);
+  for (int i = 0; i < 3; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+  tu_close_ok(&t2);
+  assert_int_equal(t.close_rc, 0);
+  tu_load(&t); /* valid JSON, tree invariants hold */
+  size_t n_outer = tu_count(&t, "worker_outer"), n_inner = tu_count(&t, "worker_inner");
+  /* Every op completed before close is there; at most one outer per worker was open at
+   * close with its inner not begun yet. */
+  if (n_outer < 300 || n_inner + 3 < n_outer)
+    fail_msg("worker_outer %zu, worker_inner %zu", n_outer, n_inner);
+  size_t i;
+  json_t *node;
+  json_array_foreach(t.nodes, i, node) {
+    if (strcmp(tu_name(node), "worker_inner") != 0) continue;
+    json_t *p = tu_node_by_id(&t, tu_ctrl_deps(node));
+    assert_non_null(p);
+    assert_string_equal(tu_name(p), "worker_outer");
+  }
+  assert_int_equal(tu_stat(&t, "nodes_dropped"), 0);
+  /* The second trace: the workers' threads got their own thread nodes there too. */
+  assert_true(tu_count(&t2, TU_THREAD_NAME) >= 1);
+  tu_free(&t);
+  tu_free(&t2);
+}
+
+static void test_second_open_busy(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  char p2[600];
+  snprintf(p2, sizeof p2, "%s/second.json", t.dir);
+  etr_trace *other = (etr_trace *)0x1;
+  assert_int_equal(etr_trace_open(p2, NULL, &other), ETR_EBUSY);
+  assert_int_equal(access(p2, F_OK), -1);
+  tu_op("still_fine", NULL, 0, NULL, 0);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "still_fine"), 1);
+  /* Once closed, opening works again. */
+  etr_trace *again = NULL;
+  assert_int_equal(etr_trace_open(p2, NULL, &again), 0);
+  assert_non_null(again);
+  assert_int_equal(etr_trace_close(again), 0);
+  tu_trace t3;
+  tu_load_path(&t3, p2);
+  assert_int_equal(tu_node_count(&t3), 1); /* just the process node */
+  tu_free(&t3);
+  tu_free(&t);
+}
+
+static void test_null_handles(void **state) {
+  (void)state;
+  assert_int_equal(etr_trace_close(NULL), 0);
+  assert_true(etr_trace_enable(NULL) < 0);
+  assert_true(etr_trace_disable(NULL) < 0);
+  assert_false(etr_trace_is_enabled(NULL));
+  assert_true(etr_trace_flush(NULL) < 0);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  assert_true(etr_trace_stats_get(NULL, &st) < 0);
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(NULL, NULL, &tr), ETR_EINVAL);
+  assert_null(tr);
+  char dir[256], path[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/x.json", dir);
+  assert_int_equal(etr_trace_open(path, NULL, NULL), ETR_EINVAL);
+  tu_rmdir(dir);
+  /* Recording with no trace: nothing happens. */
+  tu_op("no_trace", NULL, 0, NULL, 0);
+  assert_null(etr_trace_current());
+}
+
+static void test_enable_disable_repeat(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open_disabled(&t, NULL);
+  assert_false(etr_trace_is_enabled(t.trace));
+  tu_op("before_enable", NULL, 0, NULL, 0);
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(etr_trace_enable(t.trace), 0);
+    assert_int_equal(etr_trace_enable(t.trace), 0); /* idempotent */
+    tu_op("on", NULL, 0, NULL, 0);
+    assert_int_equal(etr_trace_disable(t.trace), 0);
+    assert_int_equal(etr_trace_disable(t.trace), 0);
+    tu_op("off", NULL, 0, NULL, 0);
+  }
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "before_enable"), 0);
+  assert_int_equal(tu_count(&t, "on"), 5);
+  assert_int_equal(tu_count(&t, "off"), 0);
+  assert_int_equal(tu_count(&t, TU_THREAD_NAME), 1);
+  tu_free(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_end_without_begin),
+      cmocka_unit_test(test_end_out_of_order),
+      cmocka_unit_test(test_open_at_disable),
+      cmocka_unit_test(test_open_at_close),
+      cmocka_unit_test(test_thread_exit_open),
+      cmocka_unit_test(test_close_while_recording),
+      cmocka_unit_test(test_second_open_busy),
+      cmocka_unit_test(test_null_handles),
+      cmocka_unit_test(test_enable_disable_repeat),
+  };
+  return cmocka_run_group_tests_name("trace_misuse", tests, NULL, NULL);
+}
