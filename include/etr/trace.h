@@ -96,6 +96,10 @@ typedef struct etr_trace_stats {
  * recorders, so they are a snapshot. */
 ETR_API int etr_trace_stats_get(const etr_trace *trace, etr_trace_stats *out);
 
+/* Same as etr_trace_close, and fills *out (when not NULL) with the final counters, taken
+ * after everything was written. */
+ETR_API int etr_trace_close_stats(etr_trace *trace, etr_trace_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -128,10 +128,8 @@ static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
           ETR__JW_LIT(w, "String");
         } else if (tag == ETR__V_DEVICE) {
           ETR__JW_LIT(w, "Device");
-        } else {
-          etr__jw_char(w, '<');
+        } else { /* PyTorch writes value "<Object>" with type "Object" */
           etr__jw_str_body(w, s, n);
-          etr__jw_char(w, '>');
         }
       } else if (tag == ETR__V_OBJECT) {
         ETR__JW_LIT(w, "\"<");

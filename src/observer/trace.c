@@ -32,6 +32,8 @@ static inline int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
+
 /* ---- chunks (recording side) ---- */
 
 static etr__chunk *chunk_alloc(uint32_t cap, bool oversized) {
@@ -152,8 +154,6 @@ static void hand_over(etr__tstate *ts) {
   pthread_mutex_unlock(&tr->q_mutex);
 }
 
-static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
-
 /* ---- per-thread state ---- */
 
 static _Atomic(etr__tstate *) *tid_slot(etr_trace *tr, uint64_t tid, bool create) {
@@ -215,7 +215,7 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   ev->incl_ns = incl;
   ev->excl_ns = incl - f->child_ns > 0 ? incl - f->child_ns : 0;
   if (incomplete) ev->flags |= ETR__EVF_INCOMPLETE;
-  size_t total = f->len + out_len;
+  size_t total = f->payload + out_len;
   size_t size = round8(total);
   ev->size = (uint32_t)size;
 
@@ -224,8 +224,8 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   } else {
     uint8_t *dst = chunk_room(ts, size);
     if (dst) {
-      memcpy(dst, ts->arena + f->off, f->len);
-      memcpy(dst + f->len, ts->arena + out_off, out_len);
+      memcpy(dst, ts->arena + f->off, f->payload);
+      memcpy(dst + f->payload, ts->arena + out_off, out_len);
       memset(dst + total, 0, size - total);
       chunk_commit(ts, size);
       etr__bump(&ts->ops_recorded, 1);
@@ -266,12 +266,13 @@ static void trace_enter(const etr_record *rec, void *user) {
     ts->frames = f;
     ts->frames_cap = cap;
   }
-  size_t off = ts->arena_len;
-  if (!etr__arena_reserve(ts, sizeof(etr__ev))) {
+  /* Frame regions start 8-aligned so the header can be used in place. */
+  size_t off = round8(ts->arena_len);
+  if (!etr__arena_reserve(ts, off - ts->arena_len + sizeof(etr__ev))) {
     etr__bump(&ts->nodes_dropped, 1);
     return;
   }
-  ts->arena_len += sizeof(etr__ev);
+  ts->arena_len = off + sizeof(etr__ev);
   etr__ev hdr;
   memset(&hdr, 0, sizeof hdr);
   hdr.type = ETR__EV_OP;
@@ -311,6 +312,8 @@ static void trace_enter(const etr_record *rec, void *user) {
   f->id = hdr.id;
   f->child_ns = 0;
   f->off = off;
+  f->payload = ts->arena_len - off;
+  ts->arena_len = off + round8(f->payload); /* (the pad is never read) */
   f->len = ts->arena_len - off;
   atomic_store_explicit(&ts->top_id, hdr.id, memory_order_relaxed);
   atomic_store_explicit(&ts->depth_pub, ts->depth, memory_order_relaxed);
@@ -663,7 +666,9 @@ int etr_trace_flush(etr_trace *tr) {
   return atomic_load(&tr->write_error) ? ETR_EIO : 0;
 }
 
-int etr_trace_close(etr_trace *tr) {
+int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
+
+int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   if (!tr) return 0;
   if (!usable(tr)) {
     /* A forked child: the file and the writer are the parent's. Free quietly. */
@@ -703,6 +708,7 @@ int etr_trace_close(etr_trace *tr) {
   int rc = 0;
   if (close(tr->fd) != 0 && !atomic_load(&tr->write_error)) atomic_store(&tr->write_error, errno);
   if (atomic_load(&tr->write_error)) rc = ETR_EIO;
+  if (out) etr_trace_stats_get(tr, out);
   trace_free(tr);
   return rc;
 }

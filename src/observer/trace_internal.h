@@ -82,7 +82,8 @@ typedef struct etr__frame {
   uint64_t id;
   int64_t start_ns;
   int64_t child_ns; /* inclusive time of finished children */
-  size_t off, len;  /* the frame's region in the arena */
+  size_t off, len;  /* the frame's region in the arena (8-aligned start, padded length) */
+  size_t payload;   /* bytes of header + payload in the region, without the pad */
 } etr__frame;
 
 typedef struct etr__tstate {
