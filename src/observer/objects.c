@@ -1,4 +1,12 @@
-/* Object-id map: 64 shards, linear probing, backward-shift deletion (no tombstones). */
+/* Object-id map: 64 shards, linear probing, backward-shift deletion (no tombstones).
+ *
+ * Lookups of known objects (the common case: a model's tensors are seen many times) take no
+ * lock and write no shared memory: each shard is a seqlock. A reader notes the shard's
+ * sequence number, probes, and retries if a writer was active or the number changed.
+ * Inserts and removals take the shard's spin lock and make the number odd while they
+ * change the table. Tables replaced by growth are kept until the map is freed, so a reader
+ * never touches freed memory; that costs at most as much again as the final tables.
+ */
 #include "observer/objects.h"
 
 #include <sched.h>
@@ -9,15 +17,21 @@
 #define INIT_CAP 64 /* entries per shard, power of two */
 
 typedef struct entry {
-  uintptr_t key; /* 0 = empty (NULL identities are never mapped) */
-  uint64_t id;
+  _Atomic uintptr_t key; /* 0 = empty (NULL identities are never mapped) */
+  _Atomic uint64_t id;
 } entry;
+
+typedef struct table {
+  uint32_t mask; /* capacity - 1 */
+  struct table *retired; /* older tables of the shard, freed with the map */
+  entry e[];
+} table;
 
 typedef struct shard {
   _Atomic int lock;
-  uint32_t count;
-  uint32_t mask; /* capacity - 1 */
-  entry *tab;
+  _Atomic uint32_t seq; /* odd while a writer changes the table */
+  _Atomic(table *) tab;
+  uint32_t count; /* under lock */
 } __attribute__((aligned(64))) shard;
 
 struct etr__idmap {
@@ -35,6 +49,17 @@ static inline void shard_lock(shard *s) {
 
 static inline void shard_unlock(shard *s) { atomic_store_explicit(&s->lock, 0, memory_order_release); }
 
+/* Writer side of the seqlock (lock held). */
+static inline void write_begin(shard *s) {
+  atomic_store_explicit(&s->seq, atomic_load_explicit(&s->seq, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+}
+static inline void write_end(shard *s) {
+  atomic_store_explicit(&s->seq, atomic_load_explicit(&s->seq, memory_order_relaxed) + 1,
+                        memory_order_release);
+}
+
 static inline uint64_t mix(uintptr_t k) {
   uint64_t x = (uint64_t)k;
   x ^= x >> 33;
@@ -43,33 +68,65 @@ static inline uint64_t mix(uintptr_t k) {
   return x;
 }
 
-etr__idmap *etr__idmap_new(void) {
-  etr__idmap *m = calloc(1, sizeof *m);
-  return m;
+static inline uintptr_t key_at(const table *t, uint32_t j) {
+  return atomic_load_explicit(&t->e[j].key, memory_order_relaxed);
 }
+
+etr__idmap *etr__idmap_new(void) { return calloc(1, sizeof(etr__idmap)); }
 
 void etr__idmap_free(etr__idmap *m) {
   if (!m) return;
-  for (int i = 0; i < SHARDS; i++) free(m->shards[i].tab);
+  for (int i = 0; i < SHARDS; i++) {
+    table *t = atomic_load_explicit(&m->shards[i].tab, memory_order_relaxed);
+    while (t) {
+      table *old = t->retired;
+      free(t);
+      t = old;
+    }
+  }
   free(m);
 }
 
+static table *table_new(uint32_t cap) {
+  table *t = calloc(1, sizeof *t + (size_t)cap * sizeof(entry));
+  if (t) t->mask = cap - 1;
+  return t;
+}
+
+/* Lock held. Publishes a twice-as-large copy of the table. */
 static bool grow(shard *s) {
-  uint32_t ncap = s->tab ? (s->mask + 1) * 2 : INIT_CAP;
-  entry *nt = calloc(ncap, sizeof *nt);
+  table *old = atomic_load_explicit(&s->tab, memory_order_relaxed);
+  uint32_t ncap = old ? (old->mask + 1) * 2 : INIT_CAP;
+  table *nt = table_new(ncap);
   if (!nt) return false;
-  if (s->tab) {
-    for (uint32_t i = 0; i <= s->mask; i++) {
-      if (!s->tab[i].key) continue;
-      uint32_t j = (uint32_t)(mix(s->tab[i].key) >> 6) & (ncap - 1);
-      while (nt[j].key) j = (j + 1) & (ncap - 1);
-      nt[j] = s->tab[i];
+  if (old) {
+    for (uint32_t i = 0; i <= old->mask; i++) {
+      uintptr_t k = key_at(old, i);
+      if (!k) continue;
+      uint32_t j = (uint32_t)(mix(k) >> 6) & nt->mask;
+      while (key_at(nt, j)) j = (j + 1) & nt->mask;
+      atomic_store_explicit(&nt->e[j].key, k, memory_order_relaxed);
+      atomic_store_explicit(&nt->e[j].id,
+                            atomic_load_explicit(&old->e[i].id, memory_order_relaxed),
+                            memory_order_relaxed);
     }
-    free(s->tab);
   }
-  s->tab = nt;
-  s->mask = ncap - 1;
+  nt->retired = old;
+  atomic_store_explicit(&s->tab, nt, memory_order_release);
   return true;
+}
+
+/* Probe for k; 0 when absent. Bounded, so that a torn view cannot loop forever. */
+static uint64_t probe(const table *t, uintptr_t k, uint64_t h) {
+  if (!t) return 0;
+  uint32_t j = (uint32_t)(h >> 6) & t->mask;
+  for (uint32_t n = 0; n <= t->mask; n++) {
+    uintptr_t kk = key_at(t, j);
+    if (kk == k) return atomic_load_explicit(&t->e[j].id, memory_order_relaxed);
+    if (!kk) return 0;
+    j = (j + 1) & t->mask;
+  }
+  return 0;
 }
 
 uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void *ctx) {
@@ -77,29 +134,45 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   if (!k) return 0;
   uint64_t h = mix(k);
   shard *s = &m->shards[h & (SHARDS - 1)];
-  shard_lock(s);
-  if (s->tab) {
-    uint32_t j = (uint32_t)(h >> 6) & s->mask;
-    while (s->tab[j].key) {
-      if (s->tab[j].key == k) {
-        uint64_t id = s->tab[j].id;
-        shard_unlock(s);
-        return id;
-      }
-      j = (j + 1) & s->mask;
+  /* Lock-free read of a known object. */
+  for (unsigned tries = 0; tries < 64; tries++) {
+    uint32_t s0 = atomic_load_explicit(&s->seq, memory_order_acquire);
+    if (s0 & 1) {
+      sched_yield();
+      continue;
+    }
+    uint64_t id = probe(atomic_load_explicit(&s->tab, memory_order_acquire), k, h);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&s->seq, memory_order_relaxed) == s0) {
+      if (id) return id;
+      break;
     }
   }
-  /* Keep the load factor under 3/4. */
-  if ((!s->tab || (s->count + 1) * 4 > (s->mask + 1) * 3) && !grow(s)) {
+  /* Unknown (or contended): insert under the lock. */
+  shard_lock(s);
+  table *t = atomic_load_explicit(&s->tab, memory_order_relaxed);
+  uint64_t id = probe(t, k, h);
+  if (id) {
     shard_unlock(s);
-    return 0;
+    return id;
   }
-  uint32_t j = (uint32_t)(h >> 6) & s->mask;
-  while (s->tab[j].key) j = (j + 1) & s->mask;
-  uint64_t id = src(ctx);
-  s->tab[j].key = k;
-  s->tab[j].id = id;
+  write_begin(s);
+  /* Keep the load factor under 3/4. */
+  if ((!t || (s->count + 1) * 4 > (t->mask + 1) * 3)) {
+    if (!grow(s)) {
+      write_end(s);
+      shard_unlock(s);
+      return 0;
+    }
+    t = atomic_load_explicit(&s->tab, memory_order_relaxed);
+  }
+  uint32_t j = (uint32_t)(h >> 6) & t->mask;
+  while (key_at(t, j)) j = (j + 1) & t->mask;
+  id = src(ctx);
+  atomic_store_explicit(&t->e[j].id, id, memory_order_relaxed);
+  atomic_store_explicit(&t->e[j].key, k, memory_order_relaxed);
   s->count++;
+  write_end(s);
   shard_unlock(s);
   return id;
 }
@@ -110,28 +183,35 @@ bool etr__idmap_remove(etr__idmap *m, const void *key) {
   uint64_t h = mix(k);
   shard *s = &m->shards[h & (SHARDS - 1)];
   shard_lock(s);
+  table *t = atomic_load_explicit(&s->tab, memory_order_relaxed);
   bool found = false;
-  if (s->tab) {
-    uint32_t j = (uint32_t)(h >> 6) & s->mask;
-    while (s->tab[j].key && s->tab[j].key != k) j = (j + 1) & s->mask;
-    if (s->tab[j].key == k) {
+  if (t) {
+    uint32_t j = (uint32_t)(h >> 6) & t->mask;
+    while (key_at(t, j) && key_at(t, j) != k) j = (j + 1) & t->mask;
+    if (key_at(t, j) == k) {
       found = true;
+      write_begin(s);
       s->count--;
       /* Backward-shift: move later entries of the probe run into the hole. */
       uint32_t hole = j;
-      uint32_t i = (j + 1) & s->mask;
-      while (s->tab[i].key) {
-        uint32_t home = (uint32_t)(mix(s->tab[i].key) >> 6) & s->mask;
+      uint32_t i = (j + 1) & t->mask;
+      uintptr_t ki;
+      while ((ki = key_at(t, i)) != 0) {
+        uint32_t home = (uint32_t)(mix(ki) >> 6) & t->mask;
         /* Entry i may move to the hole if its home is not in (hole, i]. */
         bool movable = hole <= i ? (home <= hole || home > i) : (home <= hole && home > i);
         if (movable) {
-          s->tab[hole] = s->tab[i];
+          atomic_store_explicit(&t->e[hole].id,
+                                atomic_load_explicit(&t->e[i].id, memory_order_relaxed),
+                                memory_order_relaxed);
+          atomic_store_explicit(&t->e[hole].key, ki, memory_order_relaxed);
           hole = i;
         }
-        i = (i + 1) & s->mask;
+        i = (i + 1) & t->mask;
       }
-      s->tab[hole].key = 0;
-      s->tab[hole].id = 0;
+      atomic_store_explicit(&t->e[hole].key, 0, memory_order_relaxed);
+      atomic_store_explicit(&t->e[hole].id, 0, memory_order_relaxed);
+      write_end(s);
     }
   }
   shard_unlock(s);

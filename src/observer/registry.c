@@ -14,11 +14,14 @@
  * Lock order: reg_lock, then threads_lock. Callbacks never run under either.
  */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "etr/observer.h"
 #include "observer/internal.h"
@@ -50,8 +53,14 @@ static _Atomic uint64_t next_tid = 1;
 static _Atomic uint64_t next_rf = 1;
 static pthread_key_t thread_key;
 static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
-static _Thread_local etr__thread *tls_self;
-static _Thread_local bool tls_gone;
+/* initial-exec: a plain %fs-relative load instead of a __tls_get_addr call per access. */
+static _Thread_local etr__thread *tls_self __attribute__((tls_model("initial-exec")));
+static _Thread_local bool tls_gone __attribute__((tls_model("initial-exec")));
+
+/* With the membarrier system call, a recorder publishes its hazard word with a plain store
+ * and the (rare) remover forces a full barrier on every thread of the process before it
+ * reads the hazard words. Without it, recorders use a seq_cst store. Set once. */
+bool etr__use_membarrier;
 
 /* Counters of threads that have exited, so stats stay monotonic (threads_lock). */
 static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, dead_in_callbacks;
@@ -64,6 +73,10 @@ static void fork_parent(void);
 static void fork_child(void);
 
 static void key_init(void) {
+#ifdef __NR_membarrier
+  etr__use_membarrier =
+      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+#endif
   pthread_key_create(&thread_key, thread_exit);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
@@ -135,6 +148,9 @@ static void thread_exit(void *arg) {
 /* Spin politely until no other thread holds a hazard matching `pred`. */
 static void wait_until_clear(uint64_t mask, bool ids) {
   etr__thread *self = tls_self;
+#ifdef __NR_membarrier
+  if (etr__use_membarrier) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);
+#endif
   for (unsigned spins = 0;; spins++) {
     bool busy = false;
     pthread_mutex_lock(&threads_lock);
@@ -373,7 +389,7 @@ void etr__record_prepare(etr_record *rec) {
 static void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
   uint64_t mask = rec->_active;
   uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
-  atomic_store(&t->hazard_slots, saved | mask); /* seq_cst: pairs with the remover's store */
+  etr__hazard_publish(&t->hazard_slots, saved | mask);
   t->in_callback++;
   uint64_t m = mask;
   while (m) {

@@ -15,7 +15,7 @@ typedef struct etr__thread etr__thread;
 
 struct etr__thread {
   _Atomic uint64_t hazard_slots;  /* bit i: inside a callback of observer slot i */
-  _Atomic uint32_t hazard_ids;    /* nonzero: inside an object-id map operation */
+  _Atomic uint64_t hazard_ids;    /* nonzero: inside an object-id map operation */
   uint32_t in_callback;           /* depth of callbacks on this thread */
   uint64_t tid;                   /* logical id, 1, 2, ... */
   uint64_t rng;                   /* sampling state */
@@ -31,6 +31,18 @@ struct etr__thread {
 /* The calling thread's state, created on first use; NULL during/after thread exit, at
  * shutdown, or if memory is exhausted. */
 etr__thread *etr__thread_self(void);
+
+/* Publish a hazard word before reading the state it protects (Dekker with the waiters
+ * below, which store first, then wait). */
+extern bool etr__use_membarrier;
+static inline void etr__hazard_publish(_Atomic uint64_t *word, uint64_t v) {
+  if (etr__use_membarrier) {
+    atomic_store_explicit(word, v, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the CPU fence is the waiter's membarrier */
+  } else {
+    atomic_store(word, v);
+  }
+}
 
 /* Wait until no thread other than the caller has any of `mask` in hazard_slots. */
 void etr__wait_slots(uint64_t mask);

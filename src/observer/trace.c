@@ -392,7 +392,7 @@ void etr__trace_thread_exit(etr__thread *thr) {
 static void object_died(bool tensor, const void *p) {
   etr__thread *thr = etr__thread_self();
   if (!thr || !p) return;
-  atomic_store(&thr->hazard_ids, 1); /* seq_cst: pairs with close's store of the flag */
+  etr__hazard_publish(&thr->hazard_ids, 1); /* pairs with close's store of the flag */
   if (__atomic_load_n(&etr__tracking_ids, __ATOMIC_SEQ_CST)) {
     etr_trace *tr = __atomic_load_n(&g_trace, __ATOMIC_ACQUIRE);
     if (tr && etr__idmap_remove(tensor ? tr->tensors : tr->storages, p))
@@ -513,7 +513,9 @@ static void default_options(etr_trace_options *o, const etr_trace_options *in) {
   }
 }
 
-static void trace_free(etr_trace *tr) {
+/* in_child: a forked child's copy, whose mutexes and condition variables may show waiters
+ * that do not exist here (destroying them would block): leave them. */
+static void trace_free(etr_trace *tr, bool in_child) {
   etr__chunk *lists[2] = {tr->q_head, tr->free_chunks};
   for (int i = 0; i < 2; i++)
     for (etr__chunk *c = lists[i]; c;) {
@@ -533,6 +535,10 @@ static void trace_free(etr_trace *tr) {
   etr__idmap_free(tr->tensors);
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
+  if (in_child) {
+    free(tr);
+    return;
+  }
   pthread_mutex_destroy(&tr->threads_mutex);
   pthread_mutex_destroy(&tr->q_mutex);
   pthread_cond_destroy(&tr->q_cond);
@@ -612,7 +618,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
       close(tr->fd);
       unlink(path);
     }
-    trace_free(tr);
+    trace_free(tr, false);
     pthread_mutex_unlock(&g_lock);
     return rc;
   }
@@ -676,7 +682,7 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
     if (g_forked_trace == tr) g_forked_trace = NULL;
     if (g_env_trace == tr) g_env_trace = NULL;
     pthread_mutex_unlock(&g_lock);
-    trace_free(tr);
+    trace_free(tr, true);
     return ETR_EFORKED;
   }
   pthread_mutex_lock(&g_lock);
@@ -709,7 +715,7 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   if (close(tr->fd) != 0 && !atomic_load(&tr->write_error)) atomic_store(&tr->write_error, errno);
   if (atomic_load(&tr->write_error)) rc = ETR_EIO;
   if (out) etr_trace_stats_get(tr, out);
-  trace_free(tr);
+  trace_free(tr, false);
   return rc;
 }
 
