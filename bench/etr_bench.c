@@ -12,6 +12,9 @@
  *                       the close that drains the writer, / ops
  *   enabled_2t_ns       2 threads record concurrently; mean of their per-op wall times
  *   bytes_per_node      bytes written / nodes written for the 2-in-1-out op
+ *   paced_*             ops that do about a microsecond of work each (as real operators
+ *                       do), untraced and traced: the wall time tracing adds per op when
+ *                       the writer thread keeps up (1 and 2 recording threads)
  *   baseline_*          the same workload through a PyTorch-style observer (pt_baseline.c)
  * The last line of output is one JSON object with every figure. The benchmark never fails
  * a build: it exits 0 unless an etr call fails (then 1, with a message).
@@ -49,6 +52,10 @@
 #endif
 
 #define MAX_REPS 1001
+
+/* Iterations of the operator body per op: 0 in the tight-loop phases, set for the paced
+ * phases so that an op takes about a microsecond untraced. */
+static unsigned op_work;
 #define POOL 64 /* tensors per recording thread, reused like a model's activations */
 
 static const char OP_NAME[] = "aten::mm";
@@ -97,6 +104,7 @@ static inline void run_op(const pool *p, uint64_t i) {
   }
   etr_record_begin(&r);
   BENCH_BARRIER();
+  for (unsigned k = 0; k < op_work; k++) BENCH_BARRIER();
   if (etr_record_needs_outputs(&r)) {
     out[0] = etr_value_tensor(&p->t[(i * 3 + 1) % POOL]);
     r.outputs = out;
@@ -189,7 +197,7 @@ static disabled_result bench_disabled(const pool *p, uint64_t n, int reps) {
 
 /* ---- enabled phases (trace to a file, trace to /dev/null, baseline), 1 or 2 threads ---- */
 
-typedef enum phase_kind { PH_TRACE = 0, PH_BASELINE = 1 } phase_kind;
+typedef enum phase_kind { PH_TRACE = 0, PH_BASELINE = 1, PH_OFF = 2 } phase_kind;
 
 typedef struct worker {
   pthread_t thread;
@@ -234,7 +242,7 @@ static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nt
   if (kind == PH_TRACE) {
     if ((rc = etr_trace_open(path, NULL, &tr)) != 0) die_etr("etr_trace_open", rc);
     if ((rc = etr_trace_enable(tr)) != 0) die_etr("etr_trace_enable", rc);
-  } else if ((rc = pt_baseline_open(path, &bl)) != 0) {
+  } else if (kind == PH_BASELINE && (rc = pt_baseline_open(path, &bl)) != 0) {
     die_etr("baseline open (etr_observer_add)", rc);
   }
 
@@ -259,7 +267,7 @@ static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nt
   if (kind == PH_TRACE) {
     rc = etr_trace_close(tr);
     if (rc != 0) die_etr("etr_trace_close", rc);
-  } else {
+  } else if (kind == PH_BASELINE) {
     rc = pt_baseline_close(bl, &nodes);
     if (rc != 0) die_etr("baseline close", rc);
   }
@@ -352,7 +360,8 @@ enum {
   RUN_2T = 1u << 4,
   RUN_BASELINE = 1u << 5,
   RUN_BASELINE_2T = 1u << 6,
-  RUN_ALL = (1u << 7) - 1
+  RUN_PACED = 1u << 7,
+  RUN_ALL = (1u << 8) - 1
 };
 
 static const struct {
@@ -360,7 +369,7 @@ static const struct {
   unsigned bit;
 } PHASES[] = {{"disabled", RUN_DISABLED},     {"bytes", RUN_BYTES}, {"enabled", RUN_ENABLED},
               {"devnull", RUN_DEVNULL},       {"2t", RUN_2T},       {"baseline", RUN_BASELINE},
-              {"baseline2t", RUN_BASELINE_2T}};
+              {"baseline2t", RUN_BASELINE_2T}, {"paced", RUN_PACED}};
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -370,7 +379,7 @@ static void usage(FILE *f) {
           "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
           "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
           "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
-          "               bytes, enabled, devnull, 2t, baseline, baseline2t; the figures\n"
+          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced; the figures\n"
           "               of the others are printed as '-' and null\n"
           "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
           "               baseline.json) in the temporary directory\n"
@@ -540,6 +549,26 @@ int main(int argc, char **argv) {
   if (run & RUN_2T) en2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, ops, nreps);
   if (run & RUN_BASELINE) bl = run_phase(PH_BASELINE, base_path, pools, 1, warm, ops, nreps);
   if (run & RUN_BASELINE_2T) bl2 = run_phase(PH_BASELINE, base_path, pools, 2, warm, ops, nreps);
+  /* Paced: ops with about 1 us of work each, untraced then traced, 1 and 2 threads. */
+  phase_result poff = none, pon = none, poff2 = none, pon2 = none;
+  if (run & RUN_PACED) {
+    uint64_t pops = ops / 4 < 1000 ? 1000 : ops / 4;
+    op_work = 1;
+    for (;;) { /* calibrate the body to about 1 us */
+      uint64_t t0 = now_ns();
+      run_ops(&pools[0], 0, 1000);
+      double per = (double)(now_ns() - t0) / 1000.0;
+      if (per >= 1000.0 || op_work >= (1u << 24)) break;
+      op_work *= 2;
+    }
+    poff = run_phase(PH_OFF, trace_path, pools, 1, warm, pops, nreps);
+    pon = run_phase(PH_TRACE, trace_path, pools, 1, warm, pops, nreps);
+    poff2 = run_phase(PH_OFF, trace_path, pools, 2, warm, pops, nreps);
+    pon2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, pops, nreps);
+    op_work = 0;
+  }
+  double paced_added = pon.per_op.med - poff.per_op.med;
+  double paced_2t_added = pon2.per_op.med - poff2.per_op.med;
   if (!keep) {
     unlink(bytes_path);
     unlink(trace_path);
@@ -581,6 +610,12 @@ int main(int argc, char **argv) {
   row1("speedup", speedup, "baseline_ns / enabled_ns");
   row1("speedup_2t", speedup_2t, "baseline_2t_ns / enabled_2t_ns");
   row1("speedup_cpu", speedup_cpu, "baseline_cpu_ns / enabled_cpu_ns");
+  row("paced_off_ns", poff.per_op, "ns/op, ~1 us ops, no trace");
+  row("paced_on_ns", pon.per_op, "ns/op, ~1 us ops, traced to disk");
+  row1("paced_added_ns", paced_added, "paced_on_ns - paced_off_ns: wall time tracing adds per op");
+  row("paced_2t_off_ns", poff2.per_op, "ns/op per thread, 2 threads, no trace");
+  row("paced_2t_on_ns", pon2.per_op, "ns/op per thread, 2 threads, traced");
+  row1("paced_2t_added_ns", paced_2t_added, "wall time added per op, 2 threads (2 cores: shared with the writer)");
   printf("  buffer_waits in the bytes run: %" PRIu64 "\n\n", byt.buffer_waits);
 
   printf(
@@ -621,6 +656,12 @@ int main(int argc, char **argv) {
   json_num("speedup", speedup);
   json_num("speedup_2t", speedup_2t);
   json_num("speedup_cpu", speedup_cpu);
+  json_spread("paced_off_ns", poff.per_op);
+  json_spread("paced_on_ns", pon.per_op);
+  json_num("paced_added_ns", paced_added);
+  json_spread("paced_2t_off_ns", poff2.per_op);
+  json_spread("paced_2t_on_ns", pon2.per_op);
+  json_num("paced_2t_added_ns", paced_2t_added);
   printf(", \"buffer_waits\": %" PRIu64 "}\n", byt.buffer_waits);
   return 0;
 }
