@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# scripts/test.sh — install what is missing, build, and run the whole test suite.
+#
+#   ./scripts/test.sh           all stages, stops at the first failure (exit 1)
+#   ./scripts/test.sh --quick   only stage (a): gcc build + ctest
+#   ./scripts/test.sh --only c,d   only the stages named (letters below), in suite order
+#
+# Stages (build directories under build/):
+#   (a) gcc    RelWithDebInfo, -DETR_WERROR=ON, ctest           build/gcc
+#   (b) clang  RelWithDebInfo, -DETR_WERROR=ON, ctest           build/clang
+#   (c) asan   -DETR_SANITIZE=address,undefined, ctest          build/asan
+#   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
+#   (e) install tests (ctest -L install) of build/gcc and build/clang
+#   (f) etr-bench --quick smoke run, when etr-bench exists (figures never fail it)
+#   (g) valgrind memcheck of etr-example-runtime, when valgrind exists
+# Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
+# labelled "slow" when there are any.
+set -uo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ETR_ROOT" || exit 1
+
+quick=0
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --quick) quick=1 ;;
+  --only)
+    [ $# -ge 2 ] || etr_die "--only needs a list of stages, e.g. --only c,d"
+    only=",$2,"
+    shift
+    ;;
+  --only=*) only=",${1#--only=}," ;;
+  -h | --help)
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *) etr_die "unknown argument: $1 (try --help)" ;;
+  esac
+  shift
+done
+[ "$quick" -eq 1 ] && only=",a,"
+
+stage_names=()
+stage_secs=()
+suite_start=$(date +%s)
+
+times_line() {
+  local i out=""
+  for i in "${!stage_names[@]}"; do
+    out+="${out:+, }${stage_names[$i]} $(etr_fmt_secs "${stage_secs[$i]}")"
+  done
+  printf '%s' "$out"
+}
+
+# run_stage ID TITLE FUNCTION: run one stage, time it, stop the suite when it fails.
+run_stage() {
+  local id=$1 title=$2 fn=$3 t0 rc
+  printf '\n==================== stage (%s) %s ====================\n' "$id" "$title"
+  t0=$(date +%s)
+  "$fn"
+  rc=$?
+  stage_names+=("($id) $title")
+  stage_secs+=($(($(date +%s) - t0)))
+  if [ "$rc" -ne 0 ]; then
+    printf '\n==> stage (%s) %s FAILED after %s\n' "$id" "$title" \
+      "$(etr_fmt_secs "${stage_secs[-1]}")" >&2
+    printf 'test.sh: FAILED at stage (%s) %s [%s]\n' "$id" "$title" "$(times_line)"
+    exit 1
+  fi
+  printf '==> stage (%s) %s passed in %s\n' "$id" "$title" "$(etr_fmt_secs "${stage_secs[-1]}")"
+}
+
+# Number of tests in a build dir whose label matches the regex.
+count_labelled() {
+  ctest --test-dir "$1" -N -L "$2" 2>/dev/null | sed -n 's/^Total Tests: *//p'
+}
+
+# run_ctest DIR [extra ctest args]: every test except the install ones.
+run_ctest() {
+  local dir=$1
+  shift
+  ctest --test-dir "$dir" --output-on-failure -j "$ETR_JOBS" --no-tests=error \
+    --timeout 600 -LE '^install$' "$@"
+}
+
+gcc_args=(-DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++)
+clang_args=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+
+stage_gcc() {
+  etr_build gcc "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_WERROR=ON &&
+    run_ctest build/gcc
+}
+
+stage_clang() {
+  etr_build clang "${clang_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_WERROR=ON &&
+    run_ctest build/clang
+}
+
+# Sanitizer stages: no "slow" tests when such a label exists.
+sanitizer_ctest() {
+  local dir=$1 n
+  n=$(count_labelled "$dir" '^slow$')
+  if [ "${n:-0}" -gt 0 ]; then
+    etr_say "leaving out $n test(s) labelled slow"
+    run_ctest "$dir" -LE '^(install|slow)$'
+  else
+    run_ctest "$dir"
+  fi
+}
+
+stage_asan() {
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+  etr_build asan "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DETR_SANITIZE=address,undefined &&
+    sanitizer_ctest build/asan
+}
+
+# Some kernels randomise mmap addresses more than TSan of gcc 12 accepts ("unexpected memory
+# mapping"); then run the tests with address randomisation off, when that is allowed.
+tsan_prefix=()
+probe_tsan() {
+  local d
+  d=$(mktemp -d) || return 1
+  printf '%s\n' '#include <pthread.h>' 'static void *f(void *a) { return a; }' \
+    'int main(void) { pthread_t t; pthread_create(&t, 0, f, 0); return pthread_join(t, 0); }' \
+    >"$d/p.c"
+  if gcc -fsanitize=thread -pthread "$d/p.c" -o "$d/p" 2>/dev/null && ! "$d/p" >/dev/null 2>&1; then
+    if setarch "$(uname -m)" -R "$d/p" >/dev/null 2>&1; then
+      etr_say "TSan needs address randomisation off here: running the tests under setarch -R"
+      tsan_prefix=(setarch "$(uname -m)" -R)
+    else
+      etr_warn "TSan programs do not start on this machine (kernel mmap randomisation?)"
+    fi
+  fi
+  rm -rf "$d"
+}
+
+stage_tsan() {
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+  export ASAN_OPTIONS="halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  export UBSAN_OPTIONS="halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+  probe_tsan
+  etr_build tsan "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_SANITIZE=thread ||
+    return 1
+  local n
+  n=$(count_labelled build/tsan '^slow$')
+  if [ "${n:-0}" -gt 0 ]; then
+    etr_say "leaving out $n test(s) labelled slow"
+    "${tsan_prefix[@]}" ctest --test-dir build/tsan --output-on-failure -j "$ETR_JOBS" \
+      --no-tests=error --timeout 600 -LE '^(install|slow)$'
+  else
+    "${tsan_prefix[@]}" ctest --test-dir build/tsan --output-on-failure -j "$ETR_JOBS" \
+      --no-tests=error --timeout 600 -LE '^install$'
+  fi
+}
+
+# needs_build DIR: fail unless stage (a)/(b) configured DIR (matters with --only).
+needs_build() {
+  [ -f "$1/CTestTestfile.cmake" ] || {
+    echo "$1 is not built: run its stage first (./scripts/test.sh --only a,...)" >&2
+    return 1
+  }
+}
+
+stage_install() {
+  local dir
+  for dir in build/gcc build/clang; do
+    needs_build "$dir" || return 1
+    etr_say "install tests of $dir"
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error --timeout 600 \
+      -L '^install$' || return 1
+  done
+}
+
+stage_bench() {
+  local bench
+  needs_build build/gcc || return 1
+  bench=$(etr_find_exe build/gcc etr-bench)
+  if [ -z "$bench" ]; then
+    etr_say "skipped: etr-bench is not built (bench/ has no target yet)"
+    return 0
+  fi
+  etr_say "$bench --quick (a smoke run: the figures never fail it, a crash does)"
+  timeout 600 "$bench" --quick
+}
+
+stage_valgrind() {
+  if ! command -v valgrind >/dev/null 2>&1; then
+    etr_say "skipped: valgrind is not installed"
+    return 0
+  fi
+  local exe out=build/gcc/valgrind
+  needs_build build/gcc || return 1
+  exe=$(etr_find_exe build/gcc etr-example-runtime)
+  [ -n "$exe" ] || {
+    echo "etr-example-runtime was not built in build/gcc" >&2
+    return 1
+  }
+  rm -rf "$out" && mkdir -p "$out" || return 1
+  local vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
+    --show-leak-kinds=definite --track-origins=yes)
+  etr_say "memcheck: $exe --out $out/trace.json --threads 2 --iters 20"
+  "${vg[@]}" "$exe" --out "$out/trace.json" --threads 2 --iters 20 || return 1
+  python3 tests/integration/check_example_trace.py "$out/trace.json" --threads 2 --iters 20 ||
+    return 1
+  etr_say "memcheck: ETR_TRACE=$out/trace-env.json $exe --threads 2 --iters 20"
+  ETR_TRACE="$out/trace-env.json" "${vg[@]}" "$exe" --threads 2 --iters 20 || return 1
+  python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads 2 --iters 20
+}
+
+# want ID: is stage ID selected (all are, unless --quick or --only)?
+want() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
+
+run_stage 0 "packages" etr_ensure_packages
+want a && run_stage a "gcc" stage_gcc
+want b && run_stage b "clang" stage_clang
+want c && run_stage c "asan+ubsan" stage_asan
+want d && run_stage d "tsan" stage_tsan
+want e && run_stage e "install" stage_install
+want f && run_stage f "bench smoke" stage_bench
+want g && run_stage g "valgrind" stage_valgrind
+[ ${#stage_names[@]} -gt 1 ] || etr_die "no stage selected by --only '${only//,/ }' (letters a-g)"
+
+total=$(($(date +%s) - suite_start))
+if [ "$quick" -eq 1 ]; then
+  what="quick run (stage a only)"
+elif [ -n "$only" ]; then
+  what=${only#,}
+  what=${what%,}
+  what="stages ${what//,/ }"
+else
+  what="all stages"
+fi
+printf '\ntest.sh: PASSED %s in %s [%s]\n' "$what" "$(etr_fmt_secs "$total")" "$(times_line)"
