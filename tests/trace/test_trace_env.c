@@ -121,11 +121,11 @@ static void test_env_bad_path(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_env_schema_1_1_0),
-      cmocka_unit_test(test_env_defaults),
-      cmocka_unit_test(test_env_schema_1_1_1_no_timing),
-      cmocka_unit_test(test_env_current),
-      cmocka_unit_test(test_env_bad_path),
+      TU_TEST(test_env_schema_1_1_0),
+      TU_TEST(test_env_defaults),
+      TU_TEST(test_env_schema_1_1_1_no_timing),
+      TU_TEST(test_env_current),
+      TU_TEST(test_env_bad_path),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
 }

@@ -652,16 +652,16 @@ static void test_kernel_attrs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_top_level),
-      cmocka_unit_test(test_process_node),
-      cmocka_unit_test(test_thread_nodes),
-      cmocka_unit_test(test_op_node_keys_and_attrs),
-      cmocka_unit_test(test_schema_1_1_0),
-      cmocka_unit_test(test_schema_1_1_1),
-      cmocka_unit_test(test_timing),
-      cmocka_unit_test(test_no_timing),
-      cmocka_unit_test(test_collective_attrs),
-      cmocka_unit_test(test_kernel_attrs),
+      TU_TEST(test_top_level),
+      TU_TEST(test_process_node),
+      TU_TEST(test_thread_nodes),
+      TU_TEST(test_op_node_keys_and_attrs),
+      TU_TEST(test_schema_1_1_0),
+      TU_TEST(test_schema_1_1_1),
+      TU_TEST(test_timing),
+      TU_TEST(test_no_timing),
+      TU_TEST(test_collective_attrs),
+      TU_TEST(test_kernel_attrs),
   };
   return cmocka_run_group_tests_name("trace_format", tests, NULL, NULL);
 }

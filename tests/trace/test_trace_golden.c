@@ -346,7 +346,7 @@ static void test_golden_basic(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_golden_basic),
+      TU_TEST(test_golden_basic),
   };
   return cmocka_run_group_tests_name("trace_golden", tests, NULL, NULL);
 }

@@ -252,12 +252,12 @@ static void test_ids_stable_while_open(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_same_tensor_same_list),
-      cmocka_unit_test(test_shared_storage),
-      cmocka_unit_test(test_tensor_died),
-      cmocka_unit_test(test_storage_died),
-      cmocka_unit_test(test_ids_unique),
-      cmocka_unit_test(test_ids_stable_while_open),
+      TU_TEST(test_same_tensor_same_list),
+      TU_TEST(test_shared_storage),
+      TU_TEST(test_tensor_died),
+      TU_TEST(test_storage_died),
+      TU_TEST(test_ids_unique),
+      TU_TEST(test_ids_stable_while_open),
   };
   return cmocka_run_group_tests_name("trace_ids", tests, NULL, NULL);
 }

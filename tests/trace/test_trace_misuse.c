@@ -320,15 +320,15 @@ static void test_enable_disable_repeat(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_end_without_begin),
-      cmocka_unit_test(test_end_out_of_order),
-      cmocka_unit_test(test_open_at_disable),
-      cmocka_unit_test(test_open_at_close),
-      cmocka_unit_test(test_thread_exit_open),
-      cmocka_unit_test(test_close_while_recording),
-      cmocka_unit_test(test_second_open_busy),
-      cmocka_unit_test(test_null_handles),
-      cmocka_unit_test(test_enable_disable_repeat),
+      TU_TEST(test_end_without_begin),
+      TU_TEST(test_end_out_of_order),
+      TU_TEST(test_open_at_disable),
+      TU_TEST(test_open_at_close),
+      TU_TEST(test_thread_exit_open),
+      TU_TEST(test_close_while_recording),
+      TU_TEST(test_second_open_busy),
+      TU_TEST(test_null_handles),
+      TU_TEST(test_enable_disable_repeat),
   };
   return cmocka_run_group_tests_name("trace_misuse", tests, NULL, NULL);
 }

@@ -502,9 +502,9 @@ static void test_rules_reject(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_rules_reject),
-      cmocka_unit_test(test_real_1_1_1),
-      cmocka_unit_test(test_real_1_1_0),
+      TU_TEST(test_rules_reject),
+      TU_TEST(test_real_1_1_1),
+      TU_TEST(test_real_1_1_0),
   };
   return cmocka_run_group_tests_name("trace_real", tests, NULL, NULL);
 }

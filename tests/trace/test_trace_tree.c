@@ -262,10 +262,10 @@ static void test_many_threads(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_nesting),
-      cmocka_unit_test(test_second_thread),
-      cmocka_unit_test(test_fw_parent),
-      cmocka_unit_test(test_many_threads),
+      TU_TEST(test_nesting),
+      TU_TEST(test_second_thread),
+      TU_TEST(test_fw_parent),
+      TU_TEST(test_many_threads),
   };
   return cmocka_run_group_tests_name("trace_tree", tests, NULL, NULL);
 }

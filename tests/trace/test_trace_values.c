@@ -653,12 +653,12 @@ static void test_node_budget(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_scalars),      cmocka_unit_test(test_tensors),
-      cmocka_unit_test(test_lists_tuples), cmocka_unit_test(test_escaping),
-      cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_long_strings),
-      cmocka_unit_test(test_long_lists),   cmocka_unit_test(test_deep_nesting),
-      cmocka_unit_test(test_max_ndim),     cmocka_unit_test(test_long_names),
-      cmocka_unit_test(test_node_budget),
+      TU_TEST(test_scalars),      TU_TEST(test_tensors),
+      TU_TEST(test_lists_tuples), TU_TEST(test_escaping),
+      TU_TEST(test_invalid_utf8), TU_TEST(test_long_strings),
+      TU_TEST(test_long_lists),   TU_TEST(test_deep_nesting),
+      TU_TEST(test_max_ndim),     TU_TEST(test_long_names),
+      TU_TEST(test_node_budget),
   };
   return cmocka_run_group_tests_name("trace_values", tests, NULL, NULL);
 }

@@ -172,11 +172,57 @@ int tu_wait(pid_t pid, int timeout_s, int *status) {
 
 /* ---- trace life cycle ---- */
 
+/* What each live tu_trace holds, copied (the tu_trace itself may sit in the stack frame of a
+ * test that failed and jumped away), so that tu_cleanup can release it. */
+typedef struct tracked {
+  const tu_trace *owner;
+  char dir[256];
+  etr_trace *trace;
+  char *text;
+  json_t *root;
+} tracked;
+static tracked g_tracked[16];
+
+static void track(const tu_trace *t) {
+  tracked *slot = NULL;
+  for (size_t i = 0; i < TU_ARRAY_LEN(g_tracked); i++)
+    if (g_tracked[i].owner == t) slot = &g_tracked[i];
+  for (size_t i = 0; slot == NULL && i < TU_ARRAY_LEN(g_tracked); i++)
+    if (g_tracked[i].owner == NULL) slot = &g_tracked[i];
+  if (slot == NULL) return;
+  slot->owner = t;
+  memcpy(slot->dir, t->dir, sizeof slot->dir);
+  slot->trace = t->trace;
+  slot->text = t->text;
+  slot->root = t->root;
+}
+
+static void untrack(const tu_trace *t) {
+  for (size_t i = 0; i < TU_ARRAY_LEN(g_tracked); i++)
+    if (g_tracked[i].owner == t) memset(&g_tracked[i], 0, sizeof g_tracked[i]);
+}
+
+int tu_cleanup(void **state) {
+  (void)state;
+  for (size_t i = 0; i < TU_ARRAY_LEN(g_tracked); i++) {
+    tracked *k = &g_tracked[i];
+    if (k->owner == NULL) continue;
+    if (k->trace != NULL) etr_trace_close(k->trace);
+    json_decref(k->root);
+    free(k->text);
+    if (k->dir[0] != '\0') tu_rmdir(k->dir);
+    memset(k, 0, sizeof *k);
+  }
+  return 0;
+}
+
 void tu_open_disabled(tu_trace *t, const etr_trace_options *opt) {
   memset(t, 0, sizeof *t);
   tu_mkdtemp(t->dir, sizeof t->dir);
   snprintf(t->path, sizeof t->path, "%s/trace.json", t->dir);
+  track(t);
   int rc = etr_trace_open(t->path, opt, &t->trace);
+  track(t);
   if (rc != 0) fail_msg("etr_trace_open(%s) = %d (%s)", t->path, rc, etr_strerror(rc));
   assert_non_null(t->trace);
 }
@@ -190,12 +236,14 @@ void tu_open(tu_trace *t, const etr_trace_options *opt) {
 void tu_close(tu_trace *t) {
   t->close_rc = etr_trace_close(t->trace);
   t->trace = NULL;
+  track(t);
   tu_load(t);
 }
 
 void tu_close_ok(tu_trace *t) {
   t->close_rc = etr_trace_close(t->trace);
   t->trace = NULL;
+  track(t);
   if (t->close_rc != 0)
     fail_msg("etr_trace_close = %d (%s)", t->close_rc, etr_strerror(t->close_rc));
   tu_load(t);
@@ -204,8 +252,10 @@ void tu_close_ok(tu_trace *t) {
 void tu_load(tu_trace *t) {
   if (t->text == NULL) t->text = tu_read_file(t->path, &t->len);
   if (t->text == NULL) fail_msg("cannot read %s", t->path);
+  track(t);
   json_error_t err;
   t->root = json_loadb(t->text, t->len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &err);
+  track(t);
   if (t->root == NULL) {
     size_t pos = (size_t)err.position;
     size_t from = pos > 120 ? pos - 120 : 0;
@@ -225,6 +275,7 @@ void tu_load_path(tu_trace *t, const char *path) {
 }
 
 void tu_free(tu_trace *t) {
+  untrack(t);
   if (t->trace != NULL) etr_trace_close(t->trace);
   t->trace = NULL;
   json_decref(t->root);

@@ -80,6 +80,11 @@ void tu_load(tu_trace *t);
 void tu_load_path(tu_trace *t, const char *path);
 /* Free the text and tree and remove the temp dir. */
 void tu_free(tu_trace *t);
+/* cmocka teardown: close and free what tu_traces of a failed test still hold (so the next
+ * test can open a trace and ASan reports no leak caused by a failure). */
+int tu_cleanup(void **state);
+/* A test with tu_cleanup as its teardown. */
+#define TU_TEST(f) cmocka_unit_test_teardown(f, tu_cleanup)
 
 /* ---- recording ---- */
 
