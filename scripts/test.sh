@@ -10,7 +10,7 @@
 #   (b) clang  RelWithDebInfo, -DETR_WERROR=ON, ctest           build/clang
 #   (c) asan   -DETR_SANITIZE=address,undefined, ctest          build/asan
 #   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
-#   (e) install tests (ctest -L install) of build/gcc and build/clang
+#   (e) install tests (ctest -L install) of the four builds
 #   (f) etr-bench --quick smoke run, when etr-bench exists (figures never fail it)
 #   (g) valgrind memcheck of etr-example-runtime, when valgrind exists
 # Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
@@ -41,6 +41,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ "$quick" -eq 1 ] && only=",a,"
+
+# Sanitizer reports stop the test that triggers them (harmless for other builds).
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 
 stage_names=()
 stage_secs=()
@@ -111,8 +116,6 @@ sanitizer_ctest() {
 }
 
 stage_asan() {
-  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
   etr_build asan "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DETR_SANITIZE=address,undefined &&
     sanitizer_ctest build/asan
@@ -121,7 +124,10 @@ stage_asan() {
 # Some kernels randomise mmap addresses more than TSan of gcc 12 accepts ("unexpected memory
 # mapping"); then run the tests with address randomisation off, when that is allowed.
 tsan_prefix=()
+tsan_probed=0
 probe_tsan() {
+  [ "$tsan_probed" -eq 0 ] || return 0
+  tsan_probed=1
   local d
   d=$(mktemp -d) || return 1
   printf '%s\n' '#include <pthread.h>' 'static void *f(void *a) { return a; }' \
@@ -139,9 +145,6 @@ probe_tsan() {
 }
 
 stage_tsan() {
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
-  export ASAN_OPTIONS="halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-  export UBSAN_OPTIONS="halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
   probe_tsan
   etr_build tsan "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_SANITIZE=thread ||
     return 1
@@ -165,12 +168,26 @@ needs_build() {
   }
 }
 
+# Install tests of every build: the consumers of the sanitizer builds use the sanitizer too.
 stage_install() {
-  local dir
-  for dir in build/gcc build/clang; do
-    needs_build "$dir" || return 1
+  local dir prefix
+  for dir in build/gcc build/clang build/asan build/tsan; do
+    if [ ! -f "$dir/CTestTestfile.cmake" ]; then
+      case "$dir" in
+      build/gcc | build/clang) needs_build "$dir" || return 1 ;;
+      *)
+        etr_say "skipped $dir: not built (its stage did not run)"
+        continue
+        ;;
+      esac
+    fi
+    prefix=()
+    if [ "$dir" = build/tsan ]; then
+      probe_tsan
+      prefix=("${tsan_prefix[@]}")
+    fi
     etr_say "install tests of $dir"
-    ctest --test-dir "$dir" --output-on-failure --no-tests=error --timeout 600 \
+    "${prefix[@]}" ctest --test-dir "$dir" --output-on-failure --no-tests=error --timeout 600 \
       -L '^install$' || return 1
   done
 }
