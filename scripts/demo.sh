@@ -61,6 +61,8 @@ demo: done in $(etr_fmt_secs $(($(date +%s) - start))). What it did:
   4. checked both traces with tests/integration/check_example_trace.py (file and node
      format, ids, the op tree, threads, tensor ids, collectives) and summarised them
      (scripts/trace_summary.py)
+Outputs: $ETR_ROOT/$out/trace.json
+         $ETR_ROOT/$out/trace-env.json
 The format is the JSON execution trace of PyTorch / MLCommons Chakra: see docs/FORMAT.md.
 The etr command (validate, summary, chrome, ...) arrives with a later issue.
 EOF
