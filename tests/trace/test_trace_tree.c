@@ -260,12 +260,75 @@ static void test_many_threads(void **state) {
   tu_free(&t);
 }
 
+static void scoped_op(const char *name, etr_scope scope, etr_record *r) {
+  etr_record_init(r, name, scope);
+  etr_record_begin(r);
+}
+
+/* Scope filter: ops of other scopes are not written; an op's parent is the nearest written
+ * op that encloses it. */
+static void test_scope_filter(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.scopes = 1u << ETR_SCOPE_USER_SCOPE;
+  tu_open(&t, &opt);
+  etr_record u1, f1, u2;
+  scoped_op("U1", ETR_SCOPE_USER_SCOPE, &u1);
+  scoped_op("F1", ETR_SCOPE_FUNCTION, &f1);
+  scoped_op("U2", ETR_SCOPE_USER_SCOPE, &u2);
+  etr_record_end(&u2);
+  etr_record_end(&f1);
+  etr_record_end(&u1);
+  scoped_op("F2", ETR_SCOPE_FUNCTION, &f1);
+  etr_record_end(&f1);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "F1"), 0);
+  assert_int_equal(tu_count(&t, "F2"), 0);
+  json_t *n1 = tu_node(&t, "U1"), *n2 = tu_node(&t, "U2");
+  assert_int_equal(tu_ctrl_deps(n2), tu_id(n1));
+  assert_int_equal(tu_attr_int(n2, "scope"), 7);
+  tu_free(&t);
+}
+
+/* Sampling: about the given fraction of ops is written; the tree stays whole. */
+static void test_sampling(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.sample_probability = 0.25;
+  tu_open(&t, &opt);
+  for (int i = 0; i < 4000; i++) {
+    etr_record o;
+    tu_begin(&o, "sampled_outer", NULL, 0);
+    tu_op("sampled_inner", NULL, 0, NULL, 0);
+    tu_end(&o, NULL, 0);
+  }
+  tu_close_ok(&t); /* tree invariants: every ctrl_deps names a written node */
+  size_t n = tu_count(&t, "sampled_outer") + tu_count(&t, "sampled_inner");
+  if (n < 1400 || n > 2600) fail_msg("%zu of 8000 ops written with p = 0.25", n);
+  size_t i;
+  json_t *node;
+  json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
+  assert_non_null(tn);
+  json_array_foreach(t.nodes, i, node) {
+    if (strcmp(tu_name(node), "sampled_outer") == 0) assert_int_equal(tu_ctrl_deps(node), tu_id(tn));
+    if (strcmp(tu_name(node), "sampled_inner") == 0) {
+      json_int_t p = tu_ctrl_deps(node);
+      assert_true(p == tu_id(tn) || strcmp(tu_name(tu_node_by_id(&t, p)), "sampled_outer") == 0);
+    }
+  }
+  tu_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_nesting),
       TU_TEST(test_second_thread),
       TU_TEST(test_fw_parent),
       TU_TEST(test_many_threads),
+      TU_TEST(test_scope_filter),
+      TU_TEST(test_sampling),
   };
   return cmocka_run_group_tests_name("trace_tree", tests, NULL, NULL);
 }
