@@ -11,7 +11,8 @@
  * A slot re-added after a removal gets a newer epoch than records prepared before, so such
  * records never call the new observer's exit for an enter it did not see.
  *
- * Lock order: reg_lock, then threads_lock. Callbacks never run under either.
+ * Lock order: the trace observer's locks (trace.c), then reg_lock, then threads_lock.
+ * Callbacks never run under any of them.
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -441,9 +442,11 @@ void etr__record_end(etr_record *rec) {
 
 /* ---- fork ---- */
 
+/* Same order as everywhere else: the trace's locks (etr_trace_open holds them while it adds
+ * its observer), then reg_lock, then threads_lock. */
 static void fork_prepare(void) {
-  pthread_mutex_lock(&reg_lock);
   etr__trace_before_fork();
+  pthread_mutex_lock(&reg_lock);
   pthread_mutex_lock(&threads_lock);
 }
 

@@ -1,8 +1,8 @@
 /* The execution-trace observer: per-thread op stacks, ids, timing, chunks, the writer
  * thread, and the trace's life cycle (open, enable, disable, flush, close, fork, exit).
  *
- * Locks, in the order they may nest: reg_lock (registry) > g_lock > threads_mutex >
- * q_mutex. Recording threads take none on the per-op path; they take q_mutex once per
+ * Locks, in the order they may nest: g_lock > threads_mutex > q_mutex > reg_lock and
+ * threads_lock (registry.c). Recording threads take none on the per-op path; they take q_mutex once per
  * chunk (64 KiB by default) and threads_mutex once per thread.
  */
 #include <errno.h>
