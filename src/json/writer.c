@@ -119,7 +119,7 @@ size_t etr__utf8_cut(const char *s, size_t n, size_t max) {
 }
 
 /* Bytes that can be copied as they are: printable ASCII other than '"' and '\\'. */
-static const bool plain_tab[256] = {
+const bool etr__json_plain[256] = {
 #define R16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
     R16(0), R16(0),                                           /* 0x00-0x1f control */
     1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,           /* 0x20-0x2f: '"' */
@@ -130,58 +130,80 @@ static const bool plain_tab[256] = {
     R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0) /* 0x80-0xff */
 #undef R16
 };
-static inline bool plain(unsigned char c) { return plain_tab[c]; }
+static inline bool plain(unsigned char c) { return etr__json_plain[c]; }
 
-void etr__jw_str_body(etr__jw *w, const char *s, size_t n) {
+/* Nonzero when one of the 8 bytes in x needs more than a copy: a control byte, '"', '\\',
+ * DEL or any byte >= 0x80 (SWAR: each test sets the high bit of the bytes it matches). */
+static inline uint64_t special8(uint64_t x) {
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\'), d = x ^ (ones * 0x7F);
+  uint64_t lt20 = (x - ones * 0x20) & ~x;
+  uint64_t zq = (q - ones) & ~q, zb = (b - ones) & ~b, zd = (d - ones) & ~d;
+  return (lt20 | zq | zb | zd | x) & high;
+}
+
+char *etr__put_str_body_any(char *o, const char *s, size_t n, uint64_t *replaced) {
   static const char hex[] = "0123456789abcdef";
   const unsigned char *u = (const unsigned char *)s;
   size_t i = 0;
   while (i < n) {
-    size_t run = i;
-    while (run < n && plain(u[run])) run++;
-    if (run > i) {
-      etr__jw_raw(w, s + i, run - i);
-      i = run;
-      if (i == n) break;
+    /* Most strings are plain ASCII: copy them 8 bytes at a time. */
+    while (i + 8 <= n) {
+      uint64_t x;
+      memcpy(&x, s + i, 8);
+      if (special8(x)) break;
+      memcpy(o, &x, 8);
+      o += 8;
+      i += 8;
     }
+    if (i == n) break;
     unsigned char c = u[i];
+    if (plain(c)) {
+      *o++ = (char)c;
+      i++;
+      continue;
+    }
     if (c >= 0x80) {
       size_t k = utf8_seq(u + i, n - i);
       if (k) {
-        etr__jw_raw(w, s + i, k);
+        memcpy(o, s + i, k);
+        o += k;
         i += k;
       } else {
-        ETR__JW_LIT(w, "\xEF\xBF\xBD"); /* U+FFFD */
-        w->replaced++;
+        o = ETR__PUT_LIT(o, "\xEF\xBF\xBD"); /* U+FFFD */
+        (*replaced)++;
         i++;
       }
       continue;
     }
-    char esc[6] = {'\\', 0, 0, 0, 0, 0};
-    size_t len = 2;
+    *o++ = '\\';
     switch (c) {
-      case '"': esc[1] = '"'; break;
-      case '\\': esc[1] = '\\'; break;
-      case '\n': esc[1] = 'n'; break;
-      case '\r': esc[1] = 'r'; break;
-      case '\t': esc[1] = 't'; break;
-      case '\b': esc[1] = 'b'; break;
-      case '\f': esc[1] = 'f'; break;
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '\n': *o++ = 'n'; break;
+      case '\r': *o++ = 'r'; break;
+      case '\t': *o++ = 't'; break;
+      case '\b': *o++ = 'b'; break;
+      case '\f': *o++ = 'f'; break;
       default: /* other control bytes and DEL */
-        esc[1] = 'u';
-        esc[2] = '0';
-        esc[3] = '0';
-        esc[4] = hex[c >> 4];
-        esc[5] = hex[c & 15];
-        len = 6;
+        o[0] = 'u';
+        o[1] = '0';
+        o[2] = '0';
+        o[3] = hex[c >> 4];
+        o[4] = hex[c & 15];
+        o += 5;
     }
-    etr__jw_raw(w, esc, len);
     i++;
   }
+  return o;
+}
+
+void etr__jw_str_body(etr__jw *w, const char *s, size_t n) {
+  char *o = etr__jw_begin(w, ETR__ESCAPED_MAX(n));
+  if (o) etr__jw_end(w, etr__put_str_body(o, s, n, &w->replaced));
 }
 
 void etr__jw_str(etr__jw *w, const char *s, size_t n) {
-  etr__jw_char(w, '"');
-  etr__jw_str_body(w, s, n);
-  etr__jw_char(w, '"');
+  char *o = etr__jw_begin(w, ETR__ESCAPED_MAX(n) + 2);
+  if (o) etr__jw_end(w, etr__put_str(o, s, n, &w->replaced));
 }

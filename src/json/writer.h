@@ -86,20 +86,60 @@ static inline void etr__put_dec(char *p, uint64_t v, unsigned len) {
   }
 }
 
-static inline void etr__jw_u64(etr__jw *w, uint64_t v) {
-  if (!etr__jw_reserve(w, 20)) return;
+/* Cursor writing, for hot spots: reserve the most a piece can take (etr__jw_begin returns
+ * NULL when memory is exhausted), write with the unchecked etr__put_* functions, which
+ * return the new cursor, then etr__jw_end. */
+static inline char *etr__jw_begin(etr__jw *w, size_t max) {
+  return etr__jw_reserve(w, max) ? w->buf + w->len : NULL;
+}
+static inline void etr__jw_end(etr__jw *w, char *o) { w->len = (size_t)(o - w->buf); }
+
+#define ETR__U64_MAX_LEN 20
+#define ETR__I64_MAX_LEN 20
+/* Escaped length of n bytes is at most this (a control byte becomes \u00XX). */
+#define ETR__ESCAPED_MAX(n) ((size_t)(n) * 6)
+
+static inline char *etr__put_u64(char *o, uint64_t v) {
   unsigned len = etr__dec_len(v);
-  etr__put_dec(w->buf + w->len, v, len);
-  w->len += len;
+  etr__put_dec(o, v, len);
+  return o + len;
+}
+static inline char *etr__put_i64(char *o, int64_t v) {
+  if (v < 0) *o++ = '-';
+  return etr__put_u64(o, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+}
+#define ETR__PUT_LIT(o, lit) (memcpy((o), (lit), sizeof(lit) - 1), (o) + sizeof(lit) - 1)
+
+/* The escaped bytes of s (no quotes); counts replaced invalid UTF-8 in *replaced. */
+char *etr__put_str_body_any(char *o, const char *s, size_t n, uint64_t *replaced);
+extern const bool etr__json_plain[256]; /* bytes copied as they are */
+static inline char *etr__put_str_body(char *o, const char *s, size_t n, uint64_t *replaced) {
+  if (n <= 16) { /* short names (dtypes, devices): inline, byte by byte */
+    size_t i = 0;
+    while (i < n && etr__json_plain[(unsigned char)s[i]]) {
+      o[i] = s[i];
+      i++;
+    }
+    if (i == n) return o + n;
+    return etr__put_str_body_any(o + i, s + i, n - i, replaced);
+  }
+  return etr__put_str_body_any(o, s, n, replaced);
+}
+static inline char *etr__put_str(char *o, const char *s, size_t n, uint64_t *replaced) {
+  *o++ = '"';
+  o = etr__put_str_body(o, s, n, replaced);
+  *o++ = '"';
+  return o;
+}
+
+static inline void etr__jw_u64(etr__jw *w, uint64_t v) {
+  char *o = etr__jw_begin(w, ETR__U64_MAX_LEN);
+  if (o) etr__jw_end(w, etr__put_u64(o, v));
 }
 
 static inline void etr__jw_i64(etr__jw *w, int64_t v) {
-  if (!etr__jw_reserve(w, 21)) return;
-  if (v < 0) w->buf[w->len++] = '-';
-  uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-  unsigned len = etr__dec_len(mag);
-  etr__put_dec(w->buf + w->len, mag, len);
-  w->len += len;
+  char *o = etr__jw_begin(w, ETR__I64_MAX_LEN);
+  if (o) etr__jw_end(w, etr__put_i64(o, v));
 }
 /* Finite doubles in shortest round-trip form; NaN and infinities as "nan", "inf", "-inf". */
 void etr__jw_double(etr__jw *w, double v);

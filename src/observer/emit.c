@@ -31,16 +31,17 @@ enum mode { M_VALUES, M_SHAPES, M_TYPES, M_STRIDES };
 /* Skips or emits one encoded value; returns the position after it. */
 static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m);
 
-static const uint8_t *int_array(etr__jw *w, const uint8_t *p, uint32_t n, bool emit) {
-  if (emit) {
-    etr__jw_char(w, '[');
-    for (uint32_t i = 0; i < n; i++) {
-      if (i) etr__jw_char(w, ',');
-      etr__jw_i64(w, (int64_t)rd64(p + (size_t)i * 8));
-    }
-    etr__jw_char(w, ']');
+/* Writes n encoded int64s as a JSON array. */
+static void int_array(etr__jw *w, const uint8_t *p, uint32_t n) {
+  char *o = etr__jw_begin(w, 2 + (size_t)n * (ETR__I64_MAX_LEN + 1));
+  if (!o) return;
+  *o++ = '[';
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    o = etr__put_i64(o, (int64_t)rd64(p + (size_t)i * 8));
   }
-  return p + (size_t)n * 8;
+  *o++ = ']';
+  etr__jw_end(w, o);
 }
 
 static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
@@ -52,31 +53,38 @@ static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
   const uint8_t *sizes = dev + vn;
   const uint8_t *strides = sizes + (size_t)nd * 8;
   const uint8_t *end = defined ? strides + (size_t)nd * 8 : f + 40;
+  char *o;
   switch (m) {
     case M_VALUES:
-      etr__jw_char(w, '[');
-      for (int i = 0; i < 5; i++) {
-        if (i) etr__jw_char(w, ',');
-        if (i < 2)
-          etr__jw_u64(w, rd64(f + i * 8));
-        else
-          etr__jw_i64(w, (int64_t)rd64(f + i * 8));
+      o = etr__jw_begin(w, 16 + 5 * ETR__I64_MAX_LEN + ETR__ESCAPED_MAX(vn));
+      if (!o) break;
+      *o++ = '[';
+      o = etr__put_u64(o, rd64(f));
+      *o++ = ',';
+      o = etr__put_u64(o, rd64(f + 8));
+      for (int i = 2; i < 5; i++) {
+        *o++ = ',';
+        o = etr__put_i64(o, (int64_t)rd64(f + i * 8));
       }
-      etr__jw_char(w, ',');
-      etr__jw_str(w, (const char *)dev, defined ? vn : 0);
-      etr__jw_char(w, ']');
+      *o++ = ',';
+      o = etr__put_str(o, (const char *)dev, defined ? vn : 0, &w->replaced);
+      *o++ = ']';
+      etr__jw_end(w, o);
       break;
     case M_SHAPES:
-      int_array(w, sizes, defined ? nd : 0, true);
+      int_array(w, sizes, defined ? nd : 0);
       break;
     case M_STRIDES:
-      int_array(w, strides, defined ? nd : 0, true);
+      int_array(w, strides, defined ? nd : 0);
       break;
     case M_TYPES:
       if (defined) {
-        ETR__JW_LIT(w, "Tensor(");
-        etr__jw_str_body(w, (const char *)dtype, dn);
-        etr__jw_char(w, ')');
+        o = etr__jw_begin(w, 8 + ETR__ESCAPED_MAX(dn));
+        if (!o) break;
+        o = ETR__PUT_LIT(o, "Tensor(");
+        o = etr__put_str_body(o, (const char *)dtype, dn, &w->replaced);
+        *o++ = ')';
+        etr__jw_end(w, o);
       } else {
         ETR__JW_LIT(w, "Tensor(nullptr (uninitialized))");
       }
@@ -291,41 +299,45 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
 static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t seq, uint64_t scope,
                        uint64_t tid, uint64_t fw_tid, const char *schema, size_t schema_n,
                        const char *kback, size_t kback_n, const char *kfile, size_t kfile_n) {
-  ETR__JW_LIT(w, "\"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": ");
-  etr__jw_u64(w, rf_id);
-  ETR__JW_LIT(w, "},{\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": ");
-  etr__jw_u64(w, fw_parent);
-  ETR__JW_LIT(w, "},{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": ");
-  etr__jw_i64(w, seq);
-  ETR__JW_LIT(w, "},{\"name\": \"scope\", \"type\": \"uint64\", \"value\": ");
-  etr__jw_u64(w, scope);
-  ETR__JW_LIT(w, "},{\"name\": \"tid\", \"type\": \"uint64\", \"value\": ");
-  etr__jw_u64(w, tid);
-  ETR__JW_LIT(w, "},{\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
-  etr__jw_u64(w, fw_tid);
-  ETR__JW_LIT(w, "},{\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
-  etr__jw_str(w, schema, schema_n);
-  ETR__JW_LIT(w, "},{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
-  etr__jw_str(w, kback, kback_n);
-  ETR__JW_LIT(w, "},{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": ");
-  etr__jw_str(w, kfile, kfile_n);
-  etr__jw_char(w, '}');
+  char *o = etr__jw_begin(w, 600 + ETR__ESCAPED_MAX(schema_n + kback_n + kfile_n));
+  if (!o) return;
+  o = ETR__PUT_LIT(o, "\"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": ");
+  o = etr__put_u64(o, rf_id);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": ");
+  o = etr__put_u64(o, fw_parent);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": ");
+  o = etr__put_i64(o, seq);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"scope\", \"type\": \"uint64\", \"value\": ");
+  o = etr__put_u64(o, scope);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"tid\", \"type\": \"uint64\", \"value\": ");
+  o = etr__put_u64(o, tid);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
+  o = etr__put_u64(o, fw_tid);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
+  o = etr__put_str(o, schema, schema_n, &w->replaced);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
+  o = etr__put_str(o, kback, kback_n, &w->replaced);
+  o = ETR__PUT_LIT(o, "},{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": ");
+  o = etr__put_str(o, kfile, kfile_n, &w->replaced);
+  *o++ = '}';
+  etr__jw_end(w, o);
 }
 
 static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name_n,
                        uint64_t parent) {
   etr__jw *w = &tr->jw;
-  if (tr->any_node)
-    ETR__JW_LIT(w, ",\n    {\"id\": ");
-  else
-    ETR__JW_LIT(w, "\n    {\"id\": ");
+  char *o = etr__jw_begin(w, 64 + 2 * ETR__U64_MAX_LEN + ETR__ESCAPED_MAX(name_n));
+  if (!o) return;
+  if (tr->any_node) *o++ = ',';
   tr->any_node = true;
-  etr__jw_u64(w, id);
-  ETR__JW_LIT(w, ", \"name\": ");
-  etr__jw_str(w, name, name_n);
-  ETR__JW_LIT(w, ", \"ctrl_deps\": ");
-  etr__jw_u64(w, parent);
-  ETR__JW_LIT(w, ", ");
+  o = ETR__PUT_LIT(o, "\n    {\"id\": ");
+  o = etr__put_u64(o, id);
+  o = ETR__PUT_LIT(o, ", \"name\": ");
+  o = etr__put_str(o, name, name_n, &w->replaced);
+  o = ETR__PUT_LIT(o, ", \"ctrl_deps\": ");
+  o = etr__put_u64(o, parent);
+  o = ETR__PUT_LIT(o, ", ");
+  etr__jw_end(w, o);
 }
 
 static void empty_io(etr_trace *tr) {
@@ -367,13 +379,17 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
   values_object(tr, out, ev->n_out);
   ETR__JW_LIT(w, ", ");
   if (ev->flags & ETR__EVF_TIMING) {
-    ETR__JW_LIT(w, "\"ts\": ");
-    etr__jw_i64(w, ev->ts_ns / 1000);
-    ETR__JW_LIT(w, ", \"inclusive_dur\": ");
-    etr__jw_i64(w, ev->incl_ns / 1000);
-    ETR__JW_LIT(w, ", \"exclusive_dur\": ");
-    etr__jw_i64(w, ev->excl_ns / 1000);
-    ETR__JW_LIT(w, ", ");
+    char *o = etr__jw_begin(w, 64 + 3 * ETR__I64_MAX_LEN);
+    if (o) {
+      o = ETR__PUT_LIT(o, "\"ts\": ");
+      o = etr__put_i64(o, ev->ts_ns / 1000);
+      o = ETR__PUT_LIT(o, ", \"inclusive_dur\": ");
+      o = etr__put_i64(o, ev->incl_ns / 1000);
+      o = ETR__PUT_LIT(o, ", \"exclusive_dur\": ");
+      o = etr__put_i64(o, ev->excl_ns / 1000);
+      o = ETR__PUT_LIT(o, ", ");
+      etr__jw_end(w, o);
+    }
   }
   base_attrs(w, ev->rf_id, ev->fw_parent, ev->seq, ev->scope, ev->tid, ev->fw_tid, schema,
              ev->schema_len, kback, ev->kback_len, kfile, ev->kfile_len);

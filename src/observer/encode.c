@@ -80,28 +80,19 @@ static void put_str(enc *e, const char *s, size_t len, size_t max) {
   if (n) put(e, s, n);
 }
 
-static uint8_t short_len(etr__tstate *ts, const char *s, size_t *out_n) {
+static void short_len(etr__tstate *ts, const char *s, size_t *out_n) {
   size_t n = s ? strlen(s) : 0;
   if (n > ETR__SHORT_MAX) {
     n = etr__utf8_cut(s, n, ETR__SHORT_MAX);
     etr__bump(&ts->strings_cut, 1);
   }
   *out_n = n;
-  return (uint8_t)n;
 }
 
 static void put_tensor(enc *e, const etr_tensor *t) {
   etr__tstate *ts = e->ts;
   etr_trace *tr = ts->trace;
-  if (!t) {
-    /* A NULL tensor pointer is written as an undefined tensor. */
-    uint8_t hdr[5] = {ETR__V_TENSOR, 0, 0, 0, 0};
-    put(e, hdr, sizeof hdr);
-    uint64_t z[5] = {0, 0, 0, 0, 0};
-    put(e, z, sizeof z);
-    return;
-  }
-  bool defined = t->dtype != NULL;
+  bool defined = t && t->dtype != NULL;
   int32_t nd = defined ? t->ndim : 0;
   if (nd < 0 || (nd > 0 && !t->sizes)) nd = 0;
   if (nd > ETR_MAX_NDIM) {
@@ -109,35 +100,52 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     etr__bump(&ts->lists_cut, 1);
   }
   size_t dn = 0, vn = 0;
-  const char *dev = t->device ? t->device : "";
-  uint8_t hdr[5] = {ETR__V_TENSOR, defined, (uint8_t)nd, 0, 0};
+  const char *dev = defined && t->device ? t->device : "";
   if (defined) {
-    hdr[3] = short_len(ts, t->dtype, &dn);
-    hdr[4] = short_len(ts, dev, &vn);
+    short_len(ts, t->dtype, &dn);
+    short_len(ts, dev, &vn);
   }
-  put(e, hdr, sizeof hdr);
-  uint64_t f[5];
-  f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts);
-  f[1] = defined && t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts) : 0;
-  f[2] = defined ? (uint64_t)t->storage_offset : 0;
-  f[3] = defined ? (uint64_t)t->numel : 0;
-  f[4] = defined ? (uint64_t)t->itemsize : 0;
-  put(e, f, sizeof f);
-  if (!defined) return;
-  put(e, t->dtype, dn);
-  put(e, dev, vn);
-  put(e, t->sizes, (size_t)nd * 8);
-  if (t->strides) {
-    put(e, t->strides, (size_t)nd * 8);
-  } else {
-    int64_t st[ETR_MAX_NDIM];
-    int64_t acc = 1;
-    for (int32_t i = nd - 1; i >= 0; i--) {
-      st[i] = acc;
-      acc *= t->sizes[i] > 0 ? t->sizes[i] : 1;
+  uint64_t f[5] = {0, 0, 0, 0, 0};
+  if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts);
+  if (defined) {
+    f[1] = t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts) : 0;
+    f[2] = (uint64_t)t->storage_offset;
+    f[3] = (uint64_t)t->numel;
+    f[4] = (uint64_t)t->itemsize;
+  }
+  /* One reservation for the whole tensor, then plain copies. */
+  size_t need = 5 + sizeof f + dn + vn + (size_t)nd * 16;
+  if (e->failed || !etr__arena_reserve(ts, need)) {
+    e->failed = true;
+    return;
+  }
+  uint8_t *p = ts->arena + ts->arena_len;
+  p[0] = ETR__V_TENSOR;
+  p[1] = defined;
+  p[2] = (uint8_t)nd;
+  p[3] = (uint8_t)dn;
+  p[4] = (uint8_t)vn;
+  p += 5;
+  memcpy(p, f, sizeof f);
+  p += sizeof f;
+  if (defined) {
+    memcpy(p, t->dtype, dn);
+    p += dn;
+    memcpy(p, dev, vn);
+    p += vn;
+    memcpy(p, t->sizes, (size_t)nd * 8);
+    p += (size_t)nd * 8;
+    if (t->strides) {
+      memcpy(p, t->strides, (size_t)nd * 8);
+    } else { /* contiguous */
+      int64_t acc = 1;
+      for (int32_t i = nd - 1; i >= 0; i--) {
+        memcpy(p + (size_t)i * 8, &acc, 8);
+        acc *= t->sizes[i] > 0 ? t->sizes[i] : 1;
+      }
     }
-    put(e, st, (size_t)nd * 8);
   }
+  ts->arena_len += need;
 }
 
 static void put_value(enc *e, const etr_value *v, unsigned depth);
