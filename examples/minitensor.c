@@ -244,7 +244,8 @@ static float mt_get(const mt_tensor *t, int64_t lin) {
 
 typedef struct op_call {
   etr_record rec;
-  bool active; /* some observer sees this op: only then are values filled in */
+  const char *name; /* for our own messages: rec's fields are set only when active */
+  bool active;      /* some observer sees this op: only then are values filled in */
   uint32_t n_in, n_out, n_tensors, n_items;
   etr_value in[OP_MAX_VALUES];
   etr_value out[OP_MAX_VALUES];
@@ -255,10 +256,11 @@ typedef struct op_call {
 static void op_init(op_call *op, const char *name, etr_scope scope, const char *schema,
                     int64_t seq_nr, uint64_t fw_tid) {
   etr_record_init(&op->rec, name, scope);
+  op->name = name;
   op->active = etr_record_is_active(&op->rec);
   op->n_in = op->n_out = op->n_tensors = op->n_items = 0;
   if (op->active) {
-    /* Fields beyond name and scope are defaulted by init only for active records. */
+    /* The record's fields are filled in by init only for active records. */
     op->rec.schema = schema;
     op->rec.seq_nr = seq_nr;
     op->rec.fw_tid = fw_tid;
@@ -267,7 +269,7 @@ static void op_init(op_call *op, const char *name, etr_scope scope, const char *
 }
 
 static etr_value *op_items(op_call *op, uint32_t n) {
-  if (op->n_items + n > OP_MAX_ITEMS) fatal("op %s: too many list items", op->rec.name);
+  if (op->n_items + n > OP_MAX_ITEMS) fatal("op %s: too many list items", op->name);
   etr_value *p = &op->items[op->n_items];
   op->n_items += n;
   return p;
@@ -275,7 +277,7 @@ static etr_value *op_items(op_call *op, uint32_t n) {
 
 /* The etr view of a tensor (NULL = undefined tensor). Valid while op and t live. */
 static etr_value op_tensor_value(op_call *op, const mt_tensor *t) {
-  if (op->n_tensors >= OP_MAX_TENSORS) fatal("op %s: too many tensors", op->rec.name);
+  if (op->n_tensors >= OP_MAX_TENSORS) fatal("op %s: too many tensors", op->name);
   etr_tensor *e = &op->tensors[op->n_tensors++];
   memset(e, 0, sizeof *e);
   if (t == NULL) {
@@ -297,13 +299,13 @@ static etr_value op_tensor_value(op_call *op, const mt_tensor *t) {
 
 static void op_in(op_call *op, etr_value v) {
   if (!op->active) return;
-  if (op->n_in >= OP_MAX_VALUES) fatal("op %s: too many inputs", op->rec.name);
+  if (op->n_in >= OP_MAX_VALUES) fatal("op %s: too many inputs", op->name);
   op->in[op->n_in++] = v;
 }
 
 static void op_out(op_call *op, etr_value v) {
   if (!op->active) return;
-  if (op->n_out >= OP_MAX_VALUES) fatal("op %s: too many outputs", op->rec.name);
+  if (op->n_out >= OP_MAX_VALUES) fatal("op %s: too many outputs", op->name);
   op->out[op->n_out++] = v;
 }
 

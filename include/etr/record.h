@@ -14,9 +14,9 @@
  *   etr_record_end(&rec);
  *
  * While no observer is enabled, init is a relaxed atomic load and two stores, and begin/end
- * are one predictable branch each: nothing allocates, locks or calls out. Fields other than
- * name and scope are given their defaults by init only when the record is active, so set
- * them after init. Values pointed to by the record must stay valid until the call that reads
+ * are one predictable branch each: nothing allocates, locks or calls out. The record's
+ * fields (name and scope included) are filled in by init only when the record is active;
+ * set the others after init, and read none of them on an inactive record. Values pointed to by the record must stay valid until the call that reads
  * them returns: inputs and kernel/collective info until etr_record_begin, outputs until
  * etr_record_end (etr copies what it keeps).
  *
@@ -119,7 +119,7 @@ extern ETR_API uint32_t etr__observing;
 /* Nonzero while an execution trace tracks object ids. */
 extern ETR_API uint32_t etr__tracking_ids;
 
-ETR_API void etr__record_prepare(etr_record *rec);
+ETR_API void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope);
 ETR_API void etr__record_begin(etr_record *rec);
 ETR_API void etr__record_end(etr_record *rec);
 ETR_API void etr__tensor_died(const void *impl);
@@ -128,12 +128,14 @@ ETR_API void etr__storage_died(const void *storage);
 /* Start a record. name must stay valid until etr_record_begin returns. Any thread; never
  * allocates or locks while nothing is enabled. */
 static inline void etr_record_init(etr_record *rec, const char *name, etr_scope scope) {
-  rec->name = name;
-  rec->scope = (uint32_t)scope;
   rec->_active = 0;
   rec->_state = 0;
 #ifndef ETR_DISABLE
-  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0)) etr__record_prepare(rec);
+  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0))
+    etr__record_prepare(rec, name, scope);
+#else
+  (void)name;
+  (void)scope;
 #endif
 }
 

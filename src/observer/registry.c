@@ -335,7 +335,9 @@ static inline uint64_t rng_next(etr__thread *t) {
   return x * 0x2545F4914F6CDD1Dull;
 }
 
-void etr__record_prepare(etr_record *rec) {
+void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
+  rec->name = name;
+  rec->scope = (uint32_t)scope;
   rec->_active = 0;
   rec->_state = 0;
   etr__thread *t = etr__thread_self();

@@ -19,16 +19,16 @@
 
 static uint64_t n_prepare, n_begin, n_end;
 
-void __real_etr__record_prepare(etr_record *rec);
+void __real_etr__record_prepare(etr_record *rec, const char *name, etr_scope scope);
 void __real_etr__record_begin(etr_record *rec);
 void __real_etr__record_end(etr_record *rec);
-void __wrap_etr__record_prepare(etr_record *rec);
+void __wrap_etr__record_prepare(etr_record *rec, const char *name, etr_scope scope);
 void __wrap_etr__record_begin(etr_record *rec);
 void __wrap_etr__record_end(etr_record *rec);
 
-void __wrap_etr__record_prepare(etr_record *rec) {
+void __wrap_etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
   n_prepare++;
-  __real_etr__record_prepare(rec);
+  __real_etr__record_prepare(rec, name, scope);
 }
 void __wrap_etr__record_begin(etr_record *rec) {
   n_begin++;
