@@ -133,10 +133,10 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     p += dn;
     memcpy(p, dev, vn);
     p += vn;
-    memcpy(p, t->sizes, (size_t)nd * 8);
+    if (nd) memcpy(p, t->sizes, (size_t)nd * 8); /* (sizes may be NULL for a scalar) */
     p += (size_t)nd * 8;
     if (t->strides) {
-      memcpy(p, t->strides, (size_t)nd * 8);
+      if (nd) memcpy(p, t->strides, (size_t)nd * 8);
     } else { /* contiguous */
       int64_t acc = 1;
       for (int32_t i = nd - 1; i >= 0; i--) {

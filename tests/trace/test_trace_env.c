@@ -17,16 +17,6 @@
 #error "TRACE_HELPER must name the trace_helper executable"
 #endif
 
-static int dir_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-  closedir(d);
-  return n;
-}
 
 /* Run "trace_helper mode" with ETR_TRACE=<dir>/t-%p.json plus extra; load the result. */
 static void run_env(tu_trace *t, const char *mode, const char *extra1, const char *extra2) {
@@ -42,7 +32,7 @@ static void run_env(tu_trace *t, const char *mode, const char *extra1, const cha
     fail_msg("trace_helper %s: status 0x%x", mode, status);
   snprintf(t->path, sizeof t->path, "%s/t-%d.json", t->dir, (int)pid);
   if (access(t->path, F_OK) != 0) fail_msg("%s was not created", t->path);
-  assert_int_equal(dir_entries(t->dir), 1);
+  assert_int_equal(tu_dir_entries(t->dir), 1);
   tu_load(t);
   assert_int_equal(json_integer_value(json_object_get(t->root, "pid")), pid);
   assert_int_equal(tu_count(t, "env_outer"), 5);
@@ -115,7 +105,7 @@ static void test_env_bad_path(void **state) {
   int status = tu_run(TRACE_HELPER, args, env, NULL);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
-  assert_int_equal(dir_entries(dir), 0);
+  assert_int_equal(tu_dir_entries(dir), 0);
   tu_rmdir(dir);
 }
 

@@ -22,17 +22,6 @@
 #error "TRACE_HELPER must name the trace_helper executable"
 #endif
 
-/* Number of entries in dir other than . and .. */
-static int dir_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-  closedir(d);
-  return n;
-}
 
 static void test_open_unwritable(void **state) {
   (void)state;
@@ -62,11 +51,11 @@ static void test_open_unwritable(void **state) {
     snprintf(p, sizeof p, "%s/t.json", ro);
     assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
     assert_null(t);
-    assert_int_equal(dir_entries(ro), 0);
+    assert_int_equal(tu_dir_entries(ro), 0);
     chmod(ro, 0700);
   }
   /* Nothing was created but our file (and ro). */
-  assert_int_equal(dir_entries(dir), geteuid() != 0 ? 2 : 1);
+  assert_int_equal(tu_dir_entries(dir), geteuid() != 0 ? 2 : 1);
   /* The failed opens left nothing busy. */
   snprintf(p, sizeof p, "%s/ok.json", dir);
   assert_int_equal(etr_trace_open(p, NULL, &t), 0);

@@ -708,3 +708,15 @@ int tu_replaced_as(const char *s, size_t len, const char *prefix, const char *su
     if (memcmp(s + pl + 3 * i, "\xEF\xBF\xBD", 3) != 0) return 0;
   return 1;
 }
+
+/* Number of entries in dir other than . and .., or -1. */
+int tu_dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}

@@ -167,4 +167,7 @@ size_t tu_collect_object_ids(const tu_trace *t, json_int_t *ids, size_t max);
 int tu_replaced_as(const char *s, size_t len, const char *prefix, const char *suffix,
                    size_t kmin, size_t kmax);
 
+/* Number of entries in dir other than . and .., or -1 when it cannot be read. */
+int tu_dir_entries(const char *dir);
+
 #endif /* ETR_TESTS_TRACE_UTIL_H */
