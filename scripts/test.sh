@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     ;;
   --only=*) only=",${1#--only=}," ;;
   -h | --help)
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"
     exit 0
     ;;
   *) etr_die "unknown argument: $1 (try --help)" ;;
