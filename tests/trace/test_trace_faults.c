@@ -292,11 +292,24 @@ static void test_fork_child_underscore_exit(void **state) {
 #define TU_TSAN 1
 #endif
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
 
 static void test_fork_child_own_trace(void **state) {
   (void)state;
 #ifdef TU_TSAN
   skip(); /* TSan cannot start threads (the child's writer) after a multi-threaded fork */
+#endif
+#ifdef TU_ASAN
+  /* gcc 12's ASan allocator is not fork-safe: a lock another thread held at fork() stays
+   * held in the child, whose writer thread then hangs allocating (seen 1 run in 20). glibc's
+   * malloc, which real programs use, resets its locks at fork. */
+  skip();
 #endif
   tu_trace t;
   tu_open(&t, NULL);
