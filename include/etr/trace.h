@@ -36,7 +36,7 @@ typedef struct etr_trace_options {
   etr_schema schema;
   bool no_timing;              /* omit ts / inclusive_dur / exclusive_dur */
   uint32_t buffer_kb;          /* per-thread buffer chunk size; 0 = 64 KiB */
-  uint32_t max_buffers;        /* chunks in flight before recorders wait; 0 = 64 */
+  uint32_t max_buffers;        /* chunks queued for the writer before recorders wait; 0 = 64 */
   double sample_probability;   /* record this fraction of ops; 0 = all */
   uint32_t scopes;             /* bit (1u << scope) per recorded scope; 0 = all */
 } etr_trace_options;

@@ -60,19 +60,15 @@ static void enqueue_locked(etr_trace *tr, etr__chunk *c) {
 }
 
 /* Hands the thread's chunk to the writer (if it holds anything) and gets a chunk with room
- * for need bytes. Waits for the writer when max_chunks are in flight. NULL on no memory. */
+ * for need bytes. Waits while max_chunks are queued for the writer: the bound is on the
+ * queue, not on chunks threads hold, because a thread that stops recording keeps its
+ * partly filled chunk until it exits or the trace closes, and any number of threads may do
+ * so. NULL when memory is exhausted. */
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   etr_trace *tr = ts->trace;
   etr__chunk *old = ts->chunk;
   ts->chunk = NULL;
-  if (need > tr->chunk_size) {
-    /* One large event: a chunk of its own, not pooled, not counted against the bound. */
-    pthread_mutex_lock(&tr->q_mutex);
-    if (old && old->len) enqueue_locked(tr, old);
-    else if (old) { old->next = tr->free_chunks; tr->free_chunks = old; }
-    pthread_mutex_unlock(&tr->q_mutex);
-    return chunk_alloc((uint32_t)need, true);
-  }
+  bool oversized = need > tr->chunk_size; /* one large event: a chunk of its own */
   pthread_mutex_lock(&tr->q_mutex);
   if (old) {
     if (old->len) {
@@ -82,31 +78,19 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
       tr->free_chunks = old;
     }
   }
-  etr__chunk *c = NULL;
   bool waited = false;
-  for (;;) {
-    if (tr->free_chunks) {
-      c = tr->free_chunks;
-      tr->free_chunks = c->next;
-      break;
-    }
-    if (tr->chunks_alive < tr->max_chunks || tr->stop) {
-      tr->chunks_alive++;
-      pthread_mutex_unlock(&tr->q_mutex);
-      c = chunk_alloc(tr->chunk_size, false);
-      if (!c) {
-        pthread_mutex_lock(&tr->q_mutex);
-        tr->chunks_alive--;
-        pthread_mutex_unlock(&tr->q_mutex);
-        return NULL;
-      }
-      return c;
-    }
+  while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop) {
     if (!waited) atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
     waited = true;
     pthread_cond_wait(&tr->space_cond, &tr->q_mutex);
   }
+  etr__chunk *c = NULL;
+  if (!oversized && tr->free_chunks) {
+    c = tr->free_chunks;
+    tr->free_chunks = c->next;
+  }
   pthread_mutex_unlock(&tr->q_mutex);
+  if (!c) return chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized);
   c->len = 0;
   c->nodes = 0;
   c->next = NULL;

@@ -129,7 +129,7 @@ struct etr_trace {
   pthread_cond_t space_cond; /* recorders wait for a free chunk */
   pthread_cond_t done_cond;  /* flushers wait for the writer */
   etr__chunk *q_head, *q_tail, *free_chunks;
-  uint32_t chunks_alive, max_chunks;
+  uint32_t max_chunks; /* chunks queued for the writer before recorders wait */
   uint32_t chunk_size;
   uint64_t q_pushed, q_done, q_synced; /* chunks queued, processed, and on disk */
   bool stop;

@@ -260,6 +260,47 @@ static void test_many_threads(void **state) {
   tu_free(&t);
 }
 
+/* More threads than max_buffers each keep a partly filled buffer while they wait: the bound
+ * on buffers queued for the writer must not make later threads wait for ever. */
+enum { IDLE_THREADS = 24 };
+static pthread_barrier_t idle_barrier;
+
+static void *thread_idle_holder(void *arg) {
+  (void)arg;
+  tu_op("idle_holder_op", NULL, 0, NULL, 0);
+  pthread_barrier_wait(&idle_barrier); /* everyone holds a buffer now */
+  tu_op("idle_holder_after", NULL, 0, NULL, 0);
+  pthread_barrier_wait(&idle_barrier); /* let the main thread close while we are alive */
+  pthread_barrier_wait(&idle_barrier);
+  return NULL;
+}
+
+static void test_idle_threads_hold_buffers(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.max_buffers = 2;
+  opt.buffer_kb = 4;
+  tu_open(&t, &opt);
+  assert_int_equal(pthread_barrier_init(&idle_barrier, NULL, IDLE_THREADS + 1), 0);
+  pthread_t th[IDLE_THREADS];
+  for (int i = 0; i < IDLE_THREADS; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, thread_idle_holder, NULL), 0);
+  pthread_barrier_wait(&idle_barrier);
+  /* The main thread, too, must get buffers and fill many of them. */
+  for (int i = 0; i < 2000; i++) tu_op("main_after_idle", NULL, 0, NULL, 0);
+  pthread_barrier_wait(&idle_barrier);
+  tu_close_ok(&t); /* the holders are alive: close writes their buffers */
+  pthread_barrier_wait(&idle_barrier);
+  for (int i = 0; i < IDLE_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+  pthread_barrier_destroy(&idle_barrier);
+  assert_int_equal(tu_count(&t, "idle_holder_op"), IDLE_THREADS);
+  assert_int_equal(tu_count(&t, "idle_holder_after"), IDLE_THREADS);
+  assert_int_equal(tu_count(&t, "main_after_idle"), 2000);
+  assert_int_equal(tu_stat(&t, "nodes_dropped"), 0);
+  tu_free(&t);
+}
+
 static void scoped_op(const char *name, etr_scope scope, etr_record *r) {
   etr_record_init(r, name, scope);
   etr_record_begin(r);
@@ -327,6 +368,7 @@ int main(void) {
       TU_TEST(test_second_thread),
       TU_TEST(test_fw_parent),
       TU_TEST(test_many_threads),
+      TU_TEST(test_idle_threads_hold_buffers),
       TU_TEST(test_scope_filter),
       TU_TEST(test_sampling),
   };
