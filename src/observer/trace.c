@@ -463,9 +463,11 @@ static void *writer_main(void *arg) {
       }
       tr->q_done += n;
       pthread_cond_broadcast(&tr->space_cond);
-      continue;
+      /* A flusher waits for this batch: do not make it wait for an empty queue, which
+       * other recording threads may never leave. */
+      if (tr->flush_waiters == 0) continue;
     }
-    /* Queue empty: put what we have on disk, then tell flushers. */
+    /* Queue empty (or a flusher waiting): put what we have on disk, then tell flushers. */
     if (tr->jw.len || tr->q_synced != tr->q_done) {
       uint64_t done = tr->q_done;
       pthread_mutex_unlock(&tr->q_mutex);
@@ -475,6 +477,7 @@ static void *writer_main(void *arg) {
       pthread_cond_broadcast(&tr->done_cond);
       continue;
     }
+    if (tr->q_head) continue;
     if (tr->stop) break;
     pthread_cond_wait(&tr->q_cond, &tr->q_mutex);
   }
@@ -651,7 +654,9 @@ int etr_trace_flush(etr_trace *tr) {
   pthread_mutex_lock(&tr->q_mutex);
   uint64_t target = tr->q_pushed;
   pthread_cond_signal(&tr->q_cond);
+  tr->flush_waiters++;
   while (tr->q_synced < target && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
+  tr->flush_waiters--;
   pthread_mutex_unlock(&tr->q_mutex);
   return atomic_load(&tr->write_error) ? ETR_EIO : 0;
 }

@@ -132,6 +132,7 @@ struct etr_trace {
   uint32_t max_chunks; /* chunks queued for the writer before recorders wait */
   uint32_t chunk_size;
   uint64_t q_pushed, q_done, q_synced; /* chunks queued, processed, and on disk */
+  uint32_t flush_waiters;               /* threads in etr_trace_flush */
   bool stop;
   pthread_t writer;
 
