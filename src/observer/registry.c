@@ -146,7 +146,8 @@ static void thread_exit(void *arg) {
   free(t);
 }
 
-/* Spin politely until no other thread holds a hazard matching `pred`. */
+/* Waits (yielding, then sleeping 50 us at a time) until no thread other than the caller
+ * has a bit of mask in its hazard_slots, or (ids) is inside an object-id operation. */
 static void wait_until_clear(uint64_t mask, bool ids) {
   etr__thread *self = tls_self;
 #ifdef __NR_membarrier
