@@ -217,11 +217,14 @@ static void values_object(etr_trace *tr, const uint8_t *p, uint32_t n) {
 
 /* ---- attrs ---- */
 
+/* Integer attrs must fit in int64 (DESIGN 6.2): runtime-given values beyond are clamped. */
+static inline uint64_t fit_i64(uint64_t v) { return v > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : v; }
+
 static void attr_u64(etr__jw *w, const char *name, uint64_t v) {
   ETR__JW_LIT(w, "{\"name\": \"");
   etr__jw_raw(w, name, strlen(name));
   ETR__JW_LIT(w, "\", \"type\": \"uint64\", \"value\": ");
-  etr__jw_u64(w, v);
+  etr__jw_u64(w, fit_i64(v));
   etr__jw_char(w, '}');
 }
 
@@ -233,8 +236,6 @@ static void attr_str(etr__jw *w, const char *name, const char *s, size_t n) {
   etr__jw_char(w, '}');
 }
 
-/* Integers written as uint64 attrs must fit int64 (DESIGN 6.2); clamp negatives to 0. */
-static uint64_t clamp_u(int64_t v) { return v < 0 ? 0 : (uint64_t)v; }
 
 static const uint8_t *coll_str(const uint8_t *p, const char **s, uint32_t *n) {
   *n = rd32(p);
@@ -312,7 +313,7 @@ static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t s
   o = ETR__PUT_LIT(o, "},{\"name\": \"tid\", \"type\": \"uint64\", \"value\": ");
   o = etr__put_u64(o, tid);
   o = ETR__PUT_LIT(o, "},{\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
-  o = etr__put_u64(o, fw_tid);
+  o = etr__put_u64(o, fit_i64(fw_tid));
   o = ETR__PUT_LIT(o, "},{\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
   o = etr__put_str(o, schema, schema_n, &w->replaced);
   o = ETR__PUT_LIT(o, "},{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
@@ -405,7 +406,7 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
     }
     if (ev->kstream >= 0) {
       etr__jw_char(w, ',');
-      attr_u64(w, "kernel_stream", clamp_u(ev->kstream));
+      attr_u64(w, "kernel_stream", (uint64_t)ev->kstream);
     }
   }
   if (ev->flags & ETR__EVF_INCOMPLETE) {

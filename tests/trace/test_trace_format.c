@@ -502,6 +502,15 @@ static void test_no_timing(void **state) {
   tu_free(&t);
 }
 
+/* comms_huge's integer attrs are clamped to INT64_MAX. */
+static void n_huge_check(tu_trace *t) {
+  json_t *n = tu_node(t, "comms_huge");
+  assert_int_equal(tu_attr_int(n, "in_msg_nelems"), INT64_MAX);
+  assert_int_equal(tu_attr_int(n, "out_msg_nelems"), INT64_MAX);
+  assert_int_equal(tu_attr_int(n, "pg_size"), INT64_MAX);
+  assert_int_equal(tu_attr_int(n, "fw_tid"), INT64_MAX);
+}
+
 static void test_collective_attrs(void **state) {
   (void)state;
   tu_trace t;
@@ -550,7 +559,20 @@ static void test_collective_attrs(void **state) {
   r.collective = &c3;
   etr_record_begin(&r);
   etr_record_end(&r);
+
+  /* Integer attrs must fit in int64 (DESIGN 6.2): huge runtime values are clamped. */
+  etr_collective_info c4 = ETR_COLLECTIVE_INFO_INIT;
+  c4.in_msg_nelems = UINT64_MAX;
+  c4.out_msg_nelems = (uint64_t)INT64_MAX + 1;
+  c4.pg_size = UINT64_MAX;
+  etr_record_init(&r, "comms_huge", ETR_SCOPE_USER_SCOPE);
+  r.collective = &c4;
+  r.fw_tid = UINT64_MAX;
+  etr_record_begin(&r);
+  etr_record_end(&r);
   tu_close_ok(&t);
+
+  n_huge_check(&t);
 
   char buf[4096];
   json_t *n = tu_node(&t, "record_param_comms");
