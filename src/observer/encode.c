@@ -106,9 +106,10 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     short_len(ts, dev, &vn);
   }
   uint64_t f[5] = {0, 0, 0, 0, 0};
-  if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts);
+  if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
   if (defined) {
-    f[1] = t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts) : 0;
+    f[1] = t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts, &ts->storage_ids)
+                      : 0;
     f[2] = (uint64_t)t->storage_offset;
     f[3] = (uint64_t)t->numel;
     f[4] = (uint64_t)t->itemsize;

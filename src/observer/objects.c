@@ -29,7 +29,7 @@ typedef struct table {
 
 typedef struct shard {
   _Atomic int lock;
-  _Atomic uint32_t seq; /* odd while a writer changes the table */
+  _Atomic uint64_t seq; /* odd while a writer changes the table; never wraps in practice */
   _Atomic(table *) tab;
   uint32_t count; /* under lock */
 } __attribute__((aligned(64))) shard;
@@ -135,22 +135,28 @@ static uint64_t probe(const table *t, uintptr_t k, uint64_t h) {
   return 0;
 }
 
-uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void *ctx) {
+uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void *ctx,
+                        etr__idcache *cache) {
   uintptr_t k = (uintptr_t)key;
   if (!k) return 0;
   uint64_t h = mix(k);
   shard *s = &m->shards[h & (SHARDS - 1)];
+  /* The thread's cache: valid while the shard has not changed since it was filled. */
+  etr__idcache_entry *c = cache ? &cache->e[(h >> 40) & (ETR__IDCACHE_SIZE - 1)] : NULL;
+  if (c && c->key == k && c->seq == atomic_load_explicit(&s->seq, memory_order_acquire))
+    return c->id;
   /* Lock-free read of a known object. */
   for (unsigned tries = 0; tries < 64; tries++) {
-    uint32_t s0 = atomic_load_explicit(&s->seq, memory_order_acquire);
+    uint64_t s0 = atomic_load_explicit(&s->seq, memory_order_acquire);
     if (s0 & 1) {
       sched_yield();
       continue;
     }
     uint64_t id = probe(atomic_load_explicit(&s->tab, memory_order_acquire), k, h);
     if (atomic_load_explicit(&s->seq, memory_order_relaxed) == s0) {
-      if (id) return id;
-      break;
+      if (!id) break;
+      if (c) *c = (etr__idcache_entry){k, id, s0};
+      return id;
     }
   }
   /* Unknown (or contended): insert under the lock. */
@@ -158,6 +164,7 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   table *t = atomic_load_explicit(&s->tab, memory_order_relaxed);
   uint64_t id = probe(t, k, h);
   if (id) {
+    if (c) *c = (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed)};
     shard_unlock(s);
     return id;
   }
@@ -177,6 +184,7 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   put_entry(t, j, k, id);
   s->count++;
   write_end(s);
+  if (c) *c = (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed)};
   shard_unlock(s);
   return id;
 }

@@ -19,9 +19,24 @@ typedef uint64_t (*etr__id_source)(void *ctx);
 etr__idmap *etr__idmap_new(void);
 void etr__idmap_free(etr__idmap *m);
 
+/* A thread's small cache of recent lookups in one map. An entry is used only while the
+ * shard it came from has not changed (its sequence number is the same), so it never returns
+ * an id that a removal retired. Zero-initialise; owned by one thread. */
+#define ETR__IDCACHE_SIZE 64
+typedef struct etr__idcache_entry {
+  uintptr_t key;
+  uint64_t id;
+  uint64_t seq;
+} etr__idcache_entry;
+typedef struct etr__idcache {
+  etr__idcache_entry e[ETR__IDCACHE_SIZE];
+} etr__idcache;
+
 /* The id of key, drawing a new one from src when key is unknown. Returns 0 only when
- * memory is exhausted (the caller writes 0, as for an unknown object). Any thread. */
-uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void *ctx);
+ * memory is exhausted (the caller writes 0, as for an unknown object). Any thread; cache
+ * (may be NULL) must be the calling thread's. */
+uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void *ctx,
+                        etr__idcache *cache);
 
 /* Forget key; true when it was present. Any thread. */
 bool etr__idmap_remove(etr__idmap *m, const void *key);

@@ -97,6 +97,7 @@ typedef struct etr__tstate {
   etr__frame *frames;
   uint32_t depth, frames_cap;
   bool finished; /* open ops and thread node written (thread exit or close) */
+  etr__idcache tensor_ids, storage_ids; /* recent id lookups of this thread */
   _Atomic uint64_t top_id;    /* id of the innermost open op, for fw_parent lookups */
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
   /* Counters, written by the owner only (plain load+store), read by stats. */

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "observer/objects.h"
 
@@ -28,22 +29,22 @@ static void test_insert_lookup_remove_many(void **state) {
   assert_non_null(m);
   uint64_t *ids = calloc(N, sizeof *ids);
   for (uintptr_t i = 0; i < N; i++) {
-    ids[i] = etr__idmap_get(m, key(i), next, NULL);
+    ids[i] = etr__idmap_get(m, key(i), next, NULL, NULL);
     assert_true(ids[i] != 0);
   }
   assert_int_equal(etr__idmap_size(m), N);
-  for (uintptr_t i = 0; i < N; i++) assert_int_equal(etr__idmap_get(m, key(i), next, NULL), ids[i]);
+  for (uintptr_t i = 0; i < N; i++) assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), ids[i]);
   /* Remove every other key: the rest must still be found with their ids (backward shift). */
   for (uintptr_t i = 0; i < N; i += 2) assert_true(etr__idmap_remove(m, key(i)));
   assert_false(etr__idmap_remove(m, key(0)));
   assert_int_equal(etr__idmap_size(m), N / 2);
-  for (uintptr_t i = 1; i < N; i += 2) assert_int_equal(etr__idmap_get(m, key(i), next, NULL), ids[i]);
+  for (uintptr_t i = 1; i < N; i += 2) assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), ids[i]);
   /* A removed key comes back with a new id. */
   for (uintptr_t i = 0; i < N; i += 2) {
-    uint64_t id = etr__idmap_get(m, key(i), next, NULL);
+    uint64_t id = etr__idmap_get(m, key(i), next, NULL, NULL);
     assert_true(id > ids[N - 1]);
   }
-  assert_int_equal(etr__idmap_get(m, NULL, next, NULL), 0);
+  assert_int_equal(etr__idmap_get(m, NULL, next, NULL, NULL), 0);
   free(ids);
   etr__idmap_free(m);
 }
@@ -55,17 +56,22 @@ enum { THREADS = 4, OWN = 512, SHARED = 64, ROUNDS = 200 };
 static etr__idmap *shared_map;
 static uint64_t shared_ids[SHARED];
 
-typedef struct { int t; int errors; } worker;
+typedef struct { int t; int errors; etr__idcache cache; } worker;
 
 static void *work(void *arg) {
   worker *w = arg;
-  uint64_t mine[OWN];
+  etr__idcache *c = (w->t & 1) ? &w->cache : NULL; /* half the threads use a cache */
+  uint64_t mine[OWN], prev[OWN] = {0};
   for (int r = 0; r < ROUNDS; r++) {
-    for (int i = 0; i < OWN; i++) mine[i] = etr__idmap_get(shared_map, key(100000 + (uintptr_t)w->t * OWN + i), next, NULL);
+    for (int i = 0; i < OWN; i++) {
+      mine[i] = etr__idmap_get(shared_map, key(100000 + (uintptr_t)w->t * OWN + i), next, NULL, c);
+      if (mine[i] == prev[i]) w->errors++; /* removed last round: must be a new id */
+      prev[i] = mine[i];
+    }
     for (int i = 0; i < SHARED; i++)
-      if (etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL) != shared_ids[i]) w->errors++;
+      if (etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL, c) != shared_ids[i]) w->errors++;
     for (int i = 0; i < OWN; i++)
-      if (etr__idmap_get(shared_map, key(100000 + (uintptr_t)w->t * OWN + i), next, NULL) != mine[i]) w->errors++;
+      if (etr__idmap_get(shared_map, key(100000 + (uintptr_t)w->t * OWN + i), next, NULL, c) != mine[i]) w->errors++;
     for (int i = 0; i < OWN; i++)
       if (!etr__idmap_remove(shared_map, key(100000 + (uintptr_t)w->t * OWN + i))) w->errors++;
   }
@@ -75,12 +81,12 @@ static void *work(void *arg) {
 static void test_concurrent(void **state) {
   (void)state;
   shared_map = etr__idmap_new();
-  for (int i = 0; i < SHARED; i++) shared_ids[i] = etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL);
+  for (int i = 0; i < SHARED; i++) shared_ids[i] = etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL, NULL);
   pthread_t th[THREADS];
   worker w[THREADS];
   for (int t = 0; t < THREADS; t++) {
+    memset(&w[t], 0, sizeof w[t]);
     w[t].t = t;
-    w[t].errors = 0;
     assert_int_equal(pthread_create(&th[t], NULL, work, &w[t]), 0);
   }
   for (int t = 0; t < THREADS; t++) {
@@ -91,10 +97,34 @@ static void test_concurrent(void **state) {
   etr__idmap_free(shared_map);
 }
 
+/* A cached id is never returned after the object was removed, whichever thread removed it. */
+static void test_cache_invalidated_by_removal(void **state) {
+  (void)state;
+  etr__idmap *m = etr__idmap_new();
+  etr__idcache cache;
+  memset(&cache, 0, sizeof cache);
+  uint64_t a = etr__idmap_get(m, key(7), next, NULL, &cache);
+  assert_int_equal(etr__idmap_get(m, key(7), next, NULL, &cache), a); /* a hit */
+  assert_true(etr__idmap_remove(m, key(7)));
+  uint64_t b = etr__idmap_get(m, key(7), next, NULL, &cache);
+  assert_true(b != a);
+  assert_int_equal(etr__idmap_get(m, key(7), next, NULL, NULL), b);
+  /* Removing another key of the same shard also invalidates (conservatively): still right. */
+  for (uintptr_t i = 100; i < 400; i++) etr__idmap_get(m, key(i), next, NULL, &cache);
+  for (uintptr_t i = 100; i < 400; i += 3) assert_true(etr__idmap_remove(m, key(i)));
+  assert_int_equal(etr__idmap_get(m, key(7), next, NULL, &cache), b);
+  for (uintptr_t i = 101; i < 400; i += 3) {
+    uint64_t x = etr__idmap_get(m, key(i), next, NULL, &cache);
+    assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), x);
+  }
+  etr__idmap_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_insert_lookup_remove_many),
       cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_cache_invalidated_by_removal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
