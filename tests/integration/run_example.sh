@@ -4,6 +4,8 @@
 #   MODE: api      the example opens the trace itself (--out)
 #         env      the trace comes from ETR_TRACE alone (no code change)
 #         schema110 like api, with --schema 1.1.0
+#         forget   the build that never reports tensor deaths: its trace must FAIL the
+#                  checker (ids of reused addresses alias), which shows the checker can fail
 set -eu
 example=$1 checker=$2 out=$3 mode=$4
 threads=3
@@ -12,7 +14,20 @@ trace="$out/trace-$mode.json"
 rm -f "$trace"
 case "$mode" in
   api) "$example" --out "$trace" --threads $threads --iters 2 ;;
-  schema110) "$example" --out "$trace" --threads $threads --iters 2 --schema 1.1.0 ;;
+  schema110) "$example" --out "$trace" --threads $threads --iters 2 --schema 1.1.0
+    python3 "$checker" "$trace" --threads $threads --iters 2 --schema 1.1.0
+    exit $? ;;
+  forget)
+    # The program itself notices the aliasing too and exits 1; the trace is still written.
+    "$example" --out "$trace" --threads $threads --iters 2 || true
+    if python3 "$checker" "$trace" --threads $threads --iters 2 > "$out/forget-check.log" 2>&1; then
+      echo "the checker accepted a trace whose ids alias across reused addresses"
+      exit 1
+    fi
+    grep -q "given to two different tensor objects" "$out/forget-check.log" || {
+      echo "the checker failed, but not on aliased ids:"; cat "$out/forget-check.log"; exit 1; }
+    echo "the checker rejected the aliased ids, as it must"
+    exit 0 ;;
   env)
     rm -f "$out"/trace-env-*.json
     ETR_TRACE="$out/trace-env-%p.json" "$example" --threads $threads --iters 2
@@ -21,4 +36,4 @@ case "$mode" in
     trace=$1 ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
-python3 "$checker" "$trace" --threads $threads
+python3 "$checker" "$trace" --threads $threads --iters 2
