@@ -1500,6 +1500,10 @@ int main(int argc, char **argv) {
               out);
       return 1;
     }
+    if (rc == ETR_EOPEN) {
+      fprintf(stderr, PROG ": cannot create the trace file %s: %s\n", out, strerror(errno));
+      return 1;
+    }
     check_etr(rc, "etr_trace_open");
     check_etr(etr_trace_enable(trace), "etr_trace_enable");
   } else if (no_trace && etr_trace_current() != NULL) {

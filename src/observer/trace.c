@@ -569,12 +569,13 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   pthread_cond_init(&tr->done_cond, NULL);
   tr->tensors = etr__idmap_new();
   tr->storages = etr__idmap_new();
-  int rc = 0;
+  int rc = 0, open_errno = 0;
   tr->fd = -1;
   if (!tr->tensors || !tr->storages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0) rc = ETR_ENOMEM;
   if (rc == 0) {
     tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (tr->fd < 0) {
+      open_errno = errno;
       etr__log(ETR_LOG_ERROR, "cannot open trace file %s: %s", path, strerror(errno));
       rc = ETR_EOPEN;
     }
@@ -607,6 +608,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     }
     trace_free(tr, false);
     pthread_mutex_unlock(&g_lock);
+    if (open_errno) errno = open_errno; /* why the file could not be created */
     return rc;
   }
   __atomic_store_n(&g_trace, tr, __ATOMIC_RELEASE);

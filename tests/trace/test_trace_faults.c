@@ -33,7 +33,9 @@ static void test_open_unwritable(void **state) {
   assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
   assert_null(t);
   /* A directory. */
+  errno = 0;
   assert_int_equal(etr_trace_open(dir, NULL, &t), ETR_EOPEN);
+  assert_int_equal(errno, EISDIR); /* errno says why */
   assert_null(t);
   /* A path through a regular file. */
   snprintf(p, sizeof p, "%s/file", dir);
@@ -41,7 +43,9 @@ static void test_open_unwritable(void **state) {
   assert_non_null(f);
   fclose(f);
   snprintf(p, sizeof p, "%s/file/t.json", dir);
+  errno = 0;
   assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
+  assert_int_equal(errno, ENOTDIR);
   assert_null(t);
   /* Read-only directory (only meaningful when not root). */
   if (geteuid() != 0) {
