@@ -64,29 +64,22 @@ static inline void put_u8(enc *e, uint8_t v) { put(e, &v, 1); }
 static inline void put_u32(enc *e, uint32_t v) { put(e, &v, 4); }
 static inline void put_u64(enc *e, uint64_t v) { put(e, &v, 8); }
 
-static size_t str_len(const char *s, size_t len) {
-  if (!s) return 0;
-  return len ? len : strlen(s);
-}
-
-/* A string cut at max bytes without splitting a UTF-8 character; counted when cut. */
-static void put_str(enc *e, const char *s, size_t len, size_t max) {
-  size_t n = str_len(s, len);
+/* Length of s (NUL-terminated, or len bytes when len != 0) cut at max bytes without
+ * splitting a UTF-8 character; a cut is counted. */
+static size_t cut_len(etr__tstate *ts, const char *s, size_t len, size_t max) {
+  size_t n = !s ? 0 : len ? len : strlen(s);
   if (n > max) {
     n = etr__utf8_cut(s, n, max);
-    etr__bump(&e->ts->strings_cut, 1);
-  }
-  put_u32(e, (uint32_t)n);
-  if (n) put(e, s, n);
-}
-
-static void short_len(etr__tstate *ts, const char *s, size_t *out_n) {
-  size_t n = s ? strlen(s) : 0;
-  if (n > ETR__SHORT_MAX) {
-    n = etr__utf8_cut(s, n, ETR__SHORT_MAX);
     etr__bump(&ts->strings_cut, 1);
   }
-  *out_n = n;
+  return n;
+}
+
+/* A length-prefixed string. */
+static void put_str(enc *e, const char *s, size_t len, size_t max) {
+  size_t n = cut_len(e->ts, s, len, max);
+  put_u32(e, (uint32_t)n);
+  put(e, s, n);
 }
 
 static void put_tensor(enc *e, const etr_tensor *t) {
@@ -102,8 +95,8 @@ static void put_tensor(enc *e, const etr_tensor *t) {
   size_t dn = 0, vn = 0;
   const char *dev = defined && t->device ? t->device : "";
   if (defined) {
-    short_len(ts, t->dtype, &dn);
-    short_len(ts, dev, &vn);
+    dn = cut_len(ts, t->dtype, 0, ETR__SHORT_MAX);
+    vn = cut_len(ts, dev, 0, ETR__SHORT_MAX);
   }
   uint64_t f[5] = {0, 0, 0, 0, 0};
   if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
@@ -227,11 +220,7 @@ size_t etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, ui
 }
 
 size_t etr__encode_str(etr__tstate *ts, const char *s, size_t len, size_t max) {
-  size_t n = str_len(s, len);
-  if (n > max) {
-    n = etr__utf8_cut(s, n, max);
-    etr__bump(&ts->strings_cut, 1);
-  }
+  size_t n = cut_len(ts, s, len, max);
   if (n == 0 || !etr__arena_reserve(ts, n)) return 0;
   memcpy(ts->arena + ts->arena_len, s, n);
   ts->arena_len += n;

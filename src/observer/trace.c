@@ -59,6 +59,25 @@ static void enqueue_locked(etr_trace *tr, etr__chunk *c) {
   pthread_cond_signal(&tr->q_cond);
 }
 
+/* An empty or written chunk goes back to the pool, or is freed if it was made for one large
+ * event (q_mutex held). */
+static void recycle_locked(etr_trace *tr, etr__chunk *c) {
+  if (c->oversized) {
+    free(c);
+  } else {
+    c->next = tr->free_chunks;
+    tr->free_chunks = c;
+  }
+}
+
+/* A thread gives up its chunk: queued when it holds events, else recycled (q_mutex held). */
+static void give_up_locked(etr_trace *tr, etr__chunk *c) {
+  if (c->len)
+    enqueue_locked(tr, c);
+  else
+    recycle_locked(tr, c);
+}
+
 /* Hands the thread's chunk to the writer (if it holds anything) and gets a chunk with room
  * for need bytes. Waits while max_chunks are queued for the writer: the bound is on the
  * queue, not on chunks threads hold, because a thread that stops recording keeps its
@@ -66,18 +85,10 @@ static void enqueue_locked(etr_trace *tr, etr__chunk *c) {
  * so. NULL when memory is exhausted. */
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   etr_trace *tr = ts->trace;
-  etr__chunk *old = ts->chunk;
-  ts->chunk = NULL;
   bool oversized = need > tr->chunk_size; /* one large event: a chunk of its own */
   pthread_mutex_lock(&tr->q_mutex);
-  if (old) {
-    if (old->len) {
-      enqueue_locked(tr, old);
-    } else {
-      old->next = tr->free_chunks;
-      tr->free_chunks = old;
-    }
-  }
+  if (ts->chunk) give_up_locked(tr, ts->chunk);
+  ts->chunk = NULL;
   bool waited = false;
   while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop) {
     if (!waited) atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
@@ -97,45 +108,38 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   return c;
 }
 
-/* Room for n bytes (n a multiple of 8) in the thread's chunk; NULL when out of memory. */
-static uint8_t *chunk_room(etr__tstate *ts, size_t n) {
+/* Push the thread's partly filled chunk to the writer. */
+static void hand_over(etr__tstate *ts) {
+  if (!ts->chunk) return;
+  etr_trace *tr = ts->trace;
+  pthread_mutex_lock(&tr->q_mutex);
+  give_up_locked(tr, ts->chunk);
+  pthread_mutex_unlock(&tr->q_mutex);
+  ts->chunk = NULL;
+}
+
+/* Room for an event of size bytes (a multiple of 8) in the thread's chunk; NULL, counted as
+ * a dropped node, after a write error or when memory is exhausted. */
+static uint8_t *event_room(etr__tstate *ts, size_t size) {
   etr__chunk *c = ts->chunk;
-  if (!c || c->len + n > c->cap) {
-    c = next_chunk(ts, n);
-    ts->chunk = c;
-    if (!c) return NULL;
+  if (atomic_load_explicit(&ts->trace->failed, memory_order_relaxed)) {
+    c = NULL;
+  } else if (!c || c->len + size > c->cap) {
+    c = ts->chunk = next_chunk(ts, size);
+  }
+  if (!c) {
+    etr__bump(&ts->nodes_dropped, 1);
+    return NULL;
   }
   return c->data + c->len;
 }
 
-static void chunk_commit(etr__tstate *ts, size_t n) {
-  ts->chunk->len += (uint32_t)n;
+/* The event written at event_room's pointer is complete. A chunk made for one large event
+ * is shipped at once. */
+static void event_commit(etr__tstate *ts, size_t size) {
+  ts->chunk->len += (uint32_t)size;
   ts->chunk->nodes++;
-  if (ts->chunk->oversized) { /* ship it at once */
-    etr_trace *tr = ts->trace;
-    pthread_mutex_lock(&tr->q_mutex);
-    enqueue_locked(tr, ts->chunk);
-    pthread_mutex_unlock(&tr->q_mutex);
-    ts->chunk = NULL;
-  }
-}
-
-/* Push the thread's partly filled chunk to the writer. */
-static void hand_over(etr__tstate *ts) {
-  etr_trace *tr = ts->trace;
-  etr__chunk *c = ts->chunk;
-  if (!c) return;
-  ts->chunk = NULL;
-  pthread_mutex_lock(&tr->q_mutex);
-  if (c->len) {
-    enqueue_locked(tr, c);
-  } else if (c->oversized) {
-    free(c);
-  } else {
-    c->next = tr->free_chunks;
-    tr->free_chunks = c;
-  }
-  pthread_mutex_unlock(&tr->q_mutex);
+  if (ts->chunk->oversized) hand_over(ts);
 }
 
 /* ---- per-thread state ---- */
@@ -181,7 +185,6 @@ static inline etr__tstate *tstate_of(etr_trace *tr, etr__thread *thr) {
 /* Writes frame `idx` as a node, ended at end_ns, and removes it from the stack. */
 static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const etr_record *rec,
                          bool incomplete) {
-  etr_trace *tr = ts->trace;
   etr__frame *f = &ts->frames[idx];
   int64_t incl = end_ns - f->start_ns;
   if (incl < 0) incl = 0;
@@ -203,19 +206,13 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   size_t size = round8(total);
   ev->size = (uint32_t)size;
 
-  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
-    etr__bump(&ts->nodes_dropped, 1);
-  } else {
-    uint8_t *dst = chunk_room(ts, size);
-    if (dst) {
-      memcpy(dst, ts->arena + f->off, f->payload);
-      memcpy(dst + f->payload, ts->arena + out_off, out_len);
-      memset(dst + total, 0, size - total);
-      chunk_commit(ts, size);
-      etr__bump(&ts->ops_recorded, 1);
-    } else {
-      etr__bump(&ts->nodes_dropped, 1);
-    }
+  uint8_t *dst = event_room(ts, size);
+  if (dst) {
+    memcpy(dst, ts->arena + f->off, f->payload);
+    memcpy(dst + f->payload, ts->arena + out_off, out_len);
+    memset(dst + total, 0, size - total);
+    event_commit(ts, size);
+    etr__bump(&ts->ops_recorded, 1);
   }
 
   /* Drop the frame's region (and the outputs) from the arena. */
@@ -338,16 +335,10 @@ static void finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter) {
   ev.id = ts->thread_node_id;
   ev.parent = 1;
   ev.tid = ts->tid;
-  if (!atomic_load_explicit(&ts->trace->failed, memory_order_relaxed)) {
-    uint8_t *dst = chunk_room(ts, ev.size);
-    if (dst) {
-      memcpy(dst, &ev, sizeof ev);
-      chunk_commit(ts, ev.size);
-    } else {
-      etr__bump(&ts->nodes_dropped, 1);
-    }
-  } else {
-    etr__bump(&ts->nodes_dropped, 1);
+  uint8_t *dst = event_room(ts, ev.size);
+  if (dst) {
+    memcpy(dst, &ev, sizeof ev);
+    event_commit(ts, ev.size);
   }
   hand_over(ts);
   free(ts->arena);
@@ -447,19 +438,14 @@ static void *writer_main(void *arg) {
         list = c->next;
         process_chunk(tr, c, &buffered);
         n++;
-        if (c->oversized) {
-          free(c);
-        } else {
-          c->next = done;
-          done = c;
-        }
+        c->next = done;
+        done = c;
       }
       pthread_mutex_lock(&tr->q_mutex);
       while (done) {
         etr__chunk *c = done;
         done = c->next;
-        c->next = tr->free_chunks;
-        tr->free_chunks = c;
+        recycle_locked(tr, c);
       }
       tr->q_done += n;
       pthread_cond_broadcast(&tr->space_cond);
