@@ -46,7 +46,9 @@ extern "C" {
   X(EOPEN, -7, "cannot open the trace file")                                     \
   X(ESTATE, -8, "call not valid in the current state")                           \
   X(ETHREAD, -9, "cannot start the writer thread")                               \
-  X(EFORKED, -10, "the trace belongs to the parent process")
+  X(EFORKED, -10, "the trace belongs to the parent process")                     \
+  X(EFORMAT, -11, "malformed trace input")                                       \
+  X(ENOTSUP, -12, "not supported on this platform or build")
 
 typedef enum etr_error {
 #define ETR__ERR_ENUM(name, value, msg) ETR_##name = (value),

@@ -20,5 +20,6 @@
 #include "etr/record.h"
 #include "etr/observer.h"
 #include "etr/trace.h"
+#include "etr/traceback.h"
 
 #endif /* ETR_ETR_H */

@@ -1,0 +1,142 @@
+/* Streaming reader of execution traces (DESIGN 6), for the etr command, tests and fuzzers.
+ *
+ * The reader walks one trace file front to back and hands over one node at a time; memory
+ * stays bounded by the largest single node, however large the file. Gzip input (by magic
+ * bytes, whatever the file name) is decompressed on the fly; the path "-" reads stdin.
+ * It accepts our traces and real PyTorch ones (schemas 1.0.2, 1.0.3, 1.1.0, 1.1.1 with or
+ * without the "-chakra.0.0.4" suffix). Deviations that do not stop reading (a strides array
+ * shorter than values, an unknown top-level key, a missing attr) are reported as warnings
+ * through the warning callback; only malformed JSON or a wrong top-level shape is an error.
+ *
+ * Not part of libetr's public API: built into the internal static library etr_reader.
+ * One reader is used by one thread at a time.
+ */
+#ifndef ETR_JSON_READER_H
+#define ETR_JSON_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- generic JSON values (an arena-backed tree for one node or one table) ---- */
+
+typedef enum etr_jkind {
+  ETR_J_NULL = 0,
+  ETR_J_BOOL = 1,
+  ETR_J_INT = 2,     /* integer that fits int64 */
+  ETR_J_UINT = 3,    /* integer above INT64_MAX that fits uint64 */
+  ETR_J_DOUBLE = 4,  /* any other number */
+  ETR_J_STRING = 5,
+  ETR_J_ARRAY = 6,
+  ETR_J_OBJECT = 7
+} etr_jkind;
+
+typedef struct etr_jval etr_jval;
+typedef struct etr_jmember etr_jmember;
+
+struct etr_jval {
+  etr_jkind kind;
+  union {
+    bool b;
+    int64_t i;
+    uint64_t u;
+    double d;
+    struct { const char *s; size_t len; } str;     /* unescaped UTF-8, NUL-terminated */
+    struct { etr_jval *items; size_t n; } arr;
+    struct { etr_jmember *items; size_t n; } obj;  /* in file order */
+  } v;
+};
+
+struct etr_jmember {
+  const char *key;
+  size_t key_len;
+  etr_jval val;
+};
+
+/* Member of an object by key, or NULL. */
+const etr_jval *etr_jobj_get(const etr_jval *obj, const char *key);
+
+/* ---- one node, with the parts every tool needs already pulled out ---- */
+
+typedef struct etr_rattr {
+  const char *name;
+  const char *type;   /* "uint64", "int64", "string", ... as written */
+  etr_jval value;
+} etr_rattr;
+
+typedef struct etr_rnode {
+  uint64_t offset;          /* byte offset of the node's '{' in the (decompressed) input */
+  int64_t id;
+  const char *name;         /* unescaped, NUL-terminated */
+  size_t name_len;
+  int64_t ctrl_deps;        /* parent id; -1 when the key is missing */
+  const etr_jval *inputs;   /* the "inputs" object ({values, shapes, types[, strides]}) or NULL */
+  const etr_jval *outputs;  /* the "outputs" object or NULL */
+  bool has_timing;          /* ts, inclusive_dur, exclusive_dur present */
+  int64_t ts, inclusive_dur, exclusive_dur;
+  /* The base attrs (zero / NULL when absent; `missing_attrs` has a bit per absent one, in
+   * the DESIGN 6.2 order rf_id=bit 0 .. kernel_file=bit 8). */
+  uint64_t rf_id, fw_parent, scope, tid, fw_tid;
+  int64_t seq_id;
+  const char *op_schema, *kernel_backend, *kernel_file;
+  uint32_t missing_attrs;
+  bool has_traceback;
+  uint64_t traceback;       /* the "traceback" attr when has_traceback */
+  const etr_rattr *attrs;   /* every attr in file order, base ones included */
+  size_t n_attrs;
+  const etr_jval *raw;      /* the whole node object, keys in file order */
+} etr_rnode;
+
+/* ---- the file ---- */
+
+typedef struct etr_rheader {
+  const char *schema;       /* as written, e.g. "1.1.1-chakra.0.0.4" */
+  int schema_major, schema_minor, schema_patch;
+  int64_t pid;              /* -1 when absent */
+  const char *time;         /* NULL when absent */
+  int64_t start_ts;         /* -1 when absent */
+} etr_rheader;
+
+typedef struct etr_reader etr_reader;
+
+/* Called for each warning; `offset` is a byte offset in the (decompressed) input. */
+typedef void (*etr_reader_warn_fn)(uint64_t offset, int64_t node_id, const char *msg,
+                                   void *user);
+
+typedef struct etr_reader_options {
+  size_t struct_size;
+  etr_reader_warn_fn warn;  /* NULL: warnings are counted only */
+  void *user;
+  size_t max_node_bytes;    /* a node larger than this is an error; 0 = 256 MiB */
+} etr_reader_options;
+#define ETR_READER_OPTIONS_INIT {sizeof(etr_reader_options), NULL, NULL, 0}
+
+/* Open path ("-" = stdin) and read up to the start of "nodes". 0, or a negative ETR_E*
+ * code with the message in etr_reader_error (of the reader returned in *out, which must
+ * still be closed; *out is NULL only when memory ran out). */
+int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader **out);
+
+const etr_rheader *etr_reader_header(const etr_reader *r);
+
+/* The next node: 1 and *node (valid until the next call), 0 at the end of "nodes", or a
+ * negative ETR_E* code (ETR_EFORMAT for bad input) with the message in etr_reader_error. */
+int etr_reader_next(etr_reader *r, const etr_rnode **node);
+
+/* After etr_reader_next returned 0: read the rest of the file (finish_ts and the keys after
+ * it). 0 or a negative code. Then the accessors below are valid. */
+int etr_reader_finish(etr_reader *r);
+int64_t etr_reader_finish_ts(const etr_reader *r);          /* -1 when absent */
+/* A top-level key after "nodes" ("frames", "tracebacks", "etr", ...) or NULL; valid until
+ * close. Each is held in memory (they are tables, not per-node data). */
+const etr_jval *etr_reader_trailer(const etr_reader *r, const char *key);
+
+/* "FILE: byte N: reason" for the last error, or "" if none. */
+const char *etr_reader_error(const etr_reader *r);
+uint64_t etr_reader_warnings(const etr_reader *r);
+uint64_t etr_reader_offset(const etr_reader *r);             /* bytes consumed so far */
+uint64_t etr_reader_input_size(const etr_reader *r);        /* file size (compressed); 0 if unknown */
+uint64_t etr_reader_input_consumed(const etr_reader *r);    /* file bytes consumed (compressed) */
+
+void etr_reader_close(etr_reader *r);                        /* NULL is a no-op */
+
+#endif /* ETR_JSON_READER_H */

@@ -1,0 +1,94 @@
+/* Internal interfaces of src/unwind/: native capture, the module map, symbolization and
+ * script frames. The trace observer (src/observer/) is the only user inside libetr; tests
+ * and benchmarks reach these through the static library.
+ *
+ * Ownership: capture.c + modules.c (native capture, unwind-rule cache, module map),
+ * symbolize.c (+ symtab.c) (addresses to function/file/line), script.c (script unwinder).
+ */
+#ifndef ETR_UNWIND_H
+#define ETR_UNWIND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "etr/traceback.h"
+
+/* ---- native capture (capture.c) ---- */
+
+/* Store the calling thread's return addresses, innermost first, skipping the `skip`
+ * innermost frames (etr's own, beyond the caller of this function), at most max. Returns the
+ * count. *modgen receives the module-map generation the addresses belong to (pass it to
+ * etr__modules_find). Any thread; no allocation after the thread's first call; never
+ * crashes on a corrupt stack (the walk stops early and capture_failures is counted). */
+size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip, uint64_t *modgen);
+
+/* Add this module's counters into *out (the unwind_* and frame_* fields, captures...). */
+void etr__unwind_stats_add(etr_traceback_stats *out);
+
+/* ---- module map (modules.c) ---- */
+
+typedef struct etr__module {
+  uintptr_t lo, hi;          /* address range of the module's loaded segments */
+  uintptr_t bias;            /* load bias: ELF virtual address = address - bias */
+  const char *path;          /* absolute path as loaded ("" or the exe path for the main program) */
+  uint8_t build_id[64];
+  uint8_t build_id_len;      /* 0 when the module has no build-id note */
+} etr__module;
+
+/* The module containing ip in the map of generation gen (maps of earlier generations are
+ * kept until etr__modules_release, so addresses of a library unloaded since capture still
+ * resolve). NULL when no module contains it. Any thread; takes a lock only when the
+ * generation is not the current one. */
+const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip);
+
+/* The current generation (bumped when libraries are loaded or unloaded). */
+uint64_t etr__modules_generation(void);
+
+/* ---- symbolization (symbolize.c) ---- */
+
+typedef struct etr__symbol {
+  const char *name;          /* demangled function name, "" when unknown */
+  const char *filename;      /* source file, or the module path when no line info */
+  int64_t line;              /* 0 when unknown */
+} etr__symbol;
+
+typedef struct etr__symbolizer etr__symbolizer;
+
+/* One symbolizer per user thread (the trace writer, the etr command); not thread safe.
+ * NULL when memory runs out. */
+etr__symbolizer *etr__symbolizer_new(void);
+void etr__symbolizer_free(etr__symbolizer *s);
+
+/* Resolve the ELF virtual address vaddr of the module file at path (its build-id, when
+ * given, must match, else the lookup fails). Falls back to dladdr for live addresses
+ * (live_ip != 0) and then to name "module+0xoffset". Strings stay valid until the
+ * symbolizer is freed. Each (module, vaddr) is resolved once (symbol cache). Returns 0 when
+ * a name was found, 1 for a fallback, negative ETR_E* on error. */
+int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                   size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out);
+
+void etr__symbolize_stats_add(etr_traceback_stats *out);
+
+/* ---- script frames (script.c) ---- */
+
+/* Script frames are tagged in a frame word so native and script frames share one array. */
+#define ETR__SCRIPT_TAG ((uint64_t)1 << 63)
+
+/* On the recording thread, after a native capture: gather the script frames (if an
+ * unwinder is registered), map them to script-frame ids (symbolizing new ones), and write
+ * the interleaved sequence to out (native ips as they are, script frames as
+ * ETR__SCRIPT_TAG | id), innermost first. Returns the count (<= max). Without an unwinder it
+ * copies ips. May run deferred releases when the unwinder allows release in records. */
+size_t etr__script_interleave(const uintptr_t *ips, size_t n_ips, uint64_t *out, size_t max);
+
+/* The description of a script frame id (strings owned by etr until process exit). Any
+ * thread. 0 or ETR_ENOENT. */
+int etr__script_frame_get(uint64_t id, etr_script_frame *out);
+
+/* True when a script unwinder is registered (cheap). */
+bool etr__script_active(void);
+
+void etr__script_stats_add(etr_traceback_stats *out);
+
+#endif /* ETR_UNWIND_H */
