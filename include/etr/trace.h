@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "etr/common.h"
+#include "etr/traceback.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,8 +40,10 @@ typedef struct etr_trace_options {
   uint32_t max_buffers;        /* chunks queued for the writer before recorders wait; 0 = 64 */
   double sample_probability;   /* record this fraction of ops; 0 = all */
   uint32_t scopes;             /* bit (1u << scope) per recorded scope; 0 = all */
+  etr_traceback_options traceback; /* tracebacks on recorded ops (etr/traceback.h); off */
 } etr_trace_options;
-#define ETR_TRACE_OPTIONS_INIT {sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0}
+#define ETR_TRACE_OPTIONS_INIT \
+  {sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, ETR_TRACEBACK_OPTIONS_INIT}
 
 typedef struct etr_trace etr_trace;
 
@@ -55,6 +58,11 @@ ETR_API int etr_trace_open(const char *path, const etr_trace_options *opt, etr_t
 ETR_API int etr_trace_enable(etr_trace *trace);
 ETR_API int etr_trace_disable(etr_trace *trace);
 ETR_API bool etr_trace_is_enabled(const etr_trace *trace);
+
+/* Change which ops get a traceback (opt->enabled false stops capturing). Takes effect for
+ * ops that begin afterwards; the symbolize mode is fixed at open and ignored here.
+ * ETR_EINVAL for bad options. Any thread; allocates (a copy of the pattern). */
+ETR_API int etr_trace_set_traceback(etr_trace *trace, const etr_traceback_options *opt);
 
 /* Hand the calling thread's buffered nodes to the writer and wait until everything queued
  * so far is written to the file. Other threads' partly filled buffers are written when they
@@ -91,6 +99,9 @@ typedef struct etr_trace_stats {
   uint64_t nodes_dropped;        /* nodes lost (only after a write error) */
   uint64_t buffer_waits;         /* times a recorder waited for the writer */
   int write_error;               /* errno of the first write error, 0 if none */
+  uint64_t tracebacks;           /* ops that carry a traceback */
+  uint64_t tracebacks_unique;    /* entries of the "tracebacks" table */
+  uint64_t frames_unique;        /* entries of the "frames" table (known at flush/close) */
 } etr_trace_stats;
 
 /* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without stopping

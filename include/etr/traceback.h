@@ -33,6 +33,20 @@ typedef enum etr_symbolize_mode {
                              * with `etr symbolize` on a machine that has the binaries */
 } etr_symbolize_mode;
 
+/* Which ops get a traceback, and how frames are written. Part of etr_trace_options, and
+ * changeable on an open trace with etr_trace_set_traceback. */
+typedef struct etr_traceback_options {
+  size_t struct_size;          /* sizeof(etr_traceback_options) */
+  bool enabled;                /* capture tracebacks (default off) */
+  const char *pattern;         /* only ops whose name matches this fnmatch(3) pattern (copied);
+                                * NULL or "" = every op */
+  uint32_t every;              /* then 1 in N of those ops, per thread; 0 or 1 = each one */
+  uint32_t max_depth;          /* frames kept per traceback, native and script; 0 = 64; <= 256 */
+  etr_symbolize_mode symbolize;
+} etr_traceback_options;
+#define ETR_TRACEBACK_OPTIONS_INIT \
+  {sizeof(etr_traceback_options), false, NULL, 0, 0, ETR_SYMBOLIZE_FULL}
+
 /* ---- script frames (an interpreter's own stack) ---- */
 
 /* Set on a gathered script frame that is the outermost one run by one activation of the

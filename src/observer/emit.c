@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "etr/version.h"
+#include "observer/tbtable.h"
 #include "observer/trace_internal.h"
 
 #define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
@@ -324,6 +325,19 @@ static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t s
   etr__jw_end(w, o);
 }
 
+/* The "traceback" attr: the index of the op's frame sequence in the tracebacks table. */
+static void traceback_attr(etr_trace *tr, const etr__ev *ev, const uint8_t *p) {
+  if (!tr->tbtab && !(tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize))) return;
+  uint64_t words[ETR__TB_DEPTH_MAX];
+  uint32_t n = ev->tb_n < ETR__TB_DEPTH_MAX ? ev->tb_n : ETR__TB_DEPTH_MAX;
+  memcpy(words, p, (size_t)n * 8);
+  uint64_t idx = etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, n);
+  if (idx == UINT64_MAX) return;
+  atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
+  etr__jw_char(&tr->jw, ',');
+  attr_u64(&tr->jw, "traceback", idx);
+}
+
 static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name_n,
                        uint64_t parent) {
   etr__jw *w = &tr->jw;
@@ -370,7 +384,8 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
   const char *kback = schema + ev->schema_len;
   const char *kfile = kback + ev->kback_len;
   const uint8_t *coll = (const uint8_t *)kfile + ev->kfile_len;
-  const uint8_t *in = coll + ev->coll_len;
+  const uint8_t *tb = coll + ev->coll_len;
+  const uint8_t *in = tb + (size_t)ev->tb_n * 8;
   const uint8_t *out = in + ev->in_len;
 
   node_start(tr, ev->id, name, ev->name_len, ev->parent);
@@ -409,6 +424,7 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
       attr_u64(w, "kernel_stream", (uint64_t)ev->kstream);
     }
   }
+  if (ev->flags & ETR__EVF_TRACEBACK) traceback_attr(tr, ev, tb);
   if (ev->flags & ETR__EVF_INCOMPLETE) {
     etr__jw_char(w, ',');
     attr_u64(w, "etr_incomplete", 1);
@@ -449,7 +465,15 @@ void etr__emit_footer(etr_trace *tr) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ETR__JW_LIT(w, "\n  ],\n  \"finish_ts\": ");
   etr__jw_i64(w, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-  ETR__JW_LIT(w, ",\n  \"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"stats\": {");
+  ETR__JW_LIT(w, ",\n  ");
+  if (tr->tbtab || atomic_load(&tr->tb_ever)) {
+    if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
+    if (tr->tbtab) {
+      etr__tbtab_emit(tr->tbtab, w);
+      atomic_store(&tr->tb_frames, etr__tbtab_frames(tr->tbtab));
+    }
+  }
+  ETR__JW_LIT(w, "\"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"stats\": {");
   etr_trace_stats s;
   etr__trace_collect_stats(tr, &s);
   s.nodes_written++; /* the process node above */
@@ -469,5 +493,10 @@ void etr__emit_footer(etr_trace *tr) {
   stat(w, "ops_open_at_close", s.ops_open_at_close, false);
   stat(w, "nodes_dropped", s.nodes_dropped, false);
   stat(w, "buffer_waits", s.buffer_waits, false);
+  if (tr->tbtab) {
+    stat(w, "tracebacks", s.tracebacks, false);
+    stat(w, "tracebacks_unique", s.tracebacks_unique, false);
+    stat(w, "frames_unique", s.frames_unique, false);
+  }
   ETR__JW_LIT(w, "}}\n}\n");
 }

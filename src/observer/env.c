@@ -5,6 +5,11 @@
  *   ETR_TRACE_TIMING=0      omit ts / inclusive_dur / exclusive_dur
  *   ETR_TRACE_SAMPLE=p      record this fraction of ops (0 < p <= 1)
  *   ETR_TRACE_BUFFER_KB=n   per-thread buffer chunk size
+ *   ETR_TRACE_TRACEBACK=all  a traceback on every op ("1", "on" too); any other value but
+ *                           "0"/"off" is an fnmatch(3) pattern of op names ("aten::mm*")
+ *   ETR_TRACE_TRACEBACK_EVERY=n   then 1 op in n per thread
+ *   ETR_TRACE_TRACEBACK_DEPTH=n   frames kept (default 64, at most 256)
+ *   ETR_TRACE_SYMBOLIZE=module    write module+build-id+offset (resolve with etr symbolize)
  * Problems are reported through the log hook (ETR_LOG=1 shows them) and never stop the
  * process. At exit (or library unload) any trace still open is finalized.
  */
@@ -45,6 +50,39 @@ static bool env_flag_off(const char *v) {
   return v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no"));
 }
 
+static bool env_flag_on(const char *v) {
+  return v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "yes") ||
+               !strcmp(v, "all"));
+}
+
+/* A positive integer no larger than max from the environment variable name, else 0. */
+static uint32_t env_count(const char *name, unsigned long max) {
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  char *end;
+  unsigned long n = strtoul(v, &end, 10);
+  if (*end || n == 0 || n > max) {
+    etr__log(ETR_LOG_WARN, "%s=%s ignored (1..%lu)", name, v, max);
+    return 0;
+  }
+  return (uint32_t)n;
+}
+
+static void env_traceback(etr_traceback_options *tb) {
+  const char *v = getenv("ETR_TRACE_TRACEBACK");
+  if (!v || !*v || env_flag_off(v)) return;
+  tb->enabled = true;
+  if (!env_flag_on(v)) tb->pattern = v; /* copied by etr_trace_open */
+  tb->every = env_count("ETR_TRACE_TRACEBACK_EVERY", 1000000000ul);
+  tb->max_depth = env_count("ETR_TRACE_TRACEBACK_DEPTH", 256);
+  v = getenv("ETR_TRACE_SYMBOLIZE");
+  if (v && !strcmp(v, "module"))
+    tb->symbolize = ETR_SYMBOLIZE_MODULE;
+  else if (v && *v && strcmp(v, "full"))
+    etr__log(ETR_LOG_WARN, "ETR_TRACE_SYMBOLIZE=%s unknown (full or module); using full", v);
+}
+
+
 __attribute__((constructor)) static void etr_env_start(void) {
   const char *path = getenv("ETR_TRACE");
   if (!path || !*path) return;
@@ -81,6 +119,7 @@ __attribute__((constructor)) static void etr_env_start(void) {
     else
       opt.buffer_kb = (uint32_t)kb;
   }
+  env_traceback(&opt.traceback);
   etr_trace *tr;
   int rc = etr_trace_open(full, &opt, &tr);
   if (rc != 0) {

@@ -427,6 +427,7 @@ void etr__record_begin(etr_record *rec) {
     return;
   }
   rec->_state = 2;
+  t->begin_ra = (uintptr_t)__builtin_return_address(0);
   run_callbacks(t, rec, true);
 }
 

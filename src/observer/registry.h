@@ -25,6 +25,9 @@ struct etr__thread {
   /* The trace observer's state for this thread, valid while trace_serial matches. */
   void *trace_state;
   uint64_t trace_serial;
+  /* Return address of the runtime's call to etr__record_begin: tracebacks captured in an
+   * enter callback start at this frame (etr's own frames above it are dropped). */
+  uintptr_t begin_ra;
   etr__thread *prev, *next;
 };
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,9 @@
 
 #include "observer/internal.h"
 #include "observer/registry.h"
+#include "observer/tbtable.h"
 #include "observer/trace_internal.h"
+#include "unwind/unwind.h"
 
 ETR_API uint32_t etr__tracking_ids;
 
@@ -231,6 +234,83 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   atomic_store_explicit(&ts->depth_pub, ts->depth, memory_order_relaxed);
 }
 
+/* ---- tracebacks (recording side) ---- */
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+/* Whether this op gets a traceback under cfg: the name pattern (results cached per thread
+ * by name pointer and hash, as runtimes pass the same few name strings again and again),
+ * then 1 in N. */
+static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *name) {
+  if (cfg->pattern) {
+    if (ts->tb_cfg_version != cfg->version) {
+      memset(ts->tb_names, 0, sizeof ts->tb_names);
+      ts->tb_cfg_version = cfg->version;
+    }
+    const char *n = name ? name : "";
+    uint64_t h = name_hash(n);
+    size_t i = (size_t)((h ^ ((uintptr_t)n >> 4)) & 15);
+    bool match;
+    if (ts->tb_names[i].name == n && ts->tb_names[i].hash == h) {
+      match = ts->tb_names[i].match;
+    } else {
+      match = fnmatch(cfg->pattern, n, 0) == 0;
+      ts->tb_names[i].name = n;
+      ts->tb_names[i].hash = h;
+      ts->tb_names[i].match = match;
+    }
+    if (!match) return false;
+  }
+  if (cfg->every > 1) {
+    if (ts->tb_countdown > 1) {
+      ts->tb_countdown--;
+      return false;
+    }
+    ts->tb_countdown = cfg->every;
+  }
+  return true;
+}
+
+/* Capture the calling op's traceback into the arena (after the event's other strings);
+ * returns the frame words written. The walk starts inside etr; the frames above the
+ * runtime's call to etr__record_begin (whose return address the registry saved) are etr's
+ * own and dropped. */
+static uint32_t capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintptr_t begin_ra,
+                                  uint64_t *gen) {
+  if (!ts->tb_ips) {
+    ts->tb_ips = malloc((ETR__TB_DEPTH_MAX + ETR__TB_OWN_FRAMES) * sizeof *ts->tb_ips);
+    ts->tb_words = malloc(ETR__TB_DEPTH_MAX * sizeof *ts->tb_words);
+    if (!ts->tb_ips || !ts->tb_words) {
+      free(ts->tb_ips);
+      free(ts->tb_words);
+      ts->tb_ips = NULL;
+      ts->tb_words = NULL;
+      return 0;
+    }
+  }
+  size_t n = etr__unwind_capture(ts->tb_ips, cfg->depth + ETR__TB_OWN_FRAMES, 0, gen);
+  size_t first = 0;
+  for (size_t i = 0; i < n && i < ETR__TB_OWN_FRAMES; i++) {
+    if (ts->tb_ips[i] == begin_ra) {
+      first = i;
+      break;
+    }
+  }
+  size_t keep = n - first;
+  if (keep > cfg->depth) keep = cfg->depth;
+  size_t words = etr__script_interleave(ts->tb_ips + first, keep, ts->tb_words, cfg->depth);
+  size_t bytes = words * sizeof *ts->tb_words;
+  if (!words || !etr__arena_reserve(ts, bytes)) return 0;
+  memcpy(ts->arena + ts->arena_len, ts->tb_words, bytes);
+  ts->arena_len += bytes;
+  etr__bump(&ts->tracebacks, 1);
+  return (uint32_t)words;
+}
+
 static void trace_enter(const etr_record *rec, void *user) {
   etr_trace *tr = user;
   etr__thread *thr = etr__thread_self();
@@ -283,6 +363,11 @@ static void trace_enter(const etr_record *rec, void *user) {
   if (rec->collective) {
     hdr.coll_len = (uint32_t)etr__encode_collective(ts, rec->collective);
     if (hdr.coll_len) hdr.flags |= ETR__EVF_COLLECTIVE;
+  }
+  const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);
+  if (cfg && cfg->enabled && wants_traceback(ts, cfg, rec->name)) {
+    hdr.tb_n = capture_traceback(ts, cfg, thr->begin_ra, &hdr.tb_gen);
+    if (hdr.tb_n) hdr.flags |= ETR__EVF_TRACEBACK;
   }
   if (rec->inputs && rec->n_inputs)
     hdr.in_len = (uint32_t)etr__encode_values(ts, rec->inputs, rec->n_inputs, &hdr.n_in);
@@ -347,6 +432,10 @@ static void finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter) {
   free(ts->frames);
   ts->frames = NULL;
   ts->frames_cap = 0;
+  free(ts->tb_ips);
+  free(ts->tb_words);
+  ts->tb_ips = NULL;
+  ts->tb_words = NULL;
   ts->finished = true;
 }
 
@@ -456,8 +545,14 @@ static void *writer_main(void *arg) {
     /* Queue empty (or a flusher waiting): put what we have on disk, then tell flushers. */
     if (tr->jw.len || tr->q_synced != tr->q_done) {
       uint64_t done = tr->q_done;
+      bool flushing = tr->flush_waiters != 0;
       pthread_mutex_unlock(&tr->q_mutex);
       writer_flush(tr, &buffered);
+      /* An explicit flush is where deferred symbolization happens (besides close). */
+      if (flushing && tr->tbtab) {
+        etr__tbtab_symbolize(tr->tbtab);
+        atomic_store_explicit(&tr->tb_frames, etr__tbtab_frames(tr->tbtab), memory_order_relaxed);
+      }
       pthread_mutex_lock(&tr->q_mutex);
       tr->q_synced = done;
       pthread_cond_broadcast(&tr->done_cond);
@@ -486,6 +581,38 @@ static void default_options(etr_trace_options *o, const etr_trace_options *in) {
   }
 }
 
+/* Publish a new traceback configuration (replacing, not freeing, the current one). */
+static int tb_configure(etr_trace *tr, const etr_traceback_options *in) {
+  etr_traceback_options o = ETR_TRACEBACK_OPTIONS_INIT;
+  size_t n = in->struct_size && in->struct_size < sizeof o ? in->struct_size : sizeof o;
+  memcpy(&o, in, n);
+  if (o.max_depth > ETR__TB_DEPTH_MAX || (unsigned)o.symbolize > ETR_SYMBOLIZE_MODULE)
+    return ETR_EINVAL;
+  etr__tbcfg *c = calloc(1, sizeof *c);
+  if (!c) return ETR_ENOMEM;
+  c->enabled = o.enabled;
+  if (o.pattern && *o.pattern && !(c->pattern = strdup(o.pattern))) {
+    free(c);
+    return ETR_ENOMEM;
+  }
+  c->every = o.every ? o.every : 1;
+  c->depth = o.max_depth ? o.max_depth : ETR__TB_DEPTH_DEFAULT;
+  pthread_mutex_lock(&tr->tb_mutex);
+  etr__tbcfg *old = atomic_load(&tr->tb_cfg);
+  c->older = old;
+  c->version = old ? old->version + 1 : 1;
+  atomic_store_explicit(&tr->tb_cfg, c, memory_order_release);
+  if (c->enabled) atomic_store(&tr->tb_ever, true);
+  pthread_mutex_unlock(&tr->tb_mutex);
+  return 0;
+}
+
+int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
+  if (!tr || !opt) return ETR_EINVAL;
+  if (tr->pid != getpid()) return ETR_EFORKED;
+  return tb_configure(tr, opt);
+}
+
 /* in_child: a forked child's copy, whose mutexes and condition variables may show waiters
  * that do not exist here (destroying them would block): leave them. */
 static void trace_free(etr_trace *tr, bool in_child) {
@@ -505,6 +632,13 @@ static void trace_free(etr_trace *tr, bool in_child) {
     ts = n;
   }
   for (size_t i = 0; i < ETR__TID_PAGES; i++) free(tr->tid_pages[i]);
+  for (etr__tbcfg *c = atomic_load(&tr->tb_cfg); c;) {
+    etr__tbcfg *o = c->older;
+    free(c->pattern);
+    free(c);
+    c = o;
+  }
+  etr__tbtab_free(tr->tbtab);
   etr__idmap_free(tr->tensors);
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
@@ -513,6 +647,7 @@ static void trace_free(etr_trace *tr, bool in_child) {
     return;
   }
   pthread_mutex_destroy(&tr->threads_mutex);
+  pthread_mutex_destroy(&tr->tb_mutex);
   pthread_mutex_destroy(&tr->q_mutex);
   pthread_cond_destroy(&tr->q_cond);
   pthread_cond_destroy(&tr->space_cond);
@@ -549,6 +684,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   if (tr->max_chunks < 2) tr->max_chunks = 2;
   atomic_init(&tr->next_id, 2); /* 1 is the process node */
   pthread_mutex_init(&tr->threads_mutex, NULL);
+  pthread_mutex_init(&tr->tb_mutex, NULL);
   pthread_mutex_init(&tr->q_mutex, NULL);
   pthread_cond_init(&tr->q_cond, NULL);
   pthread_cond_init(&tr->space_cond, NULL);
@@ -558,6 +694,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   int rc = 0, open_errno = 0;
   tr->fd = -1;
   if (!tr->tensors || !tr->storages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0) rc = ETR_ENOMEM;
+  if (rc == 0 && o.traceback.enabled) rc = tb_configure(tr, &o.traceback);
   if (rc == 0) {
     tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (tr->fd < 0) {
@@ -623,6 +760,7 @@ int etr_trace_disable(etr_trace *tr) {
     open += atomic_load_explicit(&ts->depth_pub, memory_order_relaxed);
   pthread_mutex_unlock(&tr->threads_mutex);
   atomic_fetch_add_explicit(&tr->ops_open_at_disable, open, memory_order_relaxed);
+  etr_script_release_pending(); /* a safe point for the script unwinder (no lock held) */
   return rc;
 }
 
@@ -646,6 +784,7 @@ int etr_trace_flush(etr_trace *tr) {
   while (tr->q_synced < target && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
   tr->flush_waiters--;
   pthread_mutex_unlock(&tr->q_mutex);
+  etr_script_release_pending();
   return atomic_load(&tr->write_error) ? ETR_EIO : 0;
 }
 
@@ -693,6 +832,7 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   if (atomic_load(&tr->write_error)) rc = ETR_EIO;
   if (out) etr_trace_stats_get(tr, out);
   trace_free(tr, false);
+  etr_script_release_pending();
   return rc;
 }
 
@@ -729,6 +869,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
     s->nesting_cut += atomic_load_explicit(&ts->nesting_cut, memory_order_relaxed);
     s->nodes_dropped += atomic_load_explicit(&ts->nodes_dropped, memory_order_relaxed);
     s->objects += atomic_load_explicit(&ts->objects, memory_order_relaxed);
+    s->tracebacks += atomic_load_explicit(&ts->tracebacks, memory_order_relaxed);
   }
   pthread_mutex_unlock(&m->threads_mutex);
   s->nodes_written = atomic_load(&tr->nodes_written);
@@ -742,6 +883,8 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   s->nodes_dropped += atomic_load(&tr->nodes_dropped_writer);
   s->buffer_waits = atomic_load(&tr->buffer_waits);
   s->write_error = atomic_load(&tr->write_error);
+  s->tracebacks_unique = atomic_load(&tr->tb_unique);
+  s->frames_unique = atomic_load(&tr->tb_frames);
 }
 
 int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {

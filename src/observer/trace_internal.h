@@ -33,7 +33,8 @@ enum {
   ETR__EVF_TIMING = 1,
   ETR__EVF_INCOMPLETE = 2,
   ETR__EVF_KERNEL = 4,
-  ETR__EVF_COLLECTIVE = 8
+  ETR__EVF_COLLECTIVE = 8,
+  ETR__EVF_TRACEBACK = 16
 };
 
 /* Value tags in the encoding. */
@@ -52,7 +53,8 @@ enum {
 };
 
 /* Event header; the payload follows: name, schema, kernel backend, kernel file, collective
- * block, inputs, outputs (lengths below). Events start 8-byte aligned in a chunk. */
+ * block, traceback frame words (tb_n x 8 bytes, unaligned), inputs, outputs (lengths
+ * below). Events start 8-byte aligned in a chunk. */
 typedef struct etr__ev {
   uint32_t size; /* header + payload, rounded up to 8 */
   uint8_t type;
@@ -66,6 +68,8 @@ typedef struct etr__ev {
   uint32_t scope;
   uint32_t n_in, n_out;
   uint32_t name_len, schema_len, kback_len, kfile_len, coll_len, in_len, out_len;
+  uint32_t tb_n;   /* traceback frame words */
+  uint64_t tb_gen; /* module-map generation of the native frames */
 } etr__ev;
 
 typedef struct etr__chunk {
@@ -98,16 +102,39 @@ typedef struct etr__tstate {
   uint32_t depth, frames_cap;
   bool finished; /* open ops and thread node written (thread exit or close) */
   etr__idcache tensor_ids, storage_ids; /* recent id lookups of this thread */
+  /* Traceback selection and capture buffers (allocated on the first capture). */
+  uint32_t tb_countdown;    /* ops left before the next 1-in-N capture */
+  uint32_t tb_cfg_version;  /* configuration the name cache below belongs to */
+  struct { const char *name; uint64_t hash; bool match; } tb_names[16]; /* pattern results */
+  uintptr_t *tb_ips;
+  uint64_t *tb_words;
   _Atomic uint64_t top_id;    /* id of the innermost open op, for fw_parent lookups */
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
   /* Counters, written by the owner only (plain load+store), read by stats. */
   _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut,
-      lists_cut, nesting_cut, nodes_dropped, objects;
+      lists_cut, nesting_cut, nodes_dropped, objects, tracebacks;
   struct etr__tstate *next;
 } etr__tstate;
 
 #define ETR__TID_PAGE 256u
 #define ETR__TID_PAGES 256u
+
+/* Which ops get a traceback: immutable once published; replaced ones stay allocated until
+ * the trace is freed, so recorders may read a configuration without any lock. */
+typedef struct etr__tbcfg {
+  bool enabled;
+  char *pattern;     /* NULL = every op */
+  uint32_t every;    /* >= 1 */
+  uint32_t depth;    /* frames kept */
+  uint32_t version;
+  struct etr__tbcfg *older;
+} etr__tbcfg;
+
+#define ETR__TB_DEPTH_DEFAULT 64u
+#define ETR__TB_DEPTH_MAX 256u
+#define ETR__TB_OWN_FRAMES 16u /* room for etr's own frames above the runtime's call */
+
+struct etr__tbtab;
 
 struct etr_trace {
   uint64_t serial;
@@ -137,14 +164,19 @@ struct etr_trace {
   bool stop;
   pthread_t writer;
 
+  _Atomic(etr__tbcfg *) tb_cfg;
+  _Atomic bool tb_ever; /* tracebacks were enabled at some point: write the tables */
+  pthread_mutex_t tb_mutex; /* serializes etr_trace_set_traceback */
+
   /* Writer-thread state. */
   etr__jw jw;
   bool any_node;
+  struct etr__tbtab *tbtab;
 
   /* Counters shared by many threads (rare events) or written by the writer. */
   _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,
       threads_count, ops_open_at_disable, ops_open_at_thread_exit, ops_open_at_close,
-      nodes_dropped_writer;
+      nodes_dropped_writer, tb_unique, tb_frames;
   _Atomic int write_error;
 };
 

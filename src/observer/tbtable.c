@@ -1,0 +1,355 @@
+/* Traceback tables of the trace writer (tbtable.h).
+ *
+ * Three levels, each an open-addressing hash table owned by the writer thread:
+ *  - sites: one per (module generation, frame word) seen; each is symbolized once and then
+ *    points at a frame;
+ *  - frames: one per unique written frame ({name, filename, line}, plus module, build id
+ *    and offset in module mode), in first-seen order: the "frames" table;
+ *  - tracebacks: one per unique sequence of sites: the "tracebacks" table, whose index is
+ *    the node's "traceback" attr (known when the node is written, before symbolization).
+ * Addresses are return addresses, so the call instruction is looked up (address - 1).
+ */
+#include "observer/tbtable.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unwind/unwind.h"
+
+typedef struct site {
+  uint64_t gen, word;
+  uint32_t frame; /* index in frames, UINT32_MAX until symbolized */
+} site;
+
+typedef struct frame {
+  const char *name, *filename; /* owned by the symbolizer, the script table or `strings` */
+  int64_t line;
+  const char *module;          /* module mode only (NULL otherwise) */
+  char build_id[129];
+  uint64_t offset;
+} frame;
+
+/* A chunk list of copied strings, freed together. */
+typedef struct strblock {
+  struct strblock *next;
+  char data[];
+} strblock;
+
+struct etr__tbtab {
+  etr_symbolize_mode mode;
+  etr__symbolizer *sym;
+  site *sites;
+  uint32_t n_sites, cap_sites;
+  uint32_t *site_index; /* hash slots: site index + 1, 0 = empty */
+  uint32_t site_slots;
+  uint32_t next_unresolved;
+  frame *frames;
+  uint32_t n_frames, cap_frames;
+  uint32_t *frame_index;
+  uint32_t frame_slots;
+  /* tracebacks: site sequences stored back to back */
+  uint32_t *seq;
+  size_t seq_len, seq_cap;
+  size_t *tb_off; /* start of each traceback in seq; tb_off[n_tbs] = seq_len */
+  uint32_t n_tbs, cap_tbs;
+  uint32_t *tb_index;
+  uint32_t tb_slots;
+  strblock *strings;
+};
+
+static inline uint64_t mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+static uint64_t hash_str(uint64_t h, const char *s) {
+  for (; s && *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+static bool grow(void **p, uint32_t *cap, size_t elem, uint32_t need) {
+  if (need <= *cap) return true;
+  uint32_t n = *cap ? *cap : 64;
+  while (n < need) n *= 2;
+  void *q = realloc(*p, (size_t)n * elem);
+  if (!q) return false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+/* Rebuild an index of `slots` slots (a power of two) over n entries hashed by hash_of. */
+static bool rehash(uint32_t **index, uint32_t *slots, uint32_t n, const etr__tbtab *t,
+                   uint64_t (*hash_of)(const etr__tbtab *, uint32_t)) {
+  uint32_t ns = *slots ? *slots * 2 : 256;
+  uint32_t *ix = calloc(ns, sizeof *ix);
+  if (!ix) return false;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t h = (uint32_t)hash_of(t, i) & (ns - 1);
+    while (ix[h]) h = (h + 1) & (ns - 1);
+    ix[h] = i + 1;
+  }
+  free(*index);
+  *index = ix;
+  *slots = ns;
+  return true;
+}
+
+static uint64_t site_hash(const etr__tbtab *t, uint32_t i) {
+  return mix(t->sites[i].word ^ mix(t->sites[i].gen));
+}
+
+static uint64_t frame_hash(const etr__tbtab *t, uint32_t i) {
+  const frame *f = &t->frames[i];
+  uint64_t h = hash_str(hash_str(0xcbf29ce484222325ull, f->name), f->filename);
+  return mix(h ^ (uint64_t)f->line ^ mix(f->offset));
+}
+
+static uint64_t seq_hash(const uint32_t *s, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  for (size_t i = 0; i < n; i++) h = mix(h ^ s[i]) + i;
+  return h;
+}
+
+static uint64_t tb_hash(const etr__tbtab *t, uint32_t i) {
+  return seq_hash(t->seq + t->tb_off[i], t->tb_off[i + 1] - t->tb_off[i]);
+}
+
+static const char *copy_str(etr__tbtab *t, const char *s) {
+  size_t n = strlen(s);
+  strblock *b = malloc(sizeof *b + n + 1);
+  if (!b) return "";
+  memcpy(b->data, s, n + 1);
+  b->next = t->strings;
+  t->strings = b;
+  return b->data;
+}
+
+etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode) {
+  etr__tbtab *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->mode = mode;
+  t->tb_off = malloc(sizeof *t->tb_off);
+  if (!t->tb_off) {
+    free(t);
+    return NULL;
+  }
+  t->tb_off[0] = 0;
+  t->cap_tbs = 0;
+  return t;
+}
+
+void etr__tbtab_free(etr__tbtab *t) {
+  if (!t) return;
+  if (t->sym) etr__symbolizer_free(t->sym);
+  free(t->sites);
+  free(t->site_index);
+  free(t->frames);
+  free(t->frame_index);
+  free(t->seq);
+  free(t->tb_off);
+  free(t->tb_index);
+  while (t->strings) {
+    strblock *n = t->strings->next;
+    free(t->strings);
+    t->strings = n;
+  }
+  free(t);
+}
+
+static uint32_t site_of(etr__tbtab *t, uint64_t gen, uint64_t word) {
+  if ((word & ETR__SCRIPT_TAG) != 0) gen = 0; /* script ids do not depend on modules */
+  if ((t->n_sites + 1) * 2 > t->site_slots &&
+      !rehash(&t->site_index, &t->site_slots, t->n_sites, t, site_hash))
+    return UINT32_MAX;
+  uint32_t mask = t->site_slots - 1;
+  uint32_t h = (uint32_t)mix(word ^ mix(gen)) & mask;
+  for (; t->site_index[h]; h = (h + 1) & mask) {
+    const site *s = &t->sites[t->site_index[h] - 1];
+    if (s->word == word && s->gen == gen) return t->site_index[h] - 1;
+  }
+  if (!grow((void **)&t->sites, &t->cap_sites, sizeof *t->sites, t->n_sites + 1))
+    return UINT32_MAX;
+  t->sites[t->n_sites] = (site){gen, word, UINT32_MAX};
+  t->site_index[h] = ++t->n_sites;
+  return t->n_sites - 1;
+}
+
+uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
+  /* The candidate sequence is appended to seq, and kept only when it is new. */
+  if (t->seq_len + n > t->seq_cap) {
+    size_t cap = t->seq_cap ? t->seq_cap : 1024;
+    while (cap < t->seq_len + n) cap *= 2;
+    uint32_t *q = realloc(t->seq, cap * sizeof *q);
+    if (!q) return UINT64_MAX;
+    t->seq = q;
+    t->seq_cap = cap;
+  }
+  uint32_t *cand = t->seq + t->seq_len;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t s = site_of(t, gen, words[i]);
+    if (s == UINT32_MAX) return UINT64_MAX;
+    cand[i] = s;
+  }
+  if ((t->n_tbs + 1) * 2 > t->tb_slots &&
+      !rehash(&t->tb_index, &t->tb_slots, t->n_tbs, t, tb_hash))
+    return UINT64_MAX;
+  uint32_t mask = t->tb_slots - 1;
+  uint32_t h = (uint32_t)seq_hash(cand, n) & mask;
+  for (; t->tb_index[h]; h = (h + 1) & mask) {
+    uint32_t i = t->tb_index[h] - 1;
+    size_t len = t->tb_off[i + 1] - t->tb_off[i];
+    if (len == n && memcmp(t->seq + t->tb_off[i], cand, n * sizeof *cand) == 0) return i;
+  }
+  if (t->n_tbs + 2 > t->cap_tbs) {
+    uint32_t cap = t->cap_tbs ? t->cap_tbs * 2 : 256;
+    size_t *q = realloc(t->tb_off, (size_t)cap * sizeof *q);
+    if (!q) return UINT64_MAX;
+    t->tb_off = q;
+    t->cap_tbs = cap;
+  }
+  t->seq_len += n;
+  t->tb_off[++t->n_tbs] = t->seq_len;
+  t->tb_index[h] = t->n_tbs;
+  return t->n_tbs - 1;
+}
+
+/* The frames-table index of f, adding it when new. */
+static uint32_t frame_of(etr__tbtab *t, const frame *f) {
+  if ((t->n_frames + 1) * 2 > t->frame_slots &&
+      !rehash(&t->frame_index, &t->frame_slots, t->n_frames, t, frame_hash))
+    return UINT32_MAX;
+  if (!grow((void **)&t->frames, &t->cap_frames, sizeof *t->frames, t->n_frames + 1))
+    return UINT32_MAX;
+  t->frames[t->n_frames] = *f; /* hashed in place, kept only if new */
+  uint32_t mask = t->frame_slots - 1;
+  uint32_t h = (uint32_t)frame_hash(t, t->n_frames) & mask;
+  for (; t->frame_index[h]; h = (h + 1) & mask) {
+    const frame *g = &t->frames[t->frame_index[h] - 1];
+    if (g->line == f->line && g->offset == f->offset && !strcmp(g->name, f->name) &&
+        !strcmp(g->filename, f->filename) &&
+        (g->module == NULL) == (f->module == NULL) &&
+        (!g->module || (!strcmp(g->module, f->module) && !strcmp(g->build_id, f->build_id))))
+      return t->frame_index[h] - 1;
+  }
+  t->frame_index[h] = ++t->n_frames;
+  return t->n_frames - 1;
+}
+
+static const char *base_name(const char *path) {
+  const char *b = strrchr(path, '/');
+  return b ? b + 1 : path;
+}
+
+static void resolve(etr__tbtab *t, site *s) {
+  frame f;
+  memset(&f, 0, sizeof f);
+  f.name = "??";
+  f.filename = "";
+  char buf[512];
+  if (s->word & ETR__SCRIPT_TAG) {
+    etr_script_frame sf;
+    if (etr__script_frame_get(s->word & ~ETR__SCRIPT_TAG, &sf) == 0) {
+      f.name = sf.name ? sf.name : "??";
+      f.filename = sf.filename ? sf.filename : "";
+      f.line = sf.line;
+    }
+  } else {
+    uintptr_t ip = (uintptr_t)s->word;
+    const etr__module *m = etr__modules_find(s->gen, ip);
+    uintptr_t call = ip ? ip - 1 : ip; /* the call instruction, not the return address */
+    if (!m) {
+      snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)ip);
+      f.name = copy_str(t, buf);
+    } else if (t->mode == ETR_SYMBOLIZE_MODULE) {
+      uint64_t vaddr = call - m->bias;
+      snprintf(buf, sizeof buf, "%s+0x%llx", base_name(m->path), (unsigned long long)vaddr);
+      f.name = copy_str(t, buf);
+      f.filename = copy_str(t, m->path);
+      f.module = f.filename;
+      f.offset = vaddr;
+      for (unsigned i = 0; i < m->build_id_len && i < 64; i++)
+        snprintf(f.build_id + 2 * i, 3, "%02x", m->build_id[i]);
+    } else {
+      if (!t->sym) t->sym = etr__symbolizer_new();
+      etr__symbol sym = {"", "", 0};
+      uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
+      if (t->sym && etr__symbolize(t->sym, m->path, m->build_id, m->build_id_len,
+                                   (uint64_t)(call - m->bias), live, &sym) >= 0) {
+        f.name = sym.name && *sym.name ? sym.name : "??";
+        f.filename = sym.filename ? sym.filename : m->path;
+        f.line = sym.line;
+      } else {
+        snprintf(buf, sizeof buf, "%s+0x%llx", base_name(m->path),
+                 (unsigned long long)(call - m->bias));
+        f.name = copy_str(t, buf);
+        f.filename = copy_str(t, m->path);
+      }
+    }
+  }
+  s->frame = frame_of(t, &f);
+}
+
+void etr__tbtab_symbolize(etr__tbtab *t) {
+  for (; t->next_unresolved < t->n_sites; t->next_unresolved++)
+    resolve(t, &t->sites[t->next_unresolved]);
+}
+
+static char *put_frame(char *o, const frame *f, uint64_t *replaced) {
+  o = ETR__PUT_LIT(o, "{\"name\": ");
+  o = etr__put_str(o, f->name, strlen(f->name), replaced);
+  o = ETR__PUT_LIT(o, ", \"filename\": ");
+  o = etr__put_str(o, f->filename, strlen(f->filename), replaced);
+  o = ETR__PUT_LIT(o, ", \"line\": ");
+  o = etr__put_i64(o, f->line);
+  if (f->module) {
+    o = ETR__PUT_LIT(o, ", \"module\": ");
+    o = etr__put_str(o, f->module, strlen(f->module), replaced);
+    o = ETR__PUT_LIT(o, ", \"build_id\": \"");
+    size_t n = strlen(f->build_id);
+    memcpy(o, f->build_id, n);
+    o += n;
+    o = ETR__PUT_LIT(o, "\", \"offset\": ");
+    o = etr__put_u64(o, f->offset);
+  }
+  *o++ = '}';
+  return o;
+}
+
+void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
+  etr__tbtab_symbolize(t);
+  ETR__JW_LIT(w, "\"frames\": [");
+  for (uint32_t i = 0; i < t->n_frames; i++) {
+    const frame *f = &t->frames[i];
+    size_t max = 200 + ETR__ESCAPED_MAX(strlen(f->name) + strlen(f->filename)) +
+                 (f->module ? ETR__ESCAPED_MAX(strlen(f->module)) + 160 : 0);
+    char *o = etr__jw_begin(w, max);
+    if (!o) return;
+    if (i) *o++ = ',';
+    o = ETR__PUT_LIT(o, "\n    ");
+    o = put_frame(o, f, &w->replaced);
+    etr__jw_end(w, o);
+  }
+  ETR__JW_LIT(w, "\n  ],\n  \"tracebacks\": [");
+  for (uint32_t i = 0; i < t->n_tbs; i++) {
+    ETR__JW_LIT(w, i ? ",\n    [" : "\n    [");
+    bool first = true;
+    for (size_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
+      uint32_t fr = t->sites[t->seq[k]].frame;
+      if (fr == UINT32_MAX) continue; /* memory ran out while symbolizing it */
+      if (!first) ETR__JW_LIT(w, ", ");
+      first = false;
+      etr__jw_u64(w, fr);
+    }
+    etr__jw_char(w, ']');
+  }
+  ETR__JW_LIT(w, "\n  ],\n  ");
+}
+
+uint64_t etr__tbtab_tracebacks(const etr__tbtab *t) { return t ? t->n_tbs : 0; }
+uint64_t etr__tbtab_frames(const etr__tbtab *t) { return t ? t->n_frames : 0; }

@@ -1,0 +1,36 @@
+/* The trace's traceback tables, kept by the writer thread: each unique traceback gets an
+ * index (the node's "traceback" attr) when its node is written; frames are symbolized once
+ * per unique address at flush or close, and written after "finish_ts" as "frames" (each
+ * unique {name, filename, line} once) and "tracebacks" (frame indices, innermost first).
+ *
+ * Used by the writer thread only: no locks.
+ */
+#ifndef ETR_OBSERVER_TBTABLE_H
+#define ETR_OBSERVER_TBTABLE_H
+
+#include <stdint.h>
+
+#include "etr/traceback.h"
+#include "json/writer.h"
+
+typedef struct etr__tbtab etr__tbtab;
+
+/* NULL when memory runs out. */
+etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode);
+void etr__tbtab_free(etr__tbtab *t); /* NULL is a no-op */
+
+/* Index of the traceback made of these frame words (native return addresses of module
+ * generation gen, or ETR__SCRIPT_TAG | script frame id), innermost first; a new index when
+ * the sequence is new. UINT64_MAX when memory runs out. */
+uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n);
+
+/* Symbolize the frames first seen since the last call. */
+void etr__tbtab_symbolize(etr__tbtab *t);
+
+/* Write `"frames": [...], "tracebacks": [...], ` (symbolizing what is left first). */
+void etr__tbtab_emit(etr__tbtab *t, etr__jw *w);
+
+uint64_t etr__tbtab_tracebacks(const etr__tbtab *t);
+uint64_t etr__tbtab_frames(const etr__tbtab *t); /* unique frames symbolized so far */
+
+#endif
