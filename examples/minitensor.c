@@ -8,7 +8,8 @@
  * at addresses of dead ones (etr is told about every death).
  *
  *   etr-example-runtime [--out PATH] [--threads N] [--iters N] [--schema 1.1.0|1.1.1]
- *                       [--no-trace] [--help]
+ *                       [--traceback [PATTERN]] [--traceback-every N]
+ *                       [--symbolize full|module] [--no-trace] [--help]
  *
  * With --out the program opens, enables and closes the trace itself; without it, the
  * environment (ETR_TRACE=path.json) can record the run with no code change. Each tensor
@@ -1417,7 +1418,8 @@ static void *worker_main(void *arg) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: " PROG " [--out PATH] [--threads N] [--iters N] [--schema 1.1.0|1.1.1]\n"
-          "                           [--no-trace] [--help]\n"
+          "                           [--traceback [PATTERN]] [--traceback-every N]\n"
+          "                           [--symbolize full|module] [--no-trace] [--help]\n"
           "\n"
           "A tiny tensor runtime (2-layer MLP training, backward on a second thread per\n"
           "worker, allreduce/all-to-all between workers, a triton-style kernel) instrumented\n"
@@ -1429,6 +1431,13 @@ static void usage(FILE *f) {
           "                 (1..64, default 2)\n"
           "  --iters N      training steps per worker (default 3)\n"
           "  --schema V     trace schema 1.1.1 (default, with strides) or 1.1.0 (needs --out)\n"
+          "  --traceback [PATTERN]\n"
+          "                 capture a traceback on every op, or on ops whose name matches\n"
+          "                 the fnmatch(3) PATTERN (e.g. 'aten::m*'); needs --out\n"
+          "  --traceback-every N\n"
+          "                 then only 1 op in N per thread\n"
+          "  --symbolize M  full: function/file/line in the trace (default); module: module,\n"
+          "                 build id and offset, resolved later by `etr symbolize`\n"
           "  --no-trace     record nothing (also disables a trace opened through ETR_TRACE)\n"
           "  --help         this text\n");
 }
@@ -1449,6 +1458,8 @@ int main(int argc, char **argv) {
   int n_threads = 2, iters = 3;
   bool no_trace = false, schema_set = false;
   etr_schema schema = ETR_SCHEMA_1_1_1;
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  bool tb_set = false;
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -1472,6 +1483,23 @@ int main(int argc, char **argv) {
       else fatal("--schema takes 1.1.0 or 1.1.1, not '%s'", val ? val : "");
       schema_set = true;
       i++;
+    } else if (strcmp(a, "--traceback") == 0) {
+      tb.enabled = true;
+      tb_set = true;
+      if (val != NULL && val[0] != '-') {
+        tb.pattern = val;
+        i++;
+      }
+    } else if (strcmp(a, "--traceback-every") == 0) {
+      tb.every = (uint32_t)parse_int(val, a, 1, 1000000000);
+      tb_set = true;
+      i++;
+    } else if (strcmp(a, "--symbolize") == 0) {
+      if (val != NULL && strcmp(val, "full") == 0) tb.symbolize = ETR_SYMBOLIZE_FULL;
+      else if (val != NULL && strcmp(val, "module") == 0) tb.symbolize = ETR_SYMBOLIZE_MODULE;
+      else fatal("--symbolize takes full or module, not '%s'", val ? val : "");
+      tb_set = true;
+      i++;
     } else if (strcmp(a, "--no-trace") == 0) {
       no_trace = true;
     } else {
@@ -1481,6 +1509,10 @@ int main(int argc, char **argv) {
     }
   }
   if (no_trace && out != NULL) fatal("%s", "--no-trace and --out exclude each other");
+  if (tb_set && out == NULL) {
+    fatal("%s", "--traceback options need --out (with ETR_TRACE, set ETR_TRACE_TRACEBACK)");
+  }
+  if (tb_set) tb.enabled = true;
   if (schema_set && out == NULL) {
     fatal("%s", "--schema needs --out (with ETR_TRACE, set ETR_TRACE_SCHEMA instead)");
   }
@@ -1494,6 +1526,7 @@ int main(int argc, char **argv) {
   if (out != NULL) {
     etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
     opt.schema = schema;
+    opt.traceback = tb;
     int rc = etr_trace_open(out, &opt, &trace);
     if (rc == ETR_EBUSY) {
       fprintf(stderr, PROG ": etr_trace_open(%s): a trace is already open (is ETR_TRACE set?)\n",
