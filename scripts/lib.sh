@@ -11,12 +11,15 @@
 ETR_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ETR_JOBS=${ETR_JOBS:-2}
 
-# Everything the build, the tests and the next issue (libunwind, libdw) need.
+# Everything the build and the tests need: the compilers, cmocka and jansson for the tests,
+# libdw (symbolization) and libunwind (the capture's fallback, loaded at run time), yajl and
+# zlib for the etr command's reader, python3-dev for the CPython example, GNU time for the
+# reader benchmark's peak memory.
 ETR_PACKAGES=(
   build-essential clang cmake pkg-config
-  libcmocka-dev libjansson-dev zlib1g-dev
-  python3 libunwind-dev libdw-dev
-  valgrind git
+  libcmocka-dev libjansson-dev zlib1g-dev libyajl-dev
+  python3 python3-dev libunwind-dev libdw-dev
+  valgrind git time
 )
 
 etr_say() { printf '==> %s\n' "$*"; }
