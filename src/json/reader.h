@@ -139,4 +139,16 @@ uint64_t etr_reader_input_consumed(const etr_reader *r);    /* file bytes consum
 
 void etr_reader_close(etr_reader *r);                        /* NULL is a no-op */
 
+/* ---- additions (H1) ---- */
+
+/* Prefix of the warning given for each of the seven base attrs (rf_id .. op_schema) that a
+ * node lacks: ETR_READER_WARN_MISSING_ATTR " \"rf_id\"". */
+#define ETR_READER_WARN_MISSING_ATTR "missing base attr"
+
+/* The top-level keys seen so far, in file order (valid until close). */
+const char *const *etr_reader_top_keys(const etr_reader *r, size_t *n);
+
+/* The input's name as messages give it ("<stdin>" for "-"). */
+const char *etr_reader_path(const etr_reader *r);
+
 #endif /* ETR_JSON_READER_H */

@@ -1,0 +1,1108 @@
+/* Streaming trace reader (reader.h) on top of yajl's push parser.
+ *
+ * Input: a file descriptor read in large blocks, inflated by zlib when it starts with the
+ * gzip magic bytes. Parsing: yajl calls us back token by token; the callbacks build one
+ * value tree at a time (a node, or a top-level table after "nodes") in an arena. yajl is a
+ * push parser and one block holds many nodes, so the completed nodes of a block wait in a
+ * queue until etr_reader_next hands them over. Their trees live in a FIFO arena whose blocks
+ * are recycled once every node in them has been handed over, so memory stays bounded by
+ * one input block's worth of nodes plus the largest node.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "json/reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yajl/yajl_parse.h>
+#include <zlib.h>
+
+#include "etr/common.h"
+
+#define IN_BLOCK (256u * 1024u)   /* bytes read from the file at once */
+#define FEED_BLOCK (64u * 1024u)  /* bytes handed to yajl at once */
+#define ARENA_BLOCK (64u * 1024u)
+#define ARENA_SPARE 8             /* standard blocks kept for reuse */
+
+/* ---------------------------------------------------------------- arena ---- */
+
+typedef struct ablk {
+  struct ablk *next;
+  size_t cap, used;
+  _Alignas(16) unsigned char data[];
+} ablk;
+
+typedef struct arena {
+  ablk *head, *tail; /* FIFO: oldest first */
+  ablk *spare;       /* recycled standard blocks */
+  int n_spare;
+  size_t live;       /* bytes in blocks head..tail */
+} arena;
+
+static void blk_free(arena *a, ablk *b) {
+  if (b->cap == ARENA_BLOCK && a->n_spare < ARENA_SPARE) {
+    b->next = a->spare;
+    a->spare = b;
+    a->n_spare++;
+  } else {
+    free(b);
+  }
+}
+
+static void *arena_alloc(arena *a, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  ablk *t = a->tail;
+  if (!t || t->cap - t->used < n) {
+    ablk *b;
+    if (n <= ARENA_BLOCK && a->spare) {
+      b = a->spare;
+      a->spare = b->next;
+      a->n_spare--;
+    } else {
+      size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+      b = malloc(sizeof(ablk) + cap);
+      if (!b) return NULL;
+      b->cap = cap;
+    }
+    b->used = 0;
+    b->next = NULL;
+    if (t)
+      t->next = b;
+    else
+      a->head = b;
+    a->tail = b;
+    a->live += b->cap;
+    t = b;
+  }
+  void *p = t->data + t->used;
+  t->used += n;
+  return p;
+}
+
+/* Recycle every block older than `keep` (NULL: all of them). */
+static void arena_release_before(arena *a, ablk *keep) {
+  while (a->head && a->head != keep) {
+    ablk *b = a->head;
+    a->head = b->next;
+    if (a->tail == b) a->tail = NULL;
+    a->live -= b->cap;
+    blk_free(a, b);
+  }
+}
+
+static void arena_destroy(arena *a) {
+  arena_release_before(a, NULL);
+  while (a->spare) {
+    ablk *b = a->spare;
+    a->spare = b->next;
+    free(b);
+  }
+  a->n_spare = 0;
+}
+
+/* ---------------------------------------------------------------- reader ---- */
+
+typedef enum phase {
+  PH_START = 0,   /* before the top-level '{' */
+  PH_HEADER = 1,  /* top-level keys before "nodes" */
+  PH_NODES = 2,   /* inside the "nodes" array */
+  PH_TRAILER = 3, /* top-level keys after "nodes" */
+  PH_END = 4      /* after the top-level '}' */
+} phase;
+
+typedef struct qent {
+  etr_rnode *node;
+  ablk *mark; /* arena block where the node's data starts */
+} qent;
+
+typedef struct frame {
+  size_t start;    /* index in the member stack of the first child */
+  bool is_obj;
+  const char *key; /* the key this container is the value of (in its parent) */
+  size_t key_len;
+} frame;
+
+typedef struct extra {
+  const char *key;
+  etr_jval val;
+} extra;
+
+struct etr_reader {
+  etr_reader_options opt;
+  char *path;     /* for messages */
+  int fd;
+  bool own_fd;
+  bool eof;
+  /* raw input */
+  unsigned char *in;
+  size_t in_len, in_pos;
+  uint64_t in_consumed, in_size;
+  /* gzip */
+  bool gz, gz_init, gz_end;
+  z_stream zs;
+  unsigned char *out; /* decompressed bytes */
+  size_t out_len, out_pos;
+  bool sniffed;
+  /* parser */
+  yajl_handle yh;
+  uint64_t feed_base; /* decompressed offset of the current feed's first byte */
+  const unsigned char *feed_ptr;
+  uint64_t consumed;  /* decompressed bytes handed to the parser and fully parsed */
+  phase ph;
+  int depth;          /* open containers in the file */
+  const char *tkey;   /* pending top-level key (depth 1) */
+  char tkey_buf[64];
+  bool tkey_known_scalar;
+  /* builder */
+  bool building;
+  bool build_node;    /* the value being built is a node (else a top-level value) */
+  arena *target;
+  etr_jmember *stk;
+  size_t stk_len, stk_cap;
+  frame *frames;
+  size_t n_frames, frames_cap;
+  const char *bkey; /* pending key inside the value being built */
+  size_t bkey_len;
+  uint64_t node_off;
+  ablk *node_mark;
+  /* nodes */
+  arena nodes;       /* FIFO arena of node trees */
+  qent *q;
+  size_t q_head, q_len, q_cap;
+  /* header and trailer */
+  arena keep;        /* header strings, trailer tables, key list */
+  etr_rheader hdr;
+  int64_t finish_ts;
+  extra *extras;
+  size_t n_extras, extras_cap;
+  const char **top_keys;
+  size_t n_top_keys, top_keys_cap;
+  /* status */
+  int err;           /* first error (negative ETR_E*), 0 if none */
+  char msg[512];
+  uint64_t warnings;
+  bool nodes_seen, nodes_done, parse_done;
+};
+
+static void set_error(etr_reader *r, int code, uint64_t off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void set_error(etr_reader *r, int code, uint64_t off, const char *fmt, ...) {
+  if (r->err) return;
+  r->err = code;
+  char reason[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  snprintf(r->msg, sizeof r->msg, "%s: byte %llu: %s", r->path, (unsigned long long)off,
+           reason);
+}
+
+static void warn(etr_reader *r, uint64_t off, int64_t id, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void warn(etr_reader *r, uint64_t off, int64_t id, const char *fmt, ...) {
+  r->warnings++;
+  if (!r->opt.warn) return;
+  char m[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof m, fmt, ap);
+  va_end(ap);
+  r->opt.warn(off, id, m, r->opt.user);
+}
+
+/* Decompressed offset just after the token yajl is reporting. */
+static uint64_t cur_off(etr_reader *r) { return r->feed_base + yajl_get_bytes_consumed(r->yh); }
+
+/* ---- building values ---- */
+
+static bool push_member(etr_reader *r, const char *key, size_t key_len, const etr_jval *v) {
+  if (r->stk_len == r->stk_cap) {
+    size_t cap = r->stk_cap ? r->stk_cap * 2 : 256;
+    etr_jmember *s = realloc(r->stk, cap * sizeof *s);
+    if (!s) return false;
+    r->stk = s;
+    r->stk_cap = cap;
+  }
+  etr_jmember *m = &r->stk[r->stk_len++];
+  m->key = key;
+  m->key_len = key_len;
+  m->val = *v;
+  return true;
+}
+
+static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n) {
+  char *p = arena_alloc(a, n + 1);
+  if (!p) {
+    set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+    return NULL;
+  }
+  memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+static int node_done(etr_reader *r, const etr_jval *root);
+static int top_value_done(etr_reader *r, const etr_jval *v);
+
+/* A complete value (scalar, or a closed container) inside the value being built. */
+static int b_value(etr_reader *r, const etr_jval *v) {
+  if (r->n_frames == 0) { /* the root itself */
+    r->building = false;
+    return r->build_node ? node_done(r, v) : top_value_done(r, v);
+  }
+  frame *f = &r->frames[r->n_frames - 1];
+  const char *k = NULL;
+  size_t kl = 0;
+  if (f->is_obj) {
+    k = r->bkey;
+    kl = r->bkey_len;
+    r->bkey = NULL;
+  }
+  if (!push_member(r, k, kl, v)) {
+    set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+    return 0;
+  }
+  if (r->build_node && cur_off(r) - r->node_off > r->opt.max_node_bytes) {
+    set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
+              r->opt.max_node_bytes);
+    return 0;
+  }
+  return 1;
+}
+
+static int b_open(etr_reader *r, bool is_obj) {
+  if (r->n_frames == r->frames_cap) {
+    size_t cap = r->frames_cap ? r->frames_cap * 2 : 32;
+    frame *f = realloc(r->frames, cap * sizeof *f);
+    if (!f) {
+      set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+      return 0;
+    }
+    r->frames = f;
+    r->frames_cap = cap;
+  }
+  frame *f = &r->frames[r->n_frames++];
+  f->start = r->stk_len;
+  f->is_obj = is_obj;
+  f->key = r->bkey;
+  f->key_len = r->bkey_len;
+  r->bkey = NULL;
+  return 1;
+}
+
+static int b_close(etr_reader *r) {
+  frame f = r->frames[--r->n_frames];
+  size_t n = r->stk_len - f.start;
+  etr_jval v;
+  if (f.is_obj) {
+    v.kind = ETR_J_OBJECT;
+    etr_jmember *items = NULL;
+    if (n) {
+      items = arena_alloc(r->target, n * sizeof *items);
+      if (!items) goto oom;
+      memcpy(items, r->stk + f.start, n * sizeof *items);
+    }
+    v.v.obj.items = items;
+    v.v.obj.n = n;
+  } else {
+    v.kind = ETR_J_ARRAY;
+    etr_jval *items = NULL;
+    if (n) {
+      items = arena_alloc(r->target, n * sizeof *items);
+      if (!items) goto oom;
+      for (size_t i = 0; i < n; i++) items[i] = r->stk[f.start + i].val;
+    }
+    v.v.arr.items = items;
+    v.v.arr.n = n;
+  }
+  r->stk_len = f.start;
+  r->bkey = f.key;
+  r->bkey_len = f.key_len;
+  return b_value(r, &v);
+oom:
+  set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+  return 0;
+}
+
+static void begin_build(etr_reader *r, bool node) {
+  r->building = true;
+  r->build_node = node;
+  r->target = node ? &r->nodes : &r->keep;
+  r->stk_len = 0;
+  r->n_frames = 0;
+  r->bkey = NULL;
+}
+
+/* ---- top level ---- */
+
+static bool is_header_key(const char *k) {
+  return !strcmp(k, "schema") || !strcmp(k, "pid") || !strcmp(k, "time") ||
+         !strcmp(k, "start_ts") || !strcmp(k, "finish_ts");
+}
+
+static int64_t int_of(const etr_jval *v, bool *ok) {
+  if (v->kind == ETR_J_INT) {
+    *ok = true;
+    return v->v.i;
+  }
+  *ok = false;
+  return -1;
+}
+
+static void parse_schema(etr_reader *r, const char *s) {
+  int a = 0, b = 0, c = 0, n = 0;
+  if (sscanf(s, "%d.%d.%d%n", &a, &b, &c, &n) == 3) {
+    r->hdr.schema_major = a;
+    r->hdr.schema_minor = b;
+    r->hdr.schema_patch = c;
+    bool known = a == 1 && ((b == 0 && (c == 2 || c == 3)) || (b == 1 && (c == 0 || c == 1)));
+    const char *rest = s + n;
+    if (!known || (*rest && strcmp(rest, "-chakra.0.0.4")))
+      warn(r, cur_off(r), -1, "unknown schema \"%s\" (read as %d.%d.%d)", s, a, b, c);
+  } else {
+    warn(r, cur_off(r), -1, "schema \"%s\" is not a version number", s);
+  }
+}
+
+/* A complete top-level member value other than "nodes" (key in r->tkey). */
+static int top_value_done(etr_reader *r, const etr_jval *v) {
+  const char *k = r->tkey;
+  bool ok;
+  if (!strcmp(k, "schema")) {
+    if (v->kind == ETR_J_STRING) {
+      r->hdr.schema = v->v.str.s;
+      parse_schema(r, v->v.str.s);
+    } else {
+      warn(r, cur_off(r), -1, "\"schema\" is not a string");
+    }
+  } else if (!strcmp(k, "pid")) {
+    r->hdr.pid = int_of(v, &ok);
+    if (!ok) warn(r, cur_off(r), -1, "\"pid\" is not an integer");
+  } else if (!strcmp(k, "time")) {
+    if (v->kind == ETR_J_STRING)
+      r->hdr.time = v->v.str.s;
+    else
+      warn(r, cur_off(r), -1, "\"time\" is not a string");
+  } else if (!strcmp(k, "start_ts")) {
+    r->hdr.start_ts = int_of(v, &ok);
+    if (!ok) warn(r, cur_off(r), -1, "\"start_ts\" is not an integer");
+  } else if (!strcmp(k, "finish_ts")) {
+    r->finish_ts = int_of(v, &ok);
+    if (!ok) warn(r, cur_off(r), -1, "\"finish_ts\" is not an integer");
+  } else {
+    if (r->n_extras == r->extras_cap) {
+      size_t cap = r->extras_cap ? r->extras_cap * 2 : 8;
+      extra *e = realloc(r->extras, cap * sizeof *e);
+      if (!e) {
+        set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+        return 0;
+      }
+      r->extras = e;
+      r->extras_cap = cap;
+    }
+    r->extras[r->n_extras].key = k;
+    r->extras[r->n_extras].val = *v;
+    r->n_extras++;
+  }
+  return 1;
+}
+
+/* ---- node extraction ---- */
+
+static const char *const base_attrs[9] = {"rf_id",  "fw_parent", "seq_id",
+                                          "scope",  "tid",       "fw_tid",
+                                          "op_schema", "kernel_backend", "kernel_file"};
+
+const etr_jval *etr_jobj_get(const etr_jval *obj, const char *key) {
+  if (!obj || obj->kind != ETR_J_OBJECT) return NULL;
+  for (size_t i = 0; i < obj->v.obj.n; i++)
+    if (!strcmp(obj->v.obj.items[i].key, key)) return &obj->v.obj.items[i].val;
+  return NULL;
+}
+
+static bool as_u64(const etr_jval *v, uint64_t *out) {
+  if (v->kind == ETR_J_INT) {
+    *out = (uint64_t)v->v.i;
+    return true;
+  }
+  if (v->kind == ETR_J_UINT) {
+    *out = v->v.u;
+    return true;
+  }
+  return false;
+}
+
+static void check_io(etr_reader *r, etr_rnode *n, const etr_jval *io, const char *which) {
+  if (!io) {
+    warn(r, n->offset, n->id, "node has no \"%s\"", which);
+    return;
+  }
+  if (io->kind != ETR_J_OBJECT) {
+    warn(r, n->offset, n->id, "\"%s\" is not an object", which);
+    return;
+  }
+  const etr_jval *vals = etr_jobj_get(io, "values");
+  if (!vals || vals->kind != ETR_J_ARRAY) {
+    warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
+    return;
+  }
+  static const char *const parts[3] = {"shapes", "types", "strides"};
+  for (int i = 0; i < 3; i++) {
+    const etr_jval *p = etr_jobj_get(io, parts[i]);
+    if (!p) {
+      if (i < 2) /* "strides" is optional (schemas before 1.1.1 have none) */
+        warn(r, n->offset, n->id, "%s: \"%s\" is missing", which, parts[i]);
+      continue;
+    }
+    if (p->kind != ETR_J_ARRAY) {
+      warn(r, n->offset, n->id, "%s: \"%s\" is not an array", which, parts[i]);
+    } else if (p->v.arr.n != vals->v.arr.n) {
+      warn(r, n->offset, n->id, "%s: \"%s\" has %zu entries, \"values\" %zu", which, parts[i],
+           p->v.arr.n, vals->v.arr.n);
+    }
+  }
+}
+
+static int node_done(etr_reader *r, const etr_jval *root) {
+  etr_rnode *n = arena_alloc(&r->nodes, sizeof *n);
+  etr_jval *raw = arena_alloc(&r->nodes, sizeof *raw);
+  if (!n || !raw) {
+    set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+    return 0;
+  }
+  memset(n, 0, sizeof *n);
+  *raw = *root;
+  n->raw = raw;
+  n->offset = r->node_off;
+  n->id = -1;
+  n->ctrl_deps = -1;
+  n->name = "";
+  n->seq_id = 0;
+  n->missing_attrs = 0x1ff;
+  bool has_id = false, has_name = false, has_ts = false, has_inc = false, has_exc = false;
+  const etr_jval *attrs = NULL;
+  for (size_t i = 0; i < root->v.obj.n; i++) {
+    const etr_jmember *m = &root->v.obj.items[i];
+    const char *k = m->key;
+    const etr_jval *v = &m->val;
+    switch (k[0]) {
+      case 'i':
+        if (!strcmp(k, "id")) {
+          if (v->kind == ETR_J_INT) {
+            n->id = v->v.i;
+            has_id = true;
+          }
+        } else if (!strcmp(k, "inputs")) {
+          n->inputs = v;
+        } else if (!strcmp(k, "inclusive_dur") && v->kind == ETR_J_INT) {
+          n->inclusive_dur = v->v.i;
+          has_inc = true;
+        }
+        break;
+      case 'n':
+        if (!strcmp(k, "name") && v->kind == ETR_J_STRING) {
+          n->name = v->v.str.s;
+          n->name_len = v->v.str.len;
+          has_name = true;
+        }
+        break;
+      case 'c':
+        if (!strcmp(k, "ctrl_deps") && v->kind == ETR_J_INT) n->ctrl_deps = v->v.i;
+        break;
+      case 'o':
+        if (!strcmp(k, "outputs")) n->outputs = v;
+        break;
+      case 't':
+        if (!strcmp(k, "ts") && v->kind == ETR_J_INT) {
+          n->ts = v->v.i;
+          has_ts = true;
+        }
+        break;
+      case 'e':
+        if (!strcmp(k, "exclusive_dur") && v->kind == ETR_J_INT) {
+          n->exclusive_dur = v->v.i;
+          has_exc = true;
+        }
+        break;
+      case 'a':
+        if (!strcmp(k, "attrs")) attrs = v;
+        break;
+      default:
+        break;
+    }
+  }
+  n->has_timing = has_ts && has_inc && has_exc;
+  if (!has_id) warn(r, n->offset, -1, "node has no integer \"id\"");
+  if (!has_name) warn(r, n->offset, n->id, "node has no string \"name\"");
+  if (n->ctrl_deps < 0) warn(r, n->offset, n->id, "node has no integer \"ctrl_deps\"");
+  check_io(r, n, n->inputs, "inputs");
+  check_io(r, n, n->outputs, "outputs");
+  if (n->inputs && n->inputs->kind != ETR_J_OBJECT) n->inputs = NULL;
+  if (n->outputs && n->outputs->kind != ETR_J_OBJECT) n->outputs = NULL;
+
+  if (attrs && attrs->kind == ETR_J_ARRAY) {
+    size_t na = attrs->v.arr.n;
+    etr_rattr *ra = na ? arena_alloc(&r->nodes, na * sizeof *ra) : NULL;
+    if (na && !ra) {
+      set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+      return 0;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < na; i++) {
+      const etr_jval *a = &attrs->v.arr.items[i];
+      const etr_jval *an = etr_jobj_get(a, "name"), *at = etr_jobj_get(a, "type"),
+                     *av = etr_jobj_get(a, "value");
+      if (!an || an->kind != ETR_J_STRING || !av) {
+        warn(r, n->offset, n->id, "attr %zu is not a {\"name\", \"type\", \"value\"} object", i);
+        continue;
+      }
+      etr_rattr *x = &ra[k++];
+      x->name = an->v.str.s;
+      x->type = at && at->kind == ETR_J_STRING ? at->v.str.s : "";
+      x->value = *av;
+      const char *nm = x->name;
+      for (int b = 0; b < 9; b++) {
+        if (strcmp(nm, base_attrs[b])) continue;
+        bool ok = true;
+        switch (b) {
+          case 0: ok = as_u64(av, &n->rf_id); break;
+          case 1: ok = as_u64(av, &n->fw_parent); break;
+          case 2:
+            ok = av->kind == ETR_J_INT;
+            if (ok) n->seq_id = av->v.i;
+            break;
+          case 3: ok = as_u64(av, &n->scope); break;
+          case 4: ok = as_u64(av, &n->tid); break;
+          case 5: ok = as_u64(av, &n->fw_tid); break;
+          default:
+            ok = av->kind == ETR_J_STRING;
+            if (ok) {
+              if (b == 6) n->op_schema = av->v.str.s;
+              else if (b == 7) n->kernel_backend = av->v.str.s;
+              else n->kernel_file = av->v.str.s;
+            }
+            break;
+        }
+        if (ok)
+          n->missing_attrs &= ~(1u << b);
+        else
+          warn(r, n->offset, n->id, "attr \"%s\" has a value of the wrong kind", nm);
+        break;
+      }
+      if (nm[0] == 't' && !strcmp(nm, "traceback")) n->has_traceback = as_u64(av, &n->traceback);
+    }
+    n->attrs = ra;
+    n->n_attrs = k;
+  } else {
+    warn(r, n->offset, n->id, "node has no \"attrs\" array");
+  }
+  if (n->missing_attrs & 0x7f) {
+    for (int b = 0; b < 7; b++)
+      if (n->missing_attrs & (1u << b))
+        warn(r, n->offset, n->id, ETR_READER_WARN_MISSING_ATTR " \"%s\"", base_attrs[b]);
+  }
+  /* queue it */
+  if (r->q_len == r->q_cap) {
+    size_t cap = r->q_cap ? r->q_cap * 2 : 64;
+    qent *q = malloc(cap * sizeof *q);
+    if (!q) {
+      set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+      return 0;
+    }
+    for (size_t i = 0; i < r->q_len; i++) q[i] = r->q[(r->q_head + i) % r->q_cap];
+    free(r->q);
+    r->q = q;
+    r->q_cap = cap;
+    r->q_head = 0;
+  }
+  qent *e = &r->q[(r->q_head + r->q_len) % r->q_cap];
+  e->node = n;
+  e->mark = r->node_mark;
+  r->q_len++;
+  return 1;
+}
+
+/* ---- yajl callbacks ---- */
+
+/* Where a value starts: inside a value being built, a node, a top-level member, or the
+ * top-level object itself. Returns 1 to go on, 0 to stop (error set). `is_open` tells
+ * whether the value is a container being opened. */
+static int value_start(etr_reader *r, bool is_map, bool is_open) {
+  if (r->building) return 1;
+  switch (r->ph) {
+    case PH_START:
+      if (is_map && is_open) {
+        r->ph = PH_HEADER;
+        return 2; /* the top-level object: nothing to build */
+      }
+      set_error(r, ETR_EFORMAT, cur_off(r) - 1, "the trace is not a JSON object");
+      return 0;
+    case PH_NODES:
+      if (is_map && is_open) {
+        r->node_off = cur_off(r) - 1;
+        if (!r->nodes.tail && !arena_alloc(&r->nodes, 0)) {
+          set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+          return 0;
+        }
+        r->node_mark = r->nodes.tail;
+        begin_build(r, true);
+        return 1;
+      }
+      set_error(r, ETR_EFORMAT, cur_off(r) - 1, "an element of \"nodes\" is not an object");
+      return 0;
+    case PH_HEADER:
+    case PH_TRAILER:
+      if (!strcmp(r->tkey, "nodes")) {
+        if (r->ph == PH_HEADER && !is_map && is_open) {
+          r->ph = PH_NODES;
+          r->nodes_seen = true;
+          return 2;
+        }
+        set_error(r, ETR_EFORMAT, cur_off(r) - 1,
+                  r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
+        return 0;
+      }
+      begin_build(r, false);
+      return 1;
+    default:
+      set_error(r, ETR_EFORMAT, cur_off(r) - 1, "data after the top-level object");
+      return 0;
+  }
+}
+
+static int scalar(etr_reader *r, const etr_jval *v) {
+  int s = value_start(r, false, false);
+  if (s != 1) return s ? 1 : 0;
+  return b_value(r, v);
+}
+
+static int cb_null(void *ctx) {
+  etr_jval v = {.kind = ETR_J_NULL};
+  return scalar(ctx, &v);
+}
+
+static int cb_bool(void *ctx, int b) {
+  etr_jval v = {.kind = ETR_J_BOOL};
+  v.v.b = b != 0;
+  return scalar(ctx, &v);
+}
+
+static int cb_number(void *ctx, const char *s, size_t len) {
+  etr_reader *r = ctx;
+  etr_jval v;
+  size_t i = 0;
+  bool neg = false;
+  if (len && s[0] == '-') {
+    neg = true;
+    i = 1;
+  }
+  uint64_t acc = 0;
+  bool is_int = i < len, overflow = false;
+  for (; i < len; i++) {
+    unsigned d = (unsigned char)s[i] - '0';
+    if (d > 9) {
+      is_int = false;
+      break;
+    }
+    if (acc > (UINT64_MAX - d) / 10) overflow = true;
+    acc = acc * 10 + d;
+  }
+  if (is_int && !overflow && !neg && acc <= (uint64_t)INT64_MAX) {
+    v.kind = ETR_J_INT;
+    v.v.i = (int64_t)acc;
+  } else if (is_int && !overflow && neg && acc <= (uint64_t)INT64_MAX + 1) {
+    v.kind = ETR_J_INT;
+    v.v.i = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
+  } else if (is_int && !overflow && !neg) {
+    v.kind = ETR_J_UINT;
+    v.v.u = acc;
+  } else {
+    char buf[128];
+    size_t n = len < sizeof buf - 1 ? len : sizeof buf - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    v.kind = ETR_J_DOUBLE;
+    v.v.d = strtod(buf, NULL);
+  }
+  return scalar(r, &v);
+}
+
+static int cb_string(void *ctx, const unsigned char *s, size_t len) {
+  etr_reader *r = ctx;
+  int st = value_start(r, false, false);
+  if (st != 1) return st ? 1 : 0;
+  etr_jval v = {.kind = ETR_J_STRING};
+  char *p = copy_str(r, r->target, s, len);
+  if (!p) return 0;
+  v.v.str.s = p;
+  v.v.str.len = len;
+  return b_value(r, &v);
+}
+
+static int cb_start_map(void *ctx) {
+  etr_reader *r = ctx;
+  int st = value_start(r, true, true);
+  if (st == 2) {
+    r->depth++;
+    return 1;
+  }
+  if (!st) return 0;
+  r->depth++;
+  return b_open(r, true);
+}
+
+static int cb_start_array(void *ctx) {
+  etr_reader *r = ctx;
+  int st = value_start(r, false, true);
+  if (st == 2) {
+    r->depth++;
+    return 1;
+  }
+  if (!st) return 0;
+  r->depth++;
+  return b_open(r, false);
+}
+
+static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
+  char *p = copy_str(r, &r->keep, k, len);
+  if (!p) return 0;
+  r->tkey = p;
+  if (r->n_top_keys == r->top_keys_cap) {
+    size_t cap = r->top_keys_cap ? r->top_keys_cap * 2 : 16;
+    const char **t = realloc(r->top_keys, cap * sizeof *t);
+    if (!t) {
+      set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+      return 0;
+    }
+    r->top_keys = t;
+    r->top_keys_cap = cap;
+  }
+  for (size_t i = 0; i < r->n_top_keys; i++)
+    if (!strcmp(r->top_keys[i], p)) {
+      set_error(r, ETR_EFORMAT, cur_off(r) - len - 2, "top-level key \"%s\" appears twice", p);
+      return 0;
+    }
+  r->top_keys[r->n_top_keys++] = p;
+  if (strcmp(p, "nodes") && !is_header_key(p) && r->ph == PH_HEADER)
+    warn(r, cur_off(r) - len - 2, -1, "unknown top-level key \"%s\" before \"nodes\"", p);
+  return 1;
+}
+
+static int cb_key(void *ctx, const unsigned char *k, size_t len) {
+  etr_reader *r = ctx;
+  if (!r->building) return top_key(r, k, len);
+  char *p = copy_str(r, r->target, k, len);
+  if (!p) return 0;
+  r->bkey = p;
+  r->bkey_len = len;
+  return 1;
+}
+
+static int end_container(etr_reader *r) {
+  r->depth--;
+  if (r->building) return b_close(r);
+  if (r->ph == PH_NODES && r->depth == 1) {
+    r->ph = PH_TRAILER;
+    r->nodes_done = true;
+    return 1;
+  }
+  if (r->depth == 0) {
+    r->ph = PH_END;
+    return 1;
+  }
+  return 1;
+}
+
+static int cb_end_map(void *ctx) { return end_container(ctx); }
+static int cb_end_array(void *ctx) { return end_container(ctx); }
+
+static const yajl_callbacks callbacks = {
+    cb_null, cb_bool, NULL, NULL, cb_number, cb_string, cb_start_map, cb_key, cb_end_map,
+    cb_start_array, cb_end_array};
+
+/* ---- input ---- */
+
+static const char *display_path(const char *path) { return strcmp(path, "-") ? path : "<stdin>"; }
+
+/* Fill r->in when it is empty. Returns bytes available, 0 at EOF, -1 on error. */
+static ssize_t fill_raw(etr_reader *r) {
+  if (r->in_pos < r->in_len) return (ssize_t)(r->in_len - r->in_pos);
+  if (r->eof) return 0;
+  for (;;) {
+    ssize_t k = read(r->fd, r->in, IN_BLOCK);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(errno));
+      return -1;
+    }
+    r->in_pos = 0;
+    r->in_len = (size_t)k;
+    r->in_consumed += (uint64_t)k;
+    if (k == 0) r->eof = true;
+    return k;
+  }
+}
+
+/* Next block of decompressed bytes: *p and length; 0 at EOF, -1 on error. */
+static ssize_t next_block(etr_reader *r, const unsigned char **p) {
+  if (!r->sniffed) {
+    r->sniffed = true;
+    /* gather at least two bytes to look for the gzip magic */
+    ssize_t k = fill_raw(r);
+    if (k < 0) return -1;
+    while (r->in_len < 2 && !r->eof) {
+      ssize_t m = read(r->fd, r->in + r->in_len, IN_BLOCK - r->in_len);
+      if (m < 0 && errno == EINTR) continue;
+      if (m < 0) {
+        set_error(r, ETR_EIO, 0, "read error: %s", strerror(errno));
+        return -1;
+      }
+      if (m == 0) r->eof = true;
+      r->in_len += (size_t)m;
+      r->in_consumed += (uint64_t)m;
+    }
+    if (r->in_len >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b) {
+      r->gz = true;
+      memset(&r->zs, 0, sizeof r->zs);
+      if (inflateInit2(&r->zs, 15 + 32) != Z_OK) {
+        set_error(r, ETR_ENOMEM, 0, "cannot start gzip decompression");
+        return -1;
+      }
+      r->gz_init = true;
+      r->out = malloc(IN_BLOCK);
+      if (!r->out) {
+        set_error(r, ETR_ENOMEM, 0, "out of memory");
+        return -1;
+      }
+    }
+  }
+  if (!r->gz) {
+    ssize_t k = fill_raw(r);
+    if (k <= 0) return k;
+    size_t n = k > (ssize_t)FEED_BLOCK ? FEED_BLOCK : (size_t)k;
+    *p = r->in + r->in_pos;
+    r->in_pos += n;
+    return (ssize_t)n;
+  }
+  for (;;) {
+    if (r->gz_end) {
+      /* a member ended: another one may follow (concatenated gzip) */
+      ssize_t k = fill_raw(r);
+      if (k <= 0) return k;
+      if (inflateReset(&r->zs) != Z_OK) {
+        set_error(r, ETR_EFORMAT, r->consumed, "gzip: cannot reset");
+        return -1;
+      }
+      r->gz_end = false;
+    }
+    ssize_t k = fill_raw(r);
+    if (k < 0) return -1;
+    if (k == 0) {
+      set_error(r, ETR_EFORMAT, r->consumed, "gzip: the compressed stream is truncated");
+      return -1;
+    }
+    r->zs.next_in = r->in + r->in_pos;
+    r->zs.avail_in = (uInt)(r->in_len - r->in_pos);
+    r->zs.next_out = r->out;
+    r->zs.avail_out = FEED_BLOCK;
+    int zr = inflate(&r->zs, Z_NO_FLUSH);
+    r->in_pos = r->in_len - r->zs.avail_in;
+    if (zr == Z_STREAM_END) {
+      r->gz_end = true;
+    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+      set_error(r, ETR_EFORMAT, r->consumed + (FEED_BLOCK - r->zs.avail_out), "gzip: %s",
+                r->zs.msg ? r->zs.msg : "corrupt data");
+      return -1;
+    }
+    size_t produced = FEED_BLOCK - r->zs.avail_out;
+    if (produced) {
+      *p = r->out;
+      return (ssize_t)produced;
+    }
+  }
+}
+
+static void yajl_fail(etr_reader *r, const unsigned char *buf, size_t len) {
+  uint64_t off = r->feed_base + yajl_get_bytes_consumed(r->yh);
+  unsigned char *m = yajl_get_error(r->yh, 0, buf, len);
+  char reason[256];
+  snprintf(reason, sizeof reason, "%s", m ? (const char *)m : "parse error");
+  if (m) yajl_free_error(r->yh, m);
+  size_t n = strlen(reason);
+  while (n && (reason[n - 1] == '\n' || reason[n - 1] == ' ' || reason[n - 1] == '.'))
+    reason[--n] = '\0';
+  set_error(r, ETR_EFORMAT, off, "invalid JSON (%s)", reason);
+}
+
+/* Parse one more block. 1 = parsed, 0 = end of input (parse completed), -1 = error. */
+static int feed(etr_reader *r) {
+  if (r->err) return -1;
+  if (r->parse_done) return 0;
+  const unsigned char *p = NULL;
+  ssize_t k = next_block(r, &p);
+  if (k < 0) return -1;
+  if (k == 0) {
+    r->feed_base = r->consumed;
+    yajl_status st = yajl_complete_parse(r->yh);
+    if (r->err) return -1;
+    if (st != yajl_status_ok || r->ph != PH_END) {
+      set_error(r, ETR_EFORMAT, r->consumed, "unexpected end of input (truncated file?)");
+      return -1;
+    }
+    r->parse_done = true;
+    return 0;
+  }
+  r->feed_base = r->consumed;
+  r->feed_ptr = p;
+  yajl_status st = yajl_parse(r->yh, p, (size_t)k);
+  if (st != yajl_status_ok) {
+    if (!r->err) yajl_fail(r, p, (size_t)k);
+    return -1;
+  }
+  r->consumed += (uint64_t)k;
+  return 1;
+}
+
+/* ---- API ---- */
+
+int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader **out) {
+  *out = NULL;
+  etr_reader *r = calloc(1, sizeof *r);
+  if (!r) return ETR_ENOMEM;
+  *out = r;
+  etr_reader_options o = ETR_READER_OPTIONS_INIT;
+  if (opt) memcpy(&o, opt, opt->struct_size < sizeof o ? opt->struct_size : sizeof o);
+  o.struct_size = sizeof o;
+  if (!o.max_node_bytes) o.max_node_bytes = 256u << 20;
+  r->opt = o;
+  r->fd = -1;
+  r->hdr.pid = -1;
+  r->hdr.start_ts = -1;
+  r->finish_ts = -1;
+  r->path = strdup(display_path(path ? path : "-"));
+  r->in = malloc(IN_BLOCK);
+  if (!r->path || !r->in) {
+    snprintf(r->msg, sizeof r->msg, "%s: byte 0: out of memory", path);
+    return r->err = ETR_ENOMEM;
+  }
+  if (!path || !strcmp(path, "-")) {
+    r->fd = 0;
+  } else {
+    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) {
+      set_error(r, ETR_EOPEN, 0, "cannot open: %s", strerror(errno));
+      return r->err;
+    }
+    r->own_fd = true;
+    struct stat st;
+    if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode)) r->in_size = (uint64_t)st.st_size;
+    if (fstat(r->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      set_error(r, ETR_EOPEN, 0, "is a directory");
+      return r->err;
+    }
+#ifdef POSIX_FADV_SEQUENTIAL
+    posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  }
+  r->yh = yajl_alloc(&callbacks, NULL, r);
+  if (!r->yh) {
+    set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return r->err;
+  }
+  while (!r->nodes_seen) {
+    int f = feed(r);
+    if (f < 0) return r->err;
+    if (f == 0) {
+      set_error(r, ETR_EFORMAT, r->consumed, "no \"nodes\" array in the trace");
+      return r->err;
+    }
+  }
+  return 0;
+}
+
+const etr_rheader *etr_reader_header(const etr_reader *r) { return &r->hdr; }
+
+int etr_reader_next(etr_reader *r, const etr_rnode **node) {
+  *node = NULL;
+  for (;;) {
+    if (r->q_len) {
+      qent e = r->q[r->q_head];
+      r->q_head = (r->q_head + 1) % r->q_cap;
+      r->q_len--;
+      arena_release_before(&r->nodes, e.mark);
+      *node = e.node;
+      return 1;
+    }
+    if (r->nodes_done) return 0;
+    if (r->err) return r->err;
+    /* nothing queued: every block older than the node being built can go */
+    if (r->building && r->build_node)
+      arena_release_before(&r->nodes, r->node_mark);
+    else if (r->nodes.tail)
+      arena_release_before(&r->nodes, r->nodes.tail), r->nodes.tail->used = 0;
+    int f = feed(r);
+    if (f < 0 && !r->q_len) return r->err;
+    if (f == 0 && !r->q_len && !r->nodes_done) return r->err ? r->err : ETR_EFORMAT;
+  }
+}
+
+int etr_reader_finish(etr_reader *r) {
+  const etr_rnode *n;
+  int rc;
+  while ((rc = etr_reader_next(r, &n)) == 1) {
+  }
+  if (rc < 0) return rc;
+  arena_release_before(&r->nodes, NULL);
+  for (;;) {
+    int f = feed(r);
+    if (f < 0) return r->err;
+    if (f == 0) break;
+  }
+  return 0;
+}
+
+int64_t etr_reader_finish_ts(const etr_reader *r) { return r->finish_ts; }
+
+const etr_jval *etr_reader_trailer(const etr_reader *r, const char *key) {
+  for (size_t i = 0; i < r->n_extras; i++)
+    if (!strcmp(r->extras[i].key, key)) return &r->extras[i].val;
+  return NULL;
+}
+
+const char *const *etr_reader_top_keys(const etr_reader *r, size_t *n) {
+  *n = r->n_top_keys;
+  return r->top_keys;
+}
+
+const char *etr_reader_error(const etr_reader *r) { return r && r->err ? r->msg : ""; }
+uint64_t etr_reader_warnings(const etr_reader *r) { return r->warnings; }
+uint64_t etr_reader_offset(const etr_reader *r) { return r->consumed; }
+uint64_t etr_reader_input_size(const etr_reader *r) { return r->in_size; }
+uint64_t etr_reader_input_consumed(const etr_reader *r) { return r->in_consumed; }
+const char *etr_reader_path(const etr_reader *r) { return r->path; }
+
+void etr_reader_close(etr_reader *r) {
+  if (!r) return;
+  if (r->yh) yajl_free(r->yh);
+  if (r->gz_init) inflateEnd(&r->zs);
+  if (r->own_fd && r->fd >= 0) close(r->fd);
+  arena_destroy(&r->nodes);
+  arena_destroy(&r->keep);
+  free(r->stk);
+  free(r->frames);
+  free(r->q);
+  free(r->extras);
+  free(r->top_keys);
+  free(r->in);
+  free(r->out);
+  free(r->path);
+  free(r);
+}

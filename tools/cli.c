@@ -1,0 +1,229 @@
+/* Helpers shared by the etr subcommands: see cli.h. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROGRESS_MIN_BYTES (4u << 20) /* inputs shorter than this draw no progress line */
+#define PROGRESS_PERIOD 0.2           /* seconds between redraws */
+
+/* The input whose progress line is on screen, so errors can clear it first. */
+static etr_cli_input *g_drawn;
+
+static void progress_clear(etr_cli_input *in) {
+  if (in && in->drawn) {
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    in->drawn = false;
+  }
+  if (g_drawn == in) g_drawn = NULL;
+}
+
+void etr_cli_error(const char *cmd, const char *fmt, ...) {
+  progress_clear(g_drawn);
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "etr %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+int etr_cli_usage(const char *cmd, const char *fmt, ...) {
+  progress_clear(g_drawn);
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "etr %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (see 'etr %s --help')\n", cmd);
+  va_end(ap);
+  return ETR_CLI_USAGE;
+}
+
+bool etr_cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--")) break;
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
+  }
+  return false;
+}
+
+bool etr_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (!s || !*s || *s == '-' || *s == '+') goto bad;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) goto bad;
+  *out = v;
+  return true;
+bad:
+  etr_cli_usage(cmd, "%s wants a non-negative integer, not '%s'", opt, s ? s : "");
+  return false;
+}
+
+bool etr_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out) {
+  char *end;
+  errno = 0;
+  if (!s || !*s) goto bad;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v)) goto bad;
+  *out = v;
+  return true;
+bad:
+  etr_cli_usage(cmd, "%s wants a number, not '%s'", opt, s ? s : "");
+  return false;
+}
+
+double etr_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *etr_cli_bytes(uint64_t n, char *buf, size_t size) {
+  if (n < 10000)
+    snprintf(buf, size, "%llu B", (unsigned long long)n);
+  else if (n < 10000000)
+    snprintf(buf, size, "%.1f kB", (double)n / 1e3);
+  else if (n < 10000000000ull)
+    snprintf(buf, size, "%.1f MB", (double)n / 1e6);
+  else
+    snprintf(buf, size, "%.2f GB", (double)n / 1e9);
+  return buf;
+}
+
+/* ---- input ---- */
+
+static bool progress_wanted(void) {
+  const char *e = getenv("ETR_PROGRESS");
+  if (e && *e) return strcmp(e, "0") != 0;
+  return isatty(STDERR_FILENO);
+}
+
+int etr_cli_open(etr_cli_input *in, const char *cmd, const char *path,
+                 const etr_reader_options *opt) {
+  memset(in, 0, sizeof *in);
+  in->cmd = cmd;
+  in->path = path;
+  in->progress = progress_wanted();
+  in->t0 = in->last = etr_cli_now();
+  int rc = etr_reader_open(path, opt, &in->r);
+  if (rc < 0) {
+    if (in->r)
+      etr_cli_error(cmd, "%s", etr_reader_error(in->r));
+    else
+      etr_cli_error(cmd, "%s: byte 0: out of memory", path);
+    etr_reader_close(in->r);
+    in->r = NULL;
+    return ETR_CLI_FAIL;
+  }
+  return ETR_CLI_OK;
+}
+
+static void progress_draw(etr_cli_input *in, double now) {
+  uint64_t size = etr_reader_input_size(in->r);
+  uint64_t done = etr_reader_input_consumed(in->r);
+  uint64_t dec = etr_reader_offset(in->r);
+  if ((size ? size : done) < PROGRESS_MIN_BYTES) return;
+  double el = now - in->t0;
+  char b1[32], b2[32];
+  char pct[16] = "";
+  if (size) snprintf(pct, sizeof pct, "%3.0f%% ", 100.0 * (double)done / (double)size);
+  fprintf(stderr, "\r\033[Ketr %s: %s %s%s read, %llu nodes, %.0f MB/s", in->cmd,
+          etr_reader_path(in->r), pct, etr_cli_bytes(dec, b1, sizeof b1),
+          (unsigned long long)in->nodes, el > 0 ? (double)dec / 1e6 / el : 0.0);
+  if (size) fprintf(stderr, " (of %s)", etr_cli_bytes(size, b2, sizeof b2));
+  fflush(stderr);
+  in->drawn = true;
+  g_drawn = in;
+}
+
+int etr_cli_next(etr_cli_input *in, const etr_rnode **node) {
+  int rc = etr_reader_next(in->r, node);
+  if (rc == 1) {
+    in->nodes++;
+    if (in->progress && (in->nodes & 1023) == 0) {
+      double now = etr_cli_now();
+      if (now - in->last >= PROGRESS_PERIOD) {
+        in->last = now;
+        progress_draw(in, now);
+      }
+    }
+    return 1;
+  }
+  if (rc == 0) return 0;
+  etr_cli_error(in->cmd, "%s", etr_reader_error(in->r));
+  return -1;
+}
+
+int etr_cli_finish(etr_cli_input *in) {
+  int rc = etr_reader_finish(in->r);
+  progress_clear(in);
+  if (rc < 0) {
+    etr_cli_error(in->cmd, "%s", etr_reader_error(in->r));
+    return -1;
+  }
+  return 0;
+}
+
+void etr_cli_close(etr_cli_input *in) {
+  progress_clear(in);
+  etr_reader_close(in->r);
+  in->r = NULL;
+}
+
+/* ---- output ---- */
+
+FILE *etr_cli_open_output(const char *cmd, const char *path) {
+  if (!path || !strcmp(path, "-")) return stdout;
+  FILE *f = fopen(path, "w");
+  if (!f) etr_cli_error(cmd, "%s: cannot create: %s", path, strerror(errno));
+  return f;
+}
+
+int etr_cli_close_output(const char *cmd, FILE *f, const char *path) {
+  if (!f) return ETR_CLI_FAIL;
+  const char *name = (!path || !strcmp(path, "-")) ? "<stdout>" : path;
+  bool bad = ferror(f) != 0;
+  int err = 0;
+  if (fflush(f) != 0) {
+    bad = true;
+    err = errno;
+  }
+  if (f != stdout && fclose(f) != 0) {
+    bad = true;
+    if (!err) err = errno;
+  }
+  if (bad) {
+    etr_cli_error(cmd, "%s: write error: %s", name, err ? strerror(err) : "I/O error");
+    return ETR_CLI_FAIL;
+  }
+  return ETR_CLI_OK;
+}
+
+void etr_cli_json_str(FILE *f, const char *s) { etr_cli_json_strn(f, s, strlen(s)); }
+
+void etr_cli_json_strn(FILE *f, const char *s, size_t len) {
+  putc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s, *e = p + len; p < e; p++) {
+    unsigned c = *p;
+    switch (c) {
+      case '"': fputs("\\\"", f); break;
+      case '\\': fputs("\\\\", f); break;
+      case '\n': fputs("\\n", f); break;
+      case '\r': fputs("\\r", f); break;
+      case '\t': fputs("\\t", f); break;
+      default:
+        if (c < 0x20)
+          fprintf(f, "\\u%04x", c);
+        else
+          putc((int)c, f);
+    }
+  }
+  putc('"', f);
+}

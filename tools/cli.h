@@ -1,0 +1,88 @@
+/* Helpers shared by every etr subcommand (DESIGN 9).
+ *
+ * Conventions: a subcommand is `int etr_cmd_<name>(int argc, char **argv)` with argv[0] the
+ * command name; it returns ETR_CLI_OK (0), ETR_CLI_FAIL (1: bad input, or problems found) or
+ * ETR_CLI_USAGE (2: bad command line). Errors are one line on stderr:
+ *   etr <cmd>: FILE: byte N: reason          (bad input, from the reader)
+ *   etr <cmd>: reason                         (anything else)
+ * Inputs are opened through etr_cli_open, which streams ("-" = stdin, gzip by magic bytes)
+ * and draws a progress line on stderr while the input is long (only when stderr is a
+ * terminal; ETR_PROGRESS=0 turns it off, ETR_PROGRESS=1 forces it on).
+ * Single-threaded; nothing here is safe to call from two threads at once.
+ */
+#ifndef ETR_TOOLS_CLI_H
+#define ETR_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "json/reader.h"
+
+enum { ETR_CLI_OK = 0, ETR_CLI_FAIL = 1, ETR_CLI_USAGE = 2 };
+
+/* "etr CMD: message\n" on stderr (the progress line, if any, is cleared first). */
+void etr_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "etr CMD: message (see 'etr CMD --help')\n" on stderr; returns ETR_CLI_USAGE. */
+int etr_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* True when argv[1..] holds -h or --help (before a "--"). */
+bool etr_cli_wants_help(int argc, char **argv);
+
+/* Option values: parse s as a non-negative integer / a finite double. On failure print a
+ * usage error naming opt and return false. */
+bool etr_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+bool etr_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out);
+
+/* Monotonic clock in seconds. */
+double etr_cli_now(void);
+
+/* ---- input ---- */
+
+typedef struct etr_cli_input {
+  const char *cmd;
+  const char *path;     /* as given ("-" = stdin) */
+  etr_reader *r;        /* valid after a successful etr_cli_open */
+  uint64_t nodes;       /* nodes handed over so far */
+  /* progress line (private) */
+  bool progress;
+  bool drawn;
+  double t0, last;
+} etr_cli_input;
+
+/* Open path for command cmd with the reader options opt (NULL: defaults). 0, or
+ * ETR_CLI_FAIL after printing the one-line error. On failure, in->r is closed already. */
+int etr_cli_open(etr_cli_input *in, const char *cmd, const char *path,
+                 const etr_reader_options *opt);
+
+/* The next node (valid until the next call): 1, 0 at the end of "nodes", or -1 after printing
+ * the reader's one-line error. Updates the progress line. */
+int etr_cli_next(etr_cli_input *in, const etr_rnode **node);
+
+/* Reads the rest of the file (after etr_cli_next returned 0; also fine to call earlier: the
+ * remaining nodes are skipped). 0, or -1 after printing the error. Clears the progress line. */
+int etr_cli_finish(etr_cli_input *in);
+
+/* Clears the progress line and closes the reader. Safe on a failed or closed input. */
+void etr_cli_close(etr_cli_input *in);
+
+/* ---- output ---- */
+
+/* Open an output file ("-" or NULL = stdout). NULL after printing an error. */
+FILE *etr_cli_open_output(const char *cmd, const char *path);
+
+/* Flush and close an output from etr_cli_open_output (stdout is flushed, not closed).
+ * ETR_CLI_OK, or ETR_CLI_FAIL after printing the write error. */
+int etr_cli_close_output(const char *cmd, FILE *f, const char *path);
+
+/* Write s as a JSON string literal (quotes included; control characters escaped; bytes
+ * passed through otherwise, the reader's strings being valid UTF-8 already). */
+void etr_cli_json_str(FILE *f, const char *s);
+/* The same for len bytes (NUL bytes inside are written as \u0000). */
+void etr_cli_json_strn(FILE *f, const char *s, size_t len);
+
+/* Human-readable byte count into buf ("12.3 MB"); returns buf. */
+const char *etr_cli_bytes(uint64_t n, char *buf, size_t size);
+
+#endif /* ETR_TOOLS_CLI_H */

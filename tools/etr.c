@@ -1,0 +1,108 @@
+/* etr — the command-line tool for execution traces (DESIGN 9).
+ *
+ * `etr <command> [args]`: each command lives in tools/cmd_<name>.c and is compiled in when
+ * the file exists (ETR_HAVE_CMD_<NAME>); see tools/CMakeLists.txt.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef ETR_TOOL_VERSION
+#define ETR_TOOL_VERSION "unknown"
+#endif
+
+typedef int (*cmd_fn)(int argc, char **argv);
+
+#define DECL(name) int etr_cmd_##name(int argc, char **argv);
+#ifdef ETR_HAVE_CMD_VALIDATE
+DECL(validate)
+#endif
+#ifdef ETR_HAVE_CMD_SUMMARY
+DECL(summary)
+#endif
+#ifdef ETR_HAVE_CMD_CHROME
+DECL(chrome)
+#endif
+#ifdef ETR_HAVE_CMD_GRAPH
+DECL(graph)
+#endif
+#ifdef ETR_HAVE_CMD_REPLAY
+DECL(replay)
+#endif
+#ifdef ETR_HAVE_CMD_FLAME
+DECL(flame)
+#endif
+#ifdef ETR_HAVE_CMD_SYMBOLIZE
+DECL(symbolize)
+#endif
+#ifdef ETR_HAVE_CMD_REPAIR
+DECL(repair)
+#endif
+
+static const struct {
+  const char *name;
+  cmd_fn fn;
+  const char *what;
+} commands[] = {
+#ifdef ETR_HAVE_CMD_VALIDATE
+    {"validate", etr_cmd_validate, "check a trace's structure and format (DESIGN 6)"},
+#endif
+#ifdef ETR_HAVE_CMD_SUMMARY
+    {"summary", etr_cmd_summary, "ops, threads, time by op, tensors, collectives"},
+#endif
+#ifdef ETR_HAVE_CMD_CHROME
+    {"chrome", etr_cmd_chrome, "convert to Chrome trace events (Perfetto UI)"},
+#endif
+#ifdef ETR_HAVE_CMD_GRAPH
+    {"graph", etr_cmd_graph, "data dependencies through tensor ids (DOT), critical path"},
+#endif
+#ifdef ETR_HAVE_CMD_REPLAY
+    {"replay", etr_cmd_replay, "simulate the trace on a machine model"},
+#endif
+#ifdef ETR_HAVE_CMD_FLAME
+    {"flame", etr_cmd_flame, "folded stacks for flame graphs"},
+#endif
+#ifdef ETR_HAVE_CMD_SYMBOLIZE
+    {"symbolize", etr_cmd_symbolize, "resolve traceback frames to function, file, line"},
+#endif
+#ifdef ETR_HAVE_CMD_REPAIR
+    {"repair", etr_cmd_repair, "recover the complete nodes of a truncated trace"},
+#endif
+    {NULL, NULL, NULL}};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: etr <command> [options] FILE\n"
+          "       etr --help | --version\n"
+          "\n"
+          "Reads execution traces (PyTorch / Chakra format, ours and real ones). FILE may be\n"
+          "gzip-compressed; '-' reads stdin. 'etr <command> --help' describes a command.\n"
+          "\n"
+          "commands:\n");
+  for (size_t i = 0; commands[i].name; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].what);
+  fprintf(f,
+          "\n"
+          "exit status: 0 ok, 1 bad input or problems found, 2 usage error.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return ETR_CLI_USAGE;
+  }
+  const char *c = argv[1];
+  if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) {
+    usage(stdout);
+    return ETR_CLI_OK;
+  }
+  if (!strcmp(c, "--version") || !strcmp(c, "-V")) {
+    printf("etr %s\n", ETR_TOOL_VERSION);
+    return ETR_CLI_OK;
+  }
+  for (size_t i = 0; commands[i].name; i++)
+    if (!strcmp(c, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "etr: unknown command '%s' (see 'etr --help')\n", c);
+  return ETR_CLI_USAGE;
+}
