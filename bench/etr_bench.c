@@ -203,6 +203,7 @@ typedef struct worker {
   pthread_t thread;
   const pool *p;
   uint64_t warm, n;
+  int depth; /* extra stack frames under the recording loop (traceback phases) */
   etr_trace *trace; /* NULL for the baseline */
   pthread_barrier_t *bar;
   double per_op_ns;
@@ -210,8 +211,25 @@ typedef struct worker {
   int rc;
 } worker;
 
+static void worker_loop(worker *w);
+
+/* Recurse `depth` frames, then record: tracebacks then have a stack of that depth. */
+static __attribute__((noinline)) void worker_deep(worker *w, int depth) {
+  if (depth > 0) {
+    worker_deep(w, depth - 1);
+    __asm__ volatile("" ::: "memory"); /* not a tail call: keep the frame */
+    return;
+  }
+  worker_loop(w);
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
+  worker_deep(w, w->depth);
+  return NULL;
+}
+
+static __attribute__((noinline)) void worker_loop(worker *w) {
   run_ops(w->p, 0, w->warm);
   if (w->trace != NULL) w->rc = etr_trace_flush(w->trace);
   pthread_barrier_wait(w->bar); /* A: warm, start */
@@ -221,7 +239,6 @@ static void *worker_main(void *arg) {
   w->per_op_ns = (double)(t1 - t0) / (double)w->n;
   w->cpu_per_op_ns = (double)(c1 - c0) / (double)w->n;
   pthread_barrier_wait(w->bar); /* B: all done */
-  return NULL;
 }
 
 typedef struct rep_result {
@@ -232,6 +249,10 @@ typedef struct rep_result {
   double bytes_per_node; /* baseline only: file size / nodes */
 } rep_result;
 
+/* Traceback settings of the PH_TRACE phases: off, or on every op / 1 in N at a depth. */
+static etr_traceback_options g_tb;
+static int g_tb_depth;
+
 static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nthreads,
                           uint64_t warm, uint64_t n) {
   etr_trace *tr = NULL;
@@ -240,7 +261,9 @@ static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nt
   /* A fresh file each time: ext4 flushes a truncated-then-rewritten file at close. */
   if (strcmp(path, "/dev/null") != 0) unlink(path);
   if (kind == PH_TRACE) {
-    if ((rc = etr_trace_open(path, NULL, &tr)) != 0) die_etr("etr_trace_open", rc);
+    etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+    opt.traceback = g_tb;
+    if ((rc = etr_trace_open(path, &opt, &tr)) != 0) die_etr("etr_trace_open", rc);
     if ((rc = etr_trace_enable(tr)) != 0) die_etr("etr_trace_enable", rc);
   } else if (kind == PH_BASELINE && (rc = pt_baseline_open(path, &bl)) != 0) {
     die_etr("baseline open (etr_observer_add)", rc);
@@ -250,7 +273,7 @@ static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nt
   pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
   worker w[2];
   for (int k = 0; k < nthreads; k++) {
-    w[k] = (worker){0, &pools[k], warm, n, tr, &bar, 0, 0, 0};
+    w[k] = (worker){0, &pools[k], warm, n, g_tb_depth, tr, &bar, 0, 0, 0};
     if (pthread_create(&w[k].thread, NULL, worker_main, &w[k]) != 0) {
       fprintf(stderr, "etr-bench: pthread_create failed\n");
       exit(1);
@@ -361,7 +384,8 @@ enum {
   RUN_BASELINE = 1u << 5,
   RUN_BASELINE_2T = 1u << 6,
   RUN_PACED = 1u << 7,
-  RUN_ALL = (1u << 8) - 1
+  RUN_TRACEBACK = 1u << 8,
+  RUN_ALL = (1u << 9) - 1
 };
 
 static const struct {
@@ -369,7 +393,8 @@ static const struct {
   unsigned bit;
 } PHASES[] = {{"disabled", RUN_DISABLED},     {"bytes", RUN_BYTES}, {"enabled", RUN_ENABLED},
               {"devnull", RUN_DEVNULL},       {"2t", RUN_2T},       {"baseline", RUN_BASELINE},
-              {"baseline2t", RUN_BASELINE_2T}, {"paced", RUN_PACED}};
+              {"baseline2t", RUN_BASELINE_2T}, {"paced", RUN_PACED},
+              {"traceback", RUN_TRACEBACK}};
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -379,7 +404,8 @@ static void usage(FILE *f) {
           "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
           "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
           "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
-          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced; the figures\n"
+          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback;\n"
+          "               the figures\n"
           "               of the others are printed as '-' and null\n"
           "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
           "               baseline.json) in the temporary directory\n"
@@ -567,6 +593,22 @@ int main(int argc, char **argv) {
     pon2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, pops, nreps);
     op_work = 0;
   }
+  /* Tracebacks: the recording loop 32 frames deep, a traceback on every op, then on 1 op
+   * in 100, against the same loop traced without tracebacks. */
+  phase_result tb0 = none, tb1 = none, tb100 = none;
+  if (run & RUN_TRACEBACK) {
+    g_tb_depth = 26; /* + the thread's own frames: about 32 */
+    tb0 = run_phase(PH_TRACE, trace_path, pools, 1, warm, ops, nreps);
+    g_tb = (etr_traceback_options)ETR_TRACEBACK_OPTIONS_INIT;
+    g_tb.enabled = true;
+    tb1 = run_phase(PH_TRACE, trace_path, pools, 1, warm, ops, nreps);
+    g_tb.every = 100;
+    tb100 = run_phase(PH_TRACE, trace_path, pools, 1, warm, ops, nreps);
+    g_tb = (etr_traceback_options)ETR_TRACEBACK_OPTIONS_INIT;
+    g_tb_depth = 0;
+  }
+  double tb_added = tb1.rec_cpu.med - tb0.rec_cpu.med;
+  double tb100_added = tb100.rec_cpu.med - tb0.rec_cpu.med;
   double paced_added = pon.per_op.med - poff.per_op.med;
   double paced_2t_added = pon2.per_op.med - poff2.per_op.med;
   if (!keep) {
@@ -616,6 +658,12 @@ int main(int argc, char **argv) {
   row("paced_2t_off_ns", poff2.per_op, "ns/op per thread, 2 threads, no trace");
   row("paced_2t_on_ns", pon2.per_op, "ns/op per thread, 2 threads, traced");
   row1("paced_2t_added_ns", paced_2t_added, "wall time added per op, 2 threads (2 cores: shared with the writer)");
+  row("traceback_off_rec_cpu_ns", tb0.rec_cpu, "ns/op of recording-thread CPU, stack depth ~32, no traceback");
+  row("traceback_rec_cpu_ns", tb1.rec_cpu, "ns/op, the same with a traceback on every op");
+  row("traceback100_rec_cpu_ns", tb100.rec_cpu, "ns/op, the same with a traceback on 1 op in 100");
+  row("traceback_cpu_ns", tb1.cpu, "ns/op of process CPU (writer, tables, symbolization), every op");
+  row1("traceback_added_ns", tb_added, "traceback_rec_cpu_ns - traceback_off_rec_cpu_ns");
+  row1("traceback100_added_ns", tb100_added, "traceback100_rec_cpu_ns - traceback_off_rec_cpu_ns");
   printf("  buffer_waits in the bytes run: %" PRIu64 "\n\n", byt.buffer_waits);
 
   printf(
@@ -662,6 +710,12 @@ int main(int argc, char **argv) {
   json_spread("paced_2t_off_ns", poff2.per_op);
   json_spread("paced_2t_on_ns", pon2.per_op);
   json_num("paced_2t_added_ns", paced_2t_added);
+  json_spread("traceback_off_rec_cpu_ns", tb0.rec_cpu);
+  json_spread("traceback_rec_cpu_ns", tb1.rec_cpu);
+  json_spread("traceback100_rec_cpu_ns", tb100.rec_cpu);
+  json_spread("traceback_cpu_ns", tb1.cpu);
+  json_num("traceback_added_ns", tb_added);
+  json_num("traceback100_added_ns", tb100_added);
   printf(", \"buffer_waits\": %" PRIu64 "}\n", byt.buffer_waits);
   return 0;
 }
