@@ -73,6 +73,7 @@ OTHER_ATTRS = {
     "kernel_stream": "uint64",
     "etr_incomplete": "uint64",
     "traceback": "uint64",
+    "traceback": "uint64",
 }
 RESERVED_ATTRS = {"cat", "stream", "name", "id", "inputs", "outputs", "parent"}
 SCOPE_USER, SCOPE_BACKWARD = 7, 1
@@ -319,6 +320,62 @@ def check_attrs(ck, node):
     return out
 
 
+def check_tracebacks(ck, doc, keys, op_nodes, A):
+    """Tables after finish_ts, consistent and deduplicated; every op's traceback resolves to
+    real functions of the example (minitensor.c) with lines. Returns the table size."""
+    fi = keys.index("finish_ts") if "finish_ts" in keys else -1
+    if keys[fi + 1:fi + 3] != ["frames", "tracebacks"]:
+        ck.fail("traceback", "keys after finish_ts are %r, expected frames, tracebacks" % keys[fi + 1:])
+        return 0
+    frames, tbs = doc["frames"], doc["tracebacks"]
+    if not isinstance(frames, list) or not isinstance(tbs, list):
+        ck.fail("traceback", "frames/tracebacks are not arrays")
+        return 0
+    seen = set()
+    for i, f in enumerate(frames):
+        if not isinstance(f, dict) or list(f.keys())[:3] != ["name", "filename", "line"]:
+            ck.fail("traceback", "frame %d is not {name, filename, line}: %r" % (i, f))
+            continue
+        if not (isinstance(f["name"], str) and isinstance(f["filename"], str) and is_int(f["line"])):
+            ck.fail("traceback", "frame %d has bad types: %r" % (i, f))
+        key = json.dumps(f, sort_keys=True)
+        if key in seen:
+            ck.fail("traceback", "frame %d is written twice: %r" % (i, f))
+        seen.add(key)
+    seen = set()
+    for i, tb in enumerate(tbs):
+        if not isinstance(tb, list) or not tb or not all(is_int(k) and 0 <= k < len(frames) for k in tb):
+            ck.fail("traceback", "traceback %d is not a non-empty list of frame indices: %r" % (i, tb))
+            continue
+        if tuple(tb) in seen:
+            ck.fail("traceback", "traceback %d is written twice" % i)
+        seen.add(tuple(tb))
+        own = [frames[k] for k in tb if frames[k]["filename"].endswith("minitensor.c")]
+        if not own:
+            ck.fail("traceback", "traceback %d has no frame in minitensor.c: %r"
+                    % (i, [frames[k]["name"] for k in tb][:8]))
+        for f in own:
+            if not f["name"] or f["name"].startswith("minitensor+") or f["line"] <= 0:
+                ck.fail("traceback", "traceback %d: minitensor.c frame without name or line: %r" % (i, f))
+    used = set()
+    for n in op_nodes:
+        nid = n["id"]
+        if "traceback" not in A[nid]:
+            ck.fail("traceback", "%s has no traceback attr" % where(n))
+            continue
+        if not (0 <= A[nid]["traceback"] < len(tbs)):
+            ck.fail("traceback", "%s: traceback %r is out of range" % (where(n), A[nid]["traceback"]))
+            continue
+        used.add(A[nid]["traceback"])
+    if len(used) != len(tbs):
+        ck.fail("traceback", "%d tracebacks in the table, %d used by nodes" % (len(tbs), len(used)))
+    names = {frames[k]["name"] for tb in tbs for k in tb}
+    for want in ("worker_main", "op_begin"):
+        if not any(x == want for x in names):
+            ck.fail("traceback", "no frame named %r (the example's call chain)" % want)
+    return len(tbs)
+
+
 def parse_pairs(pairs):
     keys = [k for k, _ in pairs]
     d = dict(pairs)
@@ -346,6 +403,8 @@ def main(argv):
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--schema", choices=sorted(SCHEMAS), default=None)
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--traceback", action="store_true",
+                    help="every op carries a traceback resolved to minitensor.c functions")
     args = ap.parse_args(argv)
     n_workers = args.threads
     if n_workers < 1:
@@ -764,11 +823,18 @@ def main(argv):
         if "etr_incomplete" in A[nid]:
             ck.fail("tree", "%s is marked incomplete, but the runtime closes every op" % where(by_id[nid]))
 
+    # ---- tracebacks (DESIGN 7) ---------------------------------------------------------
+    n_tb = 0
+    if args.traceback:
+        n_tb = check_tracebacks(ck, doc, keys, [by_id[nid] for nid in ops], A)
+    elif "frames" in doc or "tracebacks" in doc:
+        ck.fail("traceback", "frames/tracebacks tables although tracebacks were off")
+
     # ---- report ----------------------------------------------------------------------------
     summary = ("%s: %d bytes, schema %s, %d nodes (%d ops, %d threads), %d tensor ids, %d storage ids, "
-               "%d tensor and %d storage addresses reused, %d collectives, %d kernels"
+               "%d tensor and %d storage addresses reused, %d collectives, %d kernels, %d tracebacks"
                % (args.trace, size, schema, len(nodes), len(ops), len(threads), len(tensor_ids),
-                  len(storage_ids), reused_t, reused_s, n_coll, n_kernel))
+                  len(storage_ids), reused_t, reused_s, n_coll, n_kernel, n_tb))
     if ck.ok():
         print("check_example_trace: OK: " + summary)
         return 0

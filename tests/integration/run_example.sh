@@ -4,6 +4,7 @@
 #   MODE: api      the example opens the trace itself (--out)
 #         env      the trace comes from ETR_TRACE alone (no code change)
 #         schema110 like api, with --schema 1.1.0
+#         traceback like api, with a traceback on every op (resolved names, files, lines)
 #         forget   the build that never reports tensor deaths: its trace must FAIL the
 #                  checker (ids of reused addresses alias), which shows the checker can fail
 set -eu
@@ -16,6 +17,9 @@ case "$mode" in
   api) "$example" --out "$trace" --threads $threads --iters 2 ;;
   schema110) "$example" --out "$trace" --threads $threads --iters 2 --schema 1.1.0
     python3 "$checker" "$trace" --threads $threads --iters 2 --schema 1.1.0
+    exit $? ;;
+  traceback) "$example" --out "$trace" --threads $threads --iters 2 --traceback
+    python3 "$checker" "$trace" --threads $threads --iters 2 --traceback
     exit $? ;;
   forget)
     # The program itself notices the aliasing too and exits 1; the trace is still written.
