@@ -1,0 +1,39 @@
+/* Test library for tests/symbolize: a known call chain symchain_a -> symchain_b ->
+ * symchain_c -> callback, each step noinline and not a tail call. Each function stores the
+ * line of its call in symchain_lines before making it, so the test knows the expected lines
+ * without parsing this file. */
+typedef int (*symchain_cb)(int x);
+
+int symchain_lines[3];
+
+__attribute__((noinline, noclone)) int symchain_c(int x, symchain_cb cb) {
+  int r;
+  symchain_lines[2] = __LINE__ + 1;
+  r = cb(x + 3);
+  __asm__ volatile("" ::: "memory");
+  return r * 3 + 1;
+}
+
+__attribute__((noinline, noclone)) int symchain_b(int x, symchain_cb cb) {
+  int r;
+  symchain_lines[1] = __LINE__ + 1;
+  r = symchain_c(x * 2, cb);
+  __asm__ volatile("" ::: "memory");
+  return r + 5;
+}
+
+__attribute__((noinline, noclone)) int symchain_a(int x, symchain_cb cb) {
+  int r;
+  symchain_lines[0] = __LINE__ + 1;
+  r = symchain_b(x + 1, cb);
+  __asm__ volatile("" ::: "memory");
+  return r - 2;
+}
+
+/* A function that is not exported (absent from .dynsym), reached through its address; all
+ * of its code is on one line. */
+int symchain_hidden_line = __LINE__ + 2;
+__attribute__((noinline, noclone)) static int
+symchain_hidden(int x) { __asm__ volatile("" ::: "memory"); return x * 11 + 1; }
+
+void *symchain_hidden_addr(void) { return (void *)&symchain_hidden; }

@@ -1,0 +1,521 @@
+/* Tests of symbolization (src/unwind/symbolize.c, symtab.c): a known call chain through a
+ * library opened with dlopen gives its function names in order with the right files and
+ * lines, also after the library was closed; build-id checks; fallbacks (dladdr,
+ * module+offset); the symbol cache and its counters; C++ demangling; stripped libraries,
+ * separate debug files and search directories; a library with 20k functions.
+ *
+ * Addresses are captured with glibc's backtrace() (return addresses), and symbolized at
+ * return address - 1, the call instruction, as a trace writer does for outer frames. */
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <execinfo.h>
+#include <limits.h>
+#include <link.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "unwind/symbolize_search.h"
+#include "unwind/unwind.h"
+
+/* ---- the module holding an address (our own, not etr's module map) ---- */
+
+typedef struct modinfo {
+  char path[PATH_MAX];
+  uintptr_t bias;
+  uint8_t bid[64];
+  size_t bid_len;
+} modinfo;
+
+typedef struct find_arg {
+  uintptr_t ip;
+  modinfo *out;
+  int found;
+} find_arg;
+
+static void read_build_id(const struct dl_phdr_info *info, modinfo *m) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_NOTE) continue;
+    const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr);
+    const char *end = p + ph->p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
+      const char *name = p + sizeof *n;
+      const char *desc = name + ((n->n_namesz + 3) & ~3u);
+      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && memcmp(name, "GNU", 4) == 0 &&
+          n->n_descsz <= sizeof m->bid) {
+        memcpy(m->bid, desc, n->n_descsz);
+        m->bid_len = n->n_descsz;
+        return;
+      }
+      p = desc + ((n->n_descsz + 3) & ~3u);
+    }
+  }
+}
+
+static int find_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  find_arg *a = data;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && a->ip >= lo && a->ip < lo + ph->p_memsz) {
+      snprintf(a->out->path, sizeof a->out->path, "%s", info->dlpi_name);
+      a->out->bias = info->dlpi_addr;
+      a->out->bid_len = 0;
+      read_build_id(info, a->out);
+      a->found = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int find_module(uintptr_t ip, modinfo *out) {
+  find_arg a = {ip, out, 0};
+  dl_iterate_phdr(find_cb, &a);
+  return a.found;
+}
+
+/* ---- capture through the chain library ---- */
+
+typedef int (*chain_fn)(int, int (*)(int));
+
+#define MAX_FRAMES 64
+typedef struct capture {
+  uintptr_t ip[MAX_FRAMES];
+  modinfo mod[MAX_FRAMES];
+  int n;
+} capture;
+
+static capture *g_capture;
+static int g_capture_line;
+
+/* Innermost frame: records the stack (the callback symchain_c calls). */
+__attribute__((noinline)) int capture_cb(int x) {
+  void *buf[MAX_FRAMES];
+  g_capture_line = __LINE__ + 1;
+  int n = backtrace(buf, MAX_FRAMES);
+  for (int i = 0; i < n; i++) g_capture->ip[i] = (uintptr_t)buf[i];
+  g_capture->n = n;
+  __asm__ volatile("" ::: "memory");
+  return x + 1;
+}
+
+/* Run symchain_a of the open library `lib` and capture the stack from its callback; record
+ * the module of each frame while the library is still loaded. */
+__attribute__((noinline)) static void capture_chain(void *lib, capture *c) {
+  chain_fn a = (chain_fn)dlsym(lib, "symchain_a");
+  assert_non_null(a);
+  g_capture = c;
+  assert_int_equal(a(1, capture_cb), ((((2 * 2 + 3) + 1) * 3 + 1) + 5) - 2);
+  assert_true(c->n >= 5);
+  for (int i = 0; i < c->n; i++) assert_true(find_module(c->ip[i], &c->mod[i]));
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Symbolize frame i of c (at its return address - 1), live or not. */
+static int symbolize_frame(etr__symbolizer *s, const capture *c, int i, int live,
+                           etr__symbol *out) {
+  uintptr_t pc = c->ip[i] - 1;
+  const modinfo *m = &c->mod[i];
+  return etr__symbolize(s, m->path, m->bid, m->bid_len, pc - m->bias, live ? pc : 0, out);
+}
+
+/* The captured chain, symbolized, is capture_cb, symchain_c, symchain_b, symchain_a with
+ * their files and call lines (read from the library while it is loaded: lines[3]). */
+static void check_chain(const capture *c, const int lines[3], int live) {
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr__symbol sym;
+  int i0 = -1;
+  for (int i = 0; i < c->n; i++) {
+    int rc = symbolize_frame(s, c, i, live, &sym);
+    assert_true(rc == 0 || rc == 1);
+    if (strcmp(sym.name, "capture_cb") == 0) {
+      i0 = i;
+      break;
+    }
+  }
+  assert_true(i0 >= 0);
+  assert_int_equal(symbolize_frame(s, c, i0, live, &sym), 0);
+  assert_true(ends_with(sym.filename, "test_symbolize.c"));
+  if (i0 == 0) assert_int_equal(sym.line, g_capture_line);
+  static const char *const names[3] = {"symchain_c", "symchain_b", "symchain_a"};
+  for (int k = 0; k < 3; k++) {
+    int i = i0 + 1 + k;
+    assert_true(i < c->n);
+    assert_int_equal(symbolize_frame(s, c, i, live, &sym), 0);
+    assert_string_equal(sym.name, names[k]);
+    assert_true(ends_with(sym.filename, "/symchain.c"));
+    assert_int_equal(sym.line, lines[2 - k]);
+    assert_true(ends_with(c->mod[i].path, "libsymchain.so"));
+  }
+  /* The test itself (the main program, path "" when live) comes next. */
+  assert_int_equal(symbolize_frame(s, c, i0 + 4, live, &sym), 0);
+  assert_string_equal(sym.name, "capture_chain");
+  assert_true(ends_with(sym.filename, "test_symbolize.c"));
+  etr__symbolizer_free(s);
+}
+
+static void read_lines(void *lib, int lines[3]) {
+  int *l = dlsym(lib, "symchain_lines");
+  assert_non_null(l);
+  memcpy(lines, l, 3 * sizeof *lines);
+  assert_true(lines[2] > 0 && lines[1] > lines[2] && lines[0] > lines[1]);
+}
+
+/* A library opened with dlopen: frames resolve live (with dladdr available). */
+static void test_chain_dlopen(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  capture c;
+  capture_chain(lib, &c);
+  int lines[3];
+  read_lines(lib, lines);
+  check_chain(&c, lines, 1);
+  dlclose(lib);
+}
+
+/* A library closed between two captures: the frames of the first capture still resolve
+ * (from the file), and so do those of the second capture of a reopened copy. */
+static void test_chain_closed(void **state) {
+  (void)state;
+  capture *c1 = calloc(1, sizeof *c1), *c2 = calloc(1, sizeof *c2);
+  assert_non_null(c1);
+  assert_non_null(c2);
+  int lines[3];
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  capture_chain(lib, c1);
+  read_lines(lib, lines);
+  assert_int_equal(dlclose(lib), 0);
+  /* Really gone (nothing else holds it). */
+  assert_null(dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_NOLOAD));
+  lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  capture_chain(lib, c2);
+  assert_int_equal(dlclose(lib), 0);
+  /* Not live: the main program has a path only while live, so give it its real path. */
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  assert_true(n > 0);
+  exe[n] = '\0';
+  capture *cs[2] = {c1, c2};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < cs[k]->n; i++)
+      if (cs[k]->mod[i].path[0] == '\0') snprintf(cs[k]->mod[i].path, PATH_MAX, "%s", exe);
+    check_chain(cs[k], lines, 0);
+  }
+  free(c1);
+  free(c2);
+}
+
+/* Address of symchain_b as (module, vaddr), from a loaded copy of the library. */
+static void chain_b_address(void *lib, modinfo *m, uint64_t *vaddr, uintptr_t *live) {
+  void *f = dlsym(lib, "symchain_b");
+  assert_non_null(f);
+  assert_true(find_module((uintptr_t)f, m));
+  assert_true(m->bid_len > 0);
+  *live = (uintptr_t)f + 4;
+  *vaddr = *live - m->bias;
+}
+
+/* A matching build-id resolves; a different one is not trusted (fallbacks). */
+static void test_build_id(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  modinfo m;
+  uint64_t vaddr;
+  uintptr_t live;
+  chain_b_address(lib, &m, &vaddr, &live);
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr__symbol sym;
+  assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, vaddr, 0, &sym), 0);
+  assert_string_equal(sym.name, "symchain_b");
+  assert_true(ends_with(sym.filename, "/symchain.c"));
+  assert_true(sym.line > 0);
+
+  uint8_t wrong[64];
+  memcpy(wrong, m.bid, m.bid_len);
+  wrong[0] ^= 0xff;
+  assert_int_equal(etr__symbolize(s, m.path, wrong, m.bid_len, vaddr, 0, &sym), 1);
+  char expect[64];
+  snprintf(expect, sizeof expect, "libsymchain.so+0x%llx", (unsigned long long)vaddr);
+  assert_string_equal(sym.name, expect);
+  assert_string_equal(sym.filename, m.path);
+  assert_int_equal(sym.line, 0);
+  /* Live: dladdr names the exported function. */
+  assert_int_equal(etr__symbolize(s, m.path, wrong, m.bid_len, vaddr + 1, live + 1, &sym), 1);
+  assert_string_equal(sym.name, "symchain_b");
+  assert_int_equal(sym.line, 0);
+  etr__symbolizer_free(s);
+  dlclose(lib);
+}
+
+/* Missing files fall back to dladdr (live) or module+offset; "" without a live address. */
+static void test_fallbacks(void **state) {
+  (void)state;
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr__symbol sym;
+  assert_int_equal(etr__symbolize(s, "/nonexistent/libfoo.so", NULL, 0, 0x1234, 0, &sym), 1);
+  assert_string_equal(sym.name, "libfoo.so+0x1234");
+  assert_string_equal(sym.filename, "/nonexistent/libfoo.so");
+  assert_int_equal(sym.line, 0);
+  assert_int_equal(etr__symbolize(s, "", NULL, 0, 0xabc, 0, &sym), 1);
+  assert_string_equal(sym.name, "[unknown]+0xabc");
+  /* Not an ELF file. */
+  assert_int_equal(etr__symbolize(s, "/proc/self/status", NULL, 0, 0x10, 0, &sym), 1);
+  assert_string_equal(sym.name, "status+0x10");
+  /* dladdr on a live address of a loaded library. */
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  uintptr_t a = (uintptr_t)dlsym(lib, "symchain_a");
+  assert_int_equal(etr__symbolize(s, "/nonexistent/libbar.so", NULL, 0, 0x10, a + 2, &sym), 1);
+  assert_string_equal(sym.name, "symchain_a");
+  assert_string_equal(sym.filename, "/nonexistent/libbar.so");
+  dlclose(lib);
+  assert_int_equal(etr__symbolize(NULL, "x", NULL, 0, 1, 0, &sym), ETR_EINVAL);
+  etr__symbolizer_free(s);
+  etr__symbolizer_free(NULL);
+}
+
+static etr_traceback_stats stats_now(void) {
+  etr_traceback_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  etr__symbolize_stats_add(&st);
+  return st;
+}
+
+/* One resolution per unique (module, address); repeats come from the cache. */
+static void test_cache(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  modinfo m;
+  uint64_t vaddr;
+  uintptr_t live;
+  chain_b_address(lib, &m, &vaddr, &live);
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr_traceback_stats st0 = stats_now();
+  etr__symbol a, b, c;
+  assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, vaddr, 0, &a), 0);
+  etr_traceback_stats st1 = stats_now();
+  assert_int_equal(st1.symbol_cache_misses - st0.symbol_cache_misses, 1);
+  assert_int_equal(st1.symbol_cache_hits - st0.symbol_cache_hits, 0);
+  /* Same module given through another buffer with equal contents. */
+  char path2[PATH_MAX];
+  snprintf(path2, sizeof path2, "%s", m.path);
+  assert_int_equal(etr__symbolize(s, path2, m.bid, m.bid_len, vaddr, 0, &b), 0);
+  etr_traceback_stats st2 = stats_now();
+  assert_int_equal(st2.symbol_cache_hits - st1.symbol_cache_hits, 1);
+  assert_int_equal(st2.symbol_cache_misses - st1.symbol_cache_misses, 0);
+  assert_ptr_equal(a.name, b.name);
+  assert_ptr_equal(a.filename, b.filename);
+  assert_int_equal(a.line, b.line);
+  /* A fallback is counted once, and cached with its return code. */
+  assert_int_equal(etr__symbolize(s, "/nonexistent/x.so", NULL, 0, 8, 0, &c), 1);
+  assert_int_equal(etr__symbolize(s, "/nonexistent/x.so", NULL, 0, 8, 0, &c), 1);
+  etr_traceback_stats st3 = stats_now();
+  assert_int_equal(st3.symbolize_fallbacks - st2.symbolize_fallbacks, 1);
+  assert_int_equal(st3.symbol_cache_misses - st2.symbol_cache_misses, 1);
+  assert_int_equal(st3.symbol_cache_hits - st2.symbol_cache_hits, 1);
+  /* Many unique addresses (the cache grows) keep their answers. */
+  const char *first_name = NULL;
+  for (uint64_t k = 0; k < 5000; k++) {
+    assert_true(etr__symbolize(s, "/nonexistent/y.so", NULL, 0, 0x1000 + k, 0, &c) == 1);
+    if (k == 0) first_name = c.name;
+  }
+  assert_int_equal(etr__symbolize(s, "/nonexistent/y.so", NULL, 0, 0x1000, 0, &c), 1);
+  assert_ptr_equal(c.name, first_name);
+  assert_string_equal(c.name, "y.so+0x1000");
+  etr__symbolizer_free(s);
+  dlclose(lib);
+}
+
+/* C++ names are demangled (the test program itself has no C++ runtime). */
+static void test_demangle(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCXX_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  void *(*addr)(void) = (void *(*)(void))dlsym(lib, "symcxx_addr");
+  assert_non_null(addr);
+  uintptr_t f = (uintptr_t)addr();
+  modinfo m;
+  assert_true(find_module(f, &m));
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr__symbol sym, sym2;
+  assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, f - m.bias, 0, &sym), 0);
+  assert_string_equal(sym.name, "etrtest::Box<long>::twice(long)");
+  assert_true(ends_with(sym.filename, "/symcxx.cpp"));
+  assert_true(sym.line > 0);
+  /* Another address in the same function: the demangled name is made once. */
+  assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, f - m.bias + 1, 0, &sym2), 0);
+  assert_ptr_equal(sym.name, sym2.name);
+  etr__symbolizer_free(s);
+  dlclose(lib);
+}
+
+/* vaddr of the functions symchain_b (exported) and symchain_hidden (local) in the file. */
+static void chain_vaddrs(uint64_t *b, uint64_t *hidden, int *hidden_line) {
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  modinfo m;
+  uintptr_t live;
+  chain_b_address(lib, &m, b, &live);
+  void *(*ha)(void) = (void *(*)(void))dlsym(lib, "symchain_hidden_addr");
+  assert_non_null(ha);
+  *hidden = (uintptr_t)ha() - m.bias;
+  *hidden_line = *(int *)dlsym(lib, "symchain_hidden_line");
+  dlclose(lib);
+}
+
+/* Stripped copies: names from .symtab without debug info, from .dynsym without .symtab;
+ * lines come back through a .gnu_debuglink debug file. */
+static void test_stripped(void **state) {
+  (void)state;
+  uint64_t b, hidden;
+  int hidden_line;
+  chain_vaddrs(&b, &hidden, &hidden_line);
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr__symbol sym;
+
+  const char *nodebug = SYMCHAIN_DIR "/libsymchain-nodebug.so";
+  assert_int_equal(etr__symbolize(s, nodebug, NULL, 0, hidden, 0, &sym), 0);
+  assert_string_equal(sym.name, "symchain_hidden");
+  assert_string_equal(sym.filename, nodebug);
+  assert_int_equal(sym.line, 0);
+
+  const char *stripped = SYMCHAIN_DIR "/libsymchain-stripped.so";
+  assert_int_equal(etr__symbolize(s, stripped, NULL, 0, b, 0, &sym), 0);
+  assert_string_equal(sym.name, "symchain_b");
+  assert_int_equal(sym.line, 0);
+  /* A local function is not in .dynsym: no name (the exported neighbour must not claim it
+   * beyond its size). */
+  int rc = etr__symbolize(s, stripped, NULL, 0, hidden, 0, &sym);
+  if (rc == 0) {
+    assert_string_not_equal(sym.name, "symchain_a");
+  } else {
+    assert_int_equal(rc, 1);
+    assert_true(strncmp(sym.name, "libsymchain-stripped.so+0x", 26) == 0);
+  }
+
+  const char *linked = SYMCHAIN_DIR "/libsymchain-dbglink.so";
+  assert_int_equal(etr__symbolize(s, linked, NULL, 0, hidden, 0, &sym), 0);
+  assert_string_equal(sym.name, "symchain_hidden");
+  assert_true(ends_with(sym.filename, "/symchain.c"));
+  assert_int_equal(sym.line, hidden_line);
+  etr__symbolizer_free(s);
+}
+
+/* A module that is not at its recorded path is found by build-id or basename under a
+ * search directory (as `etr symbolize` does on another machine). */
+static void test_search_dirs(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  modinfo m;
+  uint64_t vaddr;
+  uintptr_t live;
+  chain_b_address(lib, &m, &vaddr, &live);
+  dlclose(lib);
+
+  /* By basename, build-id checked. */
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  assert_int_equal(etr__symbolizer_add_search_dir(s, "/nonexistent-dir"), 0);
+  assert_int_equal(etr__symbolizer_add_search_dir(s, SYMCHAIN_DIR), 0);
+  etr__symbol sym;
+  assert_int_equal(
+      etr__symbolize(s, "/elsewhere/libsymchain.so", m.bid, m.bid_len, vaddr, 0, &sym), 0);
+  assert_string_equal(sym.name, "symchain_b");
+  assert_true(ends_with(sym.filename, "/symchain.c"));
+  etr__symbolizer_free(s);
+
+  /* By build-id: DIR/.build-id/xx/rest.debug (here a link to the whole library). */
+  char dir[] = "/tmp/etr-symtest-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char hex[129], sub[PATH_MAX], file[PATH_MAX + 200];
+  for (size_t i = 0; i < m.bid_len; i++) snprintf(hex + 2 * i, 3, "%02x", m.bid[i]);
+  snprintf(sub, sizeof sub, "%s/.build-id", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(sub, sizeof sub, "%s/.build-id/%.2s", dir, hex);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(file, sizeof file, "%s/%s.debug", sub, hex + 2);
+  assert_int_equal(symlink(SYMCHAIN_PATH, file), 0);
+  s = etr__symbolizer_new();
+  assert_non_null(s);
+  assert_int_equal(etr__symbolizer_add_search_dir(s, dir), 0);
+  assert_int_equal(etr__symbolize(s, "/elsewhere/libother.so", m.bid, m.bid_len, vaddr, 0, &sym),
+                   0);
+  assert_string_equal(sym.name, "symchain_b");
+  /* Without the build-id nothing ties libother.so to the file. */
+  assert_int_equal(etr__symbolize(s, "/elsewhere/libother.so", NULL, 0, vaddr, 0, &sym), 1);
+  etr__symbolizer_free(s);
+  unlink(file);
+  rmdir(sub);
+  snprintf(sub, sizeof sub, "%s/.build-id", dir);
+  rmdir(sub);
+  rmdir(dir);
+}
+
+/* The 20k-function library: names and lines of functions across its 8 compile units. */
+static void test_20k(void **state) {
+  (void)state;
+  void *lib = dlopen(SYM20K_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  static const int idx[] = {0, 1, 2499, 2500, 9999, 12345, 17500, 19999};
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  for (size_t k = 0; k < sizeof idx / sizeof idx[0]; k++) {
+    char name[64], file[64];
+    snprintf(name, sizeof name, "etr_sym20k_f%d", idx[k]);
+    uintptr_t f = (uintptr_t)dlsym(lib, name);
+    assert_true(f != 0);
+    modinfo m;
+    assert_true(find_module(f, &m));
+    etr__symbol sym;
+    for (int off = 0; off < 2; off++) {
+      assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, f - m.bias + off, 0, &sym), 0);
+      assert_string_equal(sym.name, name);
+      snprintf(file, sizeof file, "/sym20k_%d.c", idx[k] / 2500);
+      assert_true(ends_with(sym.filename, file));
+      assert_int_equal(sym.line, idx[k] % 2500 + 3);
+    }
+  }
+  etr__symbolizer_free(s);
+  dlclose(lib);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_chain_dlopen), cmocka_unit_test(test_chain_closed),
+      cmocka_unit_test(test_build_id),     cmocka_unit_test(test_fallbacks),
+      cmocka_unit_test(test_cache),        cmocka_unit_test(test_demangle),
+      cmocka_unit_test(test_stripped),     cmocka_unit_test(test_search_dirs),
+      cmocka_unit_test(test_20k),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
