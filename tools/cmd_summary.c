@@ -1,0 +1,635 @@
+/* etr summary FILE — what a trace holds, streaming: nodes, threads, ops by count and by
+ * exclusive time, the largest tensors, collectives by process group, recorder statistics.
+ *
+ * Memory: one entry per distinct op name, per tid and per (process group, collective);
+ * the top tensors are kept in a heap of --top entries (a tensor is identified by its id and
+ * storage id, and every appearance of the same tensor carries the same list, DESIGN 6.3).
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define CMD "summary"
+#define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
+#define THREAD_NAME "[pytorch|profiler|execution_trace|thread]"
+
+/* ---- op names ---- */
+
+typedef struct opent {
+  char *name;
+  uint64_t count;
+  int64_t excl, incl;
+} opent;
+
+typedef struct optab {
+  opent *slots;
+  size_t cap, n;
+} optab;
+
+static uint64_t hash_str(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+static bool optab_grow(optab *t) {
+  size_t cap = t->cap ? t->cap * 2 : 1024;
+  opent *s = calloc(cap, sizeof *s);
+  if (!s) return false;
+  for (size_t i = 0; i < t->cap; i++) {
+    if (!t->slots[i].name) continue;
+    size_t h = hash_str(t->slots[i].name, strlen(t->slots[i].name)) & (cap - 1);
+    while (s[h].name) h = (h + 1) & (cap - 1);
+    s[h] = t->slots[i];
+  }
+  free(t->slots);
+  t->slots = s;
+  t->cap = cap;
+  return true;
+}
+
+static opent *optab_get(optab *t, const char *name, size_t len) {
+  if ((t->n + 1) * 2 > t->cap && !optab_grow(t)) return NULL;
+  size_t h = hash_str(name, len) & (t->cap - 1);
+  for (;;) {
+    opent *e = &t->slots[h];
+    if (!e->name) {
+      e->name = strndup(name, len);
+      if (!e->name) return NULL;
+      t->n++;
+      return e;
+    }
+    if (!strncmp(e->name, name, len) && e->name[len] == '\0') return e;
+    h = (h + 1) & (t->cap - 1);
+  }
+}
+
+/* ---- threads, collectives ---- */
+
+typedef struct thr {
+  uint64_t tid;
+  uint64_t ops;
+  int64_t busy;     /* sum of exclusive durations */
+  int64_t first_ts, last_end;
+} thr;
+
+typedef struct coll {
+  char pg[64], name[64];
+  uint64_t count, in_bytes, out_bytes;
+  bool size_unknown;
+} coll;
+
+/* ---- top tensors: a min-heap on bytes ---- */
+
+typedef struct tens {
+  uint64_t bytes;
+  int64_t id, storage, offset, numel, itemsize;
+  int64_t node;
+  char dtype[32], device[24], op[64];
+} tens;
+
+typedef struct srun {
+  uint64_t top;
+  bool json;
+  const char *file;
+  uint64_t nodes, ops, thread_nodes;
+  bool timing;
+  optab ops_by_name;
+  thr *thr;
+  size_t n_thr, cap_thr;
+  coll *coll;
+  size_t n_coll, cap_coll;
+  tens *heap;
+  size_t n_heap;
+  uint64_t tensor_values;
+  bool oom;
+} srun;
+
+static bool tens_less(const tens *a, const tens *b) {
+  if (a->bytes != b->bytes) return a->bytes < b->bytes;
+  return a->id > b->id; /* on a tie, the lower id ranks higher */
+}
+
+static void heap_down(tens *h, size_t n, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && tens_less(&h[l], &h[m])) m = l;
+    if (r < n && tens_less(&h[r], &h[m])) m = r;
+    if (m == i) return;
+    tens t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
+static void heap_up(tens *h, size_t i) {
+  while (i) {
+    size_t p = (i - 1) / 2;
+    if (!tens_less(&h[i], &h[p])) return;
+    tens t = h[i];
+    h[i] = h[p];
+    h[p] = t;
+    i = p;
+  }
+}
+
+static void copy_trunc(char *dst, size_t size, const char *src, size_t len) {
+  if (len >= size) len = size - 1;
+  memcpy(dst, src, len);
+  dst[len] = '\0';
+}
+
+static void add_tensor(srun *s, const etr_rnode *n, const char *type, size_t type_len,
+                       const etr_jval *v) {
+  if (v->kind != ETR_J_ARRAY || v->v.arr.n != 6) return;
+  const etr_jval *it = v->v.arr.items;
+  for (int i = 0; i < 5; i++)
+    if (it[i].kind != ETR_J_INT) return;
+  s->tensor_values++;
+  if (!s->top) return;
+  tens t;
+  memset(&t, 0, sizeof t);
+  t.id = it[0].v.i;
+  t.storage = it[1].v.i;
+  t.offset = it[2].v.i;
+  t.numel = it[3].v.i;
+  t.itemsize = it[4].v.i;
+  if (t.numel < 0 || t.itemsize < 0) return;
+  t.bytes = (uint64_t)t.numel * (uint64_t)t.itemsize;
+  if (s->n_heap == s->top && !tens_less(&s->heap[0], &t)) return;
+  for (size_t i = 0; i < s->n_heap; i++) /* the same tensor seen again */
+    if (s->heap[i].id == t.id && s->heap[i].storage == t.storage) return;
+  t.node = n->id;
+  /* "Tensor(float)" -> "float" */
+  if (type_len > 8) copy_trunc(t.dtype, sizeof t.dtype, type + 7, type_len - 8);
+  if (it[5].kind == ETR_J_STRING)
+    copy_trunc(t.device, sizeof t.device, it[5].v.str.s, it[5].v.str.len);
+  copy_trunc(t.op, sizeof t.op, n->name, n->name_len);
+  if (s->n_heap < s->top) {
+    s->heap[s->n_heap] = t;
+    heap_up(s->heap, s->n_heap++);
+  } else {
+    s->heap[0] = t;
+    heap_down(s->heap, s->n_heap, 0);
+  }
+}
+
+/* Tensors inside a value of the given type (lists and tuples are walked). */
+static void scan_value(srun *s, const etr_rnode *n, const char *type, size_t tl,
+                       const etr_jval *v, int depth) {
+  if (depth > 32) return;
+  if (tl > 7 && !memcmp(type, "Tensor(", 7)) {
+    add_tensor(s, n, type, tl, v);
+    return;
+  }
+  size_t pre = 0;
+  if (tl > 12 && !memcmp(type, "GenericList[", 12))
+    pre = 12;
+  else if (tl > 6 && !memcmp(type, "Tuple[", 6))
+    pre = 6;
+  if (!pre || v->kind != ETR_J_ARRAY || type[tl - 1] != ']') return;
+  /* element types, split at top-level commas */
+  const char *p = type + pre, *end = type + tl - 1;
+  size_t i = 0;
+  while (p < end && i < v->v.arr.n) {
+    const char *q = p;
+    int d = 0;
+    while (q < end && (d > 0 || *q != ',')) {
+      if (*q == '[' || *q == '(' || *q == '<') d++;
+      if (*q == ']' || *q == ')' || *q == '>') d--;
+      q++;
+    }
+    scan_value(s, n, p, (size_t)(q - p), &v->v.arr.items[i++], depth + 1);
+    p = q + 1;
+  }
+}
+
+static void scan_io(srun *s, const etr_rnode *n, const etr_jval *io) {
+  if (!io) return;
+  const etr_jval *vals = etr_jobj_get(io, "values"), *types = etr_jobj_get(io, "types");
+  if (!vals || !types || vals->kind != ETR_J_ARRAY || types->kind != ETR_J_ARRAY) return;
+  for (size_t i = 0; i < vals->v.arr.n && i < types->v.arr.n; i++) {
+    const etr_jval *t = &types->v.arr.items[i];
+    if (t->kind == ETR_J_STRING)
+      scan_value(s, n, t->v.str.s, t->v.str.len, &vals->v.arr.items[i], 0);
+  }
+}
+
+/* Bytes per element of a collective's "dtype" attr (c10 ScalarType names); 0 if unknown. */
+static unsigned dtype_size(const char *d) {
+  static const struct {
+    const char *name;
+    unsigned size;
+  } t[] = {{"Float", 4},        {"Double", 8},       {"Half", 2},        {"BFloat16", 2},
+           {"Long", 8},         {"Int", 4},          {"Short", 2},       {"Char", 1},
+           {"Byte", 1},         {"Bool", 1},         {"ComplexHalf", 4}, {"ComplexFloat", 8},
+           {"ComplexDouble", 16}, {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"UInt16", 2},
+           {"UInt32", 4},       {"UInt64", 8}};
+  if (!strncmp(d, "c10::", 5)) d += 5;
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (!strcmp(d, t[i].name)) return t[i].size;
+  return 0;
+}
+
+static const etr_rattr *find_attr(const etr_rnode *n, const char *name) {
+  for (size_t i = 0; i < n->n_attrs; i++)
+    if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
+  return NULL;
+}
+
+static uint64_t attr_u64(const etr_rnode *n, const char *name, bool *ok) {
+  const etr_rattr *a = find_attr(n, name);
+  *ok = a && (a->value.kind == ETR_J_INT || a->value.kind == ETR_J_UINT);
+  if (!*ok) return 0;
+  return a->value.kind == ETR_J_INT ? (uint64_t)a->value.v.i : a->value.v.u;
+}
+
+static void add_collective(srun *s, const etr_rnode *n, const etr_rattr *cn) {
+  const etr_rattr *pg = find_attr(n, "pg_name"), *dt = find_attr(n, "dtype");
+  const char *pgs = pg && pg->value.kind == ETR_J_STRING ? pg->value.v.str.s : "";
+  const char *name = cn->value.kind == ETR_J_STRING ? cn->value.v.str.s : "?";
+  coll *c = NULL;
+  for (size_t i = 0; i < s->n_coll; i++)
+    if (!strncmp(s->coll[i].pg, pgs, sizeof s->coll[i].pg - 1) &&
+        !strncmp(s->coll[i].name, name, sizeof s->coll[i].name - 1)) {
+      c = &s->coll[i];
+      break;
+    }
+  if (!c) {
+    if (s->n_coll == s->cap_coll) {
+      size_t cap = s->cap_coll ? s->cap_coll * 2 : 16;
+      coll *nc = realloc(s->coll, cap * sizeof *nc);
+      if (!nc) {
+        s->oom = true;
+        return;
+      }
+      s->coll = nc;
+      s->cap_coll = cap;
+    }
+    c = &s->coll[s->n_coll++];
+    memset(c, 0, sizeof *c);
+    copy_trunc(c->pg, sizeof c->pg, pgs, strlen(pgs));
+    copy_trunc(c->name, sizeof c->name, name, strlen(name));
+  }
+  c->count++;
+  unsigned es = dt && dt->value.kind == ETR_J_STRING ? dtype_size(dt->value.v.str.s) : 0;
+  bool ok1, ok2;
+  uint64_t in = attr_u64(n, "in_msg_nelems", &ok1), out = attr_u64(n, "out_msg_nelems", &ok2);
+  if (!es || !ok1 || !ok2) c->size_unknown = true;
+  c->in_bytes += in * es;
+  c->out_bytes += out * es;
+}
+
+static thr *get_thr(srun *s, uint64_t tid) {
+  for (size_t i = 0; i < s->n_thr; i++)
+    if (s->thr[i].tid == tid) return &s->thr[i];
+  if (s->n_thr == s->cap_thr) {
+    size_t cap = s->cap_thr ? s->cap_thr * 2 : 16;
+    thr *t = realloc(s->thr, cap * sizeof *t);
+    if (!t) return NULL;
+    s->thr = t;
+    s->cap_thr = cap;
+  }
+  thr *t = &s->thr[s->n_thr++];
+  memset(t, 0, sizeof *t);
+  t->tid = tid;
+  t->first_ts = INT64_MAX;
+  t->last_end = INT64_MIN;
+  return t;
+}
+
+static void on_node(srun *s, const etr_rnode *n) {
+  s->nodes++;
+  if (!strcmp(n->name, THREAD_NAME)) {
+    s->thread_nodes++;
+    return;
+  }
+  if (!strcmp(n->name, PROCESS_NAME)) return;
+  s->ops++;
+  opent *e = optab_get(&s->ops_by_name, n->name, n->name_len);
+  thr *t = get_thr(s, n->tid);
+  if (!e || !t) {
+    s->oom = true;
+    return;
+  }
+  e->count++;
+  t->ops++;
+  if (n->has_timing) {
+    s->timing = true;
+    e->excl += n->exclusive_dur;
+    e->incl += n->inclusive_dur;
+    t->busy += n->exclusive_dur;
+    if (n->ts < t->first_ts) t->first_ts = n->ts;
+    if (n->ts + n->inclusive_dur > t->last_end) t->last_end = n->ts + n->inclusive_dur;
+  }
+  scan_io(s, n, n->inputs);
+  scan_io(s, n, n->outputs);
+  const etr_rattr *cn = find_attr(n, "collective_name");
+  if (cn) add_collective(s, n, cn);
+}
+
+/* ---- output ---- */
+
+static int cmp_count(const void *a, const void *b) {
+  const opent *x = *(const opent *const *)a, *y = *(const opent *const *)b;
+  if (x->count != y->count) return x->count < y->count ? 1 : -1;
+  return strcmp(x->name, y->name);
+}
+
+static int cmp_excl(const void *a, const void *b) {
+  const opent *x = *(const opent *const *)a, *y = *(const opent *const *)b;
+  if (x->excl != y->excl) return x->excl < y->excl ? 1 : -1;
+  return strcmp(x->name, y->name);
+}
+
+static int cmp_tens(const void *a, const void *b) {
+  const tens *x = a, *y = b;
+  if (tens_less(x, y)) return 1;
+  if (tens_less(y, x)) return -1;
+  return 0;
+}
+
+static int cmp_thr(const void *a, const void *b) {
+  const thr *x = a, *y = b;
+  return x->tid < y->tid ? -1 : x->tid > y->tid;
+}
+
+static int cmp_coll(const void *a, const void *b) {
+  const coll *x = a, *y = b;
+  int c = strcmp(x->pg, y->pg);
+  return c ? c : strcmp(x->name, y->name);
+}
+
+static void json_kv_str(FILE *f, const char *k, const char *v, bool comma) {
+  fprintf(f, "%s\"%s\": ", comma ? ", " : "", k);
+  if (v)
+    etr_cli_json_str(f, v);
+  else
+    fputs("null", f);
+}
+
+static void print_json_value(FILE *f, const etr_jval *v) {
+  switch (v->kind) {
+    case ETR_J_NULL: fputs("null", f); break;
+    case ETR_J_BOOL: fputs(v->v.b ? "true" : "false", f); break;
+    case ETR_J_INT: fprintf(f, "%" PRId64, v->v.i); break;
+    case ETR_J_UINT: fprintf(f, "%" PRIu64, v->v.u); break;
+    case ETR_J_DOUBLE: fprintf(f, "%.17g", v->v.d); break;
+    case ETR_J_STRING: etr_cli_json_strn(f, v->v.str.s, v->v.str.len); break;
+    case ETR_J_ARRAY:
+      fputc('[', f);
+      for (size_t i = 0; i < v->v.arr.n; i++) {
+        if (i) fputs(", ", f);
+        print_json_value(f, &v->v.arr.items[i]);
+      }
+      fputc(']', f);
+      break;
+    case ETR_J_OBJECT:
+      fputc('{', f);
+      for (size_t i = 0; i < v->v.obj.n; i++) {
+        if (i) fputs(", ", f);
+        etr_cli_json_str(f, v->v.obj.items[i].key);
+        fputs(": ", f);
+        print_json_value(f, &v->v.obj.items[i].val);
+      }
+      fputc('}', f);
+      break;
+  }
+}
+
+static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
+                   const etr_jval *etr) {
+  optab *t = &s->ops_by_name;
+  opent **all = malloc((t->n ? t->n : 1) * sizeof *all);
+  if (!all) {
+    s->oom = true;
+    return;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->slots[i].name) all[k++] = &t->slots[i];
+  size_t top = s->top < k ? (size_t)s->top : k;
+  qsort(s->thr, s->n_thr, sizeof *s->thr, cmp_thr);
+  qsort(s->heap, s->n_heap, sizeof *s->heap, cmp_tens);
+  qsort(s->coll, s->n_coll, sizeof *s->coll, cmp_coll);
+  const etr_jval *ver = etr ? etr_jobj_get(etr, "version") : NULL;
+  const etr_jval *stats = etr ? etr_jobj_get(etr, "stats") : NULL;
+
+  if (s->json) {
+    fputc('{', f);
+    json_kv_str(f, "file", s->file, false);
+    json_kv_str(f, "schema", h->schema, true);
+    fprintf(f, ", \"pid\": %" PRId64, h->pid);
+    json_kv_str(f, "time", h->time, true);
+    fprintf(f, ", \"start_ts\": %" PRId64 ", \"finish_ts\": %" PRId64, h->start_ts, finish_ts);
+    fprintf(f,
+            ", \"nodes\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"thread_nodes\": %" PRIu64
+            ", \"timing\": %s, \"op_names\": %zu",
+            s->nodes, s->ops, s->thread_nodes, s->timing ? "true" : "false", k);
+    fputs(",\n \"threads\": [", f);
+    for (size_t i = 0; i < s->n_thr; i++) {
+      thr *x = &s->thr[i];
+      fprintf(f, "%s{\"tid\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"busy_us\": %" PRId64, i ? ", " : "",
+              x->tid, x->ops, x->busy);
+      if (x->first_ts <= x->last_end)
+        fprintf(f, ", \"first_ts\": %" PRId64 ", \"last_end_ts\": %" PRId64 "}", x->first_ts,
+                x->last_end);
+      else
+        fputs(", \"first_ts\": null, \"last_end_ts\": null}", f);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+      qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);
+      fprintf(f, "],\n \"%s\": [", pass ? "ops_by_exclusive_time" : "ops_by_count");
+      for (size_t i = 0; i < top; i++) {
+        fputs(i ? ",\n   {" : "\n   {", f);
+        json_kv_str(f, "name", all[i]->name, false);
+        fprintf(f, ", \"count\": %" PRIu64 ", \"exclusive_us\": %" PRId64 ", \"inclusive_us\": %" PRId64 "}",
+                all[i]->count, all[i]->excl, all[i]->incl);
+      }
+    }
+    fprintf(f, "],\n \"tensors\": {\"values\": %" PRIu64 ", \"top_by_bytes\": [", s->tensor_values);
+    for (size_t i = 0; i < s->n_heap; i++) {
+      tens *x = &s->heap[i];
+      fprintf(f,
+              "%s{\"bytes\": %" PRIu64 ", \"tensor_id\": %" PRId64 ", \"storage_id\": %" PRId64
+              ", \"offset\": %" PRId64 ", \"numel\": %" PRId64 ", \"itemsize\": %" PRId64,
+              i ? ",\n   " : "\n   ", x->bytes, x->id, x->storage, x->offset, x->numel, x->itemsize);
+      json_kv_str(f, "dtype", x->dtype, true);
+      json_kv_str(f, "device", x->device, true);
+      json_kv_str(f, "op", x->op, true);
+      fprintf(f, ", \"node\": %" PRId64 "}", x->node);
+    }
+    fputs("]},\n \"collectives\": [", f);
+    for (size_t i = 0; i < s->n_coll; i++) {
+      coll *c = &s->coll[i];
+      fputs(i ? ",\n   {" : "\n   {", f);
+      json_kv_str(f, "pg_name", c->pg, false);
+      json_kv_str(f, "collective", c->name, true);
+      fprintf(f, ", \"count\": %" PRIu64 ", \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
+              ", \"bytes_exact\": %s}",
+              c->count, c->in_bytes, c->out_bytes, c->size_unknown ? "false" : "true");
+    }
+    fputs("],\n \"recorder\": ", f);
+    if (etr) {
+      fputs("{\"version\": ", f);
+      if (ver)
+        print_json_value(f, ver);
+      else
+        fputs("null", f);
+      fputs(", \"stats\": ", f);
+      if (stats)
+        print_json_value(f, stats);
+      else
+        fputs("null", f);
+      fputc('}', f);
+    } else {
+      fputs("null", f);
+    }
+    fputs("}\n", f);
+    free(all);
+    return;
+  }
+
+  fprintf(f, "%s: schema %s, pid %" PRId64 ", time %s\n", s->file, h->schema ? h->schema : "?",
+          h->pid, h->time ? h->time : "?");
+  fprintf(f, "nodes %" PRIu64 ": %" PRIu64 " ops, %" PRIu64 " thread nodes, %zu op names%s\n",
+          s->nodes, s->ops, s->thread_nodes, k, s->timing ? "" : " (no timing in this trace)");
+  fprintf(f, "\nthreads (busy = sum of exclusive time)\n  %8s %12s %14s %14s\n", "tid", "ops",
+          "busy_us", "span_us");
+  for (size_t i = 0; i < s->n_thr; i++) {
+    thr *x = &s->thr[i];
+    fprintf(f, "  %8" PRIu64 " %12" PRIu64 " %14" PRId64 " %14" PRId64 "\n", x->tid, x->ops,
+            x->busy, x->first_ts <= x->last_end ? x->last_end - x->first_ts : 0);
+  }
+  for (int pass = 0; pass < (s->timing ? 2 : 1); pass++) {
+    qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);
+    fprintf(f, "\nops by %s (top %zu of %zu)\n  %10s %14s %14s  %s\n",
+            pass ? "exclusive time" : "count", top, k, "count", "exclusive_us", "inclusive_us",
+            "name");
+    for (size_t i = 0; i < top; i++)
+      fprintf(f, "  %10" PRIu64 " %14" PRId64 " %14" PRId64 "  %s\n", all[i]->count, all[i]->excl,
+              all[i]->incl, all[i]->name);
+  }
+  fprintf(f, "\ntensors: %" PRIu64 " tensor values; largest (numel x itemsize)\n", s->tensor_values);
+  if (s->n_heap)
+    fprintf(f, "  %14s %10s %10s %12s %-12s %-10s %s\n", "bytes", "tensor", "storage", "numel",
+            "dtype", "device", "first seen in");
+  for (size_t i = 0; i < s->n_heap; i++) {
+    tens *x = &s->heap[i];
+    fprintf(f, "  %14" PRIu64 " %10" PRId64 " %10" PRId64 " %12" PRId64 " %-12s %-10s %s (node %" PRId64 ")\n",
+            x->bytes, x->id, x->storage, x->numel, x->dtype, x->device, x->op, x->node);
+  }
+  fprintf(f, "\ncollectives: %zu kinds\n", s->n_coll);
+  if (s->n_coll)
+    fprintf(f, "  %-16s %-20s %10s %16s %16s\n", "pg_name", "collective", "count", "in_bytes",
+            "out_bytes");
+  for (size_t i = 0; i < s->n_coll; i++) {
+    coll *c = &s->coll[i];
+    fprintf(f, "  %-16s %-20s %10" PRIu64 " %16" PRIu64 " %16" PRIu64 "%s\n", c->pg[0] ? c->pg : "-",
+            c->name, c->count, c->in_bytes, c->out_bytes,
+            c->size_unknown ? "  (some sizes unknown)" : "");
+  }
+  if (etr) {
+    fprintf(f, "\nrecorder statistics (etr %s)\n",
+            ver && ver->kind == ETR_J_STRING ? ver->v.str.s : "?");
+    if (stats && stats->kind == ETR_J_OBJECT)
+      for (size_t i = 0; i < stats->v.obj.n; i++) {
+        fprintf(f, "  %-24s ", stats->v.obj.items[i].key);
+        print_json_value(f, &stats->v.obj.items[i].val);
+        fputc('\n', f);
+      }
+  } else {
+    fputs("\nrecorder statistics: none (no \"etr\" footer)\n", f);
+  }
+  free(all);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: etr summary [--top N] [--json] [-o OUT] FILE\n"
+          "\n"
+          "Summarises a trace, streaming: nodes and threads (per tid: ops, busy time = sum of\n"
+          "exclusive durations, span); ops by count and by exclusive time; the largest\n"
+          "tensors by bytes (numel x itemsize, each tensor once); collectives by process\n"
+          "group (pg_name) and kind, with bytes (in/out_msg_nelems x dtype size); the\n"
+          "recorder statistics of the \"etr\" footer when present. Times in microseconds.\n"
+          "\n"
+          "  --top N    entries in each top list (default 20)\n"
+          "  --json     one JSON object (keys documented in docs/CLI.md)\n"
+          "  -o OUT     write to OUT instead of stdout\n"
+          "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
+          "\n"
+          "exit status: 0 ok, 1 unreadable input, 2 usage error.\n");
+}
+
+int etr_cmd_summary(int argc, char **argv) {
+  srun s;
+  memset(&s, 0, sizeof s);
+  s.top = 20;
+  const char *out = NULL;
+  static const struct option opts[] = {{"top", required_argument, NULL, 't'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "+t:jo:h", opts, NULL)) != -1) {
+    switch (c) {
+      case 't':
+        if (!etr_cli_parse_u64(CMD, "--top", optarg, &s.top)) return ETR_CLI_USAGE;
+        if (s.top > 100000) return etr_cli_usage(CMD, "--top %" PRIu64 " is too large", s.top);
+        break;
+      case 'j': s.json = true; break;
+      case 'o': out = optarg; break;
+      case 'h': usage(stdout); return ETR_CLI_OK;
+      default:
+        if (optopt)
+          return etr_cli_usage(CMD, "option '%s' wants a value", argv[optind - 1]);
+        return etr_cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind != argc - 1)
+    return etr_cli_usage(CMD, optind >= argc ? "no input file" : "one input file only");
+  const char *path = argv[optind];
+  s.file = strcmp(path, "-") ? path : "<stdin>";
+  s.heap = calloc(s.top ? s.top : 1, sizeof *s.heap);
+  if (!s.heap) {
+    etr_cli_error(CMD, "out of memory");
+    return ETR_CLI_FAIL;
+  }
+  int ret = ETR_CLI_FAIL;
+  etr_cli_input in;
+  if (etr_cli_open(&in, CMD, path, NULL)) goto done;
+  const etr_rnode *n;
+  int rc;
+  while ((rc = etr_cli_next(&in, &n)) == 1) on_node(&s, n);
+  if (rc == 0) rc = etr_cli_finish(&in);
+  if (rc < 0) goto done;
+  if (s.oom) {
+    etr_cli_error(CMD, "out of memory");
+    goto done;
+  }
+  FILE *f = etr_cli_open_output(CMD, out);
+  if (!f) goto done;
+  report(&s, f, etr_reader_header(in.r), etr_reader_finish_ts(in.r),
+         etr_reader_trailer(in.r, "etr"));
+  ret = etr_cli_close_output(CMD, f, out);
+  if (s.oom) {
+    etr_cli_error(CMD, "out of memory");
+    ret = ETR_CLI_FAIL;
+  }
+done:
+  etr_cli_close(&in);
+  for (size_t i = 0; i < s.ops_by_name.cap; i++) free(s.ops_by_name.slots[i].name);
+  free(s.ops_by_name.slots);
+  free(s.thr);
+  free(s.coll);
+  free(s.heap);
+  return ret;
+}
