@@ -1,0 +1,177 @@
+/* etr replay: a discrete-event simulation of a trace — threads as streams running their
+ * ops in recorded start order, data dependencies through tensors, fw_parent links — with
+ * recorded or modelled op costs (model: tools/lib_an_ops.h; format: docs/CLI.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "lib_an_ops.h"
+
+#define CMD "replay"
+
+static void help(void) {
+  printf(
+      "usage: etr replay [options] FILE\n"
+      "\n"
+      "Simulates the trace: each thread is a stream that runs its ops one at a time in\n"
+      "recorded start order; an op also waits for the ops that wrote the storages of the\n"
+      "tensors it reads, for its fw_parent to have started, and for its parent's own time.\n"
+      "An op's cost is its recorded exclusive duration (1 us per op when the trace has no\n"
+      "timing), or what --model says. Recorded idle time of a thread (no op open) is kept\n"
+      "as a delay unless --no-idle. Prints the predicted makespan, the recorded wall time\n"
+      "and the error, per-thread busy time, and the critical path.\n"
+      "\n"
+      "options:\n"
+      "  --model FILE     cost model, one directive per line ('#' comments):\n"
+      "                     speedup NAME FACTOR     divide NAME's cost (NAME* = prefix,\n"
+      "                                             * = every op; quote names with spaces)\n"
+      "                     flops_per_s RATE        mm/bmm/addmm/matmul/linear/conv cost =\n"
+      "                                             FLOPs (from shapes) / RATE\n"
+      "                     link LATENCY_US GBPS    collectives: latency + bytes / bandwidth,\n"
+      "                                             bytes scaled by the group size\n"
+      "                     untimed_us COST         cost of an op with no recorded timing\n"
+      "  --no-idle        drop recorded idle time between a thread's ops\n"
+      "  --path N         print the first N ops of the critical path (default 30, 0 = all)\n"
+      "  --csv OUT        write every op's schedule as CSV to OUT: id, tid, name, recorded\n"
+      "                   start (us from the first op, empty without timing), simulated\n"
+      "                   start and end, cost\n"
+      "  -h, --help       this text\n"
+      "\n"
+      "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input or\n"
+      "bad model file, 2 usage error.\n");
+}
+
+int etr_cmd_replay(int argc, char **argv) {
+  if (etr_cli_wants_help(argc, argv)) {
+    help();
+    return ETR_CLI_OK;
+  }
+  const char *file = NULL, *model_path = NULL, *csv = NULL;
+  uint64_t path_limit = 30;
+  bool keep_idle = true;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--model") == 0 || strcmp(a, "--path") == 0 || strcmp(a, "--csv") == 0) {
+      if (i + 1 >= argc) return etr_cli_usage(CMD, "%s needs a value", a);
+      const char *v = argv[++i];
+      if (strcmp(a, "--model") == 0) {
+        model_path = v;
+      } else if (strcmp(a, "--csv") == 0) {
+        csv = v;
+      } else if (!etr_cli_parse_u64(CMD, a, v, &path_limit)) {
+        return ETR_CLI_USAGE;
+      }
+    } else if (strcmp(a, "--no-idle") == 0) {
+      keep_idle = false;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return etr_cli_usage(CMD, "unknown option '%s'", a);
+    } else if (file == NULL) {
+      file = a;
+    } else {
+      return etr_cli_usage(CMD, "one FILE only ('%s' is extra)", a);
+    }
+  }
+  if (file == NULL) return etr_cli_usage(CMD, "no FILE given");
+
+  etr_model m;
+  etr_model_init(&m);
+  if (model_path != NULL) {
+    char err[512];
+    if (etr_model_load(&m, model_path, err, sizeof err) != 0) {
+      etr_cli_error(CMD, "%s", err);
+      etr_model_free(&m);
+      return ETR_CLI_FAIL;
+    }
+  }
+  etr_optab t;
+  etr_optab_init(&t);
+  int rc = etr_optab_load(&t, CMD, file);
+  if (rc != ETR_CLI_OK) {
+    etr_optab_free(&t);
+    etr_model_free(&m);
+    return rc;
+  }
+  etr_deps d = {0};
+  etr_sched s = {0};
+  double *cost = malloc((t.n ? t.n : 1) * sizeof *cost);
+  size_t *nops = calloc(t.nthreads ? t.nthreads : 1, sizeof *nops);
+  etr_sched_opts so = {true, keep_idle};
+  if (cost == NULL || nops == NULL || !etr_deps_build(&t, &d) || !etr_model_costs(&m, &t, cost) ||
+      !etr_schedule(&t, &d, cost, &so, &s)) {
+    etr_cli_error(CMD, "%s: out of memory", file);
+    rc = ETR_CLI_FAIL;
+    goto done;
+  }
+  for (size_t i = 0; i < t.n; i++) nops[t.ops[i].thread]++;
+  if (csv != NULL) {
+    FILE *cf = etr_cli_open_output(CMD, csv);
+    if (cf == NULL) {
+      rc = ETR_CLI_FAIL;
+      goto done;
+    }
+    etr_out o = {cf, false};
+    etr_out_cstr(&o, "id,tid,name,recorded_start_us,sim_start_us,sim_end_us,cost_us\n");
+    for (size_t k = 0; k < t.n; k++) {
+      uint32_t i = t.order[k];
+      const etr_op *op = &t.ops[i];
+      etr_out_fmt(&o, "%lld,%llu,\"", (long long)op->id,
+                  (unsigned long long)t.threads[op->thread].tid);
+      etr_out_sanitized(&o, t.names.strs[op->name], t.names.lens[op->name], "\"", '\'');
+      etr_out_cstr(&o, "\",");
+      if (op->flags & ETR_OPF_TIMED) etr_out_fmt(&o, "%lld", (long long)(op->ts - t.t0));
+      etr_out_fmt(&o, ",%.3f,%.3f,%.3f\n", s.start[i], s.end[i], cost[i]);
+    }
+    rc = etr_cli_close_output(CMD, cf, csv);
+    if (rc != ETR_CLI_OK) goto done;
+  }
+
+  FILE *out = stdout;
+  fprintf(out, "replay of %s: %zu ops on %zu thread(s), %zu data edges, %zu fw links\n",
+          strcmp(file, "-") == 0 ? "<stdin>" : file, t.n, t.nthreads, d.n_data, d.n_fw);
+  if (model_path == NULL) {
+    fprintf(out, "costs: recorded exclusive durations");
+  } else {
+    fprintf(out, "costs: model %s (%zu speed-up rule(s)", model_path, m.n_speedups);
+    if (m.flops_per_s > 0) fprintf(out, ", mm/conv at %.3g FLOP/s", m.flops_per_s);
+    if (m.link_GBps > 0)
+      fprintf(out, ", collectives at %.3g us + bytes / %.3g GB/s", m.link_latency_us, m.link_GBps);
+    fprintf(out, "), else recorded exclusive durations");
+  }
+  if (t.n_untimed > 0)
+    fprintf(out, "; %zu op(s) without timing cost %.3g us each%s", t.n_untimed, m.untimed_us,
+            t.n_untimed == t.n ? " (the trace has no timing: unit costs)" : "");
+  fprintf(out, "\n");
+  fprintf(out, "idle time: %s\n", !keep_idle ? "dropped (--no-idle)"
+                                  : t.timed  ? "recorded idle time of each thread kept"
+                                             : "none (no timing)");
+  fprintf(out, "predicted makespan: %.1f us\n", s.makespan);
+  if (t.timed) {
+    double rec = (double)(t.t1 - t.t0);
+    fprintf(out, "recorded wall time: %.0f us (first op start to last op end)", rec);
+    if (rec > 0) fprintf(out, "; predicted/recorded %+.2f%%", 100.0 * (s.makespan - rec) / rec);
+    fprintf(out, "\n");
+  }
+  fprintf(out, "threads:\n  %8s %8s %14s %14s %6s\n", "tid", "ops", "busy_us", "end_us", "busy%");
+  for (size_t th = 0; th < t.nthreads; th++) {
+    if (nops[th] == 0) continue;
+    fprintf(out, "  %8llu %8zu %14.1f %14.1f %5.1f%%\n", (unsigned long long)t.threads[th].tid,
+            nops[th], s.busy[th], s.thread_end[th],
+            s.makespan > 0 ? 100.0 * s.busy[th] / s.makespan : 0.0);
+  }
+  fprintf(out, "critical path (each op's start is set by the op named in 'after': the previous "
+          "op of its thread, a data or fw dependency, its parent, or recorded idle time):\n");
+  etr_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
+  if (fflush(out) != 0 || ferror(out)) {
+    etr_cli_error(CMD, "writing the report failed");
+    rc = ETR_CLI_FAIL;
+  }
+done:
+  free(cost);
+  free(nops);
+  etr_sched_free(&s);
+  etr_deps_free(&d);
+  etr_optab_free(&t);
+  etr_model_free(&m);
+  return rc;
+}

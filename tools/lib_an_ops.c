@@ -1,0 +1,985 @@
+/* The op table, dependency graph, cost model and scheduler of `etr graph` / `etr replay`
+ * (see lib_an_ops.h for the model and the memory per op). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "lib_an_ops.h"
+
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- table ---- */
+
+void etr_optab_init(etr_optab *t) { memset(t, 0, sizeof *t); }
+
+void etr_optab_free(etr_optab *t) {
+  free(t->ops);
+  free(t->trefs);
+  free(t->threads);
+  free(t->order);
+  etr_strtab_free(&t->names);
+  etr_u64map_free(&t->id2ix);
+  etr_u64map_free(&t->tid2ix);
+  memset(t, 0, sizeof *t);
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  size_t ncap = *cap ? *cap : 64;
+  while (ncap < need) ncap *= 2;
+  void *np = realloc(*p, ncap * elem);
+  if (np == NULL) return false;
+  *p = np;
+  *cap = ncap;
+  return true;
+}
+
+static uint32_t thread_ix(etr_optab *t, uint64_t tid) {
+  uint64_t v;
+  if (etr_u64map_get(&t->tid2ix, tid, &v)) return (uint32_t)v;
+  if (!grow((void **)&t->threads, &t->capthreads, t->nthreads + 1, sizeof *t->threads))
+    return ETR_NOIX;
+  uint32_t ix = (uint32_t)t->nthreads;
+  if (!etr_u64map_put(&t->tid2ix, tid, ix)) return ETR_NOIX;
+  t->threads[ix].tid = tid;
+  t->threads[ix].node_id = -1;
+  t->nthreads++;
+  return ix;
+}
+
+bool etr_optab_add_thread(etr_optab *t, int64_t node_id, uint64_t tid) {
+  uint32_t ix = thread_ix(t, tid);
+  if (ix == ETR_NOIX) return false;
+  t->threads[ix].node_id = node_id;
+  return true;
+}
+
+bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d) {
+  if (t->n >= ETR_NOIX - 1) return false;
+  if (!grow((void **)&t->ops, &t->cap, t->n + 1, sizeof *t->ops)) return false;
+  if (!grow((void **)&t->trefs, &t->captref, t->ntref + d->n_in + d->n_out, sizeof *t->trefs))
+    return false;
+  uint32_t th = thread_ix(t, d->tid);
+  const char *nm = d->name ? d->name : "";
+  uint32_t name = etr_strtab_intern(&t->names, nm, strlen(nm));
+  if (th == ETR_NOIX || name == ETR_NOIX) return false;
+  etr_op *op = &t->ops[t->n];
+  memset(op, 0, sizeof *op);
+  op->id = d->id;
+  op->parent = d->parent;
+  op->fw_parent = d->fw_parent;
+  op->thread = th;
+  op->name = name;
+  op->parent_ix = op->fw_parent_ix = ETR_NOIX;
+  if (d->timed) {
+    op->flags |= ETR_OPF_TIMED;
+    op->ts = d->ts;
+    op->incl = d->incl < 0 ? 0 : d->incl;
+    op->excl = d->excl < 0 ? 0 : d->excl;
+  } else {
+    t->n_untimed++;
+  }
+  op->tref_off = t->ntref;
+  op->n_in = (uint32_t)d->n_in;
+  op->n_out = (uint32_t)d->n_out;
+  if (d->n_in) memcpy(t->trefs + t->ntref, d->in, d->n_in * sizeof *d->in);
+  t->ntref += d->n_in;
+  if (d->n_out) memcpy(t->trefs + t->ntref, d->out, d->n_out * sizeof *d->out);
+  t->ntref += d->n_out;
+  if (d->flops > 0) {
+    op->flags |= ETR_OPF_FLOP_NAME;
+    op->flops = d->flops;
+  }
+  if (d->coll_bytes >= 0) {
+    op->flags |= ETR_OPF_COLLECTIVE;
+    op->coll_bytes = d->coll_bytes;
+    op->pg_size = d->pg_size;
+  }
+  if (etr_u64map_get(&t->id2ix, (uint64_t)d->id, NULL)) t->n_dup_ids++;
+  if (!etr_u64map_put(&t->id2ix, (uint64_t)d->id, t->n)) return false;
+  t->n++;
+  return true;
+}
+
+const char *etr_optab_name(const etr_optab *t, uint32_t i) { return t->names.strs[t->ops[i].name]; }
+
+/* ---- tensors and shapes out of a node ---- */
+
+typedef struct tref_buf {
+  etr_tref *v;
+  size_t n, cap;
+  bool oom;
+} tref_buf;
+
+static bool is_tensor_value(const etr_jval *v) {
+  if (v->kind != ETR_J_ARRAY || v->v.arr.n != 6) return false;
+  for (int i = 0; i < 5; i++) {
+    etr_jkind k = v->v.arr.items[i].kind;
+    if (k != ETR_J_INT && k != ETR_J_UINT) return false;
+  }
+  return v->v.arr.items[5].kind == ETR_J_STRING;
+}
+
+static uint64_t ju64(const etr_jval *v) {
+  if (v->kind == ETR_J_UINT) return v->v.u;
+  if (v->kind == ETR_J_INT) return (uint64_t)v->v.i;
+  return 0;
+}
+
+static void collect_tensors(const etr_jval *v, int depth, tref_buf *b) {
+  if (v->kind != ETR_J_ARRAY || depth > 32) return;
+  if (is_tensor_value(v)) {
+    const etr_jval *it = v->v.arr.items;
+    if (it[5].v.str.len == 0) return; /* undefined tensor */
+    if (!grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) {
+      b->oom = true;
+      return;
+    }
+    b->v[b->n].tensor = ju64(&it[0]);
+    b->v[b->n].storage = ju64(&it[1]);
+    b->n++;
+    return;
+  }
+  for (size_t i = 0; i < v->v.arr.n; i++) collect_tensors(&v->v.arr.items[i], depth + 1, b);
+}
+
+static void collect_io(const etr_jval *io, tref_buf *b) {
+  if (io == NULL || io->kind != ETR_J_OBJECT) return;
+  const etr_jval *vals = etr_jobj_get(io, "values");
+  const etr_jval *types = etr_jobj_get(io, "types");
+  if (vals == NULL || vals->kind != ETR_J_ARRAY) return;
+  for (size_t i = 0; i < vals->v.arr.n; i++) {
+    /* Descend only where the type names a tensor (when types are there to say). */
+    if (types != NULL && types->kind == ETR_J_ARRAY && i < types->v.arr.n) {
+      const etr_jval *ty = &types->v.arr.items[i];
+      if (ty->kind == ETR_J_STRING && strstr(ty->v.str.s, "Tensor(") == NULL) continue;
+    }
+    collect_tensors(&vals->v.arr.items[i], 0, b);
+  }
+}
+
+#define MAXDIM 8
+
+/* Shape number i of an inputs/outputs object as dims; the rank, or -1. */
+static int get_shape(const etr_jval *io, size_t i, int64_t *dims) {
+  if (io == NULL || io->kind != ETR_J_OBJECT) return -1;
+  const etr_jval *shapes = etr_jobj_get(io, "shapes");
+  if (shapes == NULL || shapes->kind != ETR_J_ARRAY || i >= shapes->v.arr.n) return -1;
+  const etr_jval *s = &shapes->v.arr.items[i];
+  if (s->kind != ETR_J_ARRAY || s->v.arr.n > MAXDIM) return -1;
+  for (size_t k = 0; k < s->v.arr.n; k++) {
+    if (s->v.arr.items[k].kind != ETR_J_INT || s->v.arr.items[k].v.i < 0) return -1;
+    dims[k] = s->v.arr.items[k].v.i;
+  }
+  return (int)s->v.arr.n;
+}
+
+static double prod(const int64_t *d, int from, int to) {
+  double p = 1;
+  for (int i = from; i < to; i++) p *= (double)d[i];
+  return p;
+}
+
+static bool is_conv_name(const char *b) {
+  if (strstr(b, "backward") != NULL || strstr(b, "transpose") != NULL) return false;
+  if (strstr(b, "convolution") != NULL) return true;
+  return strncmp(b, "conv", 4) == 0 && isdigit((unsigned char)b[4]) && b[5] == 'd' &&
+         b[6] == '\0';
+}
+
+double etr_an_flops(const char *name, const etr_jval *in, const etr_jval *out) {
+  if (name == NULL || strncmp(name, "aten::", 6) != 0) return 0;
+  const char *b = name + 6;
+  int64_t a[MAXDIM], w[MAXDIM], o[MAXDIM];
+  int ra, rw, ro;
+  if (strcmp(b, "mm") == 0 || strcmp(b, "addmm") == 0) {
+    size_t k = b[0] == 'a' ? 1 : 0;
+    ra = get_shape(in, k, a);
+    rw = get_shape(in, k + 1, w);
+    if (ra != 2 || rw != 2) return 0;
+    return 2.0 * (double)a[0] * (double)a[1] * (double)w[1];
+  }
+  if (strcmp(b, "bmm") == 0 || strcmp(b, "baddbmm") == 0) {
+    size_t k = b[0] == 'b' && b[1] == 'a' ? 1 : 0;
+    ra = get_shape(in, k, a);
+    rw = get_shape(in, k + 1, w);
+    if (ra != 3 || rw != 3) return 0;
+    return 2.0 * (double)a[0] * (double)a[1] * (double)a[2] * (double)w[2];
+  }
+  if (strcmp(b, "matmul") == 0) {
+    ra = get_shape(in, 0, a);
+    rw = get_shape(in, 1, w);
+    if (ra < 1 || rw < 1) return 0;
+    if (ra == 1 && rw == 1) return 2.0 * (double)a[0];
+    if (rw == 1) return 2.0 * prod(a, 0, ra);                 /* matrix x vector */
+    if (ra == 1) return 2.0 * prod(w, 0, rw);                 /* vector x matrix */
+    double batch_a = prod(a, 0, ra - 2), batch_w = prod(w, 0, rw - 2);
+    double batch = batch_a > batch_w ? batch_a : batch_w;
+    return 2.0 * batch * (double)a[ra - 2] * (double)a[ra - 1] * (double)w[rw - 1];
+  }
+  if (strcmp(b, "linear") == 0) {
+    ra = get_shape(in, 0, a);
+    rw = get_shape(in, 1, w);
+    if (ra < 1 || rw != 2) return 0;
+    return 2.0 * prod(a, 0, ra) * (double)w[0];
+  }
+  if (is_conv_name(b)) {
+    rw = get_shape(in, 1, w);
+    ro = get_shape(out, 0, o);
+    if (rw < 3 || ro < 3) return 0;
+    return 2.0 * prod(o, 0, ro) * prod(w, 1, rw);
+  }
+  return 0;
+}
+
+static double dtype_size(const char *dt) {
+  static const struct { const char *n; double s; } tab[] = {
+      {"float", 4},        {"float32", 4},  {"double", 8},      {"float64", 8},
+      {"half", 2},         {"float16", 2},  {"bfloat16", 2},    {"long", 8},
+      {"int64", 8},        {"int", 4},      {"int32", 4},       {"short", 2},
+      {"int16", 2},        {"char", 1},     {"int8", 1},        {"byte", 1},
+      {"uint8", 1},        {"bool", 1},     {"complexfloat", 8}, {"complexdouble", 16},
+      {"complexhalf", 4},
+  };
+  char low[32];
+  size_t n = 0;
+  if (dt == NULL) return 4;
+  for (; dt[n] && n + 1 < sizeof low; n++) low[n] = (char)tolower((unsigned char)dt[n]);
+  low[n] = '\0';
+  if (strncmp(low, "float8", 6) == 0) return 1;
+  for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+    if (strcmp(low, tab[i].n) == 0) return tab[i].s;
+  }
+  return 4;
+}
+
+double etr_an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems,
+                         uint64_t out_nelems, uint64_t pg_size) {
+  double p = (double)pg_size;
+  if (pg_size <= 1 || coll == NULL) return 0;
+  double es = dtype_size(dtype);
+  double in = (double)in_nelems * es, out = (double)out_nelems * es;
+  char low[64];
+  size_t n = 0, k = 0;
+  for (; coll[n] && k + 1 < sizeof low; n++) {
+    if (coll[n] != '_') low[k++] = (char)tolower((unsigned char)coll[n]);
+  }
+  low[k] = '\0';
+  if (strstr(low, "barrier") != NULL) return 0;
+  if (strstr(low, "allreduce") != NULL) return in * 2.0 * (p - 1) / p;
+  if (strstr(low, "allgather") != NULL) return (out > in ? out : in * p) * (p - 1) / p;
+  if (strstr(low, "reducescatter") != NULL) return (in > out ? in : out * p) * (p - 1) / p;
+  if (strstr(low, "alltoall") != NULL) return in * (p - 1) / p;
+  return in > out ? in : out; /* broadcast, reduce, send, recv, gather, scatter */
+}
+
+static const char *attr_str(const etr_rnode *n, const char *name) {
+  const etr_rattr *a = etr_an_attr(n, name);
+  return a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
+}
+
+static uint64_t attr_u64(const etr_rnode *n, const char *name) {
+  const etr_rattr *a = etr_an_attr(n, name);
+  if (a == NULL) return 0;
+  if (a->value.kind == ETR_J_UINT) return a->value.v.u;
+  if (a->value.kind == ETR_J_INT && a->value.v.i > 0) return (uint64_t)a->value.v.i;
+  return 0;
+}
+
+bool etr_optab_add_rnode(etr_optab *t, const etr_rnode *n) {
+  if (etr_an_is_process_node(n)) return true;
+  if (etr_an_is_thread_node(n)) return etr_optab_add_thread(t, n->id, n->tid);
+  tref_buf in = {0}, out = {0};
+  collect_io(n->inputs, &in);
+  collect_io(n->outputs, &out);
+  etr_op_desc d = {0};
+  d.id = n->id;
+  d.parent = n->ctrl_deps;
+  d.fw_parent = (int64_t)n->fw_parent;
+  d.tid = n->tid;
+  d.name = n->name;
+  d.timed = n->has_timing;
+  d.ts = n->ts;
+  d.incl = n->inclusive_dur;
+  d.excl = n->exclusive_dur;
+  d.in = in.v;
+  d.n_in = in.n;
+  d.out = out.v;
+  d.n_out = out.n;
+  d.flops = etr_an_flops(n->name, n->inputs, n->outputs);
+  d.coll_bytes = -1;
+  const char *coll = attr_str(n, "collective_name");
+  if (coll != NULL) {
+    uint64_t pg = attr_u64(n, "pg_size");
+    d.pg_size = pg > UINT32_MAX ? UINT32_MAX : (uint32_t)pg;
+    d.coll_bytes = etr_an_coll_bytes(coll, attr_str(n, "dtype"), attr_u64(n, "in_msg_nelems"),
+                                     attr_u64(n, "out_msg_nelems"), pg);
+  }
+  bool ok = !in.oom && !out.oom && etr_optab_add_op(t, &d);
+  free(in.v);
+  free(out.v);
+  return ok;
+}
+
+/* ---- finishing: parents, order, span ---- */
+
+typedef struct sortkey {
+  int64_t ts, id;
+  uint32_t ix;
+} sortkey;
+
+static int cmp_sortkey(const void *a, const void *b) {
+  const sortkey *x = a, *y = b;
+  if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+  if (x->id != y->id) return x->id < y->id ? -1 : 1;
+  return x->ix < y->ix ? -1 : x->ix > y->ix;
+}
+
+void etr_optab_mark_flops(etr_optab *t) {
+  for (size_t i = 0; i < t->n; i++) t->ops[i].flags &= ~(ETR_OPF_HAS_FLOP_DESC | ETR_OPF_FLOP_INNER);
+  for (size_t i = 0; i < t->n; i++) {
+    if (!(t->ops[i].flags & ETR_OPF_FLOP_NAME)) continue;
+    size_t guard = 0;
+    for (uint32_t p = t->ops[i].parent_ix; p != ETR_NOIX && guard < t->n; p = t->ops[p].parent_ix) {
+      if (t->ops[p].flags & ETR_OPF_HAS_FLOP_DESC) break;
+      t->ops[p].flags |= ETR_OPF_HAS_FLOP_DESC;
+      guard++;
+    }
+  }
+  for (size_t i = 0; i < t->n; i++) {
+    if ((t->ops[i].flags & ETR_OPF_FLOP_NAME) && !(t->ops[i].flags & ETR_OPF_HAS_FLOP_DESC))
+      t->ops[i].flags |= ETR_OPF_FLOP_INNER;
+  }
+}
+
+bool etr_optab_finish(etr_optab *t) {
+  t->timed = t->n > 0 && t->n_untimed == 0;
+  for (size_t i = 0; i < t->n; i++) {
+    etr_op *op = &t->ops[i];
+    uint64_t v;
+    op->parent_ix = op->fw_parent_ix = ETR_NOIX;
+    if (op->parent != op->id && etr_u64map_get(&t->id2ix, (uint64_t)op->parent, &v))
+      op->parent_ix = (uint32_t)v;
+    if (op->fw_parent != 0 && op->fw_parent != op->id &&
+        etr_u64map_get(&t->id2ix, (uint64_t)op->fw_parent, &v))
+      op->fw_parent_ix = (uint32_t)v;
+  }
+  /* A parent cycle (only in a damaged file) would make walks endless: cut it. */
+  for (size_t i = 0; i < t->n; i++) {
+    uint32_t slow = (uint32_t)i, fast = (uint32_t)i;
+    while (fast != ETR_NOIX && t->ops[fast].parent_ix != ETR_NOIX) {
+      fast = t->ops[t->ops[fast].parent_ix].parent_ix;
+      slow = t->ops[slow].parent_ix;
+      if (fast == slow) {
+        t->ops[slow].parent_ix = ETR_NOIX;
+        break;
+      }
+    }
+  }
+  free(t->order);
+  t->order = NULL;
+  sortkey *keys = malloc((t->n ? t->n : 1) * sizeof *keys);
+  t->order = malloc((t->n ? t->n : 1) * sizeof *t->order);
+  if (keys == NULL || t->order == NULL) {
+    free(keys);
+    return false;
+  }
+  t->t0 = INT64_MAX;
+  t->t1 = INT64_MIN;
+  for (size_t i = 0; i < t->n; i++) {
+    const etr_op *op = &t->ops[i];
+    keys[i].ts = t->timed ? op->ts : 0;
+    keys[i].id = op->id;
+    keys[i].ix = (uint32_t)i;
+    if (op->flags & ETR_OPF_TIMED) {
+      if (op->ts < t->t0) t->t0 = op->ts;
+      if (op->ts + op->incl > t->t1) t->t1 = op->ts + op->incl;
+    }
+  }
+  if (t->t0 == INT64_MAX) t->t0 = t->t1 = 0;
+  qsort(keys, t->n, sizeof *keys, cmp_sortkey);
+  for (size_t i = 0; i < t->n; i++) t->order[i] = keys[i].ix;
+  free(keys);
+  etr_optab_mark_flops(t);
+  return true;
+}
+
+int etr_optab_load(etr_optab *t, const char *cmd, const char *path) {
+  etr_cli_input in;
+  if (etr_cli_open(&in, cmd, path, NULL) != 0) return ETR_CLI_FAIL;
+  const etr_rnode *n;
+  int rc;
+  while ((rc = etr_cli_next(&in, &n)) == 1) {
+    if (!etr_optab_add_rnode(t, n)) {
+      etr_cli_error(cmd, "%s: byte %llu: out of memory", path, (unsigned long long)n->offset);
+      etr_cli_close(&in);
+      return ETR_CLI_FAIL;
+    }
+  }
+  if (rc == 0) rc = etr_cli_finish(&in);
+  etr_cli_close(&in);
+  if (rc != 0) return ETR_CLI_FAIL;
+  if (!etr_optab_finish(t)) {
+    etr_cli_error(cmd, "%s: out of memory", path);
+    return ETR_CLI_FAIL;
+  }
+  return ETR_CLI_OK;
+}
+
+/* ---- dependencies ---- */
+
+static bool add_edge(etr_deps *d, uint32_t from, uint32_t to, uint32_t kind, uint64_t tensor) {
+  if (!grow((void **)&d->edges, &d->cap, d->n + 1, sizeof *d->edges)) return false;
+  etr_dep *e = &d->edges[d->n++];
+  e->from = from;
+  e->to = to;
+  e->kind = kind;
+  e->pad = 0;
+  e->tensor = tensor;
+  return true;
+}
+
+static uint64_t tref_key(const etr_tref *r) {
+  return r->storage ? (r->storage | (1ULL << 63)) : (r->tensor & ~(1ULL << 63));
+}
+
+bool etr_deps_build(const etr_optab *t, etr_deps *d) {
+  memset(d, 0, sizeof *d);
+  size_t nn = t->n ? t->n : 1;
+  d->first = calloc(nn, sizeof *d->first);
+  d->count = calloc(nn, sizeof *d->count);
+  uint32_t *pos = malloc(nn * sizeof *pos);
+  etr_u64map lastw = {0};
+  bool ok = d->first && d->count && pos;
+  for (size_t k = 0; ok && k < t->n; k++) pos[t->order[k]] = (uint32_t)k;
+  for (size_t k = 0; ok && k < t->n; k++) {
+    uint32_t i = t->order[k];
+    const etr_op *op = &t->ops[i];
+    d->first[i] = d->n;
+    if (op->fw_parent_ix != ETR_NOIX && pos[op->fw_parent_ix] < k) {
+      ok = add_edge(d, op->fw_parent_ix, i, ETR_DEP_FW, 0);
+      d->n_fw++;
+    } else if (op->fw_parent != 0) {
+      d->n_fw_missing++;
+    }
+    const etr_tref *in = t->trefs + op->tref_off;
+    for (uint32_t j = 0; ok && j < op->n_in; j++) {
+      uint64_t w;
+      if (!etr_u64map_get(&lastw, tref_key(&in[j]), &w) || w == i) continue;
+      bool dup = false;
+      for (size_t e = d->first[i]; e < d->n; e++) {
+        if (d->edges[e].from == w && d->edges[e].kind == ETR_DEP_DATA) dup = true;
+      }
+      if (dup) continue;
+      ok = add_edge(d, (uint32_t)w, i, ETR_DEP_DATA, in[j].tensor);
+      d->n_data++;
+    }
+    const etr_tref *out = in + op->n_in;
+    for (uint32_t j = 0; ok && j < op->n_out; j++) ok = etr_u64map_put(&lastw, tref_key(&out[j]), i);
+    d->count[i] = (uint32_t)(d->n - d->first[i]);
+  }
+  free(pos);
+  etr_u64map_free(&lastw);
+  if (!ok) etr_deps_free(d);
+  return ok;
+}
+
+void etr_deps_free(etr_deps *d) {
+  free(d->edges);
+  free(d->first);
+  free(d->count);
+  memset(d, 0, sizeof *d);
+}
+
+/* ---- model ---- */
+
+void etr_model_init(etr_model *m) {
+  memset(m, 0, sizeof *m);
+  m->untimed_us = 1.0;
+}
+
+void etr_model_free(etr_model *m) {
+  for (size_t i = 0; i < m->n_speedups; i++) free(m->speedups[i].pattern);
+  free(m->speedups);
+  memset(m, 0, sizeof *m);
+}
+
+static bool num(const char *s, double *out) { return etr_an_parse_double(s, out); }
+
+int etr_model_line(etr_model *m, const char *line, char *err, size_t errlen) {
+  char buf[1024];
+  size_t len = strlen(line);
+  if (len >= sizeof buf) {
+    snprintf(err, errlen, "line too long");
+    return -1;
+  }
+  memcpy(buf, line, len + 1);
+  char *hash = strchr(buf, '#');
+  /* '#' starts a comment only at the start of a word ("## forward ##" names need quotes). */
+  if (hash != NULL && (hash == buf || isspace((unsigned char)hash[-1]))) *hash = '\0';
+  char *tok[8];
+  int nt = 0;
+  char *p = buf;
+  while (*p && nt < 8) {
+    while (isspace((unsigned char)*p)) p++;
+    if (!*p) break;
+    if (*p == '"') { /* quoted name: "## forward ##" */
+      char *q = strchr(p + 1, '"');
+      if (q == NULL) {
+        snprintf(err, errlen, "unterminated quote");
+        return -1;
+      }
+      *q = '\0';
+      tok[nt++] = p + 1;
+      p = q + 1;
+      continue;
+    }
+    tok[nt++] = p;
+    while (*p && !isspace((unsigned char)*p)) p++;
+    if (*p) *p++ = '\0';
+  }
+  if (nt == 0) return 1;
+  double a, b;
+  if (strcmp(tok[0], "speedup") == 0) {
+    if (nt != 3 || !num(tok[2], &a) || a <= 0) {
+      snprintf(err, errlen, "expected: speedup NAME FACTOR (FACTOR > 0)");
+      return -1;
+    }
+    etr_speedup *ns = realloc(m->speedups, (m->n_speedups + 1) * sizeof *ns);
+    if (ns == NULL) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    m->speedups = ns;
+    char *pat = strdup(tok[1]);
+    if (pat == NULL) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    m->speedups[m->n_speedups].pattern = pat;
+    m->speedups[m->n_speedups].factor = a;
+    m->n_speedups++;
+  } else if (strcmp(tok[0], "flops_per_s") == 0) {
+    if (nt != 2 || !num(tok[1], &a) || a <= 0) {
+      snprintf(err, errlen, "expected: flops_per_s RATE (RATE > 0)");
+      return -1;
+    }
+    m->flops_per_s = a;
+  } else if (strcmp(tok[0], "link") == 0) {
+    if (nt != 3 || !num(tok[1], &a) || !num(tok[2], &b) || a < 0 || b <= 0) {
+      snprintf(err, errlen, "expected: link LATENCY_US BANDWIDTH_GBPS (bandwidth > 0)");
+      return -1;
+    }
+    m->link_latency_us = a;
+    m->link_GBps = b;
+  } else if (strcmp(tok[0], "untimed_us") == 0) {
+    if (nt != 2 || !num(tok[1], &a) || a < 0) {
+      snprintf(err, errlen, "expected: untimed_us COST (>= 0)");
+      return -1;
+    }
+    m->untimed_us = a;
+  } else {
+    snprintf(err, errlen, "unknown directive '%.40s' (speedup, flops_per_s, link, untimed_us)",
+             tok[0]);
+    return -1;
+  }
+  return 0;
+}
+
+int etr_model_load(etr_model *m, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  char line[1024], why[256];
+  int ln = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    ln++;
+    size_t len = strlen(line);
+    if (len == sizeof line - 1 && line[len - 1] != '\n') {
+      snprintf(err, errlen, "%s: line %d: line too long", path, ln);
+      fclose(f);
+      return -1;
+    }
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+    if (etr_model_line(m, line, why, sizeof why) < 0) {
+      snprintf(err, errlen, "%s: line %d: %s", path, ln, why);
+      fclose(f);
+      return -1;
+    }
+  }
+  fclose(f);
+  return 0;
+}
+
+static double speedup_for(const etr_model *m, const char *name) {
+  double best = 1.0;
+  size_t best_len = 0;
+  bool exact = false;
+  for (size_t i = 0; i < m->n_speedups; i++) {
+    const char *pat = m->speedups[i].pattern;
+    size_t pl = strlen(pat);
+    if (pl > 0 && pat[pl - 1] == '*') {
+      if (!exact && strncmp(name, pat, pl - 1) == 0 && pl - 1 + 1 > best_len) {
+        best = m->speedups[i].factor;
+        best_len = pl; /* longer prefixes win; "*" (pl 1) is the catch-all */
+      }
+    } else if (strcmp(name, pat) == 0) {
+      best = m->speedups[i].factor;
+      exact = true;
+    }
+  }
+  return best;
+}
+
+bool etr_model_costs(const etr_model *m, const etr_optab *t, double *cost) {
+  double *by_name = malloc((t->names.n ? t->names.n : 1) * sizeof *by_name);
+  if (by_name == NULL) return false;
+  for (size_t i = 0; i < t->names.n; i++) by_name[i] = speedup_for(m, t->names.strs[i]);
+  for (size_t i = 0; i < t->n; i++) {
+    const etr_op *op = &t->ops[i];
+    if (m->flops_per_s > 0 && (op->flags & ETR_OPF_FLOP_INNER)) {
+      cost[i] = op->flops / m->flops_per_s * 1e6;
+    } else if (m->link_GBps > 0 && (op->flags & ETR_OPF_COLLECTIVE)) {
+      cost[i] = m->link_latency_us + op->coll_bytes / (m->link_GBps * 1e3);
+    } else {
+      double base = (op->flags & ETR_OPF_TIMED) ? (double)op->excl : m->untimed_us;
+      cost[i] = base / by_name[op->name];
+    }
+  }
+  free(by_name);
+  return true;
+}
+
+/* ---- schedule ---- */
+
+#define ETR_ROUNDING_US 2
+
+typedef struct sched_state {
+  const etr_optab *t;
+  const double *cost;
+  etr_sched *s;
+  uint32_t **stack;     /* per thread: open ops, outermost first */
+  size_t *depth, *stcap;
+  double *cur;          /* per thread: time its stream has reached */
+  uint32_t *curpred;    /* op whose start (if still open) or end set cur */
+  int64_t *reccur;      /* per op: recorded end of its previous child (or its own ts) */
+  int64_t *recmax;      /* per thread: recorded end of its last top-level op */
+  bool oom;
+} sched_state;
+
+static double op_scale(const sched_state *st, uint32_t p) {
+  int64_t ex = st->t->ops[p].excl;
+  return ex > 0 ? st->cost[p] / (double)ex : 1.0;
+}
+
+/* Close the innermost open op of thread th: it ends after its last child (the stream's
+ * cursor) plus its own time after that child, which is the recorded time from the child's
+ * end to its own end (its whole cost for an untimed op), scaled like its cost. */
+static void close_top(sched_state *st, uint32_t th) {
+  etr_sched *s = st->s;
+  const etr_op *op = &st->t->ops[0];
+  uint32_t x = st->stack[th][--st->depth[th]];
+  op = &st->t->ops[x];
+  double post;
+  if (op->flags & ETR_OPF_TIMED) {
+    int64_t rec = op->ts + op->incl - st->reccur[x];
+    post = (rec > 0 ? (double)rec : 0.0) * op_scale(st, x);
+    if (op->excl <= 0) post += st->cost[x]; /* modelled cost of a sub-microsecond op */
+  } else {
+    post = st->cost[x];
+  }
+  double c = st->cur[th] > s->start[x] ? st->cur[th] : s->start[x];
+  s->end[x] = c + post;
+  s->busy[th] += post;
+  s->end_pred[x] = (st->curpred[th] != x && st->cur[th] > s->start[x]) ? st->curpred[th] : x;
+  /* The recorded end of x's subtree (a child may end after x's truncated end). */
+  if (op->flags & ETR_OPF_TIMED) {
+    int64_t rec_end = op->ts + op->incl > st->reccur[x] ? op->ts + op->incl : st->reccur[x];
+    uint32_t p = op->parent_ix;
+    if (p != ETR_NOIX && st->depth[th] > 0 && st->stack[th][st->depth[th] - 1] == p) {
+      if (rec_end > st->reccur[p]) st->reccur[p] = rec_end;
+    } else if (rec_end > st->recmax[th]) {
+      st->recmax[th] = rec_end;
+    }
+  }
+  st->cur[th] = s->end[x];
+  st->curpred[th] = x;
+  if (s->end[x] > s->thread_end[th]) s->thread_end[th] = s->end[x];
+  if (s->last == ETR_NOIX || s->end[x] > s->makespan) {
+    s->makespan = s->end[x];
+    s->last = x;
+  }
+}
+
+static bool is_open(const etr_sched *s, uint32_t x) { return s->start[x] >= 0 && s->end[x] < 0; }
+
+bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
+                  const etr_sched_opts *o, etr_sched *s) {
+  memset(s, 0, sizeof *s);
+  size_t nn = t->n ? t->n : 1, nt = t->nthreads ? t->nthreads : 1;
+  sched_state st = {0};
+  st.t = t;
+  st.cost = cost;
+  st.s = s;
+  s->start = malloc(nn * sizeof *s->start);
+  s->end = malloc(nn * sizeof *s->end);
+  s->pred = malloc(nn * sizeof *s->pred);
+  s->end_pred = malloc(nn * sizeof *s->end_pred);
+  s->bind = malloc(nn);
+  s->busy = calloc(nt, sizeof *s->busy);
+  s->thread_end = calloc(nt, sizeof *s->thread_end);
+  st.stack = calloc(nt, sizeof *st.stack);
+  st.depth = calloc(nt, sizeof *st.depth);
+  st.stcap = calloc(nt, sizeof *st.stcap);
+  st.cur = calloc(nt, sizeof *st.cur);
+  st.curpred = malloc(nt * sizeof *st.curpred);
+  st.reccur = malloc(nn * sizeof *st.reccur);
+  int64_t *recmax = st.recmax = malloc(nt * sizeof *recmax);
+  bool ok = s->start && s->end && s->pred && s->end_pred && s->bind && s->busy &&
+            s->thread_end && st.stack && st.depth && st.stcap && st.cur && st.curpred &&
+            st.reccur && recmax;
+  if (ok) {
+    for (size_t k = 0; k < t->n; k++) s->start[k] = s->end[k] = -1; /* not yet scheduled */
+    for (size_t k = 0; k < nt; k++) {
+      st.curpred[k] = ETR_NOIX;
+      recmax[k] = t->t0;
+    }
+  }
+  bool idle = o->thread_order && o->keep_idle && t->timed;
+  s->last = ETR_NOIX;
+  s->n_ops = t->n;
+  for (size_t k = 0; ok && k < t->n; k++) {
+    uint32_t i = t->order[k];
+    const etr_op *op = &t->ops[i];
+    uint32_t th = op->thread;
+    /* Close what is open on this thread and is not an ancestor of i. */
+    uint32_t p = op->parent_ix;
+    bool nested = p != ETR_NOIX && is_open(s, p) && t->ops[p].thread == th;
+    while (st.depth[th] > 0 && !(nested && st.stack[th][st.depth[th] - 1] == p)) close_top(&st, th);
+    double est = 0;
+    uint32_t pred = ETR_NOIX;
+    uint8_t bind = ETR_BIND_NONE;
+    if (nested || o->thread_order) {
+      est = st.cur[th];
+      pred = st.curpred[th];
+      bind = pred == ETR_NOIX ? ETR_BIND_NONE : (nested && pred == p) ? ETR_BIND_PARENT
+                                                                      : ETR_BIND_THREAD;
+    }
+    /* Timestamps and durations are whole microseconds, truncated one by one, so a recorded
+     * start may fall up to ~2 us before the computed end of what precedes it. Such a small
+     * negative lead or gap is kept (bounded by the parent's start), so rounding does not
+     * add up along a thread. */
+    if (nested && (op->flags & ETR_OPF_TIMED) && (t->ops[p].flags & ETR_OPF_TIMED)) {
+      /* The parent's own time recorded between its previous child (or its start) and this
+       * child, scaled like the parent's cost. */
+      double lead = (double)(op->ts - st.reccur[p]);
+      if (lead < -ETR_ROUNDING_US) lead = -ETR_ROUNDING_US;
+      lead *= op_scale(&st, p);
+      est += lead;
+      if (est < s->start[p]) est = s->start[p];
+      if (lead > 0) s->busy[th] += lead;
+    } else if (!nested && idle && op->ts - recmax[th] >= -ETR_ROUNDING_US) {
+      double gap = (double)(op->ts - recmax[th]);
+      est += gap;
+      if (est < 0) est = 0;
+      if (gap > 0) bind = ETR_BIND_IDLE;
+    }
+    for (uint32_t e = 0; e < d->count[i]; e++) {
+      const etr_dep *ed = &d->edges[d->first[i] + e];
+      uint32_t f = ed->from;
+      double c;
+      if (ed->kind == ETR_DEP_FW) {
+        c = s->start[f];
+      } else {
+        if (is_open(s, f)) {
+          if (t->ops[f].thread == th) continue; /* an ancestor of i: nesting orders them */
+          uint32_t fth = t->ops[f].thread;
+          while (st.depth[fth] > 0 && is_open(s, f)) close_top(&st, fth);
+        }
+        c = s->end[f];
+      }
+      if (c > est) {
+        est = c;
+        pred = f;
+        bind = ed->kind == ETR_DEP_FW ? ETR_BIND_FW : ETR_BIND_DATA;
+      }
+    }
+    s->start[i] = est;
+    s->pred[i] = pred;
+    s->bind[i] = bind;
+    st.reccur[i] = op->ts;
+    if (st.depth[th] == st.stcap[th]) {
+      size_t nc = st.stcap[th] ? st.stcap[th] * 2 : 16;
+      uint32_t *ns = realloc(st.stack[th], nc * sizeof *ns);
+      if (ns == NULL) {
+        ok = false;
+        break;
+      }
+      st.stack[th] = ns;
+      st.stcap[th] = nc;
+    }
+    st.stack[th][st.depth[th]++] = i;
+    st.cur[th] = est;
+    st.curpred[th] = i;
+  }
+  for (size_t th = 0; ok && th < t->nthreads; th++) {
+    while (st.depth[th] > 0) close_top(&st, (uint32_t)th);
+  }
+  for (size_t th = 0; st.stack && th < nt; th++) free(st.stack[th]);
+  free(st.stack);
+  free(st.depth);
+  free(st.stcap);
+  free(st.cur);
+  free(st.curpred);
+  free(st.reccur);
+  free(recmax);
+  if (!ok) etr_sched_free(s);
+  return ok;
+}
+
+void etr_sched_free(etr_sched *s) {
+  free(s->start);
+  free(s->end);
+  free(s->pred);
+  free(s->end_pred);
+  free(s->bind);
+  free(s->busy);
+  free(s->thread_end);
+  memset(s, 0, sizeof *s);
+}
+
+size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **path) {
+  size_t n = 0, cap = 0;
+  etr_path_step *p = NULL;
+  uint32_t x = s->last;
+  bool at_end = true;
+  /* Walk back from the latest end: an end was set by its last child's end or by its own
+   * start; a start by the end of a thread predecessor / data source, or the start of its
+   * parent / fw_parent. Each step goes to an event no later, so the walk ends. */
+  for (size_t guard = 0; x != ETR_NOIX && guard < 4 * (size_t)s->n_ops + 4; guard++) {
+    if (!grow((void **)&p, &cap, n + 1, sizeof *p)) break;
+    etr_path_step *st = &p[n++];
+    st->op = x;
+    st->at_end = at_end;
+    st->t = at_end ? s->end[x] : s->start[x];
+    st->bind = at_end ? ETR_BIND_NONE : s->bind[x];
+    st->spent = st->t;
+    st->spent_by = x;
+    if (at_end) {
+      if (s->end_pred[x] != x) {
+        x = s->end_pred[x];
+      } else {
+        at_end = false;
+      }
+      continue;
+    }
+    uint8_t b = s->bind[x];
+    uint32_t pr = s->pred[x];
+    /* Time just before a start: the parent's lead when nested, else idle or a wait. */
+    if (b == ETR_BIND_PARENT || b == ETR_BIND_FW) {
+      st->spent_by = pr;
+    } else if (b == ETR_BIND_THREAD && t->ops[x].parent_ix != ETR_NOIX) {
+      st->spent_by = t->ops[x].parent_ix;
+    } else {
+      st->spent_by = ETR_NOIX;
+    }
+    if (b == ETR_BIND_NONE || pr == ETR_NOIX) break;
+    at_end = !(b == ETR_BIND_PARENT || b == ETR_BIND_FW);
+    x = pr;
+  }
+  for (size_t a = 0, b = n ? n - 1 : 0; a < b; a++, b--) {
+    etr_path_step tmp = p[a];
+    p[a] = p[b];
+    p[b] = tmp;
+  }
+  for (size_t k = 1; k < n; k++) p[k].spent = p[k].t - p[k - 1].t;
+  *path = p;
+  return n;
+}
+
+const char *etr_bind_name(int bind) {
+  switch (bind) {
+    case ETR_BIND_THREAD: return "thread";
+    case ETR_BIND_DATA: return "data";
+    case ETR_BIND_FW: return "fw";
+    case ETR_BIND_IDLE: return "idle";
+    case ETR_BIND_PARENT: return "parent";
+    default: return "start";
+  }
+}
+
+typedef struct name_sum {
+  uint32_t name;
+  uint32_t count;
+  double total;
+} name_sum;
+
+static int cmp_name_sum(const void *a, const void *b) {
+  const name_sum *x = a, *y = b;
+  if (x->total != y->total) return x->total > y->total ? -1 : 1;
+  return x->name < y->name ? -1 : x->name > y->name;
+}
+
+void etr_sched_print_path(FILE *f, const etr_optab *t, const etr_sched *s, const double *cost,
+                          size_t limit) {
+  (void)cost;
+  etr_path_step *path = NULL;
+  size_t n = etr_sched_path(s, t, &path);
+  size_t nops = 0;
+  double idle = 0;
+  name_sum *sums = calloc(t->names.n + 1, sizeof *sums);
+  bool *seen = calloc(t->n ? t->n : 1, sizeof *seen);
+  for (size_t k = 0; k < n; k++) {
+    if (seen && !seen[path[k].op]) {
+      seen[path[k].op] = true;
+      nops++;
+    }
+    if (path[k].spent_by == ETR_NOIX) {
+      idle += path[k].spent;
+    } else if (sums) {
+      sums[t->ops[path[k].spent_by].name].total += path[k].spent;
+      if (path[k].at_end) sums[t->ops[path[k].spent_by].name].count++;
+    }
+  }
+  fprintf(f, "  length: %zu ops, %.1f us", nops, s->makespan);
+  if (idle > 0) fprintf(f, " (%.1f us of it recorded idle time or waits between ops)", idle);
+  fprintf(f, "\n");
+  if (sums != NULL && n > 0) {
+    for (size_t i = 0; i < t->names.n; i++) sums[i].name = (uint32_t)i;
+    qsort(sums, t->names.n, sizeof *sums, cmp_name_sum);
+    fprintf(f, "  time on the path by op name:\n");
+    for (size_t i = 0; i < t->names.n && i < 8 && sums[i].total > 0; i++) {
+      fprintf(f, "    %12.1f us %5.1f%%  %6u x  ", sums[i].total,
+              s->makespan > 0 ? 100.0 * sums[i].total / s->makespan : 0.0, sums[i].count);
+      etr_out o = {f, false};
+      etr_out_sanitized(&o, t->names.strs[sums[i].name], t->names.lens[sums[i].name], "", ' ');
+      fputc('\n', f);
+    }
+  }
+  free(sums);
+  free(seen);
+  size_t show = limit == 0 || limit > n ? n : limit;
+  if (show > 0) {
+    fprintf(f, "  path (%s%zu of %zu events):\n    %12s  %-5s %-6s %6s %12s  %s\n",
+            show < n ? "first " : "", show, n, "at_us", "event", "via", "thread", "id", "name");
+  }
+  for (size_t k = 0; k < show; k++) {
+    const etr_path_step *st = &path[k];
+    const etr_op *op = &t->ops[st->op];
+    fprintf(f, "    %12.1f  %-5s %-6s %6llu %12lld  ", st->t, st->at_end ? "end" : "start",
+            st->at_end ? "" : etr_bind_name(st->bind),
+            (unsigned long long)t->threads[op->thread].tid, (long long)op->id);
+    etr_out o = {f, false};
+    etr_out_sanitized(&o, t->names.strs[op->name], t->names.lens[op->name], "", ' ');
+    fputc('\n', f);
+  }
+  if (show < n) fprintf(f, "    ... (--path 0 prints all)\n");
+  free(path);
+}

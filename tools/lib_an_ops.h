@@ -1,0 +1,239 @@
+/* The op table behind `etr graph` and `etr replay`: one compact record per op node, the
+ * data-dependency graph through tensor ids, a list scheduler (the replay simulation and the
+ * critical path) and the replay cost model.
+ *
+ * Memory: the parsed JSON of a node is dropped as soon as the node is read. What is kept
+ * per op is an etr_op (about 100 bytes), 16 bytes per tensor reference in its inputs and
+ * outputs, 16 bytes per dependency edge, 8 bytes of hash map per op id (twice, at load factor
+ * <= 1/2), and during the schedule about 24 bytes per op. That is roughly 200 bytes per op
+ * plus 32 per tensor reference: a 1 GB trace of ~1.2M ops needs about 300 MB.
+ *
+ * Units: every op node (not the thread and process nodes) is a unit of work whose cost is
+ * its own exclusive duration; exclusive durations partition the inclusive time of each
+ * top-level op, so nothing is counted twice. A unit's time is placed at its start (before
+ * its children) on its thread.
+ *
+ * Dependencies (read-after-write only):
+ * - data: an op reading a tensor depends on the last op before it (in start order) that had
+ *   a tensor on the same storage among its outputs. A write to a storage therefore orders
+ *   every later reader of any tensor (view) on that storage. Tensors without a storage
+ *   (storage id 0) are keyed by their tensor id. Undefined tensors are ignored.
+ * - fw: an op with fw_parent can start once its fw_parent has started (the forward op
+ *   was open when the backward op began: start-to-start, not finish-to-start).
+ * - thread (replay only): the ops of one thread run in start order, one at a time.
+ * Start order is (ts, id) when every op has timing, else id (ids are drawn at op start).
+ */
+#ifndef ETR_TOOLS_LIB_AN_OPS_H
+#define ETR_TOOLS_LIB_AN_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib_an_util.h"
+
+#define ETR_NOIX UINT32_MAX
+
+enum {
+  ETR_OPF_TIMED = 1u << 0,      /* ts / inclusive_dur / exclusive_dur present */
+  ETR_OPF_FLOP_NAME = 1u << 1,  /* mm / conv-like op with FLOPs computed from shapes */
+  ETR_OPF_FLOP_INNER = 1u << 2, /* ... and no descendant is one (the model costs this one) */
+  ETR_OPF_COLLECTIVE = 1u << 3, /* carries collective_name */
+  ETR_OPF_HAS_FLOP_DESC = 1u << 4,
+};
+
+typedef struct etr_tref {
+  uint64_t tensor;   /* tensor id */
+  uint64_t storage;  /* storage id, 0 when none */
+} etr_tref;
+
+typedef struct etr_op {
+  int64_t id, parent, fw_parent;
+  int64_t ts, incl, excl;       /* recorded microseconds; 0 when untimed */
+  uint32_t thread;              /* index into etr_optab.threads */
+  uint32_t name;                /* index into etr_optab.names */
+  uint32_t parent_ix;           /* op index of the parent, ETR_NOIX for top-level */
+  uint32_t fw_parent_ix;        /* op index of fw_parent, ETR_NOIX when none/unknown */
+  uint32_t flags;
+  uint32_t n_in, n_out;         /* tensor refs: trefs[tref_off .. +n_in) then outputs */
+  uint64_t tref_off;
+  double flops;                 /* from shapes (ETR_OPF_FLOP_NAME) */
+  double coll_bytes;            /* message bytes after the group-size factor */
+  uint32_t pg_size;
+} etr_op;
+
+typedef struct etr_thread_info {
+  uint64_t tid;       /* the tid attr */
+  int64_t node_id;    /* the thread node's id, -1 when the trace has none */
+} etr_thread_info;
+
+typedef struct etr_optab {
+  etr_op *ops;
+  size_t n, cap;
+  etr_tref *trefs;
+  size_t ntref, captref;
+  etr_strtab names;
+  etr_thread_info *threads;
+  size_t nthreads, capthreads;
+  etr_u64map id2ix;      /* op id -> op index */
+  etr_u64map tid2ix;     /* tid -> thread index */
+  size_t n_untimed;      /* ops without timing */
+  size_t n_dup_ids;      /* ops whose id was seen before (later one wins in lookups) */
+  /* after etr_optab_finish */
+  uint32_t *order;       /* op indices in start order */
+  bool timed;            /* every op has timing */
+  int64_t t0, t1;        /* recorded span: min ts, max ts + inclusive_dur */
+} etr_optab;
+
+/* An op described directly (for tests and for the reader path). */
+typedef struct etr_op_desc {
+  int64_t id, parent, fw_parent;
+  uint64_t tid;
+  const char *name;
+  bool timed;
+  int64_t ts, incl, excl;
+  const etr_tref *in;
+  size_t n_in;
+  const etr_tref *out;
+  size_t n_out;
+  double flops;          /* 0 = none */
+  double coll_bytes;     /* < 0 = not a collective */
+  uint32_t pg_size;
+} etr_op_desc;
+
+void etr_optab_init(etr_optab *t);
+void etr_optab_free(etr_optab *t);
+/* Register a thread node. false when memory ran out. */
+bool etr_optab_add_thread(etr_optab *t, int64_t node_id, uint64_t tid);
+bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d);
+/* Add one node read from a trace (thread, process or op). false when memory ran out. */
+bool etr_optab_add_rnode(etr_optab *t, const etr_rnode *n);
+/* Resolve parents, fw_parents, the start order and the recorded span. false on OOM. */
+bool etr_optab_finish(etr_optab *t);
+const char *etr_optab_name(const etr_optab *t, uint32_t op_ix);
+
+/* Read a whole trace into t (then finishes it), with the progress line of command cmd.
+ * ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error. */
+int etr_optab_load(etr_optab *t, const char *cmd, const char *path);
+
+/* FLOPs of a matrix-multiply / convolution op from its input and output shapes, or 0 when
+ * the name is not one of those or the shapes do not fit. */
+double etr_an_flops(const char *name, const etr_jval *inputs, const etr_jval *outputs);
+/* Bytes on the wire per rank for a collective: message bytes times the algorithm factor of
+ * its group size (ring all-reduce 2(p-1)/p, all-gather / reduce-scatter / all-to-all
+ * (p-1)/p, broadcast / send / recv 1; 0 when p <= 1 or the name is a barrier). */
+double etr_an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems,
+                         uint64_t out_nelems, uint64_t pg_size);
+
+/* ---- dependency graph ---- */
+
+enum { ETR_DEP_DATA = 1, ETR_DEP_FW = 2 };
+
+typedef struct etr_dep {
+  uint32_t from, to;   /* op indices */
+  uint32_t kind;       /* ETR_DEP_* */
+  uint32_t pad;
+  uint64_t tensor;     /* the tensor id read (data edges) */
+} etr_dep;
+
+typedef struct etr_deps {
+  etr_dep *edges;      /* grouped by `to`, in start order of `to` */
+  size_t n, cap;
+  size_t *first;       /* per op: index of its first incoming edge */
+  uint32_t *count;     /* per op: number of incoming edges */
+  size_t n_data, n_fw;
+  size_t n_fw_missing; /* fw_parent named but not in the trace (or not earlier) */
+} etr_deps;
+
+bool etr_deps_build(const etr_optab *t, etr_deps *d);
+void etr_deps_free(etr_deps *d);
+
+/* ---- cost model ---- */
+
+typedef struct etr_speedup {
+  char *pattern;       /* exact name, or a prefix when it ends with '*' ("*" = every op) */
+  double factor;
+} etr_speedup;
+
+typedef struct etr_model {
+  etr_speedup *speedups;
+  size_t n_speedups;
+  double flops_per_s;       /* > 0: mm/conv cost = FLOPs / rate */
+  double link_latency_us;   /* collectives: latency + bytes / bandwidth, when bandwidth > 0 */
+  double link_GBps;
+  double untimed_us;        /* cost of an op without recorded timing (default 1) */
+} etr_model;
+
+void etr_model_init(etr_model *m);
+void etr_model_free(etr_model *m);
+/* Parse a model file (format in docs/CLI.md). 0, or -1 with "FILE: line N: reason". */
+int etr_model_load(etr_model *m, const char *path, char *err, size_t errlen);
+/* Parse one line (no trailing newline needed). 0, 1 for a blank/comment line, -1 with reason. */
+int etr_model_line(etr_model *m, const char *line, char *err, size_t errlen);
+/* Cost (µs) of every op under the model into cost[t->n] (the recorded exclusive duration,
+ * divided by its speed-up, when no FLOP or link rule applies). false on OOM. */
+bool etr_model_costs(const etr_model *m, const etr_optab *t, double *cost);
+/* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER); called by etr_optab_finish. */
+void etr_optab_mark_flops(etr_optab *t);
+
+/* ---- schedule (simulation / longest path) ---- */
+
+/* What set an op's start: nothing (time 0), the end of the previous op of its thread,
+ * the end of a data source, the start of its fw_parent, recorded idle time after the
+ * previous op, the start of its parent (first child). */
+enum { ETR_BIND_NONE = 0, ETR_BIND_THREAD = 1, ETR_BIND_DATA = 2, ETR_BIND_FW = 3,
+       ETR_BIND_IDLE = 4, ETR_BIND_PARENT = 5 };
+
+typedef struct etr_sched {
+  double *start, *end;     /* per op, µs from the simulated time 0 */
+  uint32_t *pred;          /* the op whose constraint set the start, ETR_NOIX */
+  uint32_t *end_pred;      /* the child whose end set this op's end, or the op itself */
+  size_t n_ops;
+  uint8_t *bind;           /* ETR_BIND_* of that constraint */
+  double makespan;
+  uint32_t last;           /* op with the latest end (critical path end), ETR_NOIX if none */
+  double *busy;            /* per thread: sum of costs */
+  double *thread_end;      /* per thread: end of its last op */
+} etr_sched;
+
+typedef struct etr_sched_opts {
+  bool thread_order;  /* ops of a thread run one at a time in start order (replay) */
+  bool keep_idle;     /* recorded idle time of a thread (no op open) is kept as a delay */
+} etr_sched_opts;
+
+/* Schedule every op as early as its constraints allow, with cost[i] per op. Ops nest: a
+ * child starts after its previous sibling ends plus its "lead", the part of the parent's
+ * exclusive time recorded between the two (scaled like the parent's cost); a parent ends
+ * after its last child plus the rest of its exclusive time. Besides nesting, an op starts
+ * after the sources of its data edges end and after its fw_parent starts; with
+ * thread_order also after the previous top-level op of its thread (plus the recorded idle
+ * time between them with keep_idle), else top-level ops start at 0 (unlimited threads).
+ * One pass in start order; a data source still open on another thread is closed on
+ * demand. false on OOM. */
+bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
+                  const etr_sched_opts *o, etr_sched *s);
+void etr_sched_free(etr_sched *s);
+/* One event of the critical path: an op's start or end, the time since the previous event
+ * and the op that spent it (the op itself; its parent for a lead before a child; its
+ * fw_parent for a fw wait; ETR_NOIX for recorded idle time or a gap). */
+typedef struct etr_path_step {
+  uint32_t op;
+  bool at_end;
+  uint8_t bind;       /* for a start: what set it (ETR_BIND_*) */
+  double t;           /* the event's time */
+  double spent;       /* t minus the previous event's time */
+  uint32_t spent_by;
+} etr_path_step;
+
+/* The critical path, earliest event first: fills *path (malloc'd) and returns its length. */
+size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **path);
+
+/* Print the critical path: length, time, the op names that take most of it, then up to
+ * `limit` entries (0 = all) with start, cost and the constraint that put each op there. */
+void etr_sched_print_path(FILE *f, const etr_optab *t, const etr_sched *s, const double *cost,
+                          size_t limit);
+
+/* Short name of an ETR_BIND_* value ("thread", "data", ...). */
+const char *etr_bind_name(int bind);
+
+#endif /* ETR_TOOLS_LIB_AN_OPS_H */

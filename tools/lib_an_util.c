@@ -1,0 +1,366 @@
+/* Shared helpers of the analysis subcommands (see lib_an_util.h). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "lib_an_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- hash map ---- */
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+#define EMPTY_KEY UINT64_MAX
+
+static bool map_grow(etr_u64map *m) {
+  size_t ncap = m->cap ? m->cap * 2 : 64;
+  uint64_t *nk = malloc(ncap * sizeof *nk);
+  uint64_t *nv = malloc(ncap * sizeof *nv);
+  if (nk == NULL || nv == NULL) {
+    free(nk);
+    free(nv);
+    return false;
+  }
+  for (size_t i = 0; i < ncap; i++) nk[i] = EMPTY_KEY;
+  for (size_t i = 0; i < m->cap; i++) {
+    if (m->keys[i] == EMPTY_KEY) continue;
+    size_t j = mix64(m->keys[i]) & (ncap - 1);
+    while (nk[j] != EMPTY_KEY) j = (j + 1) & (ncap - 1);
+    nk[j] = m->keys[i];
+    nv[j] = m->vals[i];
+  }
+  free(m->keys);
+  free(m->vals);
+  m->keys = nk;
+  m->vals = nv;
+  m->cap = ncap;
+  return true;
+}
+
+bool etr_u64map_put(etr_u64map *m, uint64_t key, uint64_t val) {
+  if (key == EMPTY_KEY) {
+    m->has_max = true;
+    m->max_val = val;
+    return true;
+  }
+  if ((m->n + 1) * 2 > m->cap && !map_grow(m)) return false;
+  size_t j = mix64(key) & (m->cap - 1);
+  while (m->keys[j] != EMPTY_KEY) {
+    if (m->keys[j] == key) {
+      m->vals[j] = val;
+      return true;
+    }
+    j = (j + 1) & (m->cap - 1);
+  }
+  m->keys[j] = key;
+  m->vals[j] = val;
+  m->n++;
+  return true;
+}
+
+bool etr_u64map_get(const etr_u64map *m, uint64_t key, uint64_t *val) {
+  if (key == EMPTY_KEY) {
+    if (m->has_max && val) *val = m->max_val;
+    return m->has_max;
+  }
+  if (m->cap == 0) return false;
+  size_t j = mix64(key) & (m->cap - 1);
+  while (m->keys[j] != EMPTY_KEY) {
+    if (m->keys[j] == key) {
+      if (val) *val = m->vals[j];
+      return true;
+    }
+    j = (j + 1) & (m->cap - 1);
+  }
+  return false;
+}
+
+void etr_u64map_del(etr_u64map *m, uint64_t key) {
+  if (key == EMPTY_KEY) {
+    m->has_max = false;
+    return;
+  }
+  if (m->cap == 0) return;
+  size_t mask = m->cap - 1;
+  size_t j = mix64(key) & mask;
+  while (m->keys[j] != key) {
+    if (m->keys[j] == EMPTY_KEY) return;
+    j = (j + 1) & mask;
+  }
+  /* Backward-shift deletion keeps probe chains intact without tombstones. */
+  m->keys[j] = EMPTY_KEY;
+  m->n--;
+  size_t i = j;
+  for (;;) {
+    i = (i + 1) & mask;
+    if (m->keys[i] == EMPTY_KEY) return;
+    size_t home = mix64(m->keys[i]) & mask;
+    /* Move entry i into the hole j when its home is not in (j, i]. */
+    bool in_range = (j <= i) ? (home > j && home <= i) : (home > j || home <= i);
+    if (!in_range) {
+      m->keys[j] = m->keys[i];
+      m->vals[j] = m->vals[i];
+      m->keys[i] = EMPTY_KEY;
+      j = i;
+    }
+  }
+}
+
+void etr_u64map_free(etr_u64map *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- string table ---- */
+
+static uint64_t hash_bytes(const char *s, size_t len) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+uint32_t etr_strtab_intern(etr_strtab *t, const char *s, size_t len) {
+  uint64_t h = hash_bytes(s, len);
+  uint64_t first;
+  bool have = etr_u64map_get(&t->index, h, &first);
+  if (have) {
+    for (uint32_t i = (uint32_t)first; i != UINT32_MAX; i = t->next[i]) {
+      if (t->lens[i] == len && memcmp(t->strs[i], s, len) == 0) return i;
+    }
+  }
+  if (t->n >= UINT32_MAX - 1) return UINT32_MAX;
+  if (t->n == t->cap) {
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    char **ns = realloc(t->strs, ncap * sizeof *ns);
+    if (ns == NULL) return UINT32_MAX;
+    t->strs = ns;
+    size_t *nl = realloc(t->lens, ncap * sizeof *nl);
+    if (nl == NULL) return UINT32_MAX;
+    t->lens = nl;
+    uint32_t *nn = realloc(t->next, ncap * sizeof *nn);
+    if (nn == NULL) return UINT32_MAX;
+    t->next = nn;
+    t->cap = ncap;
+  }
+  char *copy = malloc(len + 1);
+  if (copy == NULL) return UINT32_MAX;
+  if (len) memcpy(copy, s, len);
+  copy[len] = '\0';
+  uint32_t ix = (uint32_t)t->n;
+  if (!etr_u64map_put(&t->index, h, ix)) {
+    free(copy);
+    return UINT32_MAX;
+  }
+  t->strs[ix] = copy;
+  t->lens[ix] = len;
+  t->next[ix] = have ? (uint32_t)first : UINT32_MAX;
+  t->n++;
+  return ix;
+}
+
+void etr_strtab_free(etr_strtab *t) {
+  for (size_t i = 0; i < t->n; i++) free(t->strs[i]);
+  free(t->strs);
+  free(t->lens);
+  free(t->next);
+  etr_u64map_free(&t->index);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- output ---- */
+
+void etr_out_raw(etr_out *o, const char *s, size_t len) {
+  if (len && fwrite(s, 1, len, o->f) != len) o->failed = true;
+}
+
+void etr_out_cstr(etr_out *o, const char *s) { etr_out_raw(o, s, strlen(s)); }
+
+void etr_out_fmt(etr_out *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (vfprintf(o->f, fmt, ap) < 0) o->failed = true;
+  va_end(ap);
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is invalid. */
+static size_t utf8_len(const unsigned char *s, size_t avail) {
+  unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t cp;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (avail < n) return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+      (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return n;
+}
+
+static const char REPLACEMENT[] = "\xEF\xBF\xBD";
+
+void etr_out_jstr(etr_out *o, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0, run = 0;
+  etr_out_raw(o, "\"", 1);
+  while (i < len) {
+    unsigned char c = p[i];
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      i++;
+      run++;
+      continue;
+    }
+    size_t n = c >= 0x80 ? utf8_len(p + i, len - i) : 1;
+    if (c >= 0x80 && n > 0) {
+      i += n;
+      run += n;
+      continue;
+    }
+    etr_out_raw(o, (const char *)p + i - run, run);
+    run = 0;
+    if (c >= 0x80) {
+      etr_out_raw(o, REPLACEMENT, 3);
+    } else if (c == '"') {
+      etr_out_raw(o, "\\\"", 2);
+    } else if (c == '\\') {
+      etr_out_raw(o, "\\\\", 2);
+    } else if (c == '\n') {
+      etr_out_raw(o, "\\n", 2);
+    } else if (c == '\t') {
+      etr_out_raw(o, "\\t", 2);
+    } else if (c == '\r') {
+      etr_out_raw(o, "\\r", 2);
+    } else {
+      etr_out_fmt(o, "\\u%04x", c);
+    }
+    i++;
+  }
+  etr_out_raw(o, (const char *)p + i - run, run);
+  etr_out_raw(o, "\"", 1);
+}
+
+void etr_out_jval(etr_out *o, const etr_jval *v) {
+  switch (v->kind) {
+    case ETR_J_NULL: etr_out_raw(o, "null", 4); break;
+    case ETR_J_BOOL: etr_out_cstr(o, v->v.b ? "true" : "false"); break;
+    case ETR_J_INT: etr_out_fmt(o, "%lld", (long long)v->v.i); break;
+    case ETR_J_UINT: etr_out_fmt(o, "%llu", (unsigned long long)v->v.u); break;
+    case ETR_J_DOUBLE:
+      if (isfinite(v->v.d)) {
+        etr_out_fmt(o, "%.17g", v->v.d);
+      } else {
+        etr_out_cstr(o, isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"");
+      }
+      break;
+    case ETR_J_STRING: etr_out_jstr(o, v->v.str.s, v->v.str.len); break;
+    case ETR_J_ARRAY:
+      etr_out_raw(o, "[", 1);
+      for (size_t i = 0; i < v->v.arr.n; i++) {
+        if (i) etr_out_raw(o, ",", 1);
+        etr_out_jval(o, &v->v.arr.items[i]);
+      }
+      etr_out_raw(o, "]", 1);
+      break;
+    case ETR_J_OBJECT:
+      etr_out_raw(o, "{", 1);
+      for (size_t i = 0; i < v->v.obj.n; i++) {
+        if (i) etr_out_raw(o, ",", 1);
+        etr_out_jstr(o, v->v.obj.items[i].key, v->v.obj.items[i].key_len);
+        etr_out_raw(o, ":", 1);
+        etr_out_jval(o, &v->v.obj.items[i].val);
+      }
+      etr_out_raw(o, "}", 1);
+      break;
+  }
+}
+
+void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, char repl) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    unsigned char c = p[i];
+    if (c >= 0x80) {
+      size_t n = utf8_len(p + i, len - i);
+      if (n == 0) {
+        etr_out_raw(o, REPLACEMENT, 3);
+        i++;
+      } else {
+        etr_out_raw(o, (const char *)p + i, n);
+        i += n;
+      }
+      continue;
+    }
+    if (c < 0x20 || c == 0x7f || (c != 0 && strchr(bad, c) != NULL)) {
+      etr_out_raw(o, &repl, 1);
+    } else {
+      etr_out_raw(o, (const char *)p + i, 1);
+    }
+    i++;
+  }
+}
+
+/* ---- trace helpers ---- */
+
+bool etr_an_is_thread_node(const etr_rnode *n) {
+  return n->name != NULL && strcmp(n->name, "[pytorch|profiler|execution_trace|thread]") == 0;
+}
+
+bool etr_an_is_process_node(const etr_rnode *n) {
+  return n->name != NULL && strcmp(n->name, "[pytorch|profiler|execution_trace|process]") == 0;
+}
+
+const etr_rattr *etr_an_attr(const etr_rnode *n, const char *name) {
+  for (size_t i = 0; i < n->n_attrs; i++) {
+    if (n->attrs[i].name != NULL && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+  }
+  return NULL;
+}
+
+int64_t etr_an_jint(const etr_jval *v, int64_t dflt) {
+  if (v == NULL) return dflt;
+  switch (v->kind) {
+    case ETR_J_INT: return v->v.i;
+    case ETR_J_UINT: return INT64_MAX;
+    case ETR_J_DOUBLE:
+      if (isfinite(v->v.d) && v->v.d > -9.2e18 && v->v.d < 9.2e18) return (int64_t)v->v.d;
+      return dflt;
+    case ETR_J_BOOL: return v->v.b ? 1 : 0;
+    default: return dflt;
+  }
+}
+
+bool etr_an_parse_double(const char *s, double *out) {
+  char *end;
+  if (s == NULL || *s == '\0') return false;
+  double d = strtod(s, &end);
+  if (*end != '\0' || !isfinite(d)) return false;
+  *out = d;
+  return true;
+}
