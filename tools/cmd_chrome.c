@@ -1,0 +1,346 @@
+/* etr chrome: Chrome trace-event JSON (Perfetto UI, chrome://tracing) from an execution
+ * trace, streamed: one complete ("X") event per op as its node is read, one track per
+ * thread, flow arrows from each fw_parent to its backward ops.
+ *
+ * Memory: per thread a few words; per parent whose children were seen but which is not yet
+ * read itself, one map entry (children come before parents, so this is bounded by nesting
+ * depth times threads); for untimed traces, the flows still waiting for their fw_parent.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "lib_an_util.h"
+
+#define CMD "chrome"
+
+static void help(void) {
+  printf(
+      "usage: etr chrome [options] FILE [-o OUT.json]\n"
+      "\n"
+      "Converts a trace to Chrome trace-event JSON, which Perfetto UI (ui.perfetto.dev) and\n"
+      "chrome://tracing open: one track per thread (tid attr), a complete event per op\n"
+      "(name, ts, dur = inclusive duration, args: id, rf_id, seq_id, scope, input/output\n"
+      "shapes and types, op_schema, kernel and collective attrs, exclusive_dur), and a flow\n"
+      "arrow from each forward op (fw_parent) to the backward ops that name it.\n"
+      "A trace without timing (e.g. from PyTorch) is laid out in recorded order with 1 us\n"
+      "per op and nesting kept; a note on stderr says so.\n"
+      "\n"
+      "options:\n"
+      "  -o, --output OUT   write to OUT (default: stdout); removed again on bad input\n"
+      "  --no-args          leave out the args (smaller output)\n"
+      "  --no-flows         leave out the fw_parent flow arrows\n"
+      "  -h, --help         this text\n"
+      "\n"
+      "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input or\n"
+      "write error, 2 usage error.\n");
+}
+
+typedef struct flow {
+  int64_t op_id;
+  uint64_t tid;
+  int64_t ts;
+  int64_t fw_parent;
+} flow;
+
+typedef struct chrome {
+  etr_out o;
+  int64_t pid;
+  bool args, flows;
+  int mode;            /* 0 unknown, 1 timed, 2 synthetic */
+  bool first_event;
+  etr_u64map threads;  /* tid -> 1 (thread_name emitted) */
+  etr_u64map cursor;   /* synthetic: tid -> next free time */
+  etr_u64map pending;  /* parent id -> earliest child start (synthetic) / latest child end (timed) */
+  flow *waiting;       /* synthetic: flows whose fw_parent is not read yet */
+  size_t n_waiting, cap_waiting;
+  uint64_t n_ops, n_flows, n_skipped_untimed, n_flows_dropped;
+} chrome;
+
+static void sep(chrome *c) {
+  if (!c->first_event) etr_out_raw(&c->o, ",\n", 2);
+  c->first_event = false;
+}
+
+static void thread_meta(chrome *c, uint64_t tid) {
+  if (etr_u64map_get(&c->threads, tid, NULL)) return;
+  etr_u64map_put(&c->threads, tid, 1);
+  sep(c);
+  etr_out_fmt(&c->o,
+              "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
+              "\"args\":{\"name\":\"thread %llu\"}},\n"
+              "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
+              "\"args\":{\"sort_index\":%llu}}",
+              (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid,
+              (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid);
+}
+
+static const char *scope_cat(uint64_t scope) {
+  switch (scope) {
+    case 1: return "backward";
+    case 2: return "torchscript";
+    case 7: return "user_annotation";
+    default: return "cpu_op";
+  }
+}
+
+static bool is_base_attr(const char *n) {
+  static const char *const base[] = {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid",
+                                     "op_schema", "kernel_backend", "kernel_file"};
+  for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
+    if (strcmp(n, base[i]) == 0) return true;
+  return false;
+}
+
+static void io_args(chrome *c, const char *prefix, const etr_jval *io) {
+  if (io == NULL || io->kind != ETR_J_OBJECT) return;
+  const etr_jval *shapes = etr_jobj_get(io, "shapes");
+  const etr_jval *types = etr_jobj_get(io, "types");
+  if (shapes) {
+    etr_out_fmt(&c->o, ",\"%s_shapes\":", prefix);
+    etr_out_jval(&c->o, shapes);
+  }
+  if (types) {
+    etr_out_fmt(&c->o, ",\"%s_types\":", prefix);
+    etr_out_jval(&c->o, types);
+  }
+}
+
+static void str_arg(chrome *c, const char *key, const char *v) {
+  if (v == NULL || v[0] == '\0') return;
+  etr_out_fmt(&c->o, ",\"%s\":", key);
+  etr_out_jstr(&c->o, v, strlen(v));
+}
+
+static void emit_op(chrome *c, const etr_rnode *n, int64_t ts, int64_t dur) {
+  sep(c);
+  etr_out_cstr(&c->o, "{\"name\":");
+  etr_out_jstr(&c->o, n->name ? n->name : "", n->name ? n->name_len : 0);
+  etr_out_fmt(&c->o, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%lld,"
+              "\"tid\":%llu",
+              scope_cat(n->scope), (long long)ts, (long long)dur, (long long)c->pid,
+              (unsigned long long)n->tid);
+  if (c->args) {
+    etr_out_fmt(&c->o, ",\"args\":{\"id\":%lld,\"rf_id\":%llu,\"seq_id\":%lld,\"scope\":%llu",
+                (long long)n->id, (unsigned long long)n->rf_id, (long long)n->seq_id,
+                (unsigned long long)n->scope);
+    if (n->fw_parent) {
+      etr_out_fmt(&c->o, ",\"fw_parent\":%llu,\"fw_tid\":%llu", (unsigned long long)n->fw_parent,
+                  (unsigned long long)n->fw_tid);
+    }
+    if (n->has_timing) etr_out_fmt(&c->o, ",\"exclusive_dur\":%lld", (long long)n->exclusive_dur);
+    io_args(c, "input", n->inputs);
+    io_args(c, "output", n->outputs);
+    str_arg(c, "op_schema", n->op_schema);
+    str_arg(c, "kernel_backend", n->kernel_backend);
+    str_arg(c, "kernel_file", n->kernel_file);
+    for (size_t i = 0; i < n->n_attrs; i++) {
+      const etr_rattr *a = &n->attrs[i];
+      if (a->name == NULL || is_base_attr(a->name)) continue;
+      etr_out_raw(&c->o, ",", 1);
+      etr_out_jstr(&c->o, a->name, strlen(a->name));
+      etr_out_raw(&c->o, ":", 1);
+      etr_out_jval(&c->o, &a->value);
+    }
+    etr_out_raw(&c->o, "}", 1);
+  }
+  etr_out_raw(&c->o, "}", 1);
+  c->n_ops++;
+}
+
+static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts, uint64_t to_tid,
+                      int64_t to_ts) {
+  thread_meta(c, from_tid);
+  sep(c);
+  etr_out_fmt(&c->o,
+              "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":%lld,"
+              "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld},\n"
+              "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,"
+              "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld}",
+              (long long)id, (long long)c->pid, (unsigned long long)from_tid, (long long)from_ts,
+              (long long)id, (long long)c->pid, (unsigned long long)to_tid, (long long)to_ts);
+  c->n_flows++;
+}
+
+/* Flows waiting for fw_parent `id`, which was just laid out at (tid, start). */
+static void resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
+  for (size_t i = 0; i < c->n_waiting;) {
+    if (c->waiting[i].fw_parent == id) {
+      emit_flow(c, c->waiting[i].op_id, tid, start, c->waiting[i].tid, c->waiting[i].ts);
+      c->waiting[i] = c->waiting[--c->n_waiting];
+    } else {
+      i++;
+    }
+  }
+}
+
+static bool node(chrome *c, const etr_rnode *n) {
+  if (etr_an_is_process_node(n)) return true;
+  if (etr_an_is_thread_node(n)) {
+    thread_meta(c, n->tid);
+    etr_u64map_del(&c->pending, (uint64_t)n->id);
+    return true;
+  }
+  if (c->mode == 0) c->mode = n->has_timing ? 1 : 2;
+  thread_meta(c, n->tid);
+  uint64_t pv;
+  bool had = etr_u64map_get(&c->pending, (uint64_t)n->id, &pv);
+  if (had) etr_u64map_del(&c->pending, (uint64_t)n->id);
+  if (c->mode == 1) {
+    if (!n->has_timing) {
+      c->n_skipped_untimed++;
+      return true;
+    }
+    /* Times are truncated to microseconds one by one: stretch a parent over its children
+     * so that every child nests inside it. */
+    int64_t dur = n->inclusive_dur < 0 ? 0 : n->inclusive_dur;
+    if (had && (int64_t)pv - n->ts > dur) dur = (int64_t)pv - n->ts;
+    emit_op(c, n, n->ts, dur);
+    uint64_t cur;
+    int64_t end = n->ts + dur;
+    if (!etr_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end) {
+      if (!etr_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
+    }
+    if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, n->ts, n->tid, n->ts);
+    return true;
+  }
+  /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its
+   * thread; a parent spans from its first child's start to 1 us after its last child. */
+  uint64_t cur = 0;
+  etr_u64map_get(&c->cursor, n->tid, &cur);
+  int64_t start = had ? (int64_t)pv : (int64_t)cur;
+  int64_t end = (int64_t)cur + 1;
+  if (!etr_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
+  emit_op(c, n, start, end - start);
+  if (!etr_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, NULL)) {
+    if (!etr_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
+  }
+  resolve_flows(c, n->id, n->tid, start);
+  if (c->flows && n->fw_parent != 0) {
+    if (c->n_waiting == c->cap_waiting) {
+      size_t nc = c->cap_waiting ? c->cap_waiting * 2 : 64;
+      flow *nw = realloc(c->waiting, nc * sizeof *nw);
+      if (nw == NULL) return false;
+      c->waiting = nw;
+      c->cap_waiting = nc;
+    }
+    c->waiting[c->n_waiting++] = (flow){n->id, n->tid, start, (int64_t)n->fw_parent};
+  }
+  return true;
+}
+
+int etr_cmd_chrome(int argc, char **argv) {
+  if (etr_cli_wants_help(argc, argv)) {
+    help();
+    return ETR_CLI_OK;
+  }
+  const char *file = NULL, *out_path = NULL;
+  bool args = true, flows = true;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+      if (i + 1 >= argc) return etr_cli_usage(CMD, "%s needs a value", a);
+      out_path = argv[++i];
+    } else if (strcmp(a, "--no-args") == 0) {
+      args = false;
+    } else if (strcmp(a, "--no-flows") == 0) {
+      flows = false;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return etr_cli_usage(CMD, "unknown option '%s'", a);
+    } else if (file == NULL) {
+      file = a;
+    } else {
+      return etr_cli_usage(CMD, "one FILE only ('%s' is extra)", a);
+    }
+  }
+  if (file == NULL) return etr_cli_usage(CMD, "no FILE given");
+  bool to_file = out_path != NULL && strcmp(out_path, "-") != 0;
+  if (to_file && strcmp(file, out_path) == 0)
+    return etr_cli_usage(CMD, "the output would overwrite the input '%s'", file);
+
+  etr_cli_input in;
+  if (etr_cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
+  FILE *f = etr_cli_open_output(CMD, out_path);
+  if (f == NULL) {
+    etr_cli_close(&in);
+    return ETR_CLI_FAIL;
+  }
+  chrome c;
+  memset(&c, 0, sizeof c);
+  c.o.f = f;
+  c.args = args;
+  c.flows = flows;
+  c.first_event = true;
+  const etr_rheader *h = etr_reader_header(in.r);
+  c.pid = h && h->pid >= 0 ? h->pid : 0;
+  etr_out_cstr(&c.o, "{\"traceEvents\":[\n");
+  sep(&c);
+  etr_out_fmt(&c.o, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
+              "\"args\":{\"name\":", (long long)c.pid);
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  char pname[512];
+  snprintf(pname, sizeof pname, "etr %s (pid %lld)", strcmp(file, "-") == 0 ? "<stdin>" : base,
+           (long long)c.pid);
+  etr_out_jstr(&c.o, pname, strlen(pname));
+  etr_out_cstr(&c.o, "}}");
+
+  const etr_rnode *n;
+  int rc;
+  bool oom = false;
+  while ((rc = etr_cli_next(&in, &n)) == 1) {
+    if (!node(&c, n)) {
+      oom = true;
+      break;
+    }
+  }
+  if (!oom && rc == 0) rc = etr_cli_finish(&in);
+  int status = ETR_CLI_OK;
+  if (oom) {
+    etr_cli_error(CMD, "%s: out of memory", file);
+    status = ETR_CLI_FAIL;
+  } else if (rc != 0) {
+    status = ETR_CLI_FAIL;
+  }
+  if (status == ETR_CLI_OK) {
+    c.n_flows_dropped = c.n_waiting;
+    etr_out_cstr(&c.o, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
+                 "\"schema\":");
+    const char *schema = h && h->schema ? h->schema : "";
+    etr_out_jstr(&c.o, schema, strlen(schema));
+    etr_out_fmt(&c.o, ",\"timing\":\"%s\"}}\n",
+                c.mode == 2 ? "synthetic: no timing in the trace, 1 us per op in recorded order"
+                            : "recorded");
+    status = etr_cli_close_output(CMD, f, out_path);
+    f = NULL;
+  }
+  if (f != NULL) {
+    if (to_file) {
+      fclose(f);
+      unlink(out_path); /* no half-written output */
+    } else {
+      fflush(f);
+    }
+  }
+  if (status == ETR_CLI_OK) {
+    if (c.mode == 2)
+      fprintf(stderr, "etr chrome: note: %s has no timing; ops are laid out 1 us each in "
+              "recorded order\n", file);
+    if (c.n_skipped_untimed)
+      fprintf(stderr, "etr chrome: note: %llu op(s) without timing left out\n",
+              (unsigned long long)c.n_skipped_untimed);
+    if (c.n_flows_dropped)
+      fprintf(stderr, "etr chrome: note: %llu fw_parent flow(s) left out (fw_parent not found "
+              "after the op)\n", (unsigned long long)c.n_flows_dropped);
+  }
+  etr_cli_close(&in);
+  etr_u64map_free(&c.threads);
+  etr_u64map_free(&c.cursor);
+  etr_u64map_free(&c.pending);
+  free(c.waiting);
+  return status;
+}
