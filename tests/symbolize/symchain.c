@@ -4,9 +4,15 @@
  * without parsing this file. */
 typedef int (*symchain_cb)(int x);
 
+#if defined(__clang__)
+#define SYMCHAIN_NOINLINE __attribute__((noinline))
+#else
+#define SYMCHAIN_NOINLINE __attribute__((noinline, noclone))
+#endif
+
 int symchain_lines[3];
 
-__attribute__((noinline, noclone)) int symchain_c(int x, symchain_cb cb) {
+SYMCHAIN_NOINLINE int symchain_c(int x, symchain_cb cb) {
   int r;
   symchain_lines[2] = __LINE__ + 1;
   r = cb(x + 3);
@@ -14,7 +20,7 @@ __attribute__((noinline, noclone)) int symchain_c(int x, symchain_cb cb) {
   return r * 3 + 1;
 }
 
-__attribute__((noinline, noclone)) int symchain_b(int x, symchain_cb cb) {
+SYMCHAIN_NOINLINE int symchain_b(int x, symchain_cb cb) {
   int r;
   symchain_lines[1] = __LINE__ + 1;
   r = symchain_c(x * 2, cb);
@@ -22,7 +28,7 @@ __attribute__((noinline, noclone)) int symchain_b(int x, symchain_cb cb) {
   return r + 5;
 }
 
-__attribute__((noinline, noclone)) int symchain_a(int x, symchain_cb cb) {
+SYMCHAIN_NOINLINE int symchain_a(int x, symchain_cb cb) {
   int r;
   symchain_lines[0] = __LINE__ + 1;
   r = symchain_b(x + 1, cb);
@@ -33,7 +39,7 @@ __attribute__((noinline, noclone)) int symchain_a(int x, symchain_cb cb) {
 /* A function that is not exported (absent from .dynsym), reached through its address; all
  * of its code is on one line. */
 int symchain_hidden_line = __LINE__ + 2;
-__attribute__((noinline, noclone)) static int
+SYMCHAIN_NOINLINE static int
 symchain_hidden(int x) { __asm__ volatile("" ::: "memory"); return x * 11 + 1; }
 
 void *symchain_hidden_addr(void) { return (void *)&symchain_hidden; }

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Test of `etr symbolize` on a hand-made module-mode trace.
+
+The fixture is generated here, at test time, from test libraries of this build: frames of
+the 20k-function library (known names, files and lines), one of libsymchain.so recorded at a
+path that does not exist (found through --search-dir by basename, build-id checked), one with
+a wrong build-id (not trusted: left as it was), one of a module that exists nowhere, and a
+script frame without a module (copied). The output must resolve exactly the first ones and
+copy everything else: header, nodes, tracebacks and the "etr" footer.
+
+usage: test_cli_symbolize.py ETR LIB20K SYMCHAIN WORKDIR
+"""
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def build_id(path):
+    out = subprocess.run(["readelf", "-n", path], check=True, capture_output=True, text=True)
+    m = re.search(r"Build ID: ([0-9a-f]+)", out.stdout)
+    assert m, "no build id in " + path
+    return m.group(1)
+
+
+def symbols(path):
+    out = subprocess.run(["nm", "--defined-only", path], check=True, capture_output=True,
+                         text=True)
+    syms = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            syms[parts[2]] = int(parts[0], 16)
+    return syms
+
+
+def node(nid, name, parent, extra_attrs=()):
+    attrs = [
+        {"name": "rf_id", "type": "uint64", "value": nid},
+        {"name": "fw_parent", "type": "uint64", "value": 0},
+        {"name": "seq_id", "type": "int64", "value": -1},
+        {"name": "scope", "type": "uint64", "value": 0},
+        {"name": "tid", "type": "uint64", "value": 1},
+        {"name": "fw_tid", "type": "uint64", "value": 0},
+        {"name": "op_schema", "type": "string", "value": ""},
+        {"name": "kernel_backend", "type": "string", "value": ""},
+        {"name": "kernel_file", "type": "string", "value": ""},
+    ] + list(extra_attrs)
+    return {"id": nid, "name": name, "ctrl_deps": parent,
+            "inputs": {"values": [1.5, 2.0, "x\u00e9\"\\", True, "<None>"], "shapes": [[], [], [], [], []],
+                       "types": ["Double", "Double", "String", "Bool", "None"],
+                       "strides": [[], [], [], [], []]},
+            "outputs": {"values": [], "shapes": [], "types": [], "strides": []},
+            "ts": 10 + nid, "inclusive_dur": 3, "exclusive_dur": 2, "attrs": attrs}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def main():
+    etr, lib20k, symchain, work = sys.argv[1:5]
+    os.makedirs(work, exist_ok=True)
+    s20 = symbols(lib20k)
+    bid20 = build_id(lib20k)
+    bidc = build_id(symchain)
+    sc = symbols(symchain)
+    want = {}
+    frames = []
+    for i in (0, 2500, 12345, 19999):
+        name = "etr_sym20k_f%d" % i
+        off = s20[name] + 1
+        want[len(frames)] = (name, "/sym20k_%d.c" % (i // 2500), i % 2500 + 3)
+        frames.append({"name": "libetrsym20k.so+0x%x" % off, "filename": lib20k, "line": 0,
+                       "module": lib20k, "build_id": bid20, "offset": off})
+    # Recorded elsewhere: found by basename under --search-dir (build-id matches).
+    moved = "/nonexistent/elsewhere/" + os.path.basename(symchain)
+    want[len(frames)] = ("symchain_b", "/symchain.c", None)
+    frames.append({"name": "x", "filename": moved, "line": 0, "module": moved,
+                   "build_id": bidc, "offset": sc["symchain_b"] + 2})
+    # Wrong build-id: not trusted, the frame stays as it was.
+    wrong = {"name": "libetrsym20k.so+0x10", "filename": lib20k, "line": 0, "module": lib20k,
+             "build_id": "00" * 20, "offset": s20["etr_sym20k_f7"]}
+    frames.append(wrong)
+    gone = {"name": "libgone.so+0x40", "filename": "/nonexistent/libgone.so", "line": 0,
+            "module": "/nonexistent/libgone.so", "build_id": "", "offset": 64}
+    frames.append(gone)
+    script = {"name": "forward", "filename": "model.py", "line": 17}
+    frames.append(script)
+
+    trace = {
+        "schema": "1.1.1-chakra.0.0.4", "pid": 4242, "time": "2024-05-06 07:08:09",
+        "start_ts": 123,
+        "nodes": [
+            node(3, "aten::mul", 2, [{"name": "traceback", "type": "uint64", "value": 0}]),
+            node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+            node(1, "[pytorch|profiler|execution_trace|process]", 1),
+        ],
+        "finish_ts": 456,
+        "frames": frames,
+        "tracebacks": [list(range(len(frames)))],
+        "etr": {"version": "0.1.0", "stats": {"nodes_written": 3}, "other": [None, -7, 1e300]},
+    }
+    src = os.path.join(work, "module-mode.json")
+    with open(src, "w") as f:
+        json.dump(trace, f, indent=1, ensure_ascii=False)
+    out = os.path.join(work, "resolved.json")
+    if os.path.exists(out):
+        os.unlink(out)
+
+    r = run([etr, "symbolize", src, "-o", out, "--search-dir", "/nonexistent-dir",
+             "--search-dir", os.path.dirname(symchain)])
+    assert r.returncode == 0, r.stderr
+    assert "5 frames resolved, 2 unresolved (7 with a module, of 8 frames)" in r.stderr, r.stderr
+    with open(out) as f:
+        res = json.load(f)
+
+    def check(res):
+        assert list(res.keys()) == list(trace.keys()), list(res.keys())
+        for k in ("schema", "pid", "time", "start_ts", "finish_ts", "tracebacks", "etr"):
+            assert res[k] == trace[k], (k, res[k], trace[k])
+        assert res["nodes"] == trace["nodes"]
+        # Doubles stay doubles ("2.0", not "2").
+        assert isinstance(res["nodes"][0]["inputs"]["values"][1], float)
+        assert len(res["frames"]) == len(frames)
+        for i, fr in enumerate(res["frames"]):
+            if i in want:
+                name, fsuffix, line = want[i]
+                assert fr["name"] == name, (i, fr)
+                assert fr["filename"].endswith(fsuffix), (i, fr)
+                if line is not None:
+                    assert fr["line"] == line, (i, fr)
+                else:
+                    assert fr["line"] > 0, (i, fr)
+                for k in ("module", "build_id", "offset"):
+                    assert fr[k] == frames[i][k], (i, k, fr)
+                assert list(fr.keys())[:3] == ["name", "filename", "line"]
+            else:
+                assert fr == frames[i], (i, fr, frames[i])
+
+    check(res)
+
+    # stdin to stdout, gzip input.
+    gz = os.path.join(work, "module-mode.json.gz")
+    with open(src, "rb") as f, gzip.open(gz, "wb") as g:
+        g.write(f.read())
+    with open(gz, "rb") as f:
+        r = subprocess.run([etr, "symbolize", "-d", os.path.dirname(symchain), "-"], stdin=f,
+                           capture_output=True)
+    assert r.returncode == 0, r.stderr
+    check(json.loads(r.stdout))
+
+    # Without the search dir the moved library stays unresolved.
+    r = run([etr, "symbolize", src, "-o", out])
+    assert r.returncode == 0, r.stderr
+    assert "4 frames resolved, 3 unresolved" in r.stderr, r.stderr
+
+    # Errors: one line naming the file and byte offset; usage errors exit 2.
+    bad = os.path.join(work, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": [{"id": 1,,}]}')
+    os.unlink(out)
+    r = run([etr, "symbolize", bad, "-o", out])
+    assert r.returncode == 1, r
+    assert r.stderr.count("\n") == 1 and "bad.json" in r.stderr and "byte" in r.stderr, r.stderr
+    assert not os.path.exists(out), "partial output left behind"
+    r = run([etr, "symbolize", "/nonexistent/trace.json", "-o", out])
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r
+    r = run([etr, "symbolize"])
+    assert r.returncode == 2, r
+    r = run([etr, "symbolize", src, "--bogus"])
+    assert r.returncode == 2, r
+    r = run([etr, "symbolize", src, "-o", src])
+    assert r.returncode == 1 and "overwrite" in r.stderr, r
+    r = run([etr, "symbolize", "--help"])
+    assert r.returncode == 0 and "usage: etr symbolize" in r.stdout, r
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
