@@ -317,7 +317,9 @@ void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, c
       }
       continue;
     }
-    if (c < 0x20 || c == 0x7f || (c != 0 && strchr(bad, c) != NULL)) {
+    if (c < 0x20 || c == 0x7f) {
+      etr_out_raw(o, " ", 1);
+    } else if (strchr(bad, c) != NULL) {
       etr_out_raw(o, &repl, 1);
     } else {
       etr_out_raw(o, (const char *)p + i, 1);

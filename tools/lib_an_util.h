@@ -67,8 +67,8 @@ void etr_out_fmt(etr_out *o, const char *fmt, ...)
 void etr_out_jstr(etr_out *o, const char *s, size_t len);
 /* A JSON value (compact). Doubles that are not finite are written as strings. */
 void etr_out_jval(etr_out *o, const etr_jval *v);
-/* Write s with invalid UTF-8 replaced and every byte in `bad` (and control chars) replaced
- * by `repl` — for text formats such as folded stacks and DOT labels. */
+/* Write s with invalid UTF-8 replaced (U+FFFD), control characters replaced by spaces and
+ * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
 void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, char repl);
 
 /* ---- trace helpers ---- */
