@@ -1,0 +1,530 @@
+/* Native stack capture: a walk with cached per-address unwind rules (x86_64), libunwind
+ * for the frames whose rule does not reduce (see cfi.h).
+ *
+ * Hot path: for each frame, one lookup in a global rule cache keyed by the return address
+ * (open addressing, each entry one 64-bit atomic word "address << 17 | rule", so readers
+ * need no lock and never see a torn entry), then two loads from the stack. Every CFA is
+ * checked against the bounds of the stack it lies on (the mapping that holds the stack
+ * pointer, read once per thread from /proc/self/maps with plain system calls, so it works
+ * on any stack: threads, the main thread, sigaltstack, fibers), and every return address
+ * must lie in the executable part of a loaded module (checked when its rule is computed;
+ * a cache hit implies it), so a corrupt frame ends the walk instead of faulting.
+ *
+ * libunwind is never linked: libunwind.so.8 is opened privately (RTLD_LOCAL) on the first
+ * frame that needs it, and only unw_backtrace is used; its frames are spliced after ours.
+ * A capture that interrupts a capture of the same thread (a signal handler) uses our
+ * walker only and refreshes nothing.
+ *
+ * Counters are per thread (plain relaxed stores by the owner), summed on demand through
+ * the list of threads; the counts of exited threads are folded into a global total.
+ */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "unwind/cfi.h"
+
+#define ETR_NOINLINE __attribute__((noinline))
+#define ETR_NO_SANITIZE_MEM __attribute__((no_sanitize_address, no_sanitize_thread))
+
+/* ---- counters ---- */
+
+enum {
+  C_CAPTURES, C_TRUNCATED, C_FAILURES, C_FRAMES, C_HITS, C_MISSES, C_FALLBACKS,
+  C_FC_HITS, C_FC_PARTIAL, C_FC_MISSES, C_REUSED, C_WALKED, C_COUNT
+};
+
+/* ---- per-thread state ---- */
+
+enum {
+  SKIP_KEEP = 16,  /* skipped return addresses kept for aligning libunwind's frames */
+  FB_MAX = 512     /* frames asked from libunwind */
+};
+
+typedef struct tstate {
+  struct tstate *next, *prev;
+  _Atomic uint64_t c[C_COUNT];
+  volatile sig_atomic_t in_capture;
+  uint32_t ncap;
+  uintptr_t rlo[2], rhi[2]; /* stack mappings seen by this thread (most recent first) */
+  uintptr_t fbuf[FB_MAX];
+} tstate;
+
+static pthread_mutex_t g_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static tstate *g_threads;
+static uint64_t g_dead[C_COUNT];
+static _Atomic uint64_t g_resets;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_key;
+static bool g_key_ok;
+static _Thread_local tstate *t_state;
+static _Thread_local bool t_dead;
+
+static void tstate_destroy(void *p) {
+  tstate *ts = p;
+  pthread_mutex_lock(&g_threads_lock);
+  for (int i = 0; i < C_COUNT; i++)
+    g_dead[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
+  if (ts->prev) ts->prev->next = ts->next;
+  else g_threads = ts->next;
+  if (ts->next) ts->next->prev = ts->prev;
+  pthread_mutex_unlock(&g_threads_lock);
+  t_state = NULL;
+  t_dead = true;
+  free(ts);
+}
+
+static void key_init(void) { g_key_ok = pthread_key_create(&g_key, tstate_destroy) == 0; }
+
+static tstate *tstate_get(void) {
+  tstate *ts = t_state;
+  if (__builtin_expect(ts != NULL, 1)) return ts;
+  if (t_dead) return NULL; /* thread-exit destructors: no-op */
+  pthread_once(&g_key_once, key_init);
+  if (!g_key_ok) return NULL;
+  ts = calloc(1, sizeof *ts);
+  if (!ts) return NULL;
+  if (pthread_setspecific(g_key, ts) != 0) {
+    free(ts);
+    return NULL;
+  }
+  pthread_mutex_lock(&g_threads_lock);
+  ts->next = g_threads;
+  if (g_threads) g_threads->prev = ts;
+  g_threads = ts;
+  pthread_mutex_unlock(&g_threads_lock);
+  t_state = ts;
+  return ts;
+}
+
+static inline void cadd(tstate *ts, int i, uint64_t v) {
+  if (v)
+    atomic_store_explicit(&ts->c[i], atomic_load_explicit(&ts->c[i], memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+void etr__unwind_stats_add(etr_traceback_stats *out) {
+  uint64_t sum[C_COUNT];
+  pthread_mutex_lock(&g_threads_lock);
+  memcpy(sum, g_dead, sizeof sum);
+  for (tstate *ts = g_threads; ts; ts = ts->next)
+    for (int i = 0; i < C_COUNT; i++) sum[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
+  pthread_mutex_unlock(&g_threads_lock);
+  out->captures += sum[C_CAPTURES];
+  out->captures_truncated += sum[C_TRUNCATED];
+  out->capture_failures += sum[C_FAILURES];
+  out->frames_captured += sum[C_FRAMES];
+  out->unwind_cache_hits += sum[C_HITS];
+  out->unwind_cache_misses += sum[C_MISSES];
+  out->unwind_cache_resets += atomic_load_explicit(&g_resets, memory_order_relaxed);
+  out->unwind_fallbacks += sum[C_FALLBACKS];
+  out->frame_cache_hits += sum[C_FC_HITS];
+  out->frame_cache_partial_hits += sum[C_FC_PARTIAL];
+  out->frame_cache_misses += sum[C_FC_MISSES];
+  out->frames_reused += sum[C_REUSED];
+  out->frames_walked += sum[C_WALKED];
+}
+
+/* ---- libunwind, opened privately on first need ---- */
+
+typedef int (*unw_backtrace_fn)(void **buffer, int size);
+static pthread_once_t g_unw_once = PTHREAD_ONCE_INIT;
+static _Atomic(unw_backtrace_fn) g_unw_backtrace;
+
+static void unw_init(void) {
+  void *h = dlopen("libunwind.so.8", RTLD_LAZY | RTLD_LOCAL);
+  if (!h) return;
+  unw_backtrace_fn f;
+  void *sym = dlsym(h, "unw_backtrace");
+  memcpy(&f, &sym, sizeof f);
+  atomic_store_explicit(&g_unw_backtrace, f, memory_order_release);
+}
+
+static unw_backtrace_fn unw_get(void) {
+  pthread_once(&g_unw_once, unw_init);
+  return atomic_load_explicit(&g_unw_backtrace, memory_order_acquire);
+}
+
+/* libunwind's view of the stack of this thread, starting around our caller. */
+static ETR_NOINLINE int unw_fill(unw_backtrace_fn f, uintptr_t *buf, int n) {
+  return f((void **)buf, n);
+}
+
+#if defined(__x86_64__)
+
+/* ---- rule cache ----
+ * entry = key << 17 | rule, key = return address (or exact ip + 1) < 2^47.
+ * rule bits: 0-1 kind (0 simple, 1 end, 2 signal, 3 fallback), 2 CFA from rbp,
+ * 3-12 CFA offset / 8, 13-16 k with the caller's rbp at CFA - 8k (0: unchanged). */
+enum {
+  RC_BITS = 13,
+  RC_SIZE = 1 << RC_BITS,
+  RC_PROBE = 4,
+  K_SIMPLE = 0, K_END = 1, K_SIGNAL = 2, K_FALLBACK = 3
+};
+#define RC_KEY_SHIFT 17
+#define RC_MAX_KEY (((uint64_t)1 << 47) - 1)
+
+static _Atomic uint64_t g_rc[RC_SIZE];
+static _Atomic uint64_t g_rc_gen; /* module-map generation the cache belongs to */
+
+static inline size_t rc_slot(uintptr_t key) {
+  return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> (64 - RC_BITS));
+}
+
+static inline uint32_t rc_lookup(uintptr_t key) {
+  size_t h = rc_slot(key);
+  for (size_t i = 0; i < RC_PROBE; i++) {
+    uint64_t e = atomic_load_explicit(&g_rc[(h + i) & (RC_SIZE - 1)], memory_order_relaxed);
+    if ((e >> RC_KEY_SHIFT) == key) return (uint32_t)(e & 0x1ffff) | 0x80000000u;
+    if (e == 0) break;
+  }
+  return 0;
+}
+
+static void rc_insert(uintptr_t key, uint32_t rule) {
+  uint64_t e = ((uint64_t)key << RC_KEY_SHIFT) | rule;
+  size_t h = rc_slot(key);
+  for (size_t i = 0; i < RC_PROBE; i++) {
+    _Atomic uint64_t *s = &g_rc[(h + i) & (RC_SIZE - 1)];
+    uint64_t old = atomic_load_explicit(s, memory_order_relaxed);
+    if (old == 0 || (old >> RC_KEY_SHIFT) == key) {
+      atomic_store_explicit(s, e, memory_order_relaxed);
+      return;
+    }
+  }
+  atomic_store_explicit(&g_rc[h], e, memory_order_relaxed); /* full: replace the home slot */
+}
+
+/* Make the cache belong to generation gen (one thread wins and clears it). */
+static void rc_sync(uint64_t gen) {
+  uint64_t cur = atomic_load_explicit(&g_rc_gen, memory_order_acquire);
+  while (cur < gen) {
+    if (atomic_compare_exchange_weak_explicit(&g_rc_gen, &cur, gen, memory_order_acq_rel,
+                                              memory_order_acquire)) {
+      for (size_t i = 0; i < RC_SIZE; i++)
+        atomic_store_explicit(&g_rc[i], 0, memory_order_relaxed);
+      if (cur != 0) atomic_fetch_add_explicit(&g_resets, 1, memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+static uint32_t encode_rule(const etr__cfi_rule *r) {
+  switch (r->kind) {
+    case ETR__CFI_END: return K_END;
+    case ETR__CFI_SIGNAL: return K_SIGNAL;
+    case ETR__CFI_SIMPLE: break;
+    default: return K_FALLBACK;
+  }
+  if (r->cfa_off <= 0 || r->cfa_off > 1023 * 8 || (r->cfa_off & 7)) return K_FALLBACK;
+  uint32_t k = 0;
+  if (r->rbp_off != 0) {
+    if (r->rbp_off > -16 || r->rbp_off < -15 * 8 || (r->rbp_off & 7)) return K_FALLBACK;
+    k = (uint32_t)(-r->rbp_off / 8);
+  }
+  return K_SIMPLE | (r->cfa_rbp ? 4u : 0u) | ((uint32_t)(r->cfa_off / 8) << 3) | (k << 13);
+}
+
+/* ---- stack bounds ---- */
+
+/* The readable mapping that holds addr, from /proc/self/maps read with plain system calls
+ * (async-signal safe, no allocation). */
+static bool maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  uintptr_t a = 0, b = 0;
+  int field = 0; /* 0: start, 1: end, 2: perms' first char, 3: rest of the line */
+  bool found = false, readable = false;
+  ssize_t n;
+  while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; i++) {
+      char ch = buf[i];
+      if (ch == '\n') {
+        if (readable && addr >= a && addr < b) {
+          found = true;
+          break;
+        }
+        a = b = 0;
+        field = 0;
+        readable = false;
+        continue;
+      }
+      if (field <= 1) {
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d >= 0) {
+          if (field == 0) a = a * 16 + (uintptr_t)d;
+          else b = b * 16 + (uintptr_t)d;
+        } else {
+          field++;
+        }
+      } else if (field == 2) {
+        readable = ch == 'r';
+        field = 3;
+      }
+    }
+  }
+  close(fd);
+  if (found) {
+    *lo = a;
+    *hi = b;
+  }
+  return found;
+}
+
+/* Bounds of the stack that holds sp, cached per thread. */
+static bool stack_bounds(tstate *ts, uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
+  for (int i = 0; i < 2; i++) {
+    if (sp >= ts->rlo[i] && sp < ts->rhi[i]) {
+      *lo = ts->rlo[i];
+      *hi = ts->rhi[i];
+      return true;
+    }
+  }
+  if (!maps_find(sp, lo, hi)) return false;
+  ts->rlo[1] = ts->rlo[0];
+  ts->rhi[1] = ts->rhi[0];
+  ts->rlo[0] = *lo;
+  ts->rhi[0] = *hi;
+  return true;
+}
+
+static ETR_NO_SANITIZE_MEM inline uintptr_t peek(uintptr_t a) {
+  return *(const volatile uintptr_t *)a;
+}
+
+/* ---- the walk ---- */
+
+typedef struct walk {
+  tstate *ts;
+  const etr__modmap *map;
+  bool nested;
+  uint64_t hits, misses;
+} walk;
+
+/* The rule for key (an address after the instruction of interest), computing and caching
+ * it on a miss. 0 when key is not in a known executable module. */
+static uint32_t rule_for(walk *w, uintptr_t key) {
+  uint32_t r = rc_lookup(key);
+  if (__builtin_expect(r != 0, 1)) {
+    w->hits++;
+    return r;
+  }
+  if (key - 1 >= RC_MAX_KEY) return 0;
+  if (!w->nested) { /* a miss may mean new libraries: keep the map and cache current */
+    w->map = etr__modmap_refresh();
+    if (w->map) rc_sync(w->map->gen);
+  }
+  const etr__modent *m = etr__modmap_exec(w->map, key - 1);
+  if (!m) return 0;
+  etr__cfi_rule cr;
+  etr__cfi_find(m->eh_frame_hdr, key - 1, &cr);
+  uint32_t rule = encode_rule(&cr);
+  rc_insert(key, rule);
+  w->misses++;
+  return rule | 0x80000000u;
+}
+
+/* Append libunwind's frames after the f return addresses found so far (kept in skipped[]
+ * for the first min(f, skip, SKIP_KEEP) and in ips[] after skip). Returns the new count
+ * of stored frames; *more tells whether frames were left over. */
+static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uintptr_t *ips,
+                               size_t n, size_t max, size_t skip, size_t *added, bool *more) {
+  *added = 0;
+  *more = false;
+  if (w->nested || f == 0) return n;
+  unw_backtrace_fn fn = unw_get();
+  if (!fn) return n;
+  int m = unw_fill(fn, w->ts->fbuf, FB_MAX);
+  if (m <= 0) return n;
+  uintptr_t r0 = skip > 0 ? skipped[0] : ips[0];
+  size_t d = 0;
+  while (d < 8 && d < (size_t)m && w->ts->fbuf[d] != r0) d++;
+  if (d == 8 || d + f > (size_t)m) return n;
+  for (size_t i = 0; i < f; i++) { /* the frames must be the same ones */
+    uintptr_t ours = i < skip ? (i < SKIP_KEEP ? skipped[i] : w->ts->fbuf[d + i]) : ips[i - skip];
+    if (w->ts->fbuf[d + i] != ours) return n;
+  }
+  for (size_t j = d + f, i = f; j < (size_t)m; j++, i++) {
+    uintptr_t ra = w->ts->fbuf[j];
+    if (ra == 0) break;
+    if (i >= skip) {
+      if (n == max) {
+        *more = true;
+        break;
+      }
+      ips[n++] = ra;
+    }
+    (*added)++;
+  }
+  return n;
+}
+
+static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t sp, uintptr_t bp,
+                                             uintptr_t *ips, size_t max, size_t skip,
+                                             uint64_t *walked, bool *failed, bool *truncated,
+                                             uint64_t *fallbacks) {
+  uintptr_t lo, hi;
+  uintptr_t skipped[SKIP_KEEP];
+  size_t n = 0, f = 0;
+  *failed = *truncated = false;
+  if (!stack_bounds(w->ts, sp, &lo, &hi)) {
+    *failed = true;
+    return 0;
+  }
+  uintptr_t key = rip + 1;
+  uint32_t rule = rule_for(w, key);
+  if (!rule) {
+    *failed = true;
+    return 0;
+  }
+  for (;;) {
+    uint32_t kind = rule & 3;
+    uintptr_t ra, nsp, nbp;
+    if (__builtin_expect(kind == K_SIMPLE, 1)) {
+      uintptr_t cfa = ((rule & 4) ? bp : sp) + (((rule >> 3) & 1023) << 3);
+      uint32_t k = (rule >> 13) & 15;
+      if (cfa <= sp || cfa > hi || (cfa & 7) || cfa - sp > ((uintptr_t)1 << 30)) {
+        *failed = true;
+        break;
+      }
+      ra = peek(cfa - 8);
+      nbp = k ? (cfa - 8 * k >= sp ? peek(cfa - 8 * k) : 0) : bp;
+      if (k && cfa - 8 * k < sp) {
+        *failed = true;
+        break;
+      }
+      nsp = cfa;
+    } else if (kind == K_END) {
+      break;
+    } else if (kind == K_SIGNAL) {
+      /* sp points at the ucontext the kernel pushed; the interrupted frame's registers are
+       * there, and its ip is exact (store ip + 1 like a return address) */
+      const size_t greg0 = offsetof(ucontext_t, uc_mcontext.gregs);
+      if (sp + greg0 + sizeof(greg_t) * NGREG > hi) {
+        *failed = true;
+        break;
+      }
+      ra = peek(sp + greg0 + sizeof(greg_t) * REG_RIP) + 1;
+      nsp = peek(sp + greg0 + sizeof(greg_t) * REG_RSP);
+      nbp = peek(sp + greg0 + sizeof(greg_t) * REG_RBP);
+      if (nsp & 7 || !stack_bounds(w->ts, nsp, &lo, &hi)) {
+        *failed = true;
+        break;
+      }
+    } else { /* K_FALLBACK */
+      size_t added;
+      bool more;
+      size_t n2 = splice_libunwind(w, skipped, f, ips, n, max, skip, &added, &more);
+      *fallbacks += added;
+      if (added == 0) *failed = true;
+      *truncated = more;
+      *walked += added;
+      return n2;
+    }
+    if (ra <= 1) break; /* a zero return address ends some stacks */
+    uint32_t nrule = rule_for(w, ra);
+    if (!nrule) { /* not code we know: a corrupt frame, or JIT code */
+      *failed = true;
+      break;
+    }
+    (*walked)++;
+    if (f >= skip) {
+      ips[n++] = ra;
+      if (n == max) {
+        *truncated = (nrule & 3) != K_END;
+        break;
+      }
+    } else if (f < SKIP_KEEP) {
+      skipped[f] = ra;
+    }
+    f++;
+    sp = nsp;
+    bp = nbp;
+    key = ra;
+    rule = nrule;
+  }
+  return n;
+}
+
+ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip, uint64_t *modgen) {
+  if (modgen) *modgen = 0;
+  if (!ips || max == 0) return 0;
+  tstate *ts = tstate_get();
+  if (!ts) return 0;
+  walk w = {ts, NULL, ts->in_capture != 0, 0, 0};
+  ts->in_capture = 1;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (!w.nested && (++ts->ncap & 63) == 0) w.map = etr__modmap_refresh();
+  else w.map = etr__modmap_current();
+  size_t n = 0;
+  uint64_t walked = 0, fallbacks = 0;
+  bool failed = true, truncated = false;
+  if (w.map) {
+    rc_sync(w.map->gen);
+    uintptr_t rip, sp, bp;
+    __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
+                     : "=r"(rip), "=r"(sp), "=r"(bp));
+    n = walk_stack(&w, rip, sp, bp, ips, max, skip, &walked, &failed, &truncated, &fallbacks);
+    if (modgen) *modgen = w.map->gen;
+  }
+  cadd(ts, C_CAPTURES, 1);
+  cadd(ts, C_TRUNCATED, truncated);
+  cadd(ts, C_FAILURES, failed);
+  cadd(ts, C_FRAMES, n);
+  cadd(ts, C_HITS, w.hits);
+  cadd(ts, C_MISSES, w.misses);
+  cadd(ts, C_FALLBACKS, fallbacks);
+  cadd(ts, C_WALKED, walked);
+  atomic_signal_fence(memory_order_seq_cst);
+  ts->in_capture = w.nested;
+  return n;
+}
+
+void etr__unwind_thread_init(void) {
+  tstate *ts = tstate_get();
+  if (!ts) return;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo, hi;
+  stack_bounds(ts, sp, &lo, &hi);
+  const etr__modmap *m = etr__modmap_refresh();
+  if (m) rc_sync(m->gen);
+}
+
+#else /* other architectures: libunwind for every frame */
+
+void etr__unwind_thread_init(void) {
+  tstate_get();
+  etr__modmap_refresh();
+}
+
+
+ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip, uint64_t *modgen) {
+  if (modgen) *modgen = 0;
+  if (!ips || max == 0) return 0;
+  tstate *ts = tstate_get();
+  if (!ts || ts->in_capture) return 0;
+  ts->in_capture = 1;
+  const etr__modmap *map = etr__modmap_refresh();
+  unw_backtrace_fn fn = unw_get();
+  size_t n = 0;
+  int m = fn ? unw_fill(fn, ts->fbuf, FB_MAX) : 0;
+  /* fbuf[0] is in this function, fbuf[1] in our caller */
+  for (int j = 1 + (int)skip; j < m && n < max; j++) ips[n++] = ts->fbuf[j];
+  if (modgen && map) *modgen = map->gen;
+  cadd(ts, C_CAPTURES, 1);
+  cadd(ts, C_FAILURES, m <= 0);
+  cadd(ts, C_FRAMES, n);
+  cadd(ts, C_FALLBACKS, n);
+  cadd(ts, C_WALKED, n);
+  ts->in_capture = 0;
+  return n;
+}
+
+#endif

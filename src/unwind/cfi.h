@@ -1,0 +1,81 @@
+/* Internal to src/unwind/ (capture.c, modules.c, cfi.c): the native stack walker's pieces.
+ *
+ * cfi.c reduces the DWARF call-frame information of one address (found through the
+ * module's .eh_frame_hdr search table) to the simple x86_64 rule most compiled code has:
+ * "CFA = rsp or rbp + offset, return address at CFA-8, caller's rbp unchanged or saved at a
+ * fixed offset from the CFA". Anything else (CFA expressions, CFA in other registers,
+ * return-address rules other than CFA-8) is reported as complex, and the walker falls back
+ * to libunwind for it. Signal trampolines ('S' augmentation) and the outermost frames
+ * (return address undefined) have their own kinds.
+ *
+ * modules.c keeps the module map: one immutable snapshot per generation of the set of
+ * loaded objects (dl_iterate_phdr), published through an atomic pointer and never freed, so
+ * lock-free readers can hold on to it and addresses of unloaded libraries still resolve.
+ */
+#ifndef ETR_UNWIND_CFI_H
+#define ETR_UNWIND_CFI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "unwind/unwind.h"
+
+/* ---- CFI (cfi.c) ---- */
+
+typedef enum etr__cfi_kind {
+  ETR__CFI_SIMPLE = 0,  /* the rule below applies */
+  ETR__CFI_END = 1,     /* outermost frame: the return address is undefined */
+  ETR__CFI_SIGNAL = 2,  /* a signal trampoline: the caller's registers are in a ucontext */
+  ETR__CFI_COMPLEX = 3, /* no simple rule: unwind this frame some other way */
+  ETR__CFI_NOFDE = 4    /* no FDE covers the address (or the tables are not understood) */
+} etr__cfi_kind;
+
+typedef struct etr__cfi_rule {
+  etr__cfi_kind kind;
+  bool cfa_rbp;     /* CFA = rbp + cfa_off (else rsp + cfa_off) */
+  int64_t cfa_off;
+  int64_t rbp_off;  /* caller's rbp saved at CFA + rbp_off; 0: rbp unchanged */
+} etr__cfi_rule;
+
+/* Compute the rule at pc (an address inside an instruction; for a return address pass
+ * ra - 1) from the .eh_frame_hdr section at eh_frame_hdr (a loaded, readable section).
+ * Pure function of the mapped tables: any thread, no allocation, no lock, signal safe. */
+void etr__cfi_find(uintptr_t eh_frame_hdr, uintptr_t pc, etr__cfi_rule *out);
+
+/* ---- module map (modules.c) ---- */
+
+typedef struct etr__modent {
+  etr__module m;           /* what etr__modules_find returns (first member) */
+  uintptr_t xlo, xhi;      /* span of the executable PT_LOAD segments */
+  uintptr_t eh_frame_hdr;  /* PT_GNU_EH_FRAME address, 0 when absent */
+} etr__modent;
+
+typedef struct etr__modmap {
+  uint64_t gen;                   /* 1, 2, ... */
+  unsigned long long adds, subs;  /* dl_iterate_phdr counters this map was built at */
+  size_t n;
+  etr__modent *mods;              /* sorted by m.lo */
+  struct etr__modmap *older;      /* previous generation (kept, never freed) */
+} etr__modmap;
+
+/* The current map (built on first use; NULL when memory ran out). Lock-free. */
+const etr__modmap *etr__modmap_current(void);
+
+/* The module whose executable span holds ip, NULL when none. Lock-free, signal safe. */
+const etr__modent *etr__modmap_exec(const etr__modmap *map, uintptr_t ip);
+
+/* Check dl_iterate_phdr's load/unload counters and build a new generation when they
+ * changed. Returns the current map. Takes the loader's lock (about 8 ns uncontended) and,
+ * only when something changed, our map lock with trylock (when another thread is building,
+ * the older map is returned) and allocates. Not for signal handlers. */
+const etr__modmap *etr__modmap_refresh(void);
+
+/* ---- capture (capture.c) ---- */
+
+/* Prepare the calling thread for captures: its counters, the bounds of its stack and the
+ * module map. Optional (the first capture does it), but a thread whose first capture may
+ * run in a signal handler must call it first: it allocates and takes locks. */
+void etr__unwind_thread_init(void);
+
+#endif /* ETR_UNWIND_CFI_H */

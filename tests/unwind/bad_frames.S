@@ -1,0 +1,45 @@
+/* Frames whose unwind information leads to a bad CFA or a bad return address; the walk
+ * must stop there without faulting. Each calls fn(arg) and returns its result. */
+        .text
+
+/* size_t bad_rbp_call(size_t (*fn)(void *), void *arg, uintptr_t bad_rbp):
+ * the CFA is rbp + 16, and rbp holds bad_rbp while fn runs. */
+        .globl bad_rbp_call
+        .type bad_rbp_call, @function
+bad_rbp_call:
+        .cfi_startproc
+        push %rbp
+        .cfi_def_cfa_offset 16
+        .cfi_offset %rbp, -16
+        mov %rsp, %rbp
+        .cfi_def_cfa_register %rbp
+        mov %rdx, %rbp
+        mov %rdi, %rax
+        mov %rsi, %rdi
+        call *%rax
+        mov %rsp, %rbp
+        pop %rbp
+        .cfi_def_cfa %rsp, 8
+        ret
+        .cfi_endproc
+        .size bad_rbp_call, .-bad_rbp_call
+
+/* size_t bad_ra_call(size_t (*fn)(void *), void *arg, uintptr_t bad_ra):
+ * the unwind information says the return address is the slot that holds bad_ra. */
+        .globl bad_ra_call
+        .type bad_ra_call, @function
+bad_ra_call:
+        .cfi_startproc
+        push %rdx
+        sub $16, %rsp
+        .cfi_def_cfa_offset 24
+        mov %rdi, %rax
+        mov %rsi, %rdi
+        call *%rax
+        add $24, %rsp
+        .cfi_def_cfa_offset 8
+        ret
+        .cfi_endproc
+        .size bad_ra_call, .-bad_ra_call
+
+        .section .note.GNU-stack,"",@progbits
