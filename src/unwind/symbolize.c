@@ -457,6 +457,14 @@ static int load_dwarf(module *m, Elf *elf) {
   return 0;
 }
 
+/* Close fd once libelf holds all of elf's data (mapped, or read in now). */
+static void release_fd(Elf *elf, int *fd) {
+  if (elf != NULL && *fd >= 0 && elf_cntl(elf, ELF_C_FDREAD) == 0) {
+    close(*fd);
+    *fd = -1;
+  }
+}
+
 /* Load the module's file, names and line tables. 0 (state set to 1 or -1) or -1 on ENOMEM. */
 static int module_load(etr__symbolizer *s, module *m, uintptr_t live_ip) {
   pthread_once(&g_elf_once, elf_init);
@@ -495,6 +503,10 @@ static int module_load(etr__symbolizer *s, module *m, uintptr_t live_ip) {
     }
   }
   m->state = 1;
+  /* The files stay mapped; their descriptors are not needed any more (a process may have
+   * hundreds of modules). */
+  release_fd(m->elf, &m->fd);
+  release_fd(m->dbg_elf, &m->dbg_fd);
   return 0;
 }
 

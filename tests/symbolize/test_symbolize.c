@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -509,13 +510,47 @@ static void test_20k(void **state) {
   dlclose(lib);
 }
 
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  int n = 0;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n;
+}
+
+/* A symbolizer keeps no file descriptor open per module (files stay mapped). */
+static void test_no_fd_per_module(void **state) {
+  (void)state;
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  int before = count_fds();
+  static const char *const libs[] = {SYMCHAIN_PATH, SYMCXX_PATH, SYM20K_PATH,
+                                     SYMCHAIN_DIR "/libsymchain-dbglink.so",
+                                     SYMCHAIN_DIR "/libsymchain-nodebug.so"};
+  etr__symbol sym;
+  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++)
+    assert_true(etr__symbolize(s, libs[i], NULL, 0, 0x1000, 0, &sym) >= 0);
+  assert_int_equal(count_fds(), before);
+  /* Still answers for new addresses after the descriptors were closed. */
+  uint64_t b, hidden;
+  int hidden_line;
+  chain_vaddrs(&b, &hidden, &hidden_line);
+  assert_int_equal(etr__symbolize(s, SYMCHAIN_DIR "/libsymchain-dbglink.so", NULL, 0, hidden, 0,
+                                  &sym),
+                   0);
+  assert_string_equal(sym.name, "symchain_hidden");
+  assert_int_equal(sym.line, hidden_line);
+  etr__symbolizer_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_dlopen), cmocka_unit_test(test_chain_closed),
       cmocka_unit_test(test_build_id),     cmocka_unit_test(test_fallbacks),
       cmocka_unit_test(test_cache),        cmocka_unit_test(test_demangle),
       cmocka_unit_test(test_stripped),     cmocka_unit_test(test_search_dirs),
-      cmocka_unit_test(test_20k),
+      cmocka_unit_test(test_20k),          cmocka_unit_test(test_no_fd_per_module),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
