@@ -13,6 +13,7 @@ interpreter (CPython 3.11). Lines on the way to an op carry a "# @name" marker; 
 """
 import argparse
 import json
+import os
 import sys
 import threading
 
@@ -59,14 +60,20 @@ def worker(idx, steps, results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="trace file to write")
+    ap.add_argument("--out", help="trace file to write (unless ETR_TRACE is set)")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--no-traceback", action="store_true")
     ap.add_argument("--stats", help="write the counters (JSON) here")
     args = ap.parse_args()
+    if not args.out and not os.environ.get("ETR_TRACE"):
+        ap.error("--out is required (or set ETR_TRACE)")
 
-    etrdemo.open(args.out, traceback=not args.no_traceback)
+    # With ETR_TRACE set, libetr opened a trace at load time (ETR_TRACE_TRACEBACK=all for
+    # tracebacks) and closes it at exit: record into that one.
+    env_trace = bool(os.environ.get("ETR_TRACE"))
+    if not env_trace:
+        etrdemo.open(args.out, traceback=not args.no_traceback)
     results = [None] * args.threads
     threads = [threading.Thread(target=worker, args=(i, args.steps, results), name=f"w{i}")
                for i in range(args.threads)]
@@ -74,7 +81,7 @@ def main():
         t.start()
     for t in threads:
         t.join()
-    stats = etrdemo.close()
+    stats = etrdemo.close() or {}
     # Unregistering gives back every Python reference etr still holds.
     etrdemo.unregister_unwinder()
     stats.update(etrdemo.traceback_stats())
@@ -84,7 +91,8 @@ def main():
     print(f"etrdemo: {args.threads} threads x {args.steps} steps, losses "
           + ", ".join(f"{r:.4f}" for r in results), file=sys.stderr)
     print("etrdemo: " + ", ".join(f"{k} {v}" for k, v in stats.items()), file=sys.stderr)
-    print(f"etrdemo: trace written to {args.out}", file=sys.stderr)
+    print(f"etrdemo: trace written to {os.environ['ETR_TRACE'] if env_trace else args.out}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

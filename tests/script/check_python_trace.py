@@ -15,7 +15,7 @@ etrdemo was built for, then checks the trace it wrote:
   etrdemo unregistered its unwinder).
 
 Usage: check_python_trace.py --python PY --module-dir DIR --demo demo.py --workdir DIR
-       [--threads 4] [--steps 3]
+       [--threads 4] [--steps 3] [--env]
        check_python_trace.py --skip REASON     (exit 77: ctest SKIP_RETURN_CODE)
 """
 import argparse
@@ -84,6 +84,8 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--trace", help="check this trace instead of running the demo")
+    ap.add_argument("--env", action="store_true",
+                    help="record through ETR_TRACE + ETR_TRACE_TRACEBACK=all (closed at exit)")
     args = ap.parse_args()
     if args.skip:
         print("SKIP: " + args.skip)
@@ -100,6 +102,9 @@ def main():
         env["PYTHONPATH"] = args.module_dir
         for k in [k for k in env if k.startswith("ETR_TRACE")]:
             del env[k]
+        if args.env:
+            env["ETR_TRACE"] = trace_path
+            env["ETR_TRACE_TRACEBACK"] = "all"
         cmd = [args.python, args.demo, "--out", trace_path, "--stats", stats_path,
                "--threads", str(args.threads), "--steps", str(args.steps)]
         r = subprocess.run(cmd, env=env, timeout=120)
