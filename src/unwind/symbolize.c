@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef ETR_WITH_LIBDW
@@ -320,8 +321,14 @@ static void elf_init(void) { elf_version(EV_CURRENT); }
 
 /* Open path as an ELF file; when want_len != 0 its build-id must equal want. */
 static Elf *open_elf(const char *path, const uint8_t *want, size_t want_len, int *fd_out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a path naming a FIFO must not hang us (only regular files are read). */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return NULL;
+  }
   Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
   if (elf == NULL || elf_kind(elf) != ELF_K_ELF) goto fail;
   if (want_len != 0) {

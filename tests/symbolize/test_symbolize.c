@@ -283,9 +283,19 @@ static void test_fallbacks(void **state) {
   assert_int_equal(sym.line, 0);
   assert_int_equal(etr__symbolize(s, "", NULL, 0, 0xabc, 0, &sym), 1);
   assert_string_equal(sym.name, "[unknown]+0xabc");
-  /* Not an ELF file. */
+  /* Not an ELF file; not a regular file (a FIFO must not block). */
   assert_int_equal(etr__symbolize(s, "/proc/self/status", NULL, 0, 0x10, 0, &sym), 1);
   assert_string_equal(sym.name, "status+0x10");
+  char fifo[] = "/tmp/etr-symtest-fifo-XXXXXX";
+  int tfd = mkstemp(fifo);
+  assert_true(tfd >= 0);
+  close(tfd);
+  unlink(fifo);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(etr__symbolize(s, fifo, NULL, 0, 0x20, 0, &sym), 1);
+  unlink(fifo);
+  assert_int_equal(etr__symbolize(s, "/", NULL, 0, 0x20, 0, &sym), 1);
+  assert_string_equal(sym.name, "[unknown]+0x20");
   /* dladdr on a live address of a loaded library. */
   void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
   assert_non_null(lib);
