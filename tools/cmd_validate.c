@@ -353,24 +353,29 @@ static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval 
 static void check_io(vstate *v, const etr_rnode *n, const etr_jval *io, const char *where) {
   if (!io) return; /* the reader has warned */
   static const char *const order[4] = {"values", "shapes", "types", "strides"};
-  size_t k = 0;
+  const etr_jval *part[4] = {NULL, NULL, NULL, NULL};
+  int k = 0;
   for (size_t i = 0; i < io->v.obj.n; i++) {
     const char *key = io->v.obj.items[i].key;
-    size_t j = k;
-    while (j < 4 && strcmp(key, order[j])) j++;
-    if (j == 4) {
-      bool known = false;
-      for (int q = 0; q < 4; q++) known |= !strcmp(key, order[q]);
+    int j;
+    switch (key[0]) {
+      case 'v': j = 0; break;
+      case 's': j = key[1] == 'h' ? 1 : 3; break;
+      case 't': j = 2; break;
+      default: j = -1; break;
+    }
+    if (j >= 0 && strcmp(key, order[j])) j = -1;
+    if (j >= 0 && !part[j]) part[j] = &io->v.obj.items[i].val;
+    if (j < k) {
       problem(v, SEV_ERROR, K_IO, n->offset, n->id,
-              known ? "%s: key \"%s\" out of order (values, shapes, types, strides)"
-                    : "%s: unknown key \"%s\"",
+              j >= 0 ? "%s: key \"%s\" out of order (values, shapes, types, strides)"
+                     : "%s: unknown key \"%s\"",
               where, key);
       continue;
     }
     k = j + 1;
   }
-  const etr_jval *vals = etr_jobj_get(io, "values"), *shapes = etr_jobj_get(io, "shapes"),
-                 *types = etr_jobj_get(io, "types"), *strides = etr_jobj_get(io, "strides");
+  const etr_jval *vals = part[0], *shapes = part[1], *types = part[2], *strides = part[3];
   if (!strides && v->has_strides_schema)
     problem(v, SEV_WARN, K_IO, n->offset, n->id, "%s: no \"strides\" (schema %s)", where,
             v->hdr->schema);
@@ -396,11 +401,6 @@ static void check_io(vstate *v, const etr_rnode *n, const etr_jval *io, const ch
 
 static const char *const node_order[9] = {"id", "name", "ctrl_deps", "inputs", "outputs",
                                           "ts", "inclusive_dur", "exclusive_dur", "attrs"};
-static const char *const base_names[9] = {"rf_id", "fw_parent", "seq_id", "scope", "tid",
-                                          "fw_tid", "op_schema", "kernel_backend",
-                                          "kernel_file"};
-static const char *const forbidden[7] = {"cat", "stream", "name", "id", "inputs", "outputs",
-                                         "parent"};
 
 typedef struct vrun {
   vstate v;
@@ -413,41 +413,68 @@ typedef struct vrun {
   bool any_tb;
 } vrun;
 
+/* True for the attr names Chakra would copy over node fields. */
+static bool is_forbidden(const char *nm) {
+  switch (nm[0]) {
+    case 'c': return !strcmp(nm, "cat");
+    case 's': return !strcmp(nm, "stream");
+    case 'n': return !strcmp(nm, "name");
+    case 'i': return !strcmp(nm, "id") || !strcmp(nm, "inputs");
+    case 'o': return !strcmp(nm, "outputs");
+    case 'p': return !strcmp(nm, "parent");
+    default: return false;
+  }
+}
+
 static void check_attrs(vstate *v, const etr_rnode *n) {
-  const etr_jval *attrs = etr_jobj_get(n->raw, "attrs");
+  const etr_jval *attrs = NULL;
+  for (size_t i = n->raw->v.obj.n; i-- > 0;) /* "attrs" comes last */
+    if (n->raw->v.obj.items[i].key[0] == 'a' && !strcmp(n->raw->v.obj.items[i].key, "attrs")) {
+      attrs = &n->raw->v.obj.items[i].val;
+      break;
+    }
   if (!attrs || attrs->kind != ETR_J_ARRAY) return; /* the reader has warned */
   int last_base = -1;
   bool seen_other = false;
+  const char *seen[32];
+  size_t seen_len[32];
+  size_t n_seen = 0;
   for (size_t i = 0; i < attrs->v.arr.n; i++) {
     const etr_jval *a = &attrs->v.arr.items[i];
     if (a->kind != ETR_J_OBJECT) continue; /* the reader has warned */
-    if (a->v.obj.n != 3 || strcmp(a->v.obj.items[0].key, "name") ||
-        strcmp(a->v.obj.items[1].key, "type") || strcmp(a->v.obj.items[2].key, "value")) {
+    const etr_jval *nm, *ty, *val;
+    if (a->v.obj.n == 3 && !strcmp(a->v.obj.items[0].key, "name") &&
+        !strcmp(a->v.obj.items[1].key, "type") && !strcmp(a->v.obj.items[2].key, "value")) {
+      nm = &a->v.obj.items[0].val;
+      ty = &a->v.obj.items[1].val;
+      val = &a->v.obj.items[2].val;
+    } else {
       problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
               "attr %zu: keys are not exactly \"name\", \"type\", \"value\" in this order", i);
+      nm = etr_jobj_get(a, "name");
+      ty = etr_jobj_get(a, "type");
+      val = etr_jobj_get(a, "value");
     }
-    const etr_jval *nm = etr_jobj_get(a, "name"), *ty = etr_jobj_get(a, "type"),
-                   *val = etr_jobj_get(a, "value");
     if (!nm || nm->kind != ETR_J_STRING || !val) continue;
     const char *name = nm->v.str.s;
     const char *type = ty && ty->kind == ETR_J_STRING ? ty->v.str.s : "";
     if (!ty || ty->kind != ETR_J_STRING)
       problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": \"type\" is not a string",
               name);
-    for (int f = 0; f < 7; f++)
-      if (!strcmp(name, forbidden[f]))
-        problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-                "attr named \"%s\" (Chakra copies attrs over node fields)", name);
-    for (size_t j = 0; j < i; j++) {
-      const etr_jval *o = etr_jobj_get(&attrs->v.arr.items[j], "name");
-      if (o && o->kind == ETR_J_STRING && !strcmp(o->v.str.s, name)) {
+    if (is_forbidden(name))
+      problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
+              "attr named \"%s\" (Chakra copies attrs over node fields)", name);
+    size_t len = nm->v.str.len;
+    for (size_t j = 0; j < n_seen; j++)
+      if (seen_len[j] == len && !memcmp(seen[j], name, len)) {
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\" appears twice", name);
         break;
       }
+    if (n_seen < 32) {
+      seen[n_seen] = name;
+      seen_len[n_seen++] = len;
     }
-    int b = -1;
-    for (int q = 0; q < 9; q++)
-      if (!strcmp(name, base_names[q])) b = q;
+    int b = etr_reader_base_attr(name);
     if (b >= 0) {
       if (b < last_base || seen_other)
         problem(v, SEV_ERROR, K_BASE, n->offset, n->id,
@@ -463,18 +490,18 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
       seen_other = true;
     }
     /* value against type */
-    if (!strcmp(type, "uint64")) {
+    if (type[0] == 'u' && !strcmp(type, "uint64")) {
       if (val->kind == ETR_J_UINT)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": %" PRIu64
                 " does not fit int64", name, val->v.u);
       else if (val->kind != ETR_J_INT || val->v.i < 0)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": a uint64 value that is not a non-negative integer", name);
-    } else if (!strcmp(type, "int64")) {
+    } else if (type[0] == 'i' && !strcmp(type, "int64")) {
       if (val->kind != ETR_J_INT)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": an int64 value that is not an integer within int64", name);
-    } else if (!strcmp(type, "string")) {
+    } else if (type[0] == 's' && !strcmp(type, "string")) {
       if (val->kind != ETR_J_STRING)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": a string value that is not a string", name);
@@ -482,18 +509,33 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
   }
 }
 
+/* Index of a node key in node_order, or -1. */
+static int node_key(const char *k) {
+  int c;
+  switch (k[0]) {
+    case 'i': c = k[1] == 'd' ? 0 : (k[1] && k[2] == 'p') ? 3 : 6; break;
+    case 'n': c = 1; break;
+    case 'c': c = 2; break;
+    case 'o': c = 4; break;
+    case 't': c = 5; break;
+    case 'e': c = 7; break;
+    case 'a': c = 8; break;
+    default: return -1;
+  }
+  return strcmp(k, node_order[c]) ? -1 : c;
+}
+
 static void check_node(vrun *w, const etr_rnode *n) {
   vstate *v = &w->v;
   /* key order */
-  size_t k = 0;
+  int k = 0;
+  bool present[9] = {false};
   for (size_t i = 0; i < n->raw->v.obj.n; i++) {
     const char *key = n->raw->v.obj.items[i].key;
-    size_t j = k;
-    while (j < 9 && strcmp(key, node_order[j])) j++;
-    if (j == 9) {
-      bool known = false;
-      for (int q = 0; q < 9; q++) known |= !strcmp(key, node_order[q]);
-      if (known)
+    int j = node_key(key);
+    if (j >= 0) present[j] = true;
+    if (j < k) {
+      if (j >= 0)
         problem(v, SEV_ERROR, K_KEYS, n->offset, n->id,
                 "key \"%s\" out of order (id, name, ctrl_deps, inputs, outputs, [ts, "
                 "inclusive_dur, exclusive_dur], attrs)",
@@ -505,9 +547,7 @@ static void check_node(vrun *w, const etr_rnode *n) {
     k = j + 1;
   }
   /* timing */
-  const etr_jval *ts = etr_jobj_get(n->raw, "ts"), *inc = etr_jobj_get(n->raw, "inclusive_dur"),
-                 *exc = etr_jobj_get(n->raw, "exclusive_dur");
-  if (ts || inc || exc) {
+  if (present[5] || present[6] || present[7]) {
     if (!n->has_timing)
       problem(v, SEV_ERROR, K_TIMING, n->offset, n->id,
               "ts, inclusive_dur and exclusive_dur must all be integers, or all absent");
@@ -518,7 +558,7 @@ static void check_node(vrun *w, const etr_rnode *n) {
               " (want 0 <= exclusive <= inclusive)",
               n->inclusive_dur, n->exclusive_dur);
   }
-  if (n->id <= 0 && etr_jobj_get(n->raw, "id"))
+  if (n->id <= 0 && present[0])
     problem(v, SEV_ERROR, K_FIELD, n->offset, n->id, "id %" PRId64 " is not positive", n->id);
   check_attrs(v, n);
   check_io(v, n, n->inputs, "inputs");
@@ -552,7 +592,7 @@ static void check_node(vrun *w, const etr_rnode *n) {
       w->max_tb_off = n->offset;
     }
   }
-  if (n->id < 0 && !etr_jobj_get(n->raw, "id")) return; /* no id: the reader has warned */
+  if (n->id < 0 && !present[0]) return; /* no id: the reader has warned */
   bool dup;
   nrec *r = tab_add(&w->ids, n->id, &dup);
   if (!r) {

@@ -270,7 +270,8 @@ static int b_value(etr_reader *r, const etr_jval *v) {
     set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
     return 0;
   }
-  if (r->build_node && cur_off(r) - r->node_off > r->opt.max_node_bytes) {
+  if ((r->stk_len & 1023) == 0 && r->build_node &&
+      cur_off(r) - r->node_off > r->opt.max_node_bytes) {
     set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
               r->opt.max_node_bytes);
     return 0;
@@ -324,6 +325,10 @@ static int b_close(etr_reader *r) {
     v.v.arr.n = n;
   }
   r->stk_len = f.start;
+  if (r->build_node && cur_off(r) - r->node_off > r->opt.max_node_bytes) {
+    set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
+    return 0;
+  }
   r->bkey = f.key;
   r->bkey_len = f.key_len;
   return b_value(r, &v);
@@ -426,6 +431,20 @@ const etr_jval *etr_jobj_get(const etr_jval *obj, const char *key) {
   for (size_t i = 0; i < obj->v.obj.n; i++)
     if (!strcmp(obj->v.obj.items[i].key, key)) return &obj->v.obj.items[i].val;
   return NULL;
+}
+
+int etr_reader_base_attr(const char *nm) {
+  int b = -1;
+  switch (nm[0]) {
+    case 'r': b = 0; break;
+    case 'f': b = nm[1] == 'w' && nm[2] == '_' && nm[3] == 'p' ? 1 : 5; break;
+    case 's': b = nm[1] == 'e' ? 2 : 3; break;
+    case 't': b = 4; break;
+    case 'o': b = 6; break;
+    case 'k': b = strncmp(nm, "kernel_b", 8) ? 8 : 7; break;
+    default: return -1;
+  }
+  return strcmp(nm, base_attrs[b]) ? -1 : b;
 }
 
 static bool as_u64(const etr_jval *v, uint64_t *out) {
@@ -558,8 +577,17 @@ static int node_done(etr_reader *r, const etr_jval *root) {
     size_t k = 0;
     for (size_t i = 0; i < na; i++) {
       const etr_jval *a = &attrs->v.arr.items[i];
-      const etr_jval *an = etr_jobj_get(a, "name"), *at = etr_jobj_get(a, "type"),
-                     *av = etr_jobj_get(a, "value");
+      const etr_jval *an, *at, *av;
+      if (a->kind == ETR_J_OBJECT && a->v.obj.n == 3 && !strcmp(a->v.obj.items[0].key, "name") &&
+          !strcmp(a->v.obj.items[1].key, "type") && !strcmp(a->v.obj.items[2].key, "value")) {
+        an = &a->v.obj.items[0].val;
+        at = &a->v.obj.items[1].val;
+        av = &a->v.obj.items[2].val;
+      } else {
+        an = etr_jobj_get(a, "name");
+        at = etr_jobj_get(a, "type");
+        av = etr_jobj_get(a, "value");
+      }
       if (!an || an->kind != ETR_J_STRING || !av) {
         warn(r, n->offset, n->id, "attr %zu is not a {\"name\", \"type\", \"value\"} object", i);
         continue;
@@ -569,8 +597,8 @@ static int node_done(etr_reader *r, const etr_jval *root) {
       x->type = at && at->kind == ETR_J_STRING ? at->v.str.s : "";
       x->value = *av;
       const char *nm = x->name;
-      for (int b = 0; b < 9; b++) {
-        if (strcmp(nm, base_attrs[b])) continue;
+      int b = etr_reader_base_attr(nm);
+      if (b >= 0) {
         bool ok = true;
         switch (b) {
           case 0: ok = as_u64(av, &n->rf_id); break;
@@ -595,7 +623,6 @@ static int node_done(etr_reader *r, const etr_jval *root) {
           n->missing_attrs &= ~(1u << b);
         else
           warn(r, n->offset, n->id, "attr \"%s\" has a value of the wrong kind", nm);
-        break;
       }
       if (nm[0] == 't' && !strcmp(nm, "traceback")) n->has_traceback = as_u64(av, &n->traceback);
     }
@@ -1088,6 +1115,15 @@ uint64_t etr_reader_offset(const etr_reader *r) { return r->consumed; }
 uint64_t etr_reader_input_size(const etr_reader *r) { return r->in_size; }
 uint64_t etr_reader_input_consumed(const etr_reader *r) { return r->in_consumed; }
 const char *etr_reader_path(const etr_reader *r) { return r->path; }
+
+uint64_t etr_reader_memory(const etr_reader *r) {
+  uint64_t m = sizeof *r + IN_BLOCK + (r->out ? IN_BLOCK : 0);
+  m += r->nodes.live + r->keep.live + (uint64_t)r->nodes.n_spare * ARENA_BLOCK;
+  m += r->stk_cap * sizeof *r->stk + r->frames_cap * sizeof *r->frames;
+  m += r->q_cap * sizeof *r->q + r->extras_cap * sizeof *r->extras;
+  m += r->top_keys_cap * sizeof *r->top_keys;
+  return m;
+}
 
 void etr_reader_close(etr_reader *r) {
   if (!r) return;

@@ -148,6 +148,14 @@ void etr_reader_close(etr_reader *r);                        /* NULL is a no-op 
 /* The top-level keys seen so far, in file order (valid until close). */
 const char *const *etr_reader_top_keys(const etr_reader *r, size_t *n);
 
+/* Index 0..8 of a base attr name in DESIGN 6.2 order (rf_id=0 .. kernel_file=8), or -1.
+ * A few character compares, no loop over the names. */
+int etr_reader_base_attr(const char *name);
+
+/* Bytes of memory the reader holds now (buffers, arenas, stacks, queue): for tests and
+ * benchmarks checking that memory stays bounded. */
+uint64_t etr_reader_memory(const etr_reader *r);
+
 /* The input's name as messages give it ("<stdin>" for "-"). */
 const char *etr_reader_path(const etr_reader *r);
 

@@ -1,0 +1,293 @@
+#!/bin/sh
+# Runs the built `etr` on real inputs and checks exit codes and output.
+# Usage: run_cli_tests.sh ETR EXAMPLE OUTDIR REAL_DIR GOLDEN PART
+#   PART ours  a trace recorded by the example runtime, the golden file, gzip, stdin, --help
+#        real  the real PyTorch traces (exit 77 = skipped when REAL_DIR is absent)
+#        bad   truncated, mangled and rule-breaking files: exit 1, a one-line error naming
+#              the file and a byte offset (bad input) or the problem listed (validate)
+set -eu
+etr=$1 example=$2 out=$3 real=$4 golden=$5 part=$6
+mkdir -p "$out"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect CODE DESC -- command...: runs it with stdout/stderr in $out/last.{out,err}
+expect() {
+  want=$1 desc=$2
+  shift 3
+  set +e
+  "$@" > "$out/last.out" 2> "$out/last.err"
+  got=$?
+  set -e
+  if [ "$got" != "$want" ]; then
+    fail "$desc: exit $got, wanted $want: $*"
+    sed 's/^/    out: /' "$out/last.out" | head -20
+    sed 's/^/    err: /' "$out/last.err" | head -20
+    return 1
+  fi
+  return 0
+}
+out_has() { grep -q -- "$2" "$out/last.out" || { fail "$1: stdout lacks '$2'"; head -20 "$out/last.out"; }; }
+err_has() { grep -q -- "$2" "$out/last.err" || { fail "$1: stderr lacks '$2'"; cat "$out/last.err"; }; }
+# the one-line error of bad input: exactly one line, naming the file and "byte N"
+one_line_error() {
+  n=$(wc -l < "$out/last.err")
+  [ "$n" -eq 1 ] || { fail "$1: $n lines on stderr"; cat "$out/last.err"; }
+  grep -q -- "$2: byte [0-9][0-9]*: " "$out/last.err" ||
+    { fail "$1: stderr does not name '$2: byte N: '"; cat "$out/last.err"; }
+}
+json_check() { # json_check DESC PYTHON-EXPR-ON-d (file in $out/last.out)
+  python3 - "$out/last.out" "$2" <<'EOF' || fail "$1: JSON check failed: $2"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = eval(sys.argv[2])
+if not ok:
+    print("  JSON:", json.dumps(d)[:400])
+sys.exit(0 if ok else 1)
+EOF
+}
+
+part_ours() {
+  t="$out/ours.json"
+  rm -f "$t"
+  "$example" --out "$t" --threads 2 --iters 2 > /dev/null
+  expect 0 "validate --strict on our trace" -- "$etr" validate --strict "$t" && out_has ours "valid:"
+  expect 0 "summary" -- "$etr" summary "$t" &&
+    { out_has summary "allreduce"; out_has summary "recorder statistics (etr "; out_has summary "ops by exclusive time"; }
+  expect 0 "summary --json" -- "$etr" summary --json --top 5 "$t" && {
+    nodes=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["nodes"]))' "$t")
+    json_check "summary --json keys" "d['nodes'] == $nodes and d['timing'] and len(d['ops_by_count']) == 5 and d['recorder']['stats']['nodes_written'] >= $nodes - 1 and any(c['collective'] == 'allreduce' and c['in_bytes'] > 0 for c in d['collectives']) and d['tensors']['top_by_bytes'][0]['bytes'] >= d['tensors']['top_by_bytes'][-1]['bytes'] and sum(t['ops'] for t in d['threads']) == d['ops']"
+    cp "$out/last.out" "$out/plain.summary.json"
+  }
+  # gzip (found by magic bytes, whatever the name) and stdin give the same summary
+  gzip -c "$t" > "$out/ours.gz"
+  expect 0 "summary of gzip" -- "$etr" summary --json --top 5 "$out/ours.gz" &&
+    python3 - "$out/plain.summary.json" "$out/last.out" <<'EOF' || fail "gzip summary differs"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+a.pop("file"); b.pop("file")
+sys.exit(0 if a == b else 1)
+EOF
+  set +e
+  gzip -c "$t" | "$etr" validate --strict - > "$out/last.out" 2> "$out/last.err"
+  rc=$?
+  set -e
+  [ $rc -eq 0 ] || fail "validate of gzip on stdin: exit $rc"
+  out_has "stdin" "<stdin>: valid"
+  set +e
+  "$etr" summary --json --top 5 - < "$t" > "$out/last.out" 2> "$out/last.err"
+  rc=$?
+  set -e
+  [ $rc -eq 0 ] || fail "summary of stdin: exit $rc"
+  json_check "stdin summary" "d['file'] == '<stdin>' and d['nodes'] == $nodes"
+  expect 0 "summary -o" -- "$etr" summary -o "$out/sum.txt" "$t"
+  grep -q "allreduce" "$out/sum.txt" || fail "summary -o wrote no report"
+  # schema 1.1.0 (no strides)
+  "$example" --out "$out/ours110.json" --threads 1 --iters 1 --schema 1.1.0 > /dev/null
+  expect 0 "validate --strict 1.1.0" -- "$etr" validate --strict "$out/ours110.json"
+  # the golden file: valid, but its normalised "time" is a warning, an error under --strict
+  expect 0 "validate golden" -- "$etr" validate "$golden" && out_has golden "1 warnings"
+  expect 1 "validate --strict golden" -- "$etr" validate --strict "$golden" &&
+    out_has golden "error: \"time\" is not a string"
+  # progress line when forced (stderr is not a terminal here), erased at the end
+  big="$out/big.json"
+  python3 - "$golden" "$big" <<'EOF'
+import sys
+s = open(sys.argv[1]).read()
+a = s.index('  {"id":2'); b = s.index('  {"id":1,')
+body = s[a:b]
+with open(sys.argv[2], "w") as f:
+    f.write(s[:a])
+    i = 0
+    while i * len(body) < 6_000_000:
+        f.write(body)
+        i += 1
+    f.write(s[b:])
+EOF
+  # (a pause in the middle of the input, so that a redraw is due)
+  set +e
+  { head -c 5000000 "$big"; sleep 0.6; tail -c +5000001 "$big"; } |
+    ETR_PROGRESS=1 "$etr" summary - > /dev/null 2> "$out/last.err"
+  set -e
+  grep -q "etr summary: <stdin> [0-9.]* [kMG]*B read, [0-9]* nodes, [0-9]* MB/s" "$out/last.err" ||
+    fail "no progress line with ETR_PROGRESS=1"
+  printf '\r\033[K' > "$out/erase"
+  [ "$(tail -c 4 "$out/last.err" | od -c)" = "$(od -c < "$out/erase")" ] ||
+    fail "the progress line is not erased at the end"
+  expect 0 "no progress when not a tty" -- "$etr" summary "$big"
+  [ ! -s "$out/last.err" ] || fail "output on stderr without a terminal"
+  # command line
+  expect 0 "etr --help" -- "$etr" --help && { out_has help validate; out_has help summary; }
+  expect 0 "etr --version" -- "$etr" --version && out_has version "etr 0.1.0"
+  expect 2 "etr (no command)" -- "$etr"
+  expect 2 "etr unknown command" -- "$etr" frobnicate && err_has unknown "unknown command"
+  for c in validate summary; do
+    expect 0 "$c --help" -- "$etr" $c --help && out_has "$c --help" "usage: etr $c"
+    expect 2 "$c without file" -- "$etr" $c && err_has "$c usage" "etr $c: no input file"
+    expect 2 "$c bad option" -- "$etr" $c --bogus "$t" && err_has "$c usage" "unknown option"
+    expect 2 "$c two files" -- "$etr" $c "$t" "$t"
+  done
+  expect 2 "summary --top x" -- "$etr" summary --top x "$t"
+  expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
+}
+
+part_real() {
+  [ -d "$real" ] || { echo "no real traces in $real: skipped"; exit 77; }
+  n=0
+  for f in "$real"/*.json "$real"/*.json.gz; do
+    [ -f "$f" ] || continue
+    n=$((n + 1))
+    expect 0 "validate $f" -- "$etr" validate "$f" && out_has "$f" "valid:"
+    expect 0 "summary $f" -- "$etr" summary "$f"
+    expect 0 "summary --json $f" -- "$etr" summary --json "$f" &&
+      json_check "$f json" "d['nodes'] > 0 and d['ops'] > 0 and d['thread_nodes'] >= 1 and d['recorder'] is None"
+  done
+  [ $n -gt 0 ] || { echo "no traces in $real: skipped"; exit 77; }
+  f="$real/param_resnet_et_1.1.0-chakra.0.0.4.json.gz"
+  if [ -f "$f" ]; then
+    expect 0 "resnet summary" -- "$etr" summary --json "$f" &&
+      json_check "resnet" "d['nodes'] == 14392 and d['thread_nodes'] == 2 and any(c['collective'] == 'allreduce' and c['count'] == 15 and c['pg_name'] == '0' for c in d['collectives'])"
+    set +e
+    gunzip -c "$f" | "$etr" validate - > "$out/last.out" 2>&1
+    rc=$?
+    set -e
+    [ $rc -eq 0 ] || fail "resnet through stdin: exit $rc"
+  fi
+  f="$real/param_pt2_et_1.1.1-chakra.0.0.4.json"
+  if [ -f "$f" ]; then
+    # its strides arrays shorter than values are warnings, errors under --strict
+    expect 0 "pt2 validate" -- "$etr" validate "$f" && out_has pt2 '"strides" has 5 entries, "values" 6'
+    expect 1 "pt2 validate --strict" -- "$etr" validate --strict "$f"
+  fi
+  f="$real/chakra_1.0.2-chakra.0.0.4.json"
+  if [ -f "$f" ]; then
+    expect 0 "chakra summary" -- "$etr" summary --json "$f" &&
+      json_check "chakra" "d['nodes'] == 263 and d['schema'] == '1.0.2-chakra.0.0.4'"
+  fi
+}
+
+# mutate NAME PYTHON: applies PYTHON to d (the golden trace loaded) and writes $out/NAME.json
+mutate() {
+  python3 - "$golden" "$out/$1.json" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+nodes = d["nodes"]
+ops = [n for n in nodes if not n["name"].startswith("[pytorch|")]
+def attr(n, name):
+    return next(a for a in n["attrs"] if a["name"] == name)
+exec(sys.argv[3])
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+}
+
+# rule NAME WANTED-MESSAGE PYTHON: the mutated golden file fails validate with that message
+rule() {
+  mutate "$1" "$3"
+  if expect 1 "validate $1" -- "$etr" validate "$out/$1.json"; then
+    out_has "$1" "$2"
+    out_has "$1" "INVALID"
+    grep -q "$out/$1.json: byte [0-9]*: " "$out/last.out" || fail "$1: problem without file and byte"
+  fi
+}
+
+part_bad() {
+  t="$out/ours.json"
+  "$example" --out "$t" --threads 1 --iters 1 > /dev/null
+  size=$(wc -c < "$t")
+  # truncated anywhere: exit 1, one line naming the file and a byte offset
+  for cut in 0 1 50 200 1000 $((size / 3)) $((size / 2)) $((size - 40)) $((size - 3)); do
+    head -c "$cut" "$t" > "$out/cut.json"
+    for c in validate summary; do
+      expect 1 "$c of a trace cut at $cut" -- "$etr" $c "$out/cut.json" &&
+        one_line_error "$c cut $cut" "$out/cut.json"
+    done
+  done
+  head -c $((size / 2)) "$t" > "$out/cut.json"
+  expect 1 "cut" -- "$etr" validate "$out/cut.json" && err_has cut "end of input"
+  # the same through stdin and gzip
+  set +e
+  head -c $((size / 2)) "$t" | "$etr" summary - > /dev/null 2> "$out/last.err"
+  rc=$?
+  set -e
+  [ $rc -eq 1 ] || fail "cut trace on stdin: exit $rc"
+  one_line_error "stdin cut" "<stdin>"
+  gzip -c "$t" | head -c 3000 > "$out/cut.gz"
+  expect 1 "cut gzip" -- "$etr" validate "$out/cut.gz" && one_line_error "cut gz" "$out/cut.gz"
+  # mangled bytes: exit 1 with the offset of the damage
+  python3 - "$t" "$out/mangled.json" <<'EOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+pos = b.index(b'"ctrl_deps"', len(b) // 2) + 12
+b[pos] = ord('x')
+open(sys.argv[2], "wb").write(b)
+print(pos, file=open(sys.argv[2] + ".pos", "w"))
+EOF
+  pos=$(cat "$out/mangled.json.pos")
+  expect 1 "mangled" -- "$etr" validate "$out/mangled.json" && {
+    one_line_error mangled "$out/mangled.json"
+    got=$(sed 's/.*: byte \([0-9]*\): .*/\1/' "$out/last.err")
+    [ "$got" -ge $((pos - 2)) ] && [ "$got" -le $((pos + 2)) ] || fail "mangled at $pos, error says byte $got"
+  }
+  printf '' > "$out/empty.json"
+  expect 1 "empty file" -- "$etr" summary "$out/empty.json" && one_line_error empty "$out/empty.json"
+  printf '[1,2,3]' > "$out/array.json"
+  expect 1 "not an object" -- "$etr" validate "$out/array.json" && err_has array "not a JSON object"
+  printf '\037\213garbage' > "$out/garbage.gz"
+  expect 1 "bad gzip" -- "$etr" summary "$out/garbage.gz" && one_line_error "bad gzip" "$out/garbage.gz"
+  expect 1 "missing file" -- "$etr" validate "$out/nope.json" && one_line_error nope "$out/nope.json"
+  expect 1 "directory" -- "$etr" summary "$out" && err_has dir "directory"
+  expect 1 "summary -o into a missing dir" -- "$etr" summary -o "$out/no/such/dir/x" "$t" &&
+    err_has "-o" "cannot create"
+
+  # rules of DESIGN 6 broken one at a time: validate lists them (exit 1)
+  rule dup_id "already used by the node at byte" 'nodes.insert(1, dict(nodes[0]))'
+  rule no_parent "parent 987654 (ctrl_deps) does not exist" 'ops[0]["ctrl_deps"] = 987654'
+  rule forbidden_attr 'attr named "stream"' 'ops[0]["attrs"].append({"name": "stream", "type": "uint64", "value": 1})'
+  rule tensor_list "is not \[id, storage, offset, numel, itemsize" 'ops[0]["outputs"]["values"][0] = ops[0]["outputs"]["values"][0][:5]'
+  rule key_order 'key "id" out of order' 'nodes[0] = dict([("name", nodes[0]["name"])] + [(k, v) for k, v in nodes[0].items() if k != "name"])'
+  rule missing_attr 'missing base attr "rf_id"' 'ops[0]["attrs"].pop(0)'
+  rule attr_order 'out of order (rf_id .. kernel_file' 'a = ops[0]["attrs"]; a[0], a[1] = a[1], a[0]'
+  rule int64 "does not fit int64" 'attr(ops[0], "rf_id")["value"] = 18446744073709551615'
+  rule attr_type 'has type "int64", not "uint64"' 'attr(ops[0], "tid")["type"] = "int64"'
+  rule cycle "has a cycle" 'ops[0]["ctrl_deps"] = ops[1]["id"]; ops[1]["ctrl_deps"] = ops[0]["id"]'
+  rule no_process "no process node" 'd["nodes"] = [n for n in nodes if n["id"] != 1]'
+  rule tb_table 'no "tracebacks" table' 'ops[0]["attrs"].append({"name": "traceback", "type": "uint64", "value": 3})'
+  rule tb_index 'beyond the "tracebacks" table' 'ops[0]["attrs"].append({"name": "traceback", "type": "uint64", "value": 3}); d["frames"] = [{"name": "f", "filename": "a.c", "line": 1}]; d["tracebacks"] = [[0]]'
+  rule frames "is not an index into \"frames\"" 'd["frames"] = []; d["tracebacks"] = [[0]]'
+  rule durations "want 0 <= exclusive <= inclusive" 'ops[0]["exclusive_dur"] = ops[0]["inclusive_dur"] + 5'
+  rule timing_partial "must all be integers" 'del ops[0]["exclusive_dur"]'
+  rule tid "hangs under the thread node" 'attr(ops[0], "tid")["value"] = 9'
+  rule thread_parent "thread node with ctrl_deps" 'next(n for n in nodes if n["name"].endswith("thread]"))["ctrl_deps"] = 2'
+  rule top_order 'top-level key "pid" out of order' 'p = d.pop("pid"); d2 = dict(d); d.clear(); d["schema"] = d2.pop("schema"); d["time"] = d2.pop("time"); d["pid"] = p; d.update(d2)'
+  rule io_key 'key "shapes" out of order' 'io = ops[0]["inputs"]; sh = io.pop("shapes"); io["shapes"] = sh'
+  rule double 'a Double value is not a number' 'k = next(n for n in ops if n["name"] == "misc::kinds"); k["inputs"]["values"][2] = "notanumber"'
+  rule bool 'a Bool value is not true/false' 'e = ops[0]; e["inputs"]["values"][3] = 1'
+  rule footer 'stat "threads" is not an integer' 'd["etr"]["stats"]["threads"] = "x"'
+  # a warning (real-trace quirk) passes, and fails under --strict
+  mutate short_strides 'ops[0]["inputs"]["strides"].pop()'
+  expect 0 "short strides: warning" -- "$etr" validate "$out/short_strides.json" &&
+    out_has strides 'warning: inputs: "strides" has 3 entries, "values" 4'
+  expect 1 "short strides --strict" -- "$etr" validate --strict "$out/short_strides.json"
+  # --max caps each kind; --quiet prints the verdict only
+  mutate many 'for n in ops: n["ctrl_deps"] = 5555'
+  expect 1 "--max 2" -- "$etr" validate --max 2 "$out/many.json" && {
+    c=$(grep -c "does not exist" "$out/last.out" || true)
+    [ "$c" -eq 2 ] || fail "--max 2 listed $c"
+    out_has max "more errors about parents"
+  }
+  expect 1 "--quiet" -- "$etr" validate --quiet "$out/many.json" && {
+    [ "$(wc -l < "$out/last.out")" -eq 1 ] || fail "--quiet printed more than the verdict"
+  }
+}
+
+case "$part" in
+  ours) part_ours ;;
+  real) part_real ;;
+  bad) part_bad ;;
+  *) echo "unknown part $part"; exit 2 ;;
+esac
+if [ $fails -ne 0 ]; then
+  echo "$fails check(s) failed"
+  exit 1
+fi
+echo "all $part checks passed"

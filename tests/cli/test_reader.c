@@ -1,0 +1,533 @@
+/* Unit tests of the streaming trace reader (src/json/reader.h): our golden trace, every
+ * value kind, gzip, stdin through a pipe, truncated and mangled input (an error naming the
+ * file and a byte offset, never a crash), warnings, bounded memory. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "etr/common.h"
+#include "json/reader.h"
+
+#ifndef ETR_GOLDEN
+#error "ETR_GOLDEN must name tests/trace/golden/basic.json"
+#endif
+
+static char tmpdir[] = "/tmp/etr-reader-test-XXXXXX";
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  b[n] = '\0';
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+static const char *tmp_path(const char *name) {
+  static char p[256];
+  snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+  return p;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  fclose(f);
+}
+
+/* ---- collected results of reading a whole file ---- */
+
+typedef struct result {
+  int rc;              /* 0, or the first negative code */
+  size_t nodes;
+  int64_t id_sum;
+  char err[600];
+  uint64_t warnings;
+  char first_warning[400];
+  int64_t first_warning_node;
+  uint64_t first_warning_off;
+  uint64_t max_memory;
+} result;
+
+static void on_warn(uint64_t off, int64_t id, const char *msg, void *user) {
+  result *r = user;
+  if (!r->first_warning[0]) {
+    snprintf(r->first_warning, sizeof r->first_warning, "%s", msg);
+    r->first_warning_node = id;
+    r->first_warning_off = off;
+  }
+}
+
+static result read_all(const char *path, size_t max_node_bytes) {
+  result res;
+  memset(&res, 0, sizeof res);
+  etr_reader_options o = ETR_READER_OPTIONS_INIT;
+  o.warn = on_warn;
+  o.user = &res;
+  o.max_node_bytes = max_node_bytes;
+  etr_reader *r = NULL;
+  int rc = etr_reader_open(path, &o, &r);
+  if (rc == 0) {
+    const etr_rnode *n;
+    while ((rc = etr_reader_next(r, &n)) == 1) {
+      res.nodes++;
+      res.id_sum += n->id;
+      uint64_t m = etr_reader_memory(r);
+      if (m > res.max_memory) res.max_memory = m;
+    }
+    if (rc == 0) rc = etr_reader_finish(r);
+  }
+  res.rc = rc;
+  if (r) {
+    snprintf(res.err, sizeof res.err, "%s", etr_reader_error(r));
+    res.warnings = etr_reader_warnings(r);
+  }
+  etr_reader_close(r);
+  return res;
+}
+
+/* The error names the file and "byte N" with N <= limit. */
+static void assert_error_names(const result *res, const char *file, uint64_t limit) {
+  assert_true(res->rc < 0);
+  assert_non_null(strstr(res->err, file));
+  const char *b = strstr(res->err, ": byte ");
+  assert_non_null(b);
+  unsigned long long off = strtoull(b + 7, NULL, 10);
+  assert_true(off <= limit);
+  assert_null(strchr(res->err, '\n'));
+}
+
+/* ---- tests ---- */
+
+static void test_golden(void **state) {
+  (void)state;
+  etr_reader *r = NULL;
+  assert_int_equal(etr_reader_open(ETR_GOLDEN, NULL, &r), 0);
+  const etr_rheader *h = etr_reader_header(r);
+  assert_string_equal(h->schema, "1.1.1-chakra.0.0.4");
+  assert_int_equal(h->schema_major, 1);
+  assert_int_equal(h->schema_minor, 1);
+  assert_int_equal(h->schema_patch, 1);
+  assert_int_equal(h->pid, 0);
+  assert_null(h->time); /* the golden file normalises "time" to 0 */
+  size_t len;
+  char *text = slurp(ETR_GOLDEN, &len);
+  const etr_rnode *n;
+  int rc, count = 0;
+  bool saw_kinds = false, saw_process = false;
+  while ((rc = etr_reader_next(r, &n)) == 1) {
+    count++;
+    assert_true(n->offset < len);
+    assert_int_equal(text[n->offset], '{'); /* offsets point at the node's '{' */
+    assert_int_equal(n->raw->kind, ETR_J_OBJECT);
+    assert_string_equal(n->raw->v.obj.items[0].key, "id");
+    assert_int_equal(n->missing_attrs, 0);
+    assert_true(n->n_attrs >= 9);
+    assert_string_equal(n->attrs[0].name, "rf_id");
+    if (count == 1) {
+      assert_int_equal(n->id, 2);
+      assert_string_equal(n->name, "aten::empty");
+      assert_int_equal(n->ctrl_deps, 3);
+      assert_true(n->has_timing);
+      assert_int_equal(n->tid, 1);
+      assert_int_equal(n->seq_id, -1);
+      assert_string_equal(n->op_schema,
+                          "aten::empty.memory_format(SymInt[] size, *, ScalarType? dtype=None) -> Tensor");
+      const etr_jval *vals = etr_jobj_get(n->outputs, "values");
+      assert_non_null(vals);
+      assert_int_equal(vals->v.arr.n, 1);
+      const etr_jval *t = &vals->v.arr.items[0];
+      assert_int_equal(t->kind, ETR_J_ARRAY);
+      assert_int_equal(t->v.arr.n, 6);
+      assert_int_equal(t->v.arr.items[3].v.i, 6);
+      assert_string_equal(t->v.arr.items[5].v.str.s, "cpu");
+    }
+    if (!strcmp(n->name, "misc::kinds")) {
+      saw_kinds = true;
+      const etr_jval *vals = etr_jobj_get(n->inputs, "values");
+      assert_int_equal(vals->v.arr.items[0].kind, ETR_J_INT);
+      assert_true(vals->v.arr.items[0].v.i == INT64_MIN);
+      assert_true(vals->v.arr.items[1].v.i == INT64_MAX);
+      assert_string_equal(vals->v.arr.items[2].v.str.s, "nan");
+      assert_int_equal(vals->v.arr.items[5].kind, ETR_J_DOUBLE);
+      assert_true(vals->v.arr.items[5].v.d == 0.5);
+      const etr_jval *s = &vals->v.arr.items[6];
+      assert_int_equal(s->kind, ETR_J_STRING);
+      assert_non_null(strstr(s->v.str.s, "quote\" backslash\\ tab\t nl\n \x01 caf\xc3\xa9"));
+      const etr_jval *z = &vals->v.arr.items[7]; /* "a\u0000b" keeps its length */
+      assert_int_equal(z->v.str.len, 3);
+      assert_memory_equal(z->v.str.s, "a\0b", 3);
+    }
+    if (n->id == 1) {
+      saw_process = true;
+      assert_string_equal(n->name, "[pytorch|profiler|execution_trace|process]");
+      assert_int_equal(n->ctrl_deps, 1);
+      assert_int_equal(n->scope, 7);
+      assert_false(n->has_timing);
+    }
+  }
+  assert_int_equal(rc, 0);
+  assert_int_equal(count, 10);
+  assert_true(saw_kinds);
+  assert_true(saw_process);
+  assert_int_equal(etr_reader_finish(r), 0);
+  assert_int_equal(etr_reader_finish_ts(r), 0);
+  const etr_jval *etr = etr_reader_trailer(r, "etr");
+  assert_non_null(etr);
+  const etr_jval *ver = etr_jobj_get(etr, "version");
+  assert_non_null(ver);
+  assert_string_equal(ver->v.str.s, "0.1.0");
+  const etr_jval *nw = etr_jobj_get(etr_jobj_get(etr, "stats"), "nodes_written");
+  assert_non_null(nw);
+  assert_int_equal(nw->v.i, 10);
+  size_t nk;
+  const char *const *keys = etr_reader_top_keys(r, &nk);
+  assert_int_equal(nk, 7);
+  assert_string_equal(keys[0], "schema");
+  assert_string_equal(keys[4], "nodes");
+  assert_string_equal(keys[6], "etr");
+  assert_int_equal(etr_reader_offset(r), len);
+  assert_string_equal(etr_reader_error(r), "");
+  etr_reader_close(r);
+  free(text);
+}
+
+static void test_value_kinds(void **state) {
+  (void)state;
+  const char *doc =
+      "{\"schema\": \"1.0.3\", \"pid\": 7, \"time\": \"2024-01-02 03:04:05\", \"start_ts\": 9,\n"
+      " \"nodes\": [{\"id\": 5, \"name\": \"k\\u00e9\\ud83d\\ude00\", \"ctrl_deps\": 1, "
+      "\"inputs\": {\"values\": [null, true, false, 18446744073709551615, -1.5e300, 1e-3, "
+      "-9223372036854775808, 99999999999999999999, {\"a\": [], \"b\": {}}, [[1], [2, [3]]]], "
+      "\"shapes\": [[],[],[],[],[],[],[],[],[],[]], \"types\": [\"None\",\"Bool\",\"Bool\",\"Int\","
+      "\"Double\",\"Double\",\"Int\",\"Int\",\"X\",\"Y\"]}, \"outputs\": {\"values\": [], \"shapes\": [], "
+      "\"types\": []}, \"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": 1}, "
+      "{\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": 0}, {\"name\": \"seq_id\", \"type\": "
+      "\"int64\", \"value\": -1}, {\"name\": \"scope\", \"type\": \"uint64\", \"value\": 0}, {\"name\": "
+      "\"tid\", \"type\": \"uint64\", \"value\": 3}, {\"name\": \"fw_tid\", \"type\": \"uint64\", "
+      "\"value\": 0}, {\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}, {\"name\": "
+      "\"traceback\", \"type\": \"uint64\", \"value\": 4}]}],\n \"finish_ts\": 11, \"frames\": [], "
+      "\"tracebacks\": [[0, 1]]}";
+  const char *p = tmp_path("kinds.json");
+  write_file(p, doc, strlen(doc));
+  etr_reader *r = NULL;
+  assert_int_equal(etr_reader_open(p, NULL, &r), 0);
+  assert_string_equal(etr_reader_header(r)->time, "2024-01-02 03:04:05");
+  assert_int_equal(etr_reader_header(r)->schema_patch, 3);
+  assert_int_equal(etr_reader_header(r)->start_ts, 9);
+  const etr_rnode *n;
+  assert_int_equal(etr_reader_next(r, &n), 1);
+  assert_string_equal(n->name, "k\xc3\xa9\xf0\x9f\x98\x80");
+  assert_int_equal(n->tid, 3);
+  assert_true(n->has_traceback);
+  assert_int_equal(n->traceback, 4);
+  assert_int_equal(n->missing_attrs, (1u << 7) | (1u << 8)); /* no kernel_backend/file */
+  const etr_jval *v = etr_jobj_get(n->inputs, "values");
+  assert_int_equal(v->v.arr.n, 10);
+  assert_int_equal(v->v.arr.items[0].kind, ETR_J_NULL);
+  assert_int_equal(v->v.arr.items[1].kind, ETR_J_BOOL);
+  assert_true(v->v.arr.items[1].v.b);
+  assert_false(v->v.arr.items[2].v.b);
+  assert_int_equal(v->v.arr.items[3].kind, ETR_J_UINT);
+  assert_true(v->v.arr.items[3].v.u == UINT64_MAX);
+  assert_int_equal(v->v.arr.items[4].kind, ETR_J_DOUBLE);
+  assert_true(v->v.arr.items[4].v.d == -1.5e300);
+  assert_true(v->v.arr.items[5].v.d == 1e-3);
+  assert_int_equal(v->v.arr.items[6].kind, ETR_J_INT);
+  assert_true(v->v.arr.items[6].v.i == INT64_MIN);
+  assert_int_equal(v->v.arr.items[7].kind, ETR_J_DOUBLE); /* beyond uint64 */
+  const etr_jval *o = &v->v.arr.items[8];
+  assert_int_equal(o->kind, ETR_J_OBJECT);
+  assert_int_equal(o->v.obj.n, 2);
+  assert_string_equal(o->v.obj.items[1].key, "b");
+  assert_int_equal(etr_jobj_get(o, "a")->kind, ETR_J_ARRAY);
+  assert_null(etr_jobj_get(o, "c"));
+  const etr_jval *nest = &v->v.arr.items[9];
+  assert_int_equal(nest->v.arr.items[1].v.arr.items[1].v.arr.items[0].v.i, 3);
+  assert_int_equal(etr_reader_next(r, &n), 0);
+  assert_int_equal(etr_reader_next(r, &n), 0); /* stays at the end */
+  assert_int_equal(etr_reader_finish(r), 0);
+  assert_int_equal(etr_reader_finish_ts(r), 11);
+  const etr_jval *tb = etr_reader_trailer(r, "tracebacks");
+  assert_non_null(tb);
+  assert_int_equal(tb->v.arr.items[0].v.arr.items[1].v.i, 1);
+  assert_null(etr_reader_trailer(r, "nope"));
+  etr_reader_close(r);
+}
+
+static void gzip_file(const char *src, const char *dst, int members) {
+  size_t len;
+  char *b = slurp(src, &len);
+  FILE *out = fopen(dst, "wb");
+  assert_non_null(out);
+  size_t cut = len / (size_t)members;
+  for (int m = 0; m < members; m++) {
+    size_t from = cut * (size_t)m, to = m == members - 1 ? len : cut * (size_t)(m + 1);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    size_t cap = deflateBound(&zs, to - from);
+    unsigned char *o = malloc(cap);
+    zs.next_in = (unsigned char *)b + from;
+    zs.avail_in = (uInt)(to - from);
+    zs.next_out = o;
+    zs.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    fwrite(o, 1, cap - zs.avail_out, out);
+    deflateEnd(&zs);
+    free(o);
+  }
+  fclose(out);
+  free(b);
+}
+
+static void test_gzip(void **state) {
+  (void)state;
+  result plain = read_all(ETR_GOLDEN, 0);
+  assert_int_equal(plain.rc, 0);
+  const char *p = tmp_path("golden.gz"); /* no .json in the name: found by magic bytes */
+  gzip_file(ETR_GOLDEN, p, 1);
+  result gz = read_all(p, 0);
+  assert_int_equal(gz.rc, 0);
+  assert_int_equal(gz.nodes, plain.nodes);
+  assert_int_equal(gz.id_sum, plain.id_sum);
+  gzip_file(ETR_GOLDEN, p, 3); /* concatenated members */
+  gz = read_all(p, 0);
+  assert_int_equal(gz.rc, 0);
+  assert_int_equal(gz.nodes, plain.nodes);
+  /* a cut gzip stream is an error naming the file */
+  size_t len;
+  char *b = slurp(p, &len);
+  const char *q = tmp_path("cut.gz");
+  write_file(q, b, len - 30);
+  result cut = read_all(q, 0);
+  assert_error_names(&cut, q, 100000);
+  /* corrupt compressed bytes */
+  b[len / 2] ^= 0x55;
+  b[len / 2 + 1] ^= 0x55;
+  write_file(q, b, len);
+  cut = read_all(q, 0);
+  assert_error_names(&cut, q, 100000);
+  free(b);
+}
+
+static void test_stdin_pipe(void **state) {
+  (void)state;
+  size_t len;
+  char *b = slurp(ETR_GOLDEN, &len);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    /* dribble it in small pieces, so the reader sees short reads */
+    for (size_t i = 0; i < len; i += 100) {
+      size_t k = len - i < 100 ? len - i : 100;
+      if (write(fds[1], b + i, k) != (ssize_t)k) _exit(1);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  int saved = dup(0);
+  assert_true(saved >= 0);
+  assert_int_equal(dup2(fds[0], 0), 0);
+  close(fds[0]);
+  result res = read_all("-", 0);
+  dup2(saved, 0);
+  close(saved);
+  int st;
+  waitpid(pid, &st, 0);
+  assert_int_equal(res.rc, 0);
+  assert_int_equal(res.nodes, 10);
+  free(b);
+  /* an error on stdin names it */
+  assert_int_equal(pipe(fds), 0);
+  assert_int_equal(write(fds[1], "{\"nodes\": [", 11), 11);
+  close(fds[1]);
+  saved = dup(0);
+  dup2(fds[0], 0);
+  close(fds[0]);
+  res = read_all("-", 0);
+  dup2(saved, 0);
+  close(saved);
+  assert_error_names(&res, "<stdin>", 11);
+}
+
+/* Every prefix of the golden file (step 1 over the header, then a prime step) is an error
+ * with an offset inside the prefix; all complete nodes before the cut are handed over. */
+static void test_truncated(void **state) {
+  (void)state;
+  size_t len;
+  char *b = slurp(ETR_GOLDEN, &len);
+  const char *p = tmp_path("cut.json");
+  size_t end = len;
+  while (end > 0 && (b[end - 1] == '\n' || b[end - 1] == ' ')) end--;
+  for (size_t cut = 0; cut < end; cut += cut < 200 ? 1 : 13) {
+    write_file(p, b, cut);
+    result res = read_all(p, 0);
+    assert_error_names(&res, p, cut);
+    assert_true(res.nodes <= 10);
+  }
+  free(b);
+}
+
+/* Bytes replaced anywhere: either still valid JSON, or an error with an offset in the
+ * file. Never a crash (the sanitizer builds run this too). */
+static void test_mangled(void **state) {
+  (void)state;
+  size_t len;
+  char *orig = slurp(ETR_GOLDEN, &len);
+  char *b = malloc(len);
+  const char *p = tmp_path("mangled.json");
+  static const char subst[] = {'{', '}', '[', ']', '"', ',', ':', 'x', '\0', '\\', (char)0xff,
+                               (char)0xc3, '9', '-', ' '};
+  size_t errors = 0, runs = 0;
+  for (size_t pos = 0; pos < len; pos += 29) {
+    for (size_t k = 0; k < sizeof subst; k += (pos % 3) + 1) {
+      memcpy(b, orig, len);
+      if (b[pos] == subst[k]) continue;
+      b[pos] = subst[k];
+      write_file(p, b, len);
+      result res = read_all(p, 0);
+      runs++;
+      if (res.rc < 0) {
+        errors++;
+        assert_error_names(&res, p, len);
+      }
+    }
+  }
+  assert_true(runs > 500);
+  assert_true(errors > runs / 3);
+  /* an exact position: a stray letter where a value should be */
+  memcpy(b, orig, len);
+  const char *at = strstr(orig, "\"ctrl_deps\":3");
+  assert_non_null(at);
+  size_t pos = (size_t)(at - orig) + 12;
+  b[pos] = 'x';
+  write_file(p, b, len);
+  result res = read_all(p, 0);
+  assert_error_names(&res, p, pos + 1);
+  const char *off = strstr(res.err, ": byte ");
+  assert_true(strtoull(off + 7, NULL, 10) + 2 >= pos);
+  free(b);
+  free(orig);
+}
+
+static void expect_error(const char *doc, const char *reason) {
+  const char *p = tmp_path("bad.json");
+  write_file(p, doc, strlen(doc));
+  result res = read_all(p, 0);
+  assert_error_names(&res, p, strlen(doc));
+  if (!strstr(res.err, reason)) fail_msg("error \"%s\" lacks \"%s\"", res.err, reason);
+}
+
+static void test_shape_errors(void **state) {
+  (void)state;
+  expect_error("", "end of input");
+  expect_error("[1, 2]", "not a JSON object");
+  expect_error("{\"schema\": \"1.1.1\", \"nodes\": {}}", "\"nodes\" is not an array");
+  expect_error("{\"schema\": \"1.1.1\", \"nodes\": [1]}", "not an object");
+  expect_error("{\"schema\": \"1.1.1\"}", "no \"nodes\"");
+  expect_error("{\"nodes\": [], \"nodes\": []}", "twice");
+  expect_error("{\"nodes\": []} {}", "invalid JSON");
+  expect_error("{\"nodes\": [{\"id\": 1,}]}", "invalid JSON");
+  expect_error("{\"nodes\": [{\"id\": \"\xff\"}]}", "invalid JSON");
+  /* a node larger than max_node_bytes */
+  const char *doc = "{\"nodes\": [{\"id\": 2, \"name\": \"0123456789012345678901234567890123456789\"}]}";
+  const char *p = tmp_path("big.json");
+  write_file(p, doc, strlen(doc));
+  result res = read_all(p, 32);
+  assert_error_names(&res, p, 20);
+  assert_non_null(strstr(res.err, "node larger than"));
+  /* reading a directory, a missing file */
+  res = read_all(tmpdir, 0);
+  assert_true(res.rc < 0);
+  assert_non_null(strstr(res.err, tmpdir));
+  res = read_all(tmp_path("does-not-exist.json"), 0);
+  assert_int_equal(res.rc, ETR_EOPEN);
+  assert_non_null(strstr(res.err, "does-not-exist.json: byte 0: cannot open"));
+}
+
+static void test_warnings(void **state) {
+  (void)state;
+  const char *doc =
+      "{\"schema\": \"1.1.1-chakra.0.0.4\", \"pid\": 1, \"time\": \"x\", \"start_ts\": 0, "
+      "\"nodes\": [{\"id\": 2, \"name\": \"a\", \"ctrl_deps\": 1, \"inputs\": {\"values\": [1, 2], "
+      "\"shapes\": [[], []], \"types\": [\"Int\", \"Int\"], \"strides\": [[]]}, \"outputs\": "
+      "{\"values\": [], \"shapes\": [], \"types\": []}, \"attrs\": [{\"name\": \"rf_id\", \"type\": "
+      "\"uint64\", \"value\": 0}]}], \"finish_ts\": 1}";
+  const char *p = tmp_path("warn.json");
+  write_file(p, doc, strlen(doc));
+  result res = read_all(p, 0);
+  assert_int_equal(res.rc, 0);
+  assert_int_equal(res.nodes, 1);
+  assert_int_equal(res.first_warning_node, 2);
+  assert_int_equal(res.first_warning_off, (uint64_t)(strstr(doc, "{\"id\"") - doc));
+  assert_non_null(strstr(res.first_warning, "\"strides\" has 1 entries, \"values\" 2"));
+  assert_int_equal(res.warnings, 1 + 6); /* strides, then 6 missing base attrs */
+}
+
+/* Memory stays bounded by a node, not the file: a 24 MB trace read with a small footprint. */
+static void test_bounded_memory(void **state) {
+  (void)state;
+  size_t len;
+  char *b = slurp(ETR_GOLDEN, &len);
+  const char *start = strstr(b, "  {\"id\":2");
+  const char *stop = strstr(b, "  {\"id\":1,");
+  assert_non_null(start);
+  assert_non_null(stop);
+  const char *p = tmp_path("long.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fwrite(b, 1, (size_t)(start - b), f);
+  size_t body = (size_t)(stop - start), reps = (24u << 20) / body;
+  for (size_t i = 0; i < reps; i++) fwrite(start, 1, body, f);
+  fputs(stop, f);
+  fclose(f);
+  result res = read_all(p, 0);
+  assert_int_equal(res.rc, 0);
+  assert_int_equal(res.nodes, reps * 9 + 1);
+  if (res.max_memory > (4u << 20)) fail_msg("reader held %llu bytes", (unsigned long long)res.max_memory);
+  free(b);
+}
+
+static int setup(void **state) {
+  (void)state;
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_golden),        cmocka_unit_test(test_value_kinds),
+      cmocka_unit_test(test_gzip),          cmocka_unit_test(test_stdin_pipe),
+      cmocka_unit_test(test_truncated),     cmocka_unit_test(test_mangled),
+      cmocka_unit_test(test_shape_errors),  cmocka_unit_test(test_warnings),
+      cmocka_unit_test(test_bounded_memory),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
