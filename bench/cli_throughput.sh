@@ -1,0 +1,112 @@
+#!/bin/sh
+# Throughput and peak memory of `etr validate` and `etr summary` on a large trace that the
+# recorder itself writes (DESIGN 10: >= 150 MB/s, <= 64 MB on a 1 GB trace), compared in the
+# same run with Python's json.load on the same file. Never fails on the figures.
+#
+# usage: bench/cli_throughput.sh [--build DIR] [--size MB] [--runs N] [--py-runs N]
+#                                [--dir DIR] [--keep]
+#   --build DIR   build tree holding tools/etr and examples/etr-example-runtime (default
+#                 build-bench, else build); a Release build gives the figures to record
+#   --size MB     trace size to generate, at least (default 1100: over 1 GB)
+#   --runs N      runs of each etr command; the median is reported (default 3)
+#   --py-runs N   runs of python3 json.load (default 1; 0 skips it: it needs ~10x the file
+#                 in memory)
+#   --dir DIR     where to write the trace (default: a temp dir, removed at the end)
+#   --keep        keep the trace
+# ETR_READER_BACKEND is passed through to etr (see docs/CLI.md).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+build="" size=1100 runs=3 pyruns=1 dir="" keep=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --py-runs) pyruns=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "cli_throughput.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$build" ]; then
+  for b in "$here/build-bench" "$here/build"; do
+    [ -x "$b/tools/etr" ] && { build=$b; break; }
+  done
+fi
+etr="$build/tools/etr"
+example="$build/examples/etr-example-runtime"
+[ -x "$etr" ] && [ -x "$example" ] ||
+  { echo "cli_throughput.sh: no tools/etr and examples/etr-example-runtime under '$build' (use --build)" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "cli_throughput.sh: needs GNU time (/usr/bin/time; Debian package 'time')" >&2; exit 2; }
+
+cleanup_dir=0
+if [ -z "$dir" ]; then
+  dir=$(mktemp -d /tmp/etr-cli-bench-XXXXXX)
+  cleanup_dir=1
+fi
+trace="$dir/cli-bench.json"
+cleanup() {
+  [ $keep -eq 1 ] || rm -f "$trace" "$dir/calib.json"
+  [ $cleanup_dir -eq 1 ] && [ $keep -eq 0 ] && rmdir "$dir" 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+# Calibrate: bytes per training step of the example runtime (2 workers), then size the run.
+threads=2
+"$example" --out "$dir/calib.json" --threads $threads --iters 20 > /dev/null
+cb=$(wc -c < "$dir/calib.json")
+rm -f "$dir/calib.json"
+want=$((size * 1000000))
+iters=$(( (want / cb + 1) * 20 * 21 / 20 ))
+[ "$iters" -ge 1 ] || iters=1
+echo "generating a trace of >= $size MB with $example --threads $threads --iters $iters ..."
+"$example" --out "$trace" --threads $threads --iters $iters > /dev/null
+bytes=$(wc -c < "$trace")
+while [ "$bytes" -lt "$want" ]; do
+  iters=$((iters * 11 / 10 + 1))
+  "$example" --out "$trace" --threads $threads --iters $iters > /dev/null
+  bytes=$(wc -c < "$trace")
+done
+mb=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1e6 }')
+echo "trace: $trace, $mb MB"
+# warm the page cache, so every tool reads from memory
+cat "$trace" > /dev/null
+
+# run NAME CMD...: N runs, records median seconds and max RSS
+measure() {
+  name=$1 n=$2
+  shift 2
+  : > "$dir/times"
+  i=0
+  while [ $i -lt "$n" ]; do
+    /usr/bin/time -f "%e %M" -o "$dir/one" "$@" > /dev/null 2> "$dir/err" ||
+      { echo "$name failed:"; cat "$dir/err"; exit 1; }
+    cat "$dir/one" >> "$dir/times"
+    i=$((i + 1))
+  done
+  med=$(awk '{ print $1 }' "$dir/times" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+  rss=$(awk '{ if ($2 > m) m = $2 } END { print m }' "$dir/times")
+  all=$(awk '{ printf "%s%s", sep, $1; sep = "/" }' "$dir/times")
+  awk -v name="$name" -v b="$bytes" -v t="$med" -v r="$rss" -v all="$all" 'BEGIN {
+    printf "| %-28s | %8.2f | %9.0f | %8.1f | %s |\n", name, t, (t > 0 ? b / 1e6 / t : 0), r / 1024, all }' \
+    >> "$dir/table"
+}
+
+rm -f "$dir/table"
+measure "etr validate" "$runs" "$etr" validate --quiet "$trace"
+measure "etr summary" "$runs" "$etr" summary "$trace"
+measure "etr summary --json" "$runs" "$etr" summary --json "$trace"
+if [ "$pyruns" -gt 0 ]; then
+  measure "python3 json.load" "$pyruns" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$trace"
+fi
+
+echo
+echo "$(uname -m), $(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "trace $mb MB ($threads workers x $iters steps of etr-example-runtime); page cache warm;"
+echo "time = median of the runs (all runs listed), MB/s = file size / median, RSS = largest peak"
+echo
+echo "| command                      | time (s) |  MB/s     | peak RSS (MB) | runs (s) |"
+echo "| ---------------------------- | -------- | --------- | -------- | --- |"
+cat "$dir/table"
+rm -f "$dir/table" "$dir/times" "$dir/one" "$dir/err"
