@@ -159,8 +159,9 @@ int etr_cmd_replay(int argc, char **argv) {
             nops[th], s.busy[th], s.thread_end[th],
             s.makespan > 0 ? 100.0 * s.busy[th] / s.makespan : 0.0);
   }
-  fprintf(out, "critical path (each op's start is set by the op named in 'after': the previous "
-          "op of its thread, a data or fw dependency, its parent, or recorded idle time):\n");
+  fprintf(out, "critical path ('via' says what set a start: thread = the previous op of the "
+          "thread ended, data = a tensor's writer ended, fw = the fw_parent started, parent = "
+          "the parent's own time before it, idle = recorded idle time):\n");
   etr_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
   if (fflush(out) != 0 || ferror(out)) {
     etr_cli_error(CMD, "writing the report failed");

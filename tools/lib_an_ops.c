@@ -66,7 +66,7 @@ bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d) {
     return false;
   uint32_t th = thread_ix(t, d->tid);
   const char *nm = d->name ? d->name : "";
-  uint32_t name = etr_strtab_intern(&t->names, nm, strlen(nm));
+  uint32_t name = etr_strtab_intern(&t->names, nm, d->name_len ? d->name_len : strlen(nm));
   if (th == ETR_NOIX || name == ETR_NOIX) return false;
   etr_op *op = &t->ops[t->n];
   memset(op, 0, sizeof *op);
@@ -303,6 +303,7 @@ bool etr_optab_add_rnode(etr_optab *t, const etr_rnode *n) {
   d.fw_parent = (int64_t)n->fw_parent;
   d.tid = n->tid;
   d.name = n->name;
+  d.name_len = n->name_len;
   d.timed = n->has_timing;
   d.ts = n->ts;
   d.incl = n->inclusive_dur;

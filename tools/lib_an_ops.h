@@ -90,6 +90,7 @@ typedef struct etr_op_desc {
   int64_t id, parent, fw_parent;
   uint64_t tid;
   const char *name;
+  size_t name_len;       /* 0: strlen(name) */
   bool timed;
   int64_t ts, incl, excl;
   const etr_tref *in;
