@@ -413,9 +413,16 @@ static bool cache_alloc(tstate *ts) {
   return true;
 }
 
+/* Every bit of the handle matters (a runtime may keep its data in the high bits, as etrdemo
+ * puts the instruction index above a pointer): a full 64-bit mix (murmur3's finalizer). */
 static size_t cache_bucket(const tstate *ts, uintptr_t h) {
-  uint64_t x = (uint64_t)h * 0x9E3779B97F4A7C15ull;
-  return (size_t)(x >> 32) & (ts->nbuckets - 1);
+  uint64_t x = (uint64_t)h;
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return (size_t)x & (ts->nbuckets - 1);
 }
 
 static centry *cache_find(tstate *ts, uintptr_t h) {

@@ -12,7 +12,8 @@ etrdemo was built for, then checks the trace it wrote:
   frames, then etrdemo's apply C function, then the caller's frames; threading.py's frames
   come after worker();
 - the process-wide counters say every gathered Python reference was released (after
-  etrdemo unregistered its unwinder).
+  etrdemo unregistered its unwinder), and that each call site was symbolized about once per
+  thread (the per-thread cache holds them).
 
 Usage: check_python_trace.py --python PY --module-dir DIR --demo demo.py --workdir DIR
        [--threads 4] [--steps 3] [--env]
@@ -206,6 +207,11 @@ def main():
     if stats is not None:
         if stats["script_frames"] == 0:
             fail("no script frames gathered")
+        # Each thread has about 15 distinct Python call sites: symbolized once each while
+        # cached (a cache that thrashed would symbolize on every op).
+        if stats["script_symbolized"] > 30 * args.threads:
+            fail(f"{stats['script_symbolized']} script frames symbolized for {n_ops} ops on "
+                 f"{args.threads} threads: the per-thread cache does not hold them")
         if stats["script_released"] != stats["script_frames"]:
             fail(f"{stats['script_frames']} Python frame references taken, "
                  f"{stats['script_released']} released")

@@ -26,7 +26,8 @@
 #include "unwind/script.h"
 #include "unwind/unwind.h"
 
-#define NH 1024 /* handles are 1 .. NH-1 */
+#define NH 1024 /* handles are 1 .. NH-1, possibly with high bits set */
+#define SLOT(h) ((h) & (NH - 1))
 
 /* An exported function with a body, so that it has a size in the symbol table. */
 __attribute__((noinline, visibility("default"))) int fake_interp_entry(int x) {
@@ -90,8 +91,8 @@ static size_t fake_gather(uintptr_t *handles, uint8_t *flags, size_t max, void *
   for (size_t i = 0; i < n; i++) {
     handles[i] = tl_stack[i];
     flags[i] = tl_flags[i];
-    atomic_fetch_add(&refs[tl_stack[i]], 1);
-    atomic_store(&gather_thread[tl_stack[i]], tl_tag);
+    atomic_fetch_add(&refs[SLOT(tl_stack[i])], 1);
+    atomic_store(&gather_thread[SLOT(tl_stack[i])], tl_tag);
   }
   atomic_fetch_add(&gathered, n);
   poke_etr();
@@ -118,11 +119,12 @@ static void fake_release(const uintptr_t *h, size_t n, void *user) {
   (void)user;
   poke_etr();
   for (size_t i = 0; i < n; i++) {
-    if (h[i] == 0 || h[i] >= NH || atomic_fetch_sub(&refs[h[i]], 1) <= 0) {
+    if (SLOT(h[i]) == 0 || atomic_fetch_sub(&refs[SLOT(h[i])], 1) <= 0) {
       atomic_fetch_add(&bad_releases, 1);
       continue;
     }
-    if (atomic_load(&gather_thread[h[i]]) != tl_tag) atomic_fetch_add(&released_off_thread, 1);
+    if (atomic_load(&gather_thread[SLOT(h[i])]) != tl_tag)
+      atomic_fetch_add(&released_off_thread, 1);
   }
   atomic_fetch_add(&released, n);
 }
@@ -353,6 +355,33 @@ static void test_eviction(void **state) {
   assert_true(etr__script_pending_count() <= 2);
 }
 
+/* Handles that differ only in their high bits (etrdemo keeps the instruction index above a
+ * code pointer) spread over the cache: a second capture of the same stack symbolizes
+ * nothing. Runs on a fresh thread so that the cache has its default size. */
+static void *high_bits_thread(void *arg) {
+  (void)arg;
+  uint64_t out[16];
+  uintptr_t h[8];
+  for (int i = 0; i < 8; i++) h[i] = 3 + ((uintptr_t)(i + 1) << 60);
+  set_stack(8, h, NULL);
+  CHECK(etr__script_interleave(NULL, 0, out, 16) == 8);
+  uint64_t s = atomic_load(&symbolized);
+  for (int k = 0; k < 10; k++) CHECK(etr__script_interleave(NULL, 0, out, 16) == 8);
+  CHECK(atomic_load(&symbolized) == s);
+  return NULL;
+}
+
+static void test_cache_high_bits(void **state) {
+  (void)state;
+  etr_script_unwinder u = fake_unwinder(true);
+  assert_int_equal(etr_script_unwinder_register(&u), 0);
+  atomic_store(&reenter, 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, high_bits_thread, NULL), 0);
+  pthread_join(t, NULL);
+  atomic_store(&reenter, 1);
+}
+
 /* release_in_record false: nothing is released during captures; release_pending does. */
 static void test_deferred_release(void **state) {
   (void)state;
@@ -515,6 +544,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_interleave_no_entry_frames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_failure_and_dedup, setup, teardown),
       cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cache_high_bits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deferred_release, setup, teardown),
       cmocka_unit_test_setup_teardown(test_thread_exit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_thread_exit_release_in_record, setup, teardown),
