@@ -22,11 +22,15 @@
 #if defined(__GNUC__)
 #define ETR__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define ETR__LIKELY(x) __builtin_expect(!!(x), 1)
+/* The record-site functions are inlined even without optimization: no call on the disabled
+ * path, and no frame of etr's between the runtime's code and a captured traceback. */
+#define ETR__ALWAYS_INLINE __attribute__((always_inline))
 /* Relaxed atomic load usable from C and C++ alike (the flag is a plain integer in the ABI). */
 #define ETR__LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #else
 #define ETR__UNLIKELY(x) (x)
 #define ETR__LIKELY(x) (x)
+#define ETR__ALWAYS_INLINE
 #define ETR__LOAD_RELAXED(p) (*(volatile const __typeof__(*(p)) *)(p))
 #endif
 

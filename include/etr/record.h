@@ -127,7 +127,7 @@ ETR_API void etr__storage_died(const void *storage);
 
 /* Start a record. name must stay valid until etr_record_begin returns. Any thread; never
  * allocates or locks while nothing is enabled. */
-static inline void etr_record_init(etr_record *rec, const char *name, etr_scope scope) {
+static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const char *name, etr_scope scope) {
   rec->_active = 0;
   rec->_state = 0;
 #ifndef ETR_DISABLE
@@ -150,7 +150,7 @@ static inline bool etr_record_needs_outputs(const etr_record *rec) {
 }
 
 /* The operator starts: observers' enter callbacks run here. */
-static inline void etr_record_begin(etr_record *rec) {
+static inline ETR__ALWAYS_INLINE void etr_record_begin(etr_record *rec) {
 #ifndef ETR_DISABLE
   if (ETR__UNLIKELY(rec->_state != 0)) etr__record_begin(rec);
 #else
@@ -162,7 +162,7 @@ static inline void etr_record_begin(etr_record *rec) {
  * it was disabled since. On an observed record, an end without a begin, or a second end, is
  * counted (etr_registry_stats.ends_without_begin) and ignored; on a record nobody observed,
  * end costs one branch and counts nothing. */
-static inline void etr_record_end(etr_record *rec) {
+static inline ETR__ALWAYS_INLINE void etr_record_end(etr_record *rec) {
 #ifndef ETR_DISABLE
   if (ETR__UNLIKELY(rec->_state != 0)) etr__record_end(rec);
 #else

@@ -337,7 +337,8 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
   }
   ETR__JW_LIT(w, "\n  ],\n  \"tracebacks\": [");
   for (uint32_t i = 0; i < t->n_tbs; i++) {
-    ETR__JW_LIT(w, i ? ",\n    [" : "\n    [");
+    if (i) etr__jw_char(w, ',');
+    ETR__JW_LIT(w, "\n    [");
     bool first = true;
     for (size_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
       uint32_t fr = t->sites[t->seq[k]].frame;

@@ -342,14 +342,13 @@ def check_tracebacks(ck, doc, keys, op_nodes, A):
         if key in seen:
             ck.fail("traceback", "frame %d is written twice: %r" % (i, f))
         seen.add(key)
-    seen = set()
     for i, tb in enumerate(tbs):
         if not isinstance(tb, list) or not tb or not all(is_int(k) and 0 <= k < len(frames) for k in tb):
             ck.fail("traceback", "traceback %d is not a non-empty list of frame indices: %r" % (i, tb))
             continue
-        if tuple(tb) in seen:
-            ck.fail("traceback", "traceback %d is written twice" % i)
-        seen.add(tuple(tb))
+        # Entries are unique by return addresses (the unit test checks identical stacks share
+        # one); two address sequences may resolve to the same lines, so equal index lists are
+        # allowed here (docs/FORMAT.md).
         own = [frames[k] for k in tb if frames[k]["filename"].endswith("minitensor.c")]
         if not own:
             ck.fail("traceback", "traceback %d has no frame in minitensor.c: %r"
@@ -370,7 +369,7 @@ def check_tracebacks(ck, doc, keys, op_nodes, A):
     if len(used) != len(tbs):
         ck.fail("traceback", "%d tracebacks in the table, %d used by nodes" % (len(tbs), len(used)))
     names = {frames[k]["name"] for tb in tbs for k in tb}
-    for want in ("worker_main", "op_begin"):
+    for want in ("worker_main",):  # a thread entry: never inlined
         if not any(x == want for x in names):
             ck.fail("traceback", "no frame named %r (the example's call chain)" % want)
     return len(tbs)

@@ -1,0 +1,292 @@
+/* Tracebacks in the trace: selection (all, pattern, 1 in N, runtime switch), the tables
+ * after finish_ts (consistent, deduplicated), real function/file/line for a known call chain,
+ * module mode, depth limit, counters, bad options. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_util.h"
+
+#define NOINLINE __attribute__((noinline))
+
+/* Lines of the calls to etr_record_begin below (set as the call runs). */
+static int line_leaf, line_mid, line_root;
+static volatile int sink;
+
+static NOINLINE void tb_leaf(const char *name) {
+  etr_record r;
+  etr_record_init(&r, name, ETR_SCOPE_FUNCTION);
+  line_leaf = __LINE__; etr_record_begin(&r);
+  sink++;
+  etr_record_end(&r);
+}
+
+static NOINLINE void tb_mid(const char *name) {
+  line_mid = __LINE__; tb_leaf(name);
+  sink++;
+}
+
+static NOINLINE void tb_root(const char *name) {
+  line_root = __LINE__; tb_mid(name);
+  sink++;
+}
+
+static NOINLINE void tb_recurse(int n) {
+  if (n > 0) {
+    tb_recurse(n - 1);
+    sink++;
+    return;
+  }
+  tb_leaf("tb::deep");
+}
+
+static json_t *table(const tu_trace *t, const char *key) {
+  json_t *a = json_object_get(t->root, key);
+  assert_non_null(a);
+  assert_true(json_is_array(a));
+  return a;
+}
+
+/* The frames of node's traceback, innermost first (asserts the tables are consistent). */
+static json_t *frames_of(const tu_trace *t, const json_t *node) {
+  json_int_t idx = tu_attr_int(node, "traceback");
+  json_t *tbs = table(t, "tracebacks"), *frames = table(t, "frames");
+  assert_in_range(idx, 0, (json_int_t)json_array_size(tbs) - 1);
+  json_t *tb = json_array_get(tbs, (size_t)idx);
+  json_t *out = json_array();
+  size_t i;
+  json_t *fi;
+  json_array_foreach(tb, i, fi) {
+    assert_true(json_is_integer(fi));
+    json_int_t k = json_integer_value(fi);
+    assert_in_range(k, 0, (json_int_t)json_array_size(frames) - 1);
+    json_array_append(out, json_array_get(frames, (size_t)k));
+  }
+  return out;
+}
+
+static const char *fstr(const json_t *f, const char *key) {
+  json_t *v = json_object_get(f, key);
+  assert_non_null(v);
+  assert_true(json_is_string(v));
+  return json_string_value(v);
+}
+
+static json_int_t fline(const json_t *f) {
+  json_t *v = json_object_get(f, "line");
+  assert_true(json_is_integer(v));
+  return json_integer_value(v);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Every frame once, every traceback once. */
+static void check_tables_unique(const tu_trace *t) {
+  json_t *frames = table(t, "frames"), *tbs = table(t, "tracebacks");
+  for (size_t i = 0; i < json_array_size(frames); i++)
+    for (size_t j = i + 1; j < json_array_size(frames); j++)
+      assert_false(json_equal(json_array_get(frames, i), json_array_get(frames, j)));
+  for (size_t i = 0; i < json_array_size(tbs); i++)
+    for (size_t j = i + 1; j < json_array_size(tbs); j++)
+      assert_false(json_equal(json_array_get(tbs, i), json_array_get(tbs, j)));
+}
+
+static void test_known_chain(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  tu_open(&t, &opt);
+  tb_root("tb::chain");
+  tu_close_ok(&t);
+  json_t *node = tu_node(&t, "tb::chain");
+  json_t *fr = frames_of(&t, node);
+  assert_true(json_array_size(fr) >= 4);
+  /* Innermost first: the runtime's call to etr_record_begin, then its callers. */
+  static const char *const names[] = {"tb_leaf", "tb_mid", "tb_root", "test_known_chain"};
+  const int lines[] = {line_leaf, line_mid, line_root};
+  for (size_t i = 0; i < 4; i++) {
+    json_t *f = json_array_get(fr, i);
+    if (strcmp(fstr(f, "name"), names[i]) != 0)
+      fail_msg("frame %zu is '%s' (%s:%lld), expected %s", i, fstr(f, "name"),
+               fstr(f, "filename"), (long long)fline(f), names[i]);
+    assert_true(ends_with(fstr(f, "filename"), "test_trace_traceback.c"));
+    if (i < 3) assert_int_equal(fline(f), lines[i]);
+  }
+  check_tables_unique(&t);
+  assert_int_equal(tu_stat(&t, "tracebacks"), 1);
+  json_decref(fr);
+  tu_free(&t);
+}
+
+static void test_identical_stacks_share(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  tu_open(&t, &opt);
+  for (int i = 0; i < 50; i++) tb_root("tb::same"); /* one call site: one stack */
+  tb_mid("tb::other");                               /* a different stack */
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "tb::same"), 50);
+  json_int_t first = -1;
+  for (size_t i = 0; i < json_array_size(t.nodes); i++) {
+    json_t *n = json_array_get(t.nodes, i);
+    if (strcmp(tu_name(n), "tb::same") != 0) continue;
+    json_int_t idx = tu_attr_int(n, "traceback");
+    if (first < 0) first = idx;
+    assert_int_equal(idx, first);
+  }
+  assert_int_not_equal(tu_attr_int(tu_node(&t, "tb::other"), "traceback"), first);
+  assert_int_equal(json_array_size(table(&t, "tracebacks")), 2);
+  assert_int_equal(tu_stat(&t, "tracebacks_unique"), 2);
+  assert_int_equal(tu_stat(&t, "tracebacks"), 51);
+  check_tables_unique(&t);
+  tu_free(&t);
+}
+
+static void test_pattern_and_every(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  opt.traceback.pattern = "tb::pick*";
+  opt.traceback.every = 4;
+  tu_open(&t, &opt);
+  for (int i = 0; i < 40; i++) {
+    tb_leaf("tb::picked");
+    tb_leaf("tb::skipped");
+  }
+  tu_close_ok(&t);
+  size_t with = 0;
+  for (size_t i = 0; i < json_array_size(t.nodes); i++) {
+    json_t *n = json_array_get(t.nodes, i);
+    if (tu_attr(n, "traceback")) {
+      assert_string_equal(tu_name(n), "tb::picked");
+      with++;
+    }
+  }
+  assert_int_equal(with, 10); /* 1 in 4 of the 40 matching ops */
+  assert_int_equal(tu_stat(&t, "tracebacks"), 10);
+  tu_free(&t);
+}
+
+static void test_runtime_switch(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL); /* no tracebacks at open */
+  tb_leaf("tb::before");
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  tb.enabled = true;
+  assert_int_equal(etr_trace_set_traceback(t.trace, &tb), 0);
+  tb_leaf("tb::during");
+  tb.enabled = false;
+  assert_int_equal(etr_trace_set_traceback(t.trace, &tb), 0);
+  tb_leaf("tb::after");
+  tb.max_depth = 257;
+  assert_int_equal(etr_trace_set_traceback(t.trace, &tb), ETR_EINVAL);
+  assert_int_equal(etr_trace_set_traceback(NULL, &tb), ETR_EINVAL);
+  assert_int_equal(etr_trace_set_traceback(t.trace, NULL), ETR_EINVAL);
+  tu_close_ok(&t);
+  assert_null(tu_attr(tu_node(&t, "tb::before"), "traceback"));
+  assert_non_null(tu_attr(tu_node(&t, "tb::during"), "traceback"));
+  assert_null(tu_attr(tu_node(&t, "tb::after"), "traceback"));
+  tu_free(&t);
+}
+
+static void test_depth_limit(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  opt.traceback.max_depth = 8;
+  tu_open(&t, &opt);
+  tb_recurse(100);
+  tu_close_ok(&t);
+  json_t *fr = frames_of(&t, tu_node(&t, "tb::deep"));
+  assert_int_equal(json_array_size(fr), 8);
+  assert_string_equal(fstr(json_array_get(fr, 0), "name"), "tb_leaf");
+  for (size_t i = 1; i < 8; i++) assert_string_equal(fstr(json_array_get(fr, i), "name"), "tb_recurse");
+  json_decref(fr);
+  tu_free(&t);
+}
+
+static void test_module_mode(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  opt.traceback.symbolize = ETR_SYMBOLIZE_MODULE;
+  tu_open(&t, &opt);
+  tb_root("tb::module");
+  tu_close_ok(&t);
+  json_t *fr = frames_of(&t, tu_node(&t, "tb::module"));
+  json_t *f = json_array_get(fr, 0);
+  const char *module = fstr(f, "module");
+  assert_true(ends_with(module, "trace_test_traceback"));
+  assert_string_equal(fstr(f, "filename"), module);
+  const char *bid = fstr(f, "build_id");
+  assert_true(strlen(bid) >= 16 && strspn(bid, "0123456789abcdef") == strlen(bid));
+  json_t *off = json_object_get(f, "offset");
+  assert_true(json_is_integer(off) && json_integer_value(off) > 0);
+  char expect[64];
+  snprintf(expect, sizeof expect, "trace_test_traceback+0x%llx",
+           (unsigned long long)json_integer_value(off));
+  assert_string_equal(fstr(f, "name"), expect);
+  assert_int_equal(fline(f), 0);
+  json_decref(fr);
+  tu_free(&t);
+}
+
+static void test_counters(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_traceback_stats before, after;
+  memset(&before, 0, sizeof before);
+  memset(&after, 0, sizeof after);
+  assert_int_equal(etr_traceback_stats_get(&before), 0);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  tu_open(&t, &opt);
+  for (int i = 0; i < 20; i++) tb_root("tb::count");
+  etr_trace_stats ts;
+  memset(&ts, 0, sizeof ts);
+  assert_int_equal(etr_trace_flush(t.trace), 0);
+  assert_int_equal(etr_trace_stats_get(t.trace, &ts), 0);
+  assert_int_equal(ts.tracebacks, 20);
+  assert_int_equal(ts.tracebacks_unique, 1);
+  tu_close_ok(&t);
+  assert_int_equal(etr_traceback_stats_get(&after), 0);
+  assert_true(after.captures >= before.captures + 20);
+  assert_true(after.frames_captured > before.frames_captured);
+  assert_true(after.unwind_cache_hits > before.unwind_cache_hits); /* the same stack 20 times */
+  assert_true(after.symbol_cache_misses > before.symbol_cache_misses);
+  assert_int_equal(etr_traceback_stats_get(NULL), ETR_EINVAL);
+  tu_free(&t);
+}
+
+static void test_bad_options(void **state) {
+  (void)state;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  opt.traceback.max_depth = 1000;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
+  assert_null(tr);
+  opt.traceback.max_depth = 0;
+  opt.traceback.symbolize = (etr_symbolize_mode)7;
+  assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      TU_TEST(test_known_chain),   TU_TEST(test_identical_stacks_share),
+      TU_TEST(test_pattern_and_every), TU_TEST(test_runtime_switch),
+      TU_TEST(test_depth_limit),   TU_TEST(test_module_mode),
+      TU_TEST(test_counters),      TU_TEST(test_bad_options),
+  };
+  return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
+}
