@@ -78,10 +78,12 @@ typedef struct etr_script_unwinder {
   /* Drop references taken by gather. Never called with an etr lock held, never from the
    * writer thread; called from etr_script_release_pending, etr_trace_flush/_disable/_close
    * on the calling thread, and (when release_in_record is true) on a recording thread in a
-   * later record begin. */
+   * later record begin. The handles may have been gathered on other threads, including
+   * threads that have exited since. */
   void (*release)(const uintptr_t *handles, size_t n, void *user);
   /* True when release may run inside a record begin on the recording thread (CPython: ops
-   * are called holding the GIL, and release takes it reentrantly). */
+   * are called holding the GIL, and release takes it reentrantly). When false, a thread
+   * stops gathering script frames once 65,536 releases wait for a safe point. */
   bool release_in_record;
   void *user;
 } etr_script_unwinder;
@@ -91,8 +93,10 @@ typedef struct etr_script_unwinder {
  * entry symbols are resolved once here (ETR_ENOENT if none is found). Any thread. */
 ETR_API int etr_script_unwinder_register(const etr_script_unwinder *u);
 
-/* Unregister: releases every handle etr still holds (through the unwinder's release, on the
- * calling thread), then forgets the unwinder. Call it where release may run. */
+/* Unregister: waits until no thread is inside the unwinder's callbacks, releases every
+ * handle etr still holds (through the unwinder's release, on the calling thread), then
+ * forgets the unwinder. Call it where release may run. ETR_ENOENT when none is registered,
+ * ETR_EBUSY from inside one of its callbacks or during another unregister. */
 ETR_API int etr_script_unwinder_unregister(void);
 
 /* Release the script-frame handles whose release was deferred. Call it at a point where the
