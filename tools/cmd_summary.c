@@ -413,9 +413,9 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
   for (size_t i = 0; i < t->cap; i++)
     if (t->slots[i].name) all[k++] = &t->slots[i];
   size_t top = s->top < k ? (size_t)s->top : k;
-  qsort(s->thr, s->n_thr, sizeof *s->thr, cmp_thr);
-  qsort(s->heap, s->n_heap, sizeof *s->heap, cmp_tens);
-  qsort(s->coll, s->n_coll, sizeof *s->coll, cmp_coll);
+  if (s->n_thr) qsort(s->thr, s->n_thr, sizeof *s->thr, cmp_thr);
+  if (s->n_heap) qsort(s->heap, s->n_heap, sizeof *s->heap, cmp_tens);
+  if (s->n_coll) qsort(s->coll, s->n_coll, sizeof *s->coll, cmp_coll);
   const etr_jval *ver = etr ? etr_jobj_get(etr, "version") : NULL;
   const etr_jval *stats = etr ? etr_jobj_get(etr, "stats") : NULL;
 
@@ -442,7 +442,7 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
         fputs(", \"first_ts\": null, \"last_end_ts\": null}", f);
     }
     for (int pass = 0; pass < 2; pass++) {
-      qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);
+      if (k) qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);
       fprintf(f, "],\n \"%s\": [", pass ? "ops_by_exclusive_time" : "ops_by_count");
       for (size_t i = 0; i < top; i++) {
         fputs(i ? ",\n   {" : "\n   {", f);
@@ -506,7 +506,7 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
             x->busy, x->first_ts <= x->last_end ? x->last_end - x->first_ts : 0);
   }
   for (int pass = 0; pass < (s->timing ? 2 : 1); pass++) {
-    qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);
+    if (k) qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);
     fprintf(f, "\nops by %s (top %zu of %zu)\n  %10s %14s %14s  %s\n",
             pass ? "exclusive time" : "count", top, k, "count", "exclusive_us", "inclusive_us",
             "name");

@@ -901,6 +901,8 @@ int etr_cmd_validate(int argc, char **argv) {
   check_top(&w.v, in.r, end);
   check_trailer(&w, in.r, end);
   check_tree(&w, end);
+  char schema[128];
+  snprintf(schema, sizeof schema, "%s", w.v.hdr->schema ? w.v.hdr->schema : "?");
   etr_cli_close(&in);
   tab_free(&w.ids);
 
@@ -916,7 +918,7 @@ int etr_cmd_validate(int argc, char **argv) {
   else
     printf("%s: valid: %" PRIu64 " nodes (%" PRIu64 " ops, %" PRIu64 " threads), %" PRIu64
            " warnings, schema %s\n",
-           v->file, w.nodes, w.ops, w.threads, v->warnings, v->hdr->schema ? v->hdr->schema : "?");
+           v->file, w.nodes, w.ops, w.threads, v->warnings, schema);
   if (fflush(stdout) != 0) {
     etr_cli_error(CMD, "<stdout>: write error");
     return ETR_CLI_FAIL;
