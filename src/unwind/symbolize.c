@@ -14,9 +14,11 @@
  * file and libdw's tables (no copy); only demangled names (once per symbol) and fallback
  * names are copied into the symbolizer's arena.
  *
- * Names are the outermost function at the address (the one the symbol table names); when
- * code was inlined there, file and line are those of the inlined code (libdw's line table),
- * which is where the address really is. Inline frames are not expanded.
+ * Names are the outermost function at the address (the one the symbol table names), and file
+ * and line are in that function: for code inlined there, the call site of the outermost
+ * inlined call (DW_AT_call_file/line of the DW_TAG_inlined_subroutine holding the address),
+ * not the inlined code's own line. Inline frames are not expanded into frames of their own
+ * (one frame per address).
  *
  * Fallbacks: dladdr on the live address (when given), then "<basename>+0x<vaddr>", file = the
  * module path (or the source file when only the name was missing), line 0 when unknown.
@@ -112,6 +114,21 @@ typedef struct cu_range {
   uint64_t lo, hi;  /* [lo, hi) */
   size_t cu;        /* index into module.cus */
 } cu_range;
+
+/* Code of an outermost inlined call: its range and its call site (in the function that
+ * holds it). */
+typedef struct inl_range {
+  uint64_t lo, hi;
+  const char *file;  /* owned by libdw's file table of the CU */
+  int64_t line;
+} inl_range;
+
+typedef struct cu_info {
+  Dwarf_Die die;
+  inl_range *inl;   /* sorted by lo; built on the first address in this CU */
+  size_t ninl;
+  int inl_state;    /* 0 not built, 1 built, -1 could not be built */
+} cu_info;
 #endif
 
 typedef struct module {
@@ -127,7 +144,7 @@ typedef struct module {
   Dwarf *dwarf;
   etr__symtab symtab;
   const char **demangled;  /* per symtab entry, filled on first use; NULL until needed */
-  Dwarf_Die *cus;
+  cu_info *cus;
   size_t ncus;
   cu_range *ranges;
   size_t nranges;
@@ -198,6 +215,7 @@ static void module_unload(module *m) {
   if (m->fd >= 0) close(m->fd);
   etr__symtab_free(&m->symtab);
   free(m->demangled);
+  for (size_t i = 0; i < m->ncus; i++) free(m->cus[i].inl);
   free(m->cus);
   free(m->ranges);
 #else
@@ -438,11 +456,11 @@ static int build_cu_table(module *m) {
     if (m->nranges == first) continue;
     if (m->ncus == capc) {
       capc = capc ? capc * 2 : 16;
-      Dwarf_Die *c = realloc(m->cus, capc * sizeof *c);
+      cu_info *c = realloc(m->cus, capc * sizeof *c);
       if (c == NULL) return -1;
       m->cus = c;
     }
-    m->cus[m->ncus++] = cudie;
+    m->cus[m->ncus++] = (cu_info){cudie, NULL, 0, 0};
   }
   if (m->nranges > 1) qsort(m->ranges, m->nranges, sizeof *m->ranges, range_cmp);
   return 0;
@@ -517,6 +535,105 @@ static int module_load(etr__symbolizer *s, module *m, uintptr_t live_ip) {
   return 0;
 }
 
+static int inl_cmp(const void *a, const void *b) {
+  const inl_range *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+typedef struct inl_build {
+  cu_info *cu;
+  size_t cap;
+  Dwarf_Files *files;
+  size_t nfiles;
+} inl_build;
+
+/* The outermost inlined calls under die (a function or a lexical block in it). 0 or -1. */
+static int collect_inlined(inl_build *b, Dwarf_Die *die, int depth) {
+  Dwarf_Die child;
+  if (depth > 64 || dwarf_child(die, &child) != 0) return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag == DW_TAG_lexical_block) {
+      if (collect_inlined(b, &child, depth + 1) != 0) return -1;
+    } else if (tag == DW_TAG_inlined_subroutine) {
+      Dwarf_Attribute a;
+      Dwarf_Word fidx, ln;
+      if (dwarf_formudata(dwarf_attr(&child, DW_AT_call_file, &a), &fidx) != 0 ||
+          dwarf_formudata(dwarf_attr(&child, DW_AT_call_line, &a), &ln) != 0 ||
+          fidx >= b->nfiles)
+        continue;
+      const char *f = dwarf_filesrc(b->files, fidx, NULL, NULL);
+      if (f == NULL) continue;
+      ptrdiff_t off = 0;
+      Dwarf_Addr base, lo, hi;
+      while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
+        if (lo == 0 || lo >= hi) continue;
+        cu_info *cu = b->cu;
+        if (cu->ninl == b->cap) {
+          b->cap = b->cap ? b->cap * 2 : 64;
+          inl_range *r = realloc(cu->inl, b->cap * sizeof *r);
+          if (r == NULL) return -1;
+          cu->inl = r;
+        }
+        cu->inl[cu->ninl++] = (inl_range){lo, hi, f, (int64_t)ln};
+      }
+    }
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
+/* Every function under parent (namespaces and classes are looked into). 0 or -1. */
+static int collect_functions(inl_build *b, Dwarf_Die *parent, int depth) {
+  Dwarf_Die child;
+  if (depth > 32 || dwarf_child(parent, &child) != 0) return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag == DW_TAG_subprogram) {
+      if (dwarf_hasattr(&child, DW_AT_low_pc) || dwarf_hasattr(&child, DW_AT_ranges))
+        if (collect_inlined(b, &child, 0) != 0) return -1;
+    } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
+               tag == DW_TAG_structure_type || tag == DW_TAG_union_type ||
+               tag == DW_TAG_module) {
+      if (collect_functions(b, &child, depth + 1) != 0) return -1;
+    }
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
+/* When vaddr is in code inlined into its function, replace *file / *line (the inlined code's
+ * own location, from the line table) by the call site of the outermost inlined call, so the
+ * frame's line is in the function its name gives (the symbol table's, the outermost one).
+ * The CU's table of outermost inlined calls is built on its first address (a walk over its
+ * functions' DIEs, like the line table's parse); after that, one binary search. */
+static void inline_call_site(cu_info *cu, uint64_t vaddr, const char **file, int64_t *line) {
+  if (cu->inl_state == 0) {
+    inl_build b = {cu, 0, NULL, 0};
+    cu->inl_state = -1;
+    if (dwarf_getsrcfiles(&cu->die, &b.files, &b.nfiles) == 0) {
+      cu->inl_state = collect_functions(&b, &cu->die, 0) == 0 ? 1 : -1;
+      if (cu->ninl > 1) qsort(cu->inl, cu->ninl, sizeof *cu->inl, inl_cmp);
+    }
+  }
+  if (cu->inl_state < 0 || cu->ninl == 0) return;
+  size_t lo = 0, hi = cu->ninl;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (cu->inl[mid].lo <= vaddr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  /* Outermost inlined calls do not overlap; look back one in case of odd ranges. */
+  for (size_t k = 0; k < 2 && k < lo; k++) {
+    const inl_range *r = &cu->inl[lo - 1 - k];
+    if (vaddr < r->hi) {
+      *file = r->file;
+      *line = r->line;
+      return;
+    }
+  }
+}
+
 /* File and line of vaddr from the module's DWARF; 1 when found. */
 static int lookup_line(module *m, uint64_t vaddr, const char **file, int64_t *line) {
   const cu_range *r = m->ranges;
@@ -532,7 +649,8 @@ static int lookup_line(module *m, uint64_t vaddr, const char **file, int64_t *li
   for (size_t k = 0; k < 4 && k < lo; k++) {
     const cu_range *c = &r[lo - 1 - k];
     if (vaddr >= c->hi) continue;
-    Dwarf_Line *l = dwarf_getsrc_die(&m->cus[c->cu], vaddr);
+    cu_info *cu = &m->cus[c->cu];
+    Dwarf_Line *l = dwarf_getsrc_die(&cu->die, vaddr);
     if (l == NULL) continue;
     int ln = 0;
     const char *f = dwarf_linesrc(l, NULL, NULL);
@@ -540,6 +658,7 @@ static int lookup_line(module *m, uint64_t vaddr, const char **file, int64_t *li
     dwarf_lineno(l, &ln);
     *file = f;
     *line = ln;
+    inline_call_site(cu, vaddr, file, line);
     return 1;
   }
   return 0;

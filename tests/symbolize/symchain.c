@@ -1,7 +1,8 @@
 /* Test library for tests/symbolize: a known call chain symchain_a -> symchain_b ->
- * symchain_c -> callback, each step noinline and not a tail call. Each function stores the
- * line of its call in symchain_lines before making it, so the test knows the expected lines
- * without parsing this file. */
+ * symchain_c -> callback, each step noinline and not a tail call (the last one made from
+ * code inlined into symchain_c). Each function stores the line of its call in
+ * symchain_lines before making it, so the test knows the expected lines without parsing
+ * this file. */
 typedef int (*symchain_cb)(int x);
 
 #if defined(__clang__)
@@ -12,10 +13,18 @@ typedef int (*symchain_cb)(int x);
 
 int symchain_lines[3];
 
+/* Inlined into symchain_c: the frame of the callback's caller must read symchain_c at the
+ * line of this helper's call, not a line in here. */
+static inline __attribute__((always_inline)) int symchain_inl(int x, symchain_cb cb) {
+  int r = cb(x + 3);
+  __asm__ volatile("" ::: "memory");
+  return r;
+}
+
 SYMCHAIN_NOINLINE int symchain_c(int x, symchain_cb cb) {
   int r;
   symchain_lines[2] = __LINE__ + 1;
-  r = cb(x + 3);
+  r = symchain_inl(x, cb);
   __asm__ volatile("" ::: "memory");
   return r * 3 + 1;
 }
