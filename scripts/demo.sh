@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# scripts/demo.sh — install what is missing, build etr and its example runtime, record a
-# trace, check it and summarise it; then record the same run again with no code change,
-# through the ETR_TRACE environment variable.
+# scripts/demo.sh — install what is missing, build etr, its `etr` command and the example
+# runtimes, then the main job end to end: the example runtime records a trace with a
+# traceback on every op, and `etr` validates, summarises, converts (Chrome / Perfetto),
+# replays it and folds its stacks; the same run recorded through ETR_TRACE (no code change);
+# and a Python program on a CPython extension whose tracebacks interleave Python and C.
 #
 #   ./scripts/demo.sh     (options through the environment: DEMO_THREADS, DEMO_ITERS)
 #
-# Outputs: out/demo/trace.json and out/demo/trace-env.json. Build directory: build/demo.
+# Outputs in out/demo/: trace.json, trace.chrome.json, trace.folded, trace-env.json,
+# python-trace.json. Build directory: build/demo.
 set -uo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -17,52 +20,82 @@ iters=${DEMO_ITERS:-10}
 out=out/demo
 start=$(date +%s)
 
-etr_say "step 1/4: packages"
+etr_say "step 1/7: packages"
 etr_ensure_packages
 
-etr_say "step 2/4: build libetr and etr-example-runtime in build/demo"
-ETR_BUILD_TARGETS=etr-example-runtime etr_build demo -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DETR_BUILD_TESTS=OFF -DETR_BUILD_BENCH=OFF -DETR_BUILD_TOOLS=OFF ||
+etr_say "step 2/7: build libetr, etr, etr-example-runtime and the Python example in build/demo"
+ETR_BUILD_TARGETS="etr-example-runtime etr_tool etrdemo" etr_build demo \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_BUILD_TESTS=OFF -DETR_BUILD_BENCH=OFF \
+  -DETR_BUILD_TOOLS=ON -DETR_BUILD_EXAMPLES=ON ||
   etr_die "the build failed (see the compiler output above)"
 exe=$(etr_find_exe build/demo etr-example-runtime)
 [ -n "$exe" ] || etr_die "etr-example-runtime was not found in build/demo"
+etr=$(etr_find_exe build/demo etr)
+[ -n "$etr" ] || etr_die "the etr command was not found in build/demo"
 
 mkdir -p "$out" || etr_die "cannot create $out"
-rm -f "$out/trace.json" "$out/trace-env.json"
+rm -f "$out"/trace.json "$out"/trace.chrome.json "$out"/trace.folded "$out"/trace-env.json \
+  "$out"/python-trace.json
 
-check_and_summarise() {
-  python3 tests/integration/check_example_trace.py "$1" --threads "$threads" --iters "$iters" ||
-    etr_die "$1 did not pass tests/integration/check_example_trace.py"
-  python3 scripts/trace_summary.py "$1" || etr_die "cannot summarise $1"
-}
-
-etr_say "step 3/4: record: $exe --out $out/trace.json --threads $threads --iters $iters"
-"$exe" --out "$out/trace.json" --threads "$threads" --iters "$iters" ||
+etr_say "step 3/7: record: $exe --out $out/trace.json --threads $threads --iters $iters --traceback"
+"$exe" --out "$out/trace.json" --threads "$threads" --iters "$iters" --traceback ||
   etr_die "etr-example-runtime failed"
-check_and_summarise "$out/trace.json"
+python3 tests/integration/check_example_trace.py "$out/trace.json" --threads "$threads" \
+  --iters "$iters" --traceback ||
+  etr_die "$out/trace.json did not pass tests/integration/check_example_trace.py"
 
-etr_say "step 4/4: record through the environment (no code change):"
+etr_say "step 4/7: etr validate --strict, etr summary"
+"$etr" validate --strict "$out/trace.json" || etr_die "etr validate rejected $out/trace.json"
+"$etr" summary --top 8 "$out/trace.json" || etr_die "etr summary failed on $out/trace.json"
+
+etr_say "step 5/7: etr chrome, etr replay, etr flame"
+"$etr" chrome "$out/trace.json" -o "$out/trace.chrome.json" ||
+  etr_die "etr chrome failed on $out/trace.json"
+"$etr" replay "$out/trace.json" || etr_die "etr replay failed on $out/trace.json"
+"$etr" flame "$out/trace.json" -o "$out/trace.folded" ||
+  etr_die "etr flame failed on $out/trace.json"
+[ -s "$out/trace.folded" ] || etr_die "etr flame wrote no stacks"
+etr_say "  $(wc -l < "$out/trace.folded") distinct stacks in $out/trace.folded, e.g.:"
+sort -t' ' -k2 -n -r "$out/trace.folded" | head -n 1 | cut -c1-200
+
+etr_say "step 6/7: record through the environment (no code change):"
 etr_say "  ETR_TRACE=$out/trace-env.json $exe --threads $threads --iters $iters"
 ETR_TRACE="$out/trace-env.json" "$exe" --threads "$threads" --iters "$iters" ||
   etr_die "etr-example-runtime failed under ETR_TRACE"
 [ -s "$out/trace-env.json" ] || etr_die "ETR_TRACE did not produce $out/trace-env.json"
-check_and_summarise "$out/trace-env.json"
+python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads "$threads" \
+  --iters "$iters" || etr_die "$out/trace-env.json did not pass the checker"
+"$etr" validate --strict "$out/trace-env.json" || etr_die "etr validate rejected $out/trace-env.json"
+
+etr_say "step 7/7: Python on a CPython extension (examples/python): Python and C frames"
+py=$(sed -n 's/^ETR_PYTHON_FOR_EXAMPLES:FILEPATH=//p' build/demo/CMakeCache.txt)
+pymod=$(find build/demo -name 'etrdemo*.so' -print -quit)
+if [ -z "$py" ] || [ -z "$pymod" ]; then
+  etr_die "the Python example (etrdemo) was not built; see the cmake output above"
+fi
+PYTHONPATH=$(dirname "$pymod") "$py" examples/python/demo.py --out "$out/python-trace.json" \
+  --threads 4 --steps 3 || etr_die "examples/python/demo.py failed"
+"$etr" validate --strict "$out/python-trace.json" ||
+  etr_die "etr validate rejected $out/python-trace.json"
+"$etr" flame "$out/python-trace.json" 2>/dev/null | sort -t' ' -k2 -n -r | head -n 1 | cut -c1-240
 
 cat <<EOF
 
 demo: done in $(etr_fmt_secs $(($(date +%s) - start))). What it did:
-  1. checked the packages the build needs (scripts/lib.sh) and built libetr and
-     etr-example-runtime (examples/minitensor.c) in build/demo/
+  1. checked the packages the build needs (scripts/lib.sh) and built libetr, the etr
+     command, etr-example-runtime (examples/minitensor.c) and the CPython extension
+     etrdemo (examples/python/) in build/demo/
   2. ran the example runtime: $threads worker threads (each with its own backward thread),
-     $iters training steps each; it opens, enables and closes the trace through the etr API
-       -> $out/trace.json
-  3. ran the same program again without --out, with only ETR_TRACE set (no code change)
-       -> $out/trace-env.json
-  4. checked both traces with tests/integration/check_example_trace.py (file and node
-     format, ids, the op tree, threads, tensor ids, collectives) and summarised them
-     (scripts/trace_summary.py)
-Outputs: $ETR_ROOT/$out/trace.json
-         $ETR_ROOT/$out/trace-env.json
-The format is the JSON execution trace of PyTorch / MLCommons Chakra: see docs/FORMAT.md.
-The etr command (validate, summary, chrome, ...) arrives with a later issue.
+     $iters training steps each, a traceback on every op; it opens, enables and closes the
+     trace through the etr API                          -> $out/trace.json
+  3. checked it with an independent parser (tests/integration/check_example_trace.py) and
+     with etr validate --strict, summarised it (etr summary), converted it for Perfetto UI /
+     chrome://tracing                                   -> $out/trace.chrome.json
+     replayed it (etr replay) and folded its stacks     -> $out/trace.folded
+     (flamegraph.pl $out/trace.folded > flame.svg, or open it in speedscope)
+  4. ran the same program with only ETR_TRACE set       -> $out/trace-env.json
+  5. ran examples/python/demo.py on 4 Python threads    -> $out/python-trace.json
+     (its tracebacks interleave demo.py's functions and lines with the C frames)
+The format is the JSON execution trace of PyTorch / MLCommons Chakra: see docs/FORMAT.md;
+the etr command: docs/CLI.md.
 EOF
