@@ -385,7 +385,9 @@ enum {
   RUN_BASELINE_2T = 1u << 6,
   RUN_PACED = 1u << 7,
   RUN_TRACEBACK = 1u << 8,
-  RUN_ALL = (1u << 9) - 1
+  RUN_CAPTURE = 1u << 9,
+  RUN_SYMBOLIZE = 1u << 10,
+  RUN_ALL = (1u << 11) - 1
 };
 
 static const struct {
@@ -394,7 +396,8 @@ static const struct {
 } PHASES[] = {{"disabled", RUN_DISABLED},     {"bytes", RUN_BYTES}, {"enabled", RUN_ENABLED},
               {"devnull", RUN_DEVNULL},       {"2t", RUN_2T},       {"baseline", RUN_BASELINE},
               {"baseline2t", RUN_BASELINE_2T}, {"paced", RUN_PACED},
-              {"traceback", RUN_TRACEBACK}};
+              {"traceback", RUN_TRACEBACK}, {"capture", RUN_CAPTURE},
+              {"symbolize", RUN_SYMBOLIZE}};
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -404,8 +407,9 @@ static void usage(FILE *f) {
           "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
           "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
           "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
-          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback;\n"
-          "               the figures\n"
+          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback,\n"
+          "               capture, symbolize (the last two run etr-bench-capture and\n"
+          "               etr-bench-symbolize from etr-bench's own directory); the figures\n"
           "               of the others are printed as '-' and null\n"
           "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
           "               baseline.json) in the temporary directory\n"
@@ -440,6 +444,49 @@ static bool parse_phases(const char *s, unsigned *out) {
   }
   *out = m;
   return m != 0;
+}
+
+/* Run a sibling benchmark program (in etr-bench's own directory), pass its output through,
+ * and read the numbers named in keys from its last line (a JSON object); NAN when absent. */
+static void run_sibling(const char *prog, bool quick, const char *const *keys, double *vals,
+                        size_t n) {
+  for (size_t i = 0; i < n; i++) vals[i] = NAN;
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) return;
+  self[len] = '\0';
+  char *slash = strrchr(self, '/');
+  if (!slash) return;
+  *slash = '\0';
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/%s'%s", self, prog, quick ? " --quick" : "");
+  fflush(stdout);
+  FILE *f = popen(cmd, "r");
+  if (!f) {
+    printf("  (%s: cannot run: %s)\n", prog, strerror(errno));
+    return;
+  }
+  char line[4096], last[4096] = "";
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '{') {
+      snprintf(last, sizeof last, "%s", line);
+    } else {
+      fputs("  ", stdout);
+      fputs(line, stdout);
+    }
+  }
+  int st = pclose(f);
+  if (st != 0) printf("  (%s exited with status %d)\n", prog, st);
+  for (size_t i = 0; i < n; i++) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\": ", keys[i]);
+    const char *p = strstr(last, pat);
+    if (p) {
+      char *end;
+      double v = strtod(p + strlen(pat), &end);
+      if (end != p + strlen(pat)) vals[i] = v;
+    }
+  }
 }
 
 static int nproc(void) {
@@ -607,6 +654,19 @@ int main(int argc, char **argv) {
     g_tb = (etr_traceback_options)ETR_TRACEBACK_OPTIONS_INIT;
     g_tb_depth = 0;
   }
+  /* Capture and symbolization: their own programs (they use libetr's internals). */
+  static const char *const cap_keys[] = {"capture32_ns", "fpwalk32_ns"};
+  static const char *const sym_keys[] = {"symbolize_warm_ns", "symbolize_cold_ns", "addr2line_ns",
+                                         "addr2line_pipe_ns"};
+  double cap[2] = {NAN, NAN}, sym[4] = {NAN, NAN, NAN, NAN};
+  if (run & RUN_CAPTURE) {
+    printf("\n  capture (etr-bench-capture):\n");
+    run_sibling("etr-bench-capture", quick, cap_keys, cap, 2);
+  }
+  if (run & RUN_SYMBOLIZE) {
+    printf("\n  symbolization (etr-bench-symbolize):\n");
+    run_sibling("etr-bench-symbolize", quick, sym_keys, sym, 4);
+  }
   double tb_added = tb1.rec_cpu.med - tb0.rec_cpu.med;
   double tb100_added = tb100.rec_cpu.med - tb0.rec_cpu.med;
   double paced_added = pon.per_op.med - poff.per_op.med;
@@ -664,6 +724,14 @@ int main(int argc, char **argv) {
   row("traceback_cpu_ns", tb1.cpu, "ns/op of process CPU (writer, tables, symbolization), every op");
   row1("traceback_added_ns", tb_added, "traceback_rec_cpu_ns - traceback_off_rec_cpu_ns");
   row1("traceback100_added_ns", tb100_added, "traceback100_rec_cpu_ns - traceback_off_rec_cpu_ns");
+  row1("capture32_ns", cap[0], "ns: native capture of a 32-frame stack");
+  row1("fpwalk32_ns", cap[1], "ns: frame-pointer walk of the same stack");
+  row1("capture32_ratio", cap[0] / cap[1], "capture32_ns / fpwalk32_ns (target <= 3)");
+  row1("symbolize_warm_ns", sym[0], "ns per new address, module loaded (target <= 1000)");
+  row1("symbolize_cold_ns", sym[1], "ns per address, first address of a module");
+  row1("addr2line_ns", sym[2], "ns per address, one addr2line process each");
+  row1("addr2line_pipe_ns", sym[3], "ns per address, addr2line on an open pipe");
+  row1("symbolize_vs_pipe", sym[3] / sym[0], "addr2line_pipe_ns / symbolize_warm_ns (target >= 10)");
   printf("  buffer_waits in the bytes run: %" PRIu64 "\n\n", byt.buffer_waits);
 
   printf(
@@ -716,6 +784,12 @@ int main(int argc, char **argv) {
   json_spread("traceback_cpu_ns", tb1.cpu);
   json_num("traceback_added_ns", tb_added);
   json_num("traceback100_added_ns", tb100_added);
+  json_num("capture32_ns", cap[0]);
+  json_num("fpwalk32_ns", cap[1]);
+  json_num("symbolize_warm_ns", sym[0]);
+  json_num("symbolize_cold_ns", sym[1]);
+  json_num("addr2line_ns", sym[2]);
+  json_num("addr2line_pipe_ns", sym[3]);
   printf(", \"buffer_waits\": %" PRIu64 "}\n", byt.buffer_waits);
   return 0;
 }
