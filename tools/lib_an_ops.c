@@ -455,9 +455,13 @@ bool etr_deps_build(const etr_optab *t, etr_deps *d) {
   d->first = calloc(nn, sizeof *d->first);
   d->count = calloc(nn, sizeof *d->count);
   uint32_t *pos = malloc(nn * sizeof *pos);
+  uint32_t *stamp = malloc(nn * sizeof *stamp); /* per source: the last op given an edge */
   etr_u64map lastw = {0};
-  bool ok = d->first && d->count && pos;
-  for (size_t k = 0; ok && k < t->n; k++) pos[t->order[k]] = (uint32_t)k;
+  bool ok = d->first && d->count && pos && stamp;
+  for (size_t k = 0; ok && k < t->n; k++) {
+    pos[t->order[k]] = (uint32_t)k;
+    stamp[k] = ETR_NOIX;
+  }
   for (size_t k = 0; ok && k < t->n; k++) {
     uint32_t i = t->order[k];
     const etr_op *op = &t->ops[i];
@@ -472,11 +476,8 @@ bool etr_deps_build(const etr_optab *t, etr_deps *d) {
     for (uint32_t j = 0; ok && j < op->n_in; j++) {
       uint64_t w;
       if (!etr_u64map_get(&lastw, tref_key(&in[j]), &w) || w == i) continue;
-      bool dup = false;
-      for (size_t e = d->first[i]; e < d->n; e++) {
-        if (d->edges[e].from == w && d->edges[e].kind == ETR_DEP_DATA) dup = true;
-      }
-      if (dup) continue;
+      if (stamp[w] == i) continue; /* already an edge w -> i */
+      stamp[w] = i;
       ok = add_edge(d, (uint32_t)w, i, ETR_DEP_DATA, in[j].tensor);
       d->n_data++;
     }
@@ -485,6 +486,7 @@ bool etr_deps_build(const etr_optab *t, etr_deps *d) {
     d->count[i] = (uint32_t)(d->n - d->first[i]);
   }
   free(pos);
+  free(stamp);
   etr_u64map_free(&lastw);
   if (!ok) etr_deps_free(d);
   return ok;
