@@ -196,16 +196,18 @@ static bool node(chrome *c, const etr_rnode *n) {
       return true;
     }
     /* Times are truncated to microseconds one by one: stretch a parent over its children
-     * so that every child nests inside it. */
-    int64_t dur = n->inclusive_dur < 0 ? 0 : n->inclusive_dur;
-    if (had && (int64_t)pv - n->ts > dur) dur = (int64_t)pv - n->ts;
-    emit_op(c, n, n->ts, dur);
+     * so that every child nests inside it. (Clamped: no overflow whatever the file says.) */
+    const int64_t lim = (int64_t)1 << 60;
+    int64_t ts = n->ts < -lim ? -lim : n->ts > lim ? lim : n->ts;
+    int64_t dur = n->inclusive_dur < 0 ? 0 : n->inclusive_dur > lim ? lim : n->inclusive_dur;
+    if (had && (int64_t)pv - ts > dur) dur = (int64_t)pv - ts;
+    emit_op(c, n, ts, dur);
     uint64_t cur;
-    int64_t end = n->ts + dur;
+    int64_t end = ts + dur;
     if (!etr_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end) {
       if (!etr_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
     }
-    if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, n->ts, n->tid, n->ts);
+    if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, ts, n->tid, ts);
     return true;
   }
   /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its

@@ -77,10 +77,12 @@ bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d) {
   op->name = name;
   op->parent_ix = op->fw_parent_ix = ETR_NOIX;
   if (d->timed) {
+    /* Clamp so that sums of times cannot overflow whatever a damaged file says. */
+    const int64_t lim = (int64_t)1 << 60;
     op->flags |= ETR_OPF_TIMED;
-    op->ts = d->ts;
-    op->incl = d->incl < 0 ? 0 : d->incl;
-    op->excl = d->excl < 0 ? 0 : d->excl;
+    op->ts = d->ts < -lim ? -lim : d->ts > lim ? lim : d->ts;
+    op->incl = d->incl < 0 ? 0 : d->incl > lim ? lim : d->incl;
+    op->excl = d->excl < 0 ? 0 : d->excl > lim ? lim : d->excl;
   } else {
     t->n_untimed++;
   }

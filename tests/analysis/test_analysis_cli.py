@@ -129,20 +129,20 @@ def all_commands(etr, path, what, work, timed):
     if no_crash(rc, err, what) and check(rc == 0, f"{what}: chrome exit {rc}: {err}"):
         check_chrome(open(out, "rb").read(), nodes, f"{what} chrome")
         check(timed or "no timing" in err, f"{what}: chrome says nothing about missing timing")
-    rc, so, err = run(["graph", path], etr)
+    rc, graph_out, err = run(["graph", path], etr)
     no_crash(rc, err, what)
-    check(rc == 0 and b"critical path" in so, f"{what}: graph exit {rc}: {err}")
+    check(rc == 0 and b"critical path" in graph_out, f"{what}: graph exit {rc}: {err}")
     nops = sum(1 for n in nodes if is_op(n))
-    check(f"ops: {nops} ".encode() in so, f"{what}: graph counts ops wrongly")
-    rc, so, err = run(["replay", path], etr)
+    check(f"ops: {nops} ".encode() in graph_out, f"{what}: graph counts ops wrongly")
+    rc, replay_out, err = run(["replay", path], etr)
     no_crash(rc, err, what)
-    check(rc == 0 and b"predicted makespan" in so, f"{what}: replay exit {rc}: {err}")
+    check(rc == 0 and b"predicted makespan" in replay_out, f"{what}: replay exit {rc}: {err}")
     if not timed:
-        check(b"no timing" in so, f"{what}: replay does not say the trace has no timing")
+        check(b"no timing" in replay_out, f"{what}: replay does not say the trace has no timing")
     rc, so, err = run(["flame", path], etr)
     no_crash(rc, err, what)
     check(rc == 0, f"{what}: flame exit {rc}: {err}")
-    return nodes
+    return nodes, graph_out.decode(), replay_out.decode()
 
 
 # ---- groups ----
@@ -155,7 +155,7 @@ def group_ours(a):
     p = subprocess.run([a.runtime, "--out", t, "--threads", "2", "--iters", "3"],
                        capture_output=True, timeout=120)
     check(p.returncode == 0, f"runtime failed: {p.stderr}")
-    nodes = all_commands(a.etr, t, "ours", a.work, True)
+    nodes = all_commands(a.etr, t, "ours", a.work, True)[0]
     check(any(attr(n, "fw_parent", 0) for n in nodes), "our trace has fw_parent links")
 
     # replay with recorded durations reproduces the recorded wall time
@@ -312,19 +312,15 @@ def group_real(a):
         return 77
     for f in files:
         path = os.path.join(a.real, f)
-        nodes = all_commands(a.etr, path, f, a.work, False)
-        rc, so, err = run(["graph", path], a.etr)
-        check(b"the trace has no timing" in so, f"{f}: graph does not say unit costs")
+        nodes, graph_out, replay_out = all_commands(a.etr, path, f, a.work, False)
+        check("the trace has no timing" in graph_out, f"{f}: graph does not say unit costs")
         if any(attr(n, "fw_parent", 0) for n in nodes):
-            rc, so, err = run(["replay", path], a.etr)
-            m = re.search(r"(\d+) fw links", so.decode())
+            m = re.search(r"(\d+) fw links", replay_out)
             check(m and int(m.group(1)) > 0, f"{f}: fw links not found")
         if f.endswith(".gz"):
-            raw = gzip.open(path).read()
-            rc1, so1, _ = run(["replay", "-"], a.etr, stdin=raw)
-            rc2, so2, _ = run(["replay", path], a.etr)
-            check(replay_numbers(so1.decode())[0] == replay_numbers(so2.decode())[0],
-                  f"{f}: stdin and gzip replay differ")
+            rc, so, _ = run(["replay", "-"], a.etr, stdin=gzip.open(path).read())
+            check(replay_numbers(so.decode())[0] == replay_numbers(replay_out)[0],
+                  f"{f}: replay from stdin (gunzipped) and of the gzip file differ")
     return 0
 
 
@@ -386,6 +382,25 @@ def group_damaged(a):
             rc, so, err = run([c, p], a.etr)
             if no_crash(rc, err, f"odd {text!r}") and rc != 0:
                 one_line_error(rc, err, c, f"odd {text!r}")
+    # extreme numbers: times at the int64 limits, huge shapes, ids beyond int64
+    small = open(os.path.join(a.data, "replay_small.json"), "rb").read()
+    for old, new in ((b'"ts": 118', b'"ts": 9223372036854775807'),
+                     (b'"inclusive_dur": 20', b'"inclusive_dur": 9223372036854775807'),
+                     (b'"ts": 100', b'"ts": -9223372036854775808'),
+                     (b'"exclusive_dur": 12', b'"exclusive_dur": -5'),
+                     (b'[2, 3], [3, 4]', b'[9223372036854775807, 3], [3, 4]'),
+                     (b'"id": 12', b'"id": 18446744073709551615'),
+                     (b'"ctrl_deps": 11', b'"ctrl_deps": 12')):
+        p = os.path.join(a.work, "extreme.json")
+        with open(p, "wb") as f:
+            f.write(small.replace(old, new))
+        for c in CMDS:
+            args = [c, p] + (["--model", os.path.join(a.work, "flops.model")] if c == "replay" else [])
+            with open(os.path.join(a.work, "flops.model"), "w") as f:
+                f.write("flops_per_s 1\nlink 1 1\n")
+            rc, so, err = run(args, a.etr)
+            if no_crash(rc, err, f"extreme {new!r}") and rc != 0:
+                one_line_error(rc, err, c, f"extreme {new!r}")
     # missing input, empty stdin, bad model files
     for c in CMDS:
         rc, so, err = run([c, os.path.join(a.work, "nope.json")], a.etr)
