@@ -218,6 +218,20 @@ def group_ours(a):
     if check(p.returncode == 0 and os.path.exists(tu), "untimed run"):
         all_commands(a.etr, tu, "ours untimed", a.work, False)
 
+    # tracebacks recorded by the library: one folded line per stack, counts add up
+    ttb = os.path.join(a.work, "tb.json")
+    env = dict(os.environ, ETR_TRACE=ttb, ETR_TRACE_TRACEBACK="1")
+    p = subprocess.run([a.runtime, "--iters", "1"], capture_output=True, env=env, timeout=120)
+    if check(p.returncode == 0 and os.path.exists(ttb), "traceback run"):
+        tb_nodes = [n for n in load_nodes(ttb) if attr(n, "traceback") is not None]
+        rc, so, err = run(["flame", ttb], a.etr)
+        lines = so.decode().splitlines()
+        check(rc == 0 and len(lines) > 0, f"flame on recorded tracebacks: {err}")
+        check(all(re.match(r"^[^\n]+;[^\n;]+ \d+$", l) for l in lines), "folded line format")
+        check(sum(int(l.rsplit(" ", 1)[1]) for l in lines) == len(tb_nodes),
+              "folded counts add up to the nodes with a traceback")
+        check(any(";bw_main;" in l for l in lines), "backward thread frames symbolized")
+
     # --help and usage errors
     for c in CMDS:
         rc, so, err = run([c, "--help"], a.etr)
