@@ -8,7 +8,10 @@ a wrong build-id (not trusted: left as it was), one of a module that exists nowh
 script frame without a module (copied). The output must resolve exactly the first ones and
 copy everything else: header, nodes, tracebacks and the "etr" footer.
 
-usage: test_cli_symbolize.py ETR LIB20K SYMCHAIN WORKDIR
+Real PyTorch traces (REAL_DIR, optional: skipped when absent) must come out equal to
+their input (nothing to resolve; everything copied, numbers keeping their types).
+
+usage: test_cli_symbolize.py ETR LIB20K SYMCHAIN WORKDIR [REAL_DIR]
 """
 import gzip
 import json
@@ -176,7 +179,25 @@ def main():
     assert r.returncode == 1 and "overwrite" in r.stderr, r
     r = run([etr, "symbolize", "--help"])
     assert r.returncode == 0 and "usage: etr symbolize" in r.stdout, r
-    print("ok")
+
+    real = sys.argv[5] if len(sys.argv) > 5 else ""
+    n_real = 0
+    if real and os.path.isdir(real):
+        for name in sorted(os.listdir(real)):
+            if not (name.endswith(".json") or name.endswith(".json.gz")):
+                continue
+            path = os.path.join(real, name)
+            r = run([etr, "symbolize", path, "-o", out])
+            assert r.returncode == 0, r.stderr
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rt") as f:
+                want_trace = json.load(f)
+            with open(out) as f:
+                got = json.load(f)
+            assert got == want_trace, name
+            assert list(got.keys()) == list(want_trace.keys()), name
+            n_real += 1
+    print("ok (%d real traces copied)" % n_real)
 
 
 if __name__ == "__main__":
