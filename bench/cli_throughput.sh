@@ -13,7 +13,8 @@
 #                 in memory)
 #   --dir DIR     where to write the trace (default: a temp dir, removed at the end)
 #   --keep        keep the trace
-# ETR_READER_BACKEND is passed through to etr (see docs/CLI.md).
+# etr's own reader (the default, "hand") and its yajl backend (ETR_READER_BACKEND=yajl) are
+# both measured: the hand-written parser is the default only because it is faster.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 build="" size=1100 runs=3 pyruns=1 dir="" keep=0
@@ -80,23 +81,27 @@ measure() {
   : > "$dir/times"
   i=0
   while [ $i -lt "$n" ]; do
-    /usr/bin/time -f "%e %M" -o "$dir/one" "$@" > /dev/null 2> "$dir/err" ||
+    /usr/bin/time -f "%e %M %U %S" -o "$dir/one" "$@" > /dev/null 2> "$dir/err" ||
       { echo "$name failed:"; cat "$dir/err"; exit 1; }
     cat "$dir/one" >> "$dir/times"
     i=$((i + 1))
   done
   med=$(awk '{ print $1 }' "$dir/times" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
   rss=$(awk '{ if ($2 > m) m = $2 } END { print m }' "$dir/times")
+  cpu=$(awk '{ print $3 + $4 }' "$dir/times" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
   all=$(awk '{ printf "%s%s", sep, $1; sep = "/" }' "$dir/times")
-  awk -v name="$name" -v b="$bytes" -v t="$med" -v r="$rss" -v all="$all" 'BEGIN {
-    printf "| %-28s | %8.2f | %9.0f | %8.1f | %s |\n", name, t, (t > 0 ? b / 1e6 / t : 0), r / 1024, all }' \
-    >> "$dir/table"
+  awk -v name="$name" -v b="$bytes" -v t="$med" -v c="$cpu" -v r="$rss" -v all="$all" 'BEGIN {
+    printf "| %-20s | %8.2f | %7.0f | %8.2f | %7.0f | %8.1f | %s |\n", name, t, (t > 0 ? b / 1e6 / t : 0),
+      c, (c > 0 ? b / 1e6 / c : 0), r / 1024, all }' >> "$dir/table"
 }
 
 rm -f "$dir/table"
 measure "etr validate" "$runs" "$etr" validate --quiet "$trace"
 measure "etr summary" "$runs" "$etr" summary "$trace"
 measure "etr summary --json" "$runs" "$etr" summary --json "$trace"
+# the same through the yajl backend of the reader (ETR_READER_BACKEND=yajl)
+measure "etr validate (yajl)" "$runs" env ETR_READER_BACKEND=yajl "$etr" validate --quiet "$trace"
+measure "etr summary (yajl)" "$runs" env ETR_READER_BACKEND=yajl "$etr" summary "$trace"
 if [ "$pyruns" -gt 0 ]; then
   measure "python3 json.load" "$pyruns" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$trace"
 fi
@@ -104,9 +109,11 @@ fi
 echo
 echo "$(uname -m), $(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "trace $mb MB ($threads workers x $iters steps of etr-example-runtime); page cache warm;"
-echo "time = median of the runs (all runs listed), MB/s = file size / median, RSS = largest peak"
+echo "wall = median elapsed time of the runs (each run listed), MB/s = file size / wall;"
+echo "cpu = median user+system time, MB/s of cpu = file size / cpu (what the machine's load"
+echo "does not change); peak RSS = largest of the runs (GNU time, maximum resident set size)"
 echo
-echo "| command                      | time (s) |  MB/s     | peak RSS (MB) | runs (s) |"
-echo "| ---------------------------- | -------- | --------- | -------- | --- |"
+echo "| command              | wall (s) |    MB/s |  cpu (s) | MB/s of cpu | peak RSS (MB) | runs, wall (s) |"
+echo "| -------------------- | -------- | ------- | -------- | ------- | -------- | --- |"
 cat "$dir/table"
 rm -f "$dir/table" "$dir/times" "$dir/one" "$dir/err"

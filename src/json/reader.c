@@ -189,6 +189,12 @@ struct etr_reader {
   char msg[512];
   uint64_t warnings;
   bool nodes_seen, nodes_done, parse_done;
+  /* hand backend */
+  bool hand;
+  unsigned char *hb;  /* input window; hb[0] is at decompressed offset hb_base */
+  size_t hb_cap, hb_len, hpos;
+  uint64_t hb_base;
+  bool heof, h_first, n_first;
 };
 
 static void set_error(etr_reader *r, int code, uint64_t off, const char *fmt, ...)
@@ -219,7 +225,10 @@ static void warn(etr_reader *r, uint64_t off, int64_t id, const char *fmt, ...) 
 }
 
 /* Decompressed offset just after the token yajl is reporting. */
-static uint64_t cur_off(etr_reader *r) { return r->feed_base + yajl_get_bytes_consumed(r->yh); }
+static uint64_t cur_off(etr_reader *r) {
+  if (r->hand) return r->hb_base + r->hpos;
+  return r->feed_base + yajl_get_bytes_consumed(r->yh);
+}
 
 /* ---- building values ---- */
 
@@ -970,7 +979,10 @@ static void yajl_fail(etr_reader *r, const unsigned char *buf, size_t len) {
 }
 
 /* Parse one more block. 1 = parsed, 0 = end of input (parse completed), -1 = error. */
+static int hand_feed(etr_reader *r);
+
 static int feed(etr_reader *r) {
+  if (r->hand) return hand_feed(r);
   if (r->err) return -1;
   if (r->parse_done) return 0;
   const unsigned char *p = NULL;
@@ -996,6 +1008,555 @@ static int feed(etr_reader *r) {
   }
   r->consumed += (uint64_t)k;
   return 1;
+}
+
+/* ---------------------------------------------------------- hand parser ---- */
+/*
+ * The second backend (ETR_READER_BACKEND=hand; see reader.h): a pull parser specialised for
+ * traces. The input sits in one buffer that always holds the current step (the top-level
+ * '{', one top-level member, or one node) whole; a step that runs off the end of the buffer
+ * is undone (arenas rolled back) and redone after the buffer is refilled, so no parser state
+ * spans a refill. Values are built directly into the arenas: no callback per token, no
+ * intermediate copies. It accepts exactly RFC 8259 JSON, strings checked to be UTF-8.
+ */
+
+enum { H_OK = 0, H_MORE = 1, H_ERR = 2 };
+#define H_MAX_DEPTH 1024
+
+typedef struct amark {
+  ablk *tail;
+  size_t used;
+} amark;
+
+static amark arena_save(const arena *a) {
+  amark m = {a->tail, a->tail ? a->tail->used : 0};
+  return m;
+}
+
+static void arena_restore(arena *a, amark m) {
+  ablk *b = m.tail ? m.tail->next : a->head;
+  if (m.tail)
+    m.tail->next = NULL;
+  else
+    a->head = NULL;
+  while (b) {
+    ablk *nx = b->next;
+    a->live -= b->cap;
+    blk_free(a, b);
+    b = nx;
+  }
+  a->tail = m.tail;
+  if (m.tail) m.tail->used = m.used;
+}
+
+static int h_fail(etr_reader *r, const unsigned char *at, const char *what) {
+  uint64_t off = r->hb_base + (uint64_t)(at - r->hb);
+  set_error(r, ETR_EFORMAT, off, "invalid JSON (%s)", what);
+  return H_ERR;
+}
+
+static inline const unsigned char *h_ws(const unsigned char *p, const unsigned char *end) {
+  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  return p;
+}
+
+static inline void put_utf8(unsigned char **o, uint32_t c) {
+  unsigned char *q = *o;
+  if (c < 0x80) {
+    *q++ = (unsigned char)c;
+  } else if (c < 0x800) {
+    *q++ = (unsigned char)(0xC0 | (c >> 6));
+    *q++ = (unsigned char)(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    *q++ = (unsigned char)(0xE0 | (c >> 12));
+    *q++ = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+    *q++ = (unsigned char)(0x80 | (c & 0x3F));
+  } else {
+    *q++ = (unsigned char)(0xF0 | (c >> 18));
+    *q++ = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
+    *q++ = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+    *q++ = (unsigned char)(0x80 | (c & 0x3F));
+  }
+  *o = q;
+}
+
+static int hex4(const unsigned char *p, uint32_t *out) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned c = p[i], d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+      d = (c | 0x20) - 'a' + 10;
+    else
+      return 0;
+    v = v * 16 + d;
+  }
+  *out = v;
+  return 1;
+}
+
+/* Length of the valid UTF-8 sequence at p (lead byte >= 0x80), or 0. */
+static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
+  unsigned c = p[0];
+  size_t n;
+  uint32_t min, v;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+    min = 0x80;
+    v = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    min = 0x800;
+    v = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    min = 0x10000;
+    v = c & 0x07;
+  } else {
+    return 0;
+  }
+  if ((size_t)(end - p) < n) return (size_t)-1; /* may be complete after a refill */
+  for (size_t i = 1; i < n; i++) {
+    if ((p[i] & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (p[i] & 0x3F);
+  }
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  return n;
+}
+
+/* A string; *pp at the opening quote. The result is NUL-terminated in arena a. */
+static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                    const char **s, size_t *len) {
+  const unsigned char *p = *pp + 1, *start = p;
+  bool simple = true;
+  /* pass 1: find the closing quote, check the bytes */
+  for (;;) {
+    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
+    if (p >= end) return H_MORE;
+    unsigned c = *p;
+    if (c == '"') break;
+    if (c < 0x20) return h_fail(r, p, "control character in a string");
+    simple = false;
+    if (c == '\\') {
+      if (end - p < 2) return H_MORE;
+      unsigned e = p[1];
+      if (e == 'u') {
+        if (end - p < 6) return H_MORE;
+        uint32_t u;
+        if (!hex4(p + 2, &u)) return h_fail(r, p, "bad \\u escape");
+        p += 6;
+      } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                 e == 'r' || e == 't') {
+        p += 2;
+      } else {
+        return h_fail(r, p, "bad escape in a string");
+      }
+    } else {
+      size_t n = utf8_len(p, end);
+      if (n == (size_t)-1) return H_MORE;
+      if (!n) return h_fail(r, p, "invalid UTF-8 in a string");
+      p += n;
+    }
+  }
+  size_t raw = (size_t)(p - start);
+  unsigned char *o = arena_alloc(a, raw + 1);
+  if (!o) {
+    set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return H_ERR;
+  }
+  *s = (const char *)o;
+  if (simple) {
+    memcpy(o, start, raw);
+    o[raw] = '\0';
+    *len = raw;
+    *pp = p + 1;
+    return H_OK;
+  }
+  /* pass 2: decode (never longer than the source) */
+  unsigned char *q = o;
+  for (const unsigned char *x = start; x < p;) {
+    if (*x != '\\') {
+      *q++ = *x++;
+      continue;
+    }
+    unsigned e = x[1];
+    x += 2;
+    switch (e) {
+      case 'b': *q++ = '\b'; break;
+      case 'f': *q++ = '\f'; break;
+      case 'n': *q++ = '\n'; break;
+      case 'r': *q++ = '\r'; break;
+      case 't': *q++ = '\t'; break;
+      case 'u': {
+        uint32_t u = 0, lo = 0;
+        hex4(x, &u);
+        x += 4;
+        if (u >= 0xD800 && u <= 0xDBFF && p - x >= 6 && x[0] == '\\' && x[1] == 'u' &&
+            hex4(x + 2, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
+          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+          x += 6;
+        } else if (u >= 0xD800 && u <= 0xDFFF) {
+          u = 0xFFFD; /* a lone surrogate */
+        }
+        put_utf8(&q, u);
+        break;
+      }
+      default: *q++ = (unsigned char)e; break; /* " \ / */
+    }
+  }
+  *q = '\0';
+  *len = (size_t)(q - o);
+  *pp = p + 1;
+  return H_OK;
+}
+
+static int h_number(etr_reader *r, const unsigned char **pp, const unsigned char *end,
+                    etr_jval *v) {
+  const unsigned char *p = *pp, *s = p;
+  bool neg = false, is_int = true;
+  if (*p == '-') {
+    neg = true;
+    p++;
+  }
+  if (p >= end) return H_MORE;
+  const unsigned char *digits = p;
+  uint64_t acc = 0;
+  bool overflow = false;
+  if (*p == '0') {
+    p++;
+  } else if (*p >= '1' && *p <= '9') {
+    while (p < end && *p >= '0' && *p <= '9') {
+      unsigned d = *p - '0';
+      if (acc > (UINT64_MAX - d) / 10) overflow = true;
+      acc = acc * 10 + d;
+      p++;
+    }
+  } else {
+    return h_fail(r, p, "bad number");
+  }
+  if (p < end && *p == '.') {
+    is_int = false;
+    p++;
+    if (p >= end) return H_MORE;
+    if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
+    while (p < end && *p >= '0' && *p <= '9') p++;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    is_int = false;
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    if (p >= end) return H_MORE;
+    if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
+    while (p < end && *p >= '0' && *p <= '9') p++;
+  }
+  if (p >= end) return H_MORE; /* the number may go on */
+  (void)digits;
+  if (is_int && !overflow && !neg && acc <= (uint64_t)INT64_MAX) {
+    v->kind = ETR_J_INT;
+    v->v.i = (int64_t)acc;
+  } else if (is_int && !overflow && neg && acc <= (uint64_t)INT64_MAX + 1) {
+    v->kind = ETR_J_INT;
+    v->v.i = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
+  } else if (is_int && !overflow && !neg) {
+    v->kind = ETR_J_UINT;
+    v->v.u = acc;
+  } else {
+    char buf[128];
+    size_t n = (size_t)(p - s);
+    if (n > sizeof buf - 1) n = sizeof buf - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    v->kind = ETR_J_DOUBLE;
+    v->v.d = strtod(buf, NULL);
+  }
+  *pp = p;
+  return H_OK;
+}
+
+static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                   int depth, etr_jval *v);
+
+static int h_container(etr_reader *r, const unsigned char **pp, const unsigned char *end,
+                       arena *a, int depth, etr_jval *v) {
+  const unsigned char *p = *pp;
+  bool is_obj = *p == '{';
+  unsigned char close = is_obj ? '}' : ']';
+  if (depth >= H_MAX_DEPTH) return h_fail(r, p, "nesting too deep");
+  p = h_ws(p + 1, end);
+  if (p >= end) return H_MORE;
+  size_t start = r->stk_len;
+  if (*p != close) {
+    for (;;) {
+      const char *key = NULL;
+      size_t klen = 0;
+      if (is_obj) {
+        if (*p != '"') return h_fail(r, p, "expected a key");
+        int st = h_string(r, &p, end, a, &key, &klen);
+        if (st) return st;
+        p = h_ws(p, end);
+        if (p >= end) return H_MORE;
+        if (*p != ':') return h_fail(r, p, "expected ':'");
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+      }
+      etr_jval item;
+      int st = h_value(r, &p, end, a, depth + 1, &item);
+      if (st) return st;
+      if (!push_member(r, key, klen, &item)) {
+        set_error(r, ETR_ENOMEM, 0, "out of memory");
+        return H_ERR;
+      }
+      p = h_ws(p, end);
+      if (p >= end) return H_MORE;
+      if (*p == ',') {
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+        continue;
+      }
+      if (*p == close) break;
+      return h_fail(r, p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+  }
+  size_t n = r->stk_len - start;
+  if (is_obj) {
+    v->kind = ETR_J_OBJECT;
+    etr_jmember *items = NULL;
+    if (n) {
+      items = arena_alloc(a, n * sizeof *items);
+      if (!items) goto oom;
+      memcpy(items, r->stk + start, n * sizeof *items);
+    }
+    v->v.obj.items = items;
+    v->v.obj.n = n;
+  } else {
+    v->kind = ETR_J_ARRAY;
+    etr_jval *items = NULL;
+    if (n) {
+      items = arena_alloc(a, n * sizeof *items);
+      if (!items) goto oom;
+      for (size_t i = 0; i < n; i++) items[i] = r->stk[start + i].val;
+    }
+    v->v.arr.items = items;
+    v->v.arr.n = n;
+  }
+  r->stk_len = start;
+  *pp = p + 1;
+  return H_OK;
+oom:
+  set_error(r, ETR_ENOMEM, 0, "out of memory");
+  return H_ERR;
+}
+
+static int h_literal(etr_reader *r, const unsigned char **pp, const unsigned char *end,
+                     const char *lit, size_t n) {
+  const unsigned char *p = *pp;
+  size_t have = (size_t)(end - p) < n ? (size_t)(end - p) : n;
+  if (memcmp(p, lit, have)) return h_fail(r, p, "invalid literal");
+  if (have < n) return H_MORE;
+  *pp = p + n;
+  return H_OK;
+}
+
+static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                   int depth, etr_jval *v) {
+  const unsigned char *p = *pp;
+  switch (*p) {
+    case '"': {
+      v->kind = ETR_J_STRING;
+      return h_string(r, pp, end, a, &v->v.str.s, &v->v.str.len);
+    }
+    case '{':
+    case '[': return h_container(r, pp, end, a, depth, v);
+    case 't':
+      v->kind = ETR_J_BOOL;
+      v->v.b = true;
+      return h_literal(r, pp, end, "true", 4);
+    case 'f':
+      v->kind = ETR_J_BOOL;
+      v->v.b = false;
+      return h_literal(r, pp, end, "false", 5);
+    case 'n':
+      v->kind = ETR_J_NULL;
+      return h_literal(r, pp, end, "null", 4);
+    default:
+      if (*p == '-' || (*p >= '0' && *p <= '9')) return h_number(r, pp, end, v);
+      return h_fail(r, p, "unexpected character");
+  }
+}
+
+/* One step of the top-level state machine on hb[hpos..hb_len). */
+static int h_step(etr_reader *r) {
+  const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
+  p = h_ws(p, end);
+  if (p >= end) {
+    if (r->ph == PH_END) {
+      r->hpos = r->hb_len;
+      return H_MORE; /* the caller sees EOF: done */
+    }
+    return H_MORE;
+  }
+  switch (r->ph) {
+    case PH_START:
+      if (*p != '{') {
+        r->hpos = (size_t)(p - r->hb);
+        set_error(r, ETR_EFORMAT, r->hb_base + r->hpos, "the trace is not a JSON object");
+        return H_ERR;
+      }
+      r->ph = PH_HEADER;
+      r->h_first = true;
+      r->hpos = (size_t)(p + 1 - r->hb);
+      return H_OK;
+    case PH_HEADER:
+    case PH_TRAILER: {
+      if (*p == '}') {
+        r->ph = PH_END;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (!r->h_first) {
+        if (*p != ',') return h_fail(r, p, "expected ',' or '}'");
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+      }
+      if (*p != '"') return h_fail(r, p, "expected a key");
+      const char *key;
+      size_t klen;
+      int st = h_string(r, &p, end, &r->keep, &key, &klen);
+      if (st) return st;
+      p = h_ws(p, end);
+      if (p >= end) return H_MORE;
+      if (*p != ':') return h_fail(r, p, "expected ':'");
+      p = h_ws(p + 1, end);
+      if (p >= end) return H_MORE;
+      r->hpos = (size_t)(p - r->hb); /* offsets of messages below: the value */
+      if (!strcmp(key, "nodes")) {
+        if (!top_key(r, (const unsigned char *)key, klen)) return H_ERR;
+        if (r->ph != PH_HEADER || *p != '[') {
+          set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
+                    r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
+          return H_ERR;
+        }
+        r->ph = PH_NODES;
+        r->nodes_seen = true;
+        r->n_first = true;
+        r->h_first = false;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      etr_jval v;
+      r->stk_len = 0;
+      st = h_value(r, &p, end, &r->keep, 0, &v);
+      if (st) return st;
+      r->hpos = (size_t)(p - r->hb);
+      if (!top_key(r, (const unsigned char *)key, klen)) return H_ERR;
+      if (!top_value_done(r, &v)) return H_ERR;
+      r->h_first = false;
+      return H_OK;
+    }
+    case PH_NODES: {
+      if (*p == ']') {
+        r->ph = PH_TRAILER;
+        r->nodes_done = true;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (!r->n_first) {
+        if (*p != ',') return h_fail(r, p, "expected ',' or ']'");
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+      }
+      if (*p != '{') {
+        if (*p == '[' || *p == '"' || *p == '-' || (*p >= '0' && *p <= '9') || *p == 't' ||
+            *p == 'f' || *p == 'n') {
+          set_error(r, ETR_EFORMAT, r->hb_base + (uint64_t)(p - r->hb),
+                    "an element of \"nodes\" is not an object");
+          return H_ERR;
+        }
+        return h_fail(r, p, "expected a node");
+      }
+      r->node_off = r->hb_base + (uint64_t)(p - r->hb);
+      if (!r->nodes.tail && !arena_alloc(&r->nodes, 0)) {
+        set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+        return H_ERR;
+      }
+      r->node_mark = r->nodes.tail;
+      r->stk_len = 0;
+      const unsigned char *node_start = p;
+      etr_jval v;
+      int st = h_value(r, &p, end, &r->nodes, 0, &v);
+      if (st) return st;
+      if ((size_t)(p - node_start) > r->opt.max_node_bytes) {
+        set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
+                  r->opt.max_node_bytes);
+        return H_ERR;
+      }
+      r->hpos = (size_t)(p - r->hb);
+      if (!node_done(r, &v)) return H_ERR;
+      r->n_first = false;
+      return H_OK;
+    }
+    default:
+      return h_fail(r, p, "trailing garbage");
+  }
+}
+
+/* feed() of the hand backend: one step. 1 = progress, 0 = parse complete, -1 = error. */
+static int hand_feed(etr_reader *r) {
+  if (r->parse_done) return 0;
+  for (;;) {
+    if (r->err) return -1;
+    size_t start = r->hpos;
+    amark mn = arena_save(&r->nodes), mk = arena_save(&r->keep);
+    int st = h_step(r);
+    r->consumed = r->hb_base + r->hpos;
+    if (st == H_OK) return 1;
+    if (st == H_ERR) return -1;
+    /* ran off the end of the buffer: undo the step, refill, redo */
+    arena_restore(&r->nodes, mn);
+    arena_restore(&r->keep, mk);
+    r->stk_len = 0;
+    if (r->ph != PH_END) r->hpos = start;
+    if (r->heof) {
+      if (r->ph == PH_END) {
+        r->parse_done = true;
+        return 0;
+      }
+      set_error(r, ETR_EFORMAT, r->hb_base + r->hb_len, "unexpected end of input (truncated file?)");
+      return -1;
+    }
+    /* keep hb[hpos..): shift it to the front, then append a block */
+    if (r->hpos) {
+      memmove(r->hb, r->hb + r->hpos, r->hb_len - r->hpos);
+      r->hb_base += r->hpos;
+      r->hb_len -= r->hpos;
+      r->hpos = 0;
+    }
+    if (r->ph == PH_NODES && r->hb_len > r->opt.max_node_bytes + 64) {
+      set_error(r, ETR_EFORMAT, r->hb_base, "node larger than %zu bytes", r->opt.max_node_bytes);
+      return -1;
+    }
+    if (r->hb_cap - r->hb_len < FEED_BLOCK) {
+      size_t cap = r->hb_cap ? r->hb_cap * 2 : 4 * FEED_BLOCK;
+      while (cap - r->hb_len < FEED_BLOCK) cap *= 2;
+      unsigned char *nb = realloc(r->hb, cap);
+      if (!nb) {
+        set_error(r, ETR_ENOMEM, r->hb_base + r->hb_len, "out of memory");
+        return -1;
+      }
+      r->hb = nb;
+      r->hb_cap = cap;
+    }
+    const unsigned char *blk = NULL;
+    ssize_t k = next_block(r, &blk);
+    if (k < 0) return -1;
+    if (k == 0) {
+      r->heof = true;
+      continue;
+    }
+    memcpy(r->hb + r->hb_len, blk, (size_t)k);
+    r->hb_len += (size_t)k;
+  }
 }
 
 /* ---- API ---- */
@@ -1039,13 +1600,16 @@ int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader 
     posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
   }
-  r->yh = yajl_alloc(&callbacks, NULL, r);
-  if (!r->yh) {
+  const char *be = getenv("ETR_READER_BACKEND");
+  r->hand = !be || strcmp(be, "yajl") != 0;
+  if (!r->hand) r->yh = yajl_alloc(&callbacks, NULL, r);
+  if (!r->hand && !r->yh) {
     set_error(r, ETR_ENOMEM, 0, "out of memory");
     return r->err;
   }
   while (!r->nodes_seen) {
     int f = feed(r);
+    if (f < 0 && r->nodes_seen) break; /* nodes before the error are still handed over */
     if (f < 0) return r->err;
     if (f == 0) {
       set_error(r, ETR_EFORMAT, r->consumed, "no \"nodes\" array in the trace");
@@ -1115,13 +1679,14 @@ uint64_t etr_reader_offset(const etr_reader *r) { return r->consumed; }
 uint64_t etr_reader_input_size(const etr_reader *r) { return r->in_size; }
 uint64_t etr_reader_input_consumed(const etr_reader *r) { return r->in_consumed; }
 const char *etr_reader_path(const etr_reader *r) { return r->path; }
+const char *etr_reader_backend(const etr_reader *r) { return r->hand ? "hand" : "yajl"; }
 
 uint64_t etr_reader_memory(const etr_reader *r) {
   uint64_t m = sizeof *r + IN_BLOCK + (r->out ? IN_BLOCK : 0);
   m += r->nodes.live + r->keep.live + (uint64_t)r->nodes.n_spare * ARENA_BLOCK;
   m += r->stk_cap * sizeof *r->stk + r->frames_cap * sizeof *r->frames;
   m += r->q_cap * sizeof *r->q + r->extras_cap * sizeof *r->extras;
-  m += r->top_keys_cap * sizeof *r->top_keys;
+  m += r->top_keys_cap * sizeof *r->top_keys + r->hb_cap;
   return m;
 }
 
@@ -1139,6 +1704,7 @@ void etr_reader_close(etr_reader *r) {
   free(r->top_keys);
   free(r->in);
   free(r->out);
+  free(r->hb);
   free(r->path);
   free(r);
 }

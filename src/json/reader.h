@@ -156,6 +156,12 @@ int etr_reader_base_attr(const char *name);
  * benchmarks checking that memory stays bounded. */
 uint64_t etr_reader_memory(const etr_reader *r);
 
+/* The parser behind the reader: "hand" (the default: a pull parser specialised for traces,
+ * in reader.c) or "yajl" (yajl's push parser), chosen at open by the environment variable
+ * ETR_READER_BACKEND=hand|yajl. Both accept the same inputs and give the same nodes; the
+ * benchmark bench/cli_throughput.sh measures both. */
+const char *etr_reader_backend(const etr_reader *r);
+
 /* The input's name as messages give it ("<stdin>" for "-"). */
 const char *etr_reader_path(const etr_reader *r);
 

@@ -103,6 +103,30 @@ static result read_all(const char *path, size_t max_node_bytes) {
   return res;
 }
 
+/* The same file through both backends: the same verdict, nodes and ids, and on success the
+ * same warnings (offsets in messages may differ by a token; on bad input yajl may warn
+ * about a value the hand parser never completes). Returns the hand backend's result. */
+static result read_both(const char *path) {
+  const char *env = getenv("ETR_READER_BACKEND");
+  char saved[16] = "";
+  if (env) snprintf(saved, sizeof saved, "%s", env);
+  setenv("ETR_READER_BACKEND", "yajl", 1);
+  result y = read_all(path, 0);
+  setenv("ETR_READER_BACKEND", "hand", 1);
+  result h = read_all(path, 0);
+  if (env)
+    setenv("ETR_READER_BACKEND", saved, 1);
+  else
+    unsetenv("ETR_READER_BACKEND");
+  if ((y.rc < 0) != (h.rc < 0) || y.nodes != h.nodes || y.id_sum != h.id_sum ||
+      (y.rc == 0 && y.warnings != h.warnings))
+    fail_msg("backends differ on %s: yajl rc %d nodes %zu warnings %llu (%s); hand rc %d nodes %zu "
+             "warnings %llu (%s)",
+             path, y.rc, y.nodes, (unsigned long long)y.warnings, y.err, h.rc, h.nodes,
+             (unsigned long long)h.warnings, h.err);
+  return h;
+}
+
 /* The error names the file and "byte N" with N <= limit. */
 static void assert_error_names(const result *res, const char *file, uint64_t limit) {
   assert_true(res->rc < 0);
@@ -382,7 +406,7 @@ static void test_truncated(void **state) {
   while (end > 0 && (b[end - 1] == '\n' || b[end - 1] == ' ')) end--;
   for (size_t cut = 0; cut < end; cut += cut < 200 ? 1 : 13) {
     write_file(p, b, cut);
-    result res = read_all(p, 0);
+    result res = read_both(p);
     assert_error_names(&res, p, cut);
     assert_true(res.nodes <= 10);
   }
@@ -406,7 +430,7 @@ static void test_mangled(void **state) {
       if (b[pos] == subst[k]) continue;
       b[pos] = subst[k];
       write_file(p, b, len);
-      result res = read_all(p, 0);
+      result res = read_both(p);
       runs++;
       if (res.rc < 0) {
         errors++;
@@ -437,6 +461,81 @@ static void expect_error(const char *doc, const char *reason) {
   result res = read_all(p, 0);
   assert_error_names(&res, p, strlen(doc));
   if (!strstr(res.err, reason)) fail_msg("error \"%s\" lacks \"%s\"", res.err, reason);
+}
+
+static void test_backends_agree(void **state) {
+  (void)state;
+  result r = read_both(ETR_GOLDEN);
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(r.nodes, 10);
+  /* odd but valid JSON: whitespace everywhere, escapes, exponents, nesting */
+  const char *doc =
+      " \n{ \"schema\" :\"1.1.1\" , \"nodes\" : [ { \"id\" : 2 , \"name\" : \"a\\\"\\\\\\/\\b\\f\\n"
+      "\\r\\t\\u0041\\ud834\\udd1e\\udc00\" , \"x\" : [ 1e5 , -0 , 0.25E-2 , true , false , null , "
+      "[ [ [ ] ] ] , { } ] } , {\"id\":3} ] , \"finish_ts\" : -7 } \t\n";
+  const char *p = tmp_path("odd.json");
+  write_file(p, doc, strlen(doc));
+  r = read_both(p);
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(r.nodes, 2);
+  etr_reader *rd = NULL;
+  assert_int_equal(etr_reader_open(p, NULL, &rd), 0);
+  assert_string_equal(etr_reader_backend(rd), "hand");
+  const etr_rnode *n;
+  assert_int_equal(etr_reader_next(rd, &n), 1);
+  assert_string_equal(n->name, "a\"\\/\b\f\n\r\tA\xf0\x9d\x84\x9e\xef\xbf\xbd");
+  const etr_jval *x = etr_jobj_get(n->raw, "x");
+  assert_true(x->v.arr.items[0].v.d == 1e5);
+  assert_int_equal(x->v.arr.items[1].kind, ETR_J_INT);
+  assert_true(x->v.arr.items[2].v.d == 0.25e-2);
+  assert_int_equal(etr_reader_next(rd, &n), 1);
+  assert_int_equal(etr_reader_next(rd, &n), 0);
+  assert_int_equal(etr_reader_finish(rd), 0);
+  assert_int_equal(etr_reader_finish_ts(rd), -7);
+  etr_reader_close(rd);
+  /* invalid JSON both reject */
+  static const char *const bad[] = {
+      "{\"nodes\": [01]}", "{\"nodes\": [{\"a\": 1.}]}", "{\"nodes\": [{\"a\": -}]}",
+      "{\"nodes\": [{\"a\": tru}]}", "{\"nodes\": [{\"a\": \"\\x\"}]}",
+      "{\"nodes\": [{\"a\": \"\\u12g4\"}]}", "{\"nodes\": [{\"a\": \"\x01\"}]}",
+      "{\"nodes\": [{\"a\" 1}]}", "{\"nodes\": [{1: 1}]}", "{\"nodes\": [{}],}",
+      "{\"nodes\": [{},]}", "{\"nodes\": []", "{\"nodes\": [{\"a\": [1 2]}]}",
+      "{\"nodes\": [{\"a\": \"\xc3\x28\"}]}", "{\"nodes\": [{\"a\": \"\xf8\x88\x80\x80\x80\"}]}",
+      "{\"nodes\": [{\"a\": 1e}]}", "{\"nodes\": [{\"a\": +1}]}"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    write_file(p, bad[i], strlen(bad[i]));
+    r = read_both(p);
+    if (r.rc >= 0) fail_msg("accepted: %s", bad[i]);
+    assert_error_names(&r, p, strlen(bad[i]));
+  }
+  /* UTF-8 that is well formed bytewise but not valid (an encoded surrogate, an overlong
+   * form): the hand parser rejects it (RFC 3629); yajl checks only the byte pattern */
+  static const char *const bad_utf8[] = {"{\"nodes\": [{\"a\": \"\xed\xa0\x80\"}]}",
+                                         "{\"nodes\": [{\"a\": \"\xc0\x80\"}]}",
+                                         "{\"nodes\": [{\"a\": \"\xe0\x80\x80\"}]}"};
+  for (size_t i = 0; i < sizeof bad_utf8 / sizeof *bad_utf8; i++) {
+    write_file(p, bad_utf8[i], strlen(bad_utf8[i]));
+    const char *env = getenv("ETR_READER_BACKEND");
+    bool was_yajl = env && !strcmp(env, "yajl");
+    setenv("ETR_READER_BACKEND", "hand", 1);
+    r = read_all(p, 0);
+    if (was_yajl)
+      setenv("ETR_READER_BACKEND", "yajl", 1);
+    else
+      unsetenv("ETR_READER_BACKEND");
+    assert_true(r.rc < 0);
+    assert_non_null(strstr(r.err, "invalid UTF-8"));
+  }
+  /* deep nesting is refused, not a stack overflow */
+  FILE *f = fopen(p, "wb");
+  fputs("{\"nodes\": [{\"a\": ", f);
+  for (int i = 0; i < 5000; i++) fputc('[', f);
+  for (int i = 0; i < 5000; i++) fputc(']', f);
+  fputs("}]}", f);
+  fclose(f);
+  r = read_all(p, 0);
+  assert_true(r.rc < 0);
+  assert_non_null(strstr(r.err, "nesting too deep"));
 }
 
 static void test_shape_errors(void **state) {
@@ -527,7 +626,7 @@ int main(void) {
       cmocka_unit_test(test_gzip),          cmocka_unit_test(test_stdin_pipe),
       cmocka_unit_test(test_truncated),     cmocka_unit_test(test_mangled),
       cmocka_unit_test(test_shape_errors),  cmocka_unit_test(test_warnings),
-      cmocka_unit_test(test_bounded_memory),
+      cmocka_unit_test(test_bounded_memory), cmocka_unit_test(test_backends_agree),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
