@@ -480,7 +480,8 @@ static void test_backends_agree(void **state) {
   assert_int_equal(r.nodes, 2);
   etr_reader *rd = NULL;
   assert_int_equal(etr_reader_open(p, NULL, &rd), 0);
-  assert_string_equal(etr_reader_backend(rd), "hand");
+  const char *be = getenv("ETR_READER_BACKEND");
+  assert_string_equal(etr_reader_backend(rd), be && !strcmp(be, "yajl") ? "yajl" : "hand");
   const etr_rnode *n;
   assert_int_equal(etr_reader_next(rd, &n), 1);
   assert_string_equal(n->name, "a\"\\/\b\f\n\r\tA\xf0\x9d\x84\x9e\xef\xbf\xbd");
