@@ -44,8 +44,21 @@ enum {
 
 enum {
   SKIP_KEEP = 16,  /* skipped return addresses kept for aligning libunwind's frames */
-  FB_MAX = 512     /* frames asked from libunwind */
+  FB_MAX = 512,    /* frames asked from libunwind */
+  FC_MAX = 256     /* frames kept by the per-thread frame cache */
 };
+
+/* The frames of a thread's previous capture, innermost first: each frame's registers
+ * (sp, bp), key and rule, as the walk found them. */
+typedef struct fent {
+  uintptr_t sp, key, bp;
+  uint32_t rule;
+} fent;
+typedef struct fcache {
+  uint64_t gen; /* rule-cache generation of the rules */
+  size_t n;
+  fent f[FC_MAX];
+} fcache;
 
 typedef struct tstate {
   struct tstate *next, *prev;
@@ -53,6 +66,8 @@ typedef struct tstate {
   volatile sig_atomic_t in_capture;
   uint32_t ncap;
   uintptr_t rlo[2], rhi[2]; /* stack mappings seen by this thread (most recent first) */
+  unsigned fc_cur; /* fc[fc_cur] holds the previous capture */
+  fcache fc[2];
   uintptr_t fbuf[FB_MAX];
 } tstate;
 
@@ -63,8 +78,11 @@ static _Atomic uint64_t g_resets;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_key;
 static bool g_key_ok;
-static _Thread_local tstate *t_state;
-static _Thread_local bool t_dead;
+/* initial-exec: no __tls_get_addr call on the hot path (16 bytes of static TLS, which
+ * glibc reserves room for even when libetr.so is loaded with dlopen) */
+#define ETR_TLS_IE __attribute__((tls_model("initial-exec")))
+static _Thread_local tstate *t_state ETR_TLS_IE;
+static _Thread_local bool t_dead ETR_TLS_IE;
 
 static void tstate_destroy(void *p) {
   tstate *ts = p;
@@ -203,7 +221,7 @@ static void rc_insert(uintptr_t key, uint32_t rule) {
 }
 
 /* Make the cache belong to generation gen (one thread wins and clears it). */
-static void rc_sync(uint64_t gen) {
+static ETR_NOINLINE void rc_sync_slow(uint64_t gen) {
   uint64_t cur = atomic_load_explicit(&g_rc_gen, memory_order_acquire);
   while (cur < gen) {
     if (atomic_compare_exchange_weak_explicit(&g_rc_gen, &cur, gen, memory_order_acq_rel,
@@ -214,6 +232,11 @@ static void rc_sync(uint64_t gen) {
       return;
     }
   }
+}
+
+static inline void rc_sync(uint64_t gen) {
+  if (__builtin_expect(atomic_load_explicit(&g_rc_gen, memory_order_acquire) != gen, 0))
+    rc_sync_slow(gen);
 }
 
 static uint32_t encode_rule(const etr__cfi_rule *r) {
@@ -230,6 +253,11 @@ static uint32_t encode_rule(const etr__cfi_rule *r) {
     k = (uint32_t)(-r->rbp_off / 8);
   }
   return K_SIMPLE | (r->cfa_rbp ? 4u : 0u) | ((uint32_t)(r->cfa_off / 8) << 3) | (k << 13);
+}
+
+/* Whether unwinding with rule r uses the frame's rbp (CFA from rbp, or rbp kept). */
+static inline bool rule_reads_bp(uint32_t r) {
+  return (r & 3) != K_SIMPLE || (r & 4) || ((r >> 13) & 15) == 0;
 }
 
 /* ---- stack bounds ---- */
@@ -280,8 +308,9 @@ static bool maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
 }
 
 /* Bounds of the stack that holds sp, cached per thread. */
-static bool stack_bounds(tstate *ts, uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
-  for (int i = 0; i < 2; i++) {
+static ETR_NOINLINE bool stack_bounds_slow(tstate *ts, uintptr_t sp, uintptr_t *lo,
+                                           uintptr_t *hi, bool may_store) {
+  for (int i = 1; i < 2; i++) {
     if (sp >= ts->rlo[i] && sp < ts->rhi[i]) {
       *lo = ts->rlo[i];
       *hi = ts->rhi[i];
@@ -289,11 +318,22 @@ static bool stack_bounds(tstate *ts, uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
     }
   }
   if (!maps_find(sp, lo, hi)) return false;
+  if (!may_store) return true; /* a nested capture must not change what the outer one reads */
   ts->rlo[1] = ts->rlo[0];
   ts->rhi[1] = ts->rhi[0];
   ts->rlo[0] = *lo;
   ts->rhi[0] = *hi;
   return true;
+}
+
+static inline bool stack_bounds(tstate *ts, uintptr_t sp, uintptr_t *lo, uintptr_t *hi,
+                                bool may_store) {
+  if (__builtin_expect(sp >= ts->rlo[0] && sp < ts->rhi[0], 1)) {
+    *lo = ts->rlo[0];
+    *hi = ts->rhi[0];
+    return true;
+  }
+  return stack_bounds_slow(ts, sp, lo, hi, may_store);
 }
 
 static ETR_NO_SANITIZE_MEM inline uintptr_t peek(uintptr_t a) {
@@ -309,14 +349,9 @@ typedef struct walk {
   uint64_t hits, misses;
 } walk;
 
-/* The rule for key (an address after the instruction of interest), computing and caching
- * it on a miss. 0 when key is not in a known executable module. */
-static uint32_t rule_for(walk *w, uintptr_t key) {
-  uint32_t r = rc_lookup(key);
-  if (__builtin_expect(r != 0, 1)) {
-    w->hits++;
-    return r;
-  }
+/* The rule for key (an address after the instruction of interest) when it is not cached:
+ * compute it and cache it. 0 when key is not in a known executable module. */
+static ETR_NOINLINE uint32_t rule_miss(walk *w, uintptr_t key) {
   if (key - 1 >= RC_MAX_KEY) return 0;
   if (!w->nested) { /* a miss may mean new libraries: keep the map and cache current */
     w->map = etr__modmap_refresh();
@@ -330,6 +365,15 @@ static uint32_t rule_for(walk *w, uintptr_t key) {
   rc_insert(key, rule);
   w->misses++;
   return rule | 0x80000000u;
+}
+
+static inline uint32_t rule_for(walk *w, uintptr_t key) {
+  uint32_t r = rc_lookup(key);
+  if (__builtin_expect(r != 0, 1)) {
+    w->hits++;
+    return r;
+  }
+  return rule_miss(w, key);
 }
 
 /* Append libunwind's frames after the f return addresses found so far (kept in skipped[]
@@ -367,89 +411,181 @@ static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uint
   return n;
 }
 
+typedef struct walk_out {
+  uint64_t walked, reused, fallbacks;
+  bool failed, truncated;
+  int fc; /* frame cache: -1 not used, 0 miss, 1 partial hit, 2 hit */
+} walk_out;
+
+/* Walk from the frame (rip, sp, bp) of etr__unwind_capture itself. A frame is (key, sp,
+ * bp): key = its return address (its ip + 1 for the innermost and interrupted frames), sp =
+ * the CFA of the frame it called, bp its rbp.
+ *
+ * The per-thread frame cache holds the frames of the thread's previous capture. When a
+ * frame equals one of them (same key, sp and bp; frames are matched by sp, which grows
+ * outwards), its rule is reused, and the next frame is taken from the cache after checking
+ * that the stack words the unwinding reads (the return-address slot, the saved-rbp slot)
+ * still hold the cached values: the walk is a function of the registers and those words,
+ * so the result is the one a full walk gives, but the loads no longer depend on each other
+ * (no hash lookup, no CFA arithmetic on the critical path). */
 static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t sp, uintptr_t bp,
-                                             uintptr_t *ips, size_t max, size_t skip,
-                                             uint64_t *walked, bool *failed, bool *truncated,
-                                             uint64_t *fallbacks) {
+                                             uintptr_t *restrict ips, size_t max, size_t skip,
+                                             walk_out *o) {
   uintptr_t lo, hi;
   uintptr_t skipped[SKIP_KEEP];
   size_t n = 0, f = 0;
-  *failed = *truncated = false;
-  if (!stack_bounds(w->ts, sp, &lo, &hi)) {
-    *failed = true;
+  if (!stack_bounds(w->ts, sp, &lo, &hi, !w->nested)) {
+    o->failed = true;
     return 0;
   }
+  /* frame cache: previous capture (read) and this one (written); not in nested captures */
+  const fent *prev = NULL;
+  fent *restrict cur = NULL;
+  size_t pk = 0, pn = 0, cj = 0;
+  fcache *curc = NULL;
+  if (!w->nested) {
+    const fcache *pc = &w->ts->fc[w->ts->fc_cur];
+    curc = &w->ts->fc[w->ts->fc_cur ^ 1];
+    prev = pc->f;
+    cur = curc->f;
+    pn = pc->gen == w->map->gen ? pc->n : 0;
+  }
+  size_t first_reuse = SIZE_MAX, walked_after = 0;
+  uint64_t reused = 0, walked = 0; /* locals: o-> fields could alias ips[] */
   uintptr_t key = rip + 1;
-  uint32_t rule = rule_for(w, key);
-  if (!rule) {
-    *failed = true;
-    return 0;
-  }
   for (;;) {
+    /* the rule of frame (key, sp, bp) */
+    uint32_t rule;
+    while (pk < pn && prev[pk].sp < sp) pk++;
+    /* bp must match only when the rule reads it (CFA from rbp, or rbp passed on as is) */
+    bool hit = pk < pn && prev[pk].sp == sp && prev[pk].key == key &&
+               (prev[pk].bp == bp || !rule_reads_bp(prev[pk].rule));
+    if (hit) {
+      rule = prev[pk++].rule;
+      reused++;
+      if (first_reuse == SIZE_MAX) first_reuse = f;
+    } else {
+      rule = rule_for(w, key);
+      if (!rule) { /* not code we know: a corrupt frame, or JIT code */
+        o->failed = true;
+        break;
+      }
+      walked++;
+      if (first_reuse != SIZE_MAX) walked_after++;
+    }
+    if (cur && cj < FC_MAX) {
+      cur[cj].sp = sp;
+      cur[cj].key = key;
+      cur[cj].bp = bp;
+      cur[cj++].rule = rule;
+    }
+    /* store the frame (the innermost one is etr__unwind_capture itself) */
+    if (f > 0) {
+      size_t i = f - 1;
+      if (i >= skip) {
+        ips[n++] = key;
+        if (n == max) {
+          o->truncated = (rule & 3) != K_END;
+          break;
+        }
+      } else if (i < SKIP_KEEP) {
+        skipped[i] = key;
+      }
+    }
+    /* unwind it */
     uint32_t kind = rule & 3;
+    if (hit && kind == K_SIMPLE && pk < pn && f >= skip) {
+      /* Frames of the previous capture, as long as the words they were read from are
+       * unchanged (all of them stored: f >= skip). */
+      const fent *p = &prev[pk - 1], *end = prev + pn;
+      size_t n0 = n;
+      bool at_max = false;
+      for (;;) {
+        const fent *nx = p + 1;
+        if (nx == end || nx->sp > hi) break;
+        uintptr_t pk_ = (p->rule >> 13) & 15;
+        if (peek(nx->sp - 8) != nx->key || (pk_ ? peek(nx->sp - 8 * pk_) : p->bp) != nx->bp)
+          break;
+        p = nx;
+        ips[n++] = p->key;
+        if (cj < FC_MAX) cur[cj++] = *p;
+        if (n == max) {
+          at_max = true;
+          break;
+        }
+        if ((p->rule & 3) != K_SIMPLE) break;
+      }
+      if (n != n0) {
+        size_t moved = n - n0;
+        reused += moved;
+        f += moved;
+        sp = p->sp;
+        bp = p->bp;
+        key = p->key;
+        rule = p->rule;
+        kind = rule & 3;
+        pk = (size_t)(p - prev) + 1;
+        if (at_max) {
+          o->truncated = kind != K_END;
+          break;
+        }
+      }
+    }
+    uintptr_t k = (rule >> 13) & 15;
     uintptr_t ra, nsp, nbp;
     if (__builtin_expect(kind == K_SIMPLE, 1)) {
       uintptr_t cfa = ((rule & 4) ? bp : sp) + (((rule >> 3) & 1023) << 3);
-      uint32_t k = (rule >> 13) & 15;
-      if (cfa <= sp || cfa > hi || (cfa & 7) || cfa - sp > ((uintptr_t)1 << 30)) {
-        *failed = true;
+      if (cfa <= sp || cfa > hi || (cfa & 7) || cfa - 8 * k < sp) {
+        o->failed = true;
         break;
       }
       ra = peek(cfa - 8);
-      nbp = k ? (cfa - 8 * k >= sp ? peek(cfa - 8 * k) : 0) : bp;
-      if (k && cfa - 8 * k < sp) {
-        *failed = true;
-        break;
-      }
+      nbp = k ? peek(cfa - 8 * k) : bp;
       nsp = cfa;
     } else if (kind == K_END) {
       break;
     } else if (kind == K_SIGNAL) {
       /* sp points at the ucontext the kernel pushed; the interrupted frame's registers are
-       * there, and its ip is exact (store ip + 1 like a return address) */
+       * there, and its ip is exact (keyed ip + 1 like a return address) */
       const size_t greg0 = offsetof(ucontext_t, uc_mcontext.gregs);
       if (sp + greg0 + sizeof(greg_t) * NGREG > hi) {
-        *failed = true;
+        o->failed = true;
         break;
       }
       ra = peek(sp + greg0 + sizeof(greg_t) * REG_RIP) + 1;
       nsp = peek(sp + greg0 + sizeof(greg_t) * REG_RSP);
       nbp = peek(sp + greg0 + sizeof(greg_t) * REG_RBP);
-      if (nsp & 7 || !stack_bounds(w->ts, nsp, &lo, &hi)) {
-        *failed = true;
+      if ((nsp & 7) || !stack_bounds(w->ts, nsp, &lo, &hi, !w->nested)) {
+        o->failed = true;
         break;
       }
-    } else { /* K_FALLBACK */
+      pk = pn; /* another stack: frames are no longer ordered by sp */
+    } else { /* K_FALLBACK: libunwind from here on */
+      if (f == 0) {
+        o->failed = true;
+        break;
+      }
       size_t added;
       bool more;
-      size_t n2 = splice_libunwind(w, skipped, f, ips, n, max, skip, &added, &more);
-      *fallbacks += added;
-      if (added == 0) *failed = true;
-      *truncated = more;
-      *walked += added;
-      return n2;
-    }
-    if (ra <= 1) break; /* a zero return address ends some stacks */
-    uint32_t nrule = rule_for(w, ra);
-    if (!nrule) { /* not code we know: a corrupt frame, or JIT code */
-      *failed = true;
+      n = splice_libunwind(w, skipped, f, ips, n, max, skip, &added, &more);
+      o->fallbacks += added;
+      if (added == 0) o->failed = true;
+      o->truncated = more;
       break;
     }
-    (*walked)++;
-    if (f >= skip) {
-      ips[n++] = ra;
-      if (n == max) {
-        *truncated = (nrule & 3) != K_END;
-        break;
-      }
-    } else if (f < SKIP_KEEP) {
-      skipped[f] = ra;
-    }
+    if (ra <= 1) break; /* a zero return address ends some stacks */
     f++;
     sp = nsp;
     bp = nbp;
     key = ra;
-    rule = nrule;
+  }
+  o->reused += reused;
+  o->walked += walked;
+  if (curc) {
+    curc->n = cj;
+    curc->gen = w->map->gen;
+    w->ts->fc_cur ^= 1;
+    o->fc = first_reuse == SIZE_MAX ? 0 : walked_after == 0 ? 2 : 1;
   }
   return n;
 }
@@ -465,24 +601,26 @@ ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip,
   if (!w.nested && (++ts->ncap & 63) == 0) w.map = etr__modmap_refresh();
   else w.map = etr__modmap_current();
   size_t n = 0;
-  uint64_t walked = 0, fallbacks = 0;
-  bool failed = true, truncated = false;
+  walk_out o = {0, 0, 0, true, false, -1};
   if (w.map) {
     rc_sync(w.map->gen);
     uintptr_t rip, sp, bp;
     __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
                      : "=r"(rip), "=r"(sp), "=r"(bp));
-    n = walk_stack(&w, rip, sp, bp, ips, max, skip, &walked, &failed, &truncated, &fallbacks);
+    o.failed = false;
+    n = walk_stack(&w, rip, sp, bp, ips, max, skip, &o);
     if (modgen) *modgen = w.map->gen;
   }
   cadd(ts, C_CAPTURES, 1);
-  cadd(ts, C_TRUNCATED, truncated);
-  cadd(ts, C_FAILURES, failed);
+  cadd(ts, C_TRUNCATED, o.truncated);
+  cadd(ts, C_FAILURES, o.failed);
   cadd(ts, C_FRAMES, n);
   cadd(ts, C_HITS, w.hits);
   cadd(ts, C_MISSES, w.misses);
-  cadd(ts, C_FALLBACKS, fallbacks);
-  cadd(ts, C_WALKED, walked);
+  cadd(ts, C_FALLBACKS, o.fallbacks);
+  cadd(ts, C_WALKED, o.walked + o.fallbacks);
+  cadd(ts, C_REUSED, o.reused);
+  if (o.fc >= 0) cadd(ts, o.fc == 2 ? C_FC_HITS : o.fc == 1 ? C_FC_PARTIAL : C_FC_MISSES, 1);
   atomic_signal_fence(memory_order_seq_cst);
   ts->in_capture = w.nested;
   return n;
@@ -492,7 +630,7 @@ void etr__unwind_thread_init(void) {
   tstate *ts = tstate_get();
   if (!ts) return;
   uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo, hi;
-  stack_bounds(ts, sp, &lo, &hi);
+  stack_bounds(ts, sp, &lo, &hi, true);
   const etr__modmap *m = etr__modmap_refresh();
   if (m) rc_sync(m->gen);
 }

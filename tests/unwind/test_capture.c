@@ -211,11 +211,75 @@ static void test_cache_counters(void **state) {
   }
   etr_traceback_stats s1 = stats();
   assert_int_equal(s1.unwind_cache_misses, s0.unwind_cache_misses);
-  /* one rule per stored frame, plus the capture's own frame */
-  assert_int_equal(s1.unwind_cache_hits - s0.unwind_cache_hits, k.n + 1);
-  assert_int_equal(s1.frames_walked - s0.frames_walked, k.n);
   assert_int_equal(s1.unwind_fallbacks, s0.unwind_fallbacks);
   assert_int_equal(s1.unwind_cache_resets, s0.unwind_cache_resets);
+  /* the same stack as the thread's previous capture: the rules (one per stored frame, plus
+   * the capture's own frame) come from the frame cache, except where a frame passes on an
+   * rbp that differs (a loop counter kept in rbp): those go through the rule cache */
+  uint64_t reused = s1.frames_reused - s0.frames_reused, walked = s1.frames_walked - s0.frames_walked;
+  assert_int_equal(reused + walked, k.n + 1);
+  assert_true(reused >= k.n - 2);
+  assert_int_equal(s1.unwind_cache_hits - s0.unwind_cache_hits, walked);
+  assert_int_equal((s1.frame_cache_hits - s0.frame_cache_hits) +
+                       (s1.frame_cache_partial_hits - s0.frame_cache_partial_hits),
+                   1);
+
+  /* a stack that shares only the outer part with the previous one: the inner frames are
+   * walked, the outer part reused (a frame-cache hit); then the same stack again: all reused */
+  cap k2;
+  memset(&k2, 0, sizeof k2);
+  fp_chain_b(test_cb, &k2);
+  etr_traceback_stats s2 = stats(), s3 = s2;
+  for (int i = 0; i < rounds - 1; i++) {
+    if (i == rounds - 2) s3 = stats();
+    capture_via_fp_chain(&k);
+  }
+  etr_traceback_stats s4 = stats();
+  assert_int_equal((s3.frame_cache_hits - s2.frame_cache_hits) +
+                       (s3.frame_cache_partial_hits - s2.frame_cache_partial_hits),
+                   1);
+  assert_true(s3.frames_walked - s2.frames_walked >= 4); /* cb, c, b, a at new depths */
+  assert_true(s3.frames_reused > s2.frames_reused);       /* cmocka, main, libc */
+  assert_true(s4.frames_reused - s3.frames_reused >= k.n - 2);
+  assert_int_equal((s4.frames_reused - s3.frames_reused) + (s4.frames_walked - s3.frames_walked),
+                   k.n + 1);
+  /* every frame walked is a rule-cache lookup */
+  assert_int_equal(s4.frames_walked - s0.frames_walked,
+                   (s4.unwind_cache_hits - s0.unwind_cache_hits) +
+                       (s4.unwind_cache_misses - s0.unwind_cache_misses));
+}
+
+/* The inner frames are the same (same addresses at the same stack positions) but the
+ * caller further out alternates: the frame cache must notice the changed return address. */
+__attribute__((noinline)) size_t fc_mid(cap *k) {
+  size_t r = fp_chain_a(test_cb, k);
+  __asm__ volatile("" ::: "memory");
+  return r + 1;
+}
+__attribute__((noinline)) size_t fc_outer_g(cap *k) {
+  size_t r = fc_mid(k);
+  __asm__ volatile("" ::: "memory");
+  return r + 1;
+}
+__attribute__((noinline)) size_t fc_outer_h(cap *k) {
+  size_t r = fc_mid(k);
+  __asm__ volatile("" ::: "memory");
+  return r + 2;
+}
+
+static void test_frame_cache_changed_caller(void **state) {
+  (void)state;
+  range g = fn_range((void *)fc_outer_g), h = fn_range((void *)fc_outer_h);
+  range mid = fn_range((void *)fc_mid);
+  for (int i = 0; i < 20; i++) {
+    cap k;
+    memset(&k, 0, sizeof k);
+    if (i % 3 == 0) fc_outer_h(&k);
+    else fc_outer_g(&k);
+    int m = find_frame(k.ips, k.n, 0, mid);
+    assert_int_equal(m, 4);
+    assert_true(in_fn(k.ips[m + 1], i % 3 == 0 ? h : g));
+  }
 }
 
 /* Frames without a simple rule (a 16 KiB frame, a realigned frame) go to libunwind. */
@@ -540,6 +604,9 @@ static void test_threads(void **state) {
   etr_traceback_stats s1 = stats(); /* exited threads are still counted */
   assert_int_equal(atomic_load(&g_thread_bad), 0);
   assert_int_equal(s1.captures - s0.captures, THREADS * PER_THREAD);
+  /* each thread's first capture has no previous stack */
+  assert_true(s1.frame_cache_misses - s0.frame_cache_misses >= THREADS);
+  assert_true(s1.frames_reused > s0.frames_reused);
   assert_int_equal(s1.capture_failures, s0.capture_failures);
 }
 
@@ -550,6 +617,7 @@ int main(void) {
       cmocka_unit_test(test_same_as_glibc),
       cmocka_unit_test(test_skip_and_truncate),
       cmocka_unit_test(test_cache_counters),
+      cmocka_unit_test(test_frame_cache_changed_caller),
       cmocka_unit_test(test_fallback),
       cmocka_unit_test(test_module_map),
       cmocka_unit_test(test_dlopen_dlclose),
