@@ -17,8 +17,9 @@
 
 #define NOINLINE __attribute__((noinline))
 
-enum { M_ETR, M_FP, M_GLIBC, M_UNW, M_COUNT, MAX_REPS = 31, BUF = 256 };
-static const char *const method_names[M_COUNT] = {"etr", "fpwalk", "glibc", "libunwind"};
+enum { M_ETR, M_ETR_NOFC, M_FP, M_GLIBC, M_UNW, M_COUNT, MAX_REPS = 31, BUF = 256 };
+static const char *const method_names[M_COUNT] = {"etr", "etr-nofc", "fpwalk", "glibc",
+                                                  "libunwind"};
 
 typedef int (*unw_backtrace_fn)(void **buffer, int size);
 
@@ -83,6 +84,12 @@ static NOINLINE size_t fp_walk(uintptr_t *ips, size_t max, uintptr_t lo, uintptr
 static inline size_t run_method(const bctx *c, int m, uintptr_t *buf) {
   switch (m) {
     case M_ETR: return etr__unwind_capture(buf, c->depth, 0, NULL);
+    case M_ETR_NOFC: {
+      etr__unwind_set_frame_cache(false);
+      size_t n = etr__unwind_capture(buf, c->depth, 0, NULL);
+      etr__unwind_set_frame_cache(true);
+      return n;
+    }
     case M_FP: return fp_walk(buf, c->depth, c->lo, c->hi);
     case M_GLIBC: return (size_t)backtrace((void **)buf, (int)c->depth);
     default: return (size_t)c->unw((void **)buf, (int)c->depth);
@@ -178,8 +185,9 @@ int etr_bench_capture(int quick, FILE *report, double *capture32_ns, double *fpw
   if (report) {
     fprintf(report, "capture: ns per capture of exactly `depth` frames of the same stack "
                     "(medians of %d repeats)\n", quick ? 5 : 15);
-    fprintf(report, "  %5s %10s %10s %8s %10s %10s %8s %8s\n", "depth", "etr", "fpwalk",
-            "etr/fp", "glibc", "libunwind", "glibc/fp", "unw/fp");
+    fprintf(report, "  etr-nofc: etr without its per-thread frame cache (rule cache only)\n");
+    fprintf(report, "  %5s %10s %10s %10s %8s %10s %10s %8s %8s\n", "depth", "etr", "etr-nofc",
+            "fpwalk", "etr/fp", "glibc", "libunwind", "glibc/fp", "unw/fp");
   }
   *capture32_ns = *fpwalk32_ns = NAN;
   double cap32_1t = NAN;
@@ -201,8 +209,9 @@ int etr_bench_capture(int quick, FILE *report, double *capture32_ns, double *fpw
       }
     }
     if (report)
-      fprintf(report, "  %5zu %10.1f %10.1f %8.2f %10.1f %10.1f %8.1f %8.1f\n", c.depth,
-              c.med[M_ETR], c.med[M_FP], c.med[M_ETR] / c.med[M_FP], c.med[M_GLIBC],
+      fprintf(report, "  %5zu %10.1f %10.1f %10.1f %8.2f %10.1f %10.1f %8.1f %8.1f\n", c.depth,
+              c.med[M_ETR], c.med[M_ETR_NOFC], c.med[M_FP], c.med[M_ETR] / c.med[M_FP],
+              c.med[M_GLIBC],
               c.med[M_UNW], c.med[M_GLIBC] / c.med[M_FP], c.med[M_UNW] / c.med[M_FP]);
     if (c.depth == 32) {
       *capture32_ns = cap32_1t = c.med[M_ETR];

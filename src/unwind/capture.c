@@ -64,6 +64,7 @@ typedef struct tstate {
   struct tstate *next, *prev;
   _Atomic uint64_t c[C_COUNT];
   volatile sig_atomic_t in_capture;
+  bool fc_off; /* frame cache disabled for this thread (benchmarks, tests) */
   uint32_t ncap;
   uintptr_t rlo[2], rhi[2]; /* stack mappings seen by this thread (most recent first) */
   unsigned fc_cur; /* fc[fc_cur] holds the previous capture */
@@ -443,7 +444,7 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
   fent *restrict cur = NULL;
   size_t pk = 0, pn = 0, cj = 0;
   fcache *curc = NULL;
-  if (!w->nested) {
+  if (!w->nested && !w->ts->fc_off) {
     const fcache *pc = &w->ts->fc[w->ts->fc_cur];
     curc = &w->ts->fc[w->ts->fc_cur ^ 1];
     prev = pc->f;
@@ -626,6 +627,13 @@ ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip,
   return n;
 }
 
+void etr__unwind_set_frame_cache(bool on) {
+  tstate *ts = tstate_get();
+  if (!ts) return;
+  ts->fc_off = !on;
+  ts->fc[0].n = ts->fc[1].n = 0;
+}
+
 void etr__unwind_thread_init(void) {
   tstate *ts = tstate_get();
   if (!ts) return;
@@ -636,6 +644,8 @@ void etr__unwind_thread_init(void) {
 }
 
 #else /* other architectures: libunwind for every frame */
+
+void etr__unwind_set_frame_cache(bool on) { (void)on; }
 
 void etr__unwind_thread_init(void) {
   tstate_get();

@@ -78,4 +78,8 @@ const etr__modmap *etr__modmap_refresh(void);
  * run in a signal handler must call it first: it allocates and takes locks. */
 void etr__unwind_thread_init(void);
 
+/* Use the per-thread frame cache for the calling thread's captures (default on); off
+ * shows what it saves (etr-bench-capture). */
+void etr__unwind_set_frame_cache(bool on);
+
 #endif /* ETR_UNWIND_CFI_H */

@@ -141,6 +141,23 @@ static void test_chain_nofp(void **state) {
   assert_int_equal(s1.capture_failures, s0.capture_failures);
 }
 
+/* Without the frame cache: the same frames, every one through the rule cache. */
+static void test_chain_no_frame_cache(void **state) {
+  (void)state;
+  etr__unwind_set_frame_cache(false);
+  etr_traceback_stats s0 = stats();
+  for (int i = 0; i < 3; i++) {
+    check_chain(fp_chain_a, fp_chain_a, fp_chain_b, fp_chain_c, NULL);
+    check_chain(nofp_chain_a, nofp_chain_a, nofp_chain_b, nofp_chain_c, NULL);
+  }
+  etr_traceback_stats s1 = stats();
+  etr__unwind_set_frame_cache(true);
+  assert_int_equal(s1.frames_reused, s0.frames_reused);
+  assert_int_equal(s1.frame_cache_hits + s1.frame_cache_partial_hits + s1.frame_cache_misses,
+                   s0.frame_cache_hits + s0.frame_cache_partial_hits + s0.frame_cache_misses);
+  assert_true(s1.frames_walked - s0.frames_walked >= 6 * 6);
+}
+
 /* Our frames equal those of glibc's backtrace() (libgcc's DWARF unwinder) in the same
  * place, beyond the first one (each call has its own return address). */
 __attribute__((noinline)) size_t cb_compare(void *arg) {
@@ -614,6 +631,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_fp),
       cmocka_unit_test(test_chain_nofp),
+      cmocka_unit_test(test_chain_no_frame_cache),
       cmocka_unit_test(test_same_as_glibc),
       cmocka_unit_test(test_skip_and_truncate),
       cmocka_unit_test(test_cache_counters),
