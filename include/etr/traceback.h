@@ -114,8 +114,12 @@ typedef struct etr_traceback_stats {
   uint64_t unwind_cache_hits;     /* frames unwound with a cached rule */
   uint64_t unwind_cache_misses;   /* frames whose rule had to be computed */
   uint64_t unwind_cache_resets;   /* cache flushes after libraries were loaded or unloaded */
-  uint64_t unwind_fallbacks;      /* frames unwound by libunwind (no simple rule) */
-  uint64_t frame_cache_hits;      /* captures that reused the previous stack's outer part */
+  uint64_t unwind_fallbacks;      /* frames taken from libunwind (no simple rule) */
+  /* The per-thread frame cache reuses the previous capture's outer frames where the stack
+   * words they were read from are unchanged: a hit reuses them to the end of the walk, a
+   * partial hit walks again after some were reused. frames_reused + frames_walked = all
+   * frames unwound (walked = by the rule cache or libunwind). */
+  uint64_t frame_cache_hits;
   uint64_t frame_cache_partial_hits;
   uint64_t frame_cache_misses;
   uint64_t frames_reused;

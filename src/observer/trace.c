@@ -282,6 +282,7 @@ static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *
 static uint32_t capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintptr_t begin_ra,
                                   uint64_t *gen) {
   if (!ts->tb_ips) {
+    etr__unwind_thread_init(); /* the thread's first capture allocates: do it here, not later */
     ts->tb_ips = malloc((ETR__TB_DEPTH_MAX + ETR__TB_OWN_FRAMES) * sizeof *ts->tb_ips);
     ts->tb_words = malloc(ETR__TB_DEPTH_MAX * sizeof *ts->tb_words);
     if (!ts->tb_ips || !ts->tb_words) {

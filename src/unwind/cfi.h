@@ -73,13 +73,6 @@ const etr__modmap *etr__modmap_refresh(void);
 
 /* ---- capture (capture.c) ---- */
 
-/* Prepare the calling thread for captures: its counters, the bounds of its stack and the
- * module map. Optional (the first capture does it), but a thread whose first capture may
- * run in a signal handler must call it first: it allocates and takes locks. */
-void etr__unwind_thread_init(void);
-
-/* Use the per-thread frame cache for the calling thread's captures (default on); off
- * shows what it saves (etr-bench-capture). */
-void etr__unwind_set_frame_cache(bool on);
+/* etr__unwind_thread_init and etr__unwind_set_frame_cache: unwind/unwind.h. */
 
 #endif /* ETR_UNWIND_CFI_H */

@@ -23,6 +23,15 @@
  * crashes on a corrupt stack (the walk stops early and capture_failures is counted). */
 size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip, uint64_t *modgen);
 
+/* Prepare the calling thread for captures: its counters, the bounds of its stack and the
+ * module map. Optional (the first capture does it), but a thread whose first capture may
+ * run in a signal handler must call it first: it allocates and takes locks. */
+void etr__unwind_thread_init(void);
+
+/* Use the per-thread frame cache for the calling thread's captures (default on); off
+ * shows what it saves (etr-bench-capture). */
+void etr__unwind_set_frame_cache(bool on);
+
 /* Add this module's counters into *out (the unwind_* and frame_* fields, captures...). */
 void etr__unwind_stats_add(etr_traceback_stats *out);
 
@@ -37,7 +46,8 @@ typedef struct etr__module {
 } etr__module;
 
 /* The module containing ip in the map of generation gen (maps of earlier generations are
- * kept until etr__modules_release, so addresses of a library unloaded since capture still
+ * kept for the life of the process, as a capture may still read one; they grow only when
+ * libraries are loaded or unloaded, so addresses of a library unloaded since capture still
  * resolve). NULL when no module contains it. Any thread; takes a lock only when the
  * generation is not the current one. */
 const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip);
