@@ -55,6 +55,9 @@ struct etr__tbtab {
   uint32_t n_tbs, cap_tbs;
   uint32_t *tb_index;
   uint32_t tb_slots;
+  /* Recent raw sequences (hash of gen and words) to their traceback: most ops repeat a
+   * stack seen moments ago, and this skips the per-frame site lookups for them. */
+  struct { uint64_t hash; uint32_t tb; } recent[1024];
   strblock *strings;
 };
 
@@ -180,7 +183,41 @@ static uint32_t site_of(etr__tbtab *t, uint64_t gen, uint64_t word) {
   return t->n_sites - 1;
 }
 
+static uint64_t raw_hash(uint64_t gen, const uint64_t *words, uint32_t n) {
+  uint64_t h = mix(gen ^ 0x9e3779b97f4a7c15ull) ^ n;
+  for (uint32_t i = 0; i < n; i++) h = mix(h ^ words[i]) + i;
+  return h | 1; /* 0 marks an empty entry */
+}
+
+/* Whether traceback tb is exactly these words of generation gen. */
+static bool same_raw(const etr__tbtab *t, uint32_t tb, uint64_t gen, const uint64_t *words,
+                     uint32_t n) {
+  if (t->tb_off[tb + 1] - t->tb_off[tb] != n) return false;
+  const uint32_t *seq = t->seq + t->tb_off[tb];
+  for (uint32_t i = 0; i < n; i++) {
+    const site *s = &t->sites[seq[i]];
+    uint64_t g = (words[i] & ETR__SCRIPT_TAG) ? 0 : gen;
+    if (s->word != words[i] || s->gen != g) return false;
+  }
+  return true;
+}
+
+static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n);
+
 uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
+  uint64_t h = raw_hash(gen, words, n);
+  size_t slot = (size_t)(h >> 54); /* 1024 entries */
+  if (t->recent[slot].hash == h && same_raw(t, t->recent[slot].tb, gen, words, n))
+    return t->recent[slot].tb;
+  uint64_t tb = intern_sites(t, gen, words, n);
+  if (tb != UINT64_MAX) {
+    t->recent[slot].hash = h;
+    t->recent[slot].tb = (uint32_t)tb;
+  }
+  return tb;
+}
+
+static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
   /* The candidate sequence is appended to seq, and kept only when it is new. */
   if (t->seq_len + n > t->seq_cap) {
     size_t cap = t->seq_cap ? t->seq_cap : 1024;
