@@ -263,6 +263,60 @@ EOF
   rule double 'a Double value is not a number' 'k = next(n for n in ops if n["name"] == "misc::kinds"); k["inputs"]["values"][2] = "notanumber"'
   rule bool 'a Bool value is not true/false' 'e = ops[0]; e["inputs"]["values"][3] = 1'
   rule footer 'stat "threads" is not an integer' 'd["etr"]["stats"]["threads"] = "x"'
+  rule int_value 'an Int value is not an integer within int64' 'k = next(n for n in ops if n["name"] == "misc::kinds"); k["inputs"]["values"][0] = 2**63'
+  rule types_len '"types" has 5 entries, "values" 4' 'ops[0]["inputs"]["types"].append("Int")'
+  rule scalar_strides 'the strides of a Int are not \[\]' 'k = next(n for n in ops if n["name"] == "misc::kinds"); k["inputs"]["strides"][0] = [1]'
+  rule list_strides 'the strides of a list do not nest' 'ops[0]["inputs"]["strides"][0] = "x"'
+  rule not_array '"shapes" is not an array' 'ops[0]["outputs"]["shapes"] = 1'
+  # random structural mutations of the golden file (seeded): any verdict, but exit 0 or 1,
+  # no sanitizer report, valid JSON from summary --json; most must be found invalid
+  mkdir -p "$out/mut"
+  python3 - "$golden" "$out/mut" <<'EOF'
+import json, random, sys
+random.seed(11)
+d0 = json.load(open(sys.argv[1]))
+vals = [None, True, False, 0, -1, 2**63, 2**64 + 5, -2**63 - 1, 1.5, "", "x", "Tensor(float)",
+        "GenericList[Int,Int]", "Tuple[", [], [1], [1, 2, 3, 4, 5, 6], [[1, 2], [3]], {},
+        {"a": 1}, [0, 0, 0, 0, 0, ""], "<None>", "nan"]
+def paths(x, p=()):
+    yield p
+    if isinstance(x, dict):
+        for k, v in x.items(): yield from paths(v, p + (k,))
+    elif isinstance(x, list):
+        for i, v in enumerate(x): yield from paths(v, p + (i,))
+allp = [p for p in paths(d0) if p]
+for i in range(60):
+    d = json.loads(json.dumps(d0))
+    for _ in range(random.randint(1, 3)):
+        p = random.choice(allp)
+        try:
+            t = d
+            for k in p[:-1]: t = t[k]
+            r = random.random()
+            if r < 0.7: t[p[-1]] = random.choice(vals)
+            elif isinstance(t, dict): del t[p[-1]]
+            else: t.insert(p[-1], random.choice(vals))
+        except (KeyError, IndexError, TypeError):
+            pass
+    json.dump(d, open("%s/m%02d.json" % (sys.argv[2], i), "w"))
+EOF
+  invalid=0
+  for m in "$out"/mut/m*.json; do
+    for c in validate "summary --json"; do
+      set +e
+      "$etr" $c "$m" > "$out/last.out" 2> "$out/last.err"
+      rc=$?
+      set -e
+      [ $rc -le 1 ] || fail "$c $m: exit $rc"
+      ! grep -q -E "Sanitizer|runtime error" "$out/last.err" || { fail "$c $m: sanitizer report"; head -5 "$out/last.err"; }
+      if [ "$c" = validate ] && [ $rc -eq 1 ]; then invalid=$((invalid + 1)); fi
+      if [ "$c" != validate ] && [ $rc -eq 0 ]; then
+        python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/last.out" || fail "summary --json of $m is not JSON"
+      fi
+    done
+  done
+  [ $invalid -ge 40 ] || fail "validate found only $invalid of 60 mutated files invalid"
+
   # a warning (real-trace quirk) passes, and fails under --strict
   mutate short_strides 'ops[0]["inputs"]["strides"].pop()'
   expect 0 "short strides: warning" -- "$etr" validate "$out/short_strides.json" &&
