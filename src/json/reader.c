@@ -1,12 +1,16 @@
-/* Streaming trace reader (reader.h) on top of yajl's push parser.
+/* Streaming trace reader (reader.h), with two parsers behind one node builder.
  *
  * Input: a file descriptor read in large blocks, inflated by zlib when it starts with the
- * gzip magic bytes. Parsing: yajl calls us back token by token; the callbacks build one
- * value tree at a time (a node, or a top-level table after "nodes") in an arena. yajl is a
- * push parser and one block holds many nodes, so the completed nodes of a block wait in a
- * queue until etr_reader_next hands them over. Their trees live in a FIFO arena whose blocks
- * are recycled once every node in them has been handed over, so memory stays bounded by
- * one input block's worth of nodes plus the largest node.
+ * gzip magic bytes. Parsing, either
+ *  - the hand parser (default, "hand parser" section below): pulls one step at a time (a
+ *    top-level member or one node) from an input window, building the value tree directly
+ *    in an arena; a step that runs off the window is rolled back and redone after a refill;
+ *  - or yajl (ETR_READER_BACKEND=yajl): yajl calls us back token by token and the callbacks
+ *    build the same trees. yajl is a push parser and one block holds many nodes, so the
+ *    completed nodes of a block wait in a queue until etr_reader_next hands them over.
+ * Node trees live in a FIFO arena whose blocks are recycled once every node in them has been
+ * handed over, so memory stays bounded by one input block's worth of nodes plus the largest
+ * node. Header values and the tables after "nodes" live in a second arena until close.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
