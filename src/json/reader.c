@@ -251,14 +251,62 @@ static bool push_member(etr_reader *r, const char *key, size_t key_len, const et
   return true;
 }
 
-static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n) {
-  char *p = arena_alloc(a, n + 1);
+static size_t utf8_len(const unsigned char *p, const unsigned char *end);
+static inline void put_utf8(unsigned char **o, uint32_t c);
+
+/* A NUL-terminated copy of n bytes; invalid UTF-8 (which yajl passes through, as it does not
+ * validate strings here) is replaced by U+FFFD and warned about, like the hand parser does.
+ * *out_len (when not NULL) receives the copy's length. */
+/* Bytes of the invalid sequence at s[i] replaced by one U+FFFD: an encoded surrogate (what
+ * yajl makes of a lone "\\udc00" escape) as a whole, like the hand parser; else one byte. */
+static size_t bad_len(const unsigned char *s, size_t i, size_t n) {
+  if (s[i] == 0xED && i + 2 < n && (s[i + 1] & 0xE0) == 0xA0 && (s[i + 2] & 0xC0) == 0x80)
+    return 3;
+  return 1;
+}
+
+static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n,
+                      size_t *out_len) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n;) {
+    if (s[i] < 0x80) {
+      i++;
+      continue;
+    }
+    size_t k = utf8_len(s + i, s + n);
+    if (k == 0 || k == (size_t)-1) {
+      bad++;
+      k = bad_len(s, i, n);
+    }
+    i += k;
+  }
+  char *p = arena_alloc(a, n + 2 * bad + 1);
   if (!p) {
     set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
     return NULL;
   }
-  memcpy(p, s, n);
-  p[n] = '\0';
+  size_t len = n;
+  if (!bad) {
+    memcpy(p, s, n);
+  } else {
+    unsigned char *q = (unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+      size_t k = s[i] < 0x80 ? 1 : utf8_len(s + i, s + n);
+      if (k == 0 || k == (size_t)-1) {
+        put_utf8(&q, 0xFFFD);
+        i += bad_len(s, i, n);
+      } else {
+        memcpy(q, s + i, k);
+        q += k;
+        i += k;
+      }
+    }
+    len = (size_t)(q - (unsigned char *)p);
+    warn(r, cur_off(r), -1, "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)",
+         bad, bad == 1 ? "" : "s");
+  }
+  p[len] = '\0';
+  if (out_len) *out_len = len;
   return p;
 }
 
@@ -780,10 +828,9 @@ static int cb_string(void *ctx, const unsigned char *s, size_t len) {
   int st = value_start(r, false, false);
   if (st != 1) return st ? 1 : 0;
   etr_jval v = {.kind = ETR_J_STRING};
-  char *p = copy_str(r, r->target, s, len);
+  char *p = copy_str(r, r->target, s, len, &v.v.str.len);
   if (!p) return 0;
   v.v.str.s = p;
-  v.v.str.len = len;
   return b_value(r, &v);
 }
 
@@ -812,7 +859,7 @@ static int cb_start_array(void *ctx) {
 }
 
 static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
-  char *p = copy_str(r, &r->keep, k, len);
+  char *p = copy_str(r, &r->keep, k, len, &len);
   if (!p) return 0;
   r->tkey = p;
   if (r->n_top_keys == r->top_keys_cap) {
@@ -839,7 +886,7 @@ static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
 static int cb_key(void *ctx, const unsigned char *k, size_t len) {
   etr_reader *r = ctx;
   if (!r->building) return top_key(r, k, len);
-  char *p = copy_str(r, r->target, k, len);
+  char *p = copy_str(r, r->target, k, len, &len);
   if (!p) return 0;
   r->bkey = p;
   r->bkey_len = len;
@@ -1134,6 +1181,7 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
                     const char **s, size_t *len) {
   const unsigned char *p = *pp + 1, *start = p;
   bool simple = true;
+  size_t bad = 0; /* bytes of invalid UTF-8: each becomes U+FFFD (3 bytes) */
   /* pass 1: find the closing quote, check the bytes */
   for (;;) {
     while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
@@ -1159,12 +1207,19 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
     } else {
       size_t n = utf8_len(p, end);
       if (n == (size_t)-1) return H_MORE;
-      if (!n) return h_fail(r, p, "invalid UTF-8 in a string");
+      if (!n) { /* a writer that passed raw bytes through: keep reading, replace them */
+        bad++;
+        n = bad_len(p, 0, (size_t)(end - p));
+      }
       p += n;
     }
   }
+  if (bad)
+    warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
+         "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad,
+         bad == 1 ? "" : "s");
   size_t raw = (size_t)(p - start);
-  unsigned char *o = arena_alloc(a, raw + 1);
+  unsigned char *o = arena_alloc(a, raw + 2 * bad + 1);
   if (!o) {
     set_error(r, ETR_ENOMEM, 0, "out of memory");
     return H_ERR;
@@ -1177,9 +1232,22 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
     *pp = p + 1;
     return H_OK;
   }
-  /* pass 2: decode (never longer than the source) */
+  /* pass 2: decode (never longer than the source plus 2 bytes per replaced byte) */
   unsigned char *q = o;
+  size_t lone = 0;
   for (const unsigned char *x = start; x < p;) {
+    if (*x >= 0x80) {
+      size_t n = utf8_len(x, p);
+      if (n == 0 || n == (size_t)-1) {
+        put_utf8(&q, 0xFFFD);
+        x += bad_len(x, 0, (size_t)(p - x));
+      } else {
+        memcpy(q, x, n);
+        q += n;
+        x += n;
+      }
+      continue;
+    }
     if (*x != '\\') {
       *q++ = *x++;
       continue;
@@ -1202,6 +1270,7 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
           x += 6;
         } else if (u >= 0xD800 && u <= 0xDFFF) {
           u = 0xFFFD; /* a lone surrogate */
+          lone++;
         }
         put_utf8(&q, u);
         break;
@@ -1209,6 +1278,10 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
       default: *q++ = (unsigned char)e; break; /* " \ / */
     }
   }
+  if (lone)
+    warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
+         "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", lone,
+         lone == 1 ? "" : "s");
   *q = '\0';
   *len = (size_t)(q - o);
   *pp = p + 1;
@@ -1606,7 +1679,11 @@ int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader 
   }
   const char *be = getenv("ETR_READER_BACKEND");
   r->hand = !be || strcmp(be, "yajl") != 0;
-  if (!r->hand) r->yh = yajl_alloc(&callbacks, NULL, r);
+  if (!r->hand) {
+    r->yh = yajl_alloc(&callbacks, NULL, r);
+    /* Strings are checked by copy_str, which replaces invalid UTF-8 instead of failing. */
+    if (r->yh) yajl_config(r->yh, yajl_dont_validate_strings, 1);
+  }
   if (!r->hand && !r->yh) {
     set_error(r, ETR_ENOMEM, 0, "out of memory");
     return r->err;
