@@ -453,7 +453,6 @@ static void test_bad_frames(void **state) {
 /* ---- signals ---- */
 
 static cap g_sig;
-static volatile sig_atomic_t g_sig_raise_n;
 
 __attribute__((noinline)) void sig_handler(int sig, siginfo_t *si, void *uc) {
   (void)sig, (void)si, (void)uc;
