@@ -45,6 +45,13 @@ int etr_cli_usage(const char *cmd, const char *fmt, ...) {
   return ETR_CLI_USAGE;
 }
 
+int etr_cli_operand(const char *cmd, const char *a, const char **file) {
+  if (a[0] == '-' && a[1] != '\0') return etr_cli_usage(cmd, "unknown option '%s'", a);
+  if (*file != NULL) return etr_cli_usage(cmd, "one FILE only ('%s' is extra)", a);
+  *file = a;
+  return 0;
+}
+
 bool etr_cli_wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--")) break;

@@ -27,6 +27,11 @@ void etr_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(
 /* "etr CMD: message (see 'etr CMD --help')\n" on stderr; returns ETR_CLI_USAGE. */
 int etr_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The last branch of a command's option loop: `a` is an unknown option or the FILE operand
+ * (stored in *file; a second one is an error). 0, or ETR_CLI_USAGE after printing the one-line
+ * usage error. */
+int etr_cli_operand(const char *cmd, const char *a, const char **file);
+
 /* True when argv[1..] holds -h or --help (before a "--"). */
 bool etr_cli_wants_help(int argc, char **argv);
 

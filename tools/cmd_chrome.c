@@ -251,12 +251,8 @@ int etr_cmd_chrome(int argc, char **argv) {
       args = false;
     } else if (strcmp(a, "--no-flows") == 0) {
       flows = false;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      return etr_cli_usage(CMD, "unknown option '%s'", a);
-    } else if (file == NULL) {
-      file = a;
-    } else {
-      return etr_cli_usage(CMD, "one FILE only ('%s' is extra)", a);
+    } else if (etr_cli_operand(CMD, a, &file) != 0) {
+      return ETR_CLI_USAGE;
     }
   }
   if (file == NULL) return etr_cli_usage(CMD, "no FILE given");

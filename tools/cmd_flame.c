@@ -116,12 +116,8 @@ int etr_cmd_flame(int argc, char **argv) {
       with_op = false;
     } else if (strcmp(a, "--lines") == 0) {
       lines = true;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      return etr_cli_usage(CMD, "unknown option '%s'", a);
-    } else if (file == NULL) {
-      file = a;
-    } else {
-      return etr_cli_usage(CMD, "one FILE only ('%s' is extra)", a);
+    } else if (etr_cli_operand(CMD, a, &file) != 0) {
+      return ETR_CLI_USAGE;
     }
   }
   if (file == NULL) return etr_cli_usage(CMD, "no FILE given");

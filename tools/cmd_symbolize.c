@@ -234,14 +234,11 @@ int etr_cmd_symbolize(int argc, char **argv) {
       out_path = a + 9;
     } else if (opts && !strncmp(a, "--search-dir=", 13)) {
       dirs[ndirs++] = a + 13;
-    } else if (opts && a[0] == '-' && a[1] != '\0') {
+    } else if (!opts && in_path == NULL) {
+      in_path = a; /* after "--" even "-x" is a file name */
+    } else if (etr_cli_operand(CMD, a, &in_path) != 0) {
       free(dirs);
-      return etr_cli_usage(CMD, "unknown option '%s'", a);
-    } else if (in_path == NULL) {
-      in_path = a;
-    } else {
-      free(dirs);
-      return etr_cli_usage(CMD, "one input file only ('%s' is extra)", a);
+      return ETR_CLI_USAGE;
     }
   }
   if (in_path == NULL) {
