@@ -42,4 +42,27 @@ bad_ra_call:
         .cfi_endproc
         .size bad_ra_call, .-bad_ra_call
 
+/* size_t rbx_cfa_call(size_t (*fn)(void *), void *arg): a good frame whose CFA is rbx + 16,
+ * which no simple rule (rsp or rbp + offset) describes: libunwind must unwind it. */
+        .globl rbx_cfa_call
+        .type rbx_cfa_call, @function
+rbx_cfa_call:
+        .cfi_startproc
+        push %rbx
+        .cfi_def_cfa_offset 16
+        .cfi_offset %rbx, -16
+        mov %rsp, %rbx
+        .cfi_def_cfa_register %rbx
+        sub $32, %rsp
+        mov %rdi, %rax
+        mov %rsi, %rdi
+        call *%rax
+        mov %rbx, %rsp
+        .cfi_def_cfa_register %rsp
+        pop %rbx
+        .cfi_def_cfa_offset 8
+        ret
+        .cfi_endproc
+        .size rbx_cfa_call, .-rbx_cfa_call
+
         .section .note.GNU-stack,"",@progbits
