@@ -834,29 +834,21 @@ static int cb_string(void *ctx, const unsigned char *s, size_t len) {
   return b_value(r, &v);
 }
 
-static int cb_start_map(void *ctx) {
-  etr_reader *r = ctx;
-  int st = value_start(r, true, true);
+/* yajl opened an object (map) or an array. */
+static int start_container(etr_reader *r, bool map) {
+  int st = value_start(r, map, true);
   if (st == 2) {
     r->depth++;
     return 1;
   }
   if (!st) return 0;
   r->depth++;
-  return b_open(r, true);
+  return b_open(r, map);
 }
 
-static int cb_start_array(void *ctx) {
-  etr_reader *r = ctx;
-  int st = value_start(r, false, true);
-  if (st == 2) {
-    r->depth++;
-    return 1;
-  }
-  if (!st) return 0;
-  r->depth++;
-  return b_open(r, false);
-}
+static int cb_start_map(void *ctx) { return start_container(ctx, true); }
+
+static int cb_start_array(void *ctx) { return start_container(ctx, false); }
 
 static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
   char *p = copy_str(r, &r->keep, k, len, &len);
