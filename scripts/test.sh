@@ -12,7 +12,7 @@
 #   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
 #   (e) install tests (ctest -L install) of the four builds
 #   (f) etr-bench --quick smoke run, when etr-bench exists (figures never fail it)
-#   (g) valgrind memcheck of etr-example-runtime, when valgrind exists
+#   (g) valgrind memcheck of etr-example-runtime (also with tracebacks), when valgrind exists
 # Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
 # labelled "slow" when there are any.
 set -uo pipefail
@@ -221,14 +221,19 @@ stage_valgrind() {
   }
   rm -rf "$out" && mkdir -p "$out" || return 1
   local vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
-    --show-leak-kinds=definite --track-origins=yes)
+    --show-leak-kinds=definite --track-origins=yes --suppressions=scripts/valgrind.supp)
   etr_say "memcheck: $exe --out $out/trace.json --threads 2 --iters 20"
   "${vg[@]}" "$exe" --out "$out/trace.json" --threads 2 --iters 20 || return 1
   python3 tests/integration/check_example_trace.py "$out/trace.json" --threads 2 --iters 20 ||
     return 1
   etr_say "memcheck: ETR_TRACE=$out/trace-env.json $exe --threads 2 --iters 20"
   ETR_TRACE="$out/trace-env.json" "${vg[@]}" "$exe" --threads 2 --iters 20 || return 1
-  python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads 2 --iters 20
+  python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads 2 --iters 20 ||
+    return 1
+  etr_say "memcheck: $exe --out $out/trace-tb.json --threads 2 --iters 5 --traceback"
+  "${vg[@]}" "$exe" --out "$out/trace-tb.json" --threads 2 --iters 5 --traceback || return 1
+  python3 tests/integration/check_example_trace.py "$out/trace-tb.json" --threads 2 --iters 5 \
+    --traceback
 }
 
 # want ID: is stage ID selected (all are, unless --quick or --only)?
