@@ -82,6 +82,47 @@ static void test_env_schema_1_1_1_no_timing(void **state) {
   tu_free(&t);
 }
 
+/* ETR_TRACE_TRACEBACK=pattern + _EVERY: only matching ops, 1 in N per thread, carry a
+ * traceback; ETR_TRACE_SYMBOLIZE=module writes module frames. */
+static void test_env_traceback(void **state) {
+  (void)state;
+  tu_trace t;
+  run_env(&t, "env", "ETR_TRACE_TRACEBACK=env_in*", "ETR_TRACE_TRACEBACK_EVERY=2");
+  size_t with = 0, i;
+  json_t *node;
+  json_array_foreach(t.nodes, i, node) {
+    if (!tu_attr(node, "traceback")) continue;
+    assert_string_equal(tu_name(node), "env_inner");
+    with++;
+  }
+  assert_int_equal(with, 5); /* 1 in 2 of the 10 env_inner ops */
+  json_t *frames = json_object_get(t.root, "frames");
+  assert_true(json_is_array(frames) && json_array_size(frames) > 0);
+  size_t own = 0; /* frames resolved to the helper's own source, with a line */
+  json_array_foreach(frames, i, node) {
+    const char *file = json_string_value(json_object_get(node, "filename"));
+    if (file && strstr(file, "trace_helper.c") &&
+        json_integer_value(json_object_get(node, "line")) > 0)
+      own++;
+  }
+  assert_true(own > 0);
+  tu_free(&t);
+
+  run_env(&t, "env", "ETR_TRACE_TRACEBACK=all", "ETR_TRACE_SYMBOLIZE=module");
+  assert_int_equal(tu_stat(&t, "tracebacks"), 15);
+  frames = json_object_get(t.root, "frames");
+  assert_true(json_array_size(frames) > 0);
+  size_t modules = 0;
+  json_array_foreach(frames, i, node) {
+    if (!json_object_get(node, "module")) continue;
+    assert_true(json_is_string(json_object_get(node, "build_id")));
+    assert_true(json_is_integer(json_object_get(node, "offset")));
+    modules++;
+  }
+  assert_true(modules > 0);
+  tu_free(&t);
+}
+
 static void test_env_current(void **state) {
   (void)state;
   tu_trace t;
@@ -115,6 +156,7 @@ int main(void) {
       TU_TEST(test_env_defaults),
       TU_TEST(test_env_schema_1_1_1_no_timing),
       TU_TEST(test_env_current),
+      TU_TEST(test_env_traceback),
       TU_TEST(test_env_bad_path),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
