@@ -9,16 +9,22 @@
  *     (/usr/lib/debug/.build-id/xx/rest.debug and the search dirs) or by .gnu_debuglink;
  *     our own sorted table of compile-unit address ranges picks the CU of an address, and
  *     libdw's line table of that CU (parsed on first use, then cached by libdw) gives the line.
+ * Per CU, on its first address: a tree of its inlined calls (DW_TAG_inlined_subroutine, nested
+ * ones under the range of the call that holds them, each level sorted by address) with their
+ * call sites.
  * Per unique address (warm): a binary search in the symbol table, one in the CU table, one in
- * the CU's line table, and a cache insert. Names and file names are pointers into the mapped
- * file and libdw's tables (no copy); only demangled names (once per symbol) and fallback
- * names are copied into the symbolizer's arena.
+ * the CU's line table, one per level of inlining in the CU's tree, and a cache insert. Names
+ * and file names are pointers into the mapped file and libdw's tables (no copy); only
+ * demangled names (once per symbol, once per inlined call) and fallback names are copied into
+ * the symbolizer's arena, and so are the frames of inlined calls.
  *
- * Names are the outermost function at the address (the one the symbol table names), and file
- * and line are in that function: for code inlined there, the call site of the outermost
- * inlined call (DW_AT_call_file/line of the DW_TAG_inlined_subroutine holding the address),
- * not the inlined code's own line. Inline frames are not expanded into frames of their own
- * (one frame per address).
+ * One address gives a chain of frames (etr__symbolize_frames), innermost first, as
+ * `addr2line -i` prints it: in inlined code, the inlined function (named by the call's
+ * DW_AT_abstract_origin, through DW_AT_specification: DW_AT_linkage_name demangled, else
+ * DW_AT_name) at the code's own line; then each enclosing inlined function at the call site
+ * of the call it holds (DW_AT_call_file/line); last the real function, named by the symbol
+ * table, at the call site of the outermost inlined call. etr__symbolize returns that last
+ * frame only.
  *
  * Fallbacks: dladdr on the live address (when given), then "<basename>+0x<vaddr>", file = the
  * module path (or the source file when only the name was missing), line 0 when unknown.
@@ -100,6 +106,17 @@ static char *arena_alloc(arena_block **head, size_t n) {
   return p;
 }
 
+/* n bytes aligned for pointers (arrays of etr__symbol). */
+static void *arena_alloc_aligned(arena_block **head, size_t n) {
+  arena_block *b = *head;
+  if (b != NULL) {
+    size_t pad = (size_t)(-(uintptr_t)(b->data + b->used)) & (sizeof(void *) - 1);
+    b->used = b->used + pad <= b->cap ? b->used + pad : b->cap;
+  }
+  /* A new block's data is pointer-aligned (it follows a pointer and two size_t). */
+  return arena_alloc(head, n);
+}
+
 static const char *arena_strdup(arena_block **head, const char *s) {
   size_t n = strlen(s) + 1;
   char *p = arena_alloc(head, n);
@@ -115,18 +132,32 @@ typedef struct cu_range {
   size_t cu;        /* index into module.cus */
 } cu_range;
 
-/* Code of an outermost inlined call: its range and its call site (in the function that
- * holds it). */
+/* One inlined call (a DW_TAG_inlined_subroutine): its call site, in the function or the
+ * inlined function that holds it, and the name of the function inlined there. */
+typedef struct inl_sub {
+  const char *call_file;  /* owned by libdw's file table of the CU; NULL when not given */
+  int64_t call_line;
+  const char *name;       /* demangled, made on first use; NULL until then */
+  Dwarf_Off die;          /* offset of the DW_TAG_inlined_subroutine */
+} inl_sub;
+
+/* One address range of an inlined call, and the inlined calls nested in that range. */
 typedef struct inl_range {
-  uint64_t lo, hi;
-  const char *file;  /* owned by libdw's file table of the CU */
-  int64_t line;
+  uint64_t lo, hi;        /* [lo, hi) */
+  uint32_t sub;           /* index into cu_info.subs */
+  uint32_t child, nchild; /* nested calls: cu_info.inl[child, child + nchild), sorted by lo */
 } inl_range;
+
+/* Most inlined calls nested at one address that are followed (deeper ones are cut). */
+#define INL_MAX_DEPTH 64
 
 typedef struct cu_info {
   Dwarf_Die die;
-  inl_range *inl;   /* sorted by lo; built on the first address in this CU */
-  size_t ninl;
+  inl_range *inl;   /* outermost calls first (inl[0, ntop), sorted by lo), then the nested
+                     * ones grouped by the range they are in; built on the CU's first address */
+  size_t ninl, ntop;
+  inl_sub *subs;
+  size_t nsubs;
   int inl_state;    /* 0 not built, 1 built, -1 could not be built */
 } cu_info;
 #endif
@@ -151,12 +182,15 @@ typedef struct module {
 #endif
 } module;
 
-/* One cached answer, keyed by (module index + 1, vaddr). */
+/* One cached answer, keyed by (module index + 1, vaddr): the outermost frame, and the
+ * frames of the calls inlined at vaddr, innermost first (in the arena). */
 typedef struct cache_entry {
   uint64_t vaddr;
   uint32_t mod1;           /* 0 = empty slot */
-  int32_t rc;
+  int16_t rc;
+  uint16_t ninner;
   etr__symbol sym;
+  const etr__symbol *inner;
 } cache_entry;
 
 struct etr__symbolizer {
@@ -215,7 +249,10 @@ static void module_unload(module *m) {
   if (m->fd >= 0) close(m->fd);
   etr__symtab_free(&m->symtab);
   free(m->demangled);
-  for (size_t i = 0; i < m->ncus; i++) free(m->cus[i].inl);
+  for (size_t i = 0; i < m->ncus; i++) {
+    free(m->cus[i].inl);
+    free(m->cus[i].subs);
+  }
   free(m->cus);
   free(m->ranges);
 #else
@@ -460,7 +497,7 @@ static int build_cu_table(module *m) {
       if (c == NULL) return -1;
       m->cus = c;
     }
-    m->cus[m->ncus++] = (cu_info){cudie, NULL, 0, 0};
+    m->cus[m->ncus++] = (cu_info){.die = cudie};
   }
   if (m->nranges > 1) qsort(m->ranges, m->nranges, sizeof *m->ranges, range_cmp);
   return 0;
@@ -535,49 +572,81 @@ static int module_load(etr__symbolizer *s, module *m, uintptr_t live_ip) {
   return 0;
 }
 
-static int inl_cmp(const void *a, const void *b) {
-  const inl_range *x = a, *y = b;
-  return (x->lo > y->lo) - (x->lo < y->lo);
+/* ---- inlined calls ---- */
+
+typedef struct inl_tmp {
+  uint64_t lo, hi;
+  uint32_t sub;
+  int64_t parent;  /* index of the enclosing call's range in the walk's order, -1 outermost */
+  size_t order;    /* position in the walk (ties keep it) */
+} inl_tmp;
+
+static int inl_tmp_cmp(const void *a, const void *b) {
+  const inl_tmp *x = a, *y = b;
+  if (x->parent != y->parent) return x->parent < y->parent ? -1 : 1;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return (x->order > y->order) - (x->order < y->order);
 }
 
 typedef struct inl_build {
   cu_info *cu;
-  size_t cap;
+  inl_tmp *r;      /* ranges in walk order */
+  size_t n, cap, capsub;
   Dwarf_Files *files;
   size_t nfiles;
 } inl_build;
 
-/* The outermost inlined calls under die (a function or a lexical block in it). 0 or -1. */
-static int collect_inlined(inl_build *b, Dwarf_Die *die, int depth) {
+/* The inlined calls under die (a function, a lexical block or an inlined call) whose ranges
+ * fall in the enclosing call's ranges r[pfirst, pfirst + pn) (pn 0: die is a function). 0 or
+ * -1 on ENOMEM. */
+static int collect_inlined(inl_build *b, Dwarf_Die *die, int depth, size_t pfirst, size_t pn) {
   Dwarf_Die child;
-  if (depth > 64 || dwarf_child(die, &child) != 0) return 0;
+  if (depth > 2 * INL_MAX_DEPTH || dwarf_child(die, &child) != 0) return 0;
   do {
     int tag = dwarf_tag(&child);
     if (tag == DW_TAG_lexical_block) {
-      if (collect_inlined(b, &child, depth + 1) != 0) return -1;
-    } else if (tag == DW_TAG_inlined_subroutine) {
-      Dwarf_Attribute a;
-      Dwarf_Word fidx, ln;
-      if (dwarf_formudata(dwarf_attr(&child, DW_AT_call_file, &a), &fidx) != 0 ||
-          dwarf_formudata(dwarf_attr(&child, DW_AT_call_line, &a), &ln) != 0 ||
-          fidx >= b->nfiles)
-        continue;
-      const char *f = dwarf_filesrc(b->files, fidx, NULL, NULL);
-      if (f == NULL) continue;
-      ptrdiff_t off = 0;
-      Dwarf_Addr base, lo, hi;
-      while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
-        if (lo == 0 || lo >= hi) continue;
-        cu_info *cu = b->cu;
-        if (cu->ninl == b->cap) {
-          b->cap = b->cap ? b->cap * 2 : 64;
-          inl_range *r = realloc(cu->inl, b->cap * sizeof *r);
-          if (r == NULL) return -1;
-          cu->inl = r;
-        }
-        cu->inl[cu->ninl++] = (inl_range){lo, hi, f, (int64_t)ln};
-      }
+      if (collect_inlined(b, &child, depth + 1, pfirst, pn) != 0) return -1;
+      continue;
     }
+    if (tag != DW_TAG_inlined_subroutine) continue;
+    cu_info *cu = b->cu;
+    Dwarf_Attribute a;
+    Dwarf_Word fidx, ln;
+    const char *f = NULL;
+    if (dwarf_formudata(dwarf_attr(&child, DW_AT_call_file, &a), &fidx) == 0 &&
+        dwarf_formudata(dwarf_attr(&child, DW_AT_call_line, &a), &ln) == 0 && fidx < b->nfiles)
+      f = dwarf_filesrc(b->files, fidx, NULL, NULL);
+    if (f == NULL) ln = 0;
+    if (cu->nsubs == b->capsub) {
+      b->capsub = b->capsub ? b->capsub * 2 : 64;
+      inl_sub *ns = realloc(cu->subs, b->capsub * sizeof *ns);
+      if (ns == NULL) return -1;
+      cu->subs = ns;
+    }
+    uint32_t sub = (uint32_t)cu->nsubs;
+    cu->subs[cu->nsubs++] = (inl_sub){f, (int64_t)ln, NULL, dwarf_dieoffset(&child)};
+    size_t first = b->n;
+    ptrdiff_t off = 0;
+    Dwarf_Addr base, lo, hi;
+    while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
+      if (lo == 0 || lo >= hi) continue;
+      int64_t parent = -1;
+      if (pn != 0) {  /* the enclosing call's range holding this one, else unreachable */
+        for (size_t k = pfirst; k < pfirst + pn && parent < 0; k++)
+          if (lo >= b->r[k].lo && lo < b->r[k].hi) parent = (int64_t)k;
+        if (parent < 0) continue;
+      }
+      if (b->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 64;
+        inl_tmp *nr = realloc(b->r, b->cap * sizeof *nr);
+        if (nr == NULL) return -1;
+        b->r = nr;
+      }
+      b->r[b->n] = (inl_tmp){lo, hi, sub, parent, b->n};
+      b->n++;
+    }
+    if (b->n > first && collect_inlined(b, &child, depth + 1, first, b->n - first) != 0)
+      return -1;
   } while (dwarf_siblingof(&child, &child) == 0);
   return 0;
 }
@@ -590,7 +659,7 @@ static int collect_functions(inl_build *b, Dwarf_Die *parent, int depth) {
     int tag = dwarf_tag(&child);
     if (tag == DW_TAG_subprogram) {
       if (dwarf_hasattr(&child, DW_AT_low_pc) || dwarf_hasattr(&child, DW_AT_ranges))
-        if (collect_inlined(b, &child, 0) != 0) return -1;
+        if (collect_inlined(b, &child, 0, 0, 0) != 0) return -1;
     } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
                tag == DW_TAG_structure_type || tag == DW_TAG_union_type ||
                tag == DW_TAG_module) {
@@ -600,42 +669,90 @@ static int collect_functions(inl_build *b, Dwarf_Die *parent, int depth) {
   return 0;
 }
 
-/* When vaddr is in code inlined into its function, replace *file / *line (the inlined code's
- * own location, from the line table) by the call site of the outermost inlined call, so the
- * frame's line is in the function its name gives (the symbol table's, the outermost one).
- * The CU's table of outermost inlined calls is built on its first address (a walk over its
- * functions' DIEs, like the line table's parse); after that, one binary search. */
-static void inline_call_site(cu_info *cu, uint64_t vaddr, const char **file, int64_t *line) {
-  if (cu->inl_state == 0) {
-    inl_build b = {cu, 0, NULL, 0};
-    cu->inl_state = -1;
-    if (dwarf_getsrcfiles(&cu->die, &b.files, &b.nfiles) == 0) {
-      cu->inl_state = collect_functions(&b, &cu->die, 0) == 0 ? 1 : -1;
-      if (cu->ninl > 1) qsort(cu->inl, cu->ninl, sizeof *cu->inl, inl_cmp);
-    }
+/* Lay the walk's ranges out as a tree in cu->inl: the outermost calls first, then each
+ * range's nested calls together, each group sorted by lo. 0 or -1 on ENOMEM. */
+static int inl_layout(inl_build *b) {
+  cu_info *cu = b->cu;
+  size_t n = b->n;
+  if (n == 0) return 0;
+  if (n > UINT32_MAX) return -1;
+  size_t *pos = malloc(n * sizeof *pos);
+  cu->inl = calloc(n, sizeof *cu->inl);
+  if (pos == NULL || cu->inl == NULL) {
+    free(pos);
+    return -1;
   }
-  if (cu->inl_state < 0 || cu->ninl == 0) return;
-  size_t lo = 0, hi = cu->ninl;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (cu->inl[mid].lo <= vaddr)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  /* Outermost inlined calls do not overlap; look back one in case of odd ranges. */
-  for (size_t k = 0; k < 2 && k < lo; k++) {
-    const inl_range *r = &cu->inl[lo - 1 - k];
-    if (vaddr < r->hi) {
-      *file = r->file;
-      *line = r->line;
-      return;
+  inl_tmp *r = b->r;
+  qsort(r, n, sizeof *r, inl_tmp_cmp);
+  for (size_t i = 0; i < n; i++) pos[r[i].order] = i;
+  size_t ntop = 0;
+  for (size_t i = 0; i < n; i++) {
+    inl_range *e = &cu->inl[i];
+    e->lo = r[i].lo;
+    e->hi = r[i].hi;
+    e->sub = r[i].sub;
+    if (r[i].parent < 0) {
+      ntop++;
+      continue;
     }
+    inl_range *p = &cu->inl[pos[r[i].parent]];  /* a parent comes before its ranges */
+    if (p->nchild++ == 0) p->child = (uint32_t)i;
+  }
+  cu->ninl = n;
+  cu->ntop = ntop;
+  free(pos);
+  return 0;
+}
+
+/* Build the CU's tree of inlined calls (once: a walk over its functions' DIEs, like the
+ * line table's parse). */
+static void inl_build_tree(cu_info *cu) {
+  inl_build b = {.cu = cu};
+  cu->inl_state = -1;
+  if (dwarf_getsrcfiles(&cu->die, &b.files, &b.nfiles) != 0) return;
+  if (collect_functions(&b, &cu->die, 0) == 0 && inl_layout(&b) == 0) cu->inl_state = 1;
+  free(b.r);
+  if (cu->inl_state < 0) {
+    free(cu->inl);
+    free(cu->subs);
+    cu->inl = NULL;
+    cu->subs = NULL;
+    cu->ninl = cu->ntop = cu->nsubs = 0;
   }
 }
 
-/* File and line of vaddr from the module's DWARF; 1 when found. */
-static int lookup_line(module *m, uint64_t vaddr, const char **file, int64_t *line) {
+/* The inlined calls holding vaddr in cu, outermost first, into chain (at most
+ * INL_MAX_DEPTH); the count. One binary search per level. */
+static size_t inline_chain(cu_info *cu, uint64_t vaddr, inl_sub **chain) {
+  if (cu->inl_state == 0) inl_build_tree(cu);
+  if (cu->inl_state < 0) return 0;
+  size_t first = 0, count = cu->ntop, depth = 0;
+  while (count != 0 && depth < INL_MAX_DEPTH) {
+    const inl_range *g = cu->inl + first;
+    size_t lo = 0, hi = count;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (g[mid].lo <= vaddr)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    /* Calls at one level do not overlap; look back one in case of odd ranges. */
+    const inl_range *r = NULL;
+    for (size_t k = 0; k < 2 && k < lo && r == NULL; k++)
+      if (vaddr < g[lo - 1 - k].hi) r = &g[lo - 1 - k];
+    if (r == NULL) break;
+    chain[depth++] = &cu->subs[r->sub];
+    first = r->child;
+    count = r->nchild;
+  }
+  return depth;
+}
+
+/* File and line of vaddr from the module's DWARF (the line table's: in inlined code, the
+ * inlined code's own line), and the CU it is in; 1 when found. */
+static int lookup_line(module *m, uint64_t vaddr, const char **file, int64_t *line,
+                       cu_info **cu_out) {
   const cu_range *r = m->ranges;
   size_t lo = 0, hi = m->nranges;
   while (lo < hi) {
@@ -658,10 +775,29 @@ static int lookup_line(module *m, uint64_t vaddr, const char **file, int64_t *li
     dwarf_lineno(l, &ln);
     *file = f;
     *line = ln;
-    inline_call_site(cu, vaddr, file, line);
+    *cu_out = cu;
     return 1;
   }
   return 0;
+}
+
+/* The name of the function inlined by call sub (its abstract origin's, through
+ * DW_AT_specification: the linkage name demangled, else DW_AT_name); "" when it has none.
+ * Made once per call. NULL on ENOMEM. */
+static const char *inl_name(etr__symbolizer *s, module *m, inl_sub *sub) {
+  if (sub->name != NULL) return sub->name;
+  Dwarf_Die die;
+  Dwarf_Attribute a;
+  const char *raw = NULL;
+  if (dwarf_offdie(m->dwarf, sub->die, &die) != NULL) {
+    raw = dwarf_formstring(dwarf_attr_integrate(&die, DW_AT_linkage_name, &a));
+    if (raw == NULL)
+      raw = dwarf_formstring(dwarf_attr_integrate(&die, DW_AT_MIPS_linkage_name, &a));
+    if (raw == NULL) raw = dwarf_formstring(dwarf_attr_integrate(&die, DW_AT_name, &a));
+  }
+  if (raw == NULL) raw = "";
+  sub->name = (raw[0] == '_' && raw[1] == 'Z') ? demangle_copy(s, raw) : raw;
+  return sub->name;
 }
 
 /* The demangled name of symbol i (cached per symbol). NULL on ENOMEM. */
@@ -713,17 +849,44 @@ static int cache_grow(etr__symbolizer *s) {
   return 0;
 }
 
-/* Resolve one address of module m (index idx); the result goes into the cache. */
+/* Resolve one address of module m: the outermost frame into *out, and the frames of the
+ * calls inlined at vaddr, innermost first, into *inner (arena; *ninner of them, 0 without
+ * inlining). The result goes into the cache. */
 static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live_ip,
-                   etr__symbol *out) {
+                   etr__symbol *out, const etr__symbol **inner, size_t *ninner) {
   const char *name = NULL, *file = NULL;
   int64_t line = 0;
+  *inner = NULL;
+  *ninner = 0;
 #ifdef ETR_WITH_LIBDW
   if (m->state == 0 && module_load(s, m, live_ip) != 0) return ETR_ENOMEM;
   if (m->state > 0) {
     ptrdiff_t i = m->symtab.n != 0 ? etr__symtab_find(&m->symtab, vaddr) : -1;
     if (i >= 0 && (name = symbol_name(s, m, (size_t)i)) == NULL) return ETR_ENOMEM;
-    if (m->nranges != 0) lookup_line(m, vaddr, &file, &line);
+    cu_info *cu = NULL;
+    if (m->nranges != 0 && lookup_line(m, vaddr, &file, &line, &cu)) {
+      inl_sub *chain[INL_MAX_DEPTH];
+      size_t depth = inline_chain(cu, vaddr, chain);
+      if (depth != 0) {
+        /* chain[0] is the outermost call. The innermost frame is the inlined code itself
+         * (the line table's line); each frame further out is at the call site of the call
+         * it holds; the real function last (returned in *out). */
+        etr__symbol *fr = arena_alloc_aligned(&s->arena, depth * sizeof *fr);
+        if (fr == NULL) return ETR_ENOMEM;
+        for (size_t k = 0; k < depth; k++) {
+          inl_sub *c = chain[depth - 1 - k];
+          const char *n = inl_name(s, m, c);
+          if (n == NULL) return ETR_ENOMEM;
+          fr[k] = (etr__symbol){n, file, line};
+          if (c->call_file != NULL) {  /* else the caller keeps the line inside (unknown) */
+            file = c->call_file;
+            line = c->call_line;
+          }
+        }
+        *inner = fr;
+        *ninner = depth;
+      }
+    }
   }
 #endif
   int rc = 0;
@@ -750,9 +913,11 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
   return rc;
 }
 
-int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id,
-                   size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out) {
-  if (s == NULL || out == NULL) return ETR_EINVAL;
+/* The cached answer for (module, vaddr), resolved first when new: rc (0 or 1) or negative;
+ * the outermost frame in *out, inlined frames in *inner / *ninner. */
+static int lookup(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                  size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
+                  const etr__symbol **inner, size_t *ninner) {
   if (path == NULL) path = "";
   if (build_id == NULL) build_id_len = 0;
   size_t idx;
@@ -762,14 +927,17 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
   size_t mask = s->cache_cap - 1;
   size_t j = mix64(vaddr ^ ((uint64_t)mod1 << 48)) & mask;
   while (s->cache[j].mod1 != 0) {
-    if (s->cache[j].vaddr == vaddr && s->cache[j].mod1 == mod1) {
+    const cache_entry *e = &s->cache[j];
+    if (e->vaddr == vaddr && e->mod1 == mod1) {
       atomic_fetch_add_explicit(&g_hits, 1, memory_order_relaxed);
-      *out = s->cache[j].sym;
-      return s->cache[j].rc;
+      *out = e->sym;
+      *inner = e->inner;
+      *ninner = e->ninner;
+      return e->rc;
     }
     j = (j + 1) & mask;
   }
-  int rc = resolve(s, m, vaddr, live_ip, out);
+  int rc = resolve(s, m, vaddr, live_ip, out, inner, ninner);
   if (rc < 0) return rc;
   atomic_fetch_add_explicit(&g_misses, 1, memory_order_relaxed);
   if (rc == 1) atomic_fetch_add_explicit(&g_fallbacks, 1, memory_order_relaxed);
@@ -779,7 +947,30 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
     j = mix64(vaddr ^ ((uint64_t)mod1 << 48)) & mask;
     while (s->cache[j].mod1 != 0) j = (j + 1) & mask;
   }
-  s->cache[j] = (cache_entry){vaddr, mod1, rc, *out};
+  s->cache[j] = (cache_entry){vaddr, mod1, (int16_t)rc, (uint16_t)*ninner, *out, *inner};
   s->cache_n++;
   return rc;
+}
+
+int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                   size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out) {
+  if (s == NULL || out == NULL) return ETR_EINVAL;
+  const etr__symbol *inner;
+  size_t ninner;
+  return lookup(s, path, build_id, build_id_len, vaddr, live_ip, out, &inner, &ninner);
+}
+
+int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip,
+                          etr__symbol *out, size_t max) {
+  if (s == NULL || out == NULL || max == 0) return ETR_EINVAL;
+  etr__symbol outer;
+  const etr__symbol *inner;
+  size_t ninner;
+  int rc = lookup(s, path, build_id, build_id_len, vaddr, live_ip, &outer, &inner, &ninner);
+  if (rc < 0) return rc;
+  size_t n = ninner < max - 1 ? ninner : max - 1;  /* the innermost ones, then the real one */
+  if (n != 0) memcpy(out, inner, n * sizeof *out);
+  out[n] = outer;
+  return (int)(n + 1);
 }

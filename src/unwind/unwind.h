@@ -78,6 +78,20 @@ void etr__symbolizer_free(etr__symbolizer *s);
 int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id,
                    size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out);
 
+/* Like etr__symbolize, with the calls inlined at vaddr expanded (what `addr2line -i`
+ * gives): out[0] is the innermost function (for inlined code: the inlined function's name,
+ * demangled, and the file and line of the code itself), then each caller out to the real
+ * function, whose file and line are those of the call site (DW_AT_call_file/line of the
+ * inlined call it holds); the last frame is etr__symbolize's. Without inlining, or without
+ * debug info, one frame equal to etr__symbolize's. When the chain is longer than max, the
+ * innermost max - 1 frames are kept and the real function is last. Returns the number of
+ * frames written (1..max) or a negative ETR_E* code (ETR_EINVAL for max 0). Strings live
+ * until the symbolizer is freed; results are cached per (module, vaddr) together with
+ * etr__symbolize's (one resolution serves both). */
+int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip,
+                          etr__symbol *out, size_t max);
+
 void etr__symbolize_stats_add(etr_traceback_stats *out);
 
 /* ---- script frames (script.c) ---- */

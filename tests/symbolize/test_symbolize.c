@@ -2,7 +2,8 @@
  * library opened with dlopen gives its function names in order with the right files and
  * lines, also after the library was closed; build-id checks; fallbacks (dladdr,
  * module+offset); the symbol cache and its counters; C++ demangling; stripped libraries,
- * separate debug files and search directories; a library with 20k functions.
+ * separate debug files and search directories; a library with 20k functions; inlined calls
+ * (nested, and C++) expanded into frames of their own.
  *
  * Addresses are captured with glibc's backtrace() (return addresses), and symbolized at
  * return address - 1, the call instruction, as a trace writer does for outer frames. */
@@ -554,6 +555,151 @@ static void test_no_fd_per_module(void **state) {
   etr__symbolizer_free(s);
 }
 
+/* ---- inlined calls expanded into frames ---- */
+
+/* The index of the frame of function `name` in c (symbolized), -1 when absent. */
+static int find_frame(etr__symbolizer *s, const capture *c, const char *name) {
+  etr__symbol sym;
+  for (int i = 0; i < c->n; i++)
+    if (symbolize_frame(s, c, i, 1, &sym) >= 0 && strcmp(sym.name, name) == 0) return i;
+  return -1;
+}
+
+/* etr__symbolize_frames of frame i of c (at its return address - 1), live (the main
+ * program's path is "" then). */
+static int frames_of(etr__symbolizer *s, const capture *c, int i, etr__symbol *out, size_t max) {
+  uintptr_t pc = c->ip[i] - 1;
+  const modinfo *m = &c->mod[i];
+  return etr__symbolize_frames(s, m->path, m->bid, m->bid_len, pc - m->bias, pc, out, max);
+}
+
+static void check_frame(const etr__symbol *f, const char *name, const char *file_suffix,
+                        int64_t line) {
+  assert_string_equal(f->name, name);
+  if (!ends_with(f->filename, file_suffix)) fail_msg("%s: file %s", name, f->filename);
+  assert_int_equal(f->line, line);
+}
+
+/* symchain_c's call of the callback sits in symchain_inl2 inlined into symchain_inl inlined
+ * into symchain_c: three frames, innermost first, each at its own line; etr__symbolize
+ * still gives the outermost one only; max cuts the inner ones, never the real function. */
+static void test_inline_frames(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  capture c;
+  capture_chain(lib, &c);
+  int lines[3], inl[2];
+  read_lines(lib, lines);
+  memcpy(inl, dlsym(lib, "symchain_inl_lines"), sizeof inl);
+  assert_true(inl[1] > 0 && inl[0] > inl[1] && lines[2] > inl[0]);
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  int i0 = find_frame(s, &c, "capture_cb");
+  assert_true(i0 >= 0 && i0 + 2 < c.n);
+  etr__symbolizer_free(s);
+
+  /* Frames first, in a new symbolizer; then the outermost frame from the cache. */
+  s = etr__symbolizer_new();
+  assert_non_null(s);
+  etr_traceback_stats st0 = stats_now();
+  etr__symbol fr[8], one;
+  memset(fr, 0, sizeof fr);
+  assert_int_equal(frames_of(s, &c, i0 + 1, fr, 8), 3);
+  check_frame(&fr[0], "symchain_inl2", "/symchain.c", inl[1]);
+  check_frame(&fr[1], "symchain_inl", "/symchain.c", inl[0]);
+  check_frame(&fr[2], "symchain_c", "/symchain.c", lines[2]);
+  assert_null(fr[3].name);  /* nothing written past the count */
+  assert_int_equal(symbolize_frame(s, &c, i0 + 1, 0, &one), 0);
+  assert_ptr_equal(one.name, fr[2].name);
+  assert_ptr_equal(one.filename, fr[2].filename);
+  assert_int_equal(one.line, fr[2].line);
+  etr_traceback_stats st1 = stats_now();
+  assert_int_equal(st1.symbol_cache_misses - st0.symbol_cache_misses, 1);
+  assert_int_equal(st1.symbol_cache_hits - st0.symbol_cache_hits, 1);
+
+  /* Fewer slots than frames: the innermost ones, and the real function last. */
+  assert_int_equal(frames_of(s, &c, i0 + 1, fr, 2), 2);
+  check_frame(&fr[0], "symchain_inl2", "/symchain.c", inl[1]);
+  check_frame(&fr[1], "symchain_c", "/symchain.c", lines[2]);
+  assert_int_equal(frames_of(s, &c, i0 + 1, fr, 1), 1);
+  check_frame(&fr[0], "symchain_c", "/symchain.c", lines[2]);
+  assert_int_equal(frames_of(s, &c, i0 + 1, fr, 0), ETR_EINVAL);
+  assert_int_equal(etr__symbolize_frames(NULL, "x", NULL, 0, 1, 0, fr, 4), ETR_EINVAL);
+
+  /* Without inlined code: one frame, etr__symbolize's. */
+  assert_int_equal(frames_of(s, &c, i0 + 2, fr, 8), 1);
+  check_frame(&fr[0], "symchain_b", "/symchain.c", lines[1]);
+  assert_int_equal(frames_of(s, &c, i0, fr, 8), 1);
+  assert_string_equal(fr[0].name, "capture_cb");
+  assert_int_equal(etr__symbolize_frames(s, "/nonexistent/libq.so", NULL, 0, 0x44, 0, fr, 8), 1);
+  assert_string_equal(fr[0].name, "libq.so+0x44");
+  assert_int_equal(fr[0].line, 0);
+
+  /* The same address in the stripped copies: from the separate debug file, the same chain;
+   * without debug info, the symbol alone. */
+  uint64_t vaddr = c.ip[i0 + 1] - 1 - c.mod[i0 + 1].bias;
+  assert_int_equal(etr__symbolize_frames(s, SYMCHAIN_DIR "/libsymchain-dbglink.so", NULL, 0,
+                                         vaddr, 0, fr, 8),
+                   3);
+  check_frame(&fr[0], "symchain_inl2", "/symchain.c", inl[1]);
+  check_frame(&fr[1], "symchain_inl", "/symchain.c", inl[0]);
+  check_frame(&fr[2], "symchain_c", "/symchain.c", lines[2]);
+  const char *nodebug = SYMCHAIN_DIR "/libsymchain-nodebug.so";
+  assert_int_equal(etr__symbolize_frames(s, nodebug, NULL, 0, vaddr, 0, fr, 8), 1);
+  check_frame(&fr[0], "symchain_c", nodebug, 0);
+  etr__symbolizer_free(s);
+
+  /* etr__symbolize first, in a new symbolizer: the same outermost frame. */
+  s = etr__symbolizer_new();
+  assert_non_null(s);
+  assert_int_equal(symbolize_frame(s, &c, i0 + 1, 0, &one), 0);
+  check_frame(&one, "symchain_c", "/symchain.c", lines[2]);
+  assert_int_equal(frames_of(s, &c, i0 + 1, fr, 8), 3);
+  assert_ptr_equal(fr[2].name, one.name);
+  assert_string_equal(fr[0].name, "symchain_inl2");
+  etr__symbolizer_free(s);
+  dlclose(lib);
+}
+
+/* Innermost frame for the C++ chain: records the stack. */
+__attribute__((noinline)) long capture_cb_long(long x) {
+  void *buf[MAX_FRAMES];
+  int n = backtrace(buf, MAX_FRAMES);
+  for (int i = 0; i < n; i++) g_capture->ip[i] = (uintptr_t)buf[i];
+  g_capture->n = n;
+  __asm__ volatile("" ::: "memory");
+  return x + 1;
+}
+
+/* A C++ function inlined into a C one: its frame is named with the demangled linkage name
+ * (reached through the abstract origin and the declaration in its class). */
+static void test_inline_frames_cxx(void **state) {
+  (void)state;
+  void *lib = dlopen(SYMCXX_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  long (*run)(long, long (*)(long)) = (long (*)(long, long (*)(long)))dlsym(lib, "symcxx_run");
+  const int *lines = dlsym(lib, "symcxx_lines");
+  assert_non_null(run);
+  assert_non_null(lines);
+  capture c;
+  g_capture = &c;
+  assert_int_equal(run(4, capture_cb_long), (4 + 1 + 1) * 2 + 3);
+  for (int i = 0; i < c.n; i++) assert_true(find_module(c.ip[i], &c.mod[i]));
+  assert_true(lines[0] > lines[1] && lines[1] > 0);
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  int i0 = find_frame(s, &c, "capture_cb_long");
+  assert_true(i0 >= 0 && i0 + 1 < c.n);
+  etr__symbol fr[4];
+  assert_int_equal(frames_of(s, &c, i0 + 1, fr, 4), 2);
+  check_frame(&fr[0], "etrtest::Box<long>::apply(long, long (*)(long))", "/symcxx.cpp",
+              lines[1]);
+  check_frame(&fr[1], "symcxx_run", "/symcxx.cpp", lines[0]);
+  etr__symbolizer_free(s);
+  dlclose(lib);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_dlopen), cmocka_unit_test(test_chain_closed),
@@ -561,6 +707,7 @@ int main(void) {
       cmocka_unit_test(test_cache),        cmocka_unit_test(test_demangle),
       cmocka_unit_test(test_stripped),     cmocka_unit_test(test_search_dirs),
       cmocka_unit_test(test_20k),          cmocka_unit_test(test_no_fd_per_module),
+      cmocka_unit_test(test_inline_frames), cmocka_unit_test(test_inline_frames_cxx),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
