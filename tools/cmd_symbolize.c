@@ -6,7 +6,9 @@
  * the project's JSON escaping), so memory is bounded by the largest node and the tables after
  * "nodes". Modules are found at their recorded path (build-id checked when recorded), or by
  * build-id / basename under each --search-dir and by build-id under /usr/lib/debug; each
- * unique (module, offset) is resolved once (src/unwind/symbolize.c).
+ * unique (module, offset) is resolved once (src/unwind/symbolize.c). An address in inlined
+ * code becomes several frames (the inlined calls, innermost first), so the "frames" table is
+ * rebuilt (each unique frame once) and "tracebacks" renumbered to it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,8 +33,10 @@ static void usage(FILE *f) {
           "\n"
           "Resolves the frames of a trace recorded in module mode (ETR_TRACE_SYMBOLIZE=module):\n"
           "each frame with \"module\" and \"offset\" gets the function \"name\", source\n"
-          "\"filename\" and \"line\" from the module file (its \"build_id\" must match).\n"
-          "Everything else is copied. FILE may be gzip-compressed; '-' reads stdin.\n"
+          "\"filename\" and \"line\" from the module file (its \"build_id\" must match);\n"
+          "an address in inlined code becomes one frame per inlined call, and \"tracebacks\"\n"
+          "is renumbered to match. Everything else is copied. FILE may be gzip-compressed;\n"
+          "'-' reads stdin.\n"
           "\n"
           "  -o, --output OUT     write the resolved trace to OUT (default '-': stdout)\n"
           "  -d, --search-dir DIR also look for modules in DIR: DIR/.build-id/xx/rest[.debug]\n"
@@ -105,10 +109,18 @@ static void put_key(etr__jw *w, const char *key, bool *first) {
   etr__jw_raw(w, ": ", 2);
 }
 
-/* ---- frames ---- */
+/* ---- frames ----
+ *
+ * Each input frame becomes one or more output frames: a module frame whose address is in
+ * inlined code expands into its chain of inlined calls (etr__symbolize_frames, innermost
+ * first), each carrying the input frame's other keys (module, build_id, offset); any other
+ * frame is copied. Output frames are deduplicated (equal name, filename, line and other keys:
+ * each unique frame written once, as the trace writer does), so "tracebacks" is rewritten:
+ * each index of an input frame becomes the indices of its output frames.
+ */
 
 typedef struct counts {
-  uint64_t frames, with_module, resolved, unresolved;
+  uint64_t frames, with_module, resolved, unresolved, inlined;
 } counts;
 
 static int hexval(char c) {
@@ -134,65 +146,291 @@ static bool key_is(const etr_jmember *m, const char *k) {
   return m->key_len == strlen(k) && memcmp(m->key, k, m->key_len) == 0;
 }
 
-/* One frame: resolved when it names a module and an offset, else copied. */
-static int put_frame(etr__jw *w, etr__symbolizer *s, const etr_jval *fr, counts *c) {
+/* The keys a resolved frame gets anew (the input's are dropped). */
+static bool is_sym_key(const etr_jmember *m) {
+  return key_is(m, "name") || key_is(m, "filename") || key_is(m, "line");
+}
+
+static uint64_t hash_mix(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t jval_hash(uint64_t h, const etr_jval *v) {
+  h = hash_mix(h, &v->kind, sizeof v->kind);
+  switch (v->kind) {
+    case ETR_J_NULL: break;
+    case ETR_J_BOOL: h = hash_mix(h, &v->v.b, sizeof v->v.b); break;
+    case ETR_J_INT: h = hash_mix(h, &v->v.i, sizeof v->v.i); break;
+    case ETR_J_UINT: h = hash_mix(h, &v->v.u, sizeof v->v.u); break;
+    case ETR_J_DOUBLE: h = hash_mix(h, &v->v.d, sizeof v->v.d); break;
+    case ETR_J_STRING: h = hash_mix(h, v->v.str.s, v->v.str.len); break;
+    case ETR_J_ARRAY:
+      for (size_t i = 0; i < v->v.arr.n; i++) h = jval_hash(h, &v->v.arr.items[i]);
+      break;
+    case ETR_J_OBJECT:
+      for (size_t i = 0; i < v->v.obj.n; i++) {
+        h = hash_mix(h, v->v.obj.items[i].key, v->v.obj.items[i].key_len);
+        h = jval_hash(h, &v->v.obj.items[i].val);
+      }
+      break;
+  }
+  return h;
+}
+
+static bool jval_equal(const etr_jval *a, const etr_jval *b) {
+  if (a->kind != b->kind) return false;
+  switch (a->kind) {
+    case ETR_J_NULL: return true;
+    case ETR_J_BOOL: return a->v.b == b->v.b;
+    case ETR_J_INT: return a->v.i == b->v.i;
+    case ETR_J_UINT: return a->v.u == b->v.u;
+    case ETR_J_DOUBLE: return memcmp(&a->v.d, &b->v.d, sizeof a->v.d) == 0;
+    case ETR_J_STRING:
+      return a->v.str.len == b->v.str.len && memcmp(a->v.str.s, b->v.str.s, a->v.str.len) == 0;
+    case ETR_J_ARRAY:
+      if (a->v.arr.n != b->v.arr.n) return false;
+      for (size_t i = 0; i < a->v.arr.n; i++)
+        if (!jval_equal(&a->v.arr.items[i], &b->v.arr.items[i])) return false;
+      return true;
+    case ETR_J_OBJECT:
+      if (a->v.obj.n != b->v.obj.n) return false;
+      for (size_t i = 0; i < a->v.obj.n; i++) {
+        const etr_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
+        if (x->key_len != y->key_len || memcmp(x->key, y->key, x->key_len) != 0 ||
+            !jval_equal(&x->val, &y->val))
+          return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+/* The members of a frame object other than name, filename and line: hash and equality. */
+static uint64_t extras_hash(uint64_t h, const etr_jval *fr) {
+  for (size_t i = 0; i < fr->v.obj.n; i++) {
+    const etr_jmember *m = &fr->v.obj.items[i];
+    if (is_sym_key(m)) continue;
+    h = hash_mix(h, m->key, m->key_len);
+    h = jval_hash(h, &m->val);
+  }
+  return h;
+}
+
+static bool extras_equal(const etr_jval *a, const etr_jval *b) {
+  size_t i = 0, j = 0;
+  for (;;) {
+    while (i < a->v.obj.n && is_sym_key(&a->v.obj.items[i])) i++;
+    while (j < b->v.obj.n && is_sym_key(&b->v.obj.items[j])) j++;
+    if (i == a->v.obj.n || j == b->v.obj.n) return i == a->v.obj.n && j == b->v.obj.n;
+    const etr_jmember *x = &a->v.obj.items[i++], *y = &b->v.obj.items[j++];
+    if (x->key_len != y->key_len || memcmp(x->key, y->key, x->key_len) != 0 ||
+        !jval_equal(&x->val, &y->val))
+      return false;
+  }
+}
+
+/* One output frame: src copied as it is, or resolved (name, filename, line, then the other
+ * members of src). */
+typedef struct oframe {
+  const etr_jval *src;
+  bool copy;
+  const char *name, *filename; /* owned by the symbolizer */
+  int64_t line;
+  uint64_t hash;
+} oframe;
+
+typedef struct frame_map {
+  oframe *of;               /* the output frames table */
+  size_t nof, capof;
+  uint32_t *slots;          /* hash set of output frames: index + 1, 0 = empty */
+  size_t nslots;            /* power of two */
+  size_t nin;               /* input frames */
+  size_t *start;            /* input frame i -> idx[start[i], start[i + 1]) */
+  uint32_t *idx;
+  size_t nidx, capidx;
+} frame_map;
+
+static void frame_map_free(frame_map *fm) {
+  free(fm->of);
+  free(fm->slots);
+  free(fm->start);
+  free(fm->idx);
+}
+
+static bool oframe_equal(const oframe *a, const oframe *b) {
+  if (a->hash != b->hash || a->copy != b->copy) return false;
+  if (a->copy) return jval_equal(a->src, b->src);
+  return a->line == b->line && strcmp(a->name, b->name) == 0 &&
+         strcmp(a->filename, b->filename) == 0 && extras_equal(a->src, b->src);
+}
+
+/* Add f to the output frames (once) and its index to the current input frame's list. 0 or
+ * -1 on ENOMEM. */
+static int add_oframe(frame_map *fm, oframe f) {
+  if (f.copy) {
+    f.hash = jval_hash(0xcbf29ce484222325ull, f.src);
+  } else {
+    uint64_t h = hash_mix(0x84222325cbf29ce4ull, f.name, strlen(f.name) + 1);
+    h = hash_mix(h, f.filename, strlen(f.filename) + 1);
+    f.hash = extras_hash(hash_mix(h, &f.line, sizeof f.line), f.src);
+  }
+  if ((fm->nof + 1) * 2 > fm->nslots) {
+    size_t n = fm->nslots ? fm->nslots * 2 : 1024;
+    uint32_t *t = calloc(n, sizeof *t);
+    if (t == NULL) return -1;
+    for (size_t i = 0; i < fm->nof; i++) {
+      size_t j = fm->of[i].hash & (n - 1);
+      while (t[j] != 0) j = (j + 1) & (n - 1);
+      t[j] = (uint32_t)(i + 1);
+    }
+    free(fm->slots);
+    fm->slots = t;
+    fm->nslots = n;
+  }
+  size_t j = f.hash & (fm->nslots - 1);
+  while (fm->slots[j] != 0 && !oframe_equal(&fm->of[fm->slots[j] - 1], &f))
+    j = (j + 1) & (fm->nslots - 1);
+  if (fm->slots[j] == 0) {
+    if (fm->nof == fm->capof) {
+      fm->capof = fm->capof ? fm->capof * 2 : 256;
+      oframe *o = realloc(fm->of, fm->capof * sizeof *o);
+      if (o == NULL) return -1;
+      fm->of = o;
+    }
+    if (fm->nof >= UINT32_MAX) return -1;
+    fm->of[fm->nof++] = f;
+    fm->slots[j] = (uint32_t)fm->nof;
+  }
+  if (fm->nidx == fm->capidx) {
+    fm->capidx = fm->capidx ? fm->capidx * 2 : 256;
+    uint32_t *x = realloc(fm->idx, fm->capidx * sizeof *x);
+    if (x == NULL) return -1;
+    fm->idx = x;
+  }
+  fm->idx[fm->nidx++] = fm->slots[j] - 1;
+  return 0;
+}
+
+#define MAX_INLINE_FRAMES 64
+
+/* One input frame: resolved (and expanded) when it names a module and an offset, else
+ * copied. 0 or -1 on ENOMEM. */
+static int map_frame(frame_map *fm, etr__symbolizer *s, const etr_jval *fr, counts *c) {
   c->frames++;
+  oframe copy = {.src = fr, .copy = true};
   const etr_jval *mod = fr->kind == ETR_J_OBJECT ? etr_jobj_get(fr, "module") : NULL;
   const etr_jval *off = fr->kind == ETR_J_OBJECT ? etr_jobj_get(fr, "offset") : NULL;
-  uint64_t vaddr;
   if (mod == NULL || mod->kind != ETR_J_STRING || off == NULL ||
-      !((off->kind == ETR_J_INT && off->v.i >= 0) || off->kind == ETR_J_UINT)) {
-    put_val(w, fr);
-    return 0;
-  }
-  vaddr = off->kind == ETR_J_INT ? (uint64_t)off->v.i : off->v.u;
+      !((off->kind == ETR_J_INT && off->v.i >= 0) || off->kind == ETR_J_UINT))
+    return add_oframe(fm, copy);
+  uint64_t vaddr = off->kind == ETR_J_INT ? (uint64_t)off->v.i : off->v.u;
   c->with_module++;
   uint8_t bid[64];
   size_t bid_len = parse_build_id(etr_jobj_get(fr, "build_id"), bid, sizeof bid);
-  etr__symbol sym;
-  int rc = etr__symbolize(s, mod->v.str.s, bid, bid_len, vaddr, 0, &sym);
-  if (rc < 0) return rc;
+  etr__symbol sym[MAX_INLINE_FRAMES];
+  int rc = etr__symbolize(s, mod->v.str.s, bid, bid_len, vaddr, 0, &sym[0]);
+  if (rc < 0) return -1;
   if (rc == 0) {
     c->resolved++;
   } else {
     c->unresolved++;
-    if (sym.line == 0) {  /* nothing learned: keep the frame as it was */
-      put_val(w, fr);
-      return 0;
-    }
+    if (sym[0].line == 0) return add_oframe(fm, copy);  /* nothing learned: keep it as it was */
+  }
+  int n = etr__symbolize_frames(s, mod->v.str.s, bid, bid_len, vaddr, 0, sym, MAX_INLINE_FRAMES);
+  if (n < 0) return -1;
+  c->inlined += (uint64_t)n - 1;
+  for (int k = 0; k < n; k++) {
+    oframe f = {.src = fr, .name = sym[k].name, .filename = sym[k].filename, .line = sym[k].line};
+    if (add_oframe(fm, f) != 0) return -1;
+  }
+  return 0;
+}
+
+/* Map every input frame (frames is an array). 0 or -1 on ENOMEM. */
+static int map_frames(frame_map *fm, etr__symbolizer *s, const etr_jval *frames, counts *c) {
+  fm->nin = frames->v.arr.n;
+  fm->start = malloc((fm->nin + 1) * sizeof *fm->start);
+  if (fm->start == NULL) return -1;
+  for (size_t i = 0; i < fm->nin; i++) {
+    fm->start[i] = fm->nidx;
+    if (map_frame(fm, s, &frames->v.arr.items[i], c) != 0) return -1;
+  }
+  fm->start[fm->nin] = fm->nidx;
+  return 0;
+}
+
+static void put_oframe(etr__jw *w, const oframe *f) {
+  if (f->copy) {
+    put_val(w, f->src);
+    return;
   }
   ETR__JW_LIT(w, "{\"name\":");
-  etr__jw_str(w, sym.name, strlen(sym.name));
+  etr__jw_str(w, f->name, strlen(f->name));
   ETR__JW_LIT(w, ",\"filename\":");
-  etr__jw_str(w, sym.filename, strlen(sym.filename));
+  etr__jw_str(w, f->filename, strlen(f->filename));
   ETR__JW_LIT(w, ",\"line\":");
-  etr__jw_i64(w, sym.line);
-  for (size_t i = 0; i < fr->v.obj.n; i++) {
-    const etr_jmember *m = &fr->v.obj.items[i];
-    if (key_is(m, "name") || key_is(m, "filename") || key_is(m, "line")) continue;
+  etr__jw_i64(w, f->line);
+  for (size_t i = 0; i < f->src->v.obj.n; i++) {
+    const etr_jmember *m = &f->src->v.obj.items[i];
+    if (is_sym_key(m)) continue;
     etr__jw_char(w, ',');
     etr__jw_str(w, m->key, m->key_len);
     etr__jw_char(w, ':');
     put_val(w, &m->val);
   }
   etr__jw_char(w, '}');
-  return 0;
 }
 
-static int put_frames(etr__jw *w, etr__symbolizer *s, const etr_jval *frames, counts *c) {
-  if (frames->kind != ETR_J_ARRAY) {
-    put_val(w, frames);
-    return 0;
+static void put_frames(etr__jw *w, const frame_map *fm) {
+  etr__jw_char(w, '[');
+  for (size_t i = 0; i < fm->nof; i++) {
+    etr__jw_raw(w, i ? ",\n  " : "\n  ", i ? 4 : 3);
+    put_oframe(w, &fm->of[i]);
+  }
+  if (fm->nof) etr__jw_raw(w, "\n ", 2);
+  etr__jw_char(w, ']');
+}
+
+/* "tracebacks" with each input frame index replaced by its output frames' indices; anything
+ * that is not a valid index is copied. */
+static void put_tracebacks(etr__jw *w, const frame_map *fm, const etr_jval *tbs) {
+  if (tbs->kind != ETR_J_ARRAY) {
+    put_val(w, tbs);
+    return;
   }
   etr__jw_char(w, '[');
-  for (size_t i = 0; i < frames->v.arr.n; i++) {
+  for (size_t i = 0; i < tbs->v.arr.n; i++) {
+    const etr_jval *tb = &tbs->v.arr.items[i];
     etr__jw_raw(w, i ? ",\n  " : "\n  ", i ? 4 : 3);
-    int rc = put_frame(w, s, &frames->v.arr.items[i], c);
-    if (rc < 0) return rc;
+    if (tb->kind != ETR_J_ARRAY) {
+      put_val(w, tb);
+      continue;
+    }
+    etr__jw_char(w, '[');
+    bool first = true;
+    for (size_t k = 0; k < tb->v.arr.n; k++) {
+      const etr_jval *x = &tb->v.arr.items[k];
+      uint64_t fi = x->kind == ETR_J_INT && x->v.i >= 0 ? (uint64_t)x->v.i
+                    : x->kind == ETR_J_UINT           ? x->v.u
+                                                      : UINT64_MAX;
+      if (fi >= fm->nin) {
+        if (!first) etr__jw_char(w, ',');
+        first = false;
+        put_val(w, x);
+        continue;
+      }
+      for (size_t j = fm->start[fi]; j < fm->start[fi + 1]; j++) {
+        if (!first) etr__jw_char(w, ',');
+        first = false;
+        etr__jw_u64(w, fm->idx[j]);
+      }
+    }
+    etr__jw_char(w, ']');
   }
-  if (frames->v.arr.n) etr__jw_raw(w, "\n ", 2);
+  if (tbs->v.arr.n) etr__jw_raw(w, "\n ", 2);
   etr__jw_char(w, ']');
-  return 0;
 }
 
 /* ---- the command ---- */
@@ -260,6 +498,7 @@ int etr_cmd_symbolize(int argc, char **argv) {
   bool jw_ok = false;
   etr_cli_input in = {0};
   counts c = {0};
+  frame_map fm = {0};
   if (s == NULL) {
     etr_cli_error(CMD, "out of memory");
     goto done;
@@ -324,7 +563,14 @@ int etr_cmd_symbolize(int argc, char **argv) {
   if (w.err == 0 && etr_cli_finish(&in) != 0) goto done;
   etr__jw_raw(&w, n ? "\n ]" : "]", n ? 3 : 1);
 
-  /* Trailer: finish_ts and the tables, in file order; "frames" resolved. */
+  /* Trailer: finish_ts and the tables, in file order; "frames" resolved (and inlined calls
+   * expanded), "tracebacks" renumbered to match. */
+  const etr_jval *frames = etr_reader_trailer(in.r, "frames");
+  bool mapped = frames != NULL && frames->kind == ETR_J_ARRAY;
+  if (mapped && map_frames(&fm, s, frames, &c) != 0) {
+    etr_cli_error(CMD, "out of memory");
+    goto done;
+  }
   keys = etr_reader_top_keys(in.r, &nkeys);
   size_t i = 0;
   while (i < nkeys && strcmp(keys[i], "nodes") != 0) i++;
@@ -338,11 +584,10 @@ int etr_cmd_symbolize(int argc, char **argv) {
     const etr_jval *v = etr_reader_trailer(in.r, k);
     if (v == NULL) continue;
     put_key(&w, k, &first);
-    if (!strcmp(k, "frames")) {
-      if (put_frames(&w, s, v, &c) < 0) {
-        etr_cli_error(CMD, "out of memory");
-        goto done;
-      }
+    if (mapped && !strcmp(k, "frames")) {
+      put_frames(&w, &fm);
+    } else if (mapped && !strcmp(k, "tracebacks")) {
+      put_tracebacks(&w, &fm, v);
     } else {
       put_val(&w, v);
     }
@@ -362,14 +607,15 @@ int etr_cmd_symbolize(int argc, char **argv) {
   fd = -1;
   fprintf(stderr,
           "etr symbolize: %" PRIu64 " frames resolved, %" PRIu64 " unresolved (%" PRIu64
-          " with a module, of %" PRIu64 " frames)\n",
-          c.resolved, c.unresolved, c.with_module, c.frames);
+          " with a module, of %" PRIu64 " frames), %" PRIu64 " inlined frames added\n",
+          c.resolved, c.unresolved, c.with_module, c.frames, c.inlined);
   result = ETR_CLI_OK;
 done:
   if (jw_ok) etr__jw_free(&w);
   if (fd >= 0 && !to_stdout) close(fd);
   if (result != ETR_CLI_OK && created) unlink(out_path);  /* no half-written output */
   etr_cli_close(&in);
+  frame_map_free(&fm);
   etr__symbolizer_free(s);
   free(dirs);
   return result;

@@ -5,14 +5,18 @@ The fixture is generated here, at test time, from test libraries of this build: 
 the 20k-function library (known names, files and lines), one of libsymchain.so recorded at a
 path that does not exist (found through --search-dir by basename, build-id checked), one with
 a wrong build-id (not trusted: left as it was), one of a module that exists nowhere, and a
-script frame without a module (copied). The output must resolve exactly the first ones and
-copy everything else: header, nodes, tracebacks and the "etr" footer.
+script frame without a module (copied), and twice the same frame of libsymchain.so's call
+made from inlined code (two levels: it expands into three frames, as `addr2line -i` gives
+them, written once; the expected lines come from the library's __LINE__ markers). The
+output must resolve exactly the module frames it can, copy everything else (header, nodes,
+the "etr" footer), and renumber "tracebacks" to the expanded frames.
 
 Real PyTorch traces (REAL_DIR, optional: skipped when absent) must come out equal to
 their input (nothing to resolve; everything copied, numbers keeping their types).
 
 usage: test_cli_symbolize.py ETR LIB20K SYMCHAIN WORKDIR [REAL_DIR]
 """
+import ctypes
 import gzip
 import json
 import os
@@ -59,6 +63,29 @@ def node(nid, name, parent, extra_attrs=()):
             "ts": 10 + nid, "inclusive_dur": 3, "exclusive_dur": 2, "attrs": attrs}
 
 
+def inlined_call(path):
+    """Offset of the indirect call in symchain_c (made from code inlined twice into it)."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], check=True,
+                         capture_output=True, text=True).stdout
+    body = out.split("<symchain_c>:\n", 1)[1].split("\n\n", 1)[0]
+    calls = [l for l in body.splitlines() if re.search(r"\bcall", l)]
+    assert len(calls) == 1, body
+    return int(calls[0].split(":")[0], 16)
+
+
+def inlined_chain(path):
+    """The frames of that call, innermost first: (name, line) from the library's own
+    __LINE__ markers, read after running its chain once (the library has no sanitizer)."""
+    lib = ctypes.CDLL(path)
+    cb_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)
+    cb = cb_type(lambda x: x + 1)
+    lib.symchain_a.argtypes = [ctypes.c_int, cb_type]
+    assert lib.symchain_a(1, cb) == 28
+    lines = (ctypes.c_int * 3).in_dll(lib, "symchain_lines")
+    inl = (ctypes.c_int * 2).in_dll(lib, "symchain_inl_lines")
+    return [("symchain_inl2", inl[1]), ("symchain_inl", inl[0]), ("symchain_c", lines[2])]
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -92,6 +119,13 @@ def main():
     frames.append(gone)
     script = {"name": "forward", "filename": "model.py", "line": 17}
     frames.append(script)
+    # The call made from inlined code, recorded twice (the same frame: one expansion).
+    off = inlined_call(symchain)
+    chain = inlined_chain(symchain)
+    inl = {"name": "libsymchain.so+0x%x" % off, "filename": symchain, "line": 0,
+           "module": symchain, "build_id": bidc, "offset": off}
+    n_in = len(frames)
+    frames += [inl, dict(inl)]
 
     trace = {
         "schema": "1.1.1-chakra.0.0.4", "pid": 4242, "time": "2024-05-06 07:08:09",
@@ -103,7 +137,7 @@ def main():
         ],
         "finish_ts": 456,
         "frames": frames,
-        "tracebacks": [list(range(len(frames)))],
+        "tracebacks": [list(range(len(frames))), [n_in, 4], [n_in + 1]],
         "etr": {"version": "0.1.0", "stats": {"nodes_written": 3}, "other": [None, -7, 1e300]},
     }
     src = os.path.join(work, "module-mode.json")
@@ -116,19 +150,29 @@ def main():
     r = run([etr, "symbolize", src, "-o", out, "--search-dir", "/nonexistent-dir",
              "--search-dir", os.path.dirname(symchain)])
     assert r.returncode == 0, r.stderr
-    assert "5 frames resolved, 2 unresolved (7 with a module, of 8 frames)" in r.stderr, r.stderr
+    assert ("7 frames resolved, 2 unresolved (9 with a module, of 10 frames), "
+            "4 inlined frames added") in r.stderr, r.stderr
     with open(out) as f:
         res = json.load(f)
 
     def check(res):
         assert list(res.keys()) == list(trace.keys()), list(res.keys())
-        for k in ("schema", "pid", "time", "start_ts", "finish_ts", "tracebacks", "etr"):
+        for k in ("schema", "pid", "time", "start_ts", "finish_ts", "etr"):
             assert res[k] == trace[k], (k, res[k], trace[k])
+        # Input frames n_in and n_in + 1 are one frame expanded into three (n_in..n_in+2).
+        x = [n_in, n_in + 1, n_in + 2]
+        assert res["tracebacks"] == [list(range(n_in)) + x + x, x + [4], x], res["tracebacks"]
         assert res["nodes"] == trace["nodes"]
         # Doubles stay doubles ("2.0", not "2").
         assert isinstance(res["nodes"][0]["inputs"]["values"][1], float)
-        assert len(res["frames"]) == len(frames)
-        for i, fr in enumerate(res["frames"]):
+        assert len(res["frames"]) == n_in + 3, res["frames"]
+        for k, (name, line) in enumerate(chain):
+            fr = res["frames"][n_in + k]
+            assert (fr["name"], fr["line"]) == (name, line), (k, fr, chain)
+            assert fr["filename"].endswith("/symchain.c"), fr
+            assert {k2: fr[k2] for k2 in ("module", "build_id", "offset")} == {
+                k2: inl[k2] for k2 in ("module", "build_id", "offset")}, fr
+        for i, fr in enumerate(res["frames"][:n_in]):
             if i in want:
                 name, fsuffix, line = want[i]
                 assert fr["name"] == name, (i, fr)
@@ -158,7 +202,7 @@ def main():
     # Without the search dir the moved library stays unresolved.
     r = run([etr, "symbolize", src, "-o", out])
     assert r.returncode == 0, r.stderr
-    assert "4 frames resolved, 3 unresolved" in r.stderr, r.stderr
+    assert "6 frames resolved, 3 unresolved" in r.stderr, r.stderr
 
     # Errors: one line naming the file and byte offset; usage errors exit 2.
     bad = os.path.join(work, "bad.json")
