@@ -702,11 +702,11 @@ static void test_inline_frames_cxx(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_chain_dlopen), cmocka_unit_test(test_chain_closed),
-      cmocka_unit_test(test_build_id),     cmocka_unit_test(test_fallbacks),
-      cmocka_unit_test(test_cache),        cmocka_unit_test(test_demangle),
-      cmocka_unit_test(test_stripped),     cmocka_unit_test(test_search_dirs),
-      cmocka_unit_test(test_20k),          cmocka_unit_test(test_no_fd_per_module),
+      cmocka_unit_test(test_chain_dlopen),  cmocka_unit_test(test_chain_closed),
+      cmocka_unit_test(test_build_id),      cmocka_unit_test(test_fallbacks),
+      cmocka_unit_test(test_cache),         cmocka_unit_test(test_demangle),
+      cmocka_unit_test(test_stripped),      cmocka_unit_test(test_search_dirs),
+      cmocka_unit_test(test_20k),           cmocka_unit_test(test_no_fd_per_module),
       cmocka_unit_test(test_inline_frames), cmocka_unit_test(test_inline_frames_cxx),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
