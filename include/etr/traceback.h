@@ -41,7 +41,8 @@ typedef struct etr_traceback_options {
   const char *pattern;         /* only ops whose name matches this fnmatch(3) pattern (copied);
                                 * NULL or "" = every op */
   uint32_t every;              /* then 1 in N of those ops, per thread; 0 or 1 = each one */
-  uint32_t max_depth;          /* frames kept per traceback, native and script; 0 = 64; <= 256 */
+  uint32_t max_depth;          /* frames captured per traceback, native and script; 0 = 64;
+                                * <= 256 (calls inlined at an address add frames in the table) */
   etr_symbolize_mode symbolize;
 } etr_traceback_options;
 #define ETR_TRACEBACK_OPTIONS_INIT \

@@ -19,8 +19,12 @@
 
 typedef struct site {
   uint64_t gen, word;
-  uint32_t frame; /* index in frames, UINT32_MAX until symbolized */
+  /* Its frames (several where calls were inlined at the address, innermost first):
+   * site_frames[first .. first + count), count 0 until symbolized. */
+  uint32_t first, count;
 } site;
+
+#define ETR__INLINE_MAX 16u /* frames one address may expand to */
 
 typedef struct frame {
   const char *name, *filename; /* owned by the symbolizer, the script table or `strings` */
@@ -44,6 +48,8 @@ struct etr__tbtab {
   uint32_t *site_index; /* hash slots: site index + 1, 0 = empty */
   uint32_t site_slots;
   uint32_t next_unresolved;
+  uint32_t *site_frames; /* frame indices of the symbolized sites, back to back */
+  uint32_t n_site_frames, cap_site_frames;
   frame *frames;
   uint32_t n_frames, cap_frames;
   uint32_t *frame_index;
@@ -152,6 +158,7 @@ void etr__tbtab_free(etr__tbtab *t) {
   if (t->sym) etr__symbolizer_free(t->sym);
   free(t->sites);
   free(t->site_index);
+  free(t->site_frames);
   free(t->frames);
   free(t->frame_index);
   free(t->seq);
@@ -178,7 +185,7 @@ static uint32_t site_of(etr__tbtab *t, uint64_t gen, uint64_t word) {
   }
   if (!grow((void **)&t->sites, &t->cap_sites, sizeof *t->sites, t->n_sites + 1))
     return UINT32_MAX;
-  t->sites[t->n_sites] = (site){gen, word, UINT32_MAX};
+  t->sites[t->n_sites] = (site){gen, word, 0, 0};
   t->site_index[h] = ++t->n_sites;
   return t->n_sites - 1;
 }
@@ -283,6 +290,18 @@ static const char *base_name(const char *path) {
   return b ? b + 1 : path;
 }
 
+/* Append frame f to site s's frames. */
+static void add_site_frame(etr__tbtab *t, site *s, const frame *f) {
+  uint32_t idx = frame_of(t, f);
+  if (idx == UINT32_MAX ||
+      !grow((void **)&t->site_frames, &t->cap_site_frames, sizeof *t->site_frames,
+            t->n_site_frames + 1))
+    return; /* memory ran out: the frame is left out of the tracebacks that use it */
+  if (s->count == 0) s->first = t->n_site_frames;
+  t->site_frames[t->n_site_frames++] = idx;
+  s->count++;
+}
+
 static void resolve(etr__tbtab *t, site *s) {
   frame f;
   memset(&f, 0, sizeof f);
@@ -314,13 +333,20 @@ static void resolve(etr__tbtab *t, site *s) {
         snprintf(f.build_id + 2 * i, 3, "%02x", m->build_id[i]);
     } else {
       if (!t->sym) t->sym = etr__symbolizer_new();
-      etr__symbol sym = {"", "", 0};
+      etr__symbol sym[ETR__INLINE_MAX];
       uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
-      if (t->sym && etr__symbolize(t->sym, m->path, m->build_id, m->build_id_len,
-                                   (uint64_t)(call - m->bias), live, &sym) >= 0) {
-        f.name = sym.name && *sym.name ? sym.name : "??";
-        f.filename = sym.filename ? sym.filename : m->path;
-        f.line = sym.line;
+      int n = t->sym ? etr__symbolize_frames(t->sym, m->path, m->build_id, m->build_id_len,
+                                             (uint64_t)(call - m->bias), live, sym,
+                                             ETR__INLINE_MAX)
+                     : -1;
+      if (n > 0) {
+        /* Calls inlined at this address come first (innermost), the real function last. */
+        for (int i = 0; i < n; i++) {
+          f.name = sym[i].name && *sym[i].name ? sym[i].name : "??";
+          f.filename = sym[i].filename ? sym[i].filename : m->path;
+          f.line = sym[i].line;
+          if (i + 1 < n) add_site_frame(t, s, &f);
+        }
       } else {
         snprintf(buf, sizeof buf, "%s+0x%llx", base_name(m->path),
                  (unsigned long long)(call - m->bias));
@@ -329,7 +355,7 @@ static void resolve(etr__tbtab *t, site *s) {
       }
     }
   }
-  s->frame = frame_of(t, &f);
+  add_site_frame(t, s, &f);
 }
 
 void etr__tbtab_symbolize(etr__tbtab *t) {
@@ -378,11 +404,12 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
     ETR__JW_LIT(w, "\n    [");
     bool first = true;
     for (size_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
-      uint32_t fr = t->sites[t->seq[k]].frame;
-      if (fr == UINT32_MAX) continue; /* memory ran out while symbolizing it */
-      if (!first) ETR__JW_LIT(w, ", ");
-      first = false;
-      etr__jw_u64(w, fr);
+      const site *st = &t->sites[t->seq[k]];
+      for (uint32_t j = 0; j < st->count; j++) {
+        if (!first) ETR__JW_LIT(w, ", ");
+        first = false;
+        etr__jw_u64(w, t->site_frames[st->first + j]);
+      }
     }
     etr__jw_char(w, ']');
   }

@@ -960,6 +960,13 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
   return lookup(s, path, build_id, build_id_len, vaddr, live_ip, out, &inner, &ninner);
 }
 
+/* A source file that is etr's public header etr/record.h. */
+static bool is_etr_record_site(const char *file) {
+  static const char suffix[] = "/etr/record.h";
+  size_t n = file ? strlen(file) : 0, m = sizeof suffix - 1;
+  return n >= m && memcmp(file + n - m, suffix, m) == 0;
+}
+
 int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
                           size_t build_id_len, uint64_t vaddr, uintptr_t live_ip,
                           etr__symbol *out, size_t max) {
@@ -969,6 +976,12 @@ int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *b
   size_t ninner;
   int rc = lookup(s, path, build_id, build_id_len, vaddr, live_ip, &outer, &inner, &ninner);
   if (rc < 0) return rc;
+  /* etr's own record-site functions (etr/record.h, always inlined into the runtime's code)
+   * are the innermost inline frames of every traceback: they say nothing, leave them out. */
+  while (ninner != 0 && is_etr_record_site(inner[0].filename)) {
+    inner++;
+    ninner--;
+  }
   size_t n = ninner < max - 1 ? ninner : max - 1;  /* the innermost ones, then the real one */
   if (n != 0) memcpy(out, inner, n * sizeof *out);
   out[n] = outer;
