@@ -24,7 +24,7 @@
  * DW_AT_name) at the code's own line; then each enclosing inlined function at the call site
  * of the call it holds (DW_AT_call_file/line); last the real function, named by the symbol
  * table, at the call site of the outermost inlined call. etr__symbolize returns that last
- * frame only.
+ * frame only. Inlined frames of etr/record.h (etr's record-site helpers) are not returned.
  *
  * Fallbacks: dladdr on the live address (when given), then "<basename>+0x<vaddr>", file = the
  * module path (or the source file when only the name was missing), line 0 when unknown.
