@@ -84,12 +84,12 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
  * function, whose file and line are those of the call site (DW_AT_call_file/line of the
  * inlined call it holds); the last frame is etr__symbolize's. Without inlining, or without
  * debug info, one frame equal to etr__symbolize's. Frames of etr's own record-site
- * functions (etr/record.h, inlined into the runtime) are left out of the innermost end of the
- * chain. When the chain is longer than max, the
- * innermost max - 1 frames are kept and the real function is last. Returns the number of
- * frames written (1..max) or a negative ETR_E* code (ETR_EINVAL for max 0). Strings live
- * until the symbolizer is freed; results are cached per (module, vaddr) together with
- * etr__symbolize's (one resolution serves both). */
+ * functions (etr/record.h, inlined into the runtime) are left out of the innermost end of
+ * the chain. When the chain is longer than max, the innermost max - 1 frames are kept and
+ * the real function is last. Returns the number of frames written (1..max) or a negative
+ * ETR_E* code (ETR_EINVAL for max 0). Strings live until the symbolizer is freed; results
+ * are cached per (module, vaddr) together with etr__symbolize's (one resolution serves
+ * both). */
 int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
                           size_t build_id_len, uint64_t vaddr, uintptr_t live_ip,
                           etr__symbol *out, size_t max);
