@@ -24,7 +24,7 @@ typedef struct site {
   uint32_t first, count;
 } site;
 
-#define ETR__INLINE_MAX 16u /* frames one address may expand to */
+#define ETR__INLINE_MAX 64u /* frames one address may expand to (as etr symbolize) */
 
 typedef struct frame {
   const char *name, *filename; /* owned by the symbolizer, the script table or `strings` */
