@@ -326,12 +326,9 @@ static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t s
 }
 
 /* The "traceback" attr: the index of the op's frame sequence in the tracebacks table. */
-static void traceback_attr(etr_trace *tr, const etr__ev *ev, const uint8_t *p) {
+static void traceback_attr(etr_trace *tr, const etr__ev *ev, const uint64_t *words) {
   if (!tr->tbtab && !(tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize))) return;
-  uint64_t words[ETR__TB_DEPTH_MAX];
-  uint32_t n = ev->tb_n < ETR__TB_DEPTH_MAX ? ev->tb_n : ETR__TB_DEPTH_MAX;
-  memcpy(words, p, (size_t)n * 8);
-  uint64_t idx = etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, n);
+  uint64_t idx = etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n);
   if (idx == UINT64_MAX) return;
   atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
   etr__jw_char(&tr->jw, ',');
@@ -379,13 +376,13 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
     structural_node(tr, ev->id, THREAD_NAME, ev->tid);
     return;
   }
-  const char *name = (const char *)(ev + 1);
+  const uint64_t *tb = (const uint64_t *)(const void *)(ev + 1);
+  const char *name = (const char *)(tb + ev->tb_n);
   const char *schema = name + ev->name_len;
   const char *kback = schema + ev->schema_len;
   const char *kfile = kback + ev->kback_len;
   const uint8_t *coll = (const uint8_t *)kfile + ev->kfile_len;
-  const uint8_t *tb = coll + ev->coll_len;
-  const uint8_t *in = tb + (size_t)ev->tb_n * 8;
+  const uint8_t *in = coll + ev->coll_len;
   const uint8_t *out = in + ev->in_len;
 
   node_start(tr, ev->id, name, ev->name_len, ev->parent);

@@ -275,24 +275,18 @@ static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *
   return true;
 }
 
-/* Capture the calling op's traceback into the arena (after the event's other strings);
- * returns the frame words written. The walk starts inside etr; the frames above the
- * runtime's call to etr__record_begin (whose return address the registry saved) are etr's
- * own and dropped. */
+/* Capture the calling op's traceback into the arena, right after the event header (so the
+ * frame words are 8-aligned and written in place); returns the words written. The walk
+ * starts inside etr; the frames above the runtime's call to etr__record_begin (whose return
+ * address the registry saved) are etr's own and dropped. */
 static uint32_t capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintptr_t begin_ra,
                                   uint64_t *gen) {
   if (!ts->tb_ips) {
     etr__unwind_thread_init(); /* the thread's first capture allocates: do it here, not later */
     ts->tb_ips = malloc((ETR__TB_DEPTH_MAX + ETR__TB_OWN_FRAMES) * sizeof *ts->tb_ips);
-    ts->tb_words = malloc(ETR__TB_DEPTH_MAX * sizeof *ts->tb_words);
-    if (!ts->tb_ips || !ts->tb_words) {
-      free(ts->tb_ips);
-      free(ts->tb_words);
-      ts->tb_ips = NULL;
-      ts->tb_words = NULL;
-      return 0;
-    }
+    if (!ts->tb_ips) return 0;
   }
+  if (!etr__arena_reserve(ts, cfg->depth * sizeof(uint64_t))) return 0;
   size_t n = etr__unwind_capture(ts->tb_ips, cfg->depth + ETR__TB_OWN_FRAMES, 0, gen);
   size_t first = 0;
   for (size_t i = 0; i < n && i < ETR__TB_OWN_FRAMES; i++) {
@@ -303,12 +297,10 @@ static uint32_t capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintpt
   }
   size_t keep = n - first;
   if (keep > cfg->depth) keep = cfg->depth;
-  size_t words = etr__script_interleave(ts->tb_ips + first, keep, ts->tb_words, cfg->depth);
-  size_t bytes = words * sizeof *ts->tb_words;
-  if (!words || !etr__arena_reserve(ts, bytes)) return 0;
-  memcpy(ts->arena + ts->arena_len, ts->tb_words, bytes);
-  ts->arena_len += bytes;
-  etr__bump(&ts->tracebacks, 1);
+  uint64_t *out = (uint64_t *)(void *)(ts->arena + ts->arena_len);
+  size_t words = etr__script_interleave(ts->tb_ips + first, keep, out, cfg->depth);
+  ts->arena_len += words * sizeof *out;
+  if (words) etr__bump(&ts->tracebacks, 1);
   return (uint32_t)words;
 }
 
@@ -352,6 +344,11 @@ static void trace_enter(const etr_record *rec, void *user) {
   hdr.seq = rec->seq_nr;
   hdr.scope = rec->scope;
   hdr.kstream = -1;
+  const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);
+  if (cfg && cfg->enabled && wants_traceback(ts, cfg, rec->name)) {
+    hdr.tb_n = capture_traceback(ts, cfg, thr->begin_ra, &hdr.tb_gen);
+    if (hdr.tb_n) hdr.flags |= ETR__EVF_TRACEBACK;
+  }
   hdr.name_len = (uint32_t)etr__encode_str(ts, rec->name, 0, ETR__STRING_MAX);
   hdr.schema_len = (uint32_t)etr__encode_str(ts, rec->schema, 0, ETR__STRING_MAX);
   if (rec->kernel) {
@@ -364,11 +361,6 @@ static void trace_enter(const etr_record *rec, void *user) {
   if (rec->collective) {
     hdr.coll_len = (uint32_t)etr__encode_collective(ts, rec->collective);
     if (hdr.coll_len) hdr.flags |= ETR__EVF_COLLECTIVE;
-  }
-  const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);
-  if (cfg && cfg->enabled && wants_traceback(ts, cfg, rec->name)) {
-    hdr.tb_n = capture_traceback(ts, cfg, thr->begin_ra, &hdr.tb_gen);
-    if (hdr.tb_n) hdr.flags |= ETR__EVF_TRACEBACK;
   }
   if (rec->inputs && rec->n_inputs)
     hdr.in_len = (uint32_t)etr__encode_values(ts, rec->inputs, rec->n_inputs, &hdr.n_in);
@@ -434,9 +426,7 @@ static void finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter) {
   ts->frames = NULL;
   ts->frames_cap = 0;
   free(ts->tb_ips);
-  free(ts->tb_words);
   ts->tb_ips = NULL;
-  ts->tb_words = NULL;
   ts->finished = true;
 }
 

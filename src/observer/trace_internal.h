@@ -52,9 +52,9 @@ enum {
   ETR__V_CUT = 10 /* nested too deep */
 };
 
-/* Event header; the payload follows: name, schema, kernel backend, kernel file, collective
- * block, traceback frame words (tb_n x 8 bytes, unaligned), inputs, outputs (lengths
- * below). Events start 8-byte aligned in a chunk. */
+/* Event header; the payload follows: traceback frame words (tb_n x 8 bytes, first so they
+ * are 8-aligned), name, schema, kernel backend, kernel file, collective block, inputs,
+ * outputs (lengths below). Events start 8-byte aligned in a chunk. */
 typedef struct etr__ev {
   uint32_t size; /* header + payload, rounded up to 8 */
   uint8_t type;
@@ -71,6 +71,8 @@ typedef struct etr__ev {
   uint32_t tb_n;   /* traceback frame words */
   uint64_t tb_gen; /* module-map generation of the native frames */
 } etr__ev;
+/* Payload after the header starts 8-aligned (the traceback words are read in place). */
+_Static_assert(sizeof(etr__ev) % 8 == 0, "etr__ev must keep the payload 8-aligned");
 
 typedef struct etr__chunk {
   struct etr__chunk *next;
@@ -107,7 +109,6 @@ typedef struct etr__tstate {
   uint32_t tb_cfg_version;  /* configuration the name cache below belongs to */
   struct { const char *name; uint64_t hash; bool match; } tb_names[16]; /* pattern results */
   uintptr_t *tb_ips;
-  uint64_t *tb_words;
   _Atomic uint64_t top_id;    /* id of the innermost open op, for fw_parent lookups */
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
   /* Counters, written by the owner only (plain load+store), read by stats. */
