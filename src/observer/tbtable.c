@@ -56,8 +56,8 @@ struct etr__tbtab {
   uint32_t frame_slots;
   /* tracebacks: site sequences stored back to back */
   uint32_t *seq;
-  size_t seq_len, seq_cap;
-  size_t *tb_off; /* start of each traceback in seq; tb_off[n_tbs] = seq_len */
+  uint32_t seq_len, seq_cap;
+  uint32_t *tb_off; /* start of each traceback in seq; tb_off[n_tbs] = seq_len */
   uint32_t n_tbs, cap_tbs;
   uint32_t *tb_index;
   uint32_t tb_slots;
@@ -143,13 +143,11 @@ etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode) {
   etr__tbtab *t = calloc(1, sizeof *t);
   if (!t) return NULL;
   t->mode = mode;
-  t->tb_off = malloc(sizeof *t->tb_off);
-  if (!t->tb_off) {
+  if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, 1)) {
     free(t);
     return NULL;
   }
   t->tb_off[0] = 0;
-  t->cap_tbs = 0;
   return t;
 }
 
@@ -226,14 +224,7 @@ uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, u
 
 static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
   /* The candidate sequence is appended to seq, and kept only when it is new. */
-  if (t->seq_len + n > t->seq_cap) {
-    size_t cap = t->seq_cap ? t->seq_cap : 1024;
-    while (cap < t->seq_len + n) cap *= 2;
-    uint32_t *q = realloc(t->seq, cap * sizeof *q);
-    if (!q) return UINT64_MAX;
-    t->seq = q;
-    t->seq_cap = cap;
-  }
+  if (!grow((void **)&t->seq, &t->seq_cap, sizeof *t->seq, t->seq_len + n)) return UINT64_MAX;
   uint32_t *cand = t->seq + t->seq_len;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t s = site_of(t, gen, words[i]);
@@ -247,16 +238,11 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
   uint32_t h = (uint32_t)seq_hash(cand, n) & mask;
   for (; t->tb_index[h]; h = (h + 1) & mask) {
     uint32_t i = t->tb_index[h] - 1;
-    size_t len = t->tb_off[i + 1] - t->tb_off[i];
+    uint32_t len = t->tb_off[i + 1] - t->tb_off[i];
     if (len == n && memcmp(t->seq + t->tb_off[i], cand, n * sizeof *cand) == 0) return i;
   }
-  if (t->n_tbs + 2 > t->cap_tbs) {
-    uint32_t cap = t->cap_tbs ? t->cap_tbs * 2 : 256;
-    size_t *q = realloc(t->tb_off, (size_t)cap * sizeof *q);
-    if (!q) return UINT64_MAX;
-    t->tb_off = q;
-    t->cap_tbs = cap;
-  }
+  if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2))
+    return UINT64_MAX;
   t->seq_len += n;
   t->tb_off[++t->n_tbs] = t->seq_len;
   t->tb_index[h] = t->n_tbs;
@@ -322,23 +308,17 @@ static void resolve(etr__tbtab *t, site *s) {
     if (!m) {
       snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)ip);
       f.name = copy_str(t, buf);
-    } else if (t->mode == ETR_SYMBOLIZE_MODULE) {
-      uint64_t vaddr = call - m->bias;
-      snprintf(buf, sizeof buf, "%s+0x%llx", base_name(m->path), (unsigned long long)vaddr);
-      f.name = copy_str(t, buf);
-      f.filename = copy_str(t, m->path);
-      f.module = f.filename;
-      f.offset = vaddr;
-      for (unsigned i = 0; i < m->build_id_len && i < 64; i++)
-        snprintf(f.build_id + 2 * i, 3, "%02x", m->build_id[i]);
     } else {
-      if (!t->sym) t->sym = etr__symbolizer_new();
+      uint64_t vaddr = call - m->bias;
+      int n = -1;
       etr__symbol sym[ETR__INLINE_MAX];
-      uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
-      int n = t->sym ? etr__symbolize_frames(t->sym, m->path, m->build_id, m->build_id_len,
-                                             (uint64_t)(call - m->bias), live, sym,
-                                             ETR__INLINE_MAX)
-                     : -1;
+      if (t->mode == ETR_SYMBOLIZE_FULL) {
+        if (!t->sym) t->sym = etr__symbolizer_new();
+        uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
+        if (t->sym)
+          n = etr__symbolize_frames(t->sym, m->path, m->build_id, m->build_id_len, vaddr, live,
+                                    sym, ETR__INLINE_MAX);
+      }
       if (n > 0) {
         /* Calls inlined at this address come first (innermost), the real function last. */
         for (int i = 0; i < n; i++) {
@@ -347,11 +327,16 @@ static void resolve(etr__tbtab *t, site *s) {
           f.line = sym[i].line;
           if (i + 1 < n) add_site_frame(t, s, &f);
         }
-      } else {
-        snprintf(buf, sizeof buf, "%s+0x%llx", base_name(m->path),
-                 (unsigned long long)(call - m->bias));
+      } else { /* module mode, or the symbolizer could not run: module+offset */
+        snprintf(buf, sizeof buf, "%s+0x%llx", base_name(m->path), (unsigned long long)vaddr);
         f.name = copy_str(t, buf);
         f.filename = copy_str(t, m->path);
+        if (t->mode == ETR_SYMBOLIZE_MODULE) {
+          f.module = f.filename;
+          f.offset = vaddr;
+          for (unsigned i = 0; i < m->build_id_len && i < 64; i++)
+            snprintf(f.build_id + 2 * i, 3, "%02x", m->build_id[i]);
+        }
       }
     }
   }
@@ -403,7 +388,7 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
     if (i) etr__jw_char(w, ',');
     ETR__JW_LIT(w, "\n    [");
     bool first = true;
-    for (size_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
+    for (uint32_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
       const site *st = &t->sites[t->seq[k]];
       for (uint32_t j = 0; j < st->count; j++) {
         if (!first) ETR__JW_LIT(w, ", ");
