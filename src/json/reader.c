@@ -254,17 +254,30 @@ static bool push_member(etr_reader *r, const char *key, size_t key_len, const et
 static size_t utf8_len(const unsigned char *p, const unsigned char *end);
 static inline void put_utf8(unsigned char **o, uint32_t c);
 
-/* A NUL-terminated copy of n bytes; invalid UTF-8 (which yajl passes through, as it does not
- * validate strings here) is replaced by U+FFFD and warned about, like the hand parser does.
- * *out_len (when not NULL) receives the copy's length. */
-/* Bytes of the invalid sequence at s[i] replaced by one U+FFFD: an encoded surrogate (what
- * yajl makes of a lone "\\udc00" escape) as a whole, like the hand parser; else one byte. */
-static size_t bad_len(const unsigned char *s, size_t i, size_t n) {
-  if (s[i] == 0xED && i + 2 < n && (s[i + 1] & 0xE0) == 0xA0 && (s[i + 2] & 0xC0) == 0x80)
-    return 3;
+/* Bytes of the invalid sequence at p (< end) that one U+FFFD replaces: an encoded surrogate
+ * (what yajl makes of a lone "\\udc00" escape) as a whole, like the hand parser; else one. */
+static size_t bad_len(const unsigned char *p, const unsigned char *end) {
+  if (p[0] == 0xED && end - p > 2 && (p[1] & 0xE0) == 0xA0 && (p[2] & 0xC0) == 0x80) return 3;
   return 1;
 }
 
+/* Copy the non-ASCII sequence at x (< end) to *q: a valid UTF-8 character as it is, an
+ * invalid sequence as one U+FFFD. Returns the position after it. */
+static const unsigned char *put_utf8_seq(unsigned char **q, const unsigned char *x,
+                                         const unsigned char *end) {
+  size_t n = utf8_len(x, end);
+  if (n == 0 || n == (size_t)-1) {
+    put_utf8(q, 0xFFFD);
+    return x + bad_len(x, end);
+  }
+  memcpy(*q, x, n);
+  *q += n;
+  return x + n;
+}
+
+/* A NUL-terminated copy of n bytes; invalid UTF-8 (which yajl passes through, as it does not
+ * validate strings here) is replaced by U+FFFD and warned about, like the hand parser does.
+ * *out_len (when not NULL) receives the copy's length. */
 static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n,
                       size_t *out_len) {
   size_t bad = 0;
@@ -276,7 +289,7 @@ static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n,
     size_t k = utf8_len(s + i, s + n);
     if (k == 0 || k == (size_t)-1) {
       bad++;
-      k = bad_len(s, i, n);
+      k = bad_len(s + i, s + n);
     }
     i += k;
   }
@@ -290,16 +303,11 @@ static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n,
     memcpy(p, s, n);
   } else {
     unsigned char *q = (unsigned char *)p;
-    for (size_t i = 0; i < n;) {
-      size_t k = s[i] < 0x80 ? 1 : utf8_len(s + i, s + n);
-      if (k == 0 || k == (size_t)-1) {
-        put_utf8(&q, 0xFFFD);
-        i += bad_len(s, i, n);
-      } else {
-        memcpy(q, s + i, k);
-        q += k;
-        i += k;
-      }
+    for (const unsigned char *x = s; x < s + n;) {
+      if (*x < 0x80)
+        *q++ = *x++;
+      else
+        x = put_utf8_seq(&q, x, s + n);
     }
     len = (size_t)(q - (unsigned char *)p);
     warn(r, cur_off(r), -1, "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)",
@@ -1201,7 +1209,7 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
       if (n == (size_t)-1) return H_MORE;
       if (!n) { /* a writer that passed raw bytes through: keep reading, replace them */
         bad++;
-        n = bad_len(p, 0, (size_t)(end - p));
+        n = bad_len(p, end);
       }
       p += n;
     }
@@ -1229,15 +1237,7 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
   size_t lone = 0;
   for (const unsigned char *x = start; x < p;) {
     if (*x >= 0x80) {
-      size_t n = utf8_len(x, p);
-      if (n == 0 || n == (size_t)-1) {
-        put_utf8(&q, 0xFFFD);
-        x += bad_len(x, 0, (size_t)(p - x));
-      } else {
-        memcpy(q, x, n);
-        q += n;
-        x += n;
-      }
+      x = put_utf8_seq(&q, x, p);
       continue;
     }
     if (*x != '\\') {
