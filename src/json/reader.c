@@ -1052,9 +1052,19 @@ static int feed(etr_reader *r) {
   }
   r->feed_base = r->consumed;
   r->feed_ptr = p;
-  yajl_status st = yajl_parse(r->yh, p, (size_t)k);
+  /* yajl takes \v and \f for whitespace; RFC 8259 (and the hand parser) do not, and they
+   * are invalid anywhere in JSON (raw control bytes in strings too): stop the block there. */
+  size_t n = (size_t)k;
+  const unsigned char *bad = memchr(p, '\f', n), *vt = memchr(p, '\v', n);
+  if (vt && (!bad || vt < bad)) bad = vt;
+  if (bad) n = (size_t)(bad - p);
+  yajl_status st = yajl_parse(r->yh, p, n);
   if (st != yajl_status_ok) {
-    if (!r->err) yajl_fail(r, p, (size_t)k);
+    if (!r->err) yajl_fail(r, p, n);
+    return -1;
+  }
+  if (bad) {
+    if (!r->err) set_error(r, ETR_EFORMAT, r->consumed + n, "invalid JSON (unexpected character)");
     return -1;
   }
   r->consumed += (uint64_t)k;
@@ -1456,6 +1466,7 @@ static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char 
 
 /* One step of the top-level state machine on hb[hpos..hb_len). */
 static int h_step(etr_reader *r) {
+  if (!r->hb) return H_MORE; /* nothing read yet (and NULL + 0 is undefined behaviour) */
   const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
   p = h_ws(p, end);
   if (p >= end) {

@@ -165,10 +165,15 @@ static void test_golden(void **state) {
     assert_int_equal(n->missing_attrs, 0);
     assert_true(n->n_attrs >= 9);
     assert_string_equal(n->attrs[0].name, "rf_id");
-    if (count == 1) {
+    if (count == 1) { /* the thread node comes first */
       assert_int_equal(n->id, 2);
+      assert_string_equal(n->name, "[pytorch|profiler|execution_trace|thread]");
+      assert_int_equal(n->ctrl_deps, 1);
+    }
+    if (count == 2) {
+      assert_int_equal(n->id, 3);
       assert_string_equal(n->name, "aten::empty");
-      assert_int_equal(n->ctrl_deps, 3);
+      assert_int_equal(n->ctrl_deps, 2);
       assert_true(n->has_timing);
       assert_int_equal(n->tid, 1);
       assert_int_equal(n->seq_id, -1);
@@ -442,7 +447,7 @@ static void test_mangled(void **state) {
   assert_true(errors > runs / 3);
   /* an exact position: a stray letter where a value should be */
   memcpy(b, orig, len);
-  const char *at = strstr(orig, "\"ctrl_deps\":3");
+  const char *at = strstr(orig, "\"ctrl_deps\":2");
   assert_non_null(at);
   size_t pos = (size_t)(at - orig) + 12;
   b[pos] = 'x';
@@ -504,7 +509,11 @@ static void test_backends_agree(void **state) {
       "{\"nodes\": [{\"a\": \"\\u12g4\"}]}", "{\"nodes\": [{\"a\": \"\x01\"}]}",
       "{\"nodes\": [{\"a\" 1}]}", "{\"nodes\": [{1: 1}]}", "{\"nodes\": [{}],}",
       "{\"nodes\": [{},]}", "{\"nodes\": []", "{\"nodes\": [{\"a\": [1 2]}]}",
-      "{\"nodes\": [{\"a\": 1e}]}", "{\"nodes\": [{\"a\": +1}]}"};
+      "{\"nodes\": [{\"a\": 1e}]}", "{\"nodes\": [{\"a\": +1}]}",
+      /* form feed and vertical tab are not JSON whitespace (yajl took them for some; found
+       * by tests/fuzz/fuzz_reader) */
+      "{\"nodes\": [{\"a\":\f1}]}", "{\"nodes\":\v[{\"a\": 1}]}", "{\f\"nodes\": []}",
+      "{\"nodes\": [{\"a\": 1}]\v}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     write_file(p, bad[i], strlen(bad[i]));
     r = read_both(p);
