@@ -41,9 +41,19 @@ typedef struct etr_trace_options {
   double sample_probability;   /* record this fraction of ops; 0 = all */
   uint32_t scopes;             /* bit (1u << scope) per recorded scope; 0 = all */
   etr_traceback_options traceback; /* tracebacks on recorded ops (etr/traceback.h); off */
+  /* Durability (docs/RELIABILITY.md). A node completed at time t is in the file (written
+   * with write(2), so it survives kill -9) by t + flush_ms, whatever its thread does next;
+   * the writer also writes whenever flush_kb of JSON is buffered. */
+  uint32_t flush_ms;           /* 0 = 1000 ms; ETR_FLUSH_NEVER = only when buffers fill */
+  uint32_t flush_kb;           /* 0 = 512 KiB */
+  bool sync;                   /* fdatasync(2) after each timed flush (power loss) */
+  bool fatal_signals;          /* finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and
+                                  SIGINT, then chain to the previous handler (ETR_TRACE: on) */
 } etr_trace_options;
-#define ETR_TRACE_OPTIONS_INIT \
-  {sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, ETR_TRACEBACK_OPTIONS_INIT}
+#define ETR_FLUSH_NEVER UINT32_MAX
+#define ETR_TRACE_OPTIONS_INIT                                                              \
+  {sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0,                       \
+   ETR_TRACEBACK_OPTIONS_INIT, 0, 0, false, false}
 
 typedef struct etr_trace etr_trace;
 
@@ -64,9 +74,9 @@ ETR_API bool etr_trace_is_enabled(const etr_trace *trace);
  * ETR_EINVAL for bad options. Any thread; allocates (a copy of the pattern). */
 ETR_API int etr_trace_set_traceback(etr_trace *trace, const etr_traceback_options *opt);
 
-/* Hand the calling thread's buffered nodes to the writer and wait until everything queued
- * so far is written to the file. Other threads' partly filled buffers are written when they
- * fill, when their thread exits, or at close. */
+/* Wait until every node completed before the call, by any thread, is written to the file
+ * (a node in a buffer another thread is handing over at that very instant may follow a
+ * moment later). Also resolves pending traceback frames. ETR_EIO after a write error. */
 ETR_API int etr_trace_flush(etr_trace *trace);
 
 /* Stop recording, write the open ops of every thread (marked, counted), the thread nodes,
@@ -75,6 +85,8 @@ ETR_API int etr_trace_flush(etr_trace *trace);
  * error seen, if any (ETR_EIO), else 0. NULL is a no-op. In a forked child it frees the
  * trace without writing and returns ETR_EFORKED. */
 ETR_API int etr_trace_close(etr_trace *trace);
+/* A trace handle stays recognisable after close: a second close, or any other call on it,
+ * returns ETR_ESTATE (etr_trace_stats_get still returns the final counters). */
 
 /* The trace opened through ETR_TRACE, or NULL. */
 ETR_API etr_trace *etr_trace_current(void);

@@ -455,7 +455,25 @@ static void stat(etr__jw *w, const char *name, uint64_t v, bool first) {
   etr__jw_u64(w, v);
 }
 
-void etr__emit_footer(etr_trace *tr) {
+size_t etr__emit_process_text(etr_trace *tr, char *buf, size_t cap) {
+  etr__jw saved = tr->jw, tmp;
+  bool any = tr->any_node;
+  size_t n = 0;
+  if (etr__jw_init(&tmp, -1, 0) != 0) return 0;
+  tr->jw = tmp;
+  tr->any_node = false;
+  structural_node(tr, 1, PROCESS_NAME, 0);
+  if (tr->jw.len <= cap) {
+    n = tr->jw.len;
+    memcpy(buf, tr->jw.buf, n);
+  }
+  etr__jw_free(&tr->jw);
+  tr->jw = saved;
+  tr->any_node = any;
+  return n;
+}
+
+void etr__emit_footer(etr_trace *tr, int fatal_sig) {
   etr__jw *w = &tr->jw;
   structural_node(tr, 1, PROCESS_NAME, 0);
   struct timespec ts;
@@ -470,7 +488,13 @@ void etr__emit_footer(etr_trace *tr) {
       atomic_store(&tr->tb_frames, etr__tbtab_frames(tr->tbtab));
     }
   }
-  ETR__JW_LIT(w, "\"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"stats\": {");
+  ETR__JW_LIT(w, "\"etr\": {\"version\": \"" ETR_VERSION_STRING "\", ");
+  if (fatal_sig) { /* finalized by a fatal signal; the process may have gone on after it */
+    ETR__JW_LIT(w, "\"signal\": ");
+    etr__jw_i64(w, fatal_sig);
+    ETR__JW_LIT(w, ", ");
+  }
+  ETR__JW_LIT(w, "\"stats\": {");
   etr_trace_stats s;
   etr__trace_collect_stats(tr, &s);
   s.nodes_written++; /* the process node above */

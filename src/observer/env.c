@@ -10,6 +10,11 @@
  *   ETR_TRACE_TRACEBACK_EVERY=n   then 1 op in n per thread
  *   ETR_TRACE_TRACEBACK_DEPTH=n   frames kept (default 64, at most 256)
  *   ETR_TRACE_SYMBOLIZE=module    write module+build-id+offset (resolve with etr symbolize)
+ *   ETR_TRACE_FLUSH_MS=n    a completed node is in the file within n ms (default 1000)
+ *   ETR_TRACE_FLUSH_KB=n    the writer writes whenever n KiB are buffered (default 512)
+ *   ETR_TRACE_SYNC=1        fdatasync after each timed flush (survives power loss)
+ *   ETR_TRACE_SIGNALS=0     no fatal-signal handlers (by default they finalize the file on
+ *                           SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT, then chain)
  * Problems are reported through the log hook (ETR_LOG=1 shows them) and never stop the
  * process. At exit (or library unload) any trace still open is finalized.
  */
@@ -120,6 +125,10 @@ __attribute__((constructor)) static void etr_env_start(void) {
       opt.buffer_kb = (uint32_t)kb;
   }
   env_traceback(&opt.traceback);
+  opt.flush_ms = env_count("ETR_TRACE_FLUSH_MS", 86400000ul);
+  opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
+  opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
+  opt.fatal_signals = !env_flag_off(getenv("ETR_TRACE_SIGNALS"));
   etr_trace *tr;
   int rc = etr_trace_open(full, &opt, &tr);
   if (rc != 0) {

@@ -11,9 +11,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "etr/version.h"
 #include "observer/internal.h"
 #include "observer/registry.h"
 #include "observer/tbtable.h"
@@ -46,8 +49,14 @@ static etr__chunk *chunk_alloc(uint32_t cap, bool oversized) {
   c->len = 0;
   c->cap = cap;
   c->nodes = 0;
+  c->peeked = c->peeked_nodes = 0;
   c->oversized = oversized;
   return c;
+}
+
+/* The thread's current chunk, which the writer reads during a timed flush. */
+static inline void set_chunk(etr__tstate *ts, etr__chunk *c) {
+  __atomic_store_n(&ts->chunk, c, __ATOMIC_RELEASE);
 }
 
 /* Queue c for the writer (q_mutex held). */
@@ -59,12 +68,13 @@ static void enqueue_locked(etr_trace *tr, etr__chunk *c) {
     tr->q_head = c;
   tr->q_tail = c;
   tr->q_pushed++;
-  pthread_cond_signal(&tr->q_cond);
+  sem_post(&tr->wake);
 }
 
 /* An empty or written chunk goes back to the pool, or is freed if it was made for one large
  * event (q_mutex held). */
 static void recycle_locked(etr_trace *tr, etr__chunk *c) {
+  c->peeked = c->peeked_nodes = 0;
   if (c->oversized) {
     free(c);
   } else {
@@ -91,7 +101,7 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   bool oversized = need > tr->chunk_size; /* one large event: a chunk of its own */
   pthread_mutex_lock(&tr->q_mutex);
   if (ts->chunk) give_up_locked(tr, ts->chunk);
-  ts->chunk = NULL;
+  set_chunk(ts, NULL);
   bool waited = false;
   while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop) {
     if (!waited) atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
@@ -105,7 +115,7 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   }
   pthread_mutex_unlock(&tr->q_mutex);
   if (!c) return chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized);
-  c->len = 0;
+  __atomic_store_n(&c->len, 0, __ATOMIC_RELAXED);
   c->nodes = 0;
   c->next = NULL;
   return c;
@@ -117,8 +127,8 @@ static void hand_over(etr__tstate *ts) {
   etr_trace *tr = ts->trace;
   pthread_mutex_lock(&tr->q_mutex);
   give_up_locked(tr, ts->chunk);
+  set_chunk(ts, NULL);
   pthread_mutex_unlock(&tr->q_mutex);
-  ts->chunk = NULL;
 }
 
 /* Room for an event of size bytes (a multiple of 8) in the thread's chunk; NULL, counted as
@@ -128,7 +138,8 @@ static uint8_t *event_room(etr__tstate *ts, size_t size) {
   if (atomic_load_explicit(&ts->trace->failed, memory_order_relaxed)) {
     c = NULL;
   } else if (!c || c->len + size > c->cap) {
-    c = ts->chunk = next_chunk(ts, size);
+    c = next_chunk(ts, size);
+    set_chunk(ts, c);
   }
   if (!c) {
     etr__bump(&ts->nodes_dropped, 1);
@@ -140,9 +151,10 @@ static uint8_t *event_room(etr__tstate *ts, size_t size) {
 /* The event written at event_room's pointer is complete. A chunk made for one large event
  * is shipped at once. */
 static void event_commit(etr__tstate *ts, size_t size) {
-  ts->chunk->len += (uint32_t)size;
-  ts->chunk->nodes++;
-  if (ts->chunk->oversized) hand_over(ts);
+  etr__chunk *c = ts->chunk;
+  c->nodes++;
+  __atomic_store_n(&c->len, c->len + (uint32_t)size, __ATOMIC_RELEASE); /* for the writer */
+  if (c->oversized) hand_over(ts);
 }
 
 /* ---- per-thread state ---- */
@@ -167,13 +179,27 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   ts->thread_node_id = etr__next_id(ts);
   pthread_mutex_lock(&tr->threads_mutex);
   ts->next = tr->threads;
-  tr->threads = ts;
+  __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
   _Atomic(etr__tstate *) *slot = tid_slot(tr, ts->tid, true);
   if (slot) atomic_store_explicit(slot, ts, memory_order_release);
   pthread_mutex_unlock(&tr->threads_mutex);
   atomic_fetch_add_explicit(&tr->threads_count, 1, memory_order_relaxed);
   thr->trace_state = ts;
   thr->trace_serial = tr->serial;
+  /* The thread node goes first, so that a file cut short (kill -9) has the parent of every
+   * op the thread finished; only ops still open at the cut lack theirs. */
+  etr__ev ev;
+  memset(&ev, 0, sizeof ev);
+  ev.size = (uint32_t)round8(sizeof ev);
+  ev.type = ETR__EV_THREAD;
+  ev.id = ts->thread_node_id;
+  ev.parent = 1;
+  ev.tid = ts->tid;
+  uint8_t *dst = event_room(ts, ev.size);
+  if (dst) {
+    memcpy(dst, &ev, sizeof ev);
+    event_commit(ts, ev.size);
+  }
   return ts;
 }
 
@@ -399,25 +425,13 @@ static void trace_exit(const etr_record *rec, void *user) {
   finish_frame(ts, idx, end, rec, false);
 }
 
-/* Writes the thread's open ops (innermost first, marked incomplete), its thread node, and
- * hands its chunk over. Caller guarantees the owner thread is not inside our callbacks. */
+/* Writes the thread's open ops (innermost first, marked incomplete) and hands its chunk
+ * over. Caller guarantees the owner thread is not inside our callbacks. */
 static void finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter) {
   if (ts->finished) return;
   int64_t end = now_ns();
   if (ts->depth) atomic_fetch_add_explicit(open_counter, ts->depth, memory_order_relaxed);
   while (ts->depth) finish_frame(ts, ts->depth - 1, end, NULL, true);
-  etr__ev ev;
-  memset(&ev, 0, sizeof ev);
-  ev.size = (uint32_t)round8(sizeof ev);
-  ev.type = ETR__EV_THREAD;
-  ev.id = ts->thread_node_id;
-  ev.parent = 1;
-  ev.tid = ts->tid;
-  uint8_t *dst = event_room(ts, ev.size);
-  if (dst) {
-    memcpy(dst, &ev, sizeof ev);
-    event_commit(ts, ev.size);
-  }
   hand_over(ts);
   free(ts->arena);
   ts->arena = NULL;
@@ -461,12 +475,57 @@ void etr__storage_died(const void *storage) { object_died(false, storage); }
 
 /* ---- writer thread ---- */
 
-/* The JSON buffer only ever holds whole nodes: it is flushed between nodes, so a write
- * error loses exactly the nodes counted in `buffered`. */
-#define WRITER_FLUSH_AT (512u * 1024u)
+/* The JSON buffer only ever holds whole nodes and is written out between nodes, so a write
+ * error loses exactly the nodes counted in `buffered`, and the file always holds the header
+ * and whole nodes: a prefix `etr repair` completes (only a kill during a write(2) can cut
+ * a node). */
+
+static pid_t my_tid(void) { return (pid_t)syscall(SYS_gettid); }
+
+static inline bool fatal_pending(etr_trace *tr) {
+  return atomic_load(&tr->fatal_req) != atomic_load(&tr->fatal_ack);
+}
+
+/* New output after a footer written at a fatal signal the process survived: that footer is
+ * cut off at the next write, and nodes go on after the last one. */
+static void unseal(etr_trace *tr) {
+  if (!tr->sealed) return;
+  tr->sealed = false;
+  tr->unseal_pending = true;
+  tr->any_node = tr->seal_any_node;
+}
+
+/* Whether the descriptor still refers to the file we created: the host may close it and
+ * open another file that gets the same number, which must never receive our output. */
+static bool fd_is_ours(const etr_trace *tr) {
+  struct stat st;
+  return fstat(tr->fd, &st) == 0 && st.st_dev == tr->file_dev && st.st_ino == tr->file_ino;
+}
 
 static void writer_flush(etr_trace *tr, uint64_t *buffered) {
-  etr__jw_flush(&tr->jw);
+  if (tr->jw.len && !tr->jw.err) {
+    int idle = ETR__IO_IDLE;
+    if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_BUSY)) {
+      /* A signal handler finalized the file and owns it now. */
+      tr->jw.len = 0;
+      atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered, memory_order_relaxed);
+      *buffered = 0;
+      return;
+    }
+    if (!fd_is_ours(tr)) {
+      tr->jw.err = EBADF;
+    } else if (tr->unseal_pending) {
+      if (ftruncate(tr->fd, (off_t)tr->seal_off) != 0 ||
+          lseek(tr->fd, (off_t)tr->seal_off, SEEK_SET) < 0)
+        tr->jw.err = errno;
+      else
+        tr->jw.written = tr->seal_off;
+      tr->unseal_pending = false;
+    }
+    etr__jw_flush(&tr->jw); /* after an error it only discards */
+    atomic_store(&tr->io_state, ETR__IO_IDLE);
+  }
+  tr->jw.len = 0;
   if (tr->jw.err)
     atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered, memory_order_relaxed);
   else
@@ -477,25 +536,129 @@ static void writer_flush(etr_trace *tr, uint64_t *buffered) {
   if (tr->jw.err && !atomic_load(&tr->failed)) {
     atomic_store(&tr->write_error, tr->jw.err);
     atomic_store(&tr->failed, 1);
-    etr__log(ETR_LOG_ERROR, "trace write failed (%s); recording stopped", strerror(tr->jw.err));
+    if (tr->jw.err == EBADF)
+      etr__log(ETR_LOG_ERROR, "the trace file descriptor was closed or replaced under the "
+                              "recorder; recording stopped");
+    else
+      etr__log(ETR_LOG_ERROR, "trace write failed (%s); recording stopped",
+               strerror(tr->jw.err));
     /* Stop paying for ops that cannot be written; ops in flight still end normally. */
     etr_observer_disable(tr->obs);
   }
 }
 
-static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {
-  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
-    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes, memory_order_relaxed);
-    return;
-  }
-  uint32_t off = 0;
-  while (off + sizeof(etr__ev) <= c->len) {
+/* Writes the events in [from, to) of c; returns how many. */
+static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, uint32_t to,
+                           uint64_t *buffered, bool may_flush) {
+  unseal(tr);
+  uint32_t off = from, n = 0;
+  while (off + sizeof(etr__ev) <= to) {
     const etr__ev *ev = (const etr__ev *)(const void *)(c->data + off);
     etr__emit_event(tr, ev);
     (*buffered)++;
+    n++;
     off += ev->size;
-    if (tr->jw.len >= WRITER_FLUSH_AT) writer_flush(tr, buffered);
+    if (may_flush && tr->jw.len >= tr->flush_bytes) writer_flush(tr, buffered);
   }
+  return n;
+}
+
+static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {
+  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes - c->peeked_nodes,
+                              memory_order_relaxed);
+    return;
+  }
+  emit_range(tr, c, c->peeked, c->len, buffered, true);
+}
+
+/* A timed flush (or etr_trace_flush): the complete events in every thread's current chunk,
+ * which its thread keeps filling meanwhile (q_mutex held: no chunk changes hands). A thread
+ * that records nothing more would otherwise keep them until it exits. */
+static void peek_threads_locked(etr_trace *tr, uint64_t *buffered) {
+  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) return;
+  for (etr__tstate *ts = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); ts; ts = ts->next) {
+    etr__chunk *c = __atomic_load_n(&ts->chunk, __ATOMIC_ACQUIRE);
+    if (!c) continue;
+    uint32_t len = __atomic_load_n(&c->len, __ATOMIC_ACQUIRE);
+    if (len <= c->peeked) continue;
+    c->peeked_nodes += emit_range(tr, c, c->peeked, len, buffered, false);
+    c->peeked = len;
+  }
+}
+
+/* The queue lock, unless a fatal signal is pending while another thread (perhaps the one
+ * that crashed) holds it: then false, after at most about 20 ms. */
+static bool writer_lock(etr_trace *tr) {
+  for (;;) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 20 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000;
+    }
+    if (pthread_mutex_timedlock(&tr->q_mutex, &dl) == 0) return true;
+    if (fatal_pending(tr)) return false;
+  }
+}
+
+/* Sleep until posted or until the monotonic deadline. */
+static void writer_sleep(etr_trace *tr, int64_t deadline) {
+  if (deadline == INT64_MAX) {
+    sem_wait(&tr->wake);
+  } else {
+    int64_t left = deadline - now_ns();
+    if (left > 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t ns = ts.tv_nsec + left;
+      ts.tv_sec += (time_t)(ns / 1000000000);
+      ts.tv_nsec = (long)(ns % 1000000000);
+      sem_timedwait(&tr->wake, &ts);
+    }
+  }
+  while (sem_trywait(&tr->wake) == 0) {
+  } /* posts since are covered: the state is checked next */
+}
+
+static int64_t next_deadline(const etr_trace *tr) {
+  return tr->flush_ns == INT64_MAX ? INT64_MAX : now_ns() + tr->flush_ns;
+}
+
+/* A fatal signal: everything complete goes to the file, then the process node and a footer.
+ * With the queue lock, the queued chunks and every thread's current chunk are written
+ * first; without it only what the writer holds. */
+static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig) {
+  if (locked) {
+    etr__chunk *list = tr->q_head;
+    tr->q_head = tr->q_tail = NULL;
+    while (list) {
+      etr__chunk *c = list;
+      list = c->next;
+      process_chunk(tr, c, buffered);
+      recycle_locked(tr, c);
+      tr->q_done++;
+    }
+    pthread_cond_broadcast(&tr->space_cond);
+    peek_threads_locked(tr, buffered);
+  }
+  unseal(tr);
+  writer_flush(tr, buffered);
+  if (atomic_load(&tr->failed)) return;
+  uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
+  tr->seal_any_node = tr->any_node;
+  etr__emit_footer(tr, sig);
+  uint64_t process_node = 0; /* not counted: cut off again if the process goes on */
+  writer_flush(tr, &process_node);
+  tr->seal_off = off;
+  tr->sealed = !tr->jw.err;
+}
+
+static void serve_fatal(etr_trace *tr, uint64_t *buffered, bool locked) {
+  uint32_t req = atomic_load(&tr->fatal_req);
+  writer_seal(tr, buffered, locked, atomic_load(&tr->fatal_sig));
+  atomic_store(&tr->fatal_ack, req);
 }
 
 static void *writer_main(void *arg) {
@@ -504,60 +667,161 @@ static void *writer_main(void *arg) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
+  atomic_store(&tr->writer_tid, my_tid());
   uint64_t buffered = 0;
-  pthread_mutex_lock(&tr->q_mutex);
+  int64_t deadline = next_deadline(tr);
+  unsigned flush_rounds = 0;
+  etr__chunk *spare = NULL; /* written chunks not yet back in the pool */
+  uint64_t done_pending = 0;
+  bool locked = writer_lock(tr);
   for (;;) {
+    if (!locked || fatal_pending(tr)) {
+      serve_fatal(tr, &buffered, locked);
+      if (!locked) locked = writer_lock(tr);
+      continue;
+    }
+    while (spare) {
+      etr__chunk *c = spare;
+      spare = c->next;
+      recycle_locked(tr, c);
+    }
     if (tr->q_head) {
       etr__chunk *list = tr->q_head;
       tr->q_head = tr->q_tail = NULL;
       pthread_mutex_unlock(&tr->q_mutex);
       uint64_t n = 0;
-      etr__chunk *done = NULL;
       while (list) {
         etr__chunk *c = list;
         list = c->next;
         process_chunk(tr, c, &buffered);
         n++;
-        c->next = done;
-        done = c;
+        c->next = spare;
+        spare = c;
       }
-      pthread_mutex_lock(&tr->q_mutex);
-      while (done) {
-        etr__chunk *c = done;
-        done = c->next;
-        recycle_locked(tr, c);
-      }
-      tr->q_done += n;
+      done_pending += n;
+      if (!(locked = writer_lock(tr))) continue;
+      tr->q_done += done_pending;
+      done_pending = 0;
       pthread_cond_broadcast(&tr->space_cond);
-      /* A flusher waits for this batch: do not make it wait for an empty queue, which
-       * other recording threads may never leave. */
-      if (tr->flush_waiters == 0) continue;
+      /* Under steady load the queue never empties: the timed flush must still come. */
+      if (tr->flush_done == tr->flush_gen && now_ns() < deadline) continue;
     }
-    /* Queue empty (or a flusher waiting): put what we have on disk, then tell flushers. */
-    if (tr->jw.len || tr->q_synced != tr->q_done) {
-      uint64_t done = tr->q_done;
-      bool flushing = tr->flush_waiters != 0;
+    bool flush_req = tr->flush_done != tr->flush_gen;
+    /* A flush waits for the chunks queued before it, and (a few rounds) for those queued
+     * since, which may hold nodes completed before it. */
+    if (flush_req && tr->q_head && (tr->q_done < tr->flush_target || flush_rounds++ < 8))
+      continue;
+    if (flush_req || now_ns() >= deadline) {
+      flush_rounds = 0;
+      uint64_t gen = tr->flush_gen;
+      peek_threads_locked(tr, &buffered);
       pthread_mutex_unlock(&tr->q_mutex);
       writer_flush(tr, &buffered);
+      if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
       /* An explicit flush is where deferred symbolization happens (besides close). */
-      if (flushing && tr->tbtab) {
+      if (flush_req && tr->tbtab) {
         etr__tbtab_symbolize(tr->tbtab);
         atomic_store_explicit(&tr->tb_frames, etr__tbtab_frames(tr->tbtab), memory_order_relaxed);
       }
-      pthread_mutex_lock(&tr->q_mutex);
-      tr->q_synced = done;
+      deadline = next_deadline(tr);
+      if (!(locked = writer_lock(tr))) continue;
+      tr->flush_done = gen;
       pthread_cond_broadcast(&tr->done_cond);
+      continue;
+    }
+    if (tr->jw.len) { /* the queue is empty: put what we have on disk */
+      pthread_mutex_unlock(&tr->q_mutex);
+      writer_flush(tr, &buffered);
+      locked = writer_lock(tr);
       continue;
     }
     if (tr->q_head) continue;
     if (tr->stop) break;
-    pthread_cond_wait(&tr->q_cond, &tr->q_mutex);
+    pthread_mutex_unlock(&tr->q_mutex);
+    writer_sleep(tr, deadline);
+    locked = writer_lock(tr);
   }
+  while (spare) {
+    etr__chunk *c = spare;
+    spare = c->next;
+    recycle_locked(tr, c);
+  }
+  tr->flush_done = tr->flush_gen;
+  pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
-  etr__emit_footer(tr);
+  unseal(tr);
+  etr__emit_footer(tr, 0);
   buffered++; /* the process node */
   writer_flush(tr, &buffered);
   return NULL;
+}
+
+static bool usable(const etr_trace *tr) { return tr && !tr->closed && tr->pid == getpid(); }
+/* The error for a handle that is not usable. */
+static int unusable(const etr_trace *tr) {
+  return !tr ? ETR_EINVAL : tr->closed ? ETR_ESTATE : ETR_EFORKED;
+}
+
+/* ---- fatal signals (handler side; everything here is async-signal-safe) ---- */
+
+/* How long a handler waits for the writer to finalize the file. */
+#define FATAL_WAIT_MS 3000
+
+/* Appends s to buf[at..cap); an overflow gives cap + 1, which stays past the end. */
+static size_t put_text(char *buf, size_t at, size_t cap, const char *s, size_t n) {
+  if (at > cap || n > cap - at) return cap + 1;
+  for (size_t i = 0; i < n; i++) buf[at + i] = s[i];
+  return at + n;
+}
+#define PUT_LIT(buf, at, cap, lit) put_text((buf), (at), (cap), (lit), sizeof(lit) - 1)
+
+/* The writer did not answer (it is the thread that crashed, or it is stuck, perhaps on a
+ * lock the crashed thread holds): when no write is under way, the file ends with whole
+ * nodes, so write the process node and a short footer ourselves. The traceback tables and
+ * the buffered nodes are lost then; the file stays valid. */
+static void seal_direct(etr_trace *tr, int sig) {
+  int idle = ETR__IO_IDLE;
+  if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_HANDLER)) return;
+  if (tr->sealed || tr->jw.err || tr->seal_node_len == 0) return;
+  uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
+  bool nodes = tr->unseal_pending ? tr->seal_any_node : off > tr->header_len;
+  char buf[512], num[24];
+  size_t n = 0;
+  if (nodes) n = PUT_LIT(buf, n, sizeof buf, ",");
+  n = put_text(buf, n, sizeof buf, tr->seal_node, tr->seal_node_len);
+  n = PUT_LIT(buf, n, sizeof buf, "\n  ],\n  \"finish_ts\": ");
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  char *e = etr__put_i64(num, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  n = put_text(buf, n, sizeof buf, num, (size_t)(e - num));
+  n = PUT_LIT(buf, n, sizeof buf, ",\n  \"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"signal\": ");
+  e = etr__put_i64(num, sig);
+  n = put_text(buf, n, sizeof buf, num, (size_t)(e - num));
+  n = PUT_LIT(buf, n, sizeof buf, ", \"stats\": {}}\n}\n");
+  if (n > sizeof buf) return;
+  for (size_t done = 0; done < n;) {
+    ssize_t w = pwrite(tr->fd, buf + done, n - done, (off_t)(off + done));
+    if (w > 0)
+      done += (size_t)w;
+    else if (!(w < 0 && errno == EINTR))
+      return;
+  }
+  if (ftruncate(tr->fd, (off_t)(off + n)) != 0) return; /* a cut-off old footer may follow */
+}
+
+void etr__trace_fatal(etr_trace *tr, int sig) {
+  if (tr->closed || tr->pid != getpid()) return;
+  atomic_store(&tr->fatal_sig, sig);
+  uint32_t req = atomic_fetch_add(&tr->fatal_req, 1) + 1;
+  if (atomic_load(&tr->writer_tid) != my_tid()) {
+    sem_post(&tr->wake);
+    for (int i = 0; i < FATAL_WAIT_MS; i++) {
+      if ((int32_t)(atomic_load(&tr->fatal_ack) - req) >= 0) return;
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  seal_direct(tr, sig);
 }
 
 /* ---- life cycle ---- */
@@ -599,12 +863,29 @@ static int tb_configure(etr_trace *tr, const etr_traceback_options *in) {
 }
 
 int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
-  if (!tr || !opt) return ETR_EINVAL;
-  if (tr->pid != getpid()) return ETR_EFORKED;
+  if (!usable(tr)) return unusable(tr);
+  if (!opt) return ETR_EINVAL;
   return tb_configure(tr, opt);
 }
 
-/* in_child: a forked child's copy, whose mutexes and condition variables may show waiters
+/* Closed traces stay allocated as small tombstones, so that a second close (or any call)
+ * on the handle is recognised and returns ETR_ESTATE instead of touching freed memory, and
+ * a new trace never reuses the address of a recent one. The oldest are freed beyond this
+ * many. g_lock held. */
+#define TOMBSTONES 1024
+static etr_trace *g_tombs[TOMBSTONES];
+static size_t g_tomb_next;
+
+static void entomb_locked(etr_trace *tr) {
+  tr->closed = true;
+  etr_trace *old = g_tombs[g_tomb_next];
+  g_tombs[g_tomb_next] = tr;
+  g_tomb_next = (g_tomb_next + 1) % TOMBSTONES;
+  free(old);
+}
+
+/* Frees everything but the handle itself (see entomb_locked).
+ * in_child: a forked child's copy, whose mutexes and condition variables may show waiters
  * that do not exist here (destroying them would block): leave them. */
 static void trace_free(etr_trace *tr, bool in_child) {
   etr__chunk *lists[2] = {tr->q_head, tr->free_chunks};
@@ -622,7 +903,9 @@ static void trace_free(etr_trace *tr, bool in_child) {
     free(ts);
     ts = n;
   }
-  for (size_t i = 0; i < ETR__TID_PAGES; i++) free(tr->tid_pages[i]);
+  if (tr->tid_pages)
+    for (size_t i = 0; i < ETR__TID_PAGES; i++) free(tr->tid_pages[i]);
+  free(tr->tid_pages);
   for (etr__tbcfg *c = atomic_load(&tr->tb_cfg); c;) {
     etr__tbcfg *o = c->older;
     free(c->pattern);
@@ -633,17 +916,19 @@ static void trace_free(etr_trace *tr, bool in_child) {
   etr__idmap_free(tr->tensors);
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
-  if (in_child) {
-    free(tr);
-    return;
-  }
+  tr->q_head = tr->free_chunks = NULL;
+  tr->threads = NULL;
+  tr->tid_pages = NULL;
+  tr->tb_cfg = NULL;
+  tr->tbtab = NULL;
+  tr->tensors = tr->storages = NULL;
+  if (in_child) return;
   pthread_mutex_destroy(&tr->threads_mutex);
   pthread_mutex_destroy(&tr->tb_mutex);
   pthread_mutex_destroy(&tr->q_mutex);
-  pthread_cond_destroy(&tr->q_cond);
+  sem_destroy(&tr->wake);
   pthread_cond_destroy(&tr->space_cond);
   pthread_cond_destroy(&tr->done_cond);
-  free(tr);
 }
 
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
@@ -673,18 +958,23 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   if (tr->chunk_size < 4096) tr->chunk_size = 4096;
   tr->max_chunks = o.max_buffers ? o.max_buffers : 64;
   if (tr->max_chunks < 2) tr->max_chunks = 2;
+  uint32_t ms = o.flush_ms ? o.flush_ms : 1000;
+  tr->flush_ns = ms == ETR_FLUSH_NEVER ? INT64_MAX : (int64_t)ms * 1000000;
+  tr->flush_bytes = (size_t)(o.flush_kb ? o.flush_kb : 512) * 1024u;
   atomic_init(&tr->next_id, 2); /* 1 is the process node */
   pthread_mutex_init(&tr->threads_mutex, NULL);
   pthread_mutex_init(&tr->tb_mutex, NULL);
   pthread_mutex_init(&tr->q_mutex, NULL);
-  pthread_cond_init(&tr->q_cond, NULL);
+  sem_init(&tr->wake, 0, 0);
   pthread_cond_init(&tr->space_cond, NULL);
   pthread_cond_init(&tr->done_cond, NULL);
   tr->tensors = etr__idmap_new();
   tr->storages = etr__idmap_new();
   int rc = 0, open_errno = 0;
   tr->fd = -1;
-  if (!tr->tensors || !tr->storages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0) rc = ETR_ENOMEM;
+  tr->tid_pages = calloc(ETR__TID_PAGES, sizeof *tr->tid_pages);
+  if (!tr->tensors || !tr->storages || !tr->tid_pages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0)
+    rc = ETR_ENOMEM;
   if (rc == 0 && o.traceback.enabled) rc = tb_configure(tr, &o.traceback);
   if (rc == 0) {
     tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -695,12 +985,23 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     }
   }
   if (rc == 0) {
+    struct stat st;
+    if (fstat(tr->fd, &st) == 0) {
+      tr->file_dev = st.st_dev;
+      tr->file_ino = st.st_ino;
+    }
     tr->jw.fd = tr->fd;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     tr->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    /* Buffered: the writer thread writes it with the first nodes (or at close). */
+    tr->seal_node_len = etr__emit_process_text(tr, tr->seal_node, sizeof tr->seal_node);
+    /* The header goes to the file now: from here on the file is always a prefix that
+     * etr repair (or a signal handler) can complete. A write error is reported later, as
+     * any other (close returns ETR_EIO), and stops recording. */
     etr__emit_header(tr);
+    tr->header_len = tr->jw.len;
+    uint64_t none = 0;
+    writer_flush(tr, &none);
     etr_observer_options oo = ETR_OBSERVER_OPTIONS_INIT;
     oo.enter = trace_enter;
     oo.exit = trace_exit;
@@ -721,29 +1022,29 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
       unlink(path);
     }
     trace_free(tr, false);
+    free(tr);
     pthread_mutex_unlock(&g_lock);
     if (open_errno) errno = open_errno; /* why the file could not be created */
     return rc;
   }
   __atomic_store_n(&g_trace, tr, __ATOMIC_RELEASE);
   __atomic_store_n(&etr__tracking_ids, 1u, __ATOMIC_SEQ_CST);
+  if (o.fatal_signals && etr__fatal_install(tr) != 0)
+    etr__log(ETR_LOG_WARN, "cannot install the fatal-signal handlers; recording goes on");
   pthread_mutex_unlock(&g_lock);
   *out = tr;
   return 0;
 }
 
-static bool usable(const etr_trace *tr) { return tr && tr->pid == getpid(); }
 
 int etr_trace_enable(etr_trace *tr) {
-  if (!tr) return ETR_EINVAL;
-  if (!usable(tr)) return ETR_EFORKED;
+  if (!usable(tr)) return unusable(tr);
   if (atomic_load(&tr->failed)) return ETR_EIO;
   return etr_observer_enable(tr->obs);
 }
 
 int etr_trace_disable(etr_trace *tr) {
-  if (!tr) return ETR_EINVAL;
-  if (!usable(tr)) return ETR_EFORKED;
+  if (!usable(tr)) return unusable(tr);
   int rc = etr_observer_disable(tr->obs);
   uint64_t open = 0;
   pthread_mutex_lock(&tr->threads_mutex);
@@ -756,12 +1057,11 @@ int etr_trace_disable(etr_trace *tr) {
 }
 
 bool etr_trace_is_enabled(const etr_trace *tr) {
-  return tr && usable(tr) && etr_observer_is_enabled(tr->obs) == 1;
+  return usable(tr) && etr_observer_is_enabled(tr->obs) == 1;
 }
 
 int etr_trace_flush(etr_trace *tr) {
-  if (!tr) return ETR_EINVAL;
-  if (!usable(tr)) return ETR_EFORKED;
+  if (!usable(tr)) return unusable(tr);
   etr__thread *thr = etr__thread_self();
   /* The caller's own chunk is safe to take only outside our callbacks on this thread. */
   if (thr && thr->in_callback == 0 && thr->trace_state && thr->trace_serial == tr->serial) {
@@ -769,11 +1069,10 @@ int etr_trace_flush(etr_trace *tr) {
     if (!ts->finished) hand_over(ts);
   }
   pthread_mutex_lock(&tr->q_mutex);
-  uint64_t target = tr->q_pushed;
-  pthread_cond_signal(&tr->q_cond);
-  tr->flush_waiters++;
-  while (tr->q_synced < target && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
-  tr->flush_waiters--;
+  uint64_t gen = ++tr->flush_gen;
+  tr->flush_target = tr->q_pushed;
+  sem_post(&tr->wake);
+  while (tr->flush_done < gen && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
   pthread_mutex_unlock(&tr->q_mutex);
   etr_script_release_pending();
   return atomic_load(&tr->write_error) ? ETR_EIO : 0;
@@ -783,16 +1082,20 @@ int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
 
 int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   if (!tr) return 0;
-  if (!usable(tr)) {
+  pthread_mutex_lock(&g_lock);
+  if (tr->closed) { /* closed before (a tombstone): nothing to do */
+    pthread_mutex_unlock(&g_lock);
+    return ETR_ESTATE;
+  }
+  if (tr->pid != getpid()) {
     /* A forked child: the file and the writer are the parent's. Free quietly. */
-    pthread_mutex_lock(&g_lock);
     if (g_forked_trace == tr) g_forked_trace = NULL;
     if (g_env_trace == tr) g_env_trace = NULL;
-    pthread_mutex_unlock(&g_lock);
     trace_free(tr, true);
+    entomb_locked(tr);
+    pthread_mutex_unlock(&g_lock);
     return ETR_EFORKED;
   }
-  pthread_mutex_lock(&g_lock);
   if (g_trace != tr) {
     pthread_mutex_unlock(&g_lock);
     return ETR_ESTATE;
@@ -800,6 +1103,7 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   /* From here on thread exits leave their state to us. */
   __atomic_store_n(&g_trace, NULL, __ATOMIC_RELEASE);
   if (g_env_trace == tr) g_env_trace = NULL;
+  etr__fatal_remove(tr);
   pthread_mutex_unlock(&g_lock);
 
   etr_observer_remove(tr->obs); /* waits for callbacks running on other threads */
@@ -813,16 +1117,23 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
 
   pthread_mutex_lock(&tr->q_mutex);
   tr->stop = true;
-  pthread_cond_broadcast(&tr->q_cond);
+  sem_post(&tr->wake);
   pthread_cond_broadcast(&tr->space_cond);
+  pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
   pthread_join(tr->writer, NULL);
 
   int rc = 0;
-  if (close(tr->fd) != 0 && !atomic_load(&tr->write_error)) atomic_store(&tr->write_error, errno);
+  /* Never close a descriptor that is no longer ours (the host closed it and reused it). */
+  if (fd_is_ours(tr) && close(tr->fd) != 0 && !atomic_load(&tr->write_error))
+    atomic_store(&tr->write_error, errno);
   if (atomic_load(&tr->write_error)) rc = ETR_EIO;
+  etr__trace_collect_stats(tr, &tr->final_stats);
   if (out) etr_trace_stats_get(tr, out);
   trace_free(tr, false);
+  pthread_mutex_lock(&g_lock);
+  entomb_locked(tr);
+  pthread_mutex_unlock(&g_lock);
   etr_script_release_pending();
   return rc;
 }
@@ -881,7 +1192,10 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
 int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {
   if (!tr || !out) return ETR_EINVAL;
   etr_trace_stats s;
-  etr__trace_collect_stats(tr, &s);
+  if (tr->closed)
+    s = tr->final_stats;
+  else
+    etr__trace_collect_stats(tr, &s);
   size_t n = out->struct_size == 0 || out->struct_size > sizeof s ? sizeof s : out->struct_size;
   memcpy(out, &s, n);
   out->struct_size = n;

@@ -10,6 +10,7 @@
 #define ETR_OBSERVER_TRACE_INTERNAL_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -76,8 +77,11 @@ _Static_assert(sizeof(etr__ev) % 8 == 0, "etr__ev must keep the payload 8-aligne
 
 typedef struct etr__chunk {
   struct etr__chunk *next;
+  /* Bytes of complete events. While a thread owns the chunk it appends and publishes len
+   * with a release store; the writer may read the prefix meanwhile (a timed flush). */
   uint32_t len, cap;
   uint32_t nodes; /* events inside, to count what is lost after a write error */
+  uint32_t peeked, peeked_nodes; /* prefix the writer already wrote (writer only) */
   bool oversized; /* made for one large event: freed after use, not pooled */
   _Alignas(8) uint8_t data[];
 } etr__chunk;
@@ -97,7 +101,7 @@ typedef struct etr__tstate {
   uint64_t tid;
   uint64_t thread_node_id;
   uint64_t id_next, id_end; /* block of node/object ids */
-  etr__chunk *chunk;
+  etr__chunk *chunk; /* written by the owner with atomic stores: the writer peeks at it */
   uint8_t *arena;
   size_t arena_len, arena_cap;
   etr__frame *frames;
@@ -137,8 +141,15 @@ typedef struct etr__tbcfg {
 
 struct etr__tbtab;
 
+/* io_state: who may write to the file. The writer holds IO_BUSY around each write; a fatal
+ * signal handler that finds the writer unresponsive takes IO_HANDLER (for good). */
+enum { ETR__IO_IDLE = 0, ETR__IO_BUSY = 1, ETR__IO_HANDLER = 2 };
+
 struct etr_trace {
   uint64_t serial;
+  bool closed; /* a tombstone: the handle was closed (see trace.c) */
+  struct etr_trace *next_closed;
+  etr_trace_stats final_stats; /* of a closed trace */
   pid_t pid;
   int fd;
   etr_trace_options opt;
@@ -149,19 +160,20 @@ struct etr_trace {
   _Atomic int failed; /* a write error happened: recorders stop encoding */
 
   pthread_mutex_t threads_mutex; /* threads list and tid pages */
-  etr__tstate *threads;
-  _Atomic(etr__tstate *) *tid_pages[ETR__TID_PAGES];
+  etr__tstate *threads;          /* prepended with a release store; the writer walks it */
+  _Atomic(etr__tstate *) **tid_pages; /* ETR__TID_PAGES pages */
 
   /* Queue between recorders and the writer (q_mutex). */
   pthread_mutex_t q_mutex;
-  pthread_cond_t q_cond;     /* writer waits for work */
+  sem_t wake;                /* writer waits for work (a semaphore: a signal handler posts) */
   pthread_cond_t space_cond; /* recorders wait for a free chunk */
   pthread_cond_t done_cond;  /* flushers wait for the writer */
   etr__chunk *q_head, *q_tail, *free_chunks;
   uint32_t max_chunks; /* chunks queued for the writer before recorders wait */
   uint32_t chunk_size;
-  uint64_t q_pushed, q_done, q_synced; /* chunks queued, processed, and on disk */
-  uint32_t flush_waiters;               /* threads in etr_trace_flush */
+  uint64_t q_pushed, q_done;            /* chunks queued and processed */
+  uint64_t flush_gen, flush_done;       /* etr_trace_flush requests, and the last served */
+  uint64_t flush_target;                /* q_pushed at the latest request */
   bool stop;
   pthread_t writer;
 
@@ -169,9 +181,28 @@ struct etr_trace {
   _Atomic bool tb_ever; /* tracebacks were enabled at some point: write the tables */
   pthread_mutex_t tb_mutex; /* serializes etr_trace_set_traceback */
 
+  /* Durability (options flush_ms, flush_kb, sync). */
+  int64_t flush_ns;     /* INT64_MAX: no timed flush */
+  size_t flush_bytes;
+  dev_t file_dev;       /* the file we opened: a flush checks the fd still refers to it */
+  ino_t file_ino;
+
+  /* Fatal signals (fatal.c): a handler asks the writer to finalize the file and waits. */
+  _Atomic uint32_t fatal_req, fatal_ack;
+  _Atomic int fatal_sig;
+  _Atomic int io_state;
+  _Atomic pid_t writer_tid;
+  char seal_node[320]; /* the process node's text, rendered at open for the handler */
+  size_t seal_node_len;
+  uint64_t header_len;
+
   /* Writer-thread state. */
   etr__jw jw;
   bool any_node;
+  bool sealed;          /* the file ends with a footer written at a fatal signal */
+  bool unseal_pending;  /* new output follows: cut the file back to seal_off first */
+  bool seal_any_node;
+  uint64_t seal_off;    /* where the process node of that footer starts */
   struct etr__tbtab *tbtab;
 
   /* Counters shared by many threads (rare events) or written by the writer. */
@@ -211,7 +242,18 @@ uint64_t etr__next_id(etr__tstate *ts);
 void etr__emit_event(struct etr_trace *tr, const etr__ev *ev);
 /* Write the file's header, and the process node plus the footer. */
 void etr__emit_header(struct etr_trace *tr);
-void etr__emit_footer(struct etr_trace *tr);
+void etr__emit_footer(struct etr_trace *tr, int fatal_sig);
+/* The process node alone (no separator) into buf; its length, 0 if it does not fit. */
+size_t etr__emit_process_text(struct etr_trace *tr, char *buf, size_t cap);
+
+/* ---- fatal.c ---- */
+
+/* Install (or remove) the fatal-signal handlers for tr; the previous ones are kept and
+ * chained to. */
+int etr__fatal_install(struct etr_trace *tr);
+void etr__fatal_remove(struct etr_trace *tr);
+/* From a signal handler (async-signal-safe): finalize tr's file as well as possible. */
+void etr__trace_fatal(struct etr_trace *tr, int sig);
 
 /* Fill a stats snapshot (trace.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);

@@ -527,7 +527,10 @@ def main(argv):
             ck.fail("tree", "%s: an op's ctrl_deps must be an op or a thread node, not %r" % (where(n), parent))
             continue
         children[parent].append(nid)
-        if index[nid] > index[parent]:
+        if by_id[parent].get("name") == THREAD_NAME:
+            if index[nid] < index[parent]:
+                ck.fail("tree", "%s is written before its thread node %d (thread nodes come first)" % (where(n), parent))
+        elif index[nid] > index[parent]:
             ck.fail("tree", "%s is written after its parent %d (children complete first)" % (where(n), parent))
         # Walk up to the thread node.
         seen, cur = set(), nid
