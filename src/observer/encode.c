@@ -131,11 +131,12 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     p += (size_t)nd * 8;
     if (t->strides) {
       if (nd) memcpy(p, t->strides, (size_t)nd * 8);
-    } else { /* contiguous */
+    } else { /* contiguous; a product beyond INT64_MAX stays at INT64_MAX */
       int64_t acc = 1;
       for (int32_t i = nd - 1; i >= 0; i--) {
         memcpy(p + (size_t)i * 8, &acc, 8);
-        acc *= t->sizes[i] > 0 ? t->sizes[i] : 1;
+        int64_t s = t->sizes[i] > 0 ? t->sizes[i] : 1;
+        acc = acc > INT64_MAX / s ? INT64_MAX : acc * s;
       }
     }
   }
@@ -144,7 +145,8 @@ static void put_tensor(enc *e, const etr_tensor *t) {
 
 static void put_value(enc *e, const etr_value *v, unsigned depth);
 
-/* Encodes up to n values of vals; returns how many were kept. */
+/* Encodes up to n values of vals; returns how many were kept. A NULL vals with n > 0 keeps
+ * none, counted as a cut like any other list that lost items. */
 static uint32_t put_values(enc *e, const etr_value *vals, uint32_t n, unsigned depth) {
   uint32_t kept = n > ETR__LIST_MAX ? ETR__LIST_MAX : n;
   if (!vals) kept = 0;
@@ -155,7 +157,7 @@ static uint32_t put_values(enc *e, const etr_value *vals, uint32_t n, unsigned d
     }
     put_value(e, &vals[i], depth);
   }
-  if (kept < n && vals) etr__bump(&e->ts->lists_cut, 1);
+  if (kept < n) etr__bump(&e->ts->lists_cut, 1);
   return kept;
 }
 
