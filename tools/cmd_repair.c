@@ -1,0 +1,1008 @@
+/* etr repair FILE -o OUT — a trace cut short (kill -9, power loss, full disk) made valid again
+ * (DESIGN 8), streaming.
+ *
+ * Two streams over the same input: the reader (json/reader.h) parses it and hands over each
+ * complete node with its byte offset; a second, raw stream (the same bytes, decompressed
+ * the same way when the input is gzip) copies those bytes to OUT unchanged. So the output is
+ * the input's bytes up to the end of the last complete node — header, separators and nodes
+ * byte for byte — followed by what repair adds: a placeholder node for each parent that
+ * kept nodes name but the file lacks (ops still open at the crash), the process node, and
+ * the footer (finish_ts, traceback tables, an "etr" object with a "repair" member).
+ * An intact input is copied unchanged (decompressed when it was gzip).
+ *
+ * Memory: a bitset of the node ids seen (an id space of N ids costs N/8 bytes, in 4 KB
+ * pages only where ids occur), one small entry per parent referenced but not read yet
+ * (children come before parents, so this is bounded by nesting depth times threads), one
+ * word per thread, and the reader's own bounded buffers. Reading stdin that is not a regular
+ * file first copies it to an unlinked temporary file (the raw stream reads it a second time).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cli.h"
+#include "etr/common.h"
+#include "lib_an_util.h"
+
+#define CMD "repair"
+#define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
+#define THREAD_NAME "[pytorch|profiler|execution_trace|thread]"
+#define PLACEHOLDER_NAME "[etr|repair|unfinished]"
+#define RAW_BLOCK (1u << 20)     /* bytes read / inflated at once by the raw stream */
+#define MAX_TB_TABLE (1u << 24)  /* largest empty tracebacks table written for lost frames */
+
+#ifndef ETR_TOOL_VERSION
+#define ETR_TOOL_VERSION "unknown"
+#endif
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: etr repair [--json] FILE -o OUT\n"
+          "\n"
+          "Makes a trace that was cut short (kill -9, power loss, full disk) valid again.\n"
+          "OUT holds every node of FILE that was completely written, byte for byte (with\n"
+          "the header and separators before it), then what repair adds:\n"
+          "  - a placeholder node for each parent id that kept nodes name in ctrl_deps but\n"
+          "    the file lacks (an op still open at the crash): name " PLACEHOLDER_NAME ",\n"
+          "    the missing id, attr etr_incomplete = 1, the tid of its children, ctrl_deps =\n"
+          "    that thread's node; ts / inclusive_dur span its written children (a lower\n"
+          "    bound), exclusive_dur 0. A thread with ops but no thread node (traces whose\n"
+          "    thread nodes are written at thread exit) gets one, with the smallest missing\n"
+          "    id its ops name (a thread's node id comes before its ops' ids);\n"
+          "  - the process node (id 1), when absent;\n"
+          "  - finish_ts (FILE's own when it was written, else the end of the last timed\n"
+          "    node, ts + inclusive_dur, in ms; else start_ts), the tables after it that were\n"
+          "    written whole, and \"etr\": {..., \"repair\": {nodes_kept, bytes_dropped, ...}}\n"
+          "    so a repaired trace says so.\n"
+          "Traceback frames are written only at close, so a cut trace has nodes with a\n"
+          "\"traceback\" attr and no tables: the attrs are kept and each id gets an empty\n"
+          "traceback ([]: frames unknown), counted as tracebacks_lost.\n"
+          "An intact FILE is copied unchanged. The input stops at the first byte that cannot\n"
+          "continue a trace (end of file, a zero-filled tail, corrupt data): everything from\n"
+          "the end of the last complete node on is dropped and counted.\n"
+          "\n"
+          "One report line goes to stderr: nodes kept, bytes dropped, nodes added.\n"
+          "\n"
+          "  -o, --output OUT   where to write the repaired trace ('-' = stdout); never FILE\n"
+          "                     itself; removed again when repair fails\n"
+          "  --json             the report as one JSON object on stdout instead (not with\n"
+          "                     -o -)\n"
+          "  -h, --help         this text\n"
+          "  FILE               a trace, .json or gzip-compressed (a gzip file cut short is\n"
+          "                     repaired from what decompresses; OUT is plain JSON); '-'\n"
+          "                     reads stdin\n"
+          "\n"
+          "exit status: 0 repaired (or intact, copied), 1 cannot write OUT or read FILE\n"
+          "through, 2 usage error or FILE is not a trace (no complete header: nothing is\n"
+          "written).\n");
+}
+
+/* ------------------------------------------------------------ raw stream ---- */
+
+/* The input's bytes, decompressed like the reader does (gzip by magic bytes, concatenated
+ * members), read with pread from `fd` so that it never disturbs the reader's file offset. */
+typedef struct rawsrc {
+  int fd;
+  uint64_t base;      /* file offset of the input's first byte */
+  uint64_t file_off;  /* next file offset to read, relative to base */
+  bool sniffed, gz, gz_init, gz_end, eof;
+  z_stream zs;
+  unsigned char *in;  /* compressed bytes (gzip) */
+  size_t in_len, in_pos;
+  unsigned char *buf; /* the window of (decompressed) input */
+  size_t len, pos;
+  uint64_t off;       /* offset of buf[0] in the (decompressed) input */
+  const char *stop;   /* why the raw stream ended early (corrupt or cut gzip), or NULL */
+  int err;            /* errno of a read error, 0 if none */
+} rawsrc;
+
+static ssize_t pread_full(rawsrc *s, unsigned char *dst, size_t n) {
+  for (;;) {
+    ssize_t k = pread(s->fd, dst, n, (off_t)(s->base + s->file_off));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      s->err = errno;
+      return -1;
+    }
+    s->file_off += (uint64_t)k;
+    return k;
+  }
+}
+
+/* Makes buf[pos..len) non-empty. Returns bytes available, 0 at the end, -1 on read error. */
+static ssize_t raw_fill(rawsrc *s) {
+  if (s->pos < s->len) return (ssize_t)(s->len - s->pos);
+  if (s->eof) return 0;
+  s->off += s->len;
+  s->len = s->pos = 0;
+  if (!s->sniffed) {
+    s->sniffed = true;
+    unsigned char m[2];
+    ssize_t k = pread(s->fd, m, 2, (off_t)s->base);
+    if (k < 0) {
+      s->err = errno;
+      return -1;
+    }
+    if (k == 2 && m[0] == 0x1f && m[1] == 0x8b) {
+      s->gz = true;
+      s->in = malloc(RAW_BLOCK);
+      if (!s->in || inflateInit2(&s->zs, 15 + 32) != Z_OK) {
+        s->err = ENOMEM;
+        return -1;
+      }
+      s->gz_init = true;
+    }
+  }
+  if (!s->gz) {
+    ssize_t k = pread_full(s, s->buf, RAW_BLOCK);
+    if (k <= 0) {
+      if (k == 0) s->eof = true;
+      return k;
+    }
+    s->len = (size_t)k;
+    return k;
+  }
+  for (;;) {
+    if (s->in_pos == s->in_len) {
+      ssize_t k = pread_full(s, s->in, RAW_BLOCK);
+      if (k < 0) return -1;
+      s->in_len = (size_t)k;
+      s->in_pos = 0;
+      if (k == 0) {
+        if (!s->gz_end) s->stop = "the gzip stream is cut short";
+        s->eof = true;
+        return 0;
+      }
+    }
+    if (s->gz_end) { /* another member may follow */
+      if (inflateReset(&s->zs) != Z_OK) {
+        s->stop = "gzip: cannot reset";
+        s->eof = true;
+        return 0;
+      }
+      s->gz_end = false;
+    }
+    s->zs.next_in = s->in + s->in_pos;
+    s->zs.avail_in = (uInt)(s->in_len - s->in_pos);
+    s->zs.next_out = s->buf;
+    s->zs.avail_out = RAW_BLOCK;
+    int zr = inflate(&s->zs, Z_NO_FLUSH);
+    s->in_pos = s->in_len - s->zs.avail_in;
+    if (zr == Z_STREAM_END) {
+      s->gz_end = true;
+    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+      s->stop = "the gzip data is corrupt";
+      s->eof = true;
+    }
+    s->len = RAW_BLOCK - s->zs.avail_out;
+    if (s->len) return (ssize_t)s->len;
+    if (s->eof) return 0;
+  }
+}
+
+static uint64_t raw_at(const rawsrc *s) { return s->off + s->pos; }
+
+/* Copies the input up to offset `to` (or the end) to o (NULL: skips). Returns the offset
+ * reached, or UINT64_MAX after a read error. */
+static uint64_t raw_copy(rawsrc *s, etr_out *o, uint64_t to) {
+  while (raw_at(s) < to) {
+    ssize_t k = raw_fill(s);
+    if (k < 0) return UINT64_MAX;
+    if (k == 0) break;
+    uint64_t want = to - raw_at(s);
+    size_t n = want < (uint64_t)k ? (size_t)want : (size_t)k;
+    if (o) etr_out_raw(o, (const char *)s->buf + s->pos, n);
+    s->pos += n;
+  }
+  return raw_at(s);
+}
+
+/* Copies one JSON object starting at the current byte (a '{') to o and returns the offset
+ * just past its closing '}'; 0 when the input does not hold one there (which the reader,
+ * having parsed it, rules out), UINT64_MAX after a read error. */
+static uint64_t raw_copy_object(rawsrc *s, etr_out *o) {
+  size_t depth = 0;
+  bool in_str = false, esc = false, started = false;
+  for (;;) {
+    ssize_t k = raw_fill(s);
+    if (k < 0) return UINT64_MAX;
+    if (k == 0) return 0;
+    const unsigned char *p = s->buf + s->pos, *e = s->buf + s->len, *start = p;
+    if (!started) {
+      if (*p != '{') return 0;
+      started = true;
+    }
+    bool done = false;
+    while (p < e) {
+      if (esc) {
+        esc = false;
+        p++;
+      } else if (in_str) {
+        while (p < e && *p != '"' && *p != '\\') p++;
+        if (p == e) break;
+        if (*p == '\\') esc = true; else in_str = false;
+        p++;
+      } else {
+        unsigned char c = *p++;
+        if (c == '"') {
+          in_str = true;
+        } else if (c == '{' || c == '[') {
+          depth++;
+        } else if (c == '}' || c == ']') {
+          if (--depth == 0) {
+            done = true;
+            break;
+          }
+        }
+      }
+    }
+    etr_out_raw(o, (const char *)start, (size_t)(p - start));
+    s->pos += (size_t)(p - start);
+    if (done) return raw_at(s);
+  }
+}
+
+/* Copies the header to o: the input up to and including the '[' that opens the top-level
+ * "nodes" array. Returns the offset after it; 0 when there is none (which the reader, having
+ * read the header, rules out), UINT64_MAX after a read error. */
+static uint64_t raw_copy_header(rawsrc *s, etr_out *o) {
+  size_t depth = 0, klen = 0;
+  bool in_str = false, esc = false, str_top = false;
+  int st = 0; /* 1: a top-level string "nodes" was read, 2: then its ':' */
+  char key[6];
+  for (;;) {
+    ssize_t k = raw_fill(s);
+    if (k < 0) return UINT64_MAX;
+    if (k == 0) return 0;
+    const unsigned char *p = s->buf + s->pos, *e = s->buf + s->len, *start = p;
+    bool done = false;
+    while (p < e && !done) {
+      unsigned char c = *p++;
+      if (in_str) {
+        if (esc || c == '\\') {
+          esc = !esc;
+          klen = sizeof key; /* an escape: not the plain key "nodes" */
+        } else if (c == '"') {
+          in_str = false;
+          if (str_top) st = klen == 5 && !memcmp(key, "nodes", 5) ? 1 : 0;
+        } else if (klen < sizeof key) {
+          key[klen++] = (char)c;
+        } else {
+          klen = sizeof key;
+        }
+        continue;
+      }
+      switch (c) {
+        case '"':
+          in_str = true;
+          str_top = depth == 1;
+          klen = 0;
+          break;
+        case ':': st = depth == 1 && st == 1 ? 2 : 0; break;
+        case '[':
+          if (depth == 1 && st == 2) done = true;
+          depth++;
+          st = 0;
+          break;
+        case '{': depth++; st = 0; break;
+        case '}':
+        case ']':
+          if (depth) depth--;
+          st = 0;
+          break;
+        case ' ': case '\t': case '\n': case '\r': break;
+        default: st = 0; break;
+      }
+    }
+    etr_out_raw(o, (const char *)start, (size_t)(p - start));
+    s->pos += (size_t)(p - start);
+    if (done) return raw_at(s);
+  }
+}
+
+static void raw_free(rawsrc *s) {
+  if (s->gz_init) inflateEnd(&s->zs);
+  free(s->in);
+  free(s->buf);
+}
+
+/* ------------------------------------------------------------- id tables ---- */
+
+/* A set of ids: 4 KB bitmap pages, only where ids occur. */
+#define PAGE_BITS 15
+typedef struct idset {
+  etr_u64map index; /* id >> PAGE_BITS -> page number */
+  uint64_t **pages;
+  size_t n, cap;
+} idset;
+
+static uint64_t *idset_page(idset *s, uint64_t id, bool create) {
+  uint64_t pg;
+  if (etr_u64map_get(&s->index, id >> PAGE_BITS, &pg)) return s->pages[pg];
+  if (!create) return NULL;
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    uint64_t **np = realloc(s->pages, cap * sizeof *np);
+    if (!np) return NULL;
+    s->pages = np;
+    s->cap = cap;
+  }
+  uint64_t *p = calloc((1u << PAGE_BITS) / 64, sizeof *p);
+  if (!p) return NULL;
+  if (!etr_u64map_put(&s->index, id >> PAGE_BITS, s->n)) {
+    free(p);
+    return NULL;
+  }
+  s->pages[s->n++] = p;
+  return p;
+}
+
+static bool idset_add(idset *s, uint64_t id) {
+  uint64_t *p = idset_page(s, id, true);
+  if (!p) return false;
+  uint64_t bit = id & ((1u << PAGE_BITS) - 1);
+  p[bit >> 6] |= 1ull << (bit & 63);
+  return true;
+}
+
+static bool idset_has(idset *s, uint64_t id) {
+  uint64_t *p = idset_page(s, id, false);
+  uint64_t bit = id & ((1u << PAGE_BITS) - 1);
+  return p && (p[bit >> 6] >> (bit & 63) & 1);
+}
+
+static void idset_free(idset *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->pages[i]);
+  free(s->pages);
+  etr_u64map_free(&s->index);
+}
+
+/* A parent named by a kept node but not read (yet). */
+typedef struct pend {
+  uint64_t id, tid;
+  int64_t ts_min, end_max; /* span of its timed children, when `timed` */
+  bool timed, live;
+  size_t next_free;
+} pend;
+
+/* ---------------------------------------------------------------- repair ---- */
+
+typedef struct repair {
+  const char *file;  /* as messages give it */
+  const char *out_path;
+  etr_out o;
+  etr_reader *r;
+  rawsrc raw;
+  bool strides;      /* schema >= 1.1.1: empty inputs/outputs carry "strides" */
+  /* what was read */
+  uint64_t kept, last_end;
+  bool any_node_out; /* a node is in the output (for the separator) */
+  bool have_process;
+  idset seen;
+  etr_u64map threads; /* tid -> thread node id */
+  etr_u64map pend_ix; /* id -> index in pends */
+  pend *pends;
+  size_t n_pends, cap_pends, free_head; /* free list through next_free; SIZE_MAX ends */
+  bool timed_any;
+  int64_t end_us_max;
+  uint64_t tb_nodes, tb_max;
+  /* what was added */
+  uint64_t placeholders, threads_added;
+  bool process_added;
+  uint64_t tracebacks_lost;
+  int64_t finish_ts;
+} repair;
+
+static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
+  uint64_t ix;
+  pend *p;
+  if (etr_u64map_get(&w->pend_ix, id, &ix)) {
+    p = &w->pends[ix];
+  } else {
+    if (w->free_head != SIZE_MAX) {
+      ix = w->free_head;
+      w->free_head = w->pends[ix].next_free;
+    } else {
+      if (w->n_pends == w->cap_pends) {
+        size_t cap = w->cap_pends ? w->cap_pends * 2 : 64;
+        pend *np = realloc(w->pends, cap * sizeof *np);
+        if (!np) return false;
+        w->pends = np;
+        w->cap_pends = cap;
+      }
+      ix = w->n_pends++;
+    }
+    if (!etr_u64map_put(&w->pend_ix, id, ix)) return false;
+    p = &w->pends[ix];
+    memset(p, 0, sizeof *p);
+    p->id = id;
+    p->tid = n->tid;
+    p->live = true;
+  }
+  if (n->has_timing) {
+    int64_t end = n->ts + n->inclusive_dur;
+    if (!p->timed || n->ts < p->ts_min) p->ts_min = n->ts;
+    if (!p->timed || end > p->end_max) p->end_max = end;
+    p->timed = true;
+  }
+  return true;
+}
+
+static void pend_done(repair *w, uint64_t id) {
+  uint64_t ix;
+  if (!etr_u64map_get(&w->pend_ix, id, &ix)) return;
+  etr_u64map_del(&w->pend_ix, id);
+  w->pends[ix].live = false;
+  w->pends[ix].next_free = w->free_head;
+  w->free_head = ix;
+}
+
+/* Bookkeeping of one kept node. false when memory ran out. */
+static bool note_node(repair *w, const etr_rnode *n) {
+  if (n->id > 0) {
+    if (!idset_add(&w->seen, (uint64_t)n->id)) return false;
+    pend_done(w, (uint64_t)n->id);
+  }
+  if (etr_an_is_process_node(n)) {
+    w->have_process = true;
+  } else if (etr_an_is_thread_node(n)) {
+    if (n->id > 0 && !etr_u64map_put(&w->threads, n->tid, (uint64_t)n->id)) return false;
+  } else if (n->ctrl_deps > 0 && !idset_has(&w->seen, (uint64_t)n->ctrl_deps)) {
+    if (!pend_ref(w, (uint64_t)n->ctrl_deps, n)) return false;
+  }
+  if (n->has_timing) {
+    int64_t end = n->ts + n->inclusive_dur;
+    if (!w->timed_any || end > w->end_us_max) w->end_us_max = end;
+    w->timed_any = true;
+  }
+  if (n->has_traceback) {
+    if (!w->tb_nodes || n->traceback > w->tb_max) w->tb_max = n->traceback;
+    w->tb_nodes++;
+  }
+  return true;
+}
+
+/* ---- writing what repair adds ---- */
+
+static void put_attr_u64(etr_out *o, const char *name, uint64_t v, bool first) {
+  etr_out_fmt(o, "%s{\"name\": \"%s\", \"type\": \"uint64\", \"value\": %" PRIu64 "}",
+              first ? "" : ",", name, v);
+}
+
+/* A node in the recorder's layout (emit.c): empty inputs/outputs, the nine base attrs. */
+static void put_node(repair *w, uint64_t id, const char *name, uint64_t parent, uint64_t tid,
+                     uint64_t scope, const pend *timing, bool incomplete) {
+  etr_out *o = &w->o;
+  etr_out_fmt(o, "%s\n    {\"id\": %" PRIu64 ", \"name\": \"%s\", \"ctrl_deps\": %" PRIu64 ", ",
+              w->any_node_out ? "," : "", id, name, parent);
+  w->any_node_out = true;
+  const char *io = w->strides ? "{\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}"
+                              : "{\"values\": [], \"shapes\": [], \"types\": []}";
+  etr_out_fmt(o, "\"inputs\": %s, \"outputs\": %s, ", io, io);
+  if (timing && timing->timed)
+    etr_out_fmt(o, "\"ts\": %" PRId64 ", \"inclusive_dur\": %" PRId64 ", \"exclusive_dur\": 0, ",
+                timing->ts_min, timing->end_max - timing->ts_min);
+  etr_out_cstr(o, "\"attrs\": [");
+  put_attr_u64(o, "rf_id", 0, true);
+  put_attr_u64(o, "fw_parent", 0, false);
+  etr_out_cstr(o, ",{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": -1}");
+  put_attr_u64(o, "scope", scope, false);
+  put_attr_u64(o, "tid", tid, false);
+  put_attr_u64(o, "fw_tid", 0, false);
+  etr_out_cstr(o, ",{\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}"
+                  ",{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": \"\"}"
+                  ",{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": \"\"}");
+  if (incomplete) put_attr_u64(o, "etr_incomplete", 1, false);
+  etr_out_cstr(o, "]}");
+}
+
+static int cmp_pend(const void *a, const void *b) {
+  const pend *x = *(const pend *const *)a, *y = *(const pend *const *)b;
+  if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Placeholders for the missing parents, thread nodes a thread lacks, the process node.
+ * false when memory ran out. */
+static bool add_nodes(repair *w) {
+  size_t n = 0;
+  pend **v = malloc((w->n_pends ? w->n_pends : 1) * sizeof *v);
+  if (!v) return false;
+  for (size_t i = 0; i < w->n_pends; i++)
+    if (w->pends[i].live && w->pends[i].id != 1) v[n++] = &w->pends[i];
+  qsort(v, n, sizeof *v, cmp_pend); /* by tid, then id: a thread's smallest id first */
+  for (size_t i = 0; i < n; i++) {
+    pend *p = v[i];
+    uint64_t th;
+    if (!etr_u64map_get(&w->threads, p->tid, &th)) {
+      /* no thread node for this tid (written at thread exit): the smallest id its ops name */
+      if (!etr_u64map_put(&w->threads, p->tid, p->id)) {
+        free(v);
+        return false;
+      }
+      put_node(w, p->id, THREAD_NAME, 1, p->tid, 7, NULL, false);
+      w->threads_added++;
+      continue;
+    }
+    put_node(w, p->id, PLACEHOLDER_NAME, th, p->tid, 0, p, true);
+    w->placeholders++;
+  }
+  free(v);
+  if (!w->have_process) {
+    put_node(w, 1, PROCESS_NAME, 1, 0, 7, NULL, false);
+    w->process_added = true;
+  }
+  return true;
+}
+
+static void put_repair_member(repair *w, uint64_t dropped, uint64_t input_bytes) {
+  etr_out_fmt(&w->o,
+              "\"repair\": {\"nodes_kept\": %" PRIu64 ", \"bytes_dropped\": %" PRIu64
+              ", \"cut_at\": %" PRIu64 ", \"placeholders_added\": %" PRIu64
+              ", \"thread_nodes_added\": %" PRIu64 ", \"process_node_added\": %d"
+              ", \"tracebacks_lost\": %" PRIu64 ", \"source_bytes\": %" PRIu64
+              ", \"source_json_bytes\": %" PRIu64 "}",
+              w->kept, dropped, w->last_end, w->placeholders, w->threads_added,
+              w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, input_bytes);
+}
+
+/* The footer: "]", finish_ts, the tables written whole, "etr". */
+static void put_footer(repair *w, uint64_t dropped, uint64_t input_bytes) {
+  etr_out *o = &w->o;
+  etr_reader *r = w->r;
+  const etr_rheader *h = etr_reader_header(r);
+  int64_t fin = etr_reader_finish_ts(r);
+  if (fin < 0) {
+    fin = h->start_ts > 0 ? h->start_ts : 0;
+    if (w->timed_any && w->end_us_max > 0) {
+      int64_t ms = w->end_us_max / 1000 + (w->end_us_max % 1000 != 0);
+      if (ms > fin) fin = ms;
+    }
+  }
+  w->finish_ts = fin;
+  etr_out_fmt(o, "\n  ],\n  \"finish_ts\": %" PRId64 ",\n  ", fin);
+  /* other keys of the trailer read whole, in file order */
+  size_t nk;
+  const char *const *keys = etr_reader_top_keys(r, &nk);
+  bool after = false;
+  for (size_t i = 0; i < nk; i++) {
+    const char *k = keys[i];
+    if (!strcmp(k, "nodes")) {
+      after = true;
+      continue;
+    }
+    if (!after || !strcmp(k, "finish_ts") || !strcmp(k, "frames") ||
+        !strcmp(k, "tracebacks") || !strcmp(k, "etr"))
+      continue;
+    const etr_jval *v = etr_reader_trailer(r, k);
+    if (!v) continue;
+    etr_out_jstr(o, k, strlen(k));
+    etr_out_cstr(o, ": ");
+    etr_out_jval(o, v);
+    etr_out_cstr(o, ",\n  ");
+  }
+  const etr_jval *frames = etr_reader_trailer(r, "frames");
+  const etr_jval *tbs = etr_reader_trailer(r, "tracebacks");
+  if (tbs || (w->tb_nodes && w->tb_max < MAX_TB_TABLE) || frames) {
+    etr_out_cstr(o, "\"frames\": ");
+    if (frames)
+      etr_out_jval(o, frames);
+    else
+      etr_out_cstr(o, "[]");
+    if (tbs) {
+      etr_out_cstr(o, ",\n  \"tracebacks\": ");
+      etr_out_jval(o, tbs);
+    } else if (w->tb_nodes && w->tb_max < MAX_TB_TABLE) {
+      /* the frames of these tracebacks were never written: each id maps to [] (unknown) */
+      w->tracebacks_lost = w->tb_nodes;
+      etr_out_cstr(o, ",\n  \"tracebacks\": [");
+      for (uint64_t i = 0; i <= w->tb_max; i++) etr_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
+      etr_out_cstr(o, "]");
+    }
+    etr_out_cstr(o, ",\n  ");
+  }
+  const etr_jval *etr = etr_reader_trailer(r, "etr");
+  const etr_jval *ver = etr ? etr_jobj_get(etr, "version") : NULL;
+  etr_out_cstr(o, "\"etr\": {\"version\": ");
+  if (ver && ver->kind == ETR_J_STRING)
+    etr_out_jval(o, ver);
+  else
+    etr_out_cstr(o, "\"" ETR_TOOL_VERSION "\"");
+  if (etr && etr->kind == ETR_J_OBJECT)
+    for (size_t i = 0; i < etr->v.obj.n; i++) {
+      const etr_jmember *m = &etr->v.obj.items[i];
+      if (!strcmp(m->key, "version") || !strcmp(m->key, "repair")) continue;
+      etr_out_cstr(o, ", ");
+      etr_out_jstr(o, m->key, m->key_len);
+      etr_out_cstr(o, ": ");
+      etr_out_jval(o, &m->val);
+    }
+  etr_out_cstr(o, ", ");
+  put_repair_member(w, dropped, input_bytes);
+  etr_out_cstr(o, "}\n}\n");
+}
+
+/* ------------------------------------------------------------------ input ---- */
+
+/* Splits the reader's "FILE: byte N: reason" into N and reason. */
+static const char *split_error(etr_reader *r, uint64_t *at) {
+  const char *m = etr_reader_error(r);
+  const char *p = strstr(m + strlen(etr_reader_path(r)), ": byte ");
+  *at = 0;
+  if (!p) return m;
+  char *end;
+  *at = strtoull(p + 7, &end, 10);
+  return !strncmp(end, ": ", 2) ? end + 2 : end;
+}
+
+/* stdin that is not a regular file is copied to an unlinked temporary file put in its
+ * place, so both streams can read it. Returns the fd for the raw stream and its base
+ * offset, or -1 after printing the error. */
+static int stdin_source(uint64_t *base) {
+  struct stat st;
+  if (fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
+    off_t at = lseek(STDIN_FILENO, 0, SEEK_CUR);
+    if (at >= 0) {
+      *base = (uint64_t)at;
+      return STDIN_FILENO;
+    }
+  }
+  const char *dir = getenv("TMPDIR");
+  char tmpl[4096];
+  snprintf(tmpl, sizeof tmpl, "%s/etr-repair-XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(tmpl);
+  if (fd < 0) {
+    etr_cli_error(CMD, "<stdin>: cannot create a temporary copy in %s: %s",
+                  dir && *dir ? dir : "/tmp", strerror(errno));
+    return -1;
+  }
+  unlink(tmpl);
+  char *buf = malloc(RAW_BLOCK);
+  if (!buf) {
+    close(fd);
+    etr_cli_error(CMD, "<stdin>: out of memory");
+    return -1;
+  }
+  for (;;) {
+    ssize_t k = read(STDIN_FILENO, buf, RAW_BLOCK);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      etr_cli_error(CMD, "<stdin>: read error: %s", strerror(errno));
+      goto fail;
+    }
+    if (k == 0) break;
+    for (ssize_t done = 0; done < k;) {
+      ssize_t m = write(fd, buf + done, (size_t)(k - done));
+      if (m < 0 && errno == EINTR) continue;
+      if (m < 0) {
+        etr_cli_error(CMD, "<stdin>: cannot write the temporary copy: %s", strerror(errno));
+        goto fail;
+      }
+      done += m;
+    }
+  }
+  free(buf);
+  if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, STDIN_FILENO) < 0) {
+    etr_cli_error(CMD, "<stdin>: cannot read back the temporary copy: %s", strerror(errno));
+    close(fd);
+    return -1;
+  }
+  *base = 0;
+  return fd;
+fail:
+  free(buf);
+  close(fd);
+  return -1;
+}
+
+/* ------------------------------------------------------------------- main ---- */
+
+int etr_cmd_repair(int argc, char **argv) {
+  const char *out_path = NULL, *path = NULL;
+  bool json = false;
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  if (etr_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return ETR_CLI_OK;
+  }
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "-o:jh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'o':
+        if (out_path) return etr_cli_usage(CMD, "one -o only");
+        out_path = optarg;
+        break;
+      case 'j': json = true; break;
+      case 'h': usage(stdout); return ETR_CLI_OK;
+      case 1:
+        if (etr_cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
+        break;
+      case ':': return etr_cli_usage(CMD, "%s needs a value", argv[optind - 1]);
+      default: return etr_cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  for (; optind < argc; optind++) /* after "--" */
+    if (etr_cli_operand(CMD, argv[optind], &path)) return ETR_CLI_USAGE;
+  if (!path) return etr_cli_usage(CMD, "no input file");
+  if (!out_path) return etr_cli_usage(CMD, "no output: give -o OUT ('-o -' for stdout)");
+  bool to_stdout = !strcmp(out_path, "-");
+  if (json && to_stdout) return etr_cli_usage(CMD, "--json prints on stdout: not with -o -");
+  bool from_stdin = !strcmp(path, "-");
+  const char *file = from_stdin ? "<stdin>" : path;
+
+  /* never overwrite the input */
+  struct stat si, so;
+  if (!to_stdout && stat(out_path, &so) == 0 &&
+      ((from_stdin && fstat(STDIN_FILENO, &si) == 0) || (!from_stdin && stat(path, &si) == 0)) &&
+      si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+    etr_cli_error(CMD, "%s: is the input: write the repaired trace to another file", out_path);
+    return ETR_CLI_USAGE;
+  }
+
+  repair w;
+  memset(&w, 0, sizeof w);
+  w.file = file;
+  w.out_path = out_path;
+  w.free_head = SIZE_MAX;
+  w.raw.fd = -1;
+  int status = ETR_CLI_OK;
+  FILE *f = NULL;
+  bool created = false;
+  int own_fd = -1;
+
+  /* the raw stream's source */
+  if (from_stdin) {
+    int fd = stdin_source(&w.raw.base);
+    if (fd < 0) return ETR_CLI_FAIL;
+    w.raw.fd = fd;
+    if (fd != STDIN_FILENO) own_fd = fd;
+  } else {
+    own_fd = w.raw.fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* failing here is reported by the reader below, in the usual form */
+  }
+
+  etr_reader_options ro = ETR_READER_OPTIONS_INIT;
+  int rc = etr_reader_open(path, &ro, &w.r);
+  if (rc < 0) {
+    if (!w.r) {
+      etr_cli_error(CMD, "%s: byte 0: out of memory", file);
+      status = ETR_CLI_FAIL;
+    } else if (rc == ETR_EOPEN) {
+      etr_cli_error(CMD, "%s", etr_reader_error(w.r));
+      status = ETR_CLI_USAGE;
+    } else if (rc == ETR_EFORMAT) {
+      uint64_t at;
+      const char *why = split_error(w.r, &at);
+      struct stat st;
+      bool empty = etr_reader_input_consumed(w.r) == 0 ||
+                   (!from_stdin && stat(path, &st) == 0 && st.st_size == 0);
+      if (empty)
+        etr_cli_error(CMD, "%s: byte 0: empty file: not a trace, nothing written", file);
+      else
+        etr_cli_error(CMD, "%s: byte %" PRIu64 ": %s: not a trace, or its header (up to "
+                      "\"nodes\": [) is cut short; no node to recover, nothing written",
+                      file, at, why);
+      status = ETR_CLI_USAGE;
+    } else {
+      etr_cli_error(CMD, "%s", etr_reader_error(w.r));
+      status = ETR_CLI_FAIL;
+    }
+    goto done;
+  }
+  if (w.raw.fd < 0) {
+    etr_cli_error(CMD, "%s: cannot open: %s", file, strerror(errno));
+    status = ETR_CLI_USAGE;
+    goto done;
+  }
+  w.raw.buf = malloc(RAW_BLOCK);
+  if (!w.raw.buf) {
+    etr_cli_error(CMD, "%s: out of memory", file);
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  const etr_rheader *h = etr_reader_header(w.r);
+  w.strides = h->schema_major > 1 ||
+              (h->schema_major == 1 && (h->schema_minor > 1 ||
+                                        (h->schema_minor == 1 && h->schema_patch >= 1)));
+
+  /* the output: only once FILE is known to be a trace */
+  if (to_stdout) {
+    f = stdout;
+  } else {
+    f = etr_cli_open_output(CMD, out_path);
+    if (!f) {
+      status = ETR_CLI_FAIL;
+      goto done;
+    }
+    /* removed again on failure only when it is a regular file (never /dev/full & co.) */
+    struct stat os;
+    created = fstat(fileno(f), &os) == 0 && S_ISREG(os.st_mode);
+  }
+  setvbuf(f, NULL, _IOFBF, 1u << 20);
+  w.o.f = f;
+
+  /* the header, then each complete node with the bytes before it */
+  const etr_rnode *n;
+  bool oom = false, raw_bad = false;
+  w.last_end = raw_copy_header(&w.raw, &w.o);
+  if (w.last_end == 0 || w.last_end == UINT64_MAX) {
+    raw_bad = true;
+    rc = 0;
+  }
+  while (!raw_bad && (rc = etr_reader_next(w.r, &n)) == 1) {
+    if (raw_copy(&w.raw, &w.o, n->offset) != n->offset) {
+      raw_bad = true;
+      break;
+    }
+    uint64_t end = raw_copy_object(&w.raw, &w.o);
+    if (end == 0 || end == UINT64_MAX) {
+      raw_bad = true;
+      break;
+    }
+    w.last_end = end;
+    w.kept++;
+    w.any_node_out = true;
+    if (!note_node(&w, n)) {
+      oom = true;
+      break;
+    }
+  }
+  bool intact = false;
+  uint64_t stop_at = 0;
+  const char *stop_why = NULL;
+  char why_buf[600];
+  if (rc == 0 && !oom && !raw_bad) {
+    rc = etr_reader_finish(w.r);
+    intact = rc == 0;
+  }
+  if (!oom && !raw_bad && !intact) {
+    if (rc == ETR_ENOMEM) {
+      oom = true;
+    } else if (rc != ETR_EFORMAT) { /* a read error: no repair from a partial view */
+      etr_cli_error(CMD, "%s", etr_reader_error(w.r));
+      status = ETR_CLI_FAIL;
+      goto done;
+    } else {
+      snprintf(why_buf, sizeof why_buf, "%s", split_error(w.r, &stop_at));
+      stop_why = why_buf;
+    }
+  }
+  if (oom) {
+    etr_cli_error(CMD, "%s: out of memory", file);
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  if (raw_bad) {
+    if (w.raw.err)
+      etr_cli_error(CMD, "%s: read error: %s", file, strerror(w.raw.err));
+    else
+      etr_cli_error(CMD, "%s: byte %" PRIu64 ": the input changed while it was read", file,
+                    raw_at(&w.raw));
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+
+  uint64_t dropped = 0, input_bytes;
+  if (intact) {
+    input_bytes = raw_copy(&w.raw, &w.o, UINT64_MAX);
+  } else {
+    /* the rest of the input is dropped: count it */
+    input_bytes = raw_copy(&w.raw, NULL, UINT64_MAX);
+    if (input_bytes != UINT64_MAX) {
+      if (!add_nodes(&w)) {
+        etr_cli_error(CMD, "%s: out of memory", file);
+        status = ETR_CLI_FAIL;
+        goto done;
+      }
+      dropped = input_bytes - w.last_end;
+      put_footer(&w, dropped, input_bytes);
+    }
+  }
+  if (input_bytes == UINT64_MAX) {
+    etr_cli_error(CMD, "%s: read error: %s", file, strerror(w.raw.err));
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  status = etr_cli_close_output(CMD, f, out_path);
+  f = NULL;
+  if (status != ETR_CLI_OK) {
+    if (created) unlink(out_path); /* no half-written output */
+    goto done;
+  }
+
+  /* the report */
+  const char *reason = NULL;
+  uint64_t reason_at = input_bytes;
+  if (!intact) {
+    if (w.raw.stop)
+      reason = w.raw.stop;
+    else if (strstr(stop_why, "unexpected end of input"))
+      reason = "the file ends";
+    else
+      reason = stop_why, reason_at = stop_at;
+  }
+  if (json) {
+    etr_out jo = {stdout, false};
+    etr_out_cstr(&jo, "{\"file\": ");
+    etr_out_jstr(&jo, file, strlen(file));
+    etr_out_cstr(&jo, ", \"output\": ");
+    etr_out_jstr(&jo, out_path, strlen(out_path));
+    etr_out_fmt(&jo, ", \"intact\": %s, \"gzip\": %s, \"nodes_kept\": %" PRIu64
+                ", \"bytes_dropped\": %" PRIu64 ", \"cut_at\": %" PRIu64
+                ", \"placeholders_added\": %" PRIu64 ", \"thread_nodes_added\": %" PRIu64
+                ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
+                ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
+                ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64
+                ", \"reason\": ",
+                intact ? "true" : "false", w.raw.gz ? "true" : "false", w.kept, dropped,
+                intact ? input_bytes : w.last_end, w.placeholders, w.threads_added,
+                w.process_added ? "true" : "false", w.tracebacks_lost,
+                intact ? etr_reader_finish_ts(w.r) : w.finish_ts, w.raw.file_off, input_bytes,
+                reason_at);
+    if (reason)
+      etr_out_jstr(&jo, reason, strlen(reason));
+    else
+      etr_out_cstr(&jo, "null");
+    etr_out_cstr(&jo, "}\n");
+    if (fflush(stdout) != 0 || jo.failed) {
+      etr_cli_error(CMD, "<stdout>: write error");
+      status = ETR_CLI_FAIL;
+    }
+  } else if (intact) {
+    fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", file,
+            w.kept, w.raw.gz ? " (decompressed)" : "");
+  } else {
+    char added[160] = "nothing";
+    int k = 0;
+    if (w.process_added) k += snprintf(added, sizeof added, "1 process node");
+    if (w.placeholders)
+      k += snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " placeholder%s",
+                    k ? ", " : "", w.placeholders, w.placeholders == 1 ? "" : "s");
+    if (w.threads_added)
+      snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " thread node%s", k ? ", " : "",
+               w.threads_added, w.threads_added == 1 ? "" : "s");
+    char tb[128] = "";
+    if (w.tracebacks_lost)
+      snprintf(tb, sizeof tb, "; %" PRIu64 " traceback attr%s kept, their frames lost",
+               w.tracebacks_lost, w.tracebacks_lost == 1 ? "" : "s");
+    fprintf(stderr,
+            "etr repair: %s: kept %" PRIu64 " nodes, added %s; dropped %" PRIu64
+            " bytes after the %s (byte %" PRIu64 "): %s at byte %" PRIu64 "%s\n",
+            file, w.kept, added, dropped, w.kept ? "last complete node" : "header", w.last_end,
+            reason, reason_at, tb);
+  }
+
+done:
+  if (f) {
+    if (f != stdout) {
+      fclose(f);
+      if (created) unlink(out_path); /* no half-written output */
+    } else {
+      fflush(f);
+    }
+  }
+  etr_reader_close(w.r);
+  raw_free(&w.raw);
+  if (own_fd >= 0) close(own_fd);
+  idset_free(&w.seen);
+  etr_u64map_free(&w.threads);
+  etr_u64map_free(&w.pend_ix);
+  free(w.pends);
+  return status;
+}
