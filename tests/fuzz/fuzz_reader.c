@@ -1,0 +1,214 @@
+/* fuzz_reader — the streaming trace reader (src/json/reader.h) and the validator of
+ * `etr validate` (tools/cmd_validate.c) on arbitrary bytes.
+ *
+ * Input: one mode byte, then the file's bytes (a trace, a gzip'd trace, or anything).
+ * Mode bits:
+ *   0-1  0, 3: the hand parser; 1: yajl (ETR_READER_BACKEND); 2: both parsers on the same
+ *        bytes, compared node by node (same nodes with the same trees, same end: both reach
+ *        the end of "nodes" and finish alike, or both fail)
+ *   2    etr validate --strict
+ *   3    etr validate prints its problem lines (to stdout, which is /dev/null here);
+ *        otherwise --quiet
+ * Modes 0, 1 and 3 run etr_cmd_validate in process on the bytes, written to a memfd and
+ * opened as /proc/self/fd/N (so the reader's open/fstat/read path is the real one).
+ * The only oracle besides the sanitizers is the comparison of mode 2 (and that validate
+ * returns 0 or 1, never 2, on a file operand).
+ */
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "json/reader.h"
+
+int etr_cmd_validate(int argc, char **argv);
+
+static int g_fd = -1;
+static char g_path[64];
+
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      fprintf(stderr, "fuzz_reader: check failed: %s: ", #cond);  \
+      fprintf(stderr, __VA_ARGS__);                               \
+      fprintf(stderr, "\n");                                      \
+      abort();                                                    \
+    }                                                             \
+  } while (0)
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  setenv("ETR_PROGRESS", "0", 1);
+  g_fd = memfd_create("fuzz_reader", 0);
+  if (g_fd < 0) {
+    perror("memfd_create");
+    abort();
+  }
+  snprintf(g_path, sizeof g_path, "/proc/self/fd/%d", g_fd);
+  /* validate prints a verdict line per input: keep it off the terminal. libFuzzer's own
+   * output goes to stderr. */
+  int nul = open("/dev/null", O_WRONLY);
+  if (nul >= 0) {
+    dup2(nul, 1);
+    close(nul);
+  }
+  return 0;
+}
+
+static void put_file(const uint8_t *data, size_t size) {
+  if (ftruncate(g_fd, 0) != 0) abort();
+  size_t off = 0;
+  while (off < size) {
+    ssize_t n = pwrite(g_fd, data + off, size - off, (off_t)off);
+    if (n <= 0) abort();
+    off += (size_t)n;
+  }
+}
+
+/* ---- mode 2: both parsers compared ---- */
+
+static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth) {
+  CHECK(a->kind == b->kind, "node %lld: value kinds %d vs %d (depth %d)", (long long)id,
+        (int)a->kind, (int)b->kind, depth);
+  switch (a->kind) {
+    case ETR_J_NULL: break;
+    case ETR_J_BOOL: CHECK(a->v.b == b->v.b, "node %lld: bool", (long long)id); break;
+    case ETR_J_INT: CHECK(a->v.i == b->v.i, "node %lld: int", (long long)id); break;
+    case ETR_J_UINT: CHECK(a->v.u == b->v.u, "node %lld: uint", (long long)id); break;
+    case ETR_J_DOUBLE:
+      CHECK(memcmp(&a->v.d, &b->v.d, sizeof(double)) == 0, "node %lld: double %.17g vs %.17g",
+            (long long)id, a->v.d, b->v.d);
+      break;
+    case ETR_J_STRING:
+      CHECK(a->v.str.len == b->v.str.len && !memcmp(a->v.str.s, b->v.str.s, a->v.str.len),
+            "node %lld: string", (long long)id);
+      break;
+    case ETR_J_ARRAY:
+      CHECK(a->v.arr.n == b->v.arr.n, "node %lld: array length", (long long)id);
+      for (size_t i = 0; i < a->v.arr.n; i++)
+        same_val(&a->v.arr.items[i], &b->v.arr.items[i], id, depth + 1);
+      break;
+    case ETR_J_OBJECT:
+      CHECK(a->v.obj.n == b->v.obj.n, "node %lld: object size", (long long)id);
+      for (size_t i = 0; i < a->v.obj.n; i++) {
+        const etr_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
+        CHECK(x->key_len == y->key_len && !memcmp(x->key, y->key, x->key_len),
+              "node %lld: key", (long long)id);
+        same_val(&x->val, &y->val, id, depth + 1);
+      }
+      break;
+  }
+}
+
+static void same_node(const etr_rnode *a, const etr_rnode *b) {
+  CHECK(a->offset == b->offset, "node offsets %llu vs %llu", (unsigned long long)a->offset,
+        (unsigned long long)b->offset);
+  CHECK(a->id == b->id, "ids");
+  CHECK(a->name_len == b->name_len && !memcmp(a->name, b->name, a->name_len), "names");
+  CHECK(a->ctrl_deps == b->ctrl_deps, "ctrl_deps");
+  CHECK(a->has_timing == b->has_timing && a->ts == b->ts &&
+            a->inclusive_dur == b->inclusive_dur && a->exclusive_dur == b->exclusive_dur,
+        "timing");
+  CHECK(a->missing_attrs == b->missing_attrs && a->n_attrs == b->n_attrs, "attrs");
+  CHECK(a->has_traceback == b->has_traceback && a->traceback == b->traceback, "traceback");
+  CHECK(a->rf_id == b->rf_id && a->tid == b->tid && a->seq_id == b->seq_id, "base attrs");
+  CHECK((a->raw == NULL) == (b->raw == NULL), "raw");
+  if (a->raw) same_val(a->raw, b->raw, a->id, 0);
+}
+
+static bool too_deep(const etr_reader *r) {
+  return strstr(etr_reader_error(r), "nesting too deep") != NULL;
+}
+
+static int open_with(const char *backend, etr_reader **r) {
+  setenv("ETR_READER_BACKEND", backend, 1);
+  return etr_reader_open(g_path, NULL, r);
+}
+
+static void compare_backends(void) {
+  etr_reader *h = NULL, *y = NULL;
+  int rh = open_with("hand", &h);
+  int ry = open_with("yajl", &y);
+  CHECK(h && y, "out of memory");
+  if (rh == 0 && ry == 0) {
+    const etr_rheader *hh = etr_reader_header(h), *yh = etr_reader_header(y);
+    CHECK(hh->pid == yh->pid && hh->start_ts == yh->start_ts, "header numbers");
+    CHECK((hh->schema == NULL) == (yh->schema == NULL) &&
+              (!hh->schema || !strcmp(hh->schema, yh->schema)),
+          "schema");
+    CHECK((hh->time == NULL) == (yh->time == NULL) && (!hh->time || !strcmp(hh->time, yh->time)),
+          "time");
+    for (;;) {
+      const etr_rnode *a, *b;
+      rh = etr_reader_next(h, &a);
+      ry = etr_reader_next(y, &b);
+      if (rh == 1 && ry == 1) {
+        same_node(a, b);
+        continue;
+      }
+      /* Both stop at the same node: the end of "nodes" (0) or an error (< 0). Known
+       * difference: the hand parser recurses and refuses nesting deeper than 1024; yajl's
+       * builder does not recurse and has no limit (tests/cli/test_reader.c). */
+      if (rh < 0 && ry >= 0 && too_deep(h)) break;
+      CHECK(rh == ry || (rh < 0 && ry < 0), "next: hand %d, yajl %d (%s | %s)", rh, ry,
+            etr_reader_error(h), etr_reader_error(y));
+      break;
+    }
+    if (rh == 0 && ry == 0) {
+      rh = etr_reader_finish(h);
+      ry = etr_reader_finish(y);
+      if (rh < 0 && ry == 0 && too_deep(h)) ry = rh;
+      CHECK((rh == 0) == (ry == 0), "finish: hand %d, yajl %d (%s | %s)", rh, ry,
+            etr_reader_error(h), etr_reader_error(y));
+      if (rh == 0) {
+        CHECK(etr_reader_finish_ts(h) == etr_reader_finish_ts(y), "finish_ts");
+        size_t nh, ny;
+        const char *const *kh = etr_reader_top_keys(h, &nh);
+        const char *const *ky = etr_reader_top_keys(y, &ny);
+        CHECK(nh == ny, "top-level key count %zu vs %zu", nh, ny);
+        for (size_t i = 0; i < nh; i++) {
+          CHECK(!strcmp(kh[i], ky[i]), "top-level key %zu", i);
+          const etr_jval *th = etr_reader_trailer(h, kh[i]), *ty = etr_reader_trailer(y, ky[i]);
+          CHECK((th == NULL) == (ty == NULL), "trailer %s", kh[i]);
+          if (th) same_val(th, ty, -1, 0);
+        }
+        CHECK(etr_reader_warnings(h) == etr_reader_warnings(y), "warnings %llu vs %llu",
+              (unsigned long long)etr_reader_warnings(h),
+              (unsigned long long)etr_reader_warnings(y));
+      }
+    }
+  } else if (!(rh < 0 && ry == 0 && too_deep(h))) {
+    CHECK(rh != 0 && ry != 0, "open: hand %d, yajl %d (%s | %s)", rh, ry, etr_reader_error(h),
+          etr_reader_error(y));
+  }
+  etr_reader_close(h);
+  etr_reader_close(y);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  uint8_t mode = data[0];
+  put_file(data + 1, size - 1);
+  if ((mode & 3) == 2) {
+    compare_backends();
+    return 0;
+  }
+  setenv("ETR_READER_BACKEND", (mode & 3) == 1 ? "yajl" : "hand", 1);
+  char *argv[8];
+  int argc = 0;
+  argv[argc++] = "validate";
+  if (mode & 4) argv[argc++] = "--strict";
+  if (!(mode & 8)) argv[argc++] = "--quiet";
+  argv[argc++] = "--max";
+  argv[argc++] = "3";
+  argv[argc++] = g_path;
+  argv[argc] = NULL;
+  int rc = etr_cmd_validate(argc, argv);
+  CHECK(rc == 0 || rc == 1, "etr validate returned %d", rc);
+  return 0;
+}
