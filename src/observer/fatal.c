@@ -30,19 +30,20 @@ static int signal_index(int sig) {
   return -1;
 }
 
-/* Hand the signal on as if we had never been there. */
-static void chain(int idx, int sig, siginfo_t *si, void *uc) {
+/* Hand the signal on as if we had never been there. Returns false when the default action
+ * follows (the process ends), true when a handler of the host's returned. */
+static bool chain(int idx, int sig, siginfo_t *si, void *uc) {
   const struct sigaction *prev = &g_previous[idx];
   if (prev->sa_flags & SA_SIGINFO) {
     if (prev->sa_sigaction) {
       prev->sa_sigaction(sig, si, uc);
-      return;
+      return true;
     }
   } else if (prev->sa_handler == SIG_IGN) {
-    return;
+    return true;
   } else if (prev->sa_handler != SIG_DFL) {
     prev->sa_handler(sig);
-    return;
+    return true;
   }
   /* The default action. Our handler steps aside for good (the process is ending). A fault
    * raised by an instruction happens again when we return, now with the default action,
@@ -55,6 +56,7 @@ static void chain(int idx, int sig, siginfo_t *si, void *uc) {
   sigaction(sig, &dfl, NULL);
   bool fault = (sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0;
   if (!fault) raise(sig);
+  return false;
 }
 
 static void on_fatal(int sig, siginfo_t *si, void *uc) {
@@ -62,7 +64,10 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int idx = signal_index(sig);
   struct etr_trace *tr = atomic_load(&g_fatal_trace);
   if (tr) etr__trace_fatal(tr, sig);
-  if (idx >= 0) chain(idx, sig, si, uc);
+  bool survived = idx >= 0 && chain(idx, sig, si, uc);
+  /* Until the host's handler returns, the file stays as finalized: the host's threads may
+   * go on recording, and the process may die any moment. */
+  if (tr) etr__trace_fatal_end(tr, survived);
   errno = saved_errno;
 }
 

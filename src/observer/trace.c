@@ -685,6 +685,15 @@ static void *writer_main(void *arg) {
       spare = c->next;
       recycle_locked(tr, c);
     }
+    if (atomic_load(&tr->fatal_hold) && !tr->stop) {
+      /* The file was finalized at a fatal signal whose outcome is not known yet: leave
+       * it whole (recorders wait once the queue is full). */
+      pthread_mutex_unlock(&tr->q_mutex);
+      struct timespec ms = {0, 5000000};
+      nanosleep(&ms, NULL);
+      locked = writer_lock(tr);
+      continue;
+    }
     if (tr->q_head) {
       etr__chunk *list = tr->q_head;
       tr->q_head = tr->q_tail = NULL;
@@ -809,8 +818,15 @@ static void seal_direct(etr_trace *tr, int sig) {
   if (ftruncate(tr->fd, (off_t)(off + n)) != 0) return; /* a cut-off old footer may follow */
 }
 
+void etr__trace_fatal_end(etr_trace *tr, bool survived) {
+  if (tr->closed || tr->pid != getpid() || !survived) return;
+  atomic_fetch_sub(&tr->fatal_hold, 1);
+  sem_post(&tr->wake);
+}
+
 void etr__trace_fatal(etr_trace *tr, int sig) {
   if (tr->closed || tr->pid != getpid()) return;
+  atomic_fetch_add(&tr->fatal_hold, 1);
   atomic_store(&tr->fatal_sig, sig);
   uint32_t req = atomic_fetch_add(&tr->fatal_req, 1) + 1;
   if (atomic_load(&tr->writer_tid) != my_tid()) {

@@ -189,6 +189,7 @@ struct etr_trace {
 
   /* Fatal signals (fatal.c): a handler asks the writer to finalize the file and waits. */
   _Atomic uint32_t fatal_req, fatal_ack;
+  _Atomic uint32_t fatal_hold; /* handlers between their request and the host's return */
   _Atomic int fatal_sig;
   _Atomic int io_state;
   _Atomic pid_t writer_tid;
@@ -254,6 +255,9 @@ int etr__fatal_install(struct etr_trace *tr);
 void etr__fatal_remove(struct etr_trace *tr);
 /* From a signal handler (async-signal-safe): finalize tr's file as well as possible. */
 void etr__trace_fatal(struct etr_trace *tr, int sig);
+/* After the signal was handed on: survived, the writer goes on (cutting the footer off
+ * before new nodes); else the file stays as it is until the process ends (or closes it). */
+void etr__trace_fatal_end(struct etr_trace *tr, bool survived);
 
 /* Fill a stats snapshot (trace.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);

@@ -7,11 +7,27 @@
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
  *   trace_helper exit-open PATH      same, with two ops still open at exit()
  *   trace_helper exit-busy PATH      same, while another thread records in a loop
+ *   trace_helper signal PATH SIG HOW  opens PATH with fatal_signals on, records 100
+ *                                    "before_signal" ops while two threads record in a
+ *                                    loop, then gets SIG (SEGV: a null write; BUS: a read past
+ *                                    the end of a mapped empty file; ABRT: abort(); TERM,
+ *                                    INT: kill(getpid())). HOW: "default" (no handler of
+ *                                    ours before), "host-return" (a handler installed before
+ *                                    the trace that counts and returns: the program goes on,
+ *                                    records 100 "after_signal" ops and closes: exit 0), or
+ *                                    "host-exit" (a handler that _exits 7)
+ *   trace_helper kill PATH THREADS   records on THREADS threads until killed (flush_ms 20),
+ *                                    printing the nodes_written counter on stdout every
+ *                                    2 ms; op names "k<thread>", seq_id = the op's number
  *
  * Exit status 0 on success; 2 on bad usage or a failed call.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +91,132 @@ static int open_trace(const char *path, etr_trace **out) {
   return 0;
 }
 
+/* ---- signal ---- */
+
+static volatile sig_atomic_t host_calls;
+
+static void host_return(int sig) {
+  (void)sig;
+  host_calls++;
+}
+
+static void host_exit(int sig) {
+  (void)sig;
+  static const char msg[] = "host handler\n";
+  if (write(2, msg, sizeof msg - 1) < 0) _exit(8);
+  _exit(7);
+}
+
+static atomic_int spinning;
+
+static void *spin_ops(void *p) {
+  (void)p;
+  op("spin_op", 1);
+  atomic_fetch_add(&spinning, 1);
+  for (;;) op("spin_op", 1);
+  return NULL;
+}
+
+static int signal_main(const char *path, const char *signame, const char *how) {
+  int sig = !strcmp(signame, "SEGV")   ? SIGSEGV
+            : !strcmp(signame, "BUS")  ? SIGBUS
+            : !strcmp(signame, "ABRT") ? SIGABRT
+            : !strcmp(signame, "TERM") ? SIGTERM
+            : !strcmp(signame, "INT")  ? SIGINT
+                                       : 0;
+  if (!sig) return 2;
+  if (strcmp(how, "default")) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = strcmp(how, "host-return") ? host_exit : host_return;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, NULL) != 0) return 2;
+  }
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.fatal_signals = true;
+  etr_trace *t;
+  if (etr_trace_open(path, &opt, &t) != 0 || etr_trace_enable(t) != 0) return 2;
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&th[i], NULL, spin_ops, NULL) != 0) return 2;
+  while (atomic_load(&spinning) < 2) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 0; i < 100; i++) op("before_signal", 1);
+  etr_record open_op; /* open when the signal comes: written by nobody */
+  etr_record_init(&open_op, "open_at_signal", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&open_op);
+  if (sig == SIGSEGV) {
+    volatile int *volatile bad = NULL;
+    *bad = 1;
+  } else if (sig == SIGBUS) {
+    char tmpl[] = "/tmp/etr-bus-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0) return 2;
+    unlink(tmpl);
+    if (ftruncate(fd, 4096) != 0) return 2;
+    volatile char *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED || ftruncate(fd, 0) != 0) return 2;
+    (void)m[0];
+  } else if (sig == SIGABRT) {
+    abort();
+  } else {
+    kill(getpid(), sig);
+    if (strcmp(how, "host-return") == 0) {
+      while (host_calls == 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+      }
+    }
+  }
+  if (strcmp(how, "host-return") != 0) return 9; /* the signal should have ended us */
+  etr_record_end(&open_op);
+  for (int i = 0; i < 100; i++) op("after_signal", 1);
+  return etr_trace_close(t) == 0 ? 0 : 2;
+}
+
+/* ---- kill -9 ---- */
+
+static void *kill_worker(void *p) {
+  char name[16];
+  snprintf(name, sizeof name, "k%d", (int)(intptr_t)p);
+  for (int64_t i = 0;; i++) {
+    etr_record r;
+    etr_record_init(&r, name, ETR_SCOPE_FUNCTION);
+    r.seq_nr = i;
+    etr_record_begin(&r);
+    if (i % 3 == 0) op("k_inner", 1); /* some nesting */
+    etr_record_end(&r);
+    if (i % 2 == 0) { /* a few thousand ops per thread and second: files of a few MB */
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+static int kill_main(const char *path, int threads) {
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.flush_ms = 20;
+  etr_trace *t;
+  if (etr_trace_open(path, &opt, &t) != 0 || etr_trace_enable(t) != 0) return 2;
+  for (int i = 0; i < threads; i++) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, kill_worker, (void *)(intptr_t)i) != 0) return 2;
+  }
+  for (;;) {
+    etr_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    etr_trace_stats_get(t, &st);
+    printf("%llu\n", (unsigned long long)st.nodes_written);
+    fflush(stdout);
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *mode = argv[1];
@@ -83,6 +225,8 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "env-current") == 0 && etr_trace_current() == NULL) return 3;
     return 0;
   }
+  if (strcmp(mode, "signal") == 0 && argc == 5) return signal_main(argv[2], argv[3], argv[4]);
+  if (strcmp(mode, "kill") == 0 && argc == 4) return kill_main(argv[2], atoi(argv[3]));
   if (argc < 3) return 2;
   etr_trace *t;
   if (open_trace(argv[2], &t) != 0) return 2;

@@ -1,0 +1,466 @@
+/* tests/trace/test_trace_durability.c — what is in the file while the process runs and
+ * when it dies (DESIGN 8): the header at open, timed flushes of every thread's completed
+ * nodes, etr_trace_flush across threads, a descriptor closed and reused under the
+ * recorder, double close, fatal signals (with and without a host handler), and kill -9 at
+ * random points followed by `etr repair`.
+ *
+ * TRACE_HELPER is the helper program (trace_helper.c), ETR_TOOL the `etr` command.
+ * ETR_KILL_ROUNDS in the environment sets the number of kill -9 rounds (default 12). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "trace_util.h"
+
+#ifndef TRACE_HELPER
+#error "TRACE_HELPER must name the trace_helper executable"
+#endif
+#ifndef ETR_TOOL
+#error "ETR_TOOL must name the etr executable"
+#endif
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef UNDER_SANITIZER
+#define UNDER_SANITIZER 0
+#endif
+
+/* Occurrences of needle in the file at path as it is on disk now. */
+static size_t count_on_disk(const char *path, const char *needle) {
+  size_t len, n = 0;
+  char *text = tu_read_file(path, &len);
+  if (!text) return 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  free(text);
+  return n;
+}
+
+/* ---- a thread that records and then idles (neither exits nor records) ---- */
+
+typedef struct idler {
+  const char *name;
+  int ops;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool recorded, release;
+  pthread_t th;
+} idler;
+
+static void *idler_main(void *p) {
+  idler *d = p;
+  for (int i = 0; i < d->ops; i++) tu_op(d->name, NULL, 0, NULL, 0);
+  pthread_mutex_lock(&d->mu);
+  d->recorded = true;
+  pthread_cond_broadcast(&d->cv);
+  while (!d->release) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+static void idler_start(idler *d, const char *name, int ops) {
+  memset(d, 0, sizeof *d);
+  d->name = name;
+  d->ops = ops;
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
+  assert_int_equal(pthread_create(&d->th, NULL, idler_main, d), 0);
+  pthread_mutex_lock(&d->mu);
+  while (!d->recorded) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void idler_stop(idler *d) {
+  pthread_mutex_lock(&d->mu);
+  d->release = true;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  pthread_join(d->th, NULL);
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->cv);
+}
+
+/* ---- tests ---- */
+
+static void test_header_on_disk_at_open(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  size_t len;
+  char *text = tu_read_file(t.path, &len);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"schema\": \"1.1.1-chakra.0.0.4\""));
+  assert_true(len > 10 && strcmp(text + len - 10, "\"nodes\": [") == 0);
+  free(text);
+  tu_close_ok(&t);
+  tu_free(&t);
+}
+
+/* A thread that records and then idles has its nodes in the file within flush_ms. */
+static void test_timed_flush_idle_thread(void **state) {
+  (void)state;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.flush_ms = 50;
+  tu_trace t;
+  tu_open(&t, &opt);
+  int64_t t0 = tu_mono_ms();
+  idler d;
+  idler_start(&d, "idle_thread_op", 10);
+  for (int i = 0; i < 5; i++) tu_op("main_thread_op", NULL, 0, NULL, 0);
+  size_t seen = 0, seen_main = 0;
+  while (tu_mono_ms() - t0 < 5000) {
+    seen = count_on_disk(t.path, "\"idle_thread_op\"");
+    seen_main = count_on_disk(t.path, "\"main_thread_op\"");
+    if (seen == 10 && seen_main == 5) break;
+    tu_sleep_us(10000);
+  }
+  int64_t waited = tu_mono_ms() - t0;
+  assert_int_equal(seen, 10);
+  assert_int_equal(seen_main, 5);
+  /* The thread node is on disk too (the ops' parent), so the prefix is repairable. */
+  assert_true(count_on_disk(t.path, TU_THREAD_NAME) >= 2);
+  print_message("timed flush (flush_ms 50): nodes of an idle thread on disk after %lld ms\n",
+                (long long)waited);
+  idler_stop(&d);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "idle_thread_op"), 10);
+  assert_int_equal(tu_count(&t, "main_thread_op"), 5);
+  tu_free(&t);
+}
+
+/* The control: with no timed flush, the same nodes stay in memory until close. */
+static void test_no_timed_flush(void **state) {
+  (void)state;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.flush_ms = ETR_FLUSH_NEVER;
+  tu_trace t;
+  tu_open(&t, &opt);
+  idler d;
+  idler_start(&d, "idle_thread_op", 10);
+  tu_sleep_us(300000);
+  assert_int_equal(count_on_disk(t.path, "\"idle_thread_op\""), 0);
+  idler_stop(&d);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "idle_thread_op"), 10);
+  tu_free(&t);
+}
+
+/* etr_trace_flush writes other threads' completed nodes, not only the caller's. */
+static void test_flush_all_threads(void **state) {
+  (void)state;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.flush_ms = ETR_FLUSH_NEVER;
+  tu_trace t;
+  tu_open(&t, &opt);
+  idler d;
+  idler_start(&d, "other_thread_op", 7);
+  assert_int_equal(etr_trace_flush(t.trace), 0);
+  assert_int_equal(count_on_disk(t.path, "\"other_thread_op\""), 7);
+  /* Nothing is written twice: more ops, another flush, then close. */
+  tu_op("after_flush", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_flush(t.trace), 0);
+  assert_int_equal(count_on_disk(t.path, "\"other_thread_op\""), 7);
+  assert_int_equal(count_on_disk(t.path, "\"after_flush\""), 1);
+  idler_stop(&d);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "other_thread_op"), 7);
+  assert_int_equal(tu_count(&t, "after_flush"), 1);
+  tu_free(&t);
+}
+
+/* The host closes our descriptor and opens another file that gets the same number: that
+ * file must receive nothing; recording stops with EBADF; the process goes on. */
+static void test_fd_closed_and_reused(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  tu_op("before_close", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_flush(t.trace), 0);
+  int fd = -1;
+  for (int i = 3; i < 1024 && fd < 0; i++) {
+    char link[64], target[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", i);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (strcmp(target, t.path) == 0) fd = i;
+  }
+  assert_true(fd >= 0);
+  assert_int_equal(close(fd), 0);
+  char other[700];
+  snprintf(other, sizeof other, "%s/other.txt", t.dir);
+  int ofd = open(other, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(ofd >= 0);
+  if (ofd != fd) {
+    assert_int_equal(dup2(ofd, fd), fd);
+    close(ofd);
+  }
+  for (int i = 0; i < 100; i++) tu_op("after_close", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_flush(t.trace), ETR_EIO);
+  etr_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_stats_get(t.trace, &st), 0);
+  assert_int_equal(st.write_error, EBADF);
+  assert_false(etr_trace_is_enabled(t.trace));
+  assert_int_equal(etr_trace_close(t.trace), ETR_EIO);
+  t.trace = NULL;
+  struct stat sb;
+  assert_int_equal(stat(other, &sb), 0);
+  assert_int_equal(sb.st_size, 0);
+  /* close() left the host's descriptor alone. */
+  assert_int_equal(fcntl(fd, F_GETFD), 0);
+  assert_int_equal(write(fd, "x", 1), 1);
+  close(fd);
+  assert_int_equal(count_on_disk(t.path, "\"before_close\""), 1);
+  assert_int_equal(count_on_disk(t.path, "\"after_close\""), 0);
+  tu_free(&t);
+}
+
+static void test_double_close(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  tu_op("once", NULL, 0, NULL, 0);
+  etr_trace *h = t.trace;
+  tu_close_ok(&t);
+  assert_int_equal(etr_trace_close(h), ETR_ESTATE);
+  assert_int_equal(etr_trace_enable(h), ETR_ESTATE);
+  assert_int_equal(etr_trace_flush(h), ETR_ESTATE);
+  assert_false(etr_trace_is_enabled(h));
+  etr_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_stats_get(h, &st), 0);
+  assert_int_equal(st.ops_recorded, 1); /* the final counters */
+  /* A new trace never gets the handle of a closed one. */
+  tu_trace t2;
+  tu_open(&t2, NULL);
+  assert_ptr_not_equal(t2.trace, h);
+  assert_int_equal(etr_trace_close(h), ETR_ESTATE);
+  assert_true(etr_trace_is_enabled(t2.trace));
+  tu_close_ok(&t2);
+  assert_int_equal(tu_count(&t, "once"), 1);
+  tu_free(&t2);
+  tu_free(&t);
+}
+
+/* ---- fatal signals ---- */
+
+static int sig_of(const char *name) {
+  return !strcmp(name, "SEGV")   ? SIGSEGV
+         : !strcmp(name, "BUS")  ? SIGBUS
+         : !strcmp(name, "ABRT") ? SIGABRT
+         : !strcmp(name, "TERM") ? SIGTERM
+                                 : SIGINT;
+}
+
+static void signal_case(const char *signame, const char *how) {
+  char dir[256], path[400];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  int sig = sig_of(signame);
+  const char *args[] = {"signal", path, signame, how, NULL};
+  const char *env[] = {"ASAN_OPTIONS=detect_leaks=0:handle_abort=0", NULL};
+  int status = tu_run(TRACE_HELPER, args, env, NULL);
+  if (!strcmp(how, "default")) {
+    /* The signal went on to its default action: the process died of it. Under a sanitizer
+     * a fault goes on to the sanitizer's own handler, which reports and exits. */
+    bool sanitizer_exit = UNDER_SANITIZER && (sig == SIGSEGV || sig == SIGBUS) &&
+                          WIFEXITED(status) && WEXITSTATUS(status) != 0;
+    if (!(WIFSIGNALED(status) && WTERMSIG(status) == sig) && !sanitizer_exit)
+      fail_msg("SIG%s: status 0x%x, expected death by signal %d", signame, status, sig);
+  } else if (!strcmp(how, "host-exit")) {
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 7)
+      fail_msg("SIG%s: status 0x%x, expected the host handler's exit 7", signame, status);
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fail_msg("SIG%s: status 0x%x, expected the program to go on and exit 0", signame, status);
+  }
+  tu_trace t;
+  tu_load_path(&t, path); /* parses the whole file and checks the ctrl_deps tree */
+  assert_int_equal(tu_count(&t, "before_signal"), 100);
+  assert_int_equal(tu_count(&t, TU_PROCESS_NAME), 1);
+  assert_true(tu_count(&t, "spin_op") > 0);
+  json_t *etr = json_object_get(t.root, "etr");
+  assert_non_null(etr);
+  if (!strcmp(how, "host-return")) {
+    /* The process went on: the footer written at the signal was replaced at close. */
+    assert_int_equal(tu_count(&t, "after_signal"), 100);
+    assert_int_equal(tu_count(&t, "open_at_signal"), 1);
+    assert_null(json_object_get(etr, "signal"));
+  } else {
+    assert_int_equal(tu_count(&t, "open_at_signal"), 0);
+    assert_int_equal(json_integer_value(json_object_get(etr, "signal")), sig);
+  }
+  /* `etr validate --strict` accepts it as it is. */
+  const char *vargs[] = {"validate", "--strict", "--quiet", path, NULL};
+  int vs = tu_run(ETR_TOOL, vargs, NULL, NULL);
+  if (!WIFEXITED(vs) || WEXITSTATUS(vs) != 0)
+    fail_msg("etr validate --strict %s: status 0x%x", path, vs);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
+static void test_sigsegv(void **state) {
+  (void)state;
+  signal_case("SEGV", "default");
+}
+static void test_sigbus(void **state) {
+  (void)state;
+  signal_case("BUS", "default");
+}
+static void test_sigabrt(void **state) {
+  (void)state;
+  signal_case("ABRT", "default");
+}
+static void test_sigterm(void **state) {
+  (void)state;
+  signal_case("TERM", "default");
+}
+static void test_sigint(void **state) {
+  (void)state;
+  signal_case("INT", "default");
+}
+static void test_sigint_host_handler_returns(void **state) {
+  (void)state;
+  signal_case("INT", "host-return");
+}
+static void test_sigterm_host_handler_exits(void **state) {
+  (void)state;
+  signal_case("TERM", "host-exit");
+}
+
+/* ---- kill -9 ---- */
+
+/* One round: the helper records on 3 threads and prints nodes_written; kill it after
+ * delay_ms, repair the file, and check that every node reported written is there. */
+static void kill_round(const char *dir, int round, int delay_ms, uint64_t *reported_out,
+                       uint64_t *recovered_out) {
+  char path[400], fixed[400];
+  snprintf(path, sizeof path, "%s/kill%d.json", dir, round);
+  snprintf(fixed, sizeof fixed, "%s/kill%d.fixed.json", dir, round);
+  int pipefd[2];
+  assert_int_equal(pipe(pipefd), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    unsetenv("ETR_TRACE");
+    execl(TRACE_HELPER, TRACE_HELPER, "kill", path, "3", (char *)NULL);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  FILE *in = fdopen(pipefd[0], "r");
+  assert_non_null(in);
+  uint64_t reported = 0;
+  char line[64];
+  int64_t start = -1;
+  while (fgets(line, sizeof line, in)) {
+    if (start < 0) start = tu_mono_ms(); /* the trace is open and recording */
+    reported = strtoull(line, NULL, 10);
+    if (tu_mono_ms() - start >= delay_ms) break;
+  }
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  fclose(in);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  const char *rargs[] = {"repair", path, "-o", fixed, NULL};
+  int rs = tu_run(ETR_TOOL, rargs, NULL, NULL);
+  if (!WIFEXITED(rs) || WEXITSTATUS(rs) != 0)
+    fail_msg("round %d: etr repair %s: status 0x%x", round, path, rs);
+  const char *vargs[] = {"validate", "--strict", "--quiet", fixed, NULL};
+  int vs = tu_run(ETR_TOOL, vargs, NULL, NULL);
+  if (!WIFEXITED(vs) || WEXITSTATUS(vs) != 0)
+    fail_msg("round %d: etr validate --strict %s: status 0x%x", round, fixed, vs);
+  tu_trace t;
+  tu_load_path(&t, fixed);
+  /* Recovered nodes: ops and thread nodes (not the process node, not placeholders). Each
+   * op at most once: (thread, seq_id) is unique. */
+  uint64_t recovered = 0;
+  size_t n = json_array_size(t.nodes), k_ops = 0;
+  uint64_t *keys = calloc(n + 1, sizeof *keys);
+  assert_non_null(keys);
+  for (size_t i = 0; i < n; i++) {
+    json_t *node = json_array_get(t.nodes, i);
+    const char *name = tu_name(node);
+    if (!strcmp(name, TU_PROCESS_NAME) || !strncmp(name, "[etr|", 5)) continue;
+    recovered++;
+    if (name[0] == 'k' && name[1] >= '0' && name[1] <= '9')
+      keys[k_ops++] = ((uint64_t)(name[1] - '0') << 48) | (uint64_t)tu_attr_int(node, "seq_id");
+  }
+  for (size_t i = 0; i < k_ops; i++)
+    for (size_t j = i + 1; j < k_ops && j < i + 64; j++)
+      if (keys[i] == keys[j]) fail_msg("round %d: op %llx written twice", round,
+                                       (unsigned long long)keys[i]);
+  free(keys);
+  if (recovered < reported)
+    fail_msg("round %d: %llu nodes reported written, %llu recovered", round,
+             (unsigned long long)reported, (unsigned long long)recovered);
+  *reported_out = reported;
+  *recovered_out = recovered;
+  tu_free(&t);
+}
+
+static void test_kill9_then_repair(void **state) {
+  (void)state;
+  int rounds = 12;
+  const char *e = getenv("ETR_KILL_ROUNDS");
+  if (e && atoi(e) > 0) rounds = atoi(e);
+  char dir[256];
+  tu_mkdtemp(dir, sizeof dir);
+  unsigned seed = (unsigned)tu_mono_us();
+  uint64_t total_reported = 0, total_recovered = 0;
+  for (int r = 0; r < rounds; r++) {
+    int delay = 10 + (int)(rand_r(&seed) % 300);
+    uint64_t rep = 0, rec = 0;
+    kill_round(dir, r, delay, &rep, &rec);
+    total_reported += rep;
+    total_recovered += rec;
+    char p[500];
+    snprintf(p, sizeof p, "%s/kill%d.json", dir, r);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/kill%d.fixed.json", dir, r);
+    unlink(p);
+  }
+  print_message("kill -9: %d rounds, %llu nodes reported written, %llu recovered by etr repair\n",
+                rounds, (unsigned long long)total_reported, (unsigned long long)total_recovered);
+  tu_rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_header_on_disk_at_open),
+      cmocka_unit_test(test_timed_flush_idle_thread),
+      cmocka_unit_test(test_no_timed_flush),
+      cmocka_unit_test(test_flush_all_threads),
+      cmocka_unit_test(test_fd_closed_and_reused),
+      cmocka_unit_test(test_double_close),
+      cmocka_unit_test(test_sigsegv),
+      cmocka_unit_test(test_sigbus),
+      cmocka_unit_test(test_sigabrt),
+      cmocka_unit_test(test_sigterm),
+      cmocka_unit_test(test_sigint),
+      cmocka_unit_test(test_sigint_host_handler_returns),
+      cmocka_unit_test(test_sigterm_host_handler_exits),
+      cmocka_unit_test(test_kill9_then_repair),
+  };
+  return cmocka_run_group_tests(tests, NULL, tu_cleanup);
+}
