@@ -157,6 +157,7 @@ struct etr_reader {
   /* parser */
   yajl_handle yh;
   uint64_t feed_base; /* decompressed offset of the current feed's first byte */
+  uint64_t top_end;   /* offset just after the top-level object's '}' (yajl) */
   const unsigned char *feed_ptr;
   uint64_t consumed;  /* decompressed bytes handed to the parser and fully parsed */
   phase ph;
@@ -903,6 +904,7 @@ static int end_container(etr_reader *r) {
   }
   if (r->depth == 0) {
     r->ph = PH_END;
+    r->top_end = cur_off(r);
     return 1;
   }
   return 1;
@@ -1032,6 +1034,19 @@ static void yajl_fail(etr_reader *r, const unsigned char *buf, size_t len) {
 /* Parse one more block. 1 = parsed, 0 = end of input (parse completed), -1 = error. */
 static int hand_feed(etr_reader *r);
 
+/* After the top-level object only whitespace may follow. yajl checks this itself, except
+ * for an unterminated string there: it takes that for a token still coming and never
+ * reports it (found by tests/fuzz/fuzz_reader). True after setting the error. */
+static bool yajl_trailing_garbage(etr_reader *r, const unsigned char *p, size_t n) {
+  size_t i = r->top_end > r->feed_base ? (size_t)(r->top_end - r->feed_base) : 0;
+  for (; i < n; i++)
+    if (p[i] != ' ' && p[i] != '\n' && p[i] != '\r' && p[i] != '\t') {
+      if (!r->err) set_error(r, ETR_EFORMAT, r->feed_base + i, "invalid JSON (trailing garbage)");
+      return true;
+    }
+  return false;
+}
+
 static int feed(etr_reader *r) {
   if (r->hand) return hand_feed(r);
   if (r->err) return -1;
@@ -1063,6 +1078,7 @@ static int feed(etr_reader *r) {
     if (!r->err) yajl_fail(r, p, n);
     return -1;
   }
+  if (r->ph == PH_END && yajl_trailing_garbage(r, p, n)) return -1;
   if (bad) {
     if (!r->err) set_error(r, ETR_EFORMAT, r->consumed + n, "invalid JSON (unexpected character)");
     return -1;

@@ -513,7 +513,9 @@ static void test_backends_agree(void **state) {
       /* form feed and vertical tab are not JSON whitespace (yajl took them for some; found
        * by tests/fuzz/fuzz_reader) */
       "{\"nodes\": [{\"a\":\f1}]}", "{\"nodes\":\v[{\"a\": 1}]}", "{\f\"nodes\": []}",
-      "{\"nodes\": [{\"a\": 1}]\v}"};
+      "{\"nodes\": [{\"a\": 1}]\v}",
+      /* an unterminated string after the object (yajl took it for a token still coming) */
+      "{\"nodes\": []}\n\"val", "{\"nodes\": []} \"", "{\"nodes\": []}x", "{\"nodes\": []}{}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     write_file(p, bad[i], strlen(bad[i]));
     r = read_both(p);
