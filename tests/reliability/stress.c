@@ -2,12 +2,14 @@
  * observers come and go (issue 5 item 6).
  *
  *   reliability_stress [--threads T] [--ops N] [--out FILE] [--etr PATH] [--keep] [--quiet]
+ *                      [--flush-ms MS] [--buffer-kb KB]
  *
  * T recording threads (default 8) each make exactly N ops (default 20 000): nested ops, two
- * and three deep, the outer ones with tensor inputs and outputs drawn from a per-thread pool
- * whose tensors die and are reborn now and then (so object ids are assigned and retired all
- * the time). Meanwhile a control thread adds, enables, disables and removes up to 8 extra
- * observers with small counting callbacks, in a loop; the trace observer stays enabled.
+ * and three deep, every 512 of them inside a long "step" op, the outer ones with tensor inputs and
+ * outputs drawn from a per-thread pool whose tensors die and are reborn now and then (so object ids
+ * are assigned and retired all the time). Meanwhile a control thread adds, enables, disables and
+ * removes up to 8 extra observers with small counting callbacks, in a loop; the trace observer
+ * stays enabled.
  *
  * Checks, each failing the run (exit 1) with a line on stderr:
  * - every extra observer: exits <= enters once it is removed, and on each recording thread
@@ -21,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
@@ -30,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,13 +45,14 @@
 #define ETR_TOOL "etr"
 #endif
 
-enum { MAX_THREADS = 64, SLOTS = 8, STACK = 8, POOL = 8, GRAVE = 256 };
+enum { MAX_THREADS = 64, SLOTS = 8, STACK = 8, POOL = 8, GRAVE = 256, STEP = 512 };
 #define MAGIC_ALIVE 0x5eedf00du
 #define MAGIC_DEAD 0xdeadbeefu
 
 static int g_threads = 8;
 static uint64_t g_ops = 20000;
 static bool g_quiet;
+static uint32_t g_flush_ms, g_buffer_kb; /* trace options; 0 = the defaults */
 
 static _Thread_local int tls_idx = -1;
 
@@ -180,7 +186,18 @@ static void *recorder(void *arg) {
   }
   uint64_t rng = 0x9E3779B97F4A7C15ull * (uint64_t)(c->idx + 1);
   uint64_t made = 0;
+  etr_record step;
+  bool in_step = false;
   for (uint64_t it = 0; made < g_ops; it++) {
+    /* Every STEP iterations run inside one long op (like a training step): its children
+     * span many buffer chunks and timed flushes. */
+    if (it % STEP == 0) {
+      if (in_step) etr_record_end(&step);
+      etr_record_init(&step, "stress::step", ETR_SCOPE_USER_SCOPE);
+      etr_record_begin(&step);
+      in_step = true;
+      if (++made == g_ops) break;
+    }
     uint64_t r = rng_next(&rng);
     const etr_tensor *a = &pool[r % POOL].t, *b = &pool[(r >> 8) % POOL].t;
     const etr_tensor *o = &pool[(r >> 16) % POOL].t;
@@ -196,6 +213,7 @@ static void *recorder(void *arg) {
       etr_storage_died(&d->storage);
     }
   }
+  if (in_step) etr_record_end(&step);
   c->made = made;
   atomic_fetch_add(&g_ops_made, made);
   free(pool);
@@ -341,6 +359,91 @@ static int validate(const char *etr, const char *path, long long *nodes, long lo
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
+/* Order of the nodes in the file, from its text (etr writes each node on a line of its own
+ * that starts with `{"id": N, "name": "...", "ctrl_deps": P, `):
+ * an op node must come before its parent op (children complete first, DESIGN 6.1); thread
+ * nodes may come anywhere. Counts the nodes, the op nodes, and the ops written after their
+ * parent op. Returns 0, or -1 when the file cannot be read or a node cannot be parsed. */
+typedef struct order_stats {
+  uint64_t nodes, ops, after_parent, first_bad_id, first_bad_parent;
+} order_stats;
+
+static int check_order(const char *path, order_stats *os) {
+  static const char pat[] = "{\"id\": ",
+                    thread_name[] = "[pytorch|profiler|execution_trace|thread]";
+  memset(os, 0, sizeof *os);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || sb.st_size == 0) {
+    close(fd);
+    return -1;
+  }
+  size_t n = (size_t)sb.st_size;
+  const char *data = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (data == MAP_FAILED) return -1;
+  madvise((void *)data, n, MADV_SEQUENTIAL);
+  uint8_t *seen = NULL; /* by id: 1 written, 2 thread node */
+  size_t cap = 0;
+  int rc = 0;
+  const char *end = data + n;
+  /* Line by line (memchr): sanitizers check the whole haystack of each memmem call. */
+  for (const char *line = data; line < end;) {
+    const char *nl = memchr(line, '\n', (size_t)(end - line));
+    const char *lend = nl ? nl : end;
+    const char *p = line;
+    line = nl ? nl + 1 : end;
+    while (p < lend && *p == ' ') p++;
+    if ((size_t)(lend - p) < sizeof pat - 1 || memcmp(p, pat, sizeof pat - 1) != 0) continue;
+    char *q;
+    p += sizeof pat - 1;
+    uint64_t id = strtoull(p, &q, 10);
+    static const char k_name[] = ", \"name\": \"", k_deps[] = "\", \"ctrl_deps\": ";
+    if (q == p || (size_t)(end - q) < sizeof k_name || memcmp(q, k_name, sizeof k_name - 1)) {
+      rc = -1;
+      break;
+    }
+    const char *name = q + sizeof k_name - 1;
+    const char *dq = memchr(name, '"', (size_t)(lend - name));
+    while (dq && dq[-1] == '\\') dq = memchr(dq + 1, '"', (size_t)(lend - dq - 1));
+    if (!dq || (size_t)(end - dq) < sizeof k_deps || memcmp(dq, k_deps, sizeof k_deps - 1)) {
+      rc = -1;
+      break;
+    }
+    uint64_t parent = strtoull(dq + sizeof k_deps - 1, NULL, 10);
+    bool is_thread = (size_t)(dq - name) == sizeof thread_name - 1 &&
+                     memcmp(name, thread_name, sizeof thread_name - 1) == 0;
+    size_t need = (size_t)(id > parent ? id : parent) + 1;
+    if (need > cap) {
+      size_t nc = cap ? cap : 1u << 20;
+      while (nc < need) nc *= 2;
+      uint8_t *ns = realloc(seen, nc);
+      if (!ns) {
+        rc = -1;
+        break;
+      }
+      memset(ns + cap, 0, nc - cap);
+      seen = ns;
+      cap = nc;
+    }
+    os->nodes++;
+    if (id != 1 && !is_thread) {
+      os->ops++;
+      if (parent != 1 && (seen[parent] & 3) == 1) { /* its parent op is written already */
+        if (os->after_parent++ == 0) {
+          os->first_bad_id = id;
+          os->first_bad_parent = parent;
+        }
+      }
+    }
+    seen[id] = (uint8_t)(1 | (is_thread ? 2 : 0));
+  }
+  free(seen);
+  munmap((void *)data, n);
+  return rc;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -351,9 +454,12 @@ static void usage(FILE *f) {
   fputs(
       "usage: reliability_stress [--threads T] [--ops N] [--out FILE] [--etr PATH] [--keep]"
       " [--quiet]\n"
+      "                          [--flush-ms MS] [--buffer-kb KB]\n"
       "  T threads (1..64, default 8) each make N ops (default 20000) while extra observers\n"
       "  are added, toggled and removed; the trace (default: a temp file, removed unless\n"
-      "  --keep) is validated with `etr validate --strict` (PATH default: " ETR_TOOL ").\n",
+      "  --keep) is validated with `etr validate --strict` (PATH default: " ETR_TOOL
+      ").\n"
+      "  --flush-ms, --buffer-kb: trace options (default: the library's defaults).\n",
       f);
 }
 
@@ -374,6 +480,12 @@ int main(int argc, char **argv) {
       i++;
     } else if (strcmp(a, "--etr") == 0 && v) {
       etr = v;
+      i++;
+    } else if (strcmp(a, "--flush-ms") == 0 && v) {
+      g_flush_ms = (uint32_t)strtoul(v, NULL, 10);
+      i++;
+    } else if (strcmp(a, "--buffer-kb") == 0 && v) {
+      g_buffer_kb = (uint32_t)strtoul(v, NULL, 10);
       i++;
     } else if (strcmp(a, "--keep") == 0) {
       keep = true;
@@ -404,7 +516,10 @@ int main(int argc, char **argv) {
   }
 
   etr_trace *tr = NULL;
-  int rc = etr_trace_open(out, NULL, &tr);
+  etr_trace_options topt = ETR_TRACE_OPTIONS_INIT;
+  topt.flush_ms = g_flush_ms;
+  topt.buffer_kb = g_buffer_kb;
+  int rc = etr_trace_open(out, &topt, &tr);
   if (rc == 0) rc = etr_trace_enable(tr);
   if (rc != 0) {
     fprintf(stderr, "stress: cannot open %s: %s\n", out, etr_strerror(rc));
@@ -434,6 +549,8 @@ int main(int argc, char **argv) {
   long long nodes = -1, vops = -1;
   char verdict[1024] = "";
   int vrc = validate(etr, out, &nodes, &vops, verdict, sizeof verdict);
+  order_stats os;
+  int orc = check_order(out, &os);
   double t3 = now_s();
   if (vrc < 0) fprintf(stderr, "stress: cannot run %s: %s\n", etr, strerror(errno));
 
@@ -465,6 +582,16 @@ int main(int argc, char **argv) {
         (unsigned long long)st.ops_recorded);
   CHECK(nodes == (long long)st.nodes_written, "nodes in the file %lld != nodes_written %llu", nodes,
         (unsigned long long)st.nodes_written);
+  CHECK(orc == 0, "cannot scan the nodes of %s", out);
+  CHECK(os.ops == st.ops_recorded && os.nodes == st.nodes_written,
+        "scan: %llu nodes, %llu op nodes; close: %llu nodes, %llu ops",
+        (unsigned long long)os.nodes, (unsigned long long)os.ops,
+        (unsigned long long)st.nodes_written, (unsigned long long)st.ops_recorded);
+  CHECK(os.after_parent == 0,
+        "%llu op nodes written after their parent op (children complete first); the first: "
+        "node %llu, parent %llu",
+        (unsigned long long)os.after_parent, (unsigned long long)os.first_bad_id,
+        (unsigned long long)os.first_bad_parent);
   CHECK(atomic_load(&g_late) == 0, "%llu callbacks after remove returned",
         (unsigned long long)atomic_load(&g_late));
   CHECK(atomic_load(&g_bad_magic) == 0, "%llu callbacks on freed observers",
@@ -483,7 +610,7 @@ int main(int argc, char **argv) {
       "stress: threads %d x ops %llu: ops %llu, nodes %lld (ops in file %lld, threads %llu),"
       " dropped %llu, buffer waits %llu, objects %llu, ids retired %llu;"
       " observers added %llu removed %llu toggles %llu, late callbacks %llu;"
-      " record %.2fs close %.2fs validate %.2fs; %s\n",
+      " record %.2fs close %.2fs check %.2fs; %s\n",
       g_threads, (unsigned long long)g_ops, (unsigned long long)st.ops_recorded, nodes, vops,
       (unsigned long long)st.threads, (unsigned long long)st.nodes_dropped,
       (unsigned long long)st.buffer_waits, (unsigned long long)st.objects,
