@@ -7,10 +7,12 @@
 #   ./scripts/fuzz.sh --targets fuzz_reader     only the targets named (comma separated)
 #   ./scripts/fuzz.sh --update-corpus           merge new coverage into tests/fuzz/corpus/
 #
-# Build: build-fuzz at the top of the tree, clang with -DETR_FUZZ=ON (every target built
-# with ASan+UBSan and libFuzzer's coverage instrumentation; packages clang and
-# libclang-rt-14-dev). Targets run one after the other, one worker each (the machines have
-# 2 cores; ETR_FUZZ_JOBS=N runs N jobs/workers per target instead).
+# Build: build-fuzz at the top of the tree (ETR_FUZZ_BUILD=DIR for another), clang with
+# -DETR_FUZZ=ON (every target built with ASan+UBSan and libFuzzer's coverage
+# instrumentation; packages clang and libclang-rt-14-dev). Targets run one after the other,
+# one worker each (the machines have 2 cores; ETR_FUZZ_JOBS=N runs N jobs/workers per target
+# instead). A target stops at its first crash (libFuzzer's default); fuzz_reader uses the
+# dictionary tests/fuzz/fuzz_reader.dict.
 # Corpus: tests/fuzz/corpus/<target>/ is read, never written (unless --update-corpus, which
 # merges with -merge=1 so only inputs adding coverage go in); new inputs go to a work
 # directory (ETR_FUZZ_WORK, default a fresh /tmp/etr-fuzz.XXXXXX, kept and printed) along with
@@ -59,14 +61,15 @@ ETR_PACKAGES=(clang cmake pkg-config libclang-rt-14-dev libcmocka-dev libjansson
   zlib1g-dev libyajl-dev libdw-dev python3)
 etr_ensure_packages
 
-build=$ETR_ROOT/build-fuzz
+build=${ETR_FUZZ_BUILD:-$ETR_ROOT/build-fuzz}
+mkdir -p "$build"
 etr_say "fuzz: configure and build $build"
 CC=${ETR_FUZZ_CC:-clang} CXX=${ETR_FUZZ_CXX:-clang++} cmake -S "$ETR_ROOT" -B "$build" \
-  -DETR_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_BUILD_BENCH=OFF >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; etr_die "configure failed"; }
+  -DETR_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_BUILD_BENCH=OFF >"$build/fuzz-configure.log" 2>&1 ||
+  { cat "$build/fuzz-configure.log"; etr_die "configure failed"; }
 IFS=, read -r -a tlist <<<"$targets"
-cmake --build "$build" -j "$ETR_JOBS" --target "${tlist[@]}" >"$build.build.log" 2>&1 ||
-  { tail -n 40 "$build.build.log"; etr_die "build failed (log: $build.build.log)"; }
+cmake --build "$build" -j "$ETR_JOBS" --target "${tlist[@]}" >"$build/fuzz-build.log" 2>&1 ||
+  { tail -n 40 "$build/fuzz-build.log"; etr_die "build failed (log: $build/fuzz-build.log)"; }
 
 work=${ETR_FUZZ_WORK:-$(mktemp -d /tmp/etr-fuzz.XXXXXX)}
 mkdir -p "$work"
@@ -89,7 +92,7 @@ for t in "${tlist[@]}"; do
   # verdicts; the reader's stderr: one error line per bad input)
   case "$t" in
   fuzz_reader)
-    opts=(-max_len=65536 -timeout=30 -close_fd_mask=3)
+    opts=(-max_len=65536 -timeout=30 -close_fd_mask=3 -dict="$ETR_ROOT/tests/fuzz/fuzz_reader.dict")
     if [ -d "$real" ]; then
       mkdir -p "$dir/real"
       python3 "$ETR_ROOT/tests/fuzz/make_corpus.py" --slices "$dir/real" "$real"/*.json* &&

@@ -28,7 +28,11 @@
  *    record-negative-tensor-offset;
  *  - an object value's type is its kind name as given: an empty kind gives type "" (an
  *    error), a kind named "Int" or "Tensor(float)" a type that says something else:
- *    record-empty-object-kind. By default kinds come from a fixed list.
+ *    record-empty-object-kind. By default kinds come from a fixed list;
+ *  - a dtype is written into the type "Tensor(<dtype>)" as given: a dtype holding '>' or
+ *    ',' or ']' unbalances the type string, and `etr validate` then counts the elements of
+ *    an enclosing "GenericList[...]" wrongly (type names 3 elements, the value has 4):
+ *    record-dtype-with-brackets. By default those characters become '_' in dtypes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -160,6 +164,15 @@ static const char *pick_str(worker *w, bool allow_null) {
   }
 }
 
+/* A name that goes into a type string ("Tensor(<dtype>)"): without the brackets and commas
+ * that delimit types, unless ETR_FUZZ_HOSTILE (see the top). */
+static const char *type_name(worker *w, const char *s) {
+  if (g_hostile || !s || s < w->strs || s >= w->strs + STR_BUF) return s;
+  for (char *p = (char *)s; *p; p++)
+    if (strchr("[]()<>,", *p)) *p = '_';
+  return s;
+}
+
 static etr_value *alloc_values(worker *w, size_t n) {
   if (n > POOL_VALUES - w->n_values) return NULL;
   etr_value *v = w->values + w->n_values;
@@ -186,7 +199,7 @@ static const etr_tensor *make_tensor(worker *w) {
   }
   uint8_t d = u8(w);
   static const char *const DT[] = {"float", "double", "c10::Half", "long int", "bool"};
-  t->dtype = d % 8 == 7 ? NULL : d % 8 >= 5 ? pick_str(w, false) : DT[d % 8];
+  t->dtype = d % 8 == 7 ? NULL : d % 8 >= 5 ? type_name(w, pick_str(w, false)) : DT[d % 8];
   t->device = d & 8 ? NULL : d & 16 ? pick_str(w, true) : "cpu";
   uint8_t nd = u8(w);
   t->ndim = nd & 0x80 ? -(int32_t)(nd & 3) : (int32_t)(nd % 72);
