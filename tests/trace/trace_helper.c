@@ -113,7 +113,13 @@ static void *spin_ops(void *p) {
   (void)p;
   op("spin_op", 1);
   atomic_fetch_add(&spinning, 1);
-  for (;;) op("spin_op", 1);
+  for (int i = 0;; i++) {
+    op("spin_op", 1);
+    if (i % 4 == 0) { /* busy, but files of a few MB */
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
+  }
   return NULL;
 }
 
@@ -148,8 +154,8 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   etr_record_init(&open_op, "open_at_signal", ETR_SCOPE_FUNCTION);
   etr_record_begin(&open_op);
   if (sig == SIGSEGV) {
-    volatile int *volatile bad = NULL;
-    *bad = 1;
+    volatile uintptr_t bad = 8; /* unmapped, and not NULL, which UBSan would stop at */
+    *(volatile int *)bad = 1;
   } else if (sig == SIGBUS) {
     char tmpl[] = "/tmp/etr-bus-XXXXXX";
     int fd = mkstemp(tmpl);
