@@ -81,7 +81,7 @@ static void usage(FILE *f) {
           "  -h, --help         this text\n"
           "  FILE               a trace, .json or gzip-compressed (a gzip file cut short is\n"
           "                     repaired from what decompresses; OUT is plain JSON); '-'\n"
-          "                     reads stdin\n"
+          "                     reads stdin; a pipe or FIFO is first copied to $TMPDIR\n"
           "\n"
           "exit status: 0 repaired (or intact, copied), 1 cannot write OUT or read FILE\n"
           "through, 2 usage error or FILE is not a trace (no complete header: nothing is\n"
@@ -402,6 +402,12 @@ typedef struct repair {
   bool process_added;
   uint64_t tracebacks_lost;
   int64_t finish_ts;
+  /* the outcome */
+  bool intact;
+  uint64_t input_bytes, dropped;
+  const char *reason; /* why the input stops (NULL when intact) */
+  uint64_t reason_at;
+  char why[600];
 } repair;
 
 static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
@@ -546,19 +552,19 @@ static bool add_nodes(repair *w) {
   return true;
 }
 
-static void put_repair_member(repair *w, uint64_t dropped, uint64_t input_bytes) {
+static void put_repair_member(repair *w) {
   etr_out_fmt(&w->o,
               "\"repair\": {\"nodes_kept\": %" PRIu64 ", \"bytes_dropped\": %" PRIu64
               ", \"cut_at\": %" PRIu64 ", \"placeholders_added\": %" PRIu64
               ", \"thread_nodes_added\": %" PRIu64 ", \"process_node_added\": %d"
               ", \"tracebacks_lost\": %" PRIu64 ", \"source_bytes\": %" PRIu64
               ", \"source_json_bytes\": %" PRIu64 "}",
-              w->kept, dropped, w->last_end, w->placeholders, w->threads_added,
-              w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, input_bytes);
+              w->kept, w->dropped, w->last_end, w->placeholders, w->threads_added,
+              w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, w->input_bytes);
 }
 
 /* The footer: "]", finish_ts, the tables written whole, "etr". */
-static void put_footer(repair *w, uint64_t dropped, uint64_t input_bytes) {
+static void put_footer(repair *w) {
   etr_out *o = &w->o;
   etr_reader *r = w->r;
   const etr_rheader *h = etr_reader_header(r);
@@ -629,7 +635,7 @@ static void put_footer(repair *w, uint64_t dropped, uint64_t input_bytes) {
       etr_out_jval(o, &m->val);
     }
   etr_out_cstr(o, ", ");
-  put_repair_member(w, dropped, input_bytes);
+  put_repair_member(w);
   etr_out_cstr(o, "}\n}\n");
 }
 
@@ -646,39 +652,42 @@ static const char *split_error(etr_reader *r, uint64_t *at) {
   return !strncmp(end, ": ", 2) ? end + 2 : end;
 }
 
-/* stdin that is not a regular file is copied to an unlinked temporary file put in its
- * place, so both streams can read it. Returns the fd for the raw stream and its base
- * offset, or -1 after printing the error. */
-static int stdin_source(uint64_t *base) {
+/* The raw stream's source for an input that is open on in_fd (stdin, or FILE opened here):
+ * a regular file is read again with pread from its current offset; anything else (a pipe,
+ * a FIFO, <(...)) is first copied to an unlinked temporary file, which is then put on
+ * stdin for the reader ("-"). Returns the fd for the raw stream (its base offset in *base;
+ * *spooled says the reader must read "-"), or -1 after printing the error. */
+static int raw_source(int in_fd, const char *file, uint64_t *base, bool *spooled) {
   struct stat st;
-  if (fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
-    off_t at = lseek(STDIN_FILENO, 0, SEEK_CUR);
+  *spooled = false;
+  if (fstat(in_fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    off_t at = lseek(in_fd, 0, SEEK_CUR);
     if (at >= 0) {
       *base = (uint64_t)at;
-      return STDIN_FILENO;
+      return in_fd;
     }
   }
   const char *dir = getenv("TMPDIR");
+  if (!dir || !*dir) dir = "/tmp";
   char tmpl[4096];
-  snprintf(tmpl, sizeof tmpl, "%s/etr-repair-XXXXXX", dir && *dir ? dir : "/tmp");
+  snprintf(tmpl, sizeof tmpl, "%s/etr-repair-XXXXXX", dir);
   int fd = mkstemp(tmpl);
   if (fd < 0) {
-    etr_cli_error(CMD, "<stdin>: cannot create a temporary copy in %s: %s",
-                  dir && *dir ? dir : "/tmp", strerror(errno));
+    etr_cli_error(CMD, "%s: cannot create a temporary copy in %s: %s", file, dir,
+                  strerror(errno));
     return -1;
   }
   unlink(tmpl);
   char *buf = malloc(RAW_BLOCK);
   if (!buf) {
-    close(fd);
-    etr_cli_error(CMD, "<stdin>: out of memory");
-    return -1;
+    etr_cli_error(CMD, "%s: out of memory", file);
+    goto fail;
   }
   for (;;) {
-    ssize_t k = read(STDIN_FILENO, buf, RAW_BLOCK);
+    ssize_t k = read(in_fd, buf, RAW_BLOCK);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      etr_cli_error(CMD, "<stdin>: read error: %s", strerror(errno));
+      etr_cli_error(CMD, "%s: read error: %s", file, strerror(errno));
       goto fail;
     }
     if (k == 0) break;
@@ -686,19 +695,21 @@ static int stdin_source(uint64_t *base) {
       ssize_t m = write(fd, buf + done, (size_t)(k - done));
       if (m < 0 && errno == EINTR) continue;
       if (m < 0) {
-        etr_cli_error(CMD, "<stdin>: cannot write the temporary copy: %s", strerror(errno));
+        etr_cli_error(CMD, "%s: cannot write the temporary copy in %s: %s", file, dir,
+                      strerror(errno));
         goto fail;
       }
       done += m;
     }
   }
   free(buf);
+  buf = NULL;
   if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, STDIN_FILENO) < 0) {
-    etr_cli_error(CMD, "<stdin>: cannot read back the temporary copy: %s", strerror(errno));
-    close(fd);
-    return -1;
+    etr_cli_error(CMD, "%s: cannot read back the temporary copy: %s", file, strerror(errno));
+    goto fail;
   }
   *base = 0;
+  *spooled = true;
   return fd;
 fail:
   free(buf);
@@ -706,7 +717,134 @@ fail:
   return -1;
 }
 
+/* ----------------------------------------------------------------- report ---- */
+
+static int report(const repair *w, bool json) {
+  if (json) {
+    etr_out jo = {stdout, false};
+    etr_out_cstr(&jo, "{\"file\": ");
+    etr_out_jstr(&jo, w->file, strlen(w->file));
+    etr_out_cstr(&jo, ", \"output\": ");
+    etr_out_jstr(&jo, w->out_path, strlen(w->out_path));
+    etr_out_fmt(&jo, ", \"intact\": %s, \"gzip\": %s, \"nodes_kept\": %" PRIu64
+                ", \"bytes_dropped\": %" PRIu64 ", \"cut_at\": %" PRIu64
+                ", \"placeholders_added\": %" PRIu64 ", \"thread_nodes_added\": %" PRIu64
+                ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
+                ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
+                ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64
+                ", \"reason\": ",
+                w->intact ? "true" : "false", w->raw.gz ? "true" : "false", w->kept, w->dropped,
+                w->intact ? w->input_bytes : w->last_end, w->placeholders, w->threads_added,
+                w->process_added ? "true" : "false", w->tracebacks_lost,
+                w->intact ? etr_reader_finish_ts(w->r) : w->finish_ts, w->raw.file_off,
+                w->input_bytes, w->reason_at);
+    if (w->reason)
+      etr_out_jstr(&jo, w->reason, strlen(w->reason));
+    else
+      etr_out_cstr(&jo, "null");
+    etr_out_cstr(&jo, "}\n");
+    if (fflush(stdout) != 0 || jo.failed) {
+      etr_cli_error(CMD, "<stdout>: write error");
+      return ETR_CLI_FAIL;
+    }
+    return ETR_CLI_OK;
+  }
+  if (w->intact) {
+    fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", w->file,
+            w->kept, w->raw.gz ? " (decompressed)" : "");
+    return ETR_CLI_OK;
+  }
+  char added[160] = "nothing";
+  int k = 0;
+  if (w->process_added) k += snprintf(added, sizeof added, "1 process node");
+  if (w->placeholders)
+    k += snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " placeholder%s",
+                  k ? ", " : "", w->placeholders, w->placeholders == 1 ? "" : "s");
+  if (w->threads_added)
+    snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " thread node%s", k ? ", " : "",
+             w->threads_added, w->threads_added == 1 ? "" : "s");
+  char tb[128] = "";
+  if (w->tracebacks_lost)
+    snprintf(tb, sizeof tb, "; %" PRIu64 " traceback attr%s kept, their frames lost",
+             w->tracebacks_lost, w->tracebacks_lost == 1 ? "" : "s");
+  fprintf(stderr,
+          "etr repair: %s: kept %" PRIu64 " nodes, added %s; dropped %" PRIu64
+          " bytes after the %s (byte %" PRIu64 "): %s at byte %" PRIu64 "%s\n",
+          w->file, w->kept, added, w->dropped, w->kept ? "last complete node" : "header",
+          w->last_end, w->reason, w->reason_at, tb);
+  return ETR_CLI_OK;
+}
+
 /* ------------------------------------------------------------------- main ---- */
+
+/* The message and status when the reader cannot read FILE's header. */
+static int open_failed(repair *w, int rc) {
+  if (!w->r) {
+    etr_cli_error(CMD, "%s: byte 0: out of memory", w->file);
+    return ETR_CLI_FAIL;
+  }
+  if (rc == ETR_EFORMAT) {
+    uint64_t at;
+    const char *why = split_error(w->r, &at);
+    if (etr_reader_input_consumed(w->r) == 0)
+      etr_cli_error(CMD, "%s: byte 0: empty file: not a trace, nothing written", w->file);
+    else
+      etr_cli_error(CMD, "%s: byte %" PRIu64 ": %s: not a trace, or its header (up to "
+                    "\"nodes\": [) is cut short; no node to recover, nothing written",
+                    w->file, at, why);
+    return ETR_CLI_USAGE;
+  }
+  etr_cli_error(CMD, "%s", etr_reader_error(w->r));
+  return rc == ETR_EOPEN ? ETR_CLI_USAGE : ETR_CLI_FAIL;
+}
+
+/* Copies the header and each complete node. ETR_CLI_OK, or an error status after printing
+ * the error. Sets w->intact, or w->reason / w->reason_at for where the input stops. */
+static int copy_nodes(repair *w) {
+  const etr_rnode *n;
+  int rc = 0;
+  bool raw_bad = false;
+  w->last_end = raw_copy_header(&w->raw, &w->o);
+  if (w->last_end == 0 || w->last_end == UINT64_MAX) raw_bad = true;
+  while (!raw_bad && (rc = etr_reader_next(w->r, &n)) == 1) {
+    if (raw_copy(&w->raw, &w->o, n->offset) != n->offset) {
+      raw_bad = true;
+      break;
+    }
+    uint64_t end = raw_copy_object(&w->raw, &w->o);
+    if (end == 0 || end == UINT64_MAX) {
+      raw_bad = true;
+      break;
+    }
+    w->last_end = end;
+    w->kept++;
+    w->any_node_out = true;
+    if (!note_node(w, n)) {
+      etr_cli_error(CMD, "%s: out of memory", w->file);
+      return ETR_CLI_FAIL;
+    }
+  }
+  if (raw_bad) {
+    if (w->raw.err)
+      etr_cli_error(CMD, "%s: read error: %s", w->file, strerror(w->raw.err));
+    else
+      etr_cli_error(CMD, "%s: byte %" PRIu64 ": the input changed while it was read", w->file,
+                    raw_at(&w->raw));
+    return ETR_CLI_FAIL;
+  }
+  if (rc == 0) {
+    rc = etr_reader_finish(w->r);
+    w->intact = rc == 0;
+    if (w->intact) return ETR_CLI_OK;
+  }
+  if (rc != ETR_EFORMAT) { /* out of memory, a read error: no repair from a partial view */
+    etr_cli_error(CMD, "%s", etr_reader_error(w->r));
+    return ETR_CLI_FAIL;
+  }
+  snprintf(w->why, sizeof w->why, "%s", split_error(w->r, &w->reason_at));
+  w->reason = w->why;
+  return ETR_CLI_OK;
+}
 
 int etr_cmd_repair(int argc, char **argv) {
   const char *out_path = NULL, *path = NULL;
@@ -722,14 +860,13 @@ int etr_cmd_repair(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "-o:jh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "-o:j", opts, NULL)) != -1) {
     switch (c) {
       case 'o':
         if (out_path) return etr_cli_usage(CMD, "one -o only");
         out_path = optarg;
         break;
       case 'j': json = true; break;
-      case 'h': usage(stdout); return ETR_CLI_OK;
       case 1:
         if (etr_cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
         break;
@@ -744,7 +881,6 @@ int etr_cmd_repair(int argc, char **argv) {
   bool to_stdout = !strcmp(out_path, "-");
   if (json && to_stdout) return etr_cli_usage(CMD, "--json prints on stdout: not with -o -");
   bool from_stdin = !strcmp(path, "-");
-  const char *file = from_stdin ? "<stdin>" : path;
 
   /* never overwrite the input */
   struct stat si, so;
@@ -757,62 +893,42 @@ int etr_cmd_repair(int argc, char **argv) {
 
   repair w;
   memset(&w, 0, sizeof w);
-  w.file = file;
+  w.file = from_stdin ? "<stdin>" : path;
   w.out_path = out_path;
   w.free_head = SIZE_MAX;
-  w.raw.fd = -1;
-  int status = ETR_CLI_OK;
+  int status = ETR_CLI_OK, own_fd = -1, open_errno = 0;
   FILE *f = NULL;
   bool created = false;
-  int own_fd = -1;
 
-  /* the raw stream's source */
-  if (from_stdin) {
-    int fd = stdin_source(&w.raw.base);
-    if (fd < 0) return ETR_CLI_FAIL;
-    w.raw.fd = fd;
-    if (fd != STDIN_FILENO) own_fd = fd;
+  /* the raw stream's source, then the reader (which reads the header) */
+  int in_fd = from_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+  const char *reader_path = path;
+  struct stat st;
+  if (in_fd > STDIN_FILENO && fstat(in_fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(in_fd); /* the reader says so */
+    in_fd = -1;
+  }
+  if (in_fd >= 0) {
+    bool spooled;
+    w.raw.fd = raw_source(in_fd, w.file, &w.raw.base, &spooled);
+    if (in_fd != STDIN_FILENO && w.raw.fd != in_fd) close(in_fd);
+    if (w.raw.fd < 0) return ETR_CLI_FAIL;
+    if (w.raw.fd != STDIN_FILENO) own_fd = w.raw.fd;
+    if (spooled) reader_path = "-";
   } else {
-    own_fd = w.raw.fd = open(path, O_RDONLY | O_CLOEXEC);
-    /* failing here is reported by the reader below, in the usual form */
+    w.raw.fd = -1;
+    open_errno = errno; /* reported by the reader below, in the usual form */
   }
-
   etr_reader_options ro = ETR_READER_OPTIONS_INIT;
-  int rc = etr_reader_open(path, &ro, &w.r);
+  int rc = etr_reader_open(reader_path, &ro, &w.r);
   if (rc < 0) {
-    if (!w.r) {
-      etr_cli_error(CMD, "%s: byte 0: out of memory", file);
-      status = ETR_CLI_FAIL;
-    } else if (rc == ETR_EOPEN) {
-      etr_cli_error(CMD, "%s", etr_reader_error(w.r));
-      status = ETR_CLI_USAGE;
-    } else if (rc == ETR_EFORMAT) {
-      uint64_t at;
-      const char *why = split_error(w.r, &at);
-      struct stat st;
-      bool empty = etr_reader_input_consumed(w.r) == 0 ||
-                   (!from_stdin && stat(path, &st) == 0 && st.st_size == 0);
-      if (empty)
-        etr_cli_error(CMD, "%s: byte 0: empty file: not a trace, nothing written", file);
-      else
-        etr_cli_error(CMD, "%s: byte %" PRIu64 ": %s: not a trace, or its header (up to "
-                      "\"nodes\": [) is cut short; no node to recover, nothing written",
-                      file, at, why);
-      status = ETR_CLI_USAGE;
-    } else {
-      etr_cli_error(CMD, "%s", etr_reader_error(w.r));
-      status = ETR_CLI_FAIL;
-    }
-    goto done;
-  }
-  if (w.raw.fd < 0) {
-    etr_cli_error(CMD, "%s: cannot open: %s", file, strerror(errno));
-    status = ETR_CLI_USAGE;
+    status = open_failed(&w, rc);
     goto done;
   }
   w.raw.buf = malloc(RAW_BLOCK);
-  if (!w.raw.buf) {
-    etr_cli_error(CMD, "%s: out of memory", file);
+  if (w.raw.fd < 0 || !w.raw.buf) {
+    etr_cli_error(CMD, "%s: %s", w.file,
+                  w.raw.fd < 0 ? strerror(open_errno) : "out of memory");
     status = ETR_CLI_FAIL;
     goto done;
   }
@@ -837,87 +953,30 @@ int etr_cmd_repair(int argc, char **argv) {
   setvbuf(f, NULL, _IOFBF, 1u << 20);
   w.o.f = f;
 
-  /* the header, then each complete node with the bytes before it */
-  const etr_rnode *n;
-  bool oom = false, raw_bad = false;
-  w.last_end = raw_copy_header(&w.raw, &w.o);
-  if (w.last_end == 0 || w.last_end == UINT64_MAX) {
-    raw_bad = true;
-    rc = 0;
+  status = copy_nodes(&w);
+  if (status != ETR_CLI_OK) goto done;
+  /* the rest: copied when intact, else counted as dropped and the trace completed */
+  w.input_bytes = raw_copy(&w.raw, w.intact ? &w.o : NULL, UINT64_MAX);
+  if (w.input_bytes == UINT64_MAX) {
+    etr_cli_error(CMD, "%s: read error: %s", w.file, strerror(w.raw.err));
+    status = ETR_CLI_FAIL;
+    goto done;
   }
-  while (!raw_bad && (rc = etr_reader_next(w.r, &n)) == 1) {
-    if (raw_copy(&w.raw, &w.o, n->offset) != n->offset) {
-      raw_bad = true;
-      break;
-    }
-    uint64_t end = raw_copy_object(&w.raw, &w.o);
-    if (end == 0 || end == UINT64_MAX) {
-      raw_bad = true;
-      break;
-    }
-    w.last_end = end;
-    w.kept++;
-    w.any_node_out = true;
-    if (!note_node(&w, n)) {
-      oom = true;
-      break;
-    }
-  }
-  bool intact = false;
-  uint64_t stop_at = 0;
-  const char *stop_why = NULL;
-  char why_buf[600];
-  if (rc == 0 && !oom && !raw_bad) {
-    rc = etr_reader_finish(w.r);
-    intact = rc == 0;
-  }
-  if (!oom && !raw_bad && !intact) {
-    if (rc == ETR_ENOMEM) {
-      oom = true;
-    } else if (rc != ETR_EFORMAT) { /* a read error: no repair from a partial view */
-      etr_cli_error(CMD, "%s", etr_reader_error(w.r));
+  if (!w.intact) {
+    if (!add_nodes(&w)) {
+      etr_cli_error(CMD, "%s: out of memory", w.file);
       status = ETR_CLI_FAIL;
       goto done;
-    } else {
-      snprintf(why_buf, sizeof why_buf, "%s", split_error(w.r, &stop_at));
-      stop_why = why_buf;
     }
-  }
-  if (oom) {
-    etr_cli_error(CMD, "%s: out of memory", file);
-    status = ETR_CLI_FAIL;
-    goto done;
-  }
-  if (raw_bad) {
-    if (w.raw.err)
-      etr_cli_error(CMD, "%s: read error: %s", file, strerror(w.raw.err));
-    else
-      etr_cli_error(CMD, "%s: byte %" PRIu64 ": the input changed while it was read", file,
-                    raw_at(&w.raw));
-    status = ETR_CLI_FAIL;
-    goto done;
-  }
-
-  uint64_t dropped = 0, input_bytes;
-  if (intact) {
-    input_bytes = raw_copy(&w.raw, &w.o, UINT64_MAX);
-  } else {
-    /* the rest of the input is dropped: count it */
-    input_bytes = raw_copy(&w.raw, NULL, UINT64_MAX);
-    if (input_bytes != UINT64_MAX) {
-      if (!add_nodes(&w)) {
-        etr_cli_error(CMD, "%s: out of memory", file);
-        status = ETR_CLI_FAIL;
-        goto done;
-      }
-      dropped = input_bytes - w.last_end;
-      put_footer(&w, dropped, input_bytes);
+    w.dropped = w.input_bytes - w.last_end;
+    put_footer(&w);
+    if (w.raw.stop) {
+      w.reason = w.raw.stop;
+      w.reason_at = w.input_bytes;
+    } else if (strstr(w.reason, "unexpected end of input")) {
+      w.reason = "the file ends";
+      w.reason_at = w.input_bytes;
     }
-  }
-  if (input_bytes == UINT64_MAX) {
-    etr_cli_error(CMD, "%s: read error: %s", file, strerror(w.raw.err));
-    status = ETR_CLI_FAIL;
-    goto done;
   }
   status = etr_cli_close_output(CMD, f, out_path);
   f = NULL;
@@ -925,68 +984,7 @@ int etr_cmd_repair(int argc, char **argv) {
     if (created) unlink(out_path); /* no half-written output */
     goto done;
   }
-
-  /* the report */
-  const char *reason = NULL;
-  uint64_t reason_at = input_bytes;
-  if (!intact) {
-    if (w.raw.stop)
-      reason = w.raw.stop;
-    else if (strstr(stop_why, "unexpected end of input"))
-      reason = "the file ends";
-    else
-      reason = stop_why, reason_at = stop_at;
-  }
-  if (json) {
-    etr_out jo = {stdout, false};
-    etr_out_cstr(&jo, "{\"file\": ");
-    etr_out_jstr(&jo, file, strlen(file));
-    etr_out_cstr(&jo, ", \"output\": ");
-    etr_out_jstr(&jo, out_path, strlen(out_path));
-    etr_out_fmt(&jo, ", \"intact\": %s, \"gzip\": %s, \"nodes_kept\": %" PRIu64
-                ", \"bytes_dropped\": %" PRIu64 ", \"cut_at\": %" PRIu64
-                ", \"placeholders_added\": %" PRIu64 ", \"thread_nodes_added\": %" PRIu64
-                ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
-                ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
-                ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64
-                ", \"reason\": ",
-                intact ? "true" : "false", w.raw.gz ? "true" : "false", w.kept, dropped,
-                intact ? input_bytes : w.last_end, w.placeholders, w.threads_added,
-                w.process_added ? "true" : "false", w.tracebacks_lost,
-                intact ? etr_reader_finish_ts(w.r) : w.finish_ts, w.raw.file_off, input_bytes,
-                reason_at);
-    if (reason)
-      etr_out_jstr(&jo, reason, strlen(reason));
-    else
-      etr_out_cstr(&jo, "null");
-    etr_out_cstr(&jo, "}\n");
-    if (fflush(stdout) != 0 || jo.failed) {
-      etr_cli_error(CMD, "<stdout>: write error");
-      status = ETR_CLI_FAIL;
-    }
-  } else if (intact) {
-    fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", file,
-            w.kept, w.raw.gz ? " (decompressed)" : "");
-  } else {
-    char added[160] = "nothing";
-    int k = 0;
-    if (w.process_added) k += snprintf(added, sizeof added, "1 process node");
-    if (w.placeholders)
-      k += snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " placeholder%s",
-                    k ? ", " : "", w.placeholders, w.placeholders == 1 ? "" : "s");
-    if (w.threads_added)
-      snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " thread node%s", k ? ", " : "",
-               w.threads_added, w.threads_added == 1 ? "" : "s");
-    char tb[128] = "";
-    if (w.tracebacks_lost)
-      snprintf(tb, sizeof tb, "; %" PRIu64 " traceback attr%s kept, their frames lost",
-               w.tracebacks_lost, w.tracebacks_lost == 1 ? "" : "s");
-    fprintf(stderr,
-            "etr repair: %s: kept %" PRIu64 " nodes, added %s; dropped %" PRIu64
-            " bytes after the %s (byte %" PRIu64 "): %s at byte %" PRIu64 "%s\n",
-            file, w.kept, added, dropped, w.kept ? "last complete node" : "header", w.last_end,
-            reason, reason_at, tb);
-  }
+  status = report(&w, json);
 
 done:
   if (f) {
