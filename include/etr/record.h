@@ -128,6 +128,8 @@ ETR_API void etr__storage_died(const void *storage);
 /* Start a record. name must stay valid until etr_record_begin returns. Any thread; never
  * allocates or locks while nothing is enabled. */
 static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const char *name, etr_scope scope) {
+  /* (A NULL record is ignored by init, begin and end; for the usual &local the check folds.) */
+  if (ETR__UNLIKELY(!rec)) return;
   rec->_active = 0;
   rec->_state = 0;
 #ifndef ETR_DISABLE
@@ -140,19 +142,19 @@ static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const cha
 }
 
 /* True when some observer will see this record: only then is it worth filling it in. */
-static inline bool etr_record_is_active(const etr_record *rec) { return rec->_active != 0; }
+static inline bool etr_record_is_active(const etr_record *rec) { return rec && rec->_active != 0; }
 
 static inline bool etr_record_needs_inputs(const etr_record *rec) {
-  return rec->_active != 0 && (rec->_needs & ETR_NEEDS_INPUTS) != 0;
+  return rec && rec->_active != 0 && (rec->_needs & ETR_NEEDS_INPUTS) != 0;
 }
 static inline bool etr_record_needs_outputs(const etr_record *rec) {
-  return rec->_active != 0 && (rec->_needs & ETR_NEEDS_OUTPUTS) != 0;
+  return rec && rec->_active != 0 && (rec->_needs & ETR_NEEDS_OUTPUTS) != 0;
 }
 
 /* The operator starts: observers' enter callbacks run here. */
 static inline ETR__ALWAYS_INLINE void etr_record_begin(etr_record *rec) {
 #ifndef ETR_DISABLE
-  if (ETR__UNLIKELY(rec->_state != 0)) etr__record_begin(rec);
+  if (ETR__UNLIKELY(rec && rec->_state != 0)) etr__record_begin(rec);
 #else
   (void)rec;
 #endif
@@ -164,7 +166,7 @@ static inline ETR__ALWAYS_INLINE void etr_record_begin(etr_record *rec) {
  * end costs one branch and counts nothing. */
 static inline ETR__ALWAYS_INLINE void etr_record_end(etr_record *rec) {
 #ifndef ETR_DISABLE
-  if (ETR__UNLIKELY(rec->_state != 0)) etr__record_end(rec);
+  if (ETR__UNLIKELY(rec && rec->_state != 0)) etr__record_end(rec);
 #else
   (void)rec;
 #endif
@@ -172,7 +174,7 @@ static inline ETR__ALWAYS_INLINE void etr_record_end(etr_record *rec) {
 
 /* The record's unique handle (0 when not observed). For observers. */
 static inline uint64_t etr_record_handle(const etr_record *rec) {
-  return rec->_state != 0 ? rec->_rf_id : 0;
+  return rec && rec->_state != 0 ? rec->_rf_id : 0;
 }
 
 /* The calling thread's small logical id (1, 2, ... in order of first use). Put it in the

@@ -222,7 +222,7 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   size_t out_off = ts->arena_len;
   uint32_t n_out = 0;
   size_t out_len = 0;
-  if (rec && !incomplete && rec->outputs && rec->n_outputs)
+  if (rec && !incomplete && rec->n_outputs) /* (NULL outputs: none kept, counted as cut) */
     out_len = etr__encode_values(ts, rec->outputs, rec->n_outputs, &n_out);
 
   etr__ev *ev = (etr__ev *)(void *)(ts->arena + f->off);
@@ -388,7 +388,7 @@ static void trace_enter(const etr_record *rec, void *user) {
     hdr.coll_len = (uint32_t)etr__encode_collective(ts, rec->collective);
     if (hdr.coll_len) hdr.flags |= ETR__EVF_COLLECTIVE;
   }
-  if (rec->inputs && rec->n_inputs)
+  if (rec->n_inputs) /* (NULL inputs: none kept, counted as cut) */
     hdr.in_len = (uint32_t)etr__encode_values(ts, rec->inputs, rec->n_inputs, &hdr.n_in);
   memcpy(ts->arena + off, &hdr, sizeof hdr);
 
@@ -1061,11 +1061,14 @@ int etr_trace_enable(etr_trace *tr) {
 
 int etr_trace_disable(etr_trace *tr) {
   if (!usable(tr)) return unusable(tr);
+  /* Ops in flight are counted at the transition only: threads_mutex orders racing calls. */
+  pthread_mutex_lock(&tr->threads_mutex);
+  bool was_enabled = etr_observer_is_enabled(tr->obs) == 1;
   int rc = etr_observer_disable(tr->obs);
   uint64_t open = 0;
-  pthread_mutex_lock(&tr->threads_mutex);
-  for (etr__tstate *ts = tr->threads; ts; ts = ts->next)
-    open += atomic_load_explicit(&ts->depth_pub, memory_order_relaxed);
+  if (was_enabled)
+    for (etr__tstate *ts = tr->threads; ts; ts = ts->next)
+      open += atomic_load_explicit(&ts->depth_pub, memory_order_relaxed);
   pthread_mutex_unlock(&tr->threads_mutex);
   atomic_fetch_add_explicit(&tr->ops_open_at_disable, open, memory_order_relaxed);
   etr_script_release_pending(); /* a safe point for the script unwinder (no lock held) */
