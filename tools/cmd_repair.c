@@ -10,11 +10,12 @@
  * the footer (finish_ts, traceback tables, an "etr" object with a "repair" member).
  * An intact input is copied unchanged (decompressed when it was gzip).
  *
- * Memory: a bitset of the node ids seen (an id space of N ids costs N/8 bytes, in 4 KB
- * pages only where ids occur), one small entry per parent referenced but not read yet
- * (children come before parents, so this is bounded by nesting depth times threads), one
- * word per thread, and the reader's own bounded buffers. Reading stdin that is not a regular
- * file first copies it to an unlinked temporary file (the raw stream reads it a second time).
+ * Memory: a bitset of the node ids seen (64-byte pages only where ids occur: ~1.5 bits an
+ * id when ids are dense, ~150 bytes when scattered), one entry per parent referenced but
+ * not read yet (children come before parents, so this is bounded by nesting depth times
+ * threads), one word per thread, and the reader's own bounded buffers. An input that is not
+ * a regular file (stdin from a pipe, a FIFO) is first copied to an unlinked temporary file,
+ * which both streams then read.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -319,33 +320,34 @@ static void raw_free(rawsrc *s) {
 
 /* ------------------------------------------------------------- id tables ---- */
 
-/* A set of ids: 4 KB bitmap pages, only where ids occur. */
-#define PAGE_BITS 15
+/* A set of ids: 512-bit (64-byte) bitmap pages, only where ids occur, allocated in slabs
+ * of 256 pages. Dense ids (a counter shared with tensor ids) cost about 1.5 bits an id;
+ * scattered ones at worst a page and its index slots (~150 bytes) each. */
+#define PAGE_BITS 9
+#define PAGE_WORDS ((1u << PAGE_BITS) / 64)
+#define SLAB_PAGES 256u
 typedef struct idset {
   etr_u64map index; /* id >> PAGE_BITS -> page number */
-  uint64_t **pages;
-  size_t n, cap;
+  uint64_t **slabs;
+  size_t n_pages, n_slabs;
 } idset;
 
 static uint64_t *idset_page(idset *s, uint64_t id, bool create) {
   uint64_t pg;
-  if (etr_u64map_get(&s->index, id >> PAGE_BITS, &pg)) return s->pages[pg];
-  if (!create) return NULL;
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 16;
-    uint64_t **np = realloc(s->pages, cap * sizeof *np);
-    if (!np) return NULL;
-    s->pages = np;
-    s->cap = cap;
+  if (!etr_u64map_get(&s->index, id >> PAGE_BITS, &pg)) {
+    if (!create) return NULL;
+    if (s->n_pages == s->n_slabs * SLAB_PAGES) {
+      uint64_t **ns = realloc(s->slabs, (s->n_slabs + 1) * sizeof *ns);
+      if (!ns) return NULL;
+      s->slabs = ns;
+      if (!(ns[s->n_slabs] = calloc(SLAB_PAGES * PAGE_WORDS, sizeof(uint64_t)))) return NULL;
+      s->n_slabs++;
+    }
+    pg = s->n_pages;
+    if (!etr_u64map_put(&s->index, id >> PAGE_BITS, pg)) return NULL;
+    s->n_pages++;
   }
-  uint64_t *p = calloc((1u << PAGE_BITS) / 64, sizeof *p);
-  if (!p) return NULL;
-  if (!etr_u64map_put(&s->index, id >> PAGE_BITS, s->n)) {
-    free(p);
-    return NULL;
-  }
-  s->pages[s->n++] = p;
-  return p;
+  return s->slabs[pg / SLAB_PAGES] + (pg % SLAB_PAGES) * PAGE_WORDS;
 }
 
 static bool idset_add(idset *s, uint64_t id) {
@@ -363,8 +365,8 @@ static bool idset_has(idset *s, uint64_t id) {
 }
 
 static void idset_free(idset *s) {
-  for (size_t i = 0; i < s->n; i++) free(s->pages[i]);
-  free(s->pages);
+  for (size_t i = 0; i < s->n_slabs; i++) free(s->slabs[i]);
+  free(s->slabs);
   etr_u64map_free(&s->index);
 }
 
