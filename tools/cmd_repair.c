@@ -58,9 +58,8 @@ static void usage(FILE *f) {
           "    the file lacks (an op still open at the crash): name " PLACEHOLDER_NAME ",\n"
           "    the missing id, attr etr_incomplete = 1, the tid of its children, ctrl_deps =\n"
           "    that thread's node; ts / inclusive_dur span its written children (a lower\n"
-          "    bound), exclusive_dur 0. A thread with ops but no thread node (traces whose\n"
-          "    thread nodes are written at thread exit) gets one, with the smallest missing\n"
-          "    id its ops name (a thread's node id comes before its ops' ids);\n"
+          "    bound), exclusive_dur 0. A thread with ops but no thread node (in traces\n"
+          "    that write it at thread exit) gets one with a new id;\n"
           "  - the process node (id 1), when absent;\n"
           "  - finish_ts (FILE's own when it was written, else the end of the last timed\n"
           "    node, ts + inclusive_dur, in ms; else start_ts), the tables after it that were\n"
@@ -396,6 +395,7 @@ typedef struct repair {
   etr_u64map pend_ix; /* id -> index in pends */
   pend *pends;
   size_t n_pends, cap_pends, free_head; /* free list through next_free; SIZE_MAX ends */
+  uint64_t max_id;    /* the largest id a kept node has or names as its parent */
   bool timed_any;
   int64_t end_us_max;
   uint64_t tb_nodes, tb_max;
@@ -458,6 +458,8 @@ static void pend_done(repair *w, uint64_t id) {
 
 /* Bookkeeping of one kept node. false when memory ran out. */
 static bool note_node(repair *w, const etr_rnode *n) {
+  if (n->id > 0 && (uint64_t)n->id > w->max_id) w->max_id = (uint64_t)n->id;
+  if (n->ctrl_deps > 0 && (uint64_t)n->ctrl_deps > w->max_id) w->max_id = (uint64_t)n->ctrl_deps;
   if (n->id > 0) {
     if (!idset_add(&w->seen, (uint64_t)n->id)) return false;
     pend_done(w, (uint64_t)n->id);
@@ -529,19 +531,20 @@ static bool add_nodes(repair *w) {
   if (!v) return false;
   for (size_t i = 0; i < w->n_pends; i++)
     if (w->pends[i].live && w->pends[i].id != 1) v[n++] = &w->pends[i];
-  qsort(v, n, sizeof *v, cmp_pend); /* by tid, then id: a thread's smallest id first */
+  qsort(v, n, sizeof *v, cmp_pend); /* by tid, then id */
   for (size_t i = 0; i < n; i++) {
     pend *p = v[i];
     uint64_t th;
     if (!etr_u64map_get(&w->threads, p->tid, &th)) {
-      /* no thread node for this tid (written at thread exit): the smallest id its ops name */
-      if (!etr_u64map_put(&w->threads, p->tid, p->id)) {
+      /* no thread node for this tid (one written at thread exit): a new one, with an id
+       * above every id the file names */
+      th = ++w->max_id;
+      if (!etr_u64map_put(&w->threads, p->tid, th)) {
         free(v);
         return false;
       }
-      put_node(w, p->id, THREAD_NAME, 1, p->tid, 7, NULL, false);
+      put_node(w, th, THREAD_NAME, 1, p->tid, 7, NULL, false);
       w->threads_added++;
-      continue;
     }
     put_node(w, p->id, PLACEHOLDER_NAME, th, p->tid, 0, p, true);
     w->placeholders++;

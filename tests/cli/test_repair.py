@@ -26,6 +26,8 @@ import zlib
 ETR, EXAMPLE, OUT, REAL, PART = sys.argv[1:6]
 QUICK = "--quick" in sys.argv[6:]
 SKIP = 77
+THREAD = "[pytorch|profiler|execution_trace|thread]"
+PLACEHOLDER = "[etr|repair|unfinished]"
 os.makedirs(OUT, exist_ok=True)
 failures = []
 checked = [0]
@@ -55,6 +57,7 @@ class Layout:
         i = text.index("[", i) + 1
         self.header_end = i
         self.nodes = []  # (start, end, id, ctrl_deps, has_traceback)
+        self.thread_ids = set()
         while True:
             while text[i] in " \t\r\n,":
                 i += 1
@@ -62,7 +65,9 @@ class Layout:
                 break
             node, end = dec.raw_decode(text, i)
             tb = any(a.get("name") == "traceback" for a in node.get("attrs", []))
-            self.nodes.append((i, end, node["id"], node["ctrl_deps"], tb))
+            self.nodes.append((i, end, node["id"], node["ctrl_deps"], tb, tid_of(node)))
+            if node["name"] == THREAD:
+                self.thread_ids.add(node["id"])
             i = end
         # where each top-level value after "nodes" ends
         self.trailer_ends = {}
@@ -84,6 +89,10 @@ class Layout:
         """Nodes complete in the first `cut` bytes and the end of the last one."""
         done = [n for n in self.nodes if n[1] <= cut]
         return done, (done[-1][1] if done else self.header_end)
+
+
+def tid_of(node):
+    return next((a["value"] for a in node.get("attrs", []) if a.get("name") == "tid"), None)
 
 
 def missing_parents(done):
@@ -152,11 +161,21 @@ def check_cut(name, layout, cut_bytes, json_len, workdir, validate_args, src_suf
             (1 if rep["process_node_added"] else 0):
         fail("%s: %d nodes in the output, report %r" % (tag, len(nodes), rep))
     miss = missing_parents(done)
-    added = {n["id"] for n in nodes[len(done):] if n["id"] != 1}
+    added = {n["id"] for n in nodes[len(done):] if n["name"] == PLACEHOLDER}
     if added != miss:
-        fail("%s: added nodes %s, missing parents %s" % (tag, sorted(added), sorted(miss)))
+        fail("%s: placeholders %s, missing parents %s" % (tag, sorted(added), sorted(miss)))
+    # a thread node is added for each thread whose ops are kept but whose node is not
+    kept_ids = {n[2] for n in done}
+    top = max(kept_ids | {n[3] for n in done} | {1})
+    lacking = {n[5] for n in done if n[2] not in layout.thread_ids and n[2] != 1} - \
+        {n[5] for n in done if n[2] in layout.thread_ids}
+    new_threads = [n for n in nodes[len(done):] if n["name"] == THREAD]
+    if sorted(tid_of(n) for n in new_threads) != sorted(lacking) or \
+            any(n["id"] <= top for n in new_threads):
+        fail("%s: thread nodes added %s, threads lacking one %s" % (
+            tag, [(n["id"], tid_of(n)) for n in new_threads], sorted(lacking)))
     for n in nodes[len(done):]:
-        if n["name"] == "[etr|repair|unfinished]" and not any(
+        if n["name"] == PLACEHOLDER and not any(
                 a["name"] == "etr_incomplete" and a["value"] == 1 for a in n["attrs"]):
             fail("%s: placeholder %d without etr_incomplete" % (tag, n["id"]))
     has_process = any(n[2] == 1 for n in done)
@@ -219,6 +238,18 @@ def sweep(name, data, validate_args, n_random, window, n_windows, seed):
     return layout
 
 
+def thread_nodes_last(data):
+    """The trace as recorders that write a thread's node at thread exit lay it out: thread
+    nodes moved after the ops, before the process node."""
+    lay = Layout(data)
+    text = [data[n[0]:n[1]] for n in lay.nodes]
+    threads = [t for t, n in zip(text, lay.nodes) if n[2] in lay.thread_ids]
+    ops = [t for t, n in zip(text, lay.nodes) if n[2] not in lay.thread_ids and n[2] != 1]
+    proc = [t for t, n in zip(text, lay.nodes) if n[2] == 1]
+    body = b",".join(b"\n    " + t for t in ops + threads + proc)
+    return data[:lay.header_end] + body + data[lay.nodes[-1][1]:]
+
+
 def gzip_sweep(name, data, validate_args, n_cuts, seed):
     """Cuts of the gzip-compressed trace: repaired from what decompresses."""
     layout = Layout(data)
@@ -263,6 +294,8 @@ def part_ours():
     lay = sweep("threads", data1, strict, nr, win, 1 if QUICK else 3, 1)
     sweep("traceback", data2, strict, nr // 3, win // 2, 0 if QUICK else 1, 2)
     gzip_sweep("threads", data1, strict, 6 if QUICK else 16, 3)
+    # thread nodes written at thread exit: repair adds those of the threads still running
+    sweep("thread-nodes-last", thread_nodes_last(data1), strict, nr // 3, 2, 0 if QUICK else 2, 4)
 
     wd = os.path.join(OUT, "misc")
     os.makedirs(wd, exist_ok=True)
