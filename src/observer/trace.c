@@ -642,6 +642,7 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
     }
     pthread_cond_broadcast(&tr->space_cond);
     peek_threads_locked(tr, buffered);
+    pthread_mutex_unlock(&tr->q_mutex); /* (the caller takes it again) */
   }
   unseal(tr);
   writer_flush(tr, buffered);
@@ -655,6 +656,7 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
   tr->sealed = !tr->jw.err;
 }
 
+/* Returns with q_mutex released. */
 static void serve_fatal(etr_trace *tr, uint64_t *buffered, bool locked) {
   uint32_t req = atomic_load(&tr->fatal_req);
   writer_seal(tr, buffered, locked, atomic_load(&tr->fatal_sig));
@@ -677,7 +679,7 @@ static void *writer_main(void *arg) {
   for (;;) {
     if (!locked || fatal_pending(tr)) {
       serve_fatal(tr, &buffered, locked);
-      if (!locked) locked = writer_lock(tr);
+      locked = writer_lock(tr);
       continue;
     }
     while (spare) {
@@ -1179,9 +1181,10 @@ void etr__trace_shutdown(void) {
 void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   memset(s, 0, sizeof *s);
   s->struct_size = sizeof *s;
-  etr_trace *m = (etr_trace *)tr; /* counters are atomics; the lock only guards the list */
-  pthread_mutex_lock(&m->threads_mutex);
-  for (etr__tstate *ts = tr->threads; ts; ts = ts->next) {
+  /* The list is walked without threads_mutex (prepended with release stores, never
+   * shortened while the trace is open): the writer calls this at a fatal signal, when the
+   * thread that crashed may hold that lock. */
+  for (etr__tstate *ts = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); ts; ts = ts->next) {
     s->ops_recorded += atomic_load_explicit(&ts->ops_recorded, memory_order_relaxed);
     s->ends_without_begin += atomic_load_explicit(&ts->ends_without_begin, memory_order_relaxed);
     s->ends_out_of_order += atomic_load_explicit(&ts->ends_out_of_order, memory_order_relaxed);
@@ -1192,7 +1195,6 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
     s->objects += atomic_load_explicit(&ts->objects, memory_order_relaxed);
     s->tracebacks += atomic_load_explicit(&ts->tracebacks, memory_order_relaxed);
   }
-  pthread_mutex_unlock(&m->threads_mutex);
   s->nodes_written = atomic_load(&tr->nodes_written);
   s->bytes_written = atomic_load(&tr->bytes_written);
   s->threads = atomic_load(&tr->threads_count);
