@@ -156,6 +156,7 @@ struct etr_reader {
   bool sniffed;
   /* parser */
   yajl_handle yh;
+  bool yajl_eof;      /* yajl_complete_parse is running: the input has ended */
   uint64_t feed_base; /* decompressed offset of the current feed's first byte */
   uint64_t top_end;   /* offset just after the top-level object's '}' (yajl) */
   const unsigned char *feed_ptr;
@@ -794,6 +795,9 @@ static int cb_bool(void *ctx, int b) {
 
 static int cb_number(void *ctx, const char *s, size_t len) {
   etr_reader *r = ctx;
+  /* At the end of the input yajl hands over the digits it has; inside the document they
+   * may be the start of a longer number ("finish_ts": 1234 cut to 12): not a value. */
+  if (r->yajl_eof && r->depth > 0) return 0;
   etr_jval v;
   size_t i = 0;
   bool neg = false;
@@ -1056,6 +1060,7 @@ static int feed(etr_reader *r) {
   if (k < 0) return -1;
   if (k == 0) {
     r->feed_base = r->consumed;
+    r->yajl_eof = true;
     yajl_status st = yajl_complete_parse(r->yh);
     if (r->err) return -1;
     if (st != yajl_status_ok || r->ph != PH_END) {

@@ -468,6 +468,34 @@ static void expect_error(const char *doc, const char *reason) {
   if (!strstr(res.err, reason)) fail_msg("error \"%s\" lacks \"%s\"", res.err, reason);
 }
 
+/* A number cut by the end of the input is no value: "finish_ts": 1234 cut to 12 must not
+ * read as 12 (yajl handed over the digits it had when the input ended). */
+static void test_number_cut_at_end(void **state) {
+  (void)state;
+  static const char doc[] = "{\"schema\": \"1.1.1\", \"pid\": 7, \"time\": \"t\", "
+                            "\"start_ts\": 5, \"nodes\": [], \"finish_ts\": 12";
+  const char *p = tmp_path("cutnum.json");
+  write_file(p, doc, strlen(doc));
+  for (int b = 0; b < 2; b++) {
+    setenv("ETR_READER_BACKEND", b ? "yajl" : "hand", 1);
+    etr_reader *r = NULL;
+    assert_int_equal(etr_reader_open(p, NULL, &r), 0);
+    const etr_rnode *n;
+    assert_int_equal(etr_reader_next(r, &n), 0);
+    assert_int_equal(etr_reader_finish(r), ETR_EFORMAT);
+    assert_int_equal(etr_reader_finish_ts(r), -1);
+    assert_non_null(strstr(etr_reader_error(r), "end of input"));
+    etr_reader_close(r);
+    /* the same in the header: cut right after "start_ts": 5 */
+    write_file(p, doc, (size_t)(strstr(doc, "5,") - doc) + 1);
+    assert_true(etr_reader_open(p, NULL, &r) < 0);
+    assert_int_equal(etr_reader_header(r)->start_ts, -1);
+    etr_reader_close(r);
+    write_file(p, doc, strlen(doc));
+  }
+  unsetenv("ETR_READER_BACKEND");
+}
+
 static void test_backends_agree(void **state) {
   (void)state;
   result r = read_both(ETR_GOLDEN);
@@ -661,6 +689,7 @@ int main(void) {
       cmocka_unit_test(test_truncated),     cmocka_unit_test(test_mangled),
       cmocka_unit_test(test_shape_errors),  cmocka_unit_test(test_warnings),
       cmocka_unit_test(test_bounded_memory), cmocka_unit_test(test_backends_agree),
+      cmocka_unit_test(test_number_cut_at_end),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -182,6 +182,16 @@ def check_cut(name, layout, cut_bytes, json_len, workdir, validate_args, src_suf
     if rep["process_node_added"] == has_process:
         fail("%s: process_node_added %s, process node in the prefix %s" % (
             tag, rep["process_node_added"], has_process))
+    # finish_ts: the input's own when its value was read whole (the byte after it is in the
+    # prefix: a number at the very end may be the start of a longer one), else derived
+    fin_end = layout.trailer_ends.get("finish_ts")
+    if fin_end is not None and json_len > fin_end:
+        want_fin = json.loads(layout.data[:layout.json_end].decode("latin-1"))["finish_ts"]
+    else:
+        ends = [n["ts"] + n["inclusive_dur"] for n in nodes[:len(done)] if "ts" in n]
+        want_fin = max([d["start_ts"]] + [-(-e // 1000) for e in ends])
+    if d["finish_ts"] != want_fin:
+        fail("%s: finish_ts %d, want %d" % (tag, d["finish_ts"], want_fin))
     tb_nodes = sum(1 for n in done if n[4])
     tb_end = layout.trailer_ends.get("tracebacks")
     want_lost = tb_nodes if (tb_end is None or json_len < tb_end) else 0
