@@ -23,7 +23,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
@@ -33,8 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -371,43 +368,32 @@ typedef struct order_stats {
 static int check_order(const char *path, order_stats *os) {
   static const char pat[] = "{\"id\": ",
                     thread_name[] = "[pytorch|profiler|execution_trace|thread]";
+  static const char k_name[] = ", \"name\": \"", k_deps[] = "\", \"ctrl_deps\": ";
   memset(os, 0, sizeof *os);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return -1;
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || sb.st_size == 0) {
-    close(fd);
-    return -1;
-  }
-  size_t n = (size_t)sb.st_size;
-  const char *data = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (data == MAP_FAILED) return -1;
-  madvise((void *)data, n, MADV_SEQUENTIAL);
+  /* Read line by line: a mapping of the whole file would get sanitizer shadow pages as
+   * large as the file (gigabytes under TSan). */
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
   uint8_t *seen = NULL; /* by id: 1 written, 2 thread node */
-  size_t cap = 0;
+  size_t cap = 0, lcap = 0;
+  char *buf = NULL;
+  ssize_t got;
   int rc = 0;
-  const char *end = data + n;
-  /* Line by line (memchr): sanitizers check the whole haystack of each memmem call. */
-  for (const char *line = data; line < end;) {
-    const char *nl = memchr(line, '\n', (size_t)(end - line));
-    const char *lend = nl ? nl : end;
-    const char *p = line;
-    line = nl ? nl + 1 : end;
+  while ((got = getline(&buf, &lcap, f)) > 0) {
+    const char *p = buf, *lend = buf + got;
     while (p < lend && *p == ' ') p++;
     if ((size_t)(lend - p) < sizeof pat - 1 || memcmp(p, pat, sizeof pat - 1) != 0) continue;
     char *q;
     p += sizeof pat - 1;
     uint64_t id = strtoull(p, &q, 10);
-    static const char k_name[] = ", \"name\": \"", k_deps[] = "\", \"ctrl_deps\": ";
-    if (q == p || (size_t)(end - q) < sizeof k_name || memcmp(q, k_name, sizeof k_name - 1)) {
+    if (q == p || (size_t)(lend - q) < sizeof k_name || memcmp(q, k_name, sizeof k_name - 1)) {
       rc = -1;
       break;
     }
     const char *name = q + sizeof k_name - 1;
     const char *dq = memchr(name, '"', (size_t)(lend - name));
     while (dq && dq[-1] == '\\') dq = memchr(dq + 1, '"', (size_t)(lend - dq - 1));
-    if (!dq || (size_t)(end - dq) < sizeof k_deps || memcmp(dq, k_deps, sizeof k_deps - 1)) {
+    if (!dq || (size_t)(lend - dq) < sizeof k_deps || memcmp(dq, k_deps, sizeof k_deps - 1)) {
       rc = -1;
       break;
     }
@@ -439,9 +425,22 @@ static int check_order(const char *path, order_stats *os) {
     }
     seen[id] = (uint8_t)(1 | (is_thread ? 2 : 0));
   }
+  free(buf);
   free(seen);
-  munmap((void *)data, n);
+  fclose(f);
   return rc;
+}
+
+/* Peak resident set of the process so far (VmHWM), in KiB; 0 when unknown. */
+static long peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
 }
 
 static double now_s(void) {
@@ -544,6 +543,7 @@ int main(int argc, char **argv) {
   st.struct_size = sizeof st;
   int crc = etr_trace_close_stats(tr, &st);
   double t2 = now_s();
+  long rss_kb = peak_rss_kb(); /* before the check maps the file */
   for (size_t i = 0; i < g_grave_n; i++) free(g_grave[i]);
 
   long long nodes = -1, vops = -1;
@@ -610,13 +610,14 @@ int main(int argc, char **argv) {
       "stress: threads %d x ops %llu: ops %llu, nodes %lld (ops in file %lld, threads %llu),"
       " dropped %llu, buffer waits %llu, objects %llu, ids retired %llu;"
       " observers added %llu removed %llu toggles %llu, late callbacks %llu;"
-      " record %.2fs close %.2fs check %.2fs; %s\n",
+      " record %.2fs close %.2fs check %.2fs; peak rss %ld MiB; %s\n",
       g_threads, (unsigned long long)g_ops, (unsigned long long)st.ops_recorded, nodes, vops,
       (unsigned long long)st.threads, (unsigned long long)st.nodes_dropped,
       (unsigned long long)st.buffer_waits, (unsigned long long)st.objects,
       (unsigned long long)st.ids_retired, (unsigned long long)cs.added,
       (unsigned long long)cs.removed, (unsigned long long)cs.toggles,
-      (unsigned long long)atomic_load(&g_late), t1 - t0, t2 - t1, t3 - t2, fails ? "FAILED" : "ok");
+      (unsigned long long)atomic_load(&g_late), t1 - t0, t2 - t1, t3 - t2, rss_kb / 1024,
+      fails ? "FAILED" : "ok");
   if (!g_quiet && verdict[0]) printf("%s\n", verdict);
   if (!keep) {
     unlink(out);
