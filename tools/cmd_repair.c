@@ -40,7 +40,7 @@
 #define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
 #define THREAD_NAME "[pytorch|profiler|execution_trace|thread]"
 #define PLACEHOLDER_NAME "[etr|repair|unfinished]"
-#define RAW_BLOCK (1u << 20)     /* bytes read / inflated at once by the raw stream */
+#define RAW_BLOCK (64u << 10)    /* bytes read / inflated at once by the raw stream */
 #define MAX_TB_TABLE (1u << 24)  /* largest empty tracebacks table written for lost frames */
 
 #ifndef ETR_TOOL_VERSION

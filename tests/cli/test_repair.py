@@ -201,11 +201,12 @@ def check_cut(name, layout, cut_bytes, json_len, workdir, validate_args, src_suf
         fail("%s: lost tracebacks are not empty" % tag)
 
 
-def cut_points(layout, n_random, window, n_windows, rng):
+def cut_points(layout, n_random, window, n_windows, rng, header_step=1):
     """Offsets: the whole header, every byte around sampled node boundaries, around the end
     of the last node and of each value in the footer, some through the footer, random ones."""
     size = len(layout.data)
-    pts = set(range(0, min(layout.header_end + 2, size)))
+    pts = set(range(0, min(layout.header_end + 2, size), header_step))
+    pts.update(range(layout.header_end - 2, layout.header_end + 3))
     nodes = layout.nodes
 
     def around(b, w):
@@ -227,11 +228,11 @@ def cut_points(layout, n_random, window, n_windows, rng):
     return sorted(pts)
 
 
-def sweep(name, data, validate_args, n_random, window, n_windows, seed):
+def sweep(name, data, validate_args, n_random, window, n_windows, seed, header_step=1):
     t0 = time.monotonic()
     layout = Layout(data)
     rng = random.Random(seed)
-    pts = cut_points(layout, n_random, window, n_windows, rng)
+    pts = cut_points(layout, n_random, window, n_windows, rng, header_step)
     # two workers (the machine has 2 cores), each in its own directory
     dirs = [os.path.join(OUT, "%s.w%d" % (name, i)) for i in range(2)]
     for d in dirs:
@@ -258,6 +259,38 @@ def thread_nodes_last(data):
     proc = [t for t, n in zip(text, lay.nodes) if n[2] == 1]
     body = b",".join(b"\n    " + t for t in ops + threads + proc)
     return data[:lay.header_end] + body + data[lay.nodes[-1][1]:]
+
+
+RAW_BLOCK = 64 * 1024  # the raw stream's block size in cmd_repair.c
+
+
+def big_strings(data, seed):
+    """The trace with two ops' inputs replaced by a ~200 KB string of escapes and braces,
+    laid out so that one of the raw stream's 64 KiB blocks ends between the two bytes of a
+    \\" escape in the first and of a \\\\ escape in the second, each followed by "}}}}"
+    (a scanner that lost the escape state at the block's end would take them for the end of
+    the node); returns it and the (start, end) of the two nodes."""
+    lay = Layout(data)
+    rng = random.Random(seed)
+    out, spans, last = [], [], 0
+    for k, esc in ((len(lay.nodes) // 3, '"'), (2 * len(lay.nodes) // 3, '\\"')):
+        a, b = lay.nodes[k][0], lay.nodes[k][1]
+        node = json.loads(data[a:b].decode("utf-8"))
+        node["inputs"] = {"values": ["@MARK@"], "shapes": [[]], "types": ["String"],
+                          "strides": [[]]}
+        start = sum(len(x) for x in out) + (a - last)  # where the node lands in the output
+        first = start + json.dumps(node).encode().index(b"@MARK@")  # its string's first byte
+        boundary = (first // RAW_BLOCK + 2) * RAW_BLOCK
+        mix = "".join(rng.choice('"\\x{}\u00e9') for _ in range(60000))
+        node["inputs"]["values"][0] = "x" * (boundary - 1 - first) + esc + "}}}}" + mix
+        new = json.dumps(node).encode()
+        assert new[boundary - 1 - start] == 0x5C and new[boundary - start] in b'"\\'
+        out.append(data[last:a])
+        out.append(new)
+        spans.append((start, start + len(new)))
+        last = b
+    out.append(data[last:])
+    return b"".join(out), spans
 
 
 def gzip_sweep(name, data, validate_args, n_cuts, seed):
@@ -302,10 +335,24 @@ def part_ours():
     strict = ["--strict"]
     nr, win = (30, 3) if QUICK else (150, 8)
     lay = sweep("threads", data1, strict, nr, win, 1 if QUICK else 3, 1)
-    sweep("traceback", data2, strict, nr // 3, win // 2, 0 if QUICK else 1, 2)
+    sweep("traceback", data2, strict, nr // 3, win // 2, 0 if QUICK else 1, 2, 9)
     gzip_sweep("threads", data1, strict, 6 if QUICK else 16, 3)
+    # escapes across the raw stream's block boundaries
+    rng = random.Random(5)
+    big, spans = big_strings(data1, 5)
+    lay_big = Layout(big)
+    wd = os.path.join(OUT, "big")
+    os.makedirs(wd, exist_ok=True)
+    pts = set()
+    for a, b in spans:
+        pts.update(range(b - 2, b + 3))
+        pts.update(rng.randrange(a, b) for _ in range(3 if QUICK else 10))
+    for c in sorted(pts):
+        check_cut("big-strings", lay_big, big[:c], c, wd, strict)
+    print("big-strings: %d cuts (%d bytes)" % (len(pts), len(big)), flush=True)
     # thread nodes written at thread exit: repair adds those of the threads still running
-    sweep("thread-nodes-last", thread_nodes_last(data1), strict, nr // 3, 2, 0 if QUICK else 2, 4)
+    sweep("thread-nodes-last", thread_nodes_last(data1), strict, nr // 3, 2, 0 if QUICK else 2, 4,
+          9)
 
     wd = os.path.join(OUT, "misc")
     os.makedirs(wd, exist_ok=True)
