@@ -13,6 +13,7 @@
 #   (e) install tests (ctest -L install) of the four builds
 #   (f) etr-bench --quick smoke run, when etr-bench exists (figures never fail it)
 #   (g) valgrind memcheck of etr-example-runtime (also with tracebacks), when valgrind exists
+#   (h) fuzz   the libFuzzer targets for 60 s in all (scripts/fuzz.sh --short)   build/fuzz
 # Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
 # labelled "slow" when there are any.
 set -uo pipefail
@@ -41,8 +42,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ "$quick" -eq 1 ] && only=",a,"
-if [ -n "$only" ] && ! [[ "$only" =~ ^,([a-g],)+$ ]]; then
-  etr_die "--only takes stage letters a-g separated by commas, e.g. --only c,d"
+if [ -n "$only" ] && ! [[ "$only" =~ ^,([a-h],)+$ ]]; then
+  etr_die "--only takes stage letters a-h separated by commas, e.g. --only c,d"
 fi
 
 # Sanitizer reports stop the test that triggers them (harmless for other builds).
@@ -207,6 +208,10 @@ stage_bench() {
   timeout 600 "$bench" --quick
 }
 
+stage_fuzz() {
+  ETR_FUZZ_BUILD="$ETR_ROOT/build/fuzz" ./scripts/fuzz.sh --short
+}
+
 stage_valgrind() {
   if ! command -v valgrind >/dev/null 2>&1; then
     etr_say "skipped: valgrind is not installed"
@@ -247,6 +252,7 @@ want d && run_stage d "tsan" stage_tsan
 want e && run_stage e "install" stage_install
 want f && run_stage f "bench smoke" stage_bench
 want g && run_stage g "valgrind" stage_valgrind
+want h && run_stage h "fuzz (60 s)" stage_fuzz
 
 total=$(($(date +%s) - suite_start))
 if [ "$quick" -eq 1 ]; then
