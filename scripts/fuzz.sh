@@ -79,6 +79,12 @@ jobs=${ETR_FUZZ_JOBS:-1}
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 
+# fuzz_record's trace files: in a directory of this run's own (tmpfs when there is one).
+shm=$(mktemp -d /dev/shm/etr-fuzz.XXXXXX 2>/dev/null || mktemp -d "$work/tmp.XXXXXX")
+export ETR_FUZZ_TMP=$shm
+# (a trace that failed a check is kept: moved to the work directory)
+trap 'for f in "$shm"/*/trace.json.failed; do [ -e "$f" ] && mv "$f" "$work/$(basename "$(dirname "$f")").failed.json"; done; rm -rf "$shm"' EXIT
+
 failed=0
 summary=()
 for t in "${tlist[@]}"; do
@@ -135,7 +141,6 @@ for t in "${tlist[@]}"; do
       etr_warn "$t: merge failed (log: $dir/merge.log)"
     etr_say "fuzz: $t corpus $before -> $(find "$seeds" -type f | wc -l) files ($(du -sh "$seeds" | cut -f1))"
   fi
-  rm -f /dev/shm/etr-fuzz-record-*.json 2>/dev/null
 done
 
 etr_say "fuzz summary (${secs}s per target, work directory $work):"

@@ -1,6 +1,7 @@
 /* fuzz_record — the record API driven by fuzz bytes, over 2 threads on one open trace.
  *
- * Each input opens a trace (a file in /dev/shm, or $TMPDIR), hands one script to each of
+ * Each input opens a trace (a file in a directory of its own under $ETR_FUZZ_TMP, /dev/shm
+ * or $TMPDIR), hands one script to each of
  * two worker threads (the same two threads for every input, so the recorder's per-thread
  * state is reused across traces), waits for both, closes the trace and checks:
  *   - close returns 0, nothing dropped, no write error;
@@ -60,19 +61,22 @@ int etr_cmd_validate(int argc, char **argv);
     }                                                             \
   } while (0)
 
-static char g_path[256];
-static int g_stdout = -1; /* the real stdout (fd 1 is /dev/null while fuzzing) */
+static char g_dir[200];   /* this process's own temp directory */
+static char g_path[256];  /* the trace file in it */
 static etr_trace *g_trace;
 
 /* On a failed check: keep the trace, print validate's findings, abort (a crash for libFuzzer). */
 static void fail_dump(void) {
   char keep[300];
   snprintf(keep, sizeof keep, "%s.failed", g_path);
+  if (access(g_path, F_OK) != 0)
+    fprintf(stderr, "fuzz_record: the trace file %s is gone (removed by another process?)\n",
+            g_path);
   rename(g_path, keep);
   fprintf(stderr, "fuzz_record: trace kept as %s\n", keep);
-  if (g_stdout >= 0) {
+  { /* validate's findings to stderr (libFuzzer's -close_fd_mask=1 closes stdout) */
     fflush(stdout);
-    dup2(g_stdout, 1);
+    dup2(2, 1);
     char *argv[] = {"validate", "--strict", "--max", "20", keep, NULL};
     etr_cmd_validate(5, argv);
     fflush(stdout);
@@ -457,15 +461,29 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+static void remove_tmp(void) {
+  unlink(g_path);
+  rmdir(g_dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
   setenv("ETR_PROGRESS", "0", 1);
   const char *h = getenv("ETR_FUZZ_HOSTILE");
   g_hostile = h && *h == '1';
-  const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
-  snprintf(g_path, sizeof g_path, "%s/etr-fuzz-record-%d.json", dir ? dir : "/tmp", (int)getpid());
-  g_stdout = dup(1);
+  /* A directory of our own (mkdtemp) in ETR_FUZZ_TMP, else /dev/shm (tmpfs), else $TMPDIR
+   * or /tmp; removed at exit unless a check failed (then the trace is kept in it). */
+  const char *base = getenv("ETR_FUZZ_TMP");
+  if (!base || access(base, W_OK) != 0)
+    base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/etr-fuzz-record.XXXXXX", base ? base : "/tmp");
+  if (!mkdtemp(g_dir)) {
+    perror("fuzz_record: mkdtemp");
+    abort();
+  }
+  snprintf(g_path, sizeof g_path, "%s/trace.json", g_dir);
+  atexit(remove_tmp);
   int nul = open("/dev/null", O_WRONLY);
   if (nul >= 0) {
     dup2(nul, 1);
