@@ -333,10 +333,10 @@ def part_ours():
     data1 = open(t1, "rb").read()
     data2 = open(t2, "rb").read()
     strict = ["--strict"]
-    nr, win = (30, 3) if QUICK else (150, 8)
-    lay = sweep("threads", data1, strict, nr, win, 1 if QUICK else 3, 1)
+    nr, win = (30, 3) if QUICK else (100, 6)
+    lay = sweep("threads", data1, strict, nr, win, 1 if QUICK else 2, 1)
     sweep("traceback", data2, strict, nr // 3, win // 2, 0 if QUICK else 1, 2, 9)
-    gzip_sweep("threads", data1, strict, 6 if QUICK else 16, 3)
+    gzip_sweep("threads", data1, strict, 6 if QUICK else 12, 3)
     # escapes across the raw stream's block boundaries
     rng = random.Random(5)
     big, spans = big_strings(data1, 5)
@@ -346,7 +346,7 @@ def part_ours():
     pts = set()
     for a, b in spans:
         pts.update(range(b - 2, b + 3))
-        pts.update(rng.randrange(a, b) for _ in range(3 if QUICK else 10))
+        pts.update(rng.randrange(a, b) for _ in range(2 if QUICK else 4))
     for c in sorted(pts):
         check_cut("big-strings", lay_big, big[:c], c, wd, strict)
     print("big-strings: %d cuts (%d bytes)" % (len(pts), len(big)), flush=True)
