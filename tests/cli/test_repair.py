@@ -479,17 +479,17 @@ def part_real():
         data = gzip.decompress(raw) if nm.endswith(".gz") else raw
         # real traces carry quirks that --strict counts (e.g. short strides): plain validate
         if nm.endswith(".gz"):
-            gzip_sweep(nm[:-3], data, [], 4 if QUICK else 8, 10 + i)
+            gzip_sweep(nm[:-3], data, [], 2 if QUICK else 4, 10 + i)
             layout = Layout(data)
             rng = random.Random(20 + i)
             wd = os.path.join(OUT, nm + ".w")
             os.makedirs(wd, exist_ok=True)
             pts = [len(data)] + [rng.randrange(layout.header_end, len(data))
-                                 for _ in range(3 if QUICK else 6)]
+                                 for _ in range(2 if QUICK else 3)]
             for c in pts:
                 check_cut(nm, layout, data[:c], c, wd, [])
         else:
-            sweep(nm, data, [], 30 if QUICK else 100, 3 if QUICK else 6, 1 if QUICK else 2, 10 + i)
+            sweep(nm, data, [], 20 if QUICK else 50, 3 if QUICK else 4, 1, 10 + i, 3)
 
 
 if PART == "ours":
