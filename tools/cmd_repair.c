@@ -412,6 +412,19 @@ typedef struct repair {
   char why[600];
 } repair;
 
+/* a + b and a - b, saturated (timing values come from the file: no overflow on any input) */
+static int64_t sat_add(int64_t a, int64_t b) {
+  if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
+  if (b < 0 && a < INT64_MIN - b) return INT64_MIN;
+  return a + b;
+}
+
+static int64_t sat_sub(int64_t a, int64_t b) {
+  if (b < 0 && a > INT64_MAX + b) return INT64_MAX;
+  if (b > 0 && a < INT64_MIN + b) return INT64_MIN;
+  return a - b;
+}
+
 static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
   uint64_t ix;
   pend *p;
@@ -439,7 +452,7 @@ static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
     p->live = true;
   }
   if (n->has_timing) {
-    int64_t end = n->ts + n->inclusive_dur;
+    int64_t end = sat_add(n->ts, n->inclusive_dur);
     if (!p->timed || n->ts < p->ts_min) p->ts_min = n->ts;
     if (!p->timed || end > p->end_max) p->end_max = end;
     p->timed = true;
@@ -472,7 +485,7 @@ static bool note_node(repair *w, const etr_rnode *n) {
     if (!pend_ref(w, (uint64_t)n->ctrl_deps, n)) return false;
   }
   if (n->has_timing) {
-    int64_t end = n->ts + n->inclusive_dur;
+    int64_t end = sat_add(n->ts, n->inclusive_dur);
     if (!w->timed_any || end > w->end_us_max) w->end_us_max = end;
     w->timed_any = true;
   }
@@ -502,7 +515,7 @@ static void put_node(repair *w, uint64_t id, const char *name, uint64_t parent, 
   etr_out_fmt(o, "\"inputs\": %s, \"outputs\": %s, ", io, io);
   if (timing && timing->timed)
     etr_out_fmt(o, "\"ts\": %" PRId64 ", \"inclusive_dur\": %" PRId64 ", \"exclusive_dur\": 0, ",
-                timing->ts_min, timing->end_max - timing->ts_min);
+                timing->ts_min, sat_sub(timing->end_max, timing->ts_min));
   etr_out_cstr(o, "\"attrs\": [");
   put_attr_u64(o, "rf_id", 0, true);
   put_attr_u64(o, "fw_parent", 0, false);
