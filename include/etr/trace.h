@@ -114,6 +114,10 @@ typedef struct etr_trace_stats {
   uint64_t tracebacks;           /* ops that carry a traceback */
   uint64_t tracebacks_unique;    /* entries of the "tracebacks" table */
   uint64_t frames_unique;        /* entries of the "frames" table (known at flush/close) */
+  uint64_t values_fixed;         /* values written changed to stay valid: a negative tensor
+                                    offset, numel or itemsize as 0; type-name characters
+                                    ()[],<> in a dtype or object kind as '_'; an empty or
+                                    built-in object kind as "Object" */
 } etr_trace_stats;
 
 /* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without stopping

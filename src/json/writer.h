@@ -26,6 +26,7 @@ typedef struct etr__jw {
   size_t cap;
   uint64_t written;     /* bytes handed to the file */
   uint64_t replaced;    /* invalid UTF-8 sequences replaced */
+  uint64_t fixed;       /* values the trace writer had to make valid (its own count) */
 } etr__jw;
 
 /* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */

@@ -45,6 +45,55 @@ static void int_array(etr__jw *w, const uint8_t *p, uint32_t n) {
   etr__jw_end(w, o);
 }
 
+/* Characters that would change the structure of a type string ("Tensor(x)",
+ * "GenericList[a,b]") when they appear in a dtype or an object kind. */
+static bool type_char_ok(unsigned char c) {
+  return c != '(' && c != ')' && c != '[' && c != ']' && c != ',' && c != '<' && c != '>';
+}
+
+/* A dtype or object kind as it goes into a type name: escaped as any string, with the
+ * characters above as '_'. */
+static char *put_type_name(etr__jw *w, char *o, const char *s, size_t n) {
+  bool fixed = false;
+  size_t run = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i < n && type_char_ok((unsigned char)s[i])) continue;
+    o = etr__put_str_body(o, s + run, i - run, &w->replaced);
+    if (i < n) {
+      *o++ = '_';
+      fixed = true;
+    }
+    run = i + 1;
+  }
+  if (fixed) w->fixed++;
+  return o;
+}
+
+/* An object's kind as written: built-in type names and an empty kind become "Object"
+ * (the kind then tells nothing, but the type stays an object's). */
+static bool kind_is_reserved(const char *s, size_t n) {
+  static const char *const names[] = {"Int", "Double", "Bool", "String", "Device", "None",
+                                      "Tensor", "GenericList", "Tuple"};
+  if (n == 0) return true;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    size_t k = strlen(names[i]);
+    if (n >= k && memcmp(s, names[i], k) == 0 && (n == k || !((s[k] >= 'a' && s[k] <= 'z') ||
+                                                              (s[k] >= 'A' && s[k] <= 'Z'))))
+      return true;
+  }
+  return false;
+}
+
+static void put_kind(etr__jw *w, const char *s, size_t n) {
+  if (kind_is_reserved(s, n)) {
+    w->fixed++;
+    ETR__JW_LIT(w, "Object");
+    return;
+  }
+  char *o = etr__jw_begin(w, ETR__ESCAPED_MAX(n));
+  if (o) etr__jw_end(w, put_type_name(w, o, s, n));
+}
+
 static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
   bool defined = p[1];
   uint32_t nd = p[2], dn = p[3], vn = p[4];
@@ -63,9 +112,14 @@ static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
       o = etr__put_u64(o, rd64(f));
       *o++ = ',';
       o = etr__put_u64(o, rd64(f + 8));
-      for (int i = 2; i < 5; i++) {
+      for (int i = 2; i < 5; i++) { /* offset, numel, itemsize: never negative */
         *o++ = ',';
-        o = etr__put_i64(o, (int64_t)rd64(f + i * 8));
+        int64_t v = (int64_t)rd64(f + i * 8);
+        if (v < 0) {
+          v = 0;
+          w->fixed++;
+        }
+        o = etr__put_i64(o, v);
       }
       *o++ = ',';
       o = etr__put_str(o, (const char *)dev, defined ? vn : 0, &w->replaced);
@@ -83,7 +137,7 @@ static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
         o = etr__jw_begin(w, 8 + ETR__ESCAPED_MAX(dn));
         if (!o) break;
         o = ETR__PUT_LIT(o, "Tensor(");
-        o = etr__put_str_body(o, (const char *)dtype, dn, &w->replaced);
+        o = put_type_name(w, o, (const char *)dtype, dn);
         *o++ = ')';
         etr__jw_end(w, o);
       } else {
@@ -138,12 +192,14 @@ static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
         } else if (tag == ETR__V_DEVICE) {
           ETR__JW_LIT(w, "Device");
         } else { /* PyTorch writes value "<Object>" with type "Object" */
-          etr__jw_str_body(w, s, n);
+          put_kind(w, s, n);
         }
       } else if (tag == ETR__V_OBJECT) {
+        uint64_t fixed = w->fixed; /* counted once, with the type */
         ETR__JW_LIT(w, "\"<");
-        etr__jw_str_body(w, s, n);
+        put_kind(w, s, n);
         ETR__JW_LIT(w, ">\"");
+        w->fixed = fixed;
       } else {
         etr__jw_str(w, s, n);
       }
@@ -506,6 +562,7 @@ void etr__emit_footer(etr_trace *tr, int fatal_sig) {
   stat(w, "strings_cut", s.strings_cut, false);
   stat(w, "lists_cut", s.lists_cut, false);
   stat(w, "utf8_replaced", s.utf8_replaced, false);
+  stat(w, "values_fixed", s.values_fixed, false);
   stat(w, "nesting_cut", s.nesting_cut, false);
   stat(w, "ends_without_begin", s.ends_without_begin, false);
   stat(w, "ends_out_of_order", s.ends_out_of_order, false);

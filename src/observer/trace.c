@@ -533,6 +533,7 @@ static void writer_flush(etr_trace *tr, uint64_t *buffered) {
   *buffered = 0;
   atomic_store_explicit(&tr->bytes_written, tr->jw.written, memory_order_relaxed);
   atomic_store_explicit(&tr->utf8_replaced, tr->jw.replaced, memory_order_relaxed);
+  atomic_store_explicit(&tr->values_fixed, tr->jw.fixed, memory_order_relaxed);
   if (tr->jw.err && !atomic_load(&tr->failed)) {
     atomic_store(&tr->write_error, tr->jw.err);
     atomic_store(&tr->failed, 1);
@@ -1200,6 +1201,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   s->threads = atomic_load(&tr->threads_count);
   s->ids_retired = atomic_load(&tr->ids_retired);
   s->utf8_replaced = atomic_load(&tr->utf8_replaced);
+  s->values_fixed = atomic_load(&tr->values_fixed);
   s->ops_open_at_disable = atomic_load(&tr->ops_open_at_disable);
   s->ops_open_at_thread_exit = atomic_load(&tr->ops_open_at_thread_exit);
   s->ops_open_at_close = atomic_load(&tr->ops_open_at_close);
