@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PROGRESS_MIN_BYTES (4u << 20) /* inputs shorter than this draw no progress line */
@@ -191,6 +192,11 @@ FILE *etr_cli_open_output(const char *cmd, const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) etr_cli_error(cmd, "%s: cannot create: %s", path, strerror(errno));
   return f;
+}
+
+void etr_cli_discard_output(const char *path) {
+  struct stat st;
+  if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
 }
 
 int etr_cli_close_output(const char *cmd, FILE *f, const char *path) {

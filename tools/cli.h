@@ -80,6 +80,9 @@ FILE *etr_cli_open_output(const char *cmd, const char *path);
 /* Flush and close an output from etr_cli_open_output (stdout is flushed, not closed).
  * ETR_CLI_OK, or ETR_CLI_FAIL after printing the write error. */
 int etr_cli_close_output(const char *cmd, FILE *f, const char *path);
+/* Remove a half-written output, if it is a regular file: never a device such as /dev/null
+ * or /dev/full (which, run as root, unlink would delete). */
+void etr_cli_discard_output(const char *path);
 
 /* Write s as a JSON string literal (quotes included; control characters escaped; bytes
  * passed through otherwise, the reader's strings being valid UTF-8 already). */

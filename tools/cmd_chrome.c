@@ -319,7 +319,7 @@ int etr_cmd_chrome(int argc, char **argv) {
   if (f != NULL) {
     if (to_file) {
       fclose(f);
-      unlink(out_path); /* no half-written output */
+      etr_cli_discard_output(out_path); /* no half-written output */
     } else {
       fflush(f);
     }

@@ -999,7 +999,7 @@ int etr_cmd_repair(int argc, char **argv) {
   status = etr_cli_close_output(CMD, f, out_path);
   f = NULL;
   if (status != ETR_CLI_OK) {
-    if (created) unlink(out_path); /* no half-written output */
+    if (created) etr_cli_discard_output(out_path); /* no half-written output */
     goto done;
   }
   status = report(&w, json);
@@ -1008,7 +1008,7 @@ done:
   if (f) {
     if (f != stdout) {
       fclose(f);
-      if (created) unlink(out_path); /* no half-written output */
+      if (created) etr_cli_discard_output(out_path); /* no half-written output */
     } else {
       fflush(f);
     }

@@ -613,7 +613,7 @@ int etr_cmd_symbolize(int argc, char **argv) {
 done:
   if (jw_ok) etr__jw_free(&w);
   if (fd >= 0 && !to_stdout) close(fd);
-  if (result != ETR_CLI_OK && created) unlink(out_path);  /* no half-written output */
+  if (result != ETR_CLI_OK && created) etr_cli_discard_output(out_path); /* no half-written output */
   etr_cli_close(&in);
   frame_map_free(&fm);
   etr__symbolizer_free(s);

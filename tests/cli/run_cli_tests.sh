@@ -194,6 +194,15 @@ part_bad() {
   t="$out/ours.json"
   "$example" --out "$t" --threads 1 --iters 1 > /dev/null
   size=$(wc -c < "$t")
+  # a failed command never removes a device given as its output (run as root, unlink would)
+  head -c 100 "$t" > "$out/short.json"
+  for c in chrome symbolize; do
+    for dev in /dev/null /dev/full; do
+      [ -c "$dev" ] || continue
+      expect 1 "$c of a cut trace to $dev" -- "$etr" "$c" "$out/short.json" -o "$dev" || true
+      [ -c "$dev" ] || fail "$c -o $dev removed $dev"
+    done
+  done
   # truncated anywhere: exit 1, one line naming the file and a byte offset
   for cut in 0 1 50 200 1000 $((size / 3)) $((size / 2)) $((size - 40)) $((size - 3)); do
     head -c "$cut" "$t" > "$out/cut.json"
