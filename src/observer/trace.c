@@ -50,6 +50,7 @@ static etr__chunk *chunk_alloc(uint32_t cap, bool oversized) {
   c->cap = cap;
   c->nodes = 0;
   c->peeked = c->peeked_nodes = 0;
+  c->owner = NULL;
   c->oversized = oversized;
   return c;
 }
@@ -62,6 +63,7 @@ static inline void set_chunk(etr__tstate *ts, etr__chunk *c) {
 /* Queue c for the writer (q_mutex held). */
 static void enqueue_locked(etr_trace *tr, etr__chunk *c) {
   c->next = NULL;
+  if (c->owner) c->owner->queued++;
   if (tr->q_tail)
     tr->q_tail->next = c;
   else
@@ -114,10 +116,12 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
     tr->free_chunks = c->next;
   }
   pthread_mutex_unlock(&tr->q_mutex);
-  if (!c) return chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized);
+  if (!c && !(c = chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized)))
+    return NULL;
   __atomic_store_n(&c->len, 0, __ATOMIC_RELAXED);
   c->nodes = 0;
   c->next = NULL;
+  c->owner = ts;
   return c;
 }
 
@@ -573,14 +577,22 @@ static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {
   emit_range(tr, c, c->peeked, c->len, buffered, true);
 }
 
+/* A written chunk of the queue goes back to the pool (q_mutex held). */
+static void written_locked(etr_trace *tr, etr__chunk *c) {
+  if (c->owner && c->owner->queued) c->owner->queued--;
+  recycle_locked(tr, c);
+}
+
 /* A timed flush (or etr_trace_flush): the complete events in every thread's current chunk,
  * which its thread keeps filling meanwhile (q_mutex held: no chunk changes hands). A thread
- * that records nothing more would otherwise keep them until it exits. */
+ * that records nothing more would otherwise keep them until it exits. A thread with a
+ * chunk still queued is left for the next flush: its older events must go first (an op
+ * comes after the ops it encloses). */
 static void peek_threads_locked(etr_trace *tr, uint64_t *buffered) {
   if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) return;
   for (etr__tstate *ts = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); ts; ts = ts->next) {
     etr__chunk *c = __atomic_load_n(&ts->chunk, __ATOMIC_ACQUIRE);
-    if (!c) continue;
+    if (!c || ts->queued) continue;
     uint32_t len = __atomic_load_n(&c->len, __ATOMIC_ACQUIRE);
     if (len <= c->peeked) continue;
     c->peeked_nodes += emit_range(tr, c, c->peeked, len, buffered, false);
@@ -638,7 +650,7 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
       etr__chunk *c = list;
       list = c->next;
       process_chunk(tr, c, buffered);
-      recycle_locked(tr, c);
+      written_locked(tr, c);
       tr->q_done++;
     }
     pthread_cond_broadcast(&tr->space_cond);
@@ -686,7 +698,7 @@ static void *writer_main(void *arg) {
     while (spare) {
       etr__chunk *c = spare;
       spare = c->next;
-      recycle_locked(tr, c);
+      written_locked(tr, c);
     }
     if (atomic_load(&tr->fatal_hold) && !tr->stop) {
       /* The file was finalized at a fatal signal whose outcome is not known yet: leave
@@ -712,6 +724,11 @@ static void *writer_main(void *arg) {
       }
       done_pending += n;
       if (!(locked = writer_lock(tr))) continue;
+      while (spare) { /* before a peek: the threads' queued counts must be current */
+        etr__chunk *c = spare;
+        spare = c->next;
+        written_locked(tr, c);
+      }
       tr->q_done += done_pending;
       done_pending = 0;
       pthread_cond_broadcast(&tr->space_cond);
@@ -756,7 +773,7 @@ static void *writer_main(void *arg) {
   while (spare) {
     etr__chunk *c = spare;
     spare = c->next;
-    recycle_locked(tr, c);
+    written_locked(tr, c);
   }
   tr->flush_done = tr->flush_gen;
   pthread_cond_broadcast(&tr->done_cond);

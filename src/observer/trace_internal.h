@@ -82,6 +82,7 @@ typedef struct etr__chunk {
   uint32_t len, cap;
   uint32_t nodes; /* events inside, to count what is lost after a write error */
   uint32_t peeked, peeked_nodes; /* prefix the writer already wrote (writer only) */
+  struct etr__tstate *owner;     /* the thread that filled it */
   bool oversized; /* made for one large event: freed after use, not pooled */
   _Alignas(8) uint8_t data[];
 } etr__chunk;
@@ -102,6 +103,7 @@ typedef struct etr__tstate {
   uint64_t thread_node_id;
   uint64_t id_next, id_end; /* block of node/object ids */
   etr__chunk *chunk; /* written by the owner with atomic stores: the writer peeks at it */
+  uint32_t queued;   /* its chunks queued or being written (q_mutex): no peek meanwhile */
   uint8_t *arena;
   size_t arena_len, arena_cap;
   etr__frame *frames;
