@@ -5,6 +5,7 @@
 #   ./scripts/stress.sh                      everything below, 8 threads x 1 000 000 ops
 #   ./scripts/stress.sh --ops 100000         shorter runs
 #   ./scripts/stress.sh --only asan,tsan     only the runs named (asan, tsan, valgrind)
+#   ./scripts/stress.sh --threads 4          another thread count (default 8)
 #
 # Runs (build directories at the top of the tree):
 #   asan      tests/reliability/stress.c under ASan+UBSan          build-stress-asan
@@ -14,7 +15,9 @@
 # Each stress run: T threads x N ops through the trace while a control thread adds, toggles
 # and removes other observers; the trace is then checked with `etr validate --strict`
 # (the etr of build-stress-gcc, uninstrumented: the file is what is checked, not the tool)
-# and its op count compared with ops_recorded; nodes_dropped must be 0.
+# and its op count compared with ops_recorded; nodes_dropped must be 0; every op node must
+# come before its parent op (a line scan of the file). Extra observers: no callback after
+# remove returned, exits never exceed enters and match them in stack order per thread.
 # Printed per run: ops, nodes, dropped, sanitizer (or memcheck) reports, wall time; a table
 # at the end. Exit status 1 when any run fails or reports anything.
 set -uo pipefail
