@@ -12,7 +12,8 @@
 #   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
 #   (e) install tests (ctest -L install) of the four builds
 #   (f) etr-bench --quick smoke run, when etr-bench exists (figures never fail it)
-#   (g) valgrind memcheck of etr-example-runtime (also with tracebacks), when valgrind exists
+#   (g) valgrind memcheck of etr-example-runtime (also with tracebacks) and of the stress
+#       program, when valgrind exists
 #   (h) fuzz   the libFuzzer targets for 60 s in all (scripts/fuzz.sh --short)   build/fuzz
 # Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
 # labelled "slow" when there are any.
@@ -238,7 +239,13 @@ stage_valgrind() {
   etr_say "memcheck: $exe --out $out/trace-tb.json --threads 2 --iters 5 --traceback"
   "${vg[@]}" "$exe" --out "$out/trace-tb.json" --threads 2 --iters 5 --traceback || return 1
   python3 tests/integration/check_example_trace.py "$out/trace-tb.json" --threads 2 --iters 5 \
-    --traceback
+    --traceback || return 1
+  # 8 threads recording while observers come and go (the stress test, short)
+  if [ -x build/gcc/tests/reliability/reliability_stress ] && [ -x build/gcc/tools/etr ]; then
+    etr_say "memcheck: reliability_stress --threads 8 --ops 2000"
+    "${vg[@]}" build/gcc/tests/reliability/reliability_stress --threads 8 --ops 2000 \
+      --etr build/gcc/tools/etr --out "$out/stress.json" || return 1
+  fi
 }
 
 # want ID: is stage ID selected (all are, unless --quick or --only)?
