@@ -238,14 +238,20 @@ static uint64_t cur_off(etr_reader *r) {
 
 /* ---- building values ---- */
 
+/* Room for one more element of elem bytes in the array *p of *cap (len used); the first
+ * allocation holds `first`. False when memory is exhausted. */
+static bool grow(void **p, size_t *cap, size_t len, size_t elem, size_t first) {
+  if (len < *cap) return true;
+  size_t n = *cap ? *cap * 2 : first;
+  void *q = realloc(*p, n * elem);
+  if (!q) return false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
 static bool push_member(etr_reader *r, const char *key, size_t key_len, const etr_jval *v) {
-  if (r->stk_len == r->stk_cap) {
-    size_t cap = r->stk_cap ? r->stk_cap * 2 : 256;
-    etr_jmember *s = realloc(r->stk, cap * sizeof *s);
-    if (!s) return false;
-    r->stk = s;
-    r->stk_cap = cap;
-  }
+  if (!grow((void **)&r->stk, &r->stk_cap, r->stk_len, sizeof *r->stk, 256)) return false;
   etr_jmember *m = &r->stk[r->stk_len++];
   m->key = key;
   m->key_len = key_len;
@@ -351,15 +357,9 @@ static int b_value(etr_reader *r, const etr_jval *v) {
 }
 
 static int b_open(etr_reader *r, bool is_obj) {
-  if (r->n_frames == r->frames_cap) {
-    size_t cap = r->frames_cap ? r->frames_cap * 2 : 32;
-    frame *f = realloc(r->frames, cap * sizeof *f);
-    if (!f) {
-      set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
-      return 0;
-    }
-    r->frames = f;
-    r->frames_cap = cap;
+  if (!grow((void **)&r->frames, &r->frames_cap, r->n_frames, sizeof *r->frames, 32)) {
+    set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+    return 0;
   }
   frame *f = &r->frames[r->n_frames++];
   f->start = r->stk_len;
@@ -474,15 +474,9 @@ static int top_value_done(etr_reader *r, const etr_jval *v) {
     r->finish_ts = int_of(v, &ok);
     if (!ok) warn(r, cur_off(r), -1, "\"finish_ts\" is not an integer");
   } else {
-    if (r->n_extras == r->extras_cap) {
-      size_t cap = r->extras_cap ? r->extras_cap * 2 : 8;
-      extra *e = realloc(r->extras, cap * sizeof *e);
-      if (!e) {
-        set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
-        return 0;
-      }
-      r->extras = e;
-      r->extras_cap = cap;
+    if (!grow((void **)&r->extras, &r->extras_cap, r->n_extras, sizeof *r->extras, 8)) {
+      set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+      return 0;
     }
     r->extras[r->n_extras].key = k;
     r->extras[r->n_extras].val = *v;
@@ -867,15 +861,9 @@ static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
   char *p = copy_str(r, &r->keep, k, len, &len);
   if (!p) return 0;
   r->tkey = p;
-  if (r->n_top_keys == r->top_keys_cap) {
-    size_t cap = r->top_keys_cap ? r->top_keys_cap * 2 : 16;
-    const char **t = realloc(r->top_keys, cap * sizeof *t);
-    if (!t) {
-      set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
-      return 0;
-    }
-    r->top_keys = t;
-    r->top_keys_cap = cap;
+  if (!grow((void **)&r->top_keys, &r->top_keys_cap, r->n_top_keys, sizeof *r->top_keys, 16)) {
+    set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
+    return 0;
   }
   for (size_t i = 0; i < r->n_top_keys; i++)
     if (!strcmp(r->top_keys[i], p)) {
