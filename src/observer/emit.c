@@ -84,14 +84,17 @@ static bool kind_is_reserved(const char *s, size_t n) {
   return false;
 }
 
-static void put_kind(etr__jw *w, const char *s, size_t n) {
+/* count: whether a change is counted in values_fixed (once per value: with its type). */
+static void put_kind(etr__jw *w, const char *s, size_t n, bool count) {
+  uint64_t fixed = w->fixed;
   if (kind_is_reserved(s, n)) {
     w->fixed++;
     ETR__JW_LIT(w, "Object");
-    return;
+  } else {
+    char *o = etr__jw_begin(w, ETR__ESCAPED_MAX(n));
+    if (o) etr__jw_end(w, put_type_name(w, o, s, n));
   }
-  char *o = etr__jw_begin(w, ETR__ESCAPED_MAX(n));
-  if (o) etr__jw_end(w, put_type_name(w, o, s, n));
+  if (!count) w->fixed = fixed;
 }
 
 static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
@@ -192,14 +195,12 @@ static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
         } else if (tag == ETR__V_DEVICE) {
           ETR__JW_LIT(w, "Device");
         } else { /* PyTorch writes value "<Object>" with type "Object" */
-          put_kind(w, s, n);
+          put_kind(w, s, n, true);
         }
       } else if (tag == ETR__V_OBJECT) {
-        uint64_t fixed = w->fixed; /* counted once, with the type */
         ETR__JW_LIT(w, "\"<");
-        put_kind(w, s, n);
+        put_kind(w, s, n, false);
         ETR__JW_LIT(w, ">\"");
-        w->fixed = fixed;
       } else {
         etr__jw_str(w, s, n);
       }

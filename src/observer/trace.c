@@ -583,6 +583,15 @@ static void written_locked(etr_trace *tr, etr__chunk *c) {
   recycle_locked(tr, c);
 }
 
+/* Every written chunk of the list *spare goes back (q_mutex held). */
+static void put_back_locked(etr_trace *tr, etr__chunk **spare) {
+  while (*spare) {
+    etr__chunk *c = *spare;
+    *spare = c->next;
+    written_locked(tr, c);
+  }
+}
+
 /* A timed flush (or etr_trace_flush): the complete events in every thread's current chunk,
  * which its thread keeps filling meanwhile (q_mutex held: no chunk changes hands). A thread
  * that records nothing more would otherwise keep them until it exits. A thread with a
@@ -695,11 +704,7 @@ static void *writer_main(void *arg) {
       locked = writer_lock(tr);
       continue;
     }
-    while (spare) {
-      etr__chunk *c = spare;
-      spare = c->next;
-      written_locked(tr, c);
-    }
+    put_back_locked(tr, &spare);
     if (atomic_load(&tr->fatal_hold) && !tr->stop) {
       /* The file was finalized at a fatal signal whose outcome is not known yet: leave
        * it whole (recorders wait once the queue is full). */
@@ -724,11 +729,7 @@ static void *writer_main(void *arg) {
       }
       done_pending += n;
       if (!(locked = writer_lock(tr))) continue;
-      while (spare) { /* before a peek: the threads' queued counts must be current */
-        etr__chunk *c = spare;
-        spare = c->next;
-        written_locked(tr, c);
-      }
+      put_back_locked(tr, &spare); /* before a peek: the queued counts must be current */
       tr->q_done += done_pending;
       done_pending = 0;
       pthread_cond_broadcast(&tr->space_cond);
@@ -770,11 +771,7 @@ static void *writer_main(void *arg) {
     writer_sleep(tr, deadline);
     locked = writer_lock(tr);
   }
-  while (spare) {
-    etr__chunk *c = spare;
-    spare = c->next;
-    written_locked(tr, c);
-  }
+  put_back_locked(tr, &spare);
   tr->flush_done = tr->flush_gen;
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
