@@ -83,16 +83,20 @@ static NOINLINE size_t fp_walk(uintptr_t *ips, size_t max, uintptr_t lo, uintptr
 
 static inline size_t run_method(const bctx *c, int m, uintptr_t *buf) {
   switch (m) {
-    case M_ETR: return etr__unwind_capture(buf, c->depth, 0, NULL);
+    case M_ETR:
+      return etr__unwind_capture(buf, c->depth, 0, NULL);
     case M_ETR_NOFC: {
       etr__unwind_set_frame_cache(false);
       size_t n = etr__unwind_capture(buf, c->depth, 0, NULL);
       etr__unwind_set_frame_cache(true);
       return n;
     }
-    case M_FP: return fp_walk(buf, c->depth, c->lo, c->hi);
-    case M_GLIBC: return (size_t)backtrace((void **)buf, (int)c->depth);
-    default: return (size_t)c->unw((void **)buf, (int)c->depth);
+    case M_FP:
+      return fp_walk(buf, c->depth, c->lo, c->hi);
+    case M_GLIBC:
+      return (size_t)backtrace((void **)buf, (int)c->depth);
+    default:
+      return (size_t)c->unw((void **)buf, (int)c->depth);
   }
 }
 
@@ -130,8 +134,10 @@ static NOINLINE void measure_here(bctx *c) {
 }
 
 static NOINLINE void recurse(bctx *c, size_t d) {
-  if (d == 0) measure_here(c);
-  else recurse(c, d - 1);
+  if (d == 0)
+    measure_here(c);
+  else
+    recurse(c, d - 1);
   __asm__ volatile("" ::: "memory");
 }
 
@@ -183,8 +189,10 @@ int etr_bench_capture(int quick, FILE *report, double *capture32_ns, double *fpw
   etr__unwind_stats_add(&s0);
 
   if (report) {
-    fprintf(report, "capture: ns per capture of exactly `depth` frames of the same stack "
-                    "(medians of %d repeats)\n", quick ? 5 : 15);
+    fprintf(report,
+            "capture: ns per capture of exactly `depth` frames of the same stack "
+            "(medians of %d repeats)\n",
+            quick ? 5 : 15);
     fprintf(report, "  etr-nofc: etr without its per-thread frame cache (rule cache only)\n");
     fprintf(report, "  %5s %10s %10s %10s %8s %10s %10s %8s %8s\n", "depth", "etr", "etr-nofc",
             "fpwalk", "etr/fp", "glibc", "libunwind", "glibc/fp", "unw/fp");
@@ -211,8 +219,8 @@ int etr_bench_capture(int quick, FILE *report, double *capture32_ns, double *fpw
     if (report)
       fprintf(report, "  %5zu %10.1f %10.1f %10.1f %8.2f %10.1f %10.1f %8.1f %8.1f\n", c.depth,
               c.med[M_ETR], c.med[M_ETR_NOFC], c.med[M_FP], c.med[M_ETR] / c.med[M_FP],
-              c.med[M_GLIBC],
-              c.med[M_UNW], c.med[M_GLIBC] / c.med[M_FP], c.med[M_UNW] / c.med[M_FP]);
+              c.med[M_GLIBC], c.med[M_UNW], c.med[M_GLIBC] / c.med[M_FP],
+              c.med[M_UNW] / c.med[M_FP]);
     if (c.depth == 32) {
       *capture32_ns = cap32_1t = c.med[M_ETR];
       *fpwalk32_ns = c.med[M_FP];
@@ -261,21 +269,26 @@ int etr_bench_capture(int quick, FILE *report, double *capture32_ns, double *fpw
   memset(&s1, 0, sizeof s1);
   etr__unwind_stats_add(&s1);
   if (report) {
-    fprintf(report, "  etr at depth 32 on 2 threads at once: %.1f ns per capture per thread "
-                    "(%.2fx one thread)\n", two, two / cap32_1t);
+    fprintf(report,
+            "  etr at depth 32 on 2 threads at once: %.1f ns per capture per thread "
+            "(%.2fx one thread)\n",
+            two, two / cap32_1t);
     fprintf(report, "  a thread's first capture (depth 32): %.1f us (median of %d threads)\n",
             first_med / 1000, nfirst);
-    fprintf(report, "  dl_iterate_phdr counters read: %.1f ns (etr reads them on a rule miss "
-                    "and every 64th capture of a thread)\n", dlcheck);
-    fprintf(report, "  counters: captures %llu, rule cache hits %llu misses %llu resets %llu, "
-                    "fallback frames %llu, failures %llu\n",
+    fprintf(report,
+            "  dl_iterate_phdr counters read: %.1f ns (etr reads them on a rule miss "
+            "and every 64th capture of a thread)\n",
+            dlcheck);
+    fprintf(report,
+            "  counters: captures %llu, rule cache hits %llu misses %llu resets %llu, "
+            "fallback frames %llu, failures %llu\n",
             (unsigned long long)(s1.captures - s0.captures),
             (unsigned long long)(s1.unwind_cache_hits - s0.unwind_cache_hits),
             (unsigned long long)(s1.unwind_cache_misses - s0.unwind_cache_misses),
             (unsigned long long)(s1.unwind_cache_resets - s0.unwind_cache_resets),
             (unsigned long long)(s1.unwind_fallbacks - s0.unwind_fallbacks),
             (unsigned long long)(s1.capture_failures - s0.capture_failures));
-    fprintf(report, "  target (DESIGN 10): etr at depth 32 <= 3x fpwalk: %.2fx\n",
+    fprintf(report, "  target (docs/BENCHMARKS.md): etr at depth 32 <= 3x fpwalk: %.2fx\n",
             *capture32_ns / *fpwalk32_ns);
   }
   if (h) dlclose(h);

@@ -1,4 +1,4 @@
-/* Native capture benchmark (DESIGN 10: traceback capture at depth 32 <= 3x a plain
+/* Native capture benchmark (docs/BENCHMARKS.md: traceback capture at depth 32 <= 3x a plain
  * frame-pointer walk of the same stack).
  *
  * At stack depths 8, 32 and 128 (frames of a recursion compiled with frame pointers), each

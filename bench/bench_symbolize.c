@@ -159,7 +159,7 @@ static double bench_addr2line_pipe(const char *lib, const uint64_t *vaddr, size_
     int len = snprintf(addr, sizeof addr, "0x%" PRIx64 "\n", vaddr[i]);
     double t0 = now_ns();
     if (write(in, addr, (size_t)len) != len) break;
-    if (read_lines(out, 2, ans, sizeof ans) <= 0) break;  /* function, then file:line */
+    if (read_lines(out, 2, ans, sizeof ans) <= 0) break; /* function, then file:line */
     double t1 = now_ns();
     if (i > 0) t[k++] = t1 - t0;
   }
@@ -210,7 +210,7 @@ static double bench_warm(const char *lib, const uint64_t *vaddr, const size_t *o
     const size_t *idx = order + b * batch;
     double t0 = now_ns();
     for (size_t i = 0; i < batch; i++)
-      bad |= etr__symbolize(s, lib, NULL, 0, vaddr[idx[i]] + 1, 0, &sym);  /* +1: unseen */
+      bad |= etr__symbolize(s, lib, NULL, 0, vaddr[idx[i]] + 1, 0, &sym); /* +1: unseen */
     double t1 = now_ns();
     t[k++] = (t1 - t0) / (double)batch;
   }
@@ -253,8 +253,10 @@ int etr_bench_symbolize(int quick, FILE *report, double *symbolize_warm_ns,
     char name[48];
     snprintf(name, sizeof name, "etr_sym20k_f%zu", i);
     void *f = dlsym(h, name);
-    if (f == NULL) ok = 0;
-    else vaddr[i] = (uintptr_t)f - lm->l_addr;
+    if (f == NULL)
+      ok = 0;
+    else
+      vaddr[i] = (uintptr_t)f - lm->l_addr;
   }
   dlclose(h);
   if (!ok) {
@@ -282,8 +284,8 @@ int etr_bench_symbolize(int quick, FILE *report, double *symbolize_warm_ns,
             NFUNCS / FUNCS_PER_CU);
     fprintf(report, "  %-26s %12.1f  ns per unique address (tables loaded)%s\n",
             "symbolize_warm_ns", *symbolize_warm_ns, wrong ? "  WRONG ANSWERS" : "");
-    fprintf(report, "  %-26s %12.1f  ns, first address in a new symbolizer\n",
-            "symbolize_cold_ns", *symbolize_cold_ns);
+    fprintf(report, "  %-26s %12.1f  ns, first address in a new symbolizer\n", "symbolize_cold_ns",
+            *symbolize_cold_ns);
     fprintf(report, "  %-26s %12.1f  ns per address, one process each\n", "addr2line_ns",
             *addr2line_ns);
     fprintf(report, "  %-26s %12.1f  ns per address on an open pipe\n", "addr2line_pipe_ns",

@@ -1,5 +1,5 @@
-/* Symbolization benchmark (DESIGN 10: a warm unique address, name + file + line, <= 1 µs in a
- * library with 20k functions, >= 10x faster than addr2line on an open pipe).
+/* Symbolization benchmark (docs/BENCHMARKS.md: a warm unique address, name + file + line, <= 1 µs
+ * in a library with 20k functions, >= 10x faster than addr2line on an open pipe).
  *
  * Measures, in the generated 20k-function library (tests/symbolize/lib20k.cmake; its path is
  * compiled in as ETR_SYM20K_PATH, or taken from the environment variable ETR_BENCH_SYM20K):
@@ -18,7 +18,6 @@
 #include <stdio.h>
 
 int etr_bench_symbolize(int quick, FILE *report, double *symbolize_warm_ns,
-                        double *symbolize_cold_ns, double *addr2line_ns,
-                        double *addr2line_pipe_ns);
+                        double *symbolize_cold_ns, double *addr2line_ns, double *addr2line_pipe_ns);
 
 #endif /* ETR_BENCH_SYMBOLIZE_H */

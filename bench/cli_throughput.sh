@@ -1,6 +1,6 @@
 #!/bin/sh
 # Throughput and peak memory of `etr validate` and `etr summary` on a large trace that the
-# recorder itself writes (DESIGN 10: >= 150 MB/s, <= 64 MB on a 1 GB trace), compared in the
+# recorder itself writes (docs/BENCHMARKS.md: >= 150 MB/s, <= 64 MB on a 1 GB trace), compared in the
 # same run with Python's json.load on the same file. Never fails on the figures.
 #
 # usage: bench/cli_throughput.sh [--build DIR] [--size MB] [--runs N] [--py-runs N]

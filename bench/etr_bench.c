@@ -1,5 +1,5 @@
 /* bench/etr_bench.c — etr-bench: what recording costs, measured against a baseline in the
- * same run (DESIGN 10).
+ * same run (docs/BENCHMARKS.md).
  *
  * Figures (ns per op unless named otherwise; each the median over --reps repetitions of
  * --ops ops after a warm-up, printed with min and max so noise is visible):
@@ -203,7 +203,7 @@ typedef struct worker {
   pthread_t thread;
   const pool *p;
   uint64_t warm, n;
-  int depth; /* extra stack frames under the recording loop (traceback phases) */
+  int depth;        /* extra stack frames under the recording loop (traceback phases) */
   etr_trace *trace; /* NULL for the baseline */
   pthread_barrier_t *bar;
   double per_op_ns;
@@ -393,10 +393,16 @@ enum {
 static const struct {
   const char *name;
   unsigned bit;
-} PHASES[] = {{"disabled", RUN_DISABLED},     {"bytes", RUN_BYTES}, {"enabled", RUN_ENABLED},
-              {"devnull", RUN_DEVNULL},       {"2t", RUN_2T},       {"baseline", RUN_BASELINE},
-              {"baseline2t", RUN_BASELINE_2T}, {"paced", RUN_PACED},
-              {"traceback", RUN_TRACEBACK}, {"capture", RUN_CAPTURE},
+} PHASES[] = {{"disabled", RUN_DISABLED},
+              {"bytes", RUN_BYTES},
+              {"enabled", RUN_ENABLED},
+              {"devnull", RUN_DEVNULL},
+              {"2t", RUN_2T},
+              {"baseline", RUN_BASELINE},
+              {"baseline2t", RUN_BASELINE_2T},
+              {"paced", RUN_PACED},
+              {"traceback", RUN_TRACEBACK},
+              {"capture", RUN_CAPTURE},
               {"symbolize", RUN_SYMBOLIZE}};
 
 static void usage(FILE *f) {
@@ -717,11 +723,14 @@ int main(int argc, char **argv) {
   row1("paced_added_ns", paced_added, "paced_on_ns - paced_off_ns: wall time tracing adds per op");
   row("paced_2t_off_ns", poff2.per_op, "ns/op per thread, 2 threads, no trace");
   row("paced_2t_on_ns", pon2.per_op, "ns/op per thread, 2 threads, traced");
-  row1("paced_2t_added_ns", paced_2t_added, "wall time added per op, 2 threads (2 cores: shared with the writer)");
-  row("traceback_off_rec_cpu_ns", tb0.rec_cpu, "ns/op of recording-thread CPU, stack depth ~32, no traceback");
+  row1("paced_2t_added_ns", paced_2t_added,
+       "wall time added per op, 2 threads (2 cores: shared with the writer)");
+  row("traceback_off_rec_cpu_ns", tb0.rec_cpu,
+      "ns/op of recording-thread CPU, stack depth ~32, no traceback");
   row("traceback_rec_cpu_ns", tb1.rec_cpu, "ns/op, the same with a traceback on every op");
   row("traceback100_rec_cpu_ns", tb100.rec_cpu, "ns/op, the same with a traceback on 1 op in 100");
-  row("traceback_cpu_ns", tb1.cpu, "ns/op of process CPU (writer, tables, symbolization), every op");
+  row("traceback_cpu_ns", tb1.cpu,
+      "ns/op of process CPU (writer, tables, symbolization), every op");
   row1("traceback_added_ns", tb_added, "traceback_rec_cpu_ns - traceback_off_rec_cpu_ns");
   row1("traceback100_added_ns", tb100_added, "traceback100_rec_cpu_ns - traceback_off_rec_cpu_ns");
   row1("capture32_ns", cap[0], "ns: native capture of a 32-frame stack");
@@ -731,7 +740,8 @@ int main(int argc, char **argv) {
   row1("symbolize_cold_ns", sym[1], "ns per address, first address of a module");
   row1("addr2line_ns", sym[2], "ns per address, one addr2line process each");
   row1("addr2line_pipe_ns", sym[3], "ns per address, addr2line on an open pipe");
-  row1("symbolize_vs_pipe", sym[3] / sym[0], "addr2line_pipe_ns / symbolize_warm_ns (target >= 10)");
+  row1("symbolize_vs_pipe", sym[3] / sym[0],
+       "addr2line_pipe_ns / symbolize_warm_ns (target >= 10)");
   printf("  buffer_waits in the bytes run: %" PRIu64 "\n\n", byt.buffer_waits);
 
   printf(

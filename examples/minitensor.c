@@ -101,8 +101,8 @@ static struct {
   pthread_mutex_t lock;
   mt_tensor *free_tensors;
   mt_storage *free_storages;
-  int64_t tensor_slots, storage_slots;   /* structs ever malloc'd */
-  int64_t tensor_allocs, tensor_reuses;  /* reuses: allocations served at a used address */
+  int64_t tensor_slots, storage_slots;  /* structs ever malloc'd */
+  int64_t tensor_allocs, tensor_reuses; /* reuses: allocations served at a used address */
   int64_t storage_allocs, storage_reuses;
   int64_t live_tensors, live_storages;
 } g_pool = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -457,15 +457,16 @@ static void op_fill_(mt_tensor *t, double value) {
   op_in_tensor(&op, t);
   op_in(&op, etr_value_double(value));
   op_begin(&op);
-  for (int64_t i = 0; i < t->numel; i++) mt_data(t)[mt_index(t, t->sizes, t->ndim, i)] = (float)value;
+  for (int64_t i = 0; i < t->numel; i++)
+    mt_data(t)[mt_index(t, t->sizes, t->ndim, i)] = (float)value;
   op_out_tensor(&op, t);
   op_end(&op);
 }
 
 static void op_zero_(mt_tensor *t) {
   op_call op;
-  op_init(&op, "aten::zero_", ETR_SCOPE_FUNCTION, "aten::zero_(Tensor(a!) self) -> Tensor(a!)",
-          -1, 0);
+  op_init(&op, "aten::zero_", ETR_SCOPE_FUNCTION, "aten::zero_(Tensor(a!) self) -> Tensor(a!)", -1,
+          0);
   op_in_tensor(&op, t);
   op_begin(&op);
   op_fill_(t, 0.0);
@@ -511,8 +512,10 @@ static mt_tensor *op_view(mt_tensor *self, int32_t ndim, const int64_t *size, in
   int64_t sizes[MT_MAX_DIM], strides[MT_MAX_DIM], known = 1;
   int32_t infer = -1;
   for (int32_t d = 0; d < ndim; d++) {
-    if (size[d] == -1) infer = d;
-    else known *= size[d];
+    if (size[d] == -1)
+      infer = d;
+    else
+      known *= size[d];
   }
   for (int32_t d = 0; d < ndim; d++) sizes[d] = d == infer ? self->numel / known : size[d];
   int64_t st = 1;
@@ -540,8 +543,7 @@ static mt_tensor *op_t(mt_tensor *self, int64_t seq) {
   return out;
 }
 
-static mt_tensor *op_slice(mt_tensor *self, int64_t dim, int64_t start, int64_t end,
-                           int64_t step) {
+static mt_tensor *op_slice(mt_tensor *self, int64_t dim, int64_t start, int64_t end, int64_t step) {
   op_call op;
   op_init(&op, "aten::slice", ETR_SCOPE_FUNCTION,
           "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "
@@ -587,8 +589,8 @@ static mt_tensor *op_expand(mt_tensor *self, int32_t ndim, const int64_t *size) 
 
 static mt_tensor *op_mm(mt_tensor *a, mt_tensor *b, int64_t seq) {
   op_call op;
-  op_init(&op, "aten::mm", ETR_SCOPE_FUNCTION, "aten::mm(Tensor self, Tensor mat2) -> Tensor",
-          seq, 0);
+  op_init(&op, "aten::mm", ETR_SCOPE_FUNCTION, "aten::mm(Tensor self, Tensor mat2) -> Tensor", seq,
+          0);
   op_in_tensor(&op, a);
   op_in_tensor(&op, b);
   op_begin(&op);
@@ -633,21 +635,21 @@ static mt_tensor *op_add_like(const char *name, const char *schema, mt_tensor *a
 
 static mt_tensor *op_add(mt_tensor *a, mt_tensor *b, int64_t alpha, int64_t seq) {
   return op_add_like("aten::add",
-                     "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-                     a, b, alpha, seq, false);
+                     "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", a,
+                     b, alpha, seq, false);
 }
 
 static mt_tensor *op_sub(mt_tensor *a, mt_tensor *b, int64_t alpha, int64_t seq) {
   return op_add_like("aten::sub",
-                     "aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-                     a, b, alpha, seq, true);
+                     "aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", a,
+                     b, alpha, seq, true);
 }
 
 static void op_add_(mt_tensor *self, mt_tensor *other, int64_t alpha) {
   op_call op;
   op_init(&op, "aten::add_", ETR_SCOPE_FUNCTION,
-          "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
-          -1, 0);
+          "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", -1,
+          0);
   op_in_tensor(&op, self);
   op_in_tensor(&op, other);
   op_in(&op, etr_value_int(alpha));
@@ -854,9 +856,9 @@ static void pg_alltoall(mt_pg *pg, int rank, const float *in, float *out, int64_
 enum { BATCH = 4, IN = 8, HIDDEN = 16, OUT = 4 };
 
 typedef struct model {
-  mt_tensor *W1, *b1, *W2, *b2;       /* parameters */
-  mt_tensor *bucket;                  /* all gradients in one flat buffer (as DDP does) */
-  mt_tensor *gW1, *gb1, *gW2, *gb2;   /* views into the bucket */
+  mt_tensor *W1, *b1, *W2, *b2;     /* parameters */
+  mt_tensor *bucket;                /* all gradients in one flat buffer (as DDP does) */
+  mt_tensor *gW1, *gb1, *gW2, *gb2; /* views into the bucket */
 } model;
 
 typedef struct linear_saved {
@@ -903,8 +905,7 @@ static const char *const SCHEMA_LINEAR =
     "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor";
 
 /* aten::linear = t + mm + add, each making an autograd node (its own sequence number). */
-static mt_tensor *op_linear(worker *w, mt_tensor *x, mt_tensor *W, mt_tensor *b,
-                            linear_saved *s) {
+static mt_tensor *op_linear(worker *w, mt_tensor *x, mt_tensor *W, mt_tensor *b, linear_saved *s) {
   op_call op;
   op_init(&op, "aten::linear", ETR_SCOPE_FUNCTION, SCHEMA_LINEAR, w->next_seq, 0);
   op_in_tensor(&op, x);
@@ -940,8 +941,8 @@ static void accumulate_grad(uint64_t fw_tid, mt_tensor *grad, mt_tensor *g) {
 }
 
 /* Backward of aten::linear; returns the input's gradient (NULL when not needed). */
-static mt_tensor *linear_backward(uint64_t fw, linear_saved *l, mt_tensor *g_out,
-                                  mt_tensor *grad_W, mt_tensor *grad_b, bool input_grad) {
+static mt_tensor *linear_backward(uint64_t fw, linear_saved *l, mt_tensor *g_out, mt_tensor *grad_W,
+                                  mt_tensor *grad_b, bool input_grad) {
   mt_tensor *g_m, *g_b;
   {
     op_call n;
@@ -1219,8 +1220,8 @@ static void op_alltoall(worker *w, mt_tensor *out, mt_tensor *in, int64_t per_ra
 static const char *const KERNEL_FILE =
     "/tmp/torchinductor_minitensor/sg/csgdfusedaddmul4k7q2bxvd3tyhn6wl5aqo2e7pzi.py";
 
-static void launch_sgd_kernel(worker *w, mt_tensor *const *params, mt_tensor *const *grads,
-                              int n, float lr) {
+static void launch_sgd_kernel(worker *w, mt_tensor *const *params, mt_tensor *const *grads, int n,
+                              float lr) {
   enum { XBLOCK = 64 };
   int64_t numel = 0;
   for (int i = 0; i < n; i++) numel += params[i]->numel;
@@ -1281,8 +1282,8 @@ static void model_init(worker *w) {
 }
 
 static void model_free(model *m) {
-  mt_tensor **all[] = {&m->W1, &m->b1, &m->W2, &m->b2, &m->gW1, &m->gb1, &m->gW2, &m->gb2,
-                       &m->bucket};
+  mt_tensor **all[] = {&m->W1,  &m->b1,  &m->W2,  &m->b2,    &m->gW1,
+                       &m->gb1, &m->gW2, &m->gb2, &m->bucket};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     mt_release(*all[i]);
     *all[i] = NULL;
@@ -1416,30 +1417,30 @@ static void *worker_main(void *arg) {
  * ------------------------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: " PROG " [--out PATH] [--threads N] [--iters N] [--schema 1.1.0|1.1.1]\n"
-          "                           [--traceback [PATTERN]] [--traceback-every N]\n"
-          "                           [--symbolize full|module] [--no-trace] [--help]\n"
-          "\n"
-          "A tiny tensor runtime (2-layer MLP training, backward on a second thread per\n"
-          "worker, allreduce/all-to-all between workers, a triton-style kernel) instrumented\n"
-          "with etr.\n"
-          "\n"
-          "  --out PATH     open, enable and close an execution trace at PATH; without it,\n"
-          "                 no trace is opened here (ETR_TRACE=path.json records the run)\n"
-          "  --threads N    worker threads, each with its own model and backward thread\n"
-          "                 (1..64, default 2)\n"
-          "  --iters N      training steps per worker (default 3)\n"
-          "  --schema V     trace schema 1.1.1 (default, with strides) or 1.1.0 (needs --out)\n"
-          "  --traceback [PATTERN]\n"
-          "                 capture a traceback on every op, or on ops whose name matches\n"
-          "                 the fnmatch(3) PATTERN (e.g. 'aten::m*'); needs --out\n"
-          "  --traceback-every N\n"
-          "                 then only 1 op in N per thread\n"
-          "  --symbolize M  full: function/file/line in the trace (default); module: module,\n"
-          "                 build id and offset, resolved later by `etr symbolize`\n"
-          "  --no-trace     record nothing (also disables a trace opened through ETR_TRACE)\n"
-          "  --help         this text\n");
+  fprintf(f, "usage: " PROG
+             " [--out PATH] [--threads N] [--iters N] [--schema 1.1.0|1.1.1]\n"
+             "                           [--traceback [PATTERN]] [--traceback-every N]\n"
+             "                           [--symbolize full|module] [--no-trace] [--help]\n"
+             "\n"
+             "A tiny tensor runtime (2-layer MLP training, backward on a second thread per\n"
+             "worker, allreduce/all-to-all between workers, a triton-style kernel) instrumented\n"
+             "with etr.\n"
+             "\n"
+             "  --out PATH     open, enable and close an execution trace at PATH; without it,\n"
+             "                 no trace is opened here (ETR_TRACE=path.json records the run)\n"
+             "  --threads N    worker threads, each with its own model and backward thread\n"
+             "                 (1..64, default 2)\n"
+             "  --iters N      training steps per worker (default 3)\n"
+             "  --schema V     trace schema 1.1.1 (default, with strides) or 1.1.0 (needs --out)\n"
+             "  --traceback [PATTERN]\n"
+             "                 capture a traceback on every op, or on ops whose name matches\n"
+             "                 the fnmatch(3) PATTERN (e.g. 'aten::m*'); needs --out\n"
+             "  --traceback-every N\n"
+             "                 then only 1 op in N per thread\n"
+             "  --symbolize M  full: function/file/line in the trace (default); module: module,\n"
+             "                 build id and offset, resolved later by `etr symbolize`\n"
+             "  --no-trace     record nothing (also disables a trace opened through ETR_TRACE)\n"
+             "  --help         this text\n");
 }
 
 static int parse_int(const char *s, const char *opt, long lo, long hi) {
@@ -1478,9 +1479,12 @@ int main(int argc, char **argv) {
       iters = parse_int(val, a, 1, 1000000);
       i++;
     } else if (strcmp(a, "--schema") == 0) {
-      if (val != NULL && strcmp(val, "1.1.1") == 0) schema = ETR_SCHEMA_1_1_1;
-      else if (val != NULL && strcmp(val, "1.1.0") == 0) schema = ETR_SCHEMA_1_1_0;
-      else fatal("--schema takes 1.1.0 or 1.1.1, not '%s'", val ? val : "");
+      if (val != NULL && strcmp(val, "1.1.1") == 0)
+        schema = ETR_SCHEMA_1_1_1;
+      else if (val != NULL && strcmp(val, "1.1.0") == 0)
+        schema = ETR_SCHEMA_1_1_0;
+      else
+        fatal("--schema takes 1.1.0 or 1.1.1, not '%s'", val ? val : "");
       schema_set = true;
       i++;
     } else if (strcmp(a, "--traceback") == 0) {
@@ -1495,9 +1499,12 @@ int main(int argc, char **argv) {
       tb_set = true;
       i++;
     } else if (strcmp(a, "--symbolize") == 0) {
-      if (val != NULL && strcmp(val, "full") == 0) tb.symbolize = ETR_SYMBOLIZE_FULL;
-      else if (val != NULL && strcmp(val, "module") == 0) tb.symbolize = ETR_SYMBOLIZE_MODULE;
-      else fatal("--symbolize takes full or module, not '%s'", val ? val : "");
+      if (val != NULL && strcmp(val, "full") == 0)
+        tb.symbolize = ETR_SYMBOLIZE_FULL;
+      else if (val != NULL && strcmp(val, "module") == 0)
+        tb.symbolize = ETR_SYMBOLIZE_MODULE;
+      else
+        fatal("--symbolize takes full or module, not '%s'", val ? val : "");
       tb_set = true;
       i++;
     } else if (strcmp(a, "--no-trace") == 0) {
@@ -1574,8 +1581,8 @@ int main(int argc, char **argv) {
   int failures = 0;
   printf("minitensor: %" PRId64 " tensors (%" PRId64 " at a reused address), %" PRId64
          " storages (%" PRId64 " at a reused address), %llu ops observed\n",
-         g_pool.tensor_allocs, g_pool.tensor_reuses, g_pool.storage_allocs,
-         g_pool.storage_reuses, (unsigned long long)atomic_load(&g_records_active));
+         g_pool.tensor_allocs, g_pool.tensor_reuses, g_pool.storage_allocs, g_pool.storage_reuses,
+         (unsigned long long)atomic_load(&g_records_active));
   if (g_pool.live_tensors != 0 || g_pool.live_storages != 0) {
     fprintf(stderr, PROG ": leak: %" PRId64 " tensors and %" PRId64 " storages still alive\n",
             g_pool.live_tensors, g_pool.live_storages);
@@ -1599,7 +1606,8 @@ int main(int argc, char **argv) {
     unsigned long long observed = atomic_load(&g_records_active);
     if (st.ops_recorded != observed) {
       fprintf(stderr,
-              PROG ": the trace recorded %" PRIu64 " ops but the runtime made %llu active "
+              PROG ": the trace recorded %" PRIu64
+                   " ops but the runtime made %llu active "
                    "records\n",
               st.ops_recorded, observed);
       failures++;

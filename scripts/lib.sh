@@ -14,9 +14,10 @@ ETR_JOBS=${ETR_JOBS:-2}
 # Everything the build and the tests need: the compilers, cmocka and jansson for the tests,
 # libdw (symbolization) and libunwind (the capture's fallback, loaded at run time), yajl and
 # zlib for the etr command's reader, python3-dev for the CPython example, GNU time for the
-# reader benchmark's peak memory, libclang-rt-14-dev for clang's libFuzzer (tests/fuzz).
+# reader benchmark's peak memory, libclang-rt-14-dev for clang's libFuzzer (tests/fuzz),
+# clang-format for the format check of scripts/test.sh.
 ETR_PACKAGES=(
-  build-essential clang libclang-rt-14-dev cmake pkg-config
+  build-essential clang clang-format libclang-rt-14-dev cmake pkg-config
   libcmocka-dev libjansson-dev zlib1g-dev libyajl-dev
   python3 python3-dev libunwind-dev libdw-dev
   valgrind git time

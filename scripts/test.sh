@@ -6,7 +6,8 @@
 #   ./scripts/test.sh --only c,d   only the stages named (letters below), in suite order
 #
 # Stages (build directories under build/):
-#   (a) gcc    RelWithDebInfo, -DETR_WERROR=ON, ctest           build/gcc
+#   (a) gcc    clang-format check (scripts/format.sh --check), then
+#              RelWithDebInfo, -DETR_WERROR=ON, ctest           build/gcc
 #   (b) clang  RelWithDebInfo, -DETR_WERROR=ON, ctest           build/clang
 #   (c) asan   -DETR_SANITIZE=address,undefined, ctest          build/asan
 #   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
@@ -99,6 +100,7 @@ gcc_args=(-DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++)
 clang_args=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 
 stage_gcc() {
+  ./scripts/format.sh --check >/dev/null || { ./scripts/format.sh --check; return 1; }
   etr_build gcc "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_WERROR=ON &&
     run_ctest build/gcc
 }

@@ -14,9 +14,9 @@
 #define PROGRESS_PERIOD 0.2           /* seconds between redraws */
 
 /* The input whose progress line is on screen, so errors can clear it first. */
-static etr_cli_input *g_drawn;
+static cli_input *g_drawn;
 
-static void progress_clear(etr_cli_input *in) {
+static void progress_clear(cli_input *in) {
   if (in && in->drawn) {
     fputs("\r\033[K", stderr);
     fflush(stderr);
@@ -25,7 +25,7 @@ static void progress_clear(etr_cli_input *in) {
   if (g_drawn == in) g_drawn = NULL;
 }
 
-void etr_cli_error(const char *cmd, const char *fmt, ...) {
+void cli_error(const char *cmd, const char *fmt, ...) {
   progress_clear(g_drawn);
   va_list ap;
   va_start(ap, fmt);
@@ -35,7 +35,7 @@ void etr_cli_error(const char *cmd, const char *fmt, ...) {
   va_end(ap);
 }
 
-int etr_cli_usage(const char *cmd, const char *fmt, ...) {
+int cli_usage(const char *cmd, const char *fmt, ...) {
   progress_clear(g_drawn);
   va_list ap;
   va_start(ap, fmt);
@@ -46,14 +46,14 @@ int etr_cli_usage(const char *cmd, const char *fmt, ...) {
   return ETR_CLI_USAGE;
 }
 
-int etr_cli_operand(const char *cmd, const char *a, const char **file) {
-  if (a[0] == '-' && a[1] != '\0') return etr_cli_usage(cmd, "unknown option '%s'", a);
-  if (*file != NULL) return etr_cli_usage(cmd, "one FILE only ('%s' is extra)", a);
+int cli_operand(const char *cmd, const char *a, const char **file) {
+  if (a[0] == '-' && a[1] != '\0') return cli_usage(cmd, "unknown option '%s'", a);
+  if (*file != NULL) return cli_usage(cmd, "one FILE only ('%s' is extra)", a);
   *file = a;
   return 0;
 }
 
-bool etr_cli_wants_help(int argc, char **argv) {
+bool cli_wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--")) break;
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
@@ -61,7 +61,7 @@ bool etr_cli_wants_help(int argc, char **argv) {
   return false;
 }
 
-bool etr_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
+bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
   char *end;
   errno = 0;
   if (!s || !*s || *s == '-' || *s == '+') goto bad;
@@ -70,11 +70,11 @@ bool etr_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t
   *out = v;
   return true;
 bad:
-  etr_cli_usage(cmd, "%s wants a non-negative integer, not '%s'", opt, s ? s : "");
+  cli_usage(cmd, "%s wants a non-negative integer, not '%s'", opt, s ? s : "");
   return false;
 }
 
-bool etr_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out) {
+bool cli_parse_double(const char *cmd, const char *opt, const char *s, double *out) {
   char *end;
   errno = 0;
   if (!s || !*s) goto bad;
@@ -83,17 +83,17 @@ bool etr_cli_parse_double(const char *cmd, const char *opt, const char *s, doubl
   *out = v;
   return true;
 bad:
-  etr_cli_usage(cmd, "%s wants a number, not '%s'", opt, s ? s : "");
+  cli_usage(cmd, "%s wants a number, not '%s'", opt, s ? s : "");
   return false;
 }
 
-double etr_cli_now(void) {
+double cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-const char *etr_cli_bytes(uint64_t n, char *buf, size_t size) {
+const char *cli_bytes(uint64_t n, char *buf, size_t size) {
   if (n < 10000)
     snprintf(buf, size, "%llu B", (unsigned long long)n);
   else if (n < 10000000)
@@ -113,50 +113,49 @@ static bool progress_wanted(void) {
   return isatty(STDERR_FILENO);
 }
 
-int etr_cli_open(etr_cli_input *in, const char *cmd, const char *path,
-                 const etr_reader_options *opt) {
+int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt) {
   memset(in, 0, sizeof *in);
   in->cmd = cmd;
   in->path = path;
   in->progress = progress_wanted();
-  in->t0 = in->last = etr_cli_now();
-  int rc = etr_reader_open(path, opt, &in->r);
+  in->t0 = in->last = cli_now();
+  int rc = rd_open(path, opt, &in->r);
   if (rc < 0) {
     if (in->r)
-      etr_cli_error(cmd, "%s", etr_reader_error(in->r));
+      cli_error(cmd, "%s", rd_error(in->r));
     else
-      etr_cli_error(cmd, "%s: byte 0: out of memory", path);
-    etr_reader_close(in->r);
+      cli_error(cmd, "%s: byte 0: out of memory", path);
+    rd_close(in->r);
     in->r = NULL;
     return ETR_CLI_FAIL;
   }
   return ETR_CLI_OK;
 }
 
-static void progress_draw(etr_cli_input *in, double now) {
-  uint64_t size = etr_reader_input_size(in->r);
-  uint64_t done = etr_reader_input_consumed(in->r);
-  uint64_t dec = etr_reader_offset(in->r);
+static void progress_draw(cli_input *in, double now) {
+  uint64_t size = rd_input_size(in->r);
+  uint64_t done = rd_input_consumed(in->r);
+  uint64_t dec = rd_offset(in->r);
   if ((size ? size : done) < PROGRESS_MIN_BYTES) return;
   double el = now - in->t0;
   char b1[32], b2[32];
   char pct[16] = "";
   if (size) snprintf(pct, sizeof pct, "%3.0f%% ", 100.0 * (double)done / (double)size);
-  fprintf(stderr, "\r\033[Ketr %s: %s %s%s read, %llu nodes, %.0f MB/s", in->cmd,
-          etr_reader_path(in->r), pct, etr_cli_bytes(dec, b1, sizeof b1),
-          (unsigned long long)in->nodes, el > 0 ? (double)dec / 1e6 / el : 0.0);
-  if (size) fprintf(stderr, " (of %s)", etr_cli_bytes(size, b2, sizeof b2));
+  fprintf(stderr, "\r\033[Ketr %s: %s %s%s read, %llu nodes, %.0f MB/s", in->cmd, rd_path(in->r),
+          pct, cli_bytes(dec, b1, sizeof b1), (unsigned long long)in->nodes,
+          el > 0 ? (double)dec / 1e6 / el : 0.0);
+  if (size) fprintf(stderr, " (of %s)", cli_bytes(size, b2, sizeof b2));
   fflush(stderr);
   in->drawn = true;
   g_drawn = in;
 }
 
-int etr_cli_next(etr_cli_input *in, const etr_rnode **node) {
-  int rc = etr_reader_next(in->r, node);
+int cli_next(cli_input *in, const rd_rnode **node) {
+  int rc = rd_next(in->r, node);
   if (rc == 1) {
     in->nodes++;
     if (in->progress && (in->nodes & 1023) == 0) {
-      double now = etr_cli_now();
+      double now = cli_now();
       if (now - in->last >= PROGRESS_PERIOD) {
         in->last = now;
         progress_draw(in, now);
@@ -165,41 +164,41 @@ int etr_cli_next(etr_cli_input *in, const etr_rnode **node) {
     return 1;
   }
   if (rc == 0) return 0;
-  etr_cli_error(in->cmd, "%s", etr_reader_error(in->r));
+  cli_error(in->cmd, "%s", rd_error(in->r));
   return -1;
 }
 
-int etr_cli_finish(etr_cli_input *in) {
-  int rc = etr_reader_finish(in->r);
+int cli_finish(cli_input *in) {
+  int rc = rd_finish(in->r);
   progress_clear(in);
   if (rc < 0) {
-    etr_cli_error(in->cmd, "%s", etr_reader_error(in->r));
+    cli_error(in->cmd, "%s", rd_error(in->r));
     return -1;
   }
   return 0;
 }
 
-void etr_cli_close(etr_cli_input *in) {
+void cli_close(cli_input *in) {
   progress_clear(in);
-  etr_reader_close(in->r);
+  rd_close(in->r);
   in->r = NULL;
 }
 
 /* ---- output ---- */
 
-FILE *etr_cli_open_output(const char *cmd, const char *path) {
+FILE *cli_open_output(const char *cmd, const char *path) {
   if (!path || !strcmp(path, "-")) return stdout;
   FILE *f = fopen(path, "w");
-  if (!f) etr_cli_error(cmd, "%s: cannot create: %s", path, strerror(errno));
+  if (!f) cli_error(cmd, "%s: cannot create: %s", path, strerror(errno));
   return f;
 }
 
-void etr_cli_discard_output(const char *path) {
+void cli_discard_output(const char *path) {
   struct stat st;
   if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
 }
 
-int etr_cli_close_output(const char *cmd, FILE *f, const char *path) {
+int cli_close_output(const char *cmd, FILE *f, const char *path) {
   if (!f) return ETR_CLI_FAIL;
   const char *name = (!path || !strcmp(path, "-")) ? "<stdout>" : path;
   bool bad = ferror(f) != 0;
@@ -213,24 +212,34 @@ int etr_cli_close_output(const char *cmd, FILE *f, const char *path) {
     if (!err) err = errno;
   }
   if (bad) {
-    etr_cli_error(cmd, "%s: write error: %s", name, err ? strerror(err) : "I/O error");
+    cli_error(cmd, "%s: write error: %s", name, err ? strerror(err) : "I/O error");
     return ETR_CLI_FAIL;
   }
   return ETR_CLI_OK;
 }
 
-void etr_cli_json_str(FILE *f, const char *s) { etr_cli_json_strn(f, s, strlen(s)); }
+void cli_json_str(FILE *f, const char *s) { cli_json_strn(f, s, strlen(s)); }
 
-void etr_cli_json_strn(FILE *f, const char *s, size_t len) {
+void cli_json_strn(FILE *f, const char *s, size_t len) {
   putc('"', f);
   for (const unsigned char *p = (const unsigned char *)s, *e = p + len; p < e; p++) {
     unsigned c = *p;
     switch (c) {
-      case '"': fputs("\\\"", f); break;
-      case '\\': fputs("\\\\", f); break;
-      case '\n': fputs("\\n", f); break;
-      case '\r': fputs("\\r", f); break;
-      case '\t': fputs("\\t", f); break;
+      case '"':
+        fputs("\\\"", f);
+        break;
+      case '\\':
+        fputs("\\\\", f);
+        break;
+      case '\n':
+        fputs("\\n", f);
+        break;
+      case '\r':
+        fputs("\\r", f);
+        break;
+      case '\t':
+        fputs("\\t", f);
+        break;
       default:
         if (c < 0x20)
           fprintf(f, "\\u%04x", c);

@@ -1,11 +1,11 @@
-/* Helpers shared by every etr subcommand (DESIGN 9).
+/* Helpers shared by every etr subcommand (docs/CLI.md).
  *
- * Conventions: a subcommand is `int etr_cmd_<name>(int argc, char **argv)` with argv[0] the
+ * Conventions: a subcommand is `int cmd_<name>(int argc, char **argv)` with argv[0] the
  * command name; it returns ETR_CLI_OK (0), ETR_CLI_FAIL (1: bad input, or problems found) or
  * ETR_CLI_USAGE (2: bad command line). Errors are one line on stderr:
  *   etr <cmd>: FILE: byte N: reason          (bad input, from the reader)
  *   etr <cmd>: reason                         (anything else)
- * Inputs are opened through etr_cli_open, which streams ("-" = stdin, gzip by magic bytes)
+ * Inputs are opened through cli_open, which streams ("-" = stdin, gzip by magic bytes)
  * and draws a progress line on stderr while the input is long (only when stderr is a
  * terminal; ETR_PROGRESS=0 turns it off, ETR_PROGRESS=1 forces it on).
  * Single-threaded; nothing here is safe to call from two threads at once.
@@ -22,75 +22,74 @@
 enum { ETR_CLI_OK = 0, ETR_CLI_FAIL = 1, ETR_CLI_USAGE = 2 };
 
 /* "etr CMD: message\n" on stderr (the progress line, if any, is cleared first). */
-void etr_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "etr CMD: message (see 'etr CMD --help')\n" on stderr; returns ETR_CLI_USAGE. */
-int etr_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The last branch of a command's option loop: `a` is an unknown option or the FILE operand
  * (stored in *file; a second one is an error). 0, or ETR_CLI_USAGE after printing the one-line
  * usage error. */
-int etr_cli_operand(const char *cmd, const char *a, const char **file);
+int cli_operand(const char *cmd, const char *a, const char **file);
 
 /* True when argv[1..] holds -h or --help (before a "--"). */
-bool etr_cli_wants_help(int argc, char **argv);
+bool cli_wants_help(int argc, char **argv);
 
 /* Option values: parse s as a non-negative integer / a finite double. On failure print a
  * usage error naming opt and return false. */
-bool etr_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
-bool etr_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out);
+bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+bool cli_parse_double(const char *cmd, const char *opt, const char *s, double *out);
 
 /* Monotonic clock in seconds. */
-double etr_cli_now(void);
+double cli_now(void);
 
 /* ---- input ---- */
 
-typedef struct etr_cli_input {
+typedef struct cli_input {
   const char *cmd;
-  const char *path;     /* as given ("-" = stdin) */
-  etr_reader *r;        /* valid after a successful etr_cli_open */
-  uint64_t nodes;       /* nodes handed over so far */
+  const char *path; /* as given ("-" = stdin) */
+  rd_reader *r;     /* valid after a successful cli_open */
+  uint64_t nodes;   /* nodes handed over so far */
   /* progress line (private) */
   bool progress;
   bool drawn;
   double t0, last;
-} etr_cli_input;
+} cli_input;
 
 /* Open path for command cmd with the reader options opt (NULL: defaults). 0, or
  * ETR_CLI_FAIL after printing the one-line error. On failure, in->r is closed already. */
-int etr_cli_open(etr_cli_input *in, const char *cmd, const char *path,
-                 const etr_reader_options *opt);
+int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt);
 
 /* The next node (valid until the next call): 1, 0 at the end of "nodes", or -1 after printing
  * the reader's one-line error. Updates the progress line. */
-int etr_cli_next(etr_cli_input *in, const etr_rnode **node);
+int cli_next(cli_input *in, const rd_rnode **node);
 
-/* Reads the rest of the file (after etr_cli_next returned 0; also fine to call earlier: the
+/* Reads the rest of the file (after cli_next returned 0; also fine to call earlier: the
  * remaining nodes are skipped). 0, or -1 after printing the error. Clears the progress line. */
-int etr_cli_finish(etr_cli_input *in);
+int cli_finish(cli_input *in);
 
 /* Clears the progress line and closes the reader. Safe on a failed or closed input. */
-void etr_cli_close(etr_cli_input *in);
+void cli_close(cli_input *in);
 
 /* ---- output ---- */
 
 /* Open an output file ("-" or NULL = stdout). NULL after printing an error. */
-FILE *etr_cli_open_output(const char *cmd, const char *path);
+FILE *cli_open_output(const char *cmd, const char *path);
 
-/* Flush and close an output from etr_cli_open_output (stdout is flushed, not closed).
+/* Flush and close an output from cli_open_output (stdout is flushed, not closed).
  * ETR_CLI_OK, or ETR_CLI_FAIL after printing the write error. */
-int etr_cli_close_output(const char *cmd, FILE *f, const char *path);
+int cli_close_output(const char *cmd, FILE *f, const char *path);
 /* Remove a half-written output, if it is a regular file: never a device such as /dev/null
  * or /dev/full (which, run as root, unlink would delete). */
-void etr_cli_discard_output(const char *path);
+void cli_discard_output(const char *path);
 
 /* Write s as a JSON string literal (quotes included; control characters escaped; bytes
  * passed through otherwise, the reader's strings being valid UTF-8 already). */
-void etr_cli_json_str(FILE *f, const char *s);
+void cli_json_str(FILE *f, const char *s);
 /* The same for len bytes (NUL bytes inside are written as \u0000). */
-void etr_cli_json_strn(FILE *f, const char *s, size_t len);
+void cli_json_strn(FILE *f, const char *s, size_t len);
 
 /* Human-readable byte count into buf ("12.3 MB"); returns buf. */
-const char *etr_cli_bytes(uint64_t n, char *buf, size_t size);
+const char *cli_bytes(uint64_t n, char *buf, size_t size);
 
 #endif /* ETR_TOOLS_CLI_H */

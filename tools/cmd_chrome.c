@@ -48,107 +48,112 @@ typedef struct flow {
 } flow;
 
 typedef struct chrome {
-  etr_out o;
+  an_out o;
   int64_t pid;
   bool args, flows;
-  int mode;            /* 0 unknown, 1 timed, 2 synthetic */
+  int mode; /* 0 unknown, 1 timed, 2 synthetic */
   bool first_event;
-  etr_u64map threads;  /* tid -> 1 (thread_name emitted) */
-  etr_u64map cursor;   /* synthetic: tid -> next free time */
-  etr_u64map pending;  /* parent id -> earliest child start (synthetic) / latest child end (timed) */
-  flow *waiting;       /* synthetic: flows whose fw_parent is not read yet */
+  an_u64map threads; /* tid -> 1 (thread_name emitted) */
+  an_u64map cursor;  /* synthetic: tid -> next free time */
+  an_u64map pending; /* parent id -> earliest child start (synthetic) / latest child end (timed) */
+  flow *waiting;     /* synthetic: flows whose fw_parent is not read yet */
   size_t n_waiting, cap_waiting;
   uint64_t n_ops, n_flows, n_skipped_untimed, n_flows_dropped;
 } chrome;
 
 static void sep(chrome *c) {
-  if (!c->first_event) etr_out_raw(&c->o, ",\n", 2);
+  if (!c->first_event) an_out_raw(&c->o, ",\n", 2);
   c->first_event = false;
 }
 
 static void thread_meta(chrome *c, uint64_t tid) {
-  if (etr_u64map_get(&c->threads, tid, NULL)) return;
-  etr_u64map_put(&c->threads, tid, 1);
+  if (an_u64map_get(&c->threads, tid, NULL)) return;
+  an_u64map_put(&c->threads, tid, 1);
   sep(c);
-  etr_out_fmt(&c->o,
-              "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
-              "\"args\":{\"name\":\"thread %llu\"}},\n"
-              "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
-              "\"args\":{\"sort_index\":%llu}}",
-              (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid,
-              (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid);
+  an_out_fmt(&c->o,
+             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
+             "\"args\":{\"name\":\"thread %llu\"}},\n"
+             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
+             "\"args\":{\"sort_index\":%llu}}",
+             (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid, (long long)c->pid,
+             (unsigned long long)tid, (unsigned long long)tid);
 }
 
 static const char *scope_cat(uint64_t scope) {
   switch (scope) {
-    case 1: return "backward";
-    case 2: return "torchscript";
-    case 7: return "user_annotation";
-    default: return "cpu_op";
+    case 1:
+      return "backward";
+    case 2:
+      return "torchscript";
+    case 7:
+      return "user_annotation";
+    default:
+      return "cpu_op";
   }
 }
 
 static bool is_base_attr(const char *n) {
-  static const char *const base[] = {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid",
-                                     "op_schema", "kernel_backend", "kernel_file"};
+  static const char *const base[] = {"rf_id",  "fw_parent", "seq_id",         "scope",      "tid",
+                                     "fw_tid", "op_schema", "kernel_backend", "kernel_file"};
   for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
     if (strcmp(n, base[i]) == 0) return true;
   return false;
 }
 
-static void io_args(chrome *c, const char *prefix, const etr_jval *io) {
+static void io_args(chrome *c, const char *prefix, const rd_jval *io) {
   if (io == NULL || io->kind != ETR_J_OBJECT) return;
-  const etr_jval *shapes = etr_jobj_get(io, "shapes");
-  const etr_jval *types = etr_jobj_get(io, "types");
+  const rd_jval *shapes = rd_jobj_get(io, "shapes");
+  const rd_jval *types = rd_jobj_get(io, "types");
   if (shapes) {
-    etr_out_fmt(&c->o, ",\"%s_shapes\":", prefix);
-    etr_out_jval(&c->o, shapes);
+    an_out_fmt(&c->o, ",\"%s_shapes\":", prefix);
+    an_out_jval(&c->o, shapes);
   }
   if (types) {
-    etr_out_fmt(&c->o, ",\"%s_types\":", prefix);
-    etr_out_jval(&c->o, types);
+    an_out_fmt(&c->o, ",\"%s_types\":", prefix);
+    an_out_jval(&c->o, types);
   }
 }
 
 static void str_arg(chrome *c, const char *key, const char *v) {
   if (v == NULL || v[0] == '\0') return;
-  etr_out_fmt(&c->o, ",\"%s\":", key);
-  etr_out_jstr(&c->o, v, strlen(v));
+  an_out_fmt(&c->o, ",\"%s\":", key);
+  an_out_jstr(&c->o, v, strlen(v));
 }
 
-static void emit_op(chrome *c, const etr_rnode *n, int64_t ts, int64_t dur) {
+static void emit_op(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
   sep(c);
-  etr_out_cstr(&c->o, "{\"name\":");
-  etr_out_jstr(&c->o, n->name ? n->name : "", n->name ? n->name_len : 0);
-  etr_out_fmt(&c->o, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%lld,"
-              "\"tid\":%llu",
-              scope_cat(n->scope), (long long)ts, (long long)dur, (long long)c->pid,
-              (unsigned long long)n->tid);
+  an_out_cstr(&c->o, "{\"name\":");
+  an_out_jstr(&c->o, n->name ? n->name : "", n->name ? n->name_len : 0);
+  an_out_fmt(&c->o,
+             ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%lld,"
+             "\"tid\":%llu",
+             scope_cat(n->scope), (long long)ts, (long long)dur, (long long)c->pid,
+             (unsigned long long)n->tid);
   if (c->args) {
-    etr_out_fmt(&c->o, ",\"args\":{\"id\":%lld,\"rf_id\":%llu,\"seq_id\":%lld,\"scope\":%llu",
-                (long long)n->id, (unsigned long long)n->rf_id, (long long)n->seq_id,
-                (unsigned long long)n->scope);
+    an_out_fmt(&c->o, ",\"args\":{\"id\":%lld,\"rf_id\":%llu,\"seq_id\":%lld,\"scope\":%llu",
+               (long long)n->id, (unsigned long long)n->rf_id, (long long)n->seq_id,
+               (unsigned long long)n->scope);
     if (n->fw_parent) {
-      etr_out_fmt(&c->o, ",\"fw_parent\":%llu,\"fw_tid\":%llu", (unsigned long long)n->fw_parent,
-                  (unsigned long long)n->fw_tid);
+      an_out_fmt(&c->o, ",\"fw_parent\":%llu,\"fw_tid\":%llu", (unsigned long long)n->fw_parent,
+                 (unsigned long long)n->fw_tid);
     }
-    if (n->has_timing) etr_out_fmt(&c->o, ",\"exclusive_dur\":%lld", (long long)n->exclusive_dur);
+    if (n->has_timing) an_out_fmt(&c->o, ",\"exclusive_dur\":%lld", (long long)n->exclusive_dur);
     io_args(c, "input", n->inputs);
     io_args(c, "output", n->outputs);
     str_arg(c, "op_schema", n->op_schema);
     str_arg(c, "kernel_backend", n->kernel_backend);
     str_arg(c, "kernel_file", n->kernel_file);
     for (size_t i = 0; i < n->n_attrs; i++) {
-      const etr_rattr *a = &n->attrs[i];
+      const rd_rattr *a = &n->attrs[i];
       if (a->name == NULL || is_base_attr(a->name)) continue;
-      etr_out_raw(&c->o, ",", 1);
-      etr_out_jstr(&c->o, a->name, strlen(a->name));
-      etr_out_raw(&c->o, ":", 1);
-      etr_out_jval(&c->o, &a->value);
+      an_out_raw(&c->o, ",", 1);
+      an_out_jstr(&c->o, a->name, strlen(a->name));
+      an_out_raw(&c->o, ":", 1);
+      an_out_jval(&c->o, &a->value);
     }
-    etr_out_raw(&c->o, "}", 1);
+    an_out_raw(&c->o, "}", 1);
   }
-  etr_out_raw(&c->o, "}", 1);
+  an_out_raw(&c->o, "}", 1);
   c->n_ops++;
 }
 
@@ -156,13 +161,13 @@ static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts,
                       int64_t to_ts) {
   thread_meta(c, from_tid);
   sep(c);
-  etr_out_fmt(&c->o,
-              "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":%lld,"
-              "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld},\n"
-              "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,"
-              "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld}",
-              (long long)id, (long long)c->pid, (unsigned long long)from_tid, (long long)from_ts,
-              (long long)id, (long long)c->pid, (unsigned long long)to_tid, (long long)to_ts);
+  an_out_fmt(&c->o,
+             "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":%lld,"
+             "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld},\n"
+             "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,"
+             "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld}",
+             (long long)id, (long long)c->pid, (unsigned long long)from_tid, (long long)from_ts,
+             (long long)id, (long long)c->pid, (unsigned long long)to_tid, (long long)to_ts);
   c->n_flows++;
 }
 
@@ -178,18 +183,18 @@ static void resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
   }
 }
 
-static bool node(chrome *c, const etr_rnode *n) {
-  if (etr_an_is_process_node(n)) return true;
-  if (etr_an_is_thread_node(n)) {
+static bool node(chrome *c, const rd_rnode *n) {
+  if (an_is_process_node(n)) return true;
+  if (an_is_thread_node(n)) {
     thread_meta(c, n->tid);
-    etr_u64map_del(&c->pending, (uint64_t)n->id);
+    an_u64map_del(&c->pending, (uint64_t)n->id);
     return true;
   }
   if (c->mode == 0) c->mode = n->has_timing ? 1 : 2;
   thread_meta(c, n->tid);
   uint64_t pv;
-  bool had = etr_u64map_get(&c->pending, (uint64_t)n->id, &pv);
-  if (had) etr_u64map_del(&c->pending, (uint64_t)n->id);
+  bool had = an_u64map_get(&c->pending, (uint64_t)n->id, &pv);
+  if (had) an_u64map_del(&c->pending, (uint64_t)n->id);
   if (c->mode == 1) {
     if (!n->has_timing) {
       c->n_skipped_untimed++;
@@ -204,8 +209,8 @@ static bool node(chrome *c, const etr_rnode *n) {
     emit_op(c, n, ts, dur);
     uint64_t cur;
     int64_t end = ts + dur;
-    if (!etr_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end) {
-      if (!etr_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
+    if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end) {
+      if (!an_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
     }
     if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, ts, n->tid, ts);
     return true;
@@ -213,13 +218,13 @@ static bool node(chrome *c, const etr_rnode *n) {
   /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its
    * thread; a parent spans from its first child's start to 1 us after its last child. */
   uint64_t cur = 0;
-  etr_u64map_get(&c->cursor, n->tid, &cur);
+  an_u64map_get(&c->cursor, n->tid, &cur);
   int64_t start = had ? (int64_t)pv : (int64_t)cur;
   int64_t end = (int64_t)cur + 1;
-  if (!etr_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
+  if (!an_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
   emit_op(c, n, start, end - start);
-  if (!etr_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, NULL)) {
-    if (!etr_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
+  if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, NULL)) {
+    if (!an_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
   }
   resolve_flows(c, n->id, n->tid, start);
   if (c->flows && n->fw_parent != 0) {
@@ -235,8 +240,8 @@ static bool node(chrome *c, const etr_rnode *n) {
   return true;
 }
 
-int etr_cmd_chrome(int argc, char **argv) {
-  if (etr_cli_wants_help(argc, argv)) {
+int cmd_chrome(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
     help();
     return ETR_CLI_OK;
   }
@@ -245,26 +250,26 @@ int etr_cmd_chrome(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-      if (i + 1 >= argc) return etr_cli_usage(CMD, "%s needs a value", a);
+      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
       out_path = argv[++i];
     } else if (strcmp(a, "--no-args") == 0) {
       args = false;
     } else if (strcmp(a, "--no-flows") == 0) {
       flows = false;
-    } else if (etr_cli_operand(CMD, a, &file) != 0) {
+    } else if (cli_operand(CMD, a, &file) != 0) {
       return ETR_CLI_USAGE;
     }
   }
-  if (file == NULL) return etr_cli_usage(CMD, "no FILE given");
+  if (file == NULL) return cli_usage(CMD, "no FILE given");
   bool to_file = out_path != NULL && strcmp(out_path, "-") != 0;
   if (to_file && strcmp(file, out_path) == 0)
-    return etr_cli_usage(CMD, "the output would overwrite the input '%s'", file);
+    return cli_usage(CMD, "the output would overwrite the input '%s'", file);
 
-  etr_cli_input in;
-  if (etr_cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
-  FILE *f = etr_cli_open_output(CMD, out_path);
+  cli_input in;
+  if (cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
+  FILE *f = cli_open_output(CMD, out_path);
   if (f == NULL) {
-    etr_cli_close(&in);
+    cli_close(&in);
     return ETR_CLI_FAIL;
   }
   chrome c;
@@ -273,72 +278,79 @@ int etr_cmd_chrome(int argc, char **argv) {
   c.args = args;
   c.flows = flows;
   c.first_event = true;
-  const etr_rheader *h = etr_reader_header(in.r);
+  const rd_rheader *h = rd_header(in.r);
   c.pid = h && h->pid >= 0 ? h->pid : 0;
-  etr_out_cstr(&c.o, "{\"traceEvents\":[\n");
+  an_out_cstr(&c.o, "{\"traceEvents\":[\n");
   sep(&c);
-  etr_out_fmt(&c.o, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
-              "\"args\":{\"name\":", (long long)c.pid);
+  an_out_fmt(&c.o,
+             "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
+             "\"args\":{\"name\":",
+             (long long)c.pid);
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
   char pname[512];
   snprintf(pname, sizeof pname, "etr %s (pid %lld)", strcmp(file, "-") == 0 ? "<stdin>" : base,
            (long long)c.pid);
-  etr_out_jstr(&c.o, pname, strlen(pname));
-  etr_out_cstr(&c.o, "}}");
+  an_out_jstr(&c.o, pname, strlen(pname));
+  an_out_cstr(&c.o, "}}");
 
-  const etr_rnode *n;
+  const rd_rnode *n;
   int rc;
   bool oom = false;
-  while ((rc = etr_cli_next(&in, &n)) == 1) {
+  while ((rc = cli_next(&in, &n)) == 1) {
     if (!node(&c, n)) {
       oom = true;
       break;
     }
   }
-  if (!oom && rc == 0) rc = etr_cli_finish(&in);
+  if (!oom && rc == 0) rc = cli_finish(&in);
   int status = ETR_CLI_OK;
   if (oom) {
-    etr_cli_error(CMD, "%s: out of memory", file);
+    cli_error(CMD, "%s: out of memory", file);
     status = ETR_CLI_FAIL;
   } else if (rc != 0) {
     status = ETR_CLI_FAIL;
   }
   if (status == ETR_CLI_OK) {
     c.n_flows_dropped = c.n_waiting;
-    etr_out_cstr(&c.o, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
-                 "\"schema\":");
+    an_out_cstr(&c.o,
+                "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
+                "\"schema\":");
     const char *schema = h && h->schema ? h->schema : "";
-    etr_out_jstr(&c.o, schema, strlen(schema));
-    etr_out_fmt(&c.o, ",\"timing\":\"%s\"}}\n",
-                c.mode == 2 ? "synthetic: no timing in the trace, 1 us per op in recorded order"
-                            : "recorded");
-    status = etr_cli_close_output(CMD, f, out_path);
+    an_out_jstr(&c.o, schema, strlen(schema));
+    an_out_fmt(&c.o, ",\"timing\":\"%s\"}}\n",
+               c.mode == 2 ? "synthetic: no timing in the trace, 1 us per op in recorded order"
+                           : "recorded");
+    status = cli_close_output(CMD, f, out_path);
     f = NULL;
   }
   if (f != NULL) {
     if (to_file) {
       fclose(f);
-      etr_cli_discard_output(out_path); /* no half-written output */
+      cli_discard_output(out_path); /* no half-written output */
     } else {
       fflush(f);
     }
   }
   if (status == ETR_CLI_OK) {
     if (c.mode == 2)
-      fprintf(stderr, "etr chrome: note: %s has no timing; ops are laid out 1 us each in "
-              "recorded order\n", file);
+      fprintf(stderr,
+              "etr chrome: note: %s has no timing; ops are laid out 1 us each in "
+              "recorded order\n",
+              file);
     if (c.n_skipped_untimed)
       fprintf(stderr, "etr chrome: note: %llu op(s) without timing left out\n",
               (unsigned long long)c.n_skipped_untimed);
     if (c.n_flows_dropped)
-      fprintf(stderr, "etr chrome: note: %llu fw_parent flow(s) left out (fw_parent not found "
-              "after the op)\n", (unsigned long long)c.n_flows_dropped);
+      fprintf(stderr,
+              "etr chrome: note: %llu fw_parent flow(s) left out (fw_parent not found "
+              "after the op)\n",
+              (unsigned long long)c.n_flows_dropped);
   }
-  etr_cli_close(&in);
-  etr_u64map_free(&c.threads);
-  etr_u64map_free(&c.cursor);
-  etr_u64map_free(&c.pending);
+  cli_close(&in);
+  an_u64map_free(&c.threads);
+  an_u64map_free(&c.cursor);
+  an_u64map_free(&c.pending);
   free(c.waiting);
   return status;
 }

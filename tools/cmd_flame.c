@@ -37,14 +37,14 @@ static void help(void) {
 }
 
 typedef struct flame {
-  etr_strtab keys;      /* "<traceback id>\x01<op name>" */
-  uint64_t *weights;    /* per key */
+  an_strtab keys;    /* "<traceback id>\x01<op name>" */
+  uint64_t *weights; /* per key */
   size_t cap;
   uint64_t n_tb_nodes, n_nodes;
   bool by_time;
 } flame;
 
-static bool add(flame *fl, const etr_rnode *n) {
+static bool add(flame *fl, const rd_rnode *n) {
   char buf[64];
   int len = snprintf(buf, sizeof buf, "%llu\x01", (unsigned long long)n->traceback);
   size_t nl = n->name ? n->name_len : 0;
@@ -52,7 +52,7 @@ static bool add(flame *fl, const etr_rnode *n) {
   if (key == NULL) return false;
   memcpy(key, buf, (size_t)len);
   if (nl) memcpy(key + len, n->name, nl);
-  uint32_t ix = etr_strtab_intern(&fl->keys, key, (size_t)len + nl);
+  uint32_t ix = an_strtab_intern(&fl->keys, key, (size_t)len + nl);
   free(key);
   if (ix == UINT32_MAX) return false;
   if (ix >= fl->cap) {
@@ -70,31 +70,31 @@ static bool add(flame *fl, const etr_rnode *n) {
   return true;
 }
 
-static void frame_text(etr_out *o, const etr_jval *frames, uint64_t fi, bool lines) {
-  const etr_jval *fr = frames && frames->kind == ETR_J_ARRAY && fi < frames->v.arr.n
-                           ? &frames->v.arr.items[fi]
-                           : NULL;
-  const etr_jval *name = fr ? etr_jobj_get(fr, "name") : NULL;
+static void frame_text(an_out *o, const rd_jval *frames, uint64_t fi, bool lines) {
+  const rd_jval *fr = frames && frames->kind == ETR_J_ARRAY && fi < frames->v.arr.n
+                          ? &frames->v.arr.items[fi]
+                          : NULL;
+  const rd_jval *name = fr ? rd_jobj_get(fr, "name") : NULL;
   if (name && name->kind == ETR_J_STRING && name->v.str.len > 0) {
-    etr_out_sanitized(o, name->v.str.s, name->v.str.len, ";", ':');
+    an_out_sanitized(o, name->v.str.s, name->v.str.len, ";", ':');
   } else {
-    etr_out_fmt(o, "[frame %llu]", (unsigned long long)fi);
+    an_out_fmt(o, "[frame %llu]", (unsigned long long)fi);
   }
   if (lines && fr) {
-    const etr_jval *file = etr_jobj_get(fr, "filename");
-    const etr_jval *line = etr_jobj_get(fr, "line");
+    const rd_jval *file = rd_jobj_get(fr, "filename");
+    const rd_jval *line = rd_jobj_get(fr, "line");
     if (file && file->kind == ETR_J_STRING && file->v.str.len > 0) {
-      etr_out_cstr(o, " (");
-      etr_out_sanitized(o, file->v.str.s, file->v.str.len, ";", ':');
+      an_out_cstr(o, " (");
+      an_out_sanitized(o, file->v.str.s, file->v.str.len, ";", ':');
       if (line && (line->kind == ETR_J_INT) && line->v.i > 0)
-        etr_out_fmt(o, ":%lld", (long long)line->v.i);
-      etr_out_cstr(o, ")");
+        an_out_fmt(o, ":%lld", (long long)line->v.i);
+      an_out_cstr(o, ")");
     }
   }
 }
 
-int etr_cmd_flame(int argc, char **argv) {
-  if (etr_cli_wants_help(argc, argv)) {
+int cmd_flame(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
     help();
     return ETR_CLI_OK;
   }
@@ -103,62 +103,63 @@ int etr_cmd_flame(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 || strcmp(a, "--weight") == 0) {
-      if (i + 1 >= argc) return etr_cli_usage(CMD, "%s needs a value", a);
+      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
       const char *v = argv[++i];
       if (strcmp(a, "--weight") != 0) {
         out_path = v;
       } else if (strcmp(v, "count") == 0 || strcmp(v, "time") == 0) {
         by_time = v[0] == 't';
       } else {
-        return etr_cli_usage(CMD, "--weight takes count or time, not '%s'", v);
+        return cli_usage(CMD, "--weight takes count or time, not '%s'", v);
       }
     } else if (strcmp(a, "--no-op") == 0) {
       with_op = false;
     } else if (strcmp(a, "--lines") == 0) {
       lines = true;
-    } else if (etr_cli_operand(CMD, a, &file) != 0) {
+    } else if (cli_operand(CMD, a, &file) != 0) {
       return ETR_CLI_USAGE;
     }
   }
-  if (file == NULL) return etr_cli_usage(CMD, "no FILE given");
+  if (file == NULL) return cli_usage(CMD, "no FILE given");
 
-  etr_cli_input in;
-  if (etr_cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
+  cli_input in;
+  if (cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
   flame fl;
   memset(&fl, 0, sizeof fl);
   fl.by_time = by_time;
-  const etr_rnode *n;
+  const rd_rnode *n;
   int rc;
   int status = ETR_CLI_OK;
-  while ((rc = etr_cli_next(&in, &n)) == 1) {
+  while ((rc = cli_next(&in, &n)) == 1) {
     fl.n_nodes++;
     if (!n->has_traceback) continue;
     fl.n_tb_nodes++;
     if (!add(&fl, n)) {
-      etr_cli_error(CMD, "%s: byte %llu: out of memory", file, (unsigned long long)n->offset);
+      cli_error(CMD, "%s: byte %llu: out of memory", file, (unsigned long long)n->offset);
       status = ETR_CLI_FAIL;
       break;
     }
   }
-  if (status == ETR_CLI_OK && rc == 0) rc = etr_cli_finish(&in);
+  if (status == ETR_CLI_OK && rc == 0) rc = cli_finish(&in);
   if (rc != 0) status = ETR_CLI_FAIL;
-  const etr_jval *frames = status == ETR_CLI_OK ? etr_reader_trailer(in.r, "frames") : NULL;
-  const etr_jval *tbs = status == ETR_CLI_OK ? etr_reader_trailer(in.r, "tracebacks") : NULL;
+  const rd_jval *frames = status == ETR_CLI_OK ? rd_trailer(in.r, "frames") : NULL;
+  const rd_jval *tbs = status == ETR_CLI_OK ? rd_trailer(in.r, "tracebacks") : NULL;
   if (status == ETR_CLI_OK && fl.n_tb_nodes > 0 &&
       (tbs == NULL || tbs->kind != ETR_J_ARRAY || frames == NULL || frames->kind != ETR_J_ARRAY)) {
-    etr_cli_error(CMD, "%s: %llu node(s) carry a traceback attr but the \"frames\" / "
-                  "\"tracebacks\" tables are missing or not arrays", file,
-                  (unsigned long long)fl.n_tb_nodes);
+    cli_error(CMD,
+              "%s: %llu node(s) carry a traceback attr but the \"frames\" / "
+              "\"tracebacks\" tables are missing or not arrays",
+              file, (unsigned long long)fl.n_tb_nodes);
     status = ETR_CLI_FAIL;
   }
   FILE *f = NULL;
   if (status == ETR_CLI_OK) {
-    f = etr_cli_open_output(CMD, out_path);
+    f = cli_open_output(CMD, out_path);
     if (f == NULL) status = ETR_CLI_FAIL;
   }
   uint64_t bad_tb = 0;
   if (status == ETR_CLI_OK) {
-    etr_out o = {f, false};
+    an_out o = {f, false};
     for (size_t k = 0; k < fl.keys.n; k++) {
       if (fl.weights[k] == 0) continue;
       const char *key = fl.keys.strs[k];
@@ -166,36 +167,37 @@ int etr_cmd_flame(int argc, char **argv) {
       uint64_t tb = strtoull(key, NULL, 10);
       const char *op = sepp + 1;
       size_t op_len = fl.keys.lens[k] - (size_t)(op - key);
-      const etr_jval *seq = tb < tbs->v.arr.n ? &tbs->v.arr.items[tb] : NULL;
+      const rd_jval *seq = tb < tbs->v.arr.n ? &tbs->v.arr.items[tb] : NULL;
       bool any = false;
       if (seq != NULL && seq->kind == ETR_J_ARRAY) {
         for (size_t j = seq->v.arr.n; j-- > 0;) { /* innermost first in the file */
-          int64_t fi = etr_an_jint(&seq->v.arr.items[j], -1);
+          int64_t fi = an_jint(&seq->v.arr.items[j], -1);
           if (fi < 0) continue;
-          if (any) etr_out_raw(&o, ";", 1);
+          if (any) an_out_raw(&o, ";", 1);
           frame_text(&o, frames, (uint64_t)fi, lines);
           any = true;
         }
       } else {
         bad_tb++;
-        etr_out_fmt(&o, "[traceback %llu missing]", (unsigned long long)tb);
+        an_out_fmt(&o, "[traceback %llu missing]", (unsigned long long)tb);
         any = true;
       }
       if (with_op || !any) {
-        if (any) etr_out_raw(&o, ";", 1);
+        if (any) an_out_raw(&o, ";", 1);
         if (op_len) {
-          etr_out_sanitized(&o, op, op_len, ";", ':');
+          an_out_sanitized(&o, op, op_len, ";", ':');
         } else {
-          etr_out_cstr(&o, "[op]");
+          an_out_cstr(&o, "[op]");
         }
       }
-      etr_out_fmt(&o, " %llu\n", (unsigned long long)fl.weights[k]);
+      an_out_fmt(&o, " %llu\n", (unsigned long long)fl.weights[k]);
     }
-    status = etr_cli_close_output(CMD, f, out_path);
+    status = cli_close_output(CMD, f, out_path);
   }
   if (status == ETR_CLI_OK) {
     if (fl.n_tb_nodes == 0) {
-      fprintf(stderr, "etr flame: note: %s has no tracebacks (no node carries a traceback "
+      fprintf(stderr,
+              "etr flame: note: %s has no tracebacks (no node carries a traceback "
               "attr; record with tracebacks on): the output is empty\n",
               strcmp(file, "-") == 0 ? "<stdin>" : file);
     } else if (bad_tb) {
@@ -206,12 +208,13 @@ int etr_cmd_flame(int argc, char **argv) {
       bool any = false;
       for (size_t k = 0; k < fl.keys.n; k++) any |= fl.weights[k] > 0;
       if (!any)
-        fprintf(stderr, "etr flame: note: --weight time but no op has a recorded exclusive "
+        fprintf(stderr,
+                "etr flame: note: --weight time but no op has a recorded exclusive "
                 "duration above 0\n");
     }
   }
-  etr_cli_close(&in);
-  etr_strtab_free(&fl.keys);
+  cli_close(&in);
+  an_strtab_free(&fl.keys);
   free(fl.weights);
   return status;
 }

@@ -33,57 +33,57 @@ static void help(void) {
 
 /* The inside of a DOT string: quotes and backslashes escaped, control bytes and invalid
  * UTF-8 replaced. */
-static void dot_str(etr_out *o, const char *s, size_t len) {
+static void dot_str(an_out *o, const char *s, size_t len) {
   size_t run = 0;
   for (size_t i = 0; i < len; i++) {
     if (s[i] == '"' || s[i] == '\\') {
-      etr_out_sanitized(o, s + i - run, run, "", ' ');
+      an_out_sanitized(o, s + i - run, run, "", ' ');
       run = 0;
-      etr_out_raw(o, "\\", 1);
-      etr_out_raw(o, s + i, 1);
+      an_out_raw(o, "\\", 1);
+      an_out_raw(o, s + i, 1);
     } else {
       run++;
     }
   }
-  etr_out_sanitized(o, s + len - run, run, "", ' ');
+  an_out_sanitized(o, s + len - run, run, "", ' ');
 }
 
-static void write_dot(FILE *f, const etr_optab *t, const etr_deps *d, const etr_sched *s) {
-  etr_out o = {f, false};
+static void write_dot(FILE *f, const an_optab *t, const an_deps *d, const an_sched *s) {
+  an_out o = {f, false};
   bool *crit = calloc(t->n ? t->n : 1, sizeof *crit);
-  etr_path_step *path = NULL;
-  size_t np = etr_sched_path(s, t, &path);
+  an_path_step *path = NULL;
+  size_t np = an_sched_path(s, t, &path);
   for (size_t k = 0; crit && k < np; k++) crit[path[k].op] = true;
   free(path);
-  etr_out_cstr(&o, "digraph etr {\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n");
+  an_out_cstr(&o, "digraph etr {\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n");
   for (size_t th = 0; th < t->nthreads; th++) {
-    etr_out_fmt(&o, "  subgraph cluster_t%zu {\n    label=\"thread %llu\";\n", th,
-                (unsigned long long)t->threads[th].tid);
+    an_out_fmt(&o, "  subgraph cluster_t%zu {\n    label=\"thread %llu\";\n", th,
+               (unsigned long long)t->threads[th].tid);
     for (size_t i = 0; i < t->n; i++) {
       if (t->ops[i].thread != th) continue;
-      etr_out_fmt(&o, "    n%zu [label=\"", i);
+      an_out_fmt(&o, "    n%zu [label=\"", i);
       dot_str(&o, t->names.strs[t->ops[i].name], t->names.lens[t->ops[i].name]);
-      etr_out_fmt(&o, "\\n#%lld\"%s];\n", (long long)t->ops[i].id,
-                  crit && crit[i] ? ", color=red, penwidth=2" : "");
+      an_out_fmt(&o, "\\n#%lld\"%s];\n", (long long)t->ops[i].id,
+                 crit && crit[i] ? ", color=red, penwidth=2" : "");
     }
-    etr_out_cstr(&o, "  }\n");
+    an_out_cstr(&o, "  }\n");
   }
   for (size_t e = 0; e < d->n; e++) {
-    const etr_dep *ed = &d->edges[e];
+    const an_dep *ed = &d->edges[e];
     if (ed->kind == ETR_DEP_FW) {
-      etr_out_fmt(&o, "  n%u -> n%u [style=dashed, label=\"fw\"];\n", ed->from, ed->to);
+      an_out_fmt(&o, "  n%u -> n%u [style=dashed, label=\"fw\"];\n", ed->from, ed->to);
     } else {
       bool c = crit && crit[ed->from] && crit[ed->to] && s->pred[ed->to] == ed->from;
-      etr_out_fmt(&o, "  n%u -> n%u [label=\"t%llu\"%s];\n", ed->from, ed->to,
-                  (unsigned long long)ed->tensor, c ? ", color=red" : "");
+      an_out_fmt(&o, "  n%u -> n%u [label=\"t%llu\"%s];\n", ed->from, ed->to,
+                 (unsigned long long)ed->tensor, c ? ", color=red" : "");
     }
   }
-  etr_out_cstr(&o, "}\n");
+  an_out_cstr(&o, "}\n");
   free(crit);
 }
 
-int etr_cmd_graph(int argc, char **argv) {
-  if (etr_cli_wants_help(argc, argv)) {
+int cmd_graph(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
     help();
     return ETR_CLI_OK;
   }
@@ -92,61 +92,63 @@ int etr_cmd_graph(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--dot") == 0 || strcmp(a, "--max-nodes") == 0 || strcmp(a, "--path") == 0) {
-      if (i + 1 >= argc) return etr_cli_usage(CMD, "%s needs a value", a);
+      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
       const char *v = argv[++i];
       if (strcmp(a, "--dot") == 0) {
         dot = v;
-      } else if (!etr_cli_parse_u64(CMD, a, v, strcmp(a, "--path") == 0 ? &path_limit : &max_nodes)) {
+      } else if (!cli_parse_u64(CMD, a, v, strcmp(a, "--path") == 0 ? &path_limit : &max_nodes)) {
         return ETR_CLI_USAGE;
       }
-    } else if (etr_cli_operand(CMD, a, &file) != 0) {
+    } else if (cli_operand(CMD, a, &file) != 0) {
       return ETR_CLI_USAGE;
     }
   }
-  if (file == NULL) return etr_cli_usage(CMD, "no FILE given");
+  if (file == NULL) return cli_usage(CMD, "no FILE given");
 
-  etr_optab t;
-  etr_optab_init(&t);
-  int rc = etr_optab_load(&t, CMD, file);
+  an_optab t;
+  an_optab_init(&t);
+  int rc = an_optab_load(&t, CMD, file);
   if (rc != ETR_CLI_OK) {
-    etr_optab_free(&t);
+    an_optab_free(&t);
     return rc;
   }
   if (dot != NULL && t.n > max_nodes) {
-    etr_cli_error(CMD, "%s: %zu ops is too many for --dot (limit %llu; raise it with "
-                  "--max-nodes)", file, t.n, (unsigned long long)max_nodes);
-    etr_optab_free(&t);
+    cli_error(CMD,
+              "%s: %zu ops is too many for --dot (limit %llu; raise it with "
+              "--max-nodes)",
+              file, t.n, (unsigned long long)max_nodes);
+    an_optab_free(&t);
     return ETR_CLI_FAIL;
   }
-  etr_deps d;
-  etr_sched s;
+  an_deps d;
+  an_sched s;
   double *cost = malloc((t.n ? t.n : 1) * sizeof *cost);
-  etr_model m;
-  etr_model_init(&m);
-  etr_sched_opts so = {false, false};
-  if (cost == NULL || !etr_deps_build(&t, &d)) {
-    etr_cli_error(CMD, "%s: out of memory", file);
+  an_model m;
+  an_model_init(&m);
+  an_sched_opts so = {false, false};
+  if (cost == NULL || !an_deps_build(&t, &d)) {
+    cli_error(CMD, "%s: out of memory", file);
     free(cost);
-    etr_optab_free(&t);
+    an_optab_free(&t);
     return ETR_CLI_FAIL;
   }
-  if (!etr_model_costs(&m, &t, cost) || !etr_schedule(&t, &d, cost, &so, &s)) {
-    etr_cli_error(CMD, "%s: out of memory", file);
+  if (!an_model_costs(&m, &t, cost) || !an_schedule(&t, &d, cost, &so, &s)) {
+    cli_error(CMD, "%s: out of memory", file);
     free(cost);
-    etr_deps_free(&d);
-    etr_optab_free(&t);
+    an_deps_free(&d);
+    an_optab_free(&t);
     return ETR_CLI_FAIL;
   }
 
   rc = ETR_CLI_OK;
   FILE *out = stdout;
   if (dot != NULL) {
-    FILE *df = etr_cli_open_output(CMD, dot);
+    FILE *df = cli_open_output(CMD, dot);
     if (df == NULL) {
       rc = ETR_CLI_FAIL;
     } else {
       write_dot(df, &t, &d, &s);
-      rc = etr_cli_close_output(CMD, df, dot);
+      rc = cli_close_output(CMD, df, dot);
       if (strcmp(dot, "-") == 0) out = stderr;
     }
   }
@@ -154,35 +156,41 @@ int etr_cmd_graph(int argc, char **argv) {
     size_t nodeps = 0;
     for (size_t i = 0; i < t.n; i++) nodeps += d.count[i] == 0;
     fprintf(out, "graph of %s\n", strcmp(file, "-") == 0 ? "<stdin>" : file);
-    fprintf(out, "  ops: %zu on %zu thread(s); tensor references: %zu\n", t.n, t.nthreads,
-            t.ntref);
-    fprintf(out, "  edges: %zu data (tensor read after a write to its storage), %zu fw "
-            "(fw_parent -> backward op)\n", d.n_data, d.n_fw);
+    fprintf(out, "  ops: %zu on %zu thread(s); tensor references: %zu\n", t.n, t.nthreads, t.ntref);
+    fprintf(out,
+            "  edges: %zu data (tensor read after a write to its storage), %zu fw "
+            "(fw_parent -> backward op)\n",
+            d.n_data, d.n_fw);
     if (d.n_fw_missing)
-      fprintf(out, "  note: %zu fw_parent link(s) name an op that is not in the trace (or "
-              "starts later): ignored\n", d.n_fw_missing);
+      fprintf(out,
+              "  note: %zu fw_parent link(s) name an op that is not in the trace (or "
+              "starts later): ignored\n",
+              d.n_fw_missing);
     if (t.n_dup_ids)
       fprintf(out, "  note: %zu op id(s) appear more than once: links use the last one\n",
               t.n_dup_ids);
     fprintf(out, "  ops without incoming edges: %zu\n", nodeps);
     if (t.timed) {
-      fprintf(out, "critical path (dependencies only, unlimited threads, recorded exclusive "
-              "durations; recorded wall time %lld us):\n", (long long)(t.t1 - t.t0));
+      fprintf(out,
+              "critical path (dependencies only, unlimited threads, recorded exclusive "
+              "durations; recorded wall time %lld us):\n",
+              (long long)(t.t1 - t.t0));
     } else {
-      fprintf(out, "critical path (dependencies only, unlimited threads; %s, so every op "
-              "counts 1 unit):\n", t.n_untimed == t.n ? "the trace has no timing"
-                                                       : "some ops have no timing");
+      fprintf(out,
+              "critical path (dependencies only, unlimited threads; %s, so every op "
+              "counts 1 unit):\n",
+              t.n_untimed == t.n ? "the trace has no timing" : "some ops have no timing");
     }
-    etr_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
+    an_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
     if (fflush(out) != 0 || ferror(out)) {
-      etr_cli_error(CMD, "writing the report failed");
+      cli_error(CMD, "writing the report failed");
       rc = ETR_CLI_FAIL;
     }
   }
   free(cost);
-  etr_sched_free(&s);
-  etr_deps_free(&d);
-  etr_model_free(&m);
-  etr_optab_free(&t);
+  an_sched_free(&s);
+  an_deps_free(&d);
+  an_model_free(&m);
+  an_optab_free(&t);
   return rc;
 }

@@ -1,5 +1,5 @@
 /* etr repair FILE -o OUT — a trace cut short (kill -9, power loss, full disk) made valid again
- * (DESIGN 8), streaming.
+ * (docs/RELIABILITY.md), streaming.
  *
  * Two streams over the same input: the reader (json/reader.h) parses it and hands over each
  * complete node with its byte offset; a second, raw stream (the same bytes, decompressed
@@ -40,8 +40,8 @@
 #define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
 #define THREAD_NAME "[pytorch|profiler|execution_trace|thread]"
 #define PLACEHOLDER_NAME "[etr|repair|unfinished]"
-#define RAW_BLOCK (64u << 10)    /* bytes read / inflated at once by the raw stream */
-#define MAX_TB_TABLE (1u << 24)  /* largest empty tracebacks table written for lost frames */
+#define RAW_BLOCK (64u << 10)   /* bytes read / inflated at once by the raw stream */
+#define MAX_TB_TABLE (1u << 24) /* largest empty tracebacks table written for lost frames */
 
 #ifndef ETR_TOOL_VERSION
 #define ETR_TOOL_VERSION "unknown"
@@ -55,7 +55,8 @@ static void usage(FILE *f) {
           "OUT holds every node of FILE that was completely written, byte for byte (with\n"
           "the header and separators before it), then what repair adds:\n"
           "  - a placeholder node for each parent id that kept nodes name in ctrl_deps but\n"
-          "    the file lacks (an op still open at the crash): name " PLACEHOLDER_NAME ",\n"
+          "    the file lacks (an op still open at the crash): name " PLACEHOLDER_NAME
+          ",\n"
           "    the missing id, attr etr_incomplete = 1, the tid of its children, ctrl_deps =\n"
           "    that thread's node; ts / inclusive_dur span its written children (a lower\n"
           "    bound), exclusive_dur 0. A thread with ops but no thread node (in traces\n"
@@ -94,17 +95,17 @@ static void usage(FILE *f) {
  * members), read with pread from `fd` so that it never disturbs the reader's file offset. */
 typedef struct rawsrc {
   int fd;
-  uint64_t base;      /* file offset of the input's first byte */
-  uint64_t file_off;  /* next file offset to read, relative to base */
+  uint64_t base;     /* file offset of the input's first byte */
+  uint64_t file_off; /* next file offset to read, relative to base */
   bool sniffed, gz, gz_init, gz_end, eof;
   z_stream zs;
-  unsigned char *in;  /* compressed bytes (gzip) */
+  unsigned char *in; /* compressed bytes (gzip) */
   size_t in_len, in_pos;
   unsigned char *buf; /* the window of (decompressed) input */
   size_t len, pos;
-  uint64_t off;       /* offset of buf[0] in the (decompressed) input */
-  const char *stop;   /* why the raw stream ended early (corrupt or cut gzip), or NULL */
-  int err;            /* errno of a read error, 0 if none */
+  uint64_t off;     /* offset of buf[0] in the (decompressed) input */
+  const char *stop; /* why the raw stream ended early (corrupt or cut gzip), or NULL */
+  int err;          /* errno of a read error, 0 if none */
 } rawsrc;
 
 static ssize_t pread_full(rawsrc *s, unsigned char *dst, size_t n) {
@@ -195,14 +196,14 @@ static uint64_t raw_at(const rawsrc *s) { return s->off + s->pos; }
 
 /* Copies the input up to offset `to` (or the end) to o (NULL: skips). Returns the offset
  * reached, or UINT64_MAX after a read error. */
-static uint64_t raw_copy(rawsrc *s, etr_out *o, uint64_t to) {
+static uint64_t raw_copy(rawsrc *s, an_out *o, uint64_t to) {
   while (raw_at(s) < to) {
     ssize_t k = raw_fill(s);
     if (k < 0) return UINT64_MAX;
     if (k == 0) break;
     uint64_t want = to - raw_at(s);
     size_t n = want < (uint64_t)k ? (size_t)want : (size_t)k;
-    if (o) etr_out_raw(o, (const char *)s->buf + s->pos, n);
+    if (o) an_out_raw(o, (const char *)s->buf + s->pos, n);
     s->pos += n;
   }
   return raw_at(s);
@@ -211,7 +212,7 @@ static uint64_t raw_copy(rawsrc *s, etr_out *o, uint64_t to) {
 /* Copies one JSON object starting at the current byte (a '{') to o and returns the offset
  * just past its closing '}'; 0 when the input does not hold one there (which the reader,
  * having parsed it, rules out), UINT64_MAX after a read error. */
-static uint64_t raw_copy_object(rawsrc *s, etr_out *o) {
+static uint64_t raw_copy_object(rawsrc *s, an_out *o) {
   size_t depth = 0;
   bool in_str = false, esc = false, started = false;
   for (;;) {
@@ -231,7 +232,10 @@ static uint64_t raw_copy_object(rawsrc *s, etr_out *o) {
       } else if (in_str) {
         while (p < e && *p != '"' && *p != '\\') p++;
         if (p == e) break;
-        if (*p == '\\') esc = true; else in_str = false;
+        if (*p == '\\')
+          esc = true;
+        else
+          in_str = false;
         p++;
       } else {
         unsigned char c = *p++;
@@ -247,7 +251,7 @@ static uint64_t raw_copy_object(rawsrc *s, etr_out *o) {
         }
       }
     }
-    etr_out_raw(o, (const char *)start, (size_t)(p - start));
+    an_out_raw(o, (const char *)start, (size_t)(p - start));
     s->pos += (size_t)(p - start);
     if (done) return raw_at(s);
   }
@@ -256,7 +260,7 @@ static uint64_t raw_copy_object(rawsrc *s, etr_out *o) {
 /* Copies the header to o: the input up to and including the '[' that opens the top-level
  * "nodes" array. Returns the offset after it; 0 when there is none (which the reader, having
  * read the header, rules out), UINT64_MAX after a read error. */
-static uint64_t raw_copy_header(rawsrc *s, etr_out *o) {
+static uint64_t raw_copy_header(rawsrc *s, an_out *o) {
   size_t depth = 0, klen = 0;
   bool in_str = false, esc = false, str_top = false;
   int st = 0; /* 1: a top-level string "nodes" was read, 2: then its ':' */
@@ -289,23 +293,34 @@ static uint64_t raw_copy_header(rawsrc *s, etr_out *o) {
           str_top = depth == 1;
           klen = 0;
           break;
-        case ':': st = depth == 1 && st == 1 ? 2 : 0; break;
+        case ':':
+          st = depth == 1 && st == 1 ? 2 : 0;
+          break;
         case '[':
           if (depth == 1 && st == 2) done = true;
           depth++;
           st = 0;
           break;
-        case '{': depth++; st = 0; break;
+        case '{':
+          depth++;
+          st = 0;
+          break;
         case '}':
         case ']':
           if (depth) depth--;
           st = 0;
           break;
-        case ' ': case '\t': case '\n': case '\r': break;
-        default: st = 0; break;
+        case ' ':
+        case '\t':
+        case '\n':
+        case '\r':
+          break;
+        default:
+          st = 0;
+          break;
       }
     }
-    etr_out_raw(o, (const char *)start, (size_t)(p - start));
+    an_out_raw(o, (const char *)start, (size_t)(p - start));
     s->pos += (size_t)(p - start);
     if (done) return raw_at(s);
   }
@@ -326,14 +341,14 @@ static void raw_free(rawsrc *s) {
 #define PAGE_WORDS ((1u << PAGE_BITS) / 64)
 #define SLAB_PAGES 256u
 typedef struct idset {
-  etr_u64map index; /* id >> PAGE_BITS -> page number */
+  an_u64map index; /* id >> PAGE_BITS -> page number */
   uint64_t **slabs;
   size_t n_pages, n_slabs;
 } idset;
 
 static uint64_t *idset_page(idset *s, uint64_t id, bool create) {
   uint64_t pg;
-  if (!etr_u64map_get(&s->index, id >> PAGE_BITS, &pg)) {
+  if (!an_u64map_get(&s->index, id >> PAGE_BITS, &pg)) {
     if (!create) return NULL;
     if (s->n_pages == s->n_slabs * SLAB_PAGES) {
       uint64_t **ns = realloc(s->slabs, (s->n_slabs + 1) * sizeof *ns);
@@ -343,7 +358,7 @@ static uint64_t *idset_page(idset *s, uint64_t id, bool create) {
       s->n_slabs++;
     }
     pg = s->n_pages;
-    if (!etr_u64map_put(&s->index, id >> PAGE_BITS, pg)) return NULL;
+    if (!an_u64map_put(&s->index, id >> PAGE_BITS, pg)) return NULL;
     s->n_pages++;
   }
   return s->slabs[pg / SLAB_PAGES] + (pg % SLAB_PAGES) * PAGE_WORDS;
@@ -366,7 +381,7 @@ static bool idset_has(idset *s, uint64_t id) {
 static void idset_free(idset *s) {
   for (size_t i = 0; i < s->n_slabs; i++) free(s->slabs[i]);
   free(s->slabs);
-  etr_u64map_free(&s->index);
+  an_u64map_free(&s->index);
 }
 
 /* A parent named by a kept node but not read (yet). */
@@ -380,22 +395,22 @@ typedef struct pend {
 /* ---------------------------------------------------------------- repair ---- */
 
 typedef struct repair {
-  const char *file;  /* as messages give it */
+  const char *file; /* as messages give it */
   const char *out_path;
-  etr_out o;
-  etr_reader *r;
+  an_out o;
+  rd_reader *r;
   rawsrc raw;
-  bool strides;      /* schema >= 1.1.1: empty inputs/outputs carry "strides" */
+  bool strides; /* schema >= 1.1.1: empty inputs/outputs carry "strides" */
   /* what was read */
   uint64_t kept, last_end;
   bool any_node_out; /* a node is in the output (for the separator) */
   bool have_process;
   idset seen;
-  etr_u64map threads; /* tid -> thread node id */
-  etr_u64map pend_ix; /* id -> index in pends */
+  an_u64map threads; /* tid -> thread node id */
+  an_u64map pend_ix; /* id -> index in pends */
   pend *pends;
   size_t n_pends, cap_pends, free_head; /* free list through next_free; SIZE_MAX ends */
-  uint64_t max_id;    /* the largest id a kept node has or names as its parent */
+  uint64_t max_id;                      /* the largest id a kept node has or names as its parent */
   bool timed_any;
   int64_t end_us_max;
   uint64_t tb_nodes, tb_max;
@@ -425,10 +440,10 @@ static int64_t sat_sub(int64_t a, int64_t b) {
   return a - b;
 }
 
-static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
+static bool pend_ref(repair *w, uint64_t id, const rd_rnode *n) {
   uint64_t ix;
   pend *p;
-  if (etr_u64map_get(&w->pend_ix, id, &ix)) {
+  if (an_u64map_get(&w->pend_ix, id, &ix)) {
     p = &w->pends[ix];
   } else {
     if (w->free_head != SIZE_MAX) {
@@ -444,7 +459,7 @@ static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
       }
       ix = w->n_pends++;
     }
-    if (!etr_u64map_put(&w->pend_ix, id, ix)) return false;
+    if (!an_u64map_put(&w->pend_ix, id, ix)) return false;
     p = &w->pends[ix];
     memset(p, 0, sizeof *p);
     p->id = id;
@@ -462,25 +477,25 @@ static bool pend_ref(repair *w, uint64_t id, const etr_rnode *n) {
 
 static void pend_done(repair *w, uint64_t id) {
   uint64_t ix;
-  if (!etr_u64map_get(&w->pend_ix, id, &ix)) return;
-  etr_u64map_del(&w->pend_ix, id);
+  if (!an_u64map_get(&w->pend_ix, id, &ix)) return;
+  an_u64map_del(&w->pend_ix, id);
   w->pends[ix].live = false;
   w->pends[ix].next_free = w->free_head;
   w->free_head = ix;
 }
 
 /* Bookkeeping of one kept node. false when memory ran out. */
-static bool note_node(repair *w, const etr_rnode *n) {
+static bool note_node(repair *w, const rd_rnode *n) {
   if (n->id > 0 && (uint64_t)n->id > w->max_id) w->max_id = (uint64_t)n->id;
   if (n->ctrl_deps > 0 && (uint64_t)n->ctrl_deps > w->max_id) w->max_id = (uint64_t)n->ctrl_deps;
   if (n->id > 0) {
     if (!idset_add(&w->seen, (uint64_t)n->id)) return false;
     pend_done(w, (uint64_t)n->id);
   }
-  if (etr_an_is_process_node(n)) {
+  if (an_is_process_node(n)) {
     w->have_process = true;
-  } else if (etr_an_is_thread_node(n)) {
-    if (n->id > 0 && !etr_u64map_put(&w->threads, n->tid, (uint64_t)n->id)) return false;
+  } else if (an_is_thread_node(n)) {
+    if (n->id > 0 && !an_u64map_put(&w->threads, n->tid, (uint64_t)n->id)) return false;
   } else if (n->ctrl_deps > 0 && !idset_has(&w->seen, (uint64_t)n->ctrl_deps)) {
     if (!pend_ref(w, (uint64_t)n->ctrl_deps, n)) return false;
   }
@@ -498,36 +513,37 @@ static bool note_node(repair *w, const etr_rnode *n) {
 
 /* ---- writing what repair adds ---- */
 
-static void put_attr_u64(etr_out *o, const char *name, uint64_t v, bool first) {
-  etr_out_fmt(o, "%s{\"name\": \"%s\", \"type\": \"uint64\", \"value\": %" PRIu64 "}",
-              first ? "" : ",", name, v);
+static void put_attr_u64(an_out *o, const char *name, uint64_t v, bool first) {
+  an_out_fmt(o, "%s{\"name\": \"%s\", \"type\": \"uint64\", \"value\": %" PRIu64 "}",
+             first ? "" : ",", name, v);
 }
 
 /* A node in the recorder's layout (emit.c): empty inputs/outputs, the nine base attrs. */
 static void put_node(repair *w, uint64_t id, const char *name, uint64_t parent, uint64_t tid,
                      uint64_t scope, const pend *timing, bool incomplete) {
-  etr_out *o = &w->o;
-  etr_out_fmt(o, "%s\n    {\"id\": %" PRIu64 ", \"name\": \"%s\", \"ctrl_deps\": %" PRIu64 ", ",
-              w->any_node_out ? "," : "", id, name, parent);
+  an_out *o = &w->o;
+  an_out_fmt(o, "%s\n    {\"id\": %" PRIu64 ", \"name\": \"%s\", \"ctrl_deps\": %" PRIu64 ", ",
+             w->any_node_out ? "," : "", id, name, parent);
   w->any_node_out = true;
   const char *io = w->strides ? "{\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}"
                               : "{\"values\": [], \"shapes\": [], \"types\": []}";
-  etr_out_fmt(o, "\"inputs\": %s, \"outputs\": %s, ", io, io);
+  an_out_fmt(o, "\"inputs\": %s, \"outputs\": %s, ", io, io);
   if (timing && timing->timed)
-    etr_out_fmt(o, "\"ts\": %" PRId64 ", \"inclusive_dur\": %" PRId64 ", \"exclusive_dur\": 0, ",
-                timing->ts_min, sat_sub(timing->end_max, timing->ts_min));
-  etr_out_cstr(o, "\"attrs\": [");
+    an_out_fmt(o, "\"ts\": %" PRId64 ", \"inclusive_dur\": %" PRId64 ", \"exclusive_dur\": 0, ",
+               timing->ts_min, sat_sub(timing->end_max, timing->ts_min));
+  an_out_cstr(o, "\"attrs\": [");
   put_attr_u64(o, "rf_id", 0, true);
   put_attr_u64(o, "fw_parent", 0, false);
-  etr_out_cstr(o, ",{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": -1}");
+  an_out_cstr(o, ",{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": -1}");
   put_attr_u64(o, "scope", scope, false);
   put_attr_u64(o, "tid", tid, false);
   put_attr_u64(o, "fw_tid", 0, false);
-  etr_out_cstr(o, ",{\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}"
-                  ",{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": \"\"}"
-                  ",{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": \"\"}");
+  an_out_cstr(o,
+              ",{\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}"
+              ",{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": \"\"}"
+              ",{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": \"\"}");
   if (incomplete) put_attr_u64(o, "etr_incomplete", 1, false);
-  etr_out_cstr(o, "]}");
+  an_out_cstr(o, "]}");
 }
 
 static int cmp_pend(const void *a, const void *b) {
@@ -548,11 +564,11 @@ static bool add_nodes(repair *w) {
   for (size_t i = 0; i < n; i++) {
     pend *p = v[i];
     uint64_t th;
-    if (!etr_u64map_get(&w->threads, p->tid, &th)) {
+    if (!an_u64map_get(&w->threads, p->tid, &th)) {
       /* no thread node for this tid (one written at thread exit): a new one, with an id
        * above every id the file names */
       th = ++w->max_id;
-      if (!etr_u64map_put(&w->threads, p->tid, th)) {
+      if (!an_u64map_put(&w->threads, p->tid, th)) {
         free(v);
         return false;
       }
@@ -571,22 +587,23 @@ static bool add_nodes(repair *w) {
 }
 
 static void put_repair_member(repair *w) {
-  etr_out_fmt(&w->o,
-              "\"repair\": {\"nodes_kept\": %" PRIu64 ", \"bytes_dropped\": %" PRIu64
-              ", \"cut_at\": %" PRIu64 ", \"placeholders_added\": %" PRIu64
-              ", \"thread_nodes_added\": %" PRIu64 ", \"process_node_added\": %d"
-              ", \"tracebacks_lost\": %" PRIu64 ", \"source_bytes\": %" PRIu64
-              ", \"source_json_bytes\": %" PRIu64 "}",
-              w->kept, w->dropped, w->last_end, w->placeholders, w->threads_added,
-              w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, w->input_bytes);
+  an_out_fmt(&w->o,
+             "\"repair\": {\"nodes_kept\": %" PRIu64 ", \"bytes_dropped\": %" PRIu64
+             ", \"cut_at\": %" PRIu64 ", \"placeholders_added\": %" PRIu64
+             ", \"thread_nodes_added\": %" PRIu64
+             ", \"process_node_added\": %d"
+             ", \"tracebacks_lost\": %" PRIu64 ", \"source_bytes\": %" PRIu64
+             ", \"source_json_bytes\": %" PRIu64 "}",
+             w->kept, w->dropped, w->last_end, w->placeholders, w->threads_added,
+             w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, w->input_bytes);
 }
 
 /* The footer: "]", finish_ts, the tables written whole, "etr". */
 static void put_footer(repair *w) {
-  etr_out *o = &w->o;
-  etr_reader *r = w->r;
-  const etr_rheader *h = etr_reader_header(r);
-  int64_t fin = etr_reader_finish_ts(r);
+  an_out *o = &w->o;
+  rd_reader *r = w->r;
+  const rd_rheader *h = rd_header(r);
+  int64_t fin = rd_finish_ts(r);
   if (fin < 0) {
     fin = h->start_ts > 0 ? h->start_ts : 0;
     if (w->timed_any && w->end_us_max > 0) {
@@ -595,10 +612,10 @@ static void put_footer(repair *w) {
     }
   }
   w->finish_ts = fin;
-  etr_out_fmt(o, "\n  ],\n  \"finish_ts\": %" PRId64 ",\n  ", fin);
+  an_out_fmt(o, "\n  ],\n  \"finish_ts\": %" PRId64 ",\n  ", fin);
   /* other keys of the trailer read whole, in file order */
   size_t nk;
-  const char *const *keys = etr_reader_top_keys(r, &nk);
+  const char *const *keys = rd_top_keys(r, &nk);
   bool after = false;
   for (size_t i = 0; i < nk; i++) {
     const char *k = keys[i];
@@ -606,63 +623,63 @@ static void put_footer(repair *w) {
       after = true;
       continue;
     }
-    if (!after || !strcmp(k, "finish_ts") || !strcmp(k, "frames") ||
-        !strcmp(k, "tracebacks") || !strcmp(k, "etr"))
+    if (!after || !strcmp(k, "finish_ts") || !strcmp(k, "frames") || !strcmp(k, "tracebacks") ||
+        !strcmp(k, "etr"))
       continue;
-    const etr_jval *v = etr_reader_trailer(r, k);
+    const rd_jval *v = rd_trailer(r, k);
     if (!v) continue;
-    etr_out_jstr(o, k, strlen(k));
-    etr_out_cstr(o, ": ");
-    etr_out_jval(o, v);
-    etr_out_cstr(o, ",\n  ");
+    an_out_jstr(o, k, strlen(k));
+    an_out_cstr(o, ": ");
+    an_out_jval(o, v);
+    an_out_cstr(o, ",\n  ");
   }
-  const etr_jval *frames = etr_reader_trailer(r, "frames");
-  const etr_jval *tbs = etr_reader_trailer(r, "tracebacks");
+  const rd_jval *frames = rd_trailer(r, "frames");
+  const rd_jval *tbs = rd_trailer(r, "tracebacks");
   if (tbs || (w->tb_nodes && w->tb_max < MAX_TB_TABLE) || frames) {
-    etr_out_cstr(o, "\"frames\": ");
+    an_out_cstr(o, "\"frames\": ");
     if (frames)
-      etr_out_jval(o, frames);
+      an_out_jval(o, frames);
     else
-      etr_out_cstr(o, "[]");
+      an_out_cstr(o, "[]");
     if (tbs) {
-      etr_out_cstr(o, ",\n  \"tracebacks\": ");
-      etr_out_jval(o, tbs);
+      an_out_cstr(o, ",\n  \"tracebacks\": ");
+      an_out_jval(o, tbs);
     } else if (w->tb_nodes && w->tb_max < MAX_TB_TABLE) {
       /* the frames of these tracebacks were never written: each id maps to [] (unknown) */
       w->tracebacks_lost = w->tb_nodes;
-      etr_out_cstr(o, ",\n  \"tracebacks\": [");
-      for (uint64_t i = 0; i <= w->tb_max; i++) etr_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
-      etr_out_cstr(o, "]");
+      an_out_cstr(o, ",\n  \"tracebacks\": [");
+      for (uint64_t i = 0; i <= w->tb_max; i++) an_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
+      an_out_cstr(o, "]");
     }
-    etr_out_cstr(o, ",\n  ");
+    an_out_cstr(o, ",\n  ");
   }
-  const etr_jval *etr = etr_reader_trailer(r, "etr");
-  const etr_jval *ver = etr ? etr_jobj_get(etr, "version") : NULL;
-  etr_out_cstr(o, "\"etr\": {\"version\": ");
+  const rd_jval *etr = rd_trailer(r, "etr");
+  const rd_jval *ver = etr ? rd_jobj_get(etr, "version") : NULL;
+  an_out_cstr(o, "\"etr\": {\"version\": ");
   if (ver && ver->kind == ETR_J_STRING)
-    etr_out_jval(o, ver);
+    an_out_jval(o, ver);
   else
-    etr_out_cstr(o, "\"" ETR_TOOL_VERSION "\"");
+    an_out_cstr(o, "\"" ETR_TOOL_VERSION "\"");
   if (etr && etr->kind == ETR_J_OBJECT)
     for (size_t i = 0; i < etr->v.obj.n; i++) {
-      const etr_jmember *m = &etr->v.obj.items[i];
+      const rd_jmember *m = &etr->v.obj.items[i];
       if (!strcmp(m->key, "version") || !strcmp(m->key, "repair")) continue;
-      etr_out_cstr(o, ", ");
-      etr_out_jstr(o, m->key, m->key_len);
-      etr_out_cstr(o, ": ");
-      etr_out_jval(o, &m->val);
+      an_out_cstr(o, ", ");
+      an_out_jstr(o, m->key, m->key_len);
+      an_out_cstr(o, ": ");
+      an_out_jval(o, &m->val);
     }
-  etr_out_cstr(o, ", ");
+  an_out_cstr(o, ", ");
   put_repair_member(w);
-  etr_out_cstr(o, "}\n}\n");
+  an_out_cstr(o, "}\n}\n");
 }
 
 /* ------------------------------------------------------------------ input ---- */
 
 /* Splits the reader's "FILE: byte N: reason" into N and reason. */
-static const char *split_error(etr_reader *r, uint64_t *at) {
-  const char *m = etr_reader_error(r);
-  const char *p = strstr(m + strlen(etr_reader_path(r)), ": byte ");
+static const char *split_error(rd_reader *r, uint64_t *at) {
+  const char *m = rd_error(r);
+  const char *p = strstr(m + strlen(rd_path(r)), ": byte ");
   *at = 0;
   if (!p) return m;
   char *end;
@@ -691,21 +708,20 @@ static int raw_source(int in_fd, const char *file, uint64_t *base, bool *spooled
   snprintf(tmpl, sizeof tmpl, "%s/etr-repair-XXXXXX", dir);
   int fd = mkstemp(tmpl);
   if (fd < 0) {
-    etr_cli_error(CMD, "%s: cannot create a temporary copy in %s: %s", file, dir,
-                  strerror(errno));
+    cli_error(CMD, "%s: cannot create a temporary copy in %s: %s", file, dir, strerror(errno));
     return -1;
   }
   unlink(tmpl);
   char *buf = malloc(RAW_BLOCK);
   if (!buf) {
-    etr_cli_error(CMD, "%s: out of memory", file);
+    cli_error(CMD, "%s: out of memory", file);
     goto fail;
   }
   for (;;) {
     ssize_t k = read(in_fd, buf, RAW_BLOCK);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      etr_cli_error(CMD, "%s: read error: %s", file, strerror(errno));
+      cli_error(CMD, "%s: read error: %s", file, strerror(errno));
       goto fail;
     }
     if (k == 0) break;
@@ -713,8 +729,7 @@ static int raw_source(int in_fd, const char *file, uint64_t *base, bool *spooled
       ssize_t m = write(fd, buf + done, (size_t)(k - done));
       if (m < 0 && errno == EINTR) continue;
       if (m < 0) {
-        etr_cli_error(CMD, "%s: cannot write the temporary copy in %s: %s", file, dir,
-                      strerror(errno));
+        cli_error(CMD, "%s: cannot write the temporary copy in %s: %s", file, dir, strerror(errno));
         goto fail;
       }
       done += m;
@@ -723,7 +738,7 @@ static int raw_source(int in_fd, const char *file, uint64_t *base, bool *spooled
   free(buf);
   buf = NULL;
   if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, STDIN_FILENO) < 0) {
-    etr_cli_error(CMD, "%s: cannot read back the temporary copy: %s", file, strerror(errno));
+    cli_error(CMD, "%s: cannot read back the temporary copy: %s", file, strerror(errno));
     goto fail;
   }
   *base = 0;
@@ -739,30 +754,30 @@ fail:
 
 static int report(const repair *w, bool json) {
   if (json) {
-    etr_out jo = {stdout, false};
-    etr_out_cstr(&jo, "{\"file\": ");
-    etr_out_jstr(&jo, w->file, strlen(w->file));
-    etr_out_cstr(&jo, ", \"output\": ");
-    etr_out_jstr(&jo, w->out_path, strlen(w->out_path));
-    etr_out_fmt(&jo, ", \"intact\": %s, \"gzip\": %s, \"nodes_kept\": %" PRIu64
-                ", \"bytes_dropped\": %" PRIu64 ", \"cut_at\": %" PRIu64
-                ", \"placeholders_added\": %" PRIu64 ", \"thread_nodes_added\": %" PRIu64
-                ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
-                ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
-                ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64
-                ", \"reason\": ",
-                w->intact ? "true" : "false", w->raw.gz ? "true" : "false", w->kept, w->dropped,
-                w->intact ? w->input_bytes : w->last_end, w->placeholders, w->threads_added,
-                w->process_added ? "true" : "false", w->tracebacks_lost,
-                w->intact ? etr_reader_finish_ts(w->r) : w->finish_ts, w->raw.file_off,
-                w->input_bytes, w->reason_at);
+    an_out jo = {stdout, false};
+    an_out_cstr(&jo, "{\"file\": ");
+    an_out_jstr(&jo, w->file, strlen(w->file));
+    an_out_cstr(&jo, ", \"output\": ");
+    an_out_jstr(&jo, w->out_path, strlen(w->out_path));
+    an_out_fmt(&jo,
+               ", \"intact\": %s, \"gzip\": %s, \"nodes_kept\": %" PRIu64
+               ", \"bytes_dropped\": %" PRIu64 ", \"cut_at\": %" PRIu64
+               ", \"placeholders_added\": %" PRIu64 ", \"thread_nodes_added\": %" PRIu64
+               ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
+               ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
+               ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64 ", \"reason\": ",
+               w->intact ? "true" : "false", w->raw.gz ? "true" : "false", w->kept, w->dropped,
+               w->intact ? w->input_bytes : w->last_end, w->placeholders, w->threads_added,
+               w->process_added ? "true" : "false", w->tracebacks_lost,
+               w->intact ? rd_finish_ts(w->r) : w->finish_ts, w->raw.file_off, w->input_bytes,
+               w->reason_at);
     if (w->reason)
-      etr_out_jstr(&jo, w->reason, strlen(w->reason));
+      an_out_jstr(&jo, w->reason, strlen(w->reason));
     else
-      etr_out_cstr(&jo, "null");
-    etr_out_cstr(&jo, "}\n");
+      an_out_cstr(&jo, "null");
+    an_out_cstr(&jo, "}\n");
     if (fflush(stdout) != 0 || jo.failed) {
-      etr_cli_error(CMD, "<stdout>: write error");
+      cli_error(CMD, "<stdout>: write error");
       return ETR_CLI_FAIL;
     }
     return ETR_CLI_OK;
@@ -776,8 +791,8 @@ static int report(const repair *w, bool json) {
   int k = 0;
   if (w->process_added) k += snprintf(added, sizeof added, "1 process node");
   if (w->placeholders)
-    k += snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " placeholder%s",
-                  k ? ", " : "", w->placeholders, w->placeholders == 1 ? "" : "s");
+    k += snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " placeholder%s", k ? ", " : "",
+                  w->placeholders, w->placeholders == 1 ? "" : "s");
   if (w->threads_added)
     snprintf(added + k, sizeof added - (size_t)k, "%s%" PRIu64 " thread node%s", k ? ", " : "",
              w->threads_added, w->threads_added == 1 ? "" : "s");
@@ -798,33 +813,35 @@ static int report(const repair *w, bool json) {
 /* The message and status when the reader cannot read FILE's header. */
 static int open_failed(repair *w, int rc) {
   if (!w->r) {
-    etr_cli_error(CMD, "%s: byte 0: out of memory", w->file);
+    cli_error(CMD, "%s: byte 0: out of memory", w->file);
     return ETR_CLI_FAIL;
   }
   if (rc == ETR_EFORMAT) {
     uint64_t at;
     const char *why = split_error(w->r, &at);
-    if (etr_reader_input_consumed(w->r) == 0)
-      etr_cli_error(CMD, "%s: byte 0: empty file: not a trace, nothing written", w->file);
+    if (rd_input_consumed(w->r) == 0)
+      cli_error(CMD, "%s: byte 0: empty file: not a trace, nothing written", w->file);
     else
-      etr_cli_error(CMD, "%s: byte %" PRIu64 ": %s: not a trace, or its header (up to "
-                    "\"nodes\": [) is cut short; no node to recover, nothing written",
-                    w->file, at, why);
+      cli_error(CMD,
+                "%s: byte %" PRIu64
+                ": %s: not a trace, or its header (up to "
+                "\"nodes\": [) is cut short; no node to recover, nothing written",
+                w->file, at, why);
     return ETR_CLI_USAGE;
   }
-  etr_cli_error(CMD, "%s", etr_reader_error(w->r));
+  cli_error(CMD, "%s", rd_error(w->r));
   return rc == ETR_EOPEN ? ETR_CLI_USAGE : ETR_CLI_FAIL;
 }
 
 /* Copies the header and each complete node. ETR_CLI_OK, or an error status after printing
  * the error. Sets w->intact, or w->reason / w->reason_at for where the input stops. */
 static int copy_nodes(repair *w) {
-  const etr_rnode *n;
+  const rd_rnode *n;
   int rc = 0;
   bool raw_bad = false;
   w->last_end = raw_copy_header(&w->raw, &w->o);
   if (w->last_end == 0 || w->last_end == UINT64_MAX) raw_bad = true;
-  while (!raw_bad && (rc = etr_reader_next(w->r, &n)) == 1) {
+  while (!raw_bad && (rc = rd_next(w->r, &n)) == 1) {
     if (raw_copy(&w->raw, &w->o, n->offset) != n->offset) {
       raw_bad = true;
       break;
@@ -838,25 +855,25 @@ static int copy_nodes(repair *w) {
     w->kept++;
     w->any_node_out = true;
     if (!note_node(w, n)) {
-      etr_cli_error(CMD, "%s: out of memory", w->file);
+      cli_error(CMD, "%s: out of memory", w->file);
       return ETR_CLI_FAIL;
     }
   }
   if (raw_bad) {
     if (w->raw.err)
-      etr_cli_error(CMD, "%s: read error: %s", w->file, strerror(w->raw.err));
+      cli_error(CMD, "%s: read error: %s", w->file, strerror(w->raw.err));
     else
-      etr_cli_error(CMD, "%s: byte %" PRIu64 ": the input changed while it was read", w->file,
-                    raw_at(&w->raw));
+      cli_error(CMD, "%s: byte %" PRIu64 ": the input changed while it was read", w->file,
+                raw_at(&w->raw));
     return ETR_CLI_FAIL;
   }
   if (rc == 0) {
-    rc = etr_reader_finish(w->r);
+    rc = rd_finish(w->r);
     w->intact = rc == 0;
     if (w->intact) return ETR_CLI_OK;
   }
   if (rc != ETR_EFORMAT) { /* out of memory, a read error: no repair from a partial view */
-    etr_cli_error(CMD, "%s", etr_reader_error(w->r));
+    cli_error(CMD, "%s", rd_error(w->r));
     return ETR_CLI_FAIL;
   }
   snprintf(w->why, sizeof w->why, "%s", split_error(w->r, &w->reason_at));
@@ -864,14 +881,14 @@ static int copy_nodes(repair *w) {
   return ETR_CLI_OK;
 }
 
-int etr_cmd_repair(int argc, char **argv) {
+int cmd_repair(int argc, char **argv) {
   const char *out_path = NULL, *path = NULL;
   bool json = false;
   static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  if (etr_cli_wants_help(argc, argv)) {
+  if (cli_wants_help(argc, argv)) {
     usage(stdout);
     return ETR_CLI_OK;
   }
@@ -881,23 +898,27 @@ int etr_cmd_repair(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "-o:j", opts, NULL)) != -1) {
     switch (c) {
       case 'o':
-        if (out_path) return etr_cli_usage(CMD, "one -o only");
+        if (out_path) return cli_usage(CMD, "one -o only");
         out_path = optarg;
         break;
-      case 'j': json = true; break;
-      case 1:
-        if (etr_cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
+      case 'j':
+        json = true;
         break;
-      case ':': return etr_cli_usage(CMD, "%s needs a value", argv[optind - 1]);
-      default: return etr_cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+      case 1:
+        if (cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
+        break;
+      case ':':
+        return cli_usage(CMD, "%s needs a value", argv[optind - 1]);
+      default:
+        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
     }
   }
   for (; optind < argc; optind++) /* after "--" */
-    if (etr_cli_operand(CMD, argv[optind], &path)) return ETR_CLI_USAGE;
-  if (!path) return etr_cli_usage(CMD, "no input file");
-  if (!out_path) return etr_cli_usage(CMD, "no output: give -o OUT ('-o -' for stdout)");
+    if (cli_operand(CMD, argv[optind], &path)) return ETR_CLI_USAGE;
+  if (!path) return cli_usage(CMD, "no input file");
+  if (!out_path) return cli_usage(CMD, "no output: give -o OUT ('-o -' for stdout)");
   bool to_stdout = !strcmp(out_path, "-");
-  if (json && to_stdout) return etr_cli_usage(CMD, "--json prints on stdout: not with -o -");
+  if (json && to_stdout) return cli_usage(CMD, "--json prints on stdout: not with -o -");
   bool from_stdin = !strcmp(path, "-");
 
   /* never overwrite the input */
@@ -905,7 +926,7 @@ int etr_cmd_repair(int argc, char **argv) {
   if (!to_stdout && stat(out_path, &so) == 0 &&
       ((from_stdin && fstat(STDIN_FILENO, &si) == 0) || (!from_stdin && stat(path, &si) == 0)) &&
       si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-    etr_cli_error(CMD, "%s: is the input: write the repaired trace to another file", out_path);
+    cli_error(CMD, "%s: is the input: write the repaired trace to another file", out_path);
     return ETR_CLI_USAGE;
   }
 
@@ -937,29 +958,28 @@ int etr_cmd_repair(int argc, char **argv) {
     w.raw.fd = -1;
     open_errno = errno; /* reported by the reader below, in the usual form */
   }
-  etr_reader_options ro = ETR_READER_OPTIONS_INIT;
-  int rc = etr_reader_open(reader_path, &ro, &w.r);
+  rd_options ro = ETR_READER_OPTIONS_INIT;
+  int rc = rd_open(reader_path, &ro, &w.r);
   if (rc < 0) {
     status = open_failed(&w, rc);
     goto done;
   }
   w.raw.buf = malloc(RAW_BLOCK);
   if (w.raw.fd < 0 || !w.raw.buf) {
-    etr_cli_error(CMD, "%s: %s", w.file,
-                  w.raw.fd < 0 ? strerror(open_errno) : "out of memory");
+    cli_error(CMD, "%s: %s", w.file, w.raw.fd < 0 ? strerror(open_errno) : "out of memory");
     status = ETR_CLI_FAIL;
     goto done;
   }
-  const etr_rheader *h = etr_reader_header(w.r);
+  const rd_rheader *h = rd_header(w.r);
   w.strides = h->schema_major > 1 ||
-              (h->schema_major == 1 && (h->schema_minor > 1 ||
-                                        (h->schema_minor == 1 && h->schema_patch >= 1)));
+              (h->schema_major == 1 &&
+               (h->schema_minor > 1 || (h->schema_minor == 1 && h->schema_patch >= 1)));
 
   /* the output: only once FILE is known to be a trace */
   if (to_stdout) {
     f = stdout;
   } else {
-    f = etr_cli_open_output(CMD, out_path);
+    f = cli_open_output(CMD, out_path);
     if (!f) {
       status = ETR_CLI_FAIL;
       goto done;
@@ -976,13 +996,13 @@ int etr_cmd_repair(int argc, char **argv) {
   /* the rest: copied when intact, else counted as dropped and the trace completed */
   w.input_bytes = raw_copy(&w.raw, w.intact ? &w.o : NULL, UINT64_MAX);
   if (w.input_bytes == UINT64_MAX) {
-    etr_cli_error(CMD, "%s: read error: %s", w.file, strerror(w.raw.err));
+    cli_error(CMD, "%s: read error: %s", w.file, strerror(w.raw.err));
     status = ETR_CLI_FAIL;
     goto done;
   }
   if (!w.intact) {
     if (!add_nodes(&w)) {
-      etr_cli_error(CMD, "%s: out of memory", w.file);
+      cli_error(CMD, "%s: out of memory", w.file);
       status = ETR_CLI_FAIL;
       goto done;
     }
@@ -996,10 +1016,10 @@ int etr_cmd_repair(int argc, char **argv) {
       w.reason_at = w.input_bytes;
     }
   }
-  status = etr_cli_close_output(CMD, f, out_path);
+  status = cli_close_output(CMD, f, out_path);
   f = NULL;
   if (status != ETR_CLI_OK) {
-    if (created) etr_cli_discard_output(out_path); /* no half-written output */
+    if (created) cli_discard_output(out_path); /* no half-written output */
     goto done;
   }
   status = report(&w, json);
@@ -1008,17 +1028,17 @@ done:
   if (f) {
     if (f != stdout) {
       fclose(f);
-      if (created) etr_cli_discard_output(out_path); /* no half-written output */
+      if (created) cli_discard_output(out_path); /* no half-written output */
     } else {
       fflush(f);
     }
   }
-  etr_reader_close(w.r);
+  rd_close(w.r);
   raw_free(&w.raw);
   if (own_fd >= 0) close(own_fd);
   idset_free(&w.seen);
-  etr_u64map_free(&w.threads);
-  etr_u64map_free(&w.pend_ix);
+  an_u64map_free(&w.threads);
+  an_u64map_free(&w.pend_ix);
   free(w.pends);
   return status;
 }

@@ -42,8 +42,8 @@ static void help(void) {
       "bad model file, 2 usage error.\n");
 }
 
-int etr_cmd_replay(int argc, char **argv) {
-  if (etr_cli_wants_help(argc, argv)) {
+int cmd_replay(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
     help();
     return ETR_CLI_OK;
   }
@@ -53,72 +53,72 @@ int etr_cmd_replay(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--model") == 0 || strcmp(a, "--path") == 0 || strcmp(a, "--csv") == 0) {
-      if (i + 1 >= argc) return etr_cli_usage(CMD, "%s needs a value", a);
+      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
       const char *v = argv[++i];
       if (strcmp(a, "--model") == 0) {
         model_path = v;
       } else if (strcmp(a, "--csv") == 0) {
         csv = v;
-      } else if (!etr_cli_parse_u64(CMD, a, v, &path_limit)) {
+      } else if (!cli_parse_u64(CMD, a, v, &path_limit)) {
         return ETR_CLI_USAGE;
       }
     } else if (strcmp(a, "--no-idle") == 0) {
       keep_idle = false;
-    } else if (etr_cli_operand(CMD, a, &file) != 0) {
+    } else if (cli_operand(CMD, a, &file) != 0) {
       return ETR_CLI_USAGE;
     }
   }
-  if (file == NULL) return etr_cli_usage(CMD, "no FILE given");
+  if (file == NULL) return cli_usage(CMD, "no FILE given");
 
-  etr_model m;
-  etr_model_init(&m);
+  an_model m;
+  an_model_init(&m);
   if (model_path != NULL) {
     char err[512];
-    if (etr_model_load(&m, model_path, err, sizeof err) != 0) {
-      etr_cli_error(CMD, "%s", err);
-      etr_model_free(&m);
+    if (an_model_load(&m, model_path, err, sizeof err) != 0) {
+      cli_error(CMD, "%s", err);
+      an_model_free(&m);
       return ETR_CLI_FAIL;
     }
   }
-  etr_optab t;
-  etr_optab_init(&t);
-  int rc = etr_optab_load(&t, CMD, file);
+  an_optab t;
+  an_optab_init(&t);
+  int rc = an_optab_load(&t, CMD, file);
   if (rc != ETR_CLI_OK) {
-    etr_optab_free(&t);
-    etr_model_free(&m);
+    an_optab_free(&t);
+    an_model_free(&m);
     return rc;
   }
-  etr_deps d = {0};
-  etr_sched s = {0};
+  an_deps d = {0};
+  an_sched s = {0};
   double *cost = malloc((t.n ? t.n : 1) * sizeof *cost);
   size_t *nops = calloc(t.nthreads ? t.nthreads : 1, sizeof *nops);
-  etr_sched_opts so = {true, keep_idle};
-  if (cost == NULL || nops == NULL || !etr_deps_build(&t, &d) || !etr_model_costs(&m, &t, cost) ||
-      !etr_schedule(&t, &d, cost, &so, &s)) {
-    etr_cli_error(CMD, "%s: out of memory", file);
+  an_sched_opts so = {true, keep_idle};
+  if (cost == NULL || nops == NULL || !an_deps_build(&t, &d) || !an_model_costs(&m, &t, cost) ||
+      !an_schedule(&t, &d, cost, &so, &s)) {
+    cli_error(CMD, "%s: out of memory", file);
     rc = ETR_CLI_FAIL;
     goto done;
   }
   for (size_t i = 0; i < t.n; i++) nops[t.ops[i].thread]++;
   if (csv != NULL) {
-    FILE *cf = etr_cli_open_output(CMD, csv);
+    FILE *cf = cli_open_output(CMD, csv);
     if (cf == NULL) {
       rc = ETR_CLI_FAIL;
       goto done;
     }
-    etr_out o = {cf, false};
-    etr_out_cstr(&o, "id,tid,name,recorded_start_us,sim_start_us,sim_end_us,cost_us\n");
+    an_out o = {cf, false};
+    an_out_cstr(&o, "id,tid,name,recorded_start_us,sim_start_us,sim_end_us,cost_us\n");
     for (size_t k = 0; k < t.n; k++) {
       uint32_t i = t.order[k];
-      const etr_op *op = &t.ops[i];
-      etr_out_fmt(&o, "%lld,%llu,\"", (long long)op->id,
-                  (unsigned long long)t.threads[op->thread].tid);
-      etr_out_sanitized(&o, t.names.strs[op->name], t.names.lens[op->name], "\"", '\'');
-      etr_out_cstr(&o, "\",");
-      if (op->flags & ETR_OPF_TIMED) etr_out_fmt(&o, "%lld", (long long)(op->ts - t.t0));
-      etr_out_fmt(&o, ",%.3f,%.3f,%.3f\n", s.start[i], s.end[i], cost[i]);
+      const an_op *op = &t.ops[i];
+      an_out_fmt(&o, "%lld,%llu,\"", (long long)op->id,
+                 (unsigned long long)t.threads[op->thread].tid);
+      an_out_sanitized(&o, t.names.strs[op->name], t.names.lens[op->name], "\"", '\'');
+      an_out_cstr(&o, "\",");
+      if (op->flags & ETR_OPF_TIMED) an_out_fmt(&o, "%lld", (long long)(op->ts - t.t0));
+      an_out_fmt(&o, ",%.3f,%.3f,%.3f\n", s.start[i], s.end[i], cost[i]);
     }
-    rc = etr_cli_close_output(CMD, cf, csv);
+    rc = cli_close_output(CMD, cf, csv);
     if (rc != ETR_CLI_OK) goto done;
   }
 
@@ -138,9 +138,10 @@ int etr_cmd_replay(int argc, char **argv) {
     fprintf(out, "; %zu op(s) without timing cost %.3g us each%s", t.n_untimed, m.untimed_us,
             t.n_untimed == t.n ? " (the trace has no timing: unit costs)" : "");
   fprintf(out, "\n");
-  fprintf(out, "idle time: %s\n", !keep_idle ? "dropped (--no-idle)"
-                                  : t.timed  ? "recorded idle time of each thread kept"
-                                             : "none (no timing)");
+  fprintf(out, "idle time: %s\n",
+          !keep_idle ? "dropped (--no-idle)"
+          : t.timed  ? "recorded idle time of each thread kept"
+                     : "none (no timing)");
   fprintf(out, "predicted makespan: %.1f us\n", s.makespan);
   if (t.timed) {
     double rec = (double)(t.t1 - t.t0);
@@ -155,20 +156,21 @@ int etr_cmd_replay(int argc, char **argv) {
             nops[th], s.busy[th], s.thread_end[th],
             s.makespan > 0 ? 100.0 * s.busy[th] / s.makespan : 0.0);
   }
-  fprintf(out, "critical path ('via' says what set a start: thread = the previous op of the "
+  fprintf(out,
+          "critical path ('via' says what set a start: thread = the previous op of the "
           "thread ended, data = a tensor's writer ended, fw = the fw_parent started, parent = "
           "the parent's own time before it, idle = recorded idle time):\n");
-  etr_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
+  an_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
   if (fflush(out) != 0 || ferror(out)) {
-    etr_cli_error(CMD, "writing the report failed");
+    cli_error(CMD, "writing the report failed");
     rc = ETR_CLI_FAIL;
   }
 done:
   free(cost);
   free(nops);
-  etr_sched_free(&s);
-  etr_deps_free(&d);
-  etr_optab_free(&t);
-  etr_model_free(&m);
+  an_sched_free(&s);
+  an_deps_free(&d);
+  an_optab_free(&t);
+  an_model_free(&m);
   return rc;
 }

@@ -3,7 +3,7 @@
  *
  * Memory: one entry per distinct op name, per tid and per (process group, collective);
  * the top tensors are kept in a heap of --top entries (a tensor is identified by its id and
- * storage id, and every appearance of the same tensor carries the same list, DESIGN 6.3).
+ * storage id, and every appearance of the same tensor carries the same list, docs/FORMAT.md).
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -72,7 +72,7 @@ static opent *optab_get(optab *t, const char *name, size_t len) {
 typedef struct thr {
   uint64_t tid;
   uint64_t ops;
-  int64_t busy;     /* sum of exclusive durations */
+  int64_t busy; /* sum of exclusive durations */
   int64_t first_ts, last_end;
 } thr;
 
@@ -143,10 +143,10 @@ static void copy_trunc(char *dst, size_t size, const char *src, size_t len) {
   dst[len] = '\0';
 }
 
-static void add_tensor(srun *s, const etr_rnode *n, const char *type, size_t type_len,
-                       const etr_jval *v) {
+static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type_len,
+                       const rd_jval *v) {
   if (v->kind != ETR_J_ARRAY || v->v.arr.n != 6) return;
-  const etr_jval *it = v->v.arr.items;
+  const rd_jval *it = v->v.arr.items;
   for (int i = 0; i < 5; i++)
     if (it[i].kind != ETR_J_INT) return;
   s->tensor_values++;
@@ -179,8 +179,8 @@ static void add_tensor(srun *s, const etr_rnode *n, const char *type, size_t typ
 }
 
 /* Tensors inside a value of the given type (lists and tuples are walked). */
-static void scan_value(srun *s, const etr_rnode *n, const char *type, size_t tl,
-                       const etr_jval *v, int depth) {
+static void scan_value(srun *s, const rd_rnode *n, const char *type, size_t tl, const rd_jval *v,
+                       int depth) {
   if (depth > 32) return;
   if (tl > 7 && !memcmp(type, "Tensor(", 7)) {
     add_tensor(s, n, type, tl, v);
@@ -208,12 +208,12 @@ static void scan_value(srun *s, const etr_rnode *n, const char *type, size_t tl,
   }
 }
 
-static void scan_io(srun *s, const etr_rnode *n, const etr_jval *io) {
+static void scan_io(srun *s, const rd_rnode *n, const rd_jval *io) {
   if (!io) return;
-  const etr_jval *vals = etr_jobj_get(io, "values"), *types = etr_jobj_get(io, "types");
+  const rd_jval *vals = rd_jobj_get(io, "values"), *types = rd_jobj_get(io, "types");
   if (!vals || !types || vals->kind != ETR_J_ARRAY || types->kind != ETR_J_ARRAY) return;
   for (size_t i = 0; i < vals->v.arr.n && i < types->v.arr.n; i++) {
-    const etr_jval *t = &types->v.arr.items[i];
+    const rd_jval *t = &types->v.arr.items[i];
     if (t->kind == ETR_J_STRING)
       scan_value(s, n, t->v.str.s, t->v.str.len, &vals->v.arr.items[i], 0);
   }
@@ -224,32 +224,32 @@ static unsigned dtype_size(const char *d) {
   static const struct {
     const char *name;
     unsigned size;
-  } t[] = {{"Float", 4},        {"Double", 8},       {"Half", 2},        {"BFloat16", 2},
-           {"Long", 8},         {"Int", 4},          {"Short", 2},       {"Char", 1},
-           {"Byte", 1},         {"Bool", 1},         {"ComplexHalf", 4}, {"ComplexFloat", 8},
+  } t[] = {{"Float", 4},          {"Double", 8},        {"Half", 2},        {"BFloat16", 2},
+           {"Long", 8},           {"Int", 4},           {"Short", 2},       {"Char", 1},
+           {"Byte", 1},           {"Bool", 1},          {"ComplexHalf", 4}, {"ComplexFloat", 8},
            {"ComplexDouble", 16}, {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"UInt16", 2},
-           {"UInt32", 4},       {"UInt64", 8}};
+           {"UInt32", 4},         {"UInt64", 8}};
   if (!strncmp(d, "c10::", 5)) d += 5;
   for (size_t i = 0; i < sizeof t / sizeof *t; i++)
     if (!strcmp(d, t[i].name)) return t[i].size;
   return 0;
 }
 
-static const etr_rattr *find_attr(const etr_rnode *n, const char *name) {
+static const rd_rattr *find_attr(const rd_rnode *n, const char *name) {
   for (size_t i = 0; i < n->n_attrs; i++)
     if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
   return NULL;
 }
 
-static uint64_t attr_u64(const etr_rnode *n, const char *name, bool *ok) {
-  const etr_rattr *a = find_attr(n, name);
+static uint64_t attr_u64(const rd_rnode *n, const char *name, bool *ok) {
+  const rd_rattr *a = find_attr(n, name);
   *ok = a && (a->value.kind == ETR_J_INT || a->value.kind == ETR_J_UINT);
   if (!*ok) return 0;
   return a->value.kind == ETR_J_INT ? (uint64_t)a->value.v.i : a->value.v.u;
 }
 
-static void add_collective(srun *s, const etr_rnode *n, const etr_rattr *cn) {
-  const etr_rattr *pg = find_attr(n, "pg_name"), *dt = find_attr(n, "dtype");
+static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
+  const rd_rattr *pg = find_attr(n, "pg_name"), *dt = find_attr(n, "dtype");
   const char *pgs = pg && pg->value.kind == ETR_J_STRING ? pg->value.v.str.s : "";
   const char *name = cn->value.kind == ETR_J_STRING ? cn->value.v.str.s : "?";
   coll *c = NULL;
@@ -302,7 +302,7 @@ static thr *get_thr(srun *s, uint64_t tid) {
   return t;
 }
 
-static void on_node(srun *s, const etr_rnode *n) {
+static void on_node(srun *s, const rd_rnode *n) {
   s->nodes++;
   if (!strcmp(n->name, THREAD_NAME)) {
     s->thread_nodes++;
@@ -328,7 +328,7 @@ static void on_node(srun *s, const etr_rnode *n) {
   }
   scan_io(s, n, n->inputs);
   scan_io(s, n, n->outputs);
-  const etr_rattr *cn = find_attr(n, "collective_name");
+  const rd_rattr *cn = find_attr(n, "collective_name");
   if (cn) add_collective(s, n, cn);
 }
 
@@ -367,19 +367,31 @@ static int cmp_coll(const void *a, const void *b) {
 static void json_kv_str(FILE *f, const char *k, const char *v, bool comma) {
   fprintf(f, "%s\"%s\": ", comma ? ", " : "", k);
   if (v)
-    etr_cli_json_str(f, v);
+    cli_json_str(f, v);
   else
     fputs("null", f);
 }
 
-static void print_json_value(FILE *f, const etr_jval *v) {
+static void print_json_value(FILE *f, const rd_jval *v) {
   switch (v->kind) {
-    case ETR_J_NULL: fputs("null", f); break;
-    case ETR_J_BOOL: fputs(v->v.b ? "true" : "false", f); break;
-    case ETR_J_INT: fprintf(f, "%" PRId64, v->v.i); break;
-    case ETR_J_UINT: fprintf(f, "%" PRIu64, v->v.u); break;
-    case ETR_J_DOUBLE: fprintf(f, "%.17g", v->v.d); break;
-    case ETR_J_STRING: etr_cli_json_strn(f, v->v.str.s, v->v.str.len); break;
+    case ETR_J_NULL:
+      fputs("null", f);
+      break;
+    case ETR_J_BOOL:
+      fputs(v->v.b ? "true" : "false", f);
+      break;
+    case ETR_J_INT:
+      fprintf(f, "%" PRId64, v->v.i);
+      break;
+    case ETR_J_UINT:
+      fprintf(f, "%" PRIu64, v->v.u);
+      break;
+    case ETR_J_DOUBLE:
+      fprintf(f, "%.17g", v->v.d);
+      break;
+    case ETR_J_STRING:
+      cli_json_strn(f, v->v.str.s, v->v.str.len);
+      break;
     case ETR_J_ARRAY:
       fputc('[', f);
       for (size_t i = 0; i < v->v.arr.n; i++) {
@@ -392,7 +404,7 @@ static void print_json_value(FILE *f, const etr_jval *v) {
       fputc('{', f);
       for (size_t i = 0; i < v->v.obj.n; i++) {
         if (i) fputs(", ", f);
-        etr_cli_json_str(f, v->v.obj.items[i].key);
+        cli_json_str(f, v->v.obj.items[i].key);
         fputs(": ", f);
         print_json_value(f, &v->v.obj.items[i].val);
       }
@@ -401,8 +413,7 @@ static void print_json_value(FILE *f, const etr_jval *v) {
   }
 }
 
-static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
-                   const etr_jval *etr) {
+static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, const rd_jval *etr) {
   optab *t = &s->ops_by_name;
   opent **all = malloc((t->n ? t->n : 1) * sizeof *all);
   if (!all) {
@@ -416,8 +427,8 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
   if (s->n_thr) qsort(s->thr, s->n_thr, sizeof *s->thr, cmp_thr);
   if (s->n_heap) qsort(s->heap, s->n_heap, sizeof *s->heap, cmp_tens);
   if (s->n_coll) qsort(s->coll, s->n_coll, sizeof *s->coll, cmp_coll);
-  const etr_jval *ver = etr ? etr_jobj_get(etr, "version") : NULL;
-  const etr_jval *stats = etr ? etr_jobj_get(etr, "stats") : NULL;
+  const rd_jval *ver = etr ? rd_jobj_get(etr, "version") : NULL;
+  const rd_jval *stats = etr ? rd_jobj_get(etr, "stats") : NULL;
 
   if (s->json) {
     fputc('{', f);
@@ -433,8 +444,8 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
     fputs(",\n \"threads\": [", f);
     for (size_t i = 0; i < s->n_thr; i++) {
       thr *x = &s->thr[i];
-      fprintf(f, "%s{\"tid\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"busy_us\": %" PRId64, i ? ", " : "",
-              x->tid, x->ops, x->busy);
+      fprintf(f, "%s{\"tid\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"busy_us\": %" PRId64,
+              i ? ", " : "", x->tid, x->ops, x->busy);
       if (x->first_ts <= x->last_end)
         fprintf(f, ", \"first_ts\": %" PRId64 ", \"last_end_ts\": %" PRId64 "}", x->first_ts,
                 x->last_end);
@@ -447,7 +458,9 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
       for (size_t i = 0; i < top; i++) {
         fputs(i ? ",\n   {" : "\n   {", f);
         json_kv_str(f, "name", all[i]->name, false);
-        fprintf(f, ", \"count\": %" PRIu64 ", \"exclusive_us\": %" PRId64 ", \"inclusive_us\": %" PRId64 "}",
+        fprintf(f,
+                ", \"count\": %" PRIu64 ", \"exclusive_us\": %" PRId64
+                ", \"inclusive_us\": %" PRId64 "}",
                 all[i]->count, all[i]->excl, all[i]->incl);
       }
     }
@@ -457,7 +470,8 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
       fprintf(f,
               "%s{\"bytes\": %" PRIu64 ", \"tensor_id\": %" PRId64 ", \"storage_id\": %" PRId64
               ", \"offset\": %" PRId64 ", \"numel\": %" PRId64 ", \"itemsize\": %" PRId64,
-              i ? ",\n   " : "\n   ", x->bytes, x->id, x->storage, x->offset, x->numel, x->itemsize);
+              i ? ",\n   " : "\n   ", x->bytes, x->id, x->storage, x->offset, x->numel,
+              x->itemsize);
       json_kv_str(f, "dtype", x->dtype, true);
       json_kv_str(f, "device", x->device, true);
       json_kv_str(f, "op", x->op, true);
@@ -469,7 +483,8 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
       fputs(i ? ",\n   {" : "\n   {", f);
       json_kv_str(f, "pg_name", c->pg, false);
       json_kv_str(f, "collective", c->name, true);
-      fprintf(f, ", \"count\": %" PRIu64 ", \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
+      fprintf(f,
+              ", \"count\": %" PRIu64 ", \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
               ", \"bytes_exact\": %s}",
               c->count, c->in_bytes, c->out_bytes, c->size_unknown ? "false" : "true");
     }
@@ -514,13 +529,16 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
       fprintf(f, "  %10" PRIu64 " %14" PRId64 " %14" PRId64 "  %s\n", all[i]->count, all[i]->excl,
               all[i]->incl, all[i]->name);
   }
-  fprintf(f, "\ntensors: %" PRIu64 " tensor values; largest (numel x itemsize)\n", s->tensor_values);
+  fprintf(f, "\ntensors: %" PRIu64 " tensor values; largest (numel x itemsize)\n",
+          s->tensor_values);
   if (s->n_heap)
     fprintf(f, "  %14s %10s %10s %12s %-12s %-10s %s\n", "bytes", "tensor", "storage", "numel",
             "dtype", "device", "first seen in");
   for (size_t i = 0; i < s->n_heap; i++) {
     tens *x = &s->heap[i];
-    fprintf(f, "  %14" PRIu64 " %10" PRId64 " %10" PRId64 " %12" PRId64 " %-12s %-10s %s (node %" PRId64 ")\n",
+    fprintf(f,
+            "  %14" PRIu64 " %10" PRId64 " %10" PRId64 " %12" PRId64
+            " %-12s %-10s %s (node %" PRId64 ")\n",
             x->bytes, x->id, x->storage, x->numel, x->dtype, x->device, x->op, x->node);
   }
   fprintf(f, "\ncollectives: %zu kinds\n", s->n_coll);
@@ -529,8 +547,8 @@ static void report(srun *s, FILE *f, const etr_rheader *h, int64_t finish_ts,
             "out_bytes");
   for (size_t i = 0; i < s->n_coll; i++) {
     coll *c = &s->coll[i];
-    fprintf(f, "  %-16s %-20s %10" PRIu64 " %16" PRIu64 " %16" PRIu64 "%s\n", c->pg[0] ? c->pg : "-",
-            c->name, c->count, c->in_bytes, c->out_bytes,
+    fprintf(f, "  %-16s %-20s %10" PRIu64 " %16" PRIu64 " %16" PRIu64 "%s\n",
+            c->pg[0] ? c->pg : "-", c->name, c->count, c->in_bytes, c->out_bytes,
             c->size_unknown ? "  (some sizes unknown)" : "");
   }
   if (etr) {
@@ -566,7 +584,7 @@ static void usage(FILE *f) {
           "exit status: 0 ok, 1 unreadable input, 2 usage error.\n");
 }
 
-int etr_cmd_summary(int argc, char **argv) {
+int cmd_summary(int argc, char **argv) {
   srun s;
   memset(&s, 0, sizeof s);
   s.top = 20;
@@ -582,50 +600,54 @@ int etr_cmd_summary(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "+t:jo:h", opts, NULL)) != -1) {
     switch (c) {
       case 't':
-        if (!etr_cli_parse_u64(CMD, "--top", optarg, &s.top)) return ETR_CLI_USAGE;
-        if (s.top > 100000) return etr_cli_usage(CMD, "--top %" PRIu64 " is too large", s.top);
+        if (!cli_parse_u64(CMD, "--top", optarg, &s.top)) return ETR_CLI_USAGE;
+        if (s.top > 100000) return cli_usage(CMD, "--top %" PRIu64 " is too large", s.top);
         break;
-      case 'j': s.json = true; break;
-      case 'o': out = optarg; break;
-      case 'h': usage(stdout); return ETR_CLI_OK;
+      case 'j':
+        s.json = true;
+        break;
+      case 'o':
+        out = optarg;
+        break;
+      case 'h':
+        usage(stdout);
+        return ETR_CLI_OK;
       default:
-        if (optopt)
-          return etr_cli_usage(CMD, "option '%s' wants a value", argv[optind - 1]);
-        return etr_cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+        if (optopt) return cli_usage(CMD, "option '%s' wants a value", argv[optind - 1]);
+        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind != argc - 1)
-    return etr_cli_usage(CMD, optind >= argc ? "no input file" : "one input file only");
+    return cli_usage(CMD, optind >= argc ? "no input file" : "one input file only");
   const char *path = argv[optind];
   s.file = strcmp(path, "-") ? path : "<stdin>";
   s.heap = calloc(s.top ? s.top : 1, sizeof *s.heap);
   if (!s.heap) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     return ETR_CLI_FAIL;
   }
   int ret = ETR_CLI_FAIL;
-  etr_cli_input in;
-  if (etr_cli_open(&in, CMD, path, NULL)) goto done;
-  const etr_rnode *n;
+  cli_input in;
+  if (cli_open(&in, CMD, path, NULL)) goto done;
+  const rd_rnode *n;
   int rc;
-  while ((rc = etr_cli_next(&in, &n)) == 1) on_node(&s, n);
-  if (rc == 0) rc = etr_cli_finish(&in);
+  while ((rc = cli_next(&in, &n)) == 1) on_node(&s, n);
+  if (rc == 0) rc = cli_finish(&in);
   if (rc < 0) goto done;
   if (s.oom) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     goto done;
   }
-  FILE *f = etr_cli_open_output(CMD, out);
+  FILE *f = cli_open_output(CMD, out);
   if (!f) goto done;
-  report(&s, f, etr_reader_header(in.r), etr_reader_finish_ts(in.r),
-         etr_reader_trailer(in.r, "etr"));
-  ret = etr_cli_close_output(CMD, f, out);
+  report(&s, f, rd_header(in.r), rd_finish_ts(in.r), rd_trailer(in.r, "etr"));
+  ret = cli_close_output(CMD, f, out);
   if (s.oom) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     ret = ETR_CLI_FAIL;
   }
 done:
-  etr_cli_close(&in);
+  cli_close(&in);
   for (size_t i = 0; i < s.ops_by_name.cap; i++) free(s.ops_by_name.slots[i].name);
   free(s.ops_by_name.slots);
   free(s.thr);

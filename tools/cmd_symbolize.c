@@ -49,7 +49,7 @@ static void usage(FILE *f) {
 /* ---- re-serialization of reader values ---- */
 
 static void put_double(etr__jw *w, double v) {
-  if (!isfinite(v)) {  /* not valid JSON input; keep the file valid */
+  if (!isfinite(v)) { /* not valid JSON input; keep the file valid */
     etr__jw_double(w, v);
     return;
   }
@@ -66,19 +66,29 @@ static void put_double(etr__jw *w, double v) {
   etr__jw_raw(w, tmp, (size_t)n);
 }
 
-static void put_val(etr__jw *w, const etr_jval *v) {
+static void put_val(etr__jw *w, const rd_jval *v) {
   switch (v->kind) {
-    case ETR_J_NULL: ETR__JW_LIT(w, "null"); break;
+    case ETR_J_NULL:
+      ETR__JW_LIT(w, "null");
+      break;
     case ETR_J_BOOL:
       if (v->v.b)
         ETR__JW_LIT(w, "true");
       else
         ETR__JW_LIT(w, "false");
       break;
-    case ETR_J_INT: etr__jw_i64(w, v->v.i); break;
-    case ETR_J_UINT: etr__jw_u64(w, v->v.u); break;
-    case ETR_J_DOUBLE: put_double(w, v->v.d); break;
-    case ETR_J_STRING: etr__jw_str(w, v->v.str.s, v->v.str.len); break;
+    case ETR_J_INT:
+      etr__jw_i64(w, v->v.i);
+      break;
+    case ETR_J_UINT:
+      etr__jw_u64(w, v->v.u);
+      break;
+    case ETR_J_DOUBLE:
+      put_double(w, v->v.d);
+      break;
+    case ETR_J_STRING:
+      etr__jw_str(w, v->v.str.s, v->v.str.len);
+      break;
     case ETR_J_ARRAY:
       etr__jw_char(w, '[');
       for (size_t i = 0; i < v->v.arr.n; i++) {
@@ -90,7 +100,7 @@ static void put_val(etr__jw *w, const etr_jval *v) {
     case ETR_J_OBJECT:
       etr__jw_char(w, '{');
       for (size_t i = 0; i < v->v.obj.n; i++) {
-        const etr_jmember *m = &v->v.obj.items[i];
+        const rd_jmember *m = &v->v.obj.items[i];
         if (i) etr__jw_char(w, ',');
         etr__jw_str(w, m->key, m->key_len);
         etr__jw_char(w, ':');
@@ -131,9 +141,8 @@ static int hexval(char c) {
 }
 
 /* Build-id bytes from hex; 0 bytes when absent or malformed (then not checked). */
-static size_t parse_build_id(const etr_jval *v, uint8_t *out, size_t cap) {
-  if (v == NULL || v->kind != ETR_J_STRING || v->v.str.len % 2 || v->v.str.len / 2 > cap)
-    return 0;
+static size_t parse_build_id(const rd_jval *v, uint8_t *out, size_t cap) {
+  if (v == NULL || v->kind != ETR_J_STRING || v->v.str.len % 2 || v->v.str.len / 2 > cap) return 0;
   for (size_t i = 0; i < v->v.str.len / 2; i++) {
     int hi = hexval(v->v.str.s[2 * i]), lo = hexval(v->v.str.s[2 * i + 1]);
     if (hi < 0 || lo < 0) return 0;
@@ -142,12 +151,12 @@ static size_t parse_build_id(const etr_jval *v, uint8_t *out, size_t cap) {
   return v->v.str.len / 2;
 }
 
-static bool key_is(const etr_jmember *m, const char *k) {
+static bool key_is(const rd_jmember *m, const char *k) {
   return m->key_len == strlen(k) && memcmp(m->key, k, m->key_len) == 0;
 }
 
 /* The keys a resolved frame gets anew (the input's are dropped). */
-static bool is_sym_key(const etr_jmember *m) {
+static bool is_sym_key(const rd_jmember *m) {
   return key_is(m, "name") || key_is(m, "filename") || key_is(m, "line");
 }
 
@@ -157,15 +166,26 @@ static uint64_t hash_mix(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-static uint64_t jval_hash(uint64_t h, const etr_jval *v) {
+static uint64_t jval_hash(uint64_t h, const rd_jval *v) {
   h = hash_mix(h, &v->kind, sizeof v->kind);
   switch (v->kind) {
-    case ETR_J_NULL: break;
-    case ETR_J_BOOL: h = hash_mix(h, &v->v.b, sizeof v->v.b); break;
-    case ETR_J_INT: h = hash_mix(h, &v->v.i, sizeof v->v.i); break;
-    case ETR_J_UINT: h = hash_mix(h, &v->v.u, sizeof v->v.u); break;
-    case ETR_J_DOUBLE: h = hash_mix(h, &v->v.d, sizeof v->v.d); break;
-    case ETR_J_STRING: h = hash_mix(h, v->v.str.s, v->v.str.len); break;
+    case ETR_J_NULL:
+      break;
+    case ETR_J_BOOL:
+      h = hash_mix(h, &v->v.b, sizeof v->v.b);
+      break;
+    case ETR_J_INT:
+      h = hash_mix(h, &v->v.i, sizeof v->v.i);
+      break;
+    case ETR_J_UINT:
+      h = hash_mix(h, &v->v.u, sizeof v->v.u);
+      break;
+    case ETR_J_DOUBLE:
+      h = hash_mix(h, &v->v.d, sizeof v->v.d);
+      break;
+    case ETR_J_STRING:
+      h = hash_mix(h, v->v.str.s, v->v.str.len);
+      break;
     case ETR_J_ARRAY:
       for (size_t i = 0; i < v->v.arr.n; i++) h = jval_hash(h, &v->v.arr.items[i]);
       break;
@@ -179,14 +199,19 @@ static uint64_t jval_hash(uint64_t h, const etr_jval *v) {
   return h;
 }
 
-static bool jval_equal(const etr_jval *a, const etr_jval *b) {
+static bool jval_equal(const rd_jval *a, const rd_jval *b) {
   if (a->kind != b->kind) return false;
   switch (a->kind) {
-    case ETR_J_NULL: return true;
-    case ETR_J_BOOL: return a->v.b == b->v.b;
-    case ETR_J_INT: return a->v.i == b->v.i;
-    case ETR_J_UINT: return a->v.u == b->v.u;
-    case ETR_J_DOUBLE: return memcmp(&a->v.d, &b->v.d, sizeof a->v.d) == 0;
+    case ETR_J_NULL:
+      return true;
+    case ETR_J_BOOL:
+      return a->v.b == b->v.b;
+    case ETR_J_INT:
+      return a->v.i == b->v.i;
+    case ETR_J_UINT:
+      return a->v.u == b->v.u;
+    case ETR_J_DOUBLE:
+      return memcmp(&a->v.d, &b->v.d, sizeof a->v.d) == 0;
     case ETR_J_STRING:
       return a->v.str.len == b->v.str.len && memcmp(a->v.str.s, b->v.str.s, a->v.str.len) == 0;
     case ETR_J_ARRAY:
@@ -197,7 +222,7 @@ static bool jval_equal(const etr_jval *a, const etr_jval *b) {
     case ETR_J_OBJECT:
       if (a->v.obj.n != b->v.obj.n) return false;
       for (size_t i = 0; i < a->v.obj.n; i++) {
-        const etr_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
+        const rd_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
         if (x->key_len != y->key_len || memcmp(x->key, y->key, x->key_len) != 0 ||
             !jval_equal(&x->val, &y->val))
           return false;
@@ -208,9 +233,9 @@ static bool jval_equal(const etr_jval *a, const etr_jval *b) {
 }
 
 /* The members of a frame object other than name, filename and line: hash and equality. */
-static uint64_t extras_hash(uint64_t h, const etr_jval *fr) {
+static uint64_t extras_hash(uint64_t h, const rd_jval *fr) {
   for (size_t i = 0; i < fr->v.obj.n; i++) {
-    const etr_jmember *m = &fr->v.obj.items[i];
+    const rd_jmember *m = &fr->v.obj.items[i];
     if (is_sym_key(m)) continue;
     h = hash_mix(h, m->key, m->key_len);
     h = jval_hash(h, &m->val);
@@ -218,13 +243,13 @@ static uint64_t extras_hash(uint64_t h, const etr_jval *fr) {
   return h;
 }
 
-static bool extras_equal(const etr_jval *a, const etr_jval *b) {
+static bool extras_equal(const rd_jval *a, const rd_jval *b) {
   size_t i = 0, j = 0;
   for (;;) {
     while (i < a->v.obj.n && is_sym_key(&a->v.obj.items[i])) i++;
     while (j < b->v.obj.n && is_sym_key(&b->v.obj.items[j])) j++;
     if (i == a->v.obj.n || j == b->v.obj.n) return i == a->v.obj.n && j == b->v.obj.n;
-    const etr_jmember *x = &a->v.obj.items[i++], *y = &b->v.obj.items[j++];
+    const rd_jmember *x = &a->v.obj.items[i++], *y = &b->v.obj.items[j++];
     if (x->key_len != y->key_len || memcmp(x->key, y->key, x->key_len) != 0 ||
         !jval_equal(&x->val, &y->val))
       return false;
@@ -234,7 +259,7 @@ static bool extras_equal(const etr_jval *a, const etr_jval *b) {
 /* One output frame: src copied as it is, or resolved (name, filename, line, then the other
  * members of src). */
 typedef struct oframe {
-  const etr_jval *src;
+  const rd_jval *src;
   bool copy;
   const char *name, *filename; /* owned by the symbolizer */
   int64_t line;
@@ -242,12 +267,12 @@ typedef struct oframe {
 } oframe;
 
 typedef struct frame_map {
-  oframe *of;               /* the output frames table */
+  oframe *of; /* the output frames table */
   size_t nof, capof;
-  uint32_t *slots;          /* hash set of output frames: index + 1, 0 = empty */
-  size_t nslots;            /* power of two */
-  size_t nin;               /* input frames */
-  size_t *start;            /* input frame i -> idx[start[i], start[i + 1]) */
+  uint32_t *slots; /* hash set of output frames: index + 1, 0 = empty */
+  size_t nslots;   /* power of two */
+  size_t nin;      /* input frames */
+  size_t *start;   /* input frame i -> idx[start[i], start[i + 1]) */
   uint32_t *idx;
   size_t nidx, capidx;
 } frame_map;
@@ -317,18 +342,18 @@ static int add_oframe(frame_map *fm, oframe f) {
 
 /* One input frame: resolved (and expanded) when it names a module and an offset, else
  * copied. 0 or -1 on ENOMEM. */
-static int map_frame(frame_map *fm, etr__symbolizer *s, const etr_jval *fr, counts *c) {
+static int map_frame(frame_map *fm, etr__symbolizer *s, const rd_jval *fr, counts *c) {
   c->frames++;
   oframe copy = {.src = fr, .copy = true};
-  const etr_jval *mod = fr->kind == ETR_J_OBJECT ? etr_jobj_get(fr, "module") : NULL;
-  const etr_jval *off = fr->kind == ETR_J_OBJECT ? etr_jobj_get(fr, "offset") : NULL;
+  const rd_jval *mod = fr->kind == ETR_J_OBJECT ? rd_jobj_get(fr, "module") : NULL;
+  const rd_jval *off = fr->kind == ETR_J_OBJECT ? rd_jobj_get(fr, "offset") : NULL;
   if (mod == NULL || mod->kind != ETR_J_STRING || off == NULL ||
       !((off->kind == ETR_J_INT && off->v.i >= 0) || off->kind == ETR_J_UINT))
     return add_oframe(fm, copy);
   uint64_t vaddr = off->kind == ETR_J_INT ? (uint64_t)off->v.i : off->v.u;
   c->with_module++;
   uint8_t bid[64];
-  size_t bid_len = parse_build_id(etr_jobj_get(fr, "build_id"), bid, sizeof bid);
+  size_t bid_len = parse_build_id(rd_jobj_get(fr, "build_id"), bid, sizeof bid);
   etr__symbol sym[MAX_INLINE_FRAMES];
   int rc = etr__symbolize(s, mod->v.str.s, bid, bid_len, vaddr, 0, &sym[0]);
   if (rc < 0) return -1;
@@ -336,7 +361,7 @@ static int map_frame(frame_map *fm, etr__symbolizer *s, const etr_jval *fr, coun
     c->resolved++;
   } else {
     c->unresolved++;
-    if (sym[0].line == 0) return add_oframe(fm, copy);  /* nothing learned: keep it as it was */
+    if (sym[0].line == 0) return add_oframe(fm, copy); /* nothing learned: keep it as it was */
   }
   int n = etr__symbolize_frames(s, mod->v.str.s, bid, bid_len, vaddr, 0, sym, MAX_INLINE_FRAMES);
   if (n < 0) return -1;
@@ -349,7 +374,7 @@ static int map_frame(frame_map *fm, etr__symbolizer *s, const etr_jval *fr, coun
 }
 
 /* Map every input frame (frames is an array). 0 or -1 on ENOMEM. */
-static int map_frames(frame_map *fm, etr__symbolizer *s, const etr_jval *frames, counts *c) {
+static int map_frames(frame_map *fm, etr__symbolizer *s, const rd_jval *frames, counts *c) {
   fm->nin = frames->v.arr.n;
   fm->start = malloc((fm->nin + 1) * sizeof *fm->start);
   if (fm->start == NULL) return -1;
@@ -373,7 +398,7 @@ static void put_oframe(etr__jw *w, const oframe *f) {
   ETR__JW_LIT(w, ",\"line\":");
   etr__jw_i64(w, f->line);
   for (size_t i = 0; i < f->src->v.obj.n; i++) {
-    const etr_jmember *m = &f->src->v.obj.items[i];
+    const rd_jmember *m = &f->src->v.obj.items[i];
     if (is_sym_key(m)) continue;
     etr__jw_char(w, ',');
     etr__jw_str(w, m->key, m->key_len);
@@ -395,14 +420,14 @@ static void put_frames(etr__jw *w, const frame_map *fm) {
 
 /* "tracebacks" with each input frame index replaced by its output frames' indices; anything
  * that is not a valid index is copied. */
-static void put_tracebacks(etr__jw *w, const frame_map *fm, const etr_jval *tbs) {
+static void put_tracebacks(etr__jw *w, const frame_map *fm, const rd_jval *tbs) {
   if (tbs->kind != ETR_J_ARRAY) {
     put_val(w, tbs);
     return;
   }
   etr__jw_char(w, '[');
   for (size_t i = 0; i < tbs->v.arr.n; i++) {
-    const etr_jval *tb = &tbs->v.arr.items[i];
+    const rd_jval *tb = &tbs->v.arr.items[i];
     etr__jw_raw(w, i ? ",\n  " : "\n  ", i ? 4 : 3);
     if (tb->kind != ETR_J_ARRAY) {
       put_val(w, tb);
@@ -411,10 +436,10 @@ static void put_tracebacks(etr__jw *w, const frame_map *fm, const etr_jval *tbs)
     etr__jw_char(w, '[');
     bool first = true;
     for (size_t k = 0; k < tb->v.arr.n; k++) {
-      const etr_jval *x = &tb->v.arr.items[k];
+      const rd_jval *x = &tb->v.arr.items[k];
       uint64_t fi = x->kind == ETR_J_INT && x->v.i >= 0 ? (uint64_t)x->v.i
-                    : x->kind == ETR_J_UINT           ? x->v.u
-                                                      : UINT64_MAX;
+                    : x->kind == ETR_J_UINT             ? x->v.u
+                                                        : UINT64_MAX;
       if (fi >= fm->nin) {
         if (!first) etr__jw_char(w, ',');
         first = false;
@@ -441,8 +466,8 @@ static bool same_file(const char *a, const char *b) {
          sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int etr_cmd_symbolize(int argc, char **argv) {
-  if (etr_cli_wants_help(argc, argv)) {
+int cmd_symbolize(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
     usage(stdout);
     return ETR_CLI_OK;
   }
@@ -450,7 +475,7 @@ int etr_cmd_symbolize(int argc, char **argv) {
   const char **dirs = calloc((size_t)argc, sizeof *dirs);
   size_t ndirs = 0;
   if (dirs == NULL) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     return ETR_CLI_FAIL;
   }
   bool opts = true;
@@ -462,7 +487,7 @@ int etr_cmd_symbolize(int argc, char **argv) {
                         !strcmp(a, "--search-dir"))) {
       if (i + 1 >= argc) {
         free(dirs);
-        return etr_cli_usage(CMD, "%s wants a value", a);
+        return cli_usage(CMD, "%s wants a value", a);
       }
       if (a[1] == 'o' || a[2] == 'o')
         out_path = argv[++i];
@@ -474,18 +499,18 @@ int etr_cmd_symbolize(int argc, char **argv) {
       dirs[ndirs++] = a + 13;
     } else if (!opts && in_path == NULL) {
       in_path = a; /* after "--" even "-x" is a file name */
-    } else if (etr_cli_operand(CMD, a, &in_path) != 0) {
+    } else if (cli_operand(CMD, a, &in_path) != 0) {
       free(dirs);
       return ETR_CLI_USAGE;
     }
   }
   if (in_path == NULL) {
     free(dirs);
-    return etr_cli_usage(CMD, "no input file");
+    return cli_usage(CMD, "no input file");
   }
   if (same_file(in_path, out_path)) {
     free(dirs);
-    etr_cli_error(CMD, "%s: the output would overwrite the input", out_path);
+    cli_error(CMD, "%s: the output would overwrite the input", out_path);
     return ETR_CLI_FAIL;
   }
 
@@ -496,36 +521,36 @@ int etr_cmd_symbolize(int argc, char **argv) {
   bool created = false;
   etr__jw w;
   bool jw_ok = false;
-  etr_cli_input in = {0};
+  cli_input in = {0};
   counts c = {0};
   frame_map fm = {0};
   if (s == NULL) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     goto done;
   }
   for (size_t i = 0; i < ndirs; i++) {
     if (etr__symbolizer_add_search_dir(s, dirs[i]) != 0) {
-      etr_cli_error(CMD, "out of memory");
+      cli_error(CMD, "out of memory");
       goto done;
     }
   }
-  if (etr_cli_open(&in, CMD, in_path, NULL) != 0) goto done;
+  if (cli_open(&in, CMD, in_path, NULL) != 0) goto done;
   fd = to_stdout ? STDOUT_FILENO : open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    etr_cli_error(CMD, "%s: cannot create: %s", out_path, strerror(errno));
+    cli_error(CMD, "%s: cannot create: %s", out_path, strerror(errno));
     goto done;
   }
   created = !to_stdout;
   if (etr__jw_init(&w, fd, 1 << 20) != 0) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     goto done;
   }
   jw_ok = true;
 
   /* Header: the keys before "nodes", in file order. */
-  const etr_rheader *h = etr_reader_header(in.r);
+  const rd_rheader *h = rd_header(in.r);
   size_t nkeys;
-  const char *const *keys = etr_reader_top_keys(in.r, &nkeys);
+  const char *const *keys = rd_top_keys(in.r, &nkeys);
   etr__jw_char(&w, '{');
   bool first = true;
   for (size_t i = 0; i < nkeys && strcmp(keys[i], "nodes") != 0; i++) {
@@ -548,10 +573,10 @@ int etr_cmd_symbolize(int argc, char **argv) {
   put_key(&w, "nodes", &first);
   etr__jw_char(&w, '[');
 
-  const etr_rnode *node;
+  const rd_rnode *node;
   int rc;
   uint64_t n = 0;
-  while ((rc = etr_cli_next(&in, &node)) == 1) {
+  while ((rc = cli_next(&in, &node)) == 1) {
     if (n++)
       etr__jw_raw(&w, ",\n  ", 4);
     else
@@ -560,28 +585,28 @@ int etr_cmd_symbolize(int argc, char **argv) {
     if (w.len >= (1 << 20) && etr__jw_flush(&w) != 0) break;
   }
   if (rc < 0) goto done;
-  if (w.err == 0 && etr_cli_finish(&in) != 0) goto done;
+  if (w.err == 0 && cli_finish(&in) != 0) goto done;
   etr__jw_raw(&w, n ? "\n ]" : "]", n ? 3 : 1);
 
   /* Trailer: finish_ts and the tables, in file order; "frames" resolved (and inlined calls
    * expanded), "tracebacks" renumbered to match. */
-  const etr_jval *frames = etr_reader_trailer(in.r, "frames");
+  const rd_jval *frames = rd_trailer(in.r, "frames");
   bool mapped = frames != NULL && frames->kind == ETR_J_ARRAY;
   if (mapped && map_frames(&fm, s, frames, &c) != 0) {
-    etr_cli_error(CMD, "out of memory");
+    cli_error(CMD, "out of memory");
     goto done;
   }
-  keys = etr_reader_top_keys(in.r, &nkeys);
+  keys = rd_top_keys(in.r, &nkeys);
   size_t i = 0;
   while (i < nkeys && strcmp(keys[i], "nodes") != 0) i++;
   for (i++; i < nkeys && w.err == 0; i++) {
     const char *k = keys[i];
     if (!strcmp(k, "finish_ts")) {
       put_key(&w, k, &first);
-      etr__jw_i64(&w, etr_reader_finish_ts(in.r));
+      etr__jw_i64(&w, rd_finish_ts(in.r));
       continue;
     }
-    const etr_jval *v = etr_reader_trailer(in.r, k);
+    const rd_jval *v = rd_trailer(in.r, k);
     if (v == NULL) continue;
     put_key(&w, k, &first);
     if (mapped && !strcmp(k, "frames")) {
@@ -595,13 +620,12 @@ int etr_cmd_symbolize(int argc, char **argv) {
   etr__jw_raw(&w, "\n}\n", 3);
   etr__jw_flush(&w);
   if (w.err != 0) {
-    etr_cli_error(CMD, "%s: write error: %s", to_stdout ? "<stdout>" : out_path,
-                  strerror(w.err));
+    cli_error(CMD, "%s: write error: %s", to_stdout ? "<stdout>" : out_path, strerror(w.err));
     goto done;
   }
   if (!to_stdout && close(fd) != 0) {
     fd = -1;
-    etr_cli_error(CMD, "%s: write error: %s", out_path, strerror(errno));
+    cli_error(CMD, "%s: write error: %s", out_path, strerror(errno));
     goto done;
   }
   fd = -1;
@@ -613,8 +637,8 @@ int etr_cmd_symbolize(int argc, char **argv) {
 done:
   if (jw_ok) etr__jw_free(&w);
   if (fd >= 0 && !to_stdout) close(fd);
-  if (result != ETR_CLI_OK && created) etr_cli_discard_output(out_path); /* no half-written output */
-  etr_cli_close(&in);
+  if (result != ETR_CLI_OK && created) cli_discard_output(out_path); /* no half-written output */
+  cli_close(&in);
   frame_map_free(&fm);
   etr__symbolizer_free(s);
   free(dirs);

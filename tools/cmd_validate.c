@@ -1,4 +1,4 @@
-/* etr validate FILE — structure and format of a trace (DESIGN 6), streaming.
+/* etr validate FILE — structure and format of a trace (docs/FORMAT.md), streaming.
  *
  * Per node, as it streams by: key order, types, the base attrs and their order, attr names
  * and value kinds, inputs/outputs (equal lengths, each value well formed for its type).
@@ -27,22 +27,22 @@
 typedef enum sev { SEV_WARN = 0, SEV_ERROR = 1 } sev;
 
 /* Kinds of problem: each is listed up to --max times, then only counted. */
-#define KINDS(X)                                                                    \
-  X(K_TOP, "top-level keys")                                                        \
-  X(K_HEADER, "header values")                                                      \
-  X(K_KEYS, "node keys")                                                            \
-  X(K_FIELD, "node fields")                                                         \
-  X(K_TIMING, "timing")                                                             \
-  X(K_ATTR, "attrs")                                                                \
-  X(K_BASE, "base attrs")                                                           \
-  X(K_IO, "inputs/outputs")                                                         \
-  X(K_VALUE, "values")                                                              \
-  X(K_DUPID, "duplicate ids")                                                       \
-  X(K_PARENT, "parents")                                                            \
-  X(K_REACH, "ops reaching their thread")                                           \
-  X(K_SPECIAL, "process and thread nodes")                                          \
-  X(K_TB, "tracebacks")                                                             \
-  X(K_FOOTER, "footer")                                                             \
+#define KINDS(X)                           \
+  X(K_TOP, "top-level keys")               \
+  X(K_HEADER, "header values")             \
+  X(K_KEYS, "node keys")                   \
+  X(K_FIELD, "node fields")                \
+  X(K_TIMING, "timing")                    \
+  X(K_ATTR, "attrs")                       \
+  X(K_BASE, "base attrs")                  \
+  X(K_IO, "inputs/outputs")                \
+  X(K_VALUE, "values")                     \
+  X(K_DUPID, "duplicate ids")              \
+  X(K_PARENT, "parents")                   \
+  X(K_REACH, "ops reaching their thread")  \
+  X(K_SPECIAL, "process and thread nodes") \
+  X(K_TB, "tracebacks")                    \
+  X(K_FOOTER, "footer")                    \
   X(K_READER, "reader warnings")
 
 typedef enum kind {
@@ -63,7 +63,7 @@ typedef struct vstate {
   uint64_t max_per_kind;
   uint64_t count[2][K_COUNT];
   uint64_t errors, warnings;
-  const etr_rheader *hdr;
+  const rd_rheader *hdr;
   bool has_strides_schema; /* schema >= 1.1.1 */
 } vstate;
 
@@ -91,13 +91,14 @@ static void problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const ch
 }
 
 /* Reader warnings: most are quirks of real traces (warnings); the ones that break a rule
- * of DESIGN 6 real traces keep are errors. */
+ * of docs/FORMAT.md real traces keep are errors. */
 static void on_reader_warning(uint64_t off, int64_t id, const char *msg, void *user) {
   vstate *v = user;
   static const char *const error_prefixes[] = {
-      ETR_READER_WARN_MISSING_ATTR, "node has no", "attr ", "\"inputs\" is not",
-      "\"outputs\" is not", "inputs: \"values\"", "outputs: \"values\"",
-      "\"pid\" is not", "\"start_ts\" is not", "\"finish_ts\" is not", "\"schema\" is not"};
+      ETR_READER_WARN_MISSING_ATTR, "node has no",        "attr ",
+      "\"inputs\" is not",          "\"outputs\" is not", "inputs: \"values\"",
+      "outputs: \"values\"",        "\"pid\" is not",     "\"start_ts\" is not",
+      "\"finish_ts\" is not",       "\"schema\" is not"};
   /* inputs/outputs parts: only a strides array of the wrong length is a real-trace quirk */
   if ((!strncmp(msg, "inputs: ", 8) || !strncmp(msg, "outputs: ", 9)) &&
       (strstr(msg, "is not an array") || strstr(msg, "\"shapes\" has") ||
@@ -121,12 +122,12 @@ enum { ST_NONE = 0, ST_BUSY = 1, ST_OK = 2, ST_BAD = 3 };
 /* 24 bytes a node (a 1 GB trace of ~1.2M nodes needs ~30 MB, plus 4 bytes a slot of index) */
 typedef struct nrec {
   int64_t id;
-  int64_t parent;        /* parent id; after check_tree pass 1 an index (the thread node's
-                            index once resolved), or -1 */
-  uint64_t offset : 44;  /* byte offset of the node (up to 16 TB) */
-  uint64_t kind : 2;     /* NK_* */
-  uint64_t state : 2;    /* ST_* */
-  uint64_t tid : 16;     /* low 16 bits of the tid attr (tids are small logical ids) */
+  int64_t parent;       /* parent id; after check_tree pass 1 an index (the thread node's
+                           index once resolved), or -1 */
+  uint64_t offset : 44; /* byte offset of the node (up to 16 TB) */
+  uint64_t kind : 2;    /* NK_* */
+  uint64_t state : 2;   /* ST_* */
+  uint64_t tid : 16;    /* low 16 bits of the tid attr (tids are small logical ids) */
 } nrec;
 
 #define BLK_SHIFT 16
@@ -252,9 +253,9 @@ static size_t split_types(span inner, span *out, size_t max) {
   return n;
 }
 
-static bool is_int(const etr_jval *x) { return x->kind == ETR_J_INT; }
+static bool is_int(const rd_jval *x) { return x->kind == ETR_J_INT; }
 
-static bool int_array(const etr_jval *x) {
+static bool int_array(const rd_jval *x) {
   if (x->kind != ETR_J_ARRAY) return false;
   for (size_t i = 0; i < x->v.arr.n; i++)
     if (!is_int(&x->v.arr.items[i])) return false;
@@ -263,22 +264,22 @@ static bool int_array(const etr_jval *x) {
 
 typedef struct vctx {
   vstate *v;
-  const etr_rnode *node;
+  const rd_rnode *node;
   const char *where; /* "inputs" / "outputs" */
   size_t index;
 } vctx;
 
-#define VPROB(c, s, ...)                                                                   \
+#define VPROB(c, s, ...) \
   problem((c)->v, (s), K_VALUE, (c)->node->offset, (c)->node->id, "%s[%zu]: " __VA_ARGS__)
 
 /* One value against its type; shape and strides may be NULL (absent). depth bounds recursion. */
-static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval *shape,
-                        const etr_jval *strides, int depth) {
+static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *shape,
+                        const rd_jval *strides, int depth) {
   if (depth > 32) return;
   if (span_starts(type, "Tensor(")) {
     bool ok = val->kind == ETR_J_ARRAY && val->v.arr.n == 6;
-    for (size_t i = 0; ok && i < 5; i++) ok = is_int(&val->v.arr.items[i]) &&
-                                             val->v.arr.items[i].v.i >= 0;
+    for (size_t i = 0; ok && i < 5; i++)
+      ok = is_int(&val->v.arr.items[i]) && val->v.arr.items[i].v.i >= 0;
     if (ok) ok = val->v.arr.items[5].kind == ETR_J_STRING;
     if (!ok) {
       VPROB(c, SEV_ERROR, "a %.*s value is not [id, storage, offset, numel, itemsize, \"device\"]",
@@ -290,8 +291,7 @@ static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval 
     if (strides && !int_array(strides))
       VPROB(c, SEV_ERROR, "the strides of a tensor are not an array of integers", c->where,
             c->index);
-    else if (strides && shape && shape->kind == ETR_J_ARRAY &&
-             strides->v.arr.n != shape->v.arr.n)
+    else if (strides && shape && shape->kind == ETR_J_ARRAY && strides->v.arr.n != shape->v.arr.n)
       VPROB(c, SEV_WARN, "tensor strides have %zu entries, its shape %zu", c->where, c->index,
             strides->v.arr.n, shape->v.arr.n);
     return;
@@ -314,8 +314,7 @@ static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval 
     size_t nt = split_types(inner, el, 64);
     size_t nv = val->v.arr.n;
     if (shape && (shape->kind != ETR_J_ARRAY || shape->v.arr.n != nv)) {
-      VPROB(c, SEV_ERROR, "the shape of a list does not nest like its value", c->where,
-            c->index);
+      VPROB(c, SEV_ERROR, "the shape of a list does not nest like its value", c->where, c->index);
       shape = NULL;
     }
     if (strides && (strides->kind != ETR_J_ARRAY || strides->v.arr.n != nv)) {
@@ -324,8 +323,7 @@ static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval 
     }
     if (nt != nv) {
       /* lists cut after 4096 elements keep the full count in neither; only note it */
-      VPROB(c, SEV_WARN, "type names %zu elements, the value has %zu", c->where, c->index, nt,
-            nv);
+      VPROB(c, SEV_WARN, "type names %zu elements, the value has %zu", c->where, c->index, nt, nv);
       return;
     }
     for (size_t i = 0; i < nv && i < 64; i++)
@@ -353,8 +351,7 @@ static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval 
       VPROB(c, SEV_ERROR, "a Bool value is not true/false", c->where, c->index);
   } else if (span_is(type, "String") || span_is(type, "Device")) {
     if (val->kind != ETR_J_STRING)
-      VPROB(c, SEV_ERROR, "a %.*s value is not a string", c->where, c->index, (int)type.n,
-            type.s);
+      VPROB(c, SEV_ERROR, "a %.*s value is not a string", c->where, c->index, (int)type.n, type.s);
   } else if (span_is(type, "None")) {
     if (val->kind != ETR_J_STRING || strcmp(val->v.str.s, "<None>"))
       VPROB(c, SEV_WARN, "a None value is not \"<None>\"", c->where, c->index);
@@ -363,19 +360,27 @@ static void check_value(vctx *c, span type, const etr_jval *val, const etr_jval 
   }
 }
 
-static void check_io(vstate *v, const etr_rnode *n, const etr_jval *io, const char *where) {
+static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char *where) {
   if (!io) return; /* the reader has warned */
   static const char *const order[4] = {"values", "shapes", "types", "strides"};
-  const etr_jval *part[4] = {NULL, NULL, NULL, NULL};
+  const rd_jval *part[4] = {NULL, NULL, NULL, NULL};
   int k = 0;
   for (size_t i = 0; i < io->v.obj.n; i++) {
     const char *key = io->v.obj.items[i].key;
     int j;
     switch (key[0]) {
-      case 'v': j = 0; break;
-      case 's': j = key[1] == 'h' ? 1 : 3; break;
-      case 't': j = 2; break;
-      default: j = -1; break;
+      case 'v':
+        j = 0;
+        break;
+      case 's':
+        j = key[1] == 'h' ? 1 : 3;
+        break;
+      case 't':
+        j = 2;
+        break;
+      default:
+        j = -1;
+        break;
     }
     if (j >= 0 && strcmp(key, order[j])) j = -1;
     if (j >= 0 && !part[j]) part[j] = &io->v.obj.items[i].val;
@@ -388,7 +393,7 @@ static void check_io(vstate *v, const etr_rnode *n, const etr_jval *io, const ch
     }
     k = j + 1;
   }
-  const etr_jval *vals = part[0], *shapes = part[1], *types = part[2], *strides = part[3];
+  const rd_jval *vals = part[0], *shapes = part[1], *types = part[2], *strides = part[3];
   if (!strides && v->has_strides_schema)
     problem(v, SEV_WARN, K_IO, n->offset, n->id, "%s: no \"strides\" (schema %s)", where,
             v->hdr->schema);
@@ -398,7 +403,7 @@ static void check_io(vstate *v, const etr_rnode *n, const etr_jval *io, const ch
   if (strides && (strides->kind != ETR_J_ARRAY || strides->v.arr.n != nv)) strides = NULL;
   vctx c = {v, n, where, 0};
   for (size_t i = 0; i < nv && i < types->v.arr.n; i++) {
-    const etr_jval *t = &types->v.arr.items[i];
+    const rd_jval *t = &types->v.arr.items[i];
     c.index = i;
     if (t->kind != ETR_J_STRING) {
       VPROB(&c, SEV_ERROR, "type is not a string", where, i);
@@ -412,8 +417,9 @@ static void check_io(vstate *v, const etr_rnode *n, const etr_jval *io, const ch
 
 /* ---- per node ---- */
 
-static const char *const node_order[9] = {"id", "name", "ctrl_deps", "inputs", "outputs",
-                                          "ts", "inclusive_dur", "exclusive_dur", "attrs"};
+static const char *const node_order[9] = {"id",      "name", "ctrl_deps",     "inputs",
+                                          "outputs", "ts",   "inclusive_dur", "exclusive_dur",
+                                          "attrs"};
 
 typedef struct vrun {
   vstate v;
@@ -429,18 +435,25 @@ typedef struct vrun {
 /* True for the attr names Chakra would copy over node fields. */
 static bool is_forbidden(const char *nm) {
   switch (nm[0]) {
-    case 'c': return !strcmp(nm, "cat");
-    case 's': return !strcmp(nm, "stream");
-    case 'n': return !strcmp(nm, "name");
-    case 'i': return !strcmp(nm, "id") || !strcmp(nm, "inputs");
-    case 'o': return !strcmp(nm, "outputs");
-    case 'p': return !strcmp(nm, "parent");
-    default: return false;
+    case 'c':
+      return !strcmp(nm, "cat");
+    case 's':
+      return !strcmp(nm, "stream");
+    case 'n':
+      return !strcmp(nm, "name");
+    case 'i':
+      return !strcmp(nm, "id") || !strcmp(nm, "inputs");
+    case 'o':
+      return !strcmp(nm, "outputs");
+    case 'p':
+      return !strcmp(nm, "parent");
+    default:
+      return false;
   }
 }
 
-static void check_attrs(vstate *v, const etr_rnode *n) {
-  const etr_jval *attrs = NULL;
+static void check_attrs(vstate *v, const rd_rnode *n) {
+  const rd_jval *attrs = NULL;
   for (size_t i = n->raw->v.obj.n; i-- > 0;) /* "attrs" comes last */
     if (n->raw->v.obj.items[i].key[0] == 'a' && !strcmp(n->raw->v.obj.items[i].key, "attrs")) {
       attrs = &n->raw->v.obj.items[i].val;
@@ -453,9 +466,9 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
   size_t seen_len[32];
   size_t n_seen = 0;
   for (size_t i = 0; i < attrs->v.arr.n; i++) {
-    const etr_jval *a = &attrs->v.arr.items[i];
+    const rd_jval *a = &attrs->v.arr.items[i];
     if (a->kind != ETR_J_OBJECT) continue; /* the reader has warned */
-    const etr_jval *nm, *ty, *val;
+    const rd_jval *nm, *ty, *val;
     if (a->v.obj.n == 3 && !strcmp(a->v.obj.items[0].key, "name") &&
         !strcmp(a->v.obj.items[1].key, "type") && !strcmp(a->v.obj.items[2].key, "value")) {
       nm = &a->v.obj.items[0].val;
@@ -464,9 +477,9 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
     } else {
       problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
               "attr %zu: keys are not exactly \"name\", \"type\", \"value\" in this order", i);
-      nm = etr_jobj_get(a, "name");
-      ty = etr_jobj_get(a, "type");
-      val = etr_jobj_get(a, "value");
+      nm = rd_jobj_get(a, "name");
+      ty = rd_jobj_get(a, "type");
+      val = rd_jobj_get(a, "value");
     }
     if (!nm || nm->kind != ETR_J_STRING || !val) continue;
     const char *name = nm->v.str.s;
@@ -487,15 +500,16 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
       seen[n_seen] = name;
       seen_len[n_seen++] = len;
     }
-    int b = etr_reader_base_attr(name);
+    int b = rd_base_attr(name);
     if (b >= 0) {
       if (b < last_base || seen_other)
-        problem(v, SEV_ERROR, K_BASE, n->offset, n->id,
-                "attr \"%s\" out of order (rf_id .. kernel_file come first, in DESIGN 6.2 order)",
-                name);
+        problem(
+            v, SEV_ERROR, K_BASE, n->offset, n->id,
+            "attr \"%s\" out of order (rf_id .. kernel_file come first, in docs/FORMAT.md order)",
+            name);
       last_base = b;
-      static const char *const want[9] = {"uint64", "uint64", "int64", "uint64", "uint64",
-                                           "uint64", "string", "string", "string"};
+      static const char *const want[9] = {"uint64", "uint64", "int64",  "uint64", "uint64",
+                                          "uint64", "string", "string", "string"};
       if (strcmp(type, want[b]))
         problem(v, SEV_ERROR, K_BASE, n->offset, n->id, "attr \"%s\" has type \"%s\", not \"%s\"",
                 name, type, want[b]);
@@ -505,8 +519,8 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
     /* value against type */
     if (type[0] == 'u' && !strcmp(type, "uint64")) {
       if (val->kind == ETR_J_UINT)
-        problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": %" PRIu64
-                " does not fit int64", name, val->v.u);
+        problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
+                "attr \"%s\": %" PRIu64 " does not fit int64", name, val->v.u);
       else if (val->kind != ETR_J_INT || val->v.i < 0)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": a uint64 value that is not a non-negative integer", name);
@@ -526,19 +540,34 @@ static void check_attrs(vstate *v, const etr_rnode *n) {
 static int node_key(const char *k) {
   int c;
   switch (k[0]) {
-    case 'i': c = k[1] == 'd' ? 0 : (k[1] && k[2] == 'p') ? 3 : 6; break;
-    case 'n': c = 1; break;
-    case 'c': c = 2; break;
-    case 'o': c = 4; break;
-    case 't': c = 5; break;
-    case 'e': c = 7; break;
-    case 'a': c = 8; break;
-    default: return -1;
+    case 'i':
+      c = k[1] == 'd' ? 0 : (k[1] && k[2] == 'p') ? 3 : 6;
+      break;
+    case 'n':
+      c = 1;
+      break;
+    case 'c':
+      c = 2;
+      break;
+    case 'o':
+      c = 4;
+      break;
+    case 't':
+      c = 5;
+      break;
+    case 'e':
+      c = 7;
+      break;
+    case 'a':
+      c = 8;
+      break;
+    default:
+      return -1;
   }
   return strcmp(k, node_order[c]) ? -1 : c;
 }
 
-static void check_node(vrun *w, const etr_rnode *n) {
+static void check_node(vrun *w, const rd_rnode *n) {
   vstate *v = &w->v;
   /* key order */
   int k = 0;
@@ -564,8 +593,7 @@ static void check_node(vrun *w, const etr_rnode *n) {
     if (!n->has_timing)
       problem(v, SEV_ERROR, K_TIMING, n->offset, n->id,
               "ts, inclusive_dur and exclusive_dur must all be integers, or all absent");
-    else if (n->inclusive_dur < 0 || n->exclusive_dur < 0 ||
-             n->exclusive_dur > n->inclusive_dur)
+    else if (n->inclusive_dur < 0 || n->exclusive_dur < 0 || n->exclusive_dur > n->inclusive_dur)
       problem(v, SEV_ERROR, K_TIMING, n->offset, n->id,
               "durations inclusive %" PRId64 ", exclusive %" PRId64
               " (want 0 <= exclusive <= inclusive)",
@@ -584,14 +612,14 @@ static void check_node(vrun *w, const etr_rnode *n) {
       problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id, "process node with id %" PRId64 ", not 1",
               n->id);
     if (n->ctrl_deps != 1)
-      problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id, "process node with ctrl_deps %" PRId64
-              ", not 1", n->ctrl_deps);
+      problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id,
+              "process node with ctrl_deps %" PRId64 ", not 1", n->ctrl_deps);
   } else if (!strcmp(n->name, THREAD_NAME)) {
     nk = NK_THREAD;
     w->threads++;
     if (n->ctrl_deps != 1)
-      problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id, "thread node with ctrl_deps %" PRId64
-              ", not 1 (the process node)", n->ctrl_deps);
+      problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id,
+              "thread node with ctrl_deps %" PRId64 ", not 1 (the process node)", n->ctrl_deps);
   } else {
     w->ops++;
     if (n->id == 1)
@@ -614,8 +642,8 @@ static void check_node(vrun *w, const etr_rnode *n) {
     return;
   }
   if (dup) {
-    problem(v, SEV_ERROR, K_DUPID, n->offset, n->id, "id %" PRId64 " already used by the node at byte %" PRIu64,
-            n->id, (uint64_t)r->offset);
+    problem(v, SEV_ERROR, K_DUPID, n->offset, n->id,
+            "id %" PRId64 " already used by the node at byte %" PRIu64, n->id, (uint64_t)r->offset);
     return;
   }
   r->parent = n->ctrl_deps;
@@ -630,8 +658,7 @@ static void check_tree(vrun *w, uint64_t end_off) {
   vstate *v = &w->v;
   idtab *t = &w->ids;
   if (!w->have_process)
-    problem(v, SEV_ERROR, K_SPECIAL, end_off, -1,
-            "no process node (id 1, name " PROCESS_NAME ")");
+    problem(v, SEV_ERROR, K_SPECIAL, end_off, -1, "no process node (id 1, name " PROCESS_NAME ")");
   /* pass 1: parent ids -> indexes */
   for (size_t i = 0; i < t->n; i++) {
     nrec *r = rec_at(t, i);
@@ -642,8 +669,8 @@ static void check_tree(vrun *w, uint64_t end_off) {
     }
     int64_t p = tab_find(t, r->parent);
     if (p < 0) {
-      problem(v, SEV_ERROR, K_PARENT, (uint64_t)r->offset, r->id, "parent %" PRId64 " (ctrl_deps) does not exist",
-              r->parent);
+      problem(v, SEV_ERROR, K_PARENT, (uint64_t)r->offset, r->id,
+              "parent %" PRId64 " (ctrl_deps) does not exist", r->parent);
       r->state = ST_BAD;
       r->parent = -1;
       continue;
@@ -720,10 +747,10 @@ static void check_tree(vrun *w, uint64_t end_off) {
 
 /* ---- file level ---- */
 
-static void check_top(vstate *v, etr_reader *r, uint64_t end_off) {
+static void check_top(vstate *v, rd_reader *r, uint64_t end_off) {
   static const char *const want[6] = {"schema", "pid", "time", "start_ts", "nodes", "finish_ts"};
   size_t nk;
-  const char *const *keys = etr_reader_top_keys(r, &nk);
+  const char *const *keys = rd_top_keys(r, &nk);
   int last = -1;
   bool seen[6] = {false};
   for (size_t i = 0; i < nk; i++) {
@@ -741,20 +768,19 @@ static void check_top(vstate *v, etr_reader *r, uint64_t end_off) {
   for (int q = 0; q < 6; q++)
     if (!seen[q])
       problem(v, SEV_ERROR, K_TOP, q < 4 ? 0 : end_off, -1, "no top-level \"%s\"", want[q]);
-  const etr_rheader *h = etr_reader_header(r);
+  const rd_rheader *h = rd_header(r);
   if (h->time) {
     int Y, M, D, hh, mm, ss, n = 0;
     if (sscanf(h->time, "%4d-%2d-%2d %2d:%2d:%2d%n", &Y, &M, &D, &hh, &mm, &ss, &n) != 6 ||
         h->time[n] || strlen(h->time) != 19)
-      problem(v, SEV_WARN, K_HEADER, 0, -1, "\"time\" \"%s\" is not YYYY-MM-DD HH:MM:SS",
-              h->time);
+      problem(v, SEV_WARN, K_HEADER, 0, -1, "\"time\" \"%s\" is not YYYY-MM-DD HH:MM:SS", h->time);
   }
 }
 
-static void check_trailer(vrun *w, etr_reader *r, uint64_t end_off) {
+static void check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
   vstate *v = &w->v;
-  const etr_jval *frames = etr_reader_trailer(r, "frames");
-  const etr_jval *tbs = etr_reader_trailer(r, "tracebacks");
+  const rd_jval *frames = rd_trailer(r, "frames");
+  const rd_jval *tbs = rd_trailer(r, "tracebacks");
   size_t n_frames = 0;
   if (frames) {
     if (frames->kind != ETR_J_ARRAY) {
@@ -763,9 +789,9 @@ static void check_trailer(vrun *w, etr_reader *r, uint64_t end_off) {
     } else {
       n_frames = frames->v.arr.n;
       for (size_t i = 0; i < n_frames; i++) {
-        const etr_jval *f = &frames->v.arr.items[i];
-        const etr_jval *nm = etr_jobj_get(f, "name"), *fn = etr_jobj_get(f, "filename"),
-                       *ln = etr_jobj_get(f, "line");
+        const rd_jval *f = &frames->v.arr.items[i];
+        const rd_jval *nm = rd_jobj_get(f, "name"), *fn = rd_jobj_get(f, "filename"),
+                      *ln = rd_jobj_get(f, "line");
         if (f->kind != ETR_J_OBJECT || !nm || nm->kind != ETR_J_STRING || !fn ||
             fn->kind != ETR_J_STRING || !ln || ln->kind != ETR_J_INT)
           problem(v, SEV_ERROR, K_TB, end_off, -1,
@@ -781,17 +807,17 @@ static void check_trailer(vrun *w, etr_reader *r, uint64_t end_off) {
       if (!frames && tbs->v.arr.n)
         problem(v, SEV_ERROR, K_TB, end_off, -1, "\"tracebacks\" without \"frames\"");
       for (size_t i = 0; i < tbs->v.arr.n; i++) {
-        const etr_jval *t = &tbs->v.arr.items[i];
+        const rd_jval *t = &tbs->v.arr.items[i];
         if (t->kind != ETR_J_ARRAY) {
           problem(v, SEV_ERROR, K_TB, end_off, -1, "traceback %zu is not an array", i);
           continue;
         }
         for (size_t j = 0; j < t->v.arr.n; j++) {
-          const etr_jval *x = &t->v.arr.items[j];
+          const rd_jval *x = &t->v.arr.items[j];
           if (x->kind != ETR_J_INT || x->v.i < 0 || (uint64_t)x->v.i >= n_frames) {
             problem(v, SEV_ERROR, K_TB, end_off, -1,
-                    "traceback %zu: entry %zu is not an index into \"frames\" (%zu entries)", i,
-                    j, n_frames);
+                    "traceback %zu: entry %zu is not an index into \"frames\" (%zu entries)", i, j,
+                    n_frames);
             break;
           }
         }
@@ -808,9 +834,9 @@ static void check_trailer(vrun *w, etr_reader *r, uint64_t end_off) {
               "traceback %" PRIu64 " is beyond the \"tracebacks\" table (%zu entries)", w->max_tb,
               n_tbs);
   }
-  const etr_jval *etr = etr_reader_trailer(r, "etr");
+  const rd_jval *etr = rd_trailer(r, "etr");
   if (etr) {
-    const etr_jval *ver = etr_jobj_get(etr, "version"), *st = etr_jobj_get(etr, "stats");
+    const rd_jval *ver = rd_jobj_get(etr, "version"), *st = rd_jobj_get(etr, "stats");
     if (etr->kind != ETR_J_OBJECT || !ver || ver->kind != ETR_J_STRING)
       problem(v, SEV_ERROR, K_FOOTER, end_off, -1, "\"etr\" has no \"version\" string");
     if (st) {
@@ -821,7 +847,7 @@ static void check_trailer(vrun *w, etr_reader *r, uint64_t end_off) {
           if (st->v.obj.items[i].val.kind != ETR_J_INT)
             problem(v, SEV_ERROR, K_FOOTER, end_off, -1, "stat \"%s\" is not an integer",
                     st->v.obj.items[i].key);
-        const etr_jval *nw = etr_jobj_get(st, "nodes_written");
+        const rd_jval *nw = rd_jobj_get(st, "nodes_written");
         /* the footer counts nodes handed to the writer, the process node included */
         if (nw && nw->kind == ETR_J_INT && (uint64_t)nw->v.i != w->nodes &&
             (uint64_t)nw->v.i != w->nodes + 1)
@@ -834,31 +860,32 @@ static void check_trailer(vrun *w, etr_reader *r, uint64_t end_off) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: etr validate [--strict] [--max N] [--quiet] FILE\n"
-          "\n"
-          "Checks a trace's structure and format (DESIGN 6), streaming: key order in the file\n"
-          "and in each node; the base attrs rf_id .. op_schema on every node, in order, with\n"
-          "their types; integer attrs within int64; no attr named cat/stream/name/id/inputs/\n"
-          "outputs/parent; inputs/outputs with values, shapes, types (and strides) of equal\n"
-          "length, each value well formed for its type (tensors as [id, storage, offset,\n"
-          "numel, itemsize, \"device\"]); unique ids; parents that exist; every op reaching\n"
-          "its thread node; the process node; traceback tables.\n"
-          "\n"
-          "Each problem is one line on stdout, 'FILE: byte N: node ID: error|warning: what',\n"
-          "then a verdict line. Warnings are what real PyTorch traces do that our rules do\n"
-          "not allow (e.g. a strides array shorter than values).\n"
-          "\n"
-          "  --strict   warnings count as errors\n"
-          "  --max N    list at most N problems of each kind (default 50; the rest are counted)\n"
-          "  --quiet    print only the verdict line\n"
-          "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
-          "\n"
-          "exit status: 0 valid, 1 errors found (or warnings with --strict) or unreadable\n"
-          "input, 2 usage error.\n");
+  fprintf(
+      f,
+      "usage: etr validate [--strict] [--max N] [--quiet] FILE\n"
+      "\n"
+      "Checks a trace's structure and format (docs/FORMAT.md), streaming: key order in the file\n"
+      "and in each node; the base attrs rf_id .. op_schema on every node, in order, with\n"
+      "their types; integer attrs within int64; no attr named cat/stream/name/id/inputs/\n"
+      "outputs/parent; inputs/outputs with values, shapes, types (and strides) of equal\n"
+      "length, each value well formed for its type (tensors as [id, storage, offset,\n"
+      "numel, itemsize, \"device\"]); unique ids; parents that exist; every op reaching\n"
+      "its thread node; the process node; traceback tables.\n"
+      "\n"
+      "Each problem is one line on stdout, 'FILE: byte N: node ID: error|warning: what',\n"
+      "then a verdict line. Warnings are what real PyTorch traces do that our rules do\n"
+      "not allow (e.g. a strides array shorter than values).\n"
+      "\n"
+      "  --strict   warnings count as errors\n"
+      "  --max N    list at most N problems of each kind (default 50; the rest are counted)\n"
+      "  --quiet    print only the verdict line\n"
+      "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
+      "\n"
+      "exit status: 0 valid, 1 errors found (or warnings with --strict) or unreadable\n"
+      "input, 2 usage error.\n");
 }
 
-int etr_cmd_validate(int argc, char **argv) {
+int cmd_validate(int argc, char **argv) {
   vrun w;
   memset(&w, 0, sizeof w);
   w.v.max_per_kind = 50;
@@ -872,59 +899,65 @@ int etr_cmd_validate(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, "+sm:qh", opts, NULL)) != -1) {
     switch (c) {
-      case 's': w.v.strict = true; break;
-      case 'q': w.v.quiet = true; break;
-      case 'm':
-        if (!etr_cli_parse_u64(CMD, "--max", optarg, &w.v.max_per_kind)) return ETR_CLI_USAGE;
+      case 's':
+        w.v.strict = true;
         break;
-      case 'h': usage(stdout); return ETR_CLI_OK;
+      case 'q':
+        w.v.quiet = true;
+        break;
+      case 'm':
+        if (!cli_parse_u64(CMD, "--max", optarg, &w.v.max_per_kind)) return ETR_CLI_USAGE;
+        break;
+      case 'h':
+        usage(stdout);
+        return ETR_CLI_OK;
       default:
-        return etr_cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind != argc - 1)
-    return etr_cli_usage(CMD, optind >= argc ? "no input file" : "one input file only");
+    return cli_usage(CMD, optind >= argc ? "no input file" : "one input file only");
   const char *path = argv[optind];
 
-  etr_reader_options ro = ETR_READER_OPTIONS_INIT;
+  rd_options ro = ETR_READER_OPTIONS_INIT;
   ro.warn = on_reader_warning;
   ro.user = &w.v;
-  etr_cli_input in;
+  cli_input in;
   w.v.file = strcmp(path, "-") ? path : "<stdin>";
-  if (etr_cli_open(&in, CMD, path, &ro)) return ETR_CLI_FAIL;
-  w.v.hdr = etr_reader_header(in.r);
-  w.v.has_strides_schema = w.v.hdr->schema_major > 1 ||
-                           (w.v.hdr->schema_major == 1 && (w.v.hdr->schema_minor > 1 ||
-                                                           (w.v.hdr->schema_minor == 1 &&
-                                                            w.v.hdr->schema_patch >= 1)));
-  const etr_rnode *n;
+  if (cli_open(&in, CMD, path, &ro)) return ETR_CLI_FAIL;
+  w.v.hdr = rd_header(in.r);
+  w.v.has_strides_schema =
+      w.v.hdr->schema_major > 1 ||
+      (w.v.hdr->schema_major == 1 &&
+       (w.v.hdr->schema_minor > 1 || (w.v.hdr->schema_minor == 1 && w.v.hdr->schema_patch >= 1)));
+  const rd_rnode *n;
   int rc;
-  while ((rc = etr_cli_next(&in, &n)) == 1) {
+  while ((rc = cli_next(&in, &n)) == 1) {
     w.nodes++;
     check_node(&w, n);
   }
-  if (rc == 0) rc = etr_cli_finish(&in);
+  if (rc == 0) rc = cli_finish(&in);
   if (rc < 0) {
     fflush(stdout);
-    etr_cli_close(&in);
+    cli_close(&in);
     tab_free(&w.ids);
     return ETR_CLI_FAIL;
   }
-  uint64_t end = etr_reader_offset(in.r);
+  uint64_t end = rd_offset(in.r);
   check_top(&w.v, in.r, end);
   check_trailer(&w, in.r, end);
   check_tree(&w, end);
   char schema[128];
   snprintf(schema, sizeof schema, "%s", w.v.hdr->schema ? w.v.hdr->schema : "?");
-  etr_cli_close(&in);
+  cli_close(&in);
   tab_free(&w.ids);
 
   vstate *v = &w.v;
   for (int s = 1; s >= 0; s--)
     for (int k = 0; k < K_COUNT; k++)
       if (!v->quiet && v->count[s][k] > v->max_per_kind)
-        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file,
-               v->count[s][k] - v->max_per_kind, s ? "errors" : "warnings", kind_names[k]);
+        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file, v->count[s][k] - v->max_per_kind,
+               s ? "errors" : "warnings", kind_names[k]);
   if (v->errors)
     printf("%s: INVALID: %" PRIu64 " errors, %" PRIu64 " warnings (%" PRIu64 " nodes)\n", v->file,
            v->errors, v->warnings, w.nodes);
@@ -933,7 +966,7 @@ int etr_cmd_validate(int argc, char **argv) {
            " warnings, schema %s\n",
            v->file, w.nodes, w.ops, w.threads, v->warnings, schema);
   if (fflush(stdout) != 0) {
-    etr_cli_error(CMD, "<stdout>: write error");
+    cli_error(CMD, "<stdout>: write error");
     return ETR_CLI_FAIL;
   }
   return v->errors ? ETR_CLI_FAIL : ETR_CLI_OK;

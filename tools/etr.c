@@ -1,4 +1,4 @@
-/* etr — the command-line tool for execution traces (DESIGN 9).
+/* etr — the command-line tool for execution traces (docs/CLI.md).
  *
  * `etr <command> [args]`: each command lives in tools/cmd_<name>.c and is compiled in when
  * the file exists (ETR_HAVE_CMD_<NAME>); see tools/CMakeLists.txt.
@@ -14,7 +14,7 @@
 
 typedef int (*cmd_fn)(int argc, char **argv);
 
-#define DECL(name) int etr_cmd_##name(int argc, char **argv);
+#define DECL(name) int cmd_##name(int argc, char **argv);
 #ifdef ETR_HAVE_CMD_VALIDATE
 DECL(validate)
 #endif
@@ -46,28 +46,28 @@ static const struct {
   const char *what;
 } commands[] = {
 #ifdef ETR_HAVE_CMD_VALIDATE
-    {"validate", etr_cmd_validate, "check a trace's structure and format (DESIGN 6)"},
+    {"validate", cmd_validate, "check a trace's structure and format (docs/FORMAT.md)"},
 #endif
 #ifdef ETR_HAVE_CMD_SUMMARY
-    {"summary", etr_cmd_summary, "ops, threads, time by op, tensors, collectives"},
+    {"summary", cmd_summary, "ops, threads, time by op, tensors, collectives"},
 #endif
 #ifdef ETR_HAVE_CMD_CHROME
-    {"chrome", etr_cmd_chrome, "convert to Chrome trace events (Perfetto UI)"},
+    {"chrome", cmd_chrome, "convert to Chrome trace events (Perfetto UI)"},
 #endif
 #ifdef ETR_HAVE_CMD_GRAPH
-    {"graph", etr_cmd_graph, "data dependencies through tensor ids (DOT), critical path"},
+    {"graph", cmd_graph, "data dependencies through tensor ids (DOT), critical path"},
 #endif
 #ifdef ETR_HAVE_CMD_REPLAY
-    {"replay", etr_cmd_replay, "simulate the trace on a machine model"},
+    {"replay", cmd_replay, "simulate the trace on a machine model"},
 #endif
 #ifdef ETR_HAVE_CMD_FLAME
-    {"flame", etr_cmd_flame, "folded stacks for flame graphs"},
+    {"flame", cmd_flame, "folded stacks for flame graphs"},
 #endif
 #ifdef ETR_HAVE_CMD_SYMBOLIZE
-    {"symbolize", etr_cmd_symbolize, "resolve traceback frames to function, file, line"},
+    {"symbolize", cmd_symbolize, "resolve traceback frames to function, file, line"},
 #endif
 #ifdef ETR_HAVE_CMD_REPAIR
-    {"repair", etr_cmd_repair, "recover the complete nodes of a truncated trace"},
+    {"repair", cmd_repair, "recover the complete nodes of a truncated trace"},
 #endif
     {NULL, NULL, NULL}};
 

@@ -15,16 +15,16 @@
 
 /* ---- table ---- */
 
-void etr_optab_init(etr_optab *t) { memset(t, 0, sizeof *t); }
+void an_optab_init(an_optab *t) { memset(t, 0, sizeof *t); }
 
-void etr_optab_free(etr_optab *t) {
+void an_optab_free(an_optab *t) {
   free(t->ops);
   free(t->trefs);
   free(t->threads);
   free(t->order);
-  etr_strtab_free(&t->names);
-  etr_u64map_free(&t->id2ix);
-  etr_u64map_free(&t->tid2ix);
+  an_strtab_free(&t->names);
+  an_u64map_free(&t->id2ix);
+  an_u64map_free(&t->tid2ix);
   memset(t, 0, sizeof *t);
 }
 
@@ -39,36 +39,36 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
   return true;
 }
 
-static uint32_t thread_ix(etr_optab *t, uint64_t tid) {
+static uint32_t thread_ix(an_optab *t, uint64_t tid) {
   uint64_t v;
-  if (etr_u64map_get(&t->tid2ix, tid, &v)) return (uint32_t)v;
+  if (an_u64map_get(&t->tid2ix, tid, &v)) return (uint32_t)v;
   if (!grow((void **)&t->threads, &t->capthreads, t->nthreads + 1, sizeof *t->threads))
     return ETR_NOIX;
   uint32_t ix = (uint32_t)t->nthreads;
-  if (!etr_u64map_put(&t->tid2ix, tid, ix)) return ETR_NOIX;
+  if (!an_u64map_put(&t->tid2ix, tid, ix)) return ETR_NOIX;
   t->threads[ix].tid = tid;
   t->threads[ix].node_id = -1;
   t->nthreads++;
   return ix;
 }
 
-bool etr_optab_add_thread(etr_optab *t, int64_t node_id, uint64_t tid) {
+bool an_optab_add_thread(an_optab *t, int64_t node_id, uint64_t tid) {
   uint32_t ix = thread_ix(t, tid);
   if (ix == ETR_NOIX) return false;
   t->threads[ix].node_id = node_id;
   return true;
 }
 
-bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d) {
+bool an_optab_add_op(an_optab *t, const an_op_desc *d) {
   if (t->n >= ETR_NOIX - 1) return false;
   if (!grow((void **)&t->ops, &t->cap, t->n + 1, sizeof *t->ops)) return false;
   if (!grow((void **)&t->trefs, &t->captref, t->ntref + d->n_in + d->n_out, sizeof *t->trefs))
     return false;
   uint32_t th = thread_ix(t, d->tid);
   const char *nm = d->name ? d->name : "";
-  uint32_t name = etr_strtab_intern(&t->names, nm, d->name_len ? d->name_len : strlen(nm));
+  uint32_t name = an_strtab_intern(&t->names, nm, d->name_len ? d->name_len : strlen(nm));
   if (th == ETR_NOIX || name == ETR_NOIX) return false;
-  etr_op *op = &t->ops[t->n];
+  an_op *op = &t->ops[t->n];
   memset(op, 0, sizeof *op);
   op->id = d->id;
   op->parent = d->parent;
@@ -102,41 +102,41 @@ bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d) {
     op->coll_bytes = d->coll_bytes;
     op->pg_size = d->pg_size;
   }
-  if (etr_u64map_get(&t->id2ix, (uint64_t)d->id, NULL)) t->n_dup_ids++;
-  if (!etr_u64map_put(&t->id2ix, (uint64_t)d->id, t->n)) return false;
+  if (an_u64map_get(&t->id2ix, (uint64_t)d->id, NULL)) t->n_dup_ids++;
+  if (!an_u64map_put(&t->id2ix, (uint64_t)d->id, t->n)) return false;
   t->n++;
   return true;
 }
 
-const char *etr_optab_name(const etr_optab *t, uint32_t i) { return t->names.strs[t->ops[i].name]; }
+const char *an_optab_name(const an_optab *t, uint32_t i) { return t->names.strs[t->ops[i].name]; }
 
 /* ---- tensors and shapes out of a node ---- */
 
 typedef struct tref_buf {
-  etr_tref *v;
+  an_tref *v;
   size_t n, cap;
   bool oom;
 } tref_buf;
 
-static bool is_tensor_value(const etr_jval *v) {
+static bool is_tensor_value(const rd_jval *v) {
   if (v->kind != ETR_J_ARRAY || v->v.arr.n != 6) return false;
   for (int i = 0; i < 5; i++) {
-    etr_jkind k = v->v.arr.items[i].kind;
+    rd_jkind k = v->v.arr.items[i].kind;
     if (k != ETR_J_INT && k != ETR_J_UINT) return false;
   }
   return v->v.arr.items[5].kind == ETR_J_STRING;
 }
 
-static uint64_t ju64(const etr_jval *v) {
+static uint64_t ju64(const rd_jval *v) {
   if (v->kind == ETR_J_UINT) return v->v.u;
   if (v->kind == ETR_J_INT) return (uint64_t)v->v.i;
   return 0;
 }
 
-static void collect_tensors(const etr_jval *v, int depth, tref_buf *b) {
+static void collect_tensors(const rd_jval *v, int depth, tref_buf *b) {
   if (v->kind != ETR_J_ARRAY || depth > 32) return;
   if (is_tensor_value(v)) {
-    const etr_jval *it = v->v.arr.items;
+    const rd_jval *it = v->v.arr.items;
     if (it[5].v.str.len == 0) return; /* undefined tensor */
     if (!grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) {
       b->oom = true;
@@ -150,15 +150,15 @@ static void collect_tensors(const etr_jval *v, int depth, tref_buf *b) {
   for (size_t i = 0; i < v->v.arr.n; i++) collect_tensors(&v->v.arr.items[i], depth + 1, b);
 }
 
-static void collect_io(const etr_jval *io, tref_buf *b) {
+static void collect_io(const rd_jval *io, tref_buf *b) {
   if (io == NULL || io->kind != ETR_J_OBJECT) return;
-  const etr_jval *vals = etr_jobj_get(io, "values");
-  const etr_jval *types = etr_jobj_get(io, "types");
+  const rd_jval *vals = rd_jobj_get(io, "values");
+  const rd_jval *types = rd_jobj_get(io, "types");
   if (vals == NULL || vals->kind != ETR_J_ARRAY) return;
   for (size_t i = 0; i < vals->v.arr.n; i++) {
     /* Descend only where the type names a tensor (when types are there to say). */
     if (types != NULL && types->kind == ETR_J_ARRAY && i < types->v.arr.n) {
-      const etr_jval *ty = &types->v.arr.items[i];
+      const rd_jval *ty = &types->v.arr.items[i];
       if (ty->kind == ETR_J_STRING && strstr(ty->v.str.s, "Tensor(") == NULL) continue;
     }
     collect_tensors(&vals->v.arr.items[i], 0, b);
@@ -168,11 +168,11 @@ static void collect_io(const etr_jval *io, tref_buf *b) {
 #define MAXDIM 8
 
 /* Shape number i of an inputs/outputs object as dims; the rank, or -1. */
-static int get_shape(const etr_jval *io, size_t i, int64_t *dims) {
+static int get_shape(const rd_jval *io, size_t i, int64_t *dims) {
   if (io == NULL || io->kind != ETR_J_OBJECT) return -1;
-  const etr_jval *shapes = etr_jobj_get(io, "shapes");
+  const rd_jval *shapes = rd_jobj_get(io, "shapes");
   if (shapes == NULL || shapes->kind != ETR_J_ARRAY || i >= shapes->v.arr.n) return -1;
-  const etr_jval *s = &shapes->v.arr.items[i];
+  const rd_jval *s = &shapes->v.arr.items[i];
   if (s->kind != ETR_J_ARRAY || s->v.arr.n > MAXDIM) return -1;
   for (size_t k = 0; k < s->v.arr.n; k++) {
     if (s->v.arr.items[k].kind != ETR_J_INT || s->v.arr.items[k].v.i < 0) return -1;
@@ -190,11 +190,10 @@ static double prod(const int64_t *d, int from, int to) {
 static bool is_conv_name(const char *b) {
   if (strstr(b, "backward") != NULL || strstr(b, "transpose") != NULL) return false;
   if (strstr(b, "convolution") != NULL) return true;
-  return strncmp(b, "conv", 4) == 0 && isdigit((unsigned char)b[4]) && b[5] == 'd' &&
-         b[6] == '\0';
+  return strncmp(b, "conv", 4) == 0 && isdigit((unsigned char)b[4]) && b[5] == 'd' && b[6] == '\0';
 }
 
-double etr_an_flops(const char *name, const etr_jval *in, const etr_jval *out) {
+double an_flops(const char *name, const rd_jval *in, const rd_jval *out) {
   if (name == NULL || strncmp(name, "aten::", 6) != 0) return 0;
   const char *b = name + 6;
   int64_t a[MAXDIM], w[MAXDIM], o[MAXDIM];
@@ -218,8 +217,8 @@ double etr_an_flops(const char *name, const etr_jval *in, const etr_jval *out) {
     rw = get_shape(in, 1, w);
     if (ra < 1 || rw < 1) return 0;
     if (ra == 1 && rw == 1) return 2.0 * (double)a[0];
-    if (rw == 1) return 2.0 * prod(a, 0, ra);                 /* matrix x vector */
-    if (ra == 1) return 2.0 * prod(w, 0, rw);                 /* vector x matrix */
+    if (rw == 1) return 2.0 * prod(a, 0, ra); /* matrix x vector */
+    if (ra == 1) return 2.0 * prod(w, 0, rw); /* vector x matrix */
     double batch_a = prod(a, 0, ra - 2), batch_w = prod(w, 0, rw - 2);
     double batch = batch_a > batch_w ? batch_a : batch_w;
     return 2.0 * batch * (double)a[ra - 2] * (double)a[ra - 1] * (double)w[rw - 1];
@@ -240,12 +239,15 @@ double etr_an_flops(const char *name, const etr_jval *in, const etr_jval *out) {
 }
 
 static double dtype_size(const char *dt) {
-  static const struct { const char *n; double s; } tab[] = {
-      {"float", 4},        {"float32", 4},  {"double", 8},      {"float64", 8},
-      {"half", 2},         {"float16", 2},  {"bfloat16", 2},    {"long", 8},
-      {"int64", 8},        {"int", 4},      {"int32", 4},       {"short", 2},
-      {"int16", 2},        {"char", 1},     {"int8", 1},        {"byte", 1},
-      {"uint8", 1},        {"bool", 1},     {"complexfloat", 8}, {"complexdouble", 16},
+  static const struct {
+    const char *n;
+    double s;
+  } tab[] = {
+      {"float", 4},       {"float32", 4}, {"double", 8},       {"float64", 8},
+      {"half", 2},        {"float16", 2}, {"bfloat16", 2},     {"long", 8},
+      {"int64", 8},       {"int", 4},     {"int32", 4},        {"short", 2},
+      {"int16", 2},       {"char", 1},    {"int8", 1},         {"byte", 1},
+      {"uint8", 1},       {"bool", 1},    {"complexfloat", 8}, {"complexdouble", 16},
       {"complexhalf", 4},
   };
   char low[32];
@@ -260,8 +262,8 @@ static double dtype_size(const char *dt) {
   return 4;
 }
 
-double etr_an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems,
-                         uint64_t out_nelems, uint64_t pg_size) {
+double an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems, uint64_t out_nelems,
+                     uint64_t pg_size) {
   double p = (double)pg_size;
   if (pg_size <= 1 || coll == NULL) return 0;
   double es = dtype_size(dtype);
@@ -280,26 +282,26 @@ double etr_an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems
   return in > out ? in : out; /* broadcast, reduce, send, recv, gather, scatter */
 }
 
-static const char *attr_str(const etr_rnode *n, const char *name) {
-  const etr_rattr *a = etr_an_attr(n, name);
+static const char *attr_str(const rd_rnode *n, const char *name) {
+  const rd_rattr *a = an_attr(n, name);
   return a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
 }
 
-static uint64_t attr_u64(const etr_rnode *n, const char *name) {
-  const etr_rattr *a = etr_an_attr(n, name);
+static uint64_t attr_u64(const rd_rnode *n, const char *name) {
+  const rd_rattr *a = an_attr(n, name);
   if (a == NULL) return 0;
   if (a->value.kind == ETR_J_UINT) return a->value.v.u;
   if (a->value.kind == ETR_J_INT && a->value.v.i > 0) return (uint64_t)a->value.v.i;
   return 0;
 }
 
-bool etr_optab_add_rnode(etr_optab *t, const etr_rnode *n) {
-  if (etr_an_is_process_node(n)) return true;
-  if (etr_an_is_thread_node(n)) return etr_optab_add_thread(t, n->id, n->tid);
+bool an_optab_add_rnode(an_optab *t, const rd_rnode *n) {
+  if (an_is_process_node(n)) return true;
+  if (an_is_thread_node(n)) return an_optab_add_thread(t, n->id, n->tid);
   tref_buf in = {0}, out = {0};
   collect_io(n->inputs, &in);
   collect_io(n->outputs, &out);
-  etr_op_desc d = {0};
+  an_op_desc d = {0};
   d.id = n->id;
   d.parent = n->ctrl_deps;
   d.fw_parent = (int64_t)n->fw_parent;
@@ -314,16 +316,16 @@ bool etr_optab_add_rnode(etr_optab *t, const etr_rnode *n) {
   d.n_in = in.n;
   d.out = out.v;
   d.n_out = out.n;
-  d.flops = etr_an_flops(n->name, n->inputs, n->outputs);
+  d.flops = an_flops(n->name, n->inputs, n->outputs);
   d.coll_bytes = -1;
   const char *coll = attr_str(n, "collective_name");
   if (coll != NULL) {
     uint64_t pg = attr_u64(n, "pg_size");
     d.pg_size = pg > UINT32_MAX ? UINT32_MAX : (uint32_t)pg;
-    d.coll_bytes = etr_an_coll_bytes(coll, attr_str(n, "dtype"), attr_u64(n, "in_msg_nelems"),
-                                     attr_u64(n, "out_msg_nelems"), pg);
+    d.coll_bytes = an_coll_bytes(coll, attr_str(n, "dtype"), attr_u64(n, "in_msg_nelems"),
+                                 attr_u64(n, "out_msg_nelems"), pg);
   }
-  bool ok = !in.oom && !out.oom && etr_optab_add_op(t, &d);
+  bool ok = !in.oom && !out.oom && an_optab_add_op(t, &d);
   free(in.v);
   free(out.v);
   return ok;
@@ -343,8 +345,9 @@ static int cmp_sortkey(const void *a, const void *b) {
   return x->ix < y->ix ? -1 : x->ix > y->ix;
 }
 
-void etr_optab_mark_flops(etr_optab *t) {
-  for (size_t i = 0; i < t->n; i++) t->ops[i].flags &= ~(ETR_OPF_HAS_FLOP_DESC | ETR_OPF_FLOP_INNER);
+void an_optab_mark_flops(an_optab *t) {
+  for (size_t i = 0; i < t->n; i++)
+    t->ops[i].flags &= ~(ETR_OPF_HAS_FLOP_DESC | ETR_OPF_FLOP_INNER);
   for (size_t i = 0; i < t->n; i++) {
     if (!(t->ops[i].flags & ETR_OPF_FLOP_NAME)) continue;
     size_t guard = 0;
@@ -360,16 +363,16 @@ void etr_optab_mark_flops(etr_optab *t) {
   }
 }
 
-bool etr_optab_finish(etr_optab *t) {
+bool an_optab_finish(an_optab *t) {
   t->timed = t->n > 0 && t->n_untimed == 0;
   for (size_t i = 0; i < t->n; i++) {
-    etr_op *op = &t->ops[i];
+    an_op *op = &t->ops[i];
     uint64_t v;
     op->parent_ix = op->fw_parent_ix = ETR_NOIX;
-    if (op->parent != op->id && etr_u64map_get(&t->id2ix, (uint64_t)op->parent, &v))
+    if (op->parent != op->id && an_u64map_get(&t->id2ix, (uint64_t)op->parent, &v))
       op->parent_ix = (uint32_t)v;
     if (op->fw_parent != 0 && op->fw_parent != op->id &&
-        etr_u64map_get(&t->id2ix, (uint64_t)op->fw_parent, &v))
+        an_u64map_get(&t->id2ix, (uint64_t)op->fw_parent, &v))
       op->fw_parent_ix = (uint32_t)v;
   }
   /* A parent cycle (only in a damaged file) would make walks endless: cut it. */
@@ -395,7 +398,7 @@ bool etr_optab_finish(etr_optab *t) {
   t->t0 = INT64_MAX;
   t->t1 = INT64_MIN;
   for (size_t i = 0; i < t->n; i++) {
-    const etr_op *op = &t->ops[i];
+    const an_op *op = &t->ops[i];
     keys[i].ts = t->timed ? op->ts : 0;
     keys[i].id = op->id;
     keys[i].ix = (uint32_t)i;
@@ -408,27 +411,27 @@ bool etr_optab_finish(etr_optab *t) {
   qsort(keys, t->n, sizeof *keys, cmp_sortkey);
   for (size_t i = 0; i < t->n; i++) t->order[i] = keys[i].ix;
   free(keys);
-  etr_optab_mark_flops(t);
+  an_optab_mark_flops(t);
   return true;
 }
 
-int etr_optab_load(etr_optab *t, const char *cmd, const char *path) {
-  etr_cli_input in;
-  if (etr_cli_open(&in, cmd, path, NULL) != 0) return ETR_CLI_FAIL;
-  const etr_rnode *n;
+int an_optab_load(an_optab *t, const char *cmd, const char *path) {
+  cli_input in;
+  if (cli_open(&in, cmd, path, NULL) != 0) return ETR_CLI_FAIL;
+  const rd_rnode *n;
   int rc;
-  while ((rc = etr_cli_next(&in, &n)) == 1) {
-    if (!etr_optab_add_rnode(t, n)) {
-      etr_cli_error(cmd, "%s: byte %llu: out of memory", path, (unsigned long long)n->offset);
-      etr_cli_close(&in);
+  while ((rc = cli_next(&in, &n)) == 1) {
+    if (!an_optab_add_rnode(t, n)) {
+      cli_error(cmd, "%s: byte %llu: out of memory", path, (unsigned long long)n->offset);
+      cli_close(&in);
       return ETR_CLI_FAIL;
     }
   }
-  if (rc == 0) rc = etr_cli_finish(&in);
-  etr_cli_close(&in);
+  if (rc == 0) rc = cli_finish(&in);
+  cli_close(&in);
   if (rc != 0) return ETR_CLI_FAIL;
-  if (!etr_optab_finish(t)) {
-    etr_cli_error(cmd, "%s: out of memory", path);
+  if (!an_optab_finish(t)) {
+    cli_error(cmd, "%s: out of memory", path);
     return ETR_CLI_FAIL;
   }
   return ETR_CLI_OK;
@@ -436,9 +439,9 @@ int etr_optab_load(etr_optab *t, const char *cmd, const char *path) {
 
 /* ---- dependencies ---- */
 
-static bool add_edge(etr_deps *d, uint32_t from, uint32_t to, uint32_t kind, uint64_t tensor) {
+static bool add_edge(an_deps *d, uint32_t from, uint32_t to, uint32_t kind, uint64_t tensor) {
   if (!grow((void **)&d->edges, &d->cap, d->n + 1, sizeof *d->edges)) return false;
-  etr_dep *e = &d->edges[d->n++];
+  an_dep *e = &d->edges[d->n++];
   e->from = from;
   e->to = to;
   e->kind = kind;
@@ -447,18 +450,18 @@ static bool add_edge(etr_deps *d, uint32_t from, uint32_t to, uint32_t kind, uin
   return true;
 }
 
-static uint64_t tref_key(const etr_tref *r) {
+static uint64_t tref_key(const an_tref *r) {
   return r->storage ? (r->storage | (1ULL << 63)) : (r->tensor & ~(1ULL << 63));
 }
 
-bool etr_deps_build(const etr_optab *t, etr_deps *d) {
+bool an_deps_build(const an_optab *t, an_deps *d) {
   memset(d, 0, sizeof *d);
   size_t nn = t->n ? t->n : 1;
   d->first = calloc(nn, sizeof *d->first);
   d->count = calloc(nn, sizeof *d->count);
   uint32_t *pos = malloc(nn * sizeof *pos);
   uint32_t *stamp = malloc(nn * sizeof *stamp); /* per source: the last op given an edge */
-  etr_u64map lastw = {0};
+  an_u64map lastw = {0};
   bool ok = d->first && d->count && pos && stamp;
   for (size_t k = 0; ok && k < t->n; k++) {
     pos[t->order[k]] = (uint32_t)k;
@@ -466,7 +469,7 @@ bool etr_deps_build(const etr_optab *t, etr_deps *d) {
   }
   for (size_t k = 0; ok && k < t->n; k++) {
     uint32_t i = t->order[k];
-    const etr_op *op = &t->ops[i];
+    const an_op *op = &t->ops[i];
     d->first[i] = d->n;
     if (op->fw_parent_ix != ETR_NOIX && pos[op->fw_parent_ix] < k) {
       ok = add_edge(d, op->fw_parent_ix, i, ETR_DEP_FW, 0);
@@ -474,27 +477,27 @@ bool etr_deps_build(const etr_optab *t, etr_deps *d) {
     } else if (op->fw_parent != 0) {
       d->n_fw_missing++;
     }
-    const etr_tref *in = t->trefs + op->tref_off;
+    const an_tref *in = t->trefs + op->tref_off;
     for (uint32_t j = 0; ok && j < op->n_in; j++) {
       uint64_t w;
-      if (!etr_u64map_get(&lastw, tref_key(&in[j]), &w) || w == i) continue;
+      if (!an_u64map_get(&lastw, tref_key(&in[j]), &w) || w == i) continue;
       if (stamp[w] == i) continue; /* already an edge w -> i */
       stamp[w] = i;
       ok = add_edge(d, (uint32_t)w, i, ETR_DEP_DATA, in[j].tensor);
       d->n_data++;
     }
-    const etr_tref *out = in + op->n_in;
-    for (uint32_t j = 0; ok && j < op->n_out; j++) ok = etr_u64map_put(&lastw, tref_key(&out[j]), i);
+    const an_tref *out = in + op->n_in;
+    for (uint32_t j = 0; ok && j < op->n_out; j++) ok = an_u64map_put(&lastw, tref_key(&out[j]), i);
     d->count[i] = (uint32_t)(d->n - d->first[i]);
   }
   free(pos);
   free(stamp);
-  etr_u64map_free(&lastw);
-  if (!ok) etr_deps_free(d);
+  an_u64map_free(&lastw);
+  if (!ok) an_deps_free(d);
   return ok;
 }
 
-void etr_deps_free(etr_deps *d) {
+void an_deps_free(an_deps *d) {
   free(d->edges);
   free(d->first);
   free(d->count);
@@ -503,20 +506,20 @@ void etr_deps_free(etr_deps *d) {
 
 /* ---- model ---- */
 
-void etr_model_init(etr_model *m) {
+void an_model_init(an_model *m) {
   memset(m, 0, sizeof *m);
   m->untimed_us = 1.0;
 }
 
-void etr_model_free(etr_model *m) {
+void an_model_free(an_model *m) {
   for (size_t i = 0; i < m->n_speedups; i++) free(m->speedups[i].pattern);
   free(m->speedups);
   memset(m, 0, sizeof *m);
 }
 
-static bool num(const char *s, double *out) { return etr_an_parse_double(s, out); }
+static bool num(const char *s, double *out) { return an_parse_double(s, out); }
 
-int etr_model_line(etr_model *m, const char *line, char *err, size_t errlen) {
+int an_model_line(an_model *m, const char *line, char *err, size_t errlen) {
   char buf[1024];
   size_t len = strlen(line);
   if (len >= sizeof buf) {
@@ -555,7 +558,7 @@ int etr_model_line(etr_model *m, const char *line, char *err, size_t errlen) {
       snprintf(err, errlen, "expected: speedup NAME FACTOR (FACTOR > 0)");
       return -1;
     }
-    etr_speedup *ns = realloc(m->speedups, (m->n_speedups + 1) * sizeof *ns);
+    an_speedup *ns = realloc(m->speedups, (m->n_speedups + 1) * sizeof *ns);
     if (ns == NULL) {
       snprintf(err, errlen, "out of memory");
       return -1;
@@ -596,7 +599,7 @@ int etr_model_line(etr_model *m, const char *line, char *err, size_t errlen) {
   return 0;
 }
 
-int etr_model_load(etr_model *m, const char *path, char *err, size_t errlen) {
+int an_model_load(an_model *m, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (f == NULL) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -613,7 +616,7 @@ int etr_model_load(etr_model *m, const char *path, char *err, size_t errlen) {
       return -1;
     }
     while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-    if (etr_model_line(m, line, why, sizeof why) < 0) {
+    if (an_model_line(m, line, why, sizeof why) < 0) {
       snprintf(err, errlen, "%s: line %d: %s", path, ln, why);
       fclose(f);
       return -1;
@@ -623,7 +626,7 @@ int etr_model_load(etr_model *m, const char *path, char *err, size_t errlen) {
   return 0;
 }
 
-static double speedup_for(const etr_model *m, const char *name) {
+static double speedup_for(const an_model *m, const char *name) {
   double best = 1.0;
   size_t best_len = 0;
   bool exact = false;
@@ -643,12 +646,12 @@ static double speedup_for(const etr_model *m, const char *name) {
   return best;
 }
 
-bool etr_model_costs(const etr_model *m, const etr_optab *t, double *cost) {
+bool an_model_costs(const an_model *m, const an_optab *t, double *cost) {
   double *by_name = malloc((t->names.n ? t->names.n : 1) * sizeof *by_name);
   if (by_name == NULL) return false;
   for (size_t i = 0; i < t->names.n; i++) by_name[i] = speedup_for(m, t->names.strs[i]);
   for (size_t i = 0; i < t->n; i++) {
-    const etr_op *op = &t->ops[i];
+    const an_op *op = &t->ops[i];
     if (m->flops_per_s > 0 && (op->flags & ETR_OPF_FLOP_INNER)) {
       cost[i] = op->flops / m->flops_per_s * 1e6;
     } else if (m->link_GBps > 0 && (op->flags & ETR_OPF_COLLECTIVE)) {
@@ -667,15 +670,15 @@ bool etr_model_costs(const etr_model *m, const etr_optab *t, double *cost) {
 #define ETR_ROUNDING_US 2
 
 typedef struct sched_state {
-  const etr_optab *t;
+  const an_optab *t;
   const double *cost;
-  etr_sched *s;
-  uint32_t **stack;     /* per thread: open ops, outermost first */
+  an_sched *s;
+  uint32_t **stack; /* per thread: open ops, outermost first */
   size_t *depth, *stcap;
-  double *cur;          /* per thread: time its stream has reached */
-  uint32_t *curpred;    /* op whose start (if still open) or end set cur */
-  int64_t *reccur;      /* per op: recorded end of its previous child (or its own ts) */
-  int64_t *recmax;      /* per thread: recorded end of its last top-level op */
+  double *cur;       /* per thread: time its stream has reached */
+  uint32_t *curpred; /* op whose start (if still open) or end set cur */
+  int64_t *reccur;   /* per op: recorded end of its previous child (or its own ts) */
+  int64_t *recmax;   /* per thread: recorded end of its last top-level op */
   bool oom;
 } sched_state;
 
@@ -688,8 +691,8 @@ static double op_scale(const sched_state *st, uint32_t p) {
  * cursor) plus its own time after that child, which is the recorded time from the child's
  * end to its own end (its whole cost for an untimed op), scaled like its cost. */
 static void close_top(sched_state *st, uint32_t th) {
-  etr_sched *s = st->s;
-  const etr_op *op = &st->t->ops[0];
+  an_sched *s = st->s;
+  const an_op *op = &st->t->ops[0];
   uint32_t x = st->stack[th][--st->depth[th]];
   op = &st->t->ops[x];
   double post;
@@ -723,10 +726,10 @@ static void close_top(sched_state *st, uint32_t th) {
   }
 }
 
-static bool is_open(const etr_sched *s, uint32_t x) { return s->start[x] >= 0 && s->end[x] < 0; }
+static bool is_open(const an_sched *s, uint32_t x) { return s->start[x] >= 0 && s->end[x] < 0; }
 
-bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
-                  const etr_sched_opts *o, etr_sched *s) {
+bool an_schedule(const an_optab *t, const an_deps *d, const double *cost, const an_sched_opts *o,
+                 an_sched *s) {
   memset(s, 0, sizeof *s);
   size_t nn = t->n ? t->n : 1, nt = t->nthreads ? t->nthreads : 1;
   sched_state st = {0};
@@ -747,9 +750,8 @@ bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
   st.curpred = malloc(nt * sizeof *st.curpred);
   st.reccur = malloc(nn * sizeof *st.reccur);
   int64_t *recmax = st.recmax = malloc(nt * sizeof *recmax);
-  bool ok = s->start && s->end && s->pred && s->end_pred && s->bind && s->busy &&
-            s->thread_end && st.stack && st.depth && st.stcap && st.cur && st.curpred &&
-            st.reccur && recmax;
+  bool ok = s->start && s->end && s->pred && s->end_pred && s->bind && s->busy && s->thread_end &&
+            st.stack && st.depth && st.stcap && st.cur && st.curpred && st.reccur && recmax;
   if (ok) {
     for (size_t k = 0; k < t->n; k++) s->start[k] = s->end[k] = -1; /* not yet scheduled */
     for (size_t k = 0; k < nt; k++) {
@@ -762,7 +764,7 @@ bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
   s->n_ops = t->n;
   for (size_t k = 0; ok && k < t->n; k++) {
     uint32_t i = t->order[k];
-    const etr_op *op = &t->ops[i];
+    const an_op *op = &t->ops[i];
     uint32_t th = op->thread;
     /* Close what is open on this thread and is not an ancestor of i. */
     uint32_t p = op->parent_ix;
@@ -774,8 +776,9 @@ bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
     if (nested || o->thread_order) {
       est = st.cur[th];
       pred = st.curpred[th];
-      bind = pred == ETR_NOIX ? ETR_BIND_NONE : (nested && pred == p) ? ETR_BIND_PARENT
-                                                                      : ETR_BIND_THREAD;
+      bind = pred == ETR_NOIX        ? ETR_BIND_NONE
+             : (nested && pred == p) ? ETR_BIND_PARENT
+                                     : ETR_BIND_THREAD;
     }
     /* Timestamps and durations are whole microseconds, truncated one by one, so a recorded
      * start may fall up to ~2 us before the computed end of what precedes it. Such a small
@@ -797,7 +800,7 @@ bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
       if (gap > 0) bind = ETR_BIND_IDLE;
     }
     for (uint32_t e = 0; e < d->count[i]; e++) {
-      const etr_dep *ed = &d->edges[d->first[i] + e];
+      const an_dep *ed = &d->edges[d->first[i] + e];
       uint32_t f = ed->from;
       double c;
       if (ed->kind == ETR_DEP_FW) {
@@ -845,11 +848,11 @@ bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
   free(st.curpred);
   free(st.reccur);
   free(recmax);
-  if (!ok) etr_sched_free(s);
+  if (!ok) an_sched_free(s);
   return ok;
 }
 
-void etr_sched_free(etr_sched *s) {
+void an_sched_free(an_sched *s) {
   free(s->start);
   free(s->end);
   free(s->pred);
@@ -860,9 +863,9 @@ void etr_sched_free(etr_sched *s) {
   memset(s, 0, sizeof *s);
 }
 
-size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **path) {
+size_t an_sched_path(const an_sched *s, const an_optab *t, an_path_step **path) {
   size_t n = 0, cap = 0;
-  etr_path_step *p = NULL;
+  an_path_step *p = NULL;
   uint32_t x = s->last;
   bool at_end = true;
   /* Walk back from the latest end: an end was set by its last child's end or by its own
@@ -870,7 +873,7 @@ size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **pa
    * parent / fw_parent. Each step goes to an event no later, so the walk ends. */
   for (size_t guard = 0; x != ETR_NOIX && guard < 4 * (size_t)s->n_ops + 4; guard++) {
     if (!grow((void **)&p, &cap, n + 1, sizeof *p)) break;
-    etr_path_step *st = &p[n++];
+    an_path_step *st = &p[n++];
     st->op = x;
     st->at_end = at_end;
     st->t = at_end ? s->end[x] : s->start[x];
@@ -900,7 +903,7 @@ size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **pa
     x = pr;
   }
   for (size_t a = 0, b = n ? n - 1 : 0; a < b; a++, b--) {
-    etr_path_step tmp = p[a];
+    an_path_step tmp = p[a];
     p[a] = p[b];
     p[b] = tmp;
   }
@@ -909,14 +912,20 @@ size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **pa
   return n;
 }
 
-const char *etr_bind_name(int bind) {
+const char *an_bind_name(int bind) {
   switch (bind) {
-    case ETR_BIND_THREAD: return "thread";
-    case ETR_BIND_DATA: return "data";
-    case ETR_BIND_FW: return "fw";
-    case ETR_BIND_IDLE: return "idle";
-    case ETR_BIND_PARENT: return "parent";
-    default: return "start";
+    case ETR_BIND_THREAD:
+      return "thread";
+    case ETR_BIND_DATA:
+      return "data";
+    case ETR_BIND_FW:
+      return "fw";
+    case ETR_BIND_IDLE:
+      return "idle";
+    case ETR_BIND_PARENT:
+      return "parent";
+    default:
+      return "start";
   }
 }
 
@@ -932,11 +941,11 @@ static int cmp_name_sum(const void *a, const void *b) {
   return x->name < y->name ? -1 : x->name > y->name;
 }
 
-void etr_sched_print_path(FILE *f, const etr_optab *t, const etr_sched *s, const double *cost,
-                          size_t limit) {
+void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const double *cost,
+                         size_t limit) {
   (void)cost;
-  etr_path_step *path = NULL;
-  size_t n = etr_sched_path(s, t, &path);
+  an_path_step *path = NULL;
+  size_t n = an_sched_path(s, t, &path);
   size_t nops = 0;
   double idle = 0;
   name_sum *sums = calloc(t->names.n + 1, sizeof *sums);
@@ -963,8 +972,8 @@ void etr_sched_print_path(FILE *f, const etr_optab *t, const etr_sched *s, const
     for (size_t i = 0; i < t->names.n && i < 8 && sums[i].total > 0; i++) {
       fprintf(f, "    %12.1f us %5.1f%%  %6u x  ", sums[i].total,
               s->makespan > 0 ? 100.0 * sums[i].total / s->makespan : 0.0, sums[i].count);
-      etr_out o = {f, false};
-      etr_out_sanitized(&o, t->names.strs[sums[i].name], t->names.lens[sums[i].name], "", ' ');
+      an_out o = {f, false};
+      an_out_sanitized(&o, t->names.strs[sums[i].name], t->names.lens[sums[i].name], "", ' ');
       fputc('\n', f);
     }
   }
@@ -976,13 +985,13 @@ void etr_sched_print_path(FILE *f, const etr_optab *t, const etr_sched *s, const
             show < n ? "first " : "", show, n, "at_us", "event", "via", "thread", "id", "name");
   }
   for (size_t k = 0; k < show; k++) {
-    const etr_path_step *st = &path[k];
-    const etr_op *op = &t->ops[st->op];
+    const an_path_step *st = &path[k];
+    const an_op *op = &t->ops[st->op];
     fprintf(f, "    %12.1f  %-5s %-6s %6llu %12lld  ", st->t, st->at_end ? "end" : "start",
-            st->at_end ? "" : etr_bind_name(st->bind),
+            st->at_end ? "" : an_bind_name(st->bind),
             (unsigned long long)t->threads[op->thread].tid, (long long)op->id);
-    etr_out o = {f, false};
-    etr_out_sanitized(&o, t->names.strs[op->name], t->names.lens[op->name], "", ' ');
+    an_out o = {f, false};
+    an_out_sanitized(&o, t->names.strs[op->name], t->names.lens[op->name], "", ' ');
     fputc('\n', f);
   }
   if (show < n) fprintf(f, "    ... (--path 0 prints all)\n");

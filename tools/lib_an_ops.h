@@ -3,7 +3,7 @@
  * critical path) and the replay cost model.
  *
  * Memory: the parsed JSON of a node is dropped as soon as the node is read. What is kept
- * per op is an etr_op (about 100 bytes), 16 bytes per tensor reference in its inputs and
+ * per op is an an_op (about 100 bytes), 16 bytes per tensor reference in its inputs and
  * outputs, 24 bytes per dependency edge, hash-map slots over op ids and storages (load
  * <= 1/2), and while scheduling about 40 bytes per op. Measured: ~260 bytes per op
  * (81.7k ops, 24 MB peak RSS), so a 1 GB trace of ~1M ops needs about 300 MB.
@@ -42,165 +42,171 @@ enum {
   ETR_OPF_HAS_FLOP_DESC = 1u << 4,
 };
 
-typedef struct etr_tref {
-  uint64_t tensor;   /* tensor id */
-  uint64_t storage;  /* storage id, 0 when none */
-} etr_tref;
+typedef struct an_tref {
+  uint64_t tensor;  /* tensor id */
+  uint64_t storage; /* storage id, 0 when none */
+} an_tref;
 
-typedef struct etr_op {
+typedef struct an_op {
   int64_t id, parent, fw_parent;
-  int64_t ts, incl, excl;       /* recorded microseconds; 0 when untimed */
-  uint32_t thread;              /* index into etr_optab.threads */
-  uint32_t name;                /* index into etr_optab.names */
-  uint32_t parent_ix;           /* op index of the parent, ETR_NOIX for top-level */
-  uint32_t fw_parent_ix;        /* op index of fw_parent, ETR_NOIX when none/unknown */
+  int64_t ts, incl, excl; /* recorded microseconds; 0 when untimed */
+  uint32_t thread;        /* index into an_optab.threads */
+  uint32_t name;          /* index into an_optab.names */
+  uint32_t parent_ix;     /* op index of the parent, ETR_NOIX for top-level */
+  uint32_t fw_parent_ix;  /* op index of fw_parent, ETR_NOIX when none/unknown */
   uint32_t flags;
-  uint32_t n_in, n_out;         /* tensor refs: trefs[tref_off .. +n_in) then outputs */
+  uint32_t n_in, n_out; /* tensor refs: trefs[tref_off .. +n_in) then outputs */
   uint64_t tref_off;
-  double flops;                 /* from shapes (ETR_OPF_FLOP_NAME) */
-  double coll_bytes;            /* message bytes after the group-size factor */
+  double flops;      /* from shapes (ETR_OPF_FLOP_NAME) */
+  double coll_bytes; /* message bytes after the group-size factor */
   uint32_t pg_size;
-} etr_op;
+} an_op;
 
-typedef struct etr_thread_info {
-  uint64_t tid;       /* the tid attr */
-  int64_t node_id;    /* the thread node's id, -1 when the trace has none */
-} etr_thread_info;
+typedef struct an_thread_info {
+  uint64_t tid;    /* the tid attr */
+  int64_t node_id; /* the thread node's id, -1 when the trace has none */
+} an_thread_info;
 
-typedef struct etr_optab {
-  etr_op *ops;
+typedef struct an_optab {
+  an_op *ops;
   size_t n, cap;
-  etr_tref *trefs;
+  an_tref *trefs;
   size_t ntref, captref;
-  etr_strtab names;
-  etr_thread_info *threads;
+  an_strtab names;
+  an_thread_info *threads;
   size_t nthreads, capthreads;
-  etr_u64map id2ix;      /* op id -> op index */
-  etr_u64map tid2ix;     /* tid -> thread index */
-  size_t n_untimed;      /* ops without timing */
-  size_t n_dup_ids;      /* ops whose id was seen before (later one wins in lookups) */
-  /* after etr_optab_finish */
-  uint32_t *order;       /* op indices in start order */
-  bool timed;            /* every op has timing */
-  int64_t t0, t1;        /* recorded span: min ts, max ts + inclusive_dur */
-} etr_optab;
+  an_u64map id2ix;  /* op id -> op index */
+  an_u64map tid2ix; /* tid -> thread index */
+  size_t n_untimed; /* ops without timing */
+  size_t n_dup_ids; /* ops whose id was seen before (later one wins in lookups) */
+  /* after an_optab_finish */
+  uint32_t *order; /* op indices in start order */
+  bool timed;      /* every op has timing */
+  int64_t t0, t1;  /* recorded span: min ts, max ts + inclusive_dur */
+} an_optab;
 
 /* An op described directly (for tests and for the reader path). */
-typedef struct etr_op_desc {
+typedef struct an_op_desc {
   int64_t id, parent, fw_parent;
   uint64_t tid;
   const char *name;
-  size_t name_len;       /* 0: strlen(name) */
+  size_t name_len; /* 0: strlen(name) */
   bool timed;
   int64_t ts, incl, excl;
-  const etr_tref *in;
+  const an_tref *in;
   size_t n_in;
-  const etr_tref *out;
+  const an_tref *out;
   size_t n_out;
-  double flops;          /* 0 = none */
-  double coll_bytes;     /* < 0 = not a collective */
+  double flops;      /* 0 = none */
+  double coll_bytes; /* < 0 = not a collective */
   uint32_t pg_size;
-} etr_op_desc;
+} an_op_desc;
 
-void etr_optab_init(etr_optab *t);
-void etr_optab_free(etr_optab *t);
+void an_optab_init(an_optab *t);
+void an_optab_free(an_optab *t);
 /* Register a thread node. false when memory ran out. */
-bool etr_optab_add_thread(etr_optab *t, int64_t node_id, uint64_t tid);
-bool etr_optab_add_op(etr_optab *t, const etr_op_desc *d);
+bool an_optab_add_thread(an_optab *t, int64_t node_id, uint64_t tid);
+bool an_optab_add_op(an_optab *t, const an_op_desc *d);
 /* Add one node read from a trace (thread, process or op). false when memory ran out. */
-bool etr_optab_add_rnode(etr_optab *t, const etr_rnode *n);
+bool an_optab_add_rnode(an_optab *t, const rd_rnode *n);
 /* Resolve parents, fw_parents, the start order and the recorded span. false on OOM. */
-bool etr_optab_finish(etr_optab *t);
-const char *etr_optab_name(const etr_optab *t, uint32_t op_ix);
+bool an_optab_finish(an_optab *t);
+const char *an_optab_name(const an_optab *t, uint32_t op_ix);
 
 /* Read a whole trace into t (then finishes it), with the progress line of command cmd.
  * ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error. */
-int etr_optab_load(etr_optab *t, const char *cmd, const char *path);
+int an_optab_load(an_optab *t, const char *cmd, const char *path);
 
 /* FLOPs of a matrix-multiply / convolution op from its input and output shapes, or 0 when
  * the name is not one of those or the shapes do not fit. */
-double etr_an_flops(const char *name, const etr_jval *inputs, const etr_jval *outputs);
+double an_flops(const char *name, const rd_jval *inputs, const rd_jval *outputs);
 /* Bytes on the wire per rank for a collective: message bytes times the algorithm factor of
  * its group size (ring all-reduce 2(p-1)/p, all-gather / reduce-scatter / all-to-all
  * (p-1)/p, broadcast / send / recv 1; 0 when p <= 1 or the name is a barrier). */
-double etr_an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems,
-                         uint64_t out_nelems, uint64_t pg_size);
+double an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems, uint64_t out_nelems,
+                     uint64_t pg_size);
 
 /* ---- dependency graph ---- */
 
 enum { ETR_DEP_DATA = 1, ETR_DEP_FW = 2 };
 
-typedef struct etr_dep {
-  uint32_t from, to;   /* op indices */
-  uint32_t kind;       /* ETR_DEP_* */
+typedef struct an_dep {
+  uint32_t from, to; /* op indices */
+  uint32_t kind;     /* ETR_DEP_* */
   uint32_t pad;
-  uint64_t tensor;     /* the tensor id read (data edges) */
-} etr_dep;
+  uint64_t tensor; /* the tensor id read (data edges) */
+} an_dep;
 
-typedef struct etr_deps {
-  etr_dep *edges;      /* grouped by `to`, in start order of `to` */
+typedef struct an_deps {
+  an_dep *edges; /* grouped by `to`, in start order of `to` */
   size_t n, cap;
-  size_t *first;       /* per op: index of its first incoming edge */
-  uint32_t *count;     /* per op: number of incoming edges */
+  size_t *first;   /* per op: index of its first incoming edge */
+  uint32_t *count; /* per op: number of incoming edges */
   size_t n_data, n_fw;
   size_t n_fw_missing; /* fw_parent named but not in the trace (or not earlier) */
-} etr_deps;
+} an_deps;
 
-bool etr_deps_build(const etr_optab *t, etr_deps *d);
-void etr_deps_free(etr_deps *d);
+bool an_deps_build(const an_optab *t, an_deps *d);
+void an_deps_free(an_deps *d);
 
 /* ---- cost model ---- */
 
-typedef struct etr_speedup {
-  char *pattern;       /* exact name, or a prefix when it ends with '*' ("*" = every op) */
+typedef struct an_speedup {
+  char *pattern; /* exact name, or a prefix when it ends with '*' ("*" = every op) */
   double factor;
-} etr_speedup;
+} an_speedup;
 
-typedef struct etr_model {
-  etr_speedup *speedups;
+typedef struct an_model {
+  an_speedup *speedups;
   size_t n_speedups;
-  double flops_per_s;       /* > 0: mm/conv cost = FLOPs / rate */
-  double link_latency_us;   /* collectives: latency + bytes / bandwidth, when bandwidth > 0 */
+  double flops_per_s;     /* > 0: mm/conv cost = FLOPs / rate */
+  double link_latency_us; /* collectives: latency + bytes / bandwidth, when bandwidth > 0 */
   double link_GBps;
-  double untimed_us;        /* cost of an op without recorded timing (default 1) */
-} etr_model;
+  double untimed_us; /* cost of an op without recorded timing (default 1) */
+} an_model;
 
-void etr_model_init(etr_model *m);
-void etr_model_free(etr_model *m);
+void an_model_init(an_model *m);
+void an_model_free(an_model *m);
 /* Parse a model file (format in docs/CLI.md). 0, or -1 with "FILE: line N: reason". */
-int etr_model_load(etr_model *m, const char *path, char *err, size_t errlen);
+int an_model_load(an_model *m, const char *path, char *err, size_t errlen);
 /* Parse one line (no trailing newline needed). 0, 1 for a blank/comment line, -1 with reason. */
-int etr_model_line(etr_model *m, const char *line, char *err, size_t errlen);
+int an_model_line(an_model *m, const char *line, char *err, size_t errlen);
 /* Cost (µs) of every op under the model into cost[t->n] (the recorded exclusive duration,
  * divided by its speed-up, when no FLOP or link rule applies). false on OOM. */
-bool etr_model_costs(const etr_model *m, const etr_optab *t, double *cost);
-/* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER); called by etr_optab_finish. */
-void etr_optab_mark_flops(etr_optab *t);
+bool an_model_costs(const an_model *m, const an_optab *t, double *cost);
+/* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER); called by an_optab_finish. */
+void an_optab_mark_flops(an_optab *t);
 
 /* ---- schedule (simulation / longest path) ---- */
 
 /* What set an op's start: nothing (time 0), the end of the previous op of its thread,
  * the end of a data source, the start of its fw_parent, recorded idle time after the
  * previous op, the start of its parent (first child). */
-enum { ETR_BIND_NONE = 0, ETR_BIND_THREAD = 1, ETR_BIND_DATA = 2, ETR_BIND_FW = 3,
-       ETR_BIND_IDLE = 4, ETR_BIND_PARENT = 5 };
+enum {
+  ETR_BIND_NONE = 0,
+  ETR_BIND_THREAD = 1,
+  ETR_BIND_DATA = 2,
+  ETR_BIND_FW = 3,
+  ETR_BIND_IDLE = 4,
+  ETR_BIND_PARENT = 5
+};
 
-typedef struct etr_sched {
-  double *start, *end;     /* per op, µs from the simulated time 0 */
-  uint32_t *pred;          /* the op whose constraint set the start, ETR_NOIX */
-  uint32_t *end_pred;      /* the child whose end set this op's end, or the op itself */
+typedef struct an_sched {
+  double *start, *end; /* per op, µs from the simulated time 0 */
+  uint32_t *pred;      /* the op whose constraint set the start, ETR_NOIX */
+  uint32_t *end_pred;  /* the child whose end set this op's end, or the op itself */
   size_t n_ops;
-  uint8_t *bind;           /* ETR_BIND_* of that constraint */
+  uint8_t *bind; /* ETR_BIND_* of that constraint */
   double makespan;
-  uint32_t last;           /* op with the latest end (critical path end), ETR_NOIX if none */
-  double *busy;            /* per thread: sum of costs */
-  double *thread_end;      /* per thread: end of its last op */
-} etr_sched;
+  uint32_t last;      /* op with the latest end (critical path end), ETR_NOIX if none */
+  double *busy;       /* per thread: sum of costs */
+  double *thread_end; /* per thread: end of its last op */
+} an_sched;
 
-typedef struct etr_sched_opts {
-  bool thread_order;  /* ops of a thread run one at a time in start order (replay) */
-  bool keep_idle;     /* recorded idle time of a thread (no op open) is kept as a delay */
-} etr_sched_opts;
+typedef struct an_sched_opts {
+  bool thread_order; /* ops of a thread run one at a time in start order (replay) */
+  bool keep_idle;    /* recorded idle time of a thread (no op open) is kept as a delay */
+} an_sched_opts;
 
 /* Schedule every op as early as its constraints allow, with cost[i] per op. Ops nest: a
  * child starts after its previous sibling ends plus its "lead", the part of the parent's
@@ -211,30 +217,30 @@ typedef struct etr_sched_opts {
  * time between them with keep_idle), else top-level ops start at 0 (unlimited threads).
  * One pass in start order; a data source still open on another thread is closed on
  * demand. false on OOM. */
-bool etr_schedule(const etr_optab *t, const etr_deps *d, const double *cost,
-                  const etr_sched_opts *o, etr_sched *s);
-void etr_sched_free(etr_sched *s);
+bool an_schedule(const an_optab *t, const an_deps *d, const double *cost, const an_sched_opts *o,
+                 an_sched *s);
+void an_sched_free(an_sched *s);
 /* One event of the critical path: an op's start or end, the time since the previous event
  * and the op that spent it (the op itself; its parent for a lead before a child; its
  * fw_parent for a fw wait; ETR_NOIX for recorded idle time or a gap). */
-typedef struct etr_path_step {
+typedef struct an_path_step {
   uint32_t op;
   bool at_end;
-  uint8_t bind;       /* for a start: what set it (ETR_BIND_*) */
-  double t;           /* the event's time */
-  double spent;       /* t minus the previous event's time */
+  uint8_t bind; /* for a start: what set it (ETR_BIND_*) */
+  double t;     /* the event's time */
+  double spent; /* t minus the previous event's time */
   uint32_t spent_by;
-} etr_path_step;
+} an_path_step;
 
 /* The critical path, earliest event first: fills *path (malloc'd) and returns its length. */
-size_t etr_sched_path(const etr_sched *s, const etr_optab *t, etr_path_step **path);
+size_t an_sched_path(const an_sched *s, const an_optab *t, an_path_step **path);
 
 /* Print the critical path: length, time, the op names that take most of it, then up to
  * `limit` entries (0 = all) with start, cost and the constraint that put each op there. */
-void etr_sched_print_path(FILE *f, const etr_optab *t, const etr_sched *s, const double *cost,
-                          size_t limit);
+void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const double *cost,
+                         size_t limit);
 
 /* Short name of an ETR_BIND_* value ("thread", "data", ...). */
-const char *etr_bind_name(int bind);
+const char *an_bind_name(int bind);
 
 #endif /* ETR_TOOLS_LIB_AN_OPS_H */

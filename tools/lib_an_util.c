@@ -21,7 +21,7 @@ static uint64_t mix64(uint64_t x) {
 
 #define EMPTY_KEY UINT64_MAX
 
-static bool map_grow(etr_u64map *m) {
+static bool map_grow(an_u64map *m) {
   size_t ncap = m->cap ? m->cap * 2 : 64;
   uint64_t *nk = malloc(ncap * sizeof *nk);
   uint64_t *nv = malloc(ncap * sizeof *nv);
@@ -46,7 +46,7 @@ static bool map_grow(etr_u64map *m) {
   return true;
 }
 
-bool etr_u64map_put(etr_u64map *m, uint64_t key, uint64_t val) {
+bool an_u64map_put(an_u64map *m, uint64_t key, uint64_t val) {
   if (key == EMPTY_KEY) {
     m->has_max = true;
     m->max_val = val;
@@ -67,7 +67,7 @@ bool etr_u64map_put(etr_u64map *m, uint64_t key, uint64_t val) {
   return true;
 }
 
-bool etr_u64map_get(const etr_u64map *m, uint64_t key, uint64_t *val) {
+bool an_u64map_get(const an_u64map *m, uint64_t key, uint64_t *val) {
   if (key == EMPTY_KEY) {
     if (m->has_max && val) *val = m->max_val;
     return m->has_max;
@@ -84,7 +84,7 @@ bool etr_u64map_get(const etr_u64map *m, uint64_t key, uint64_t *val) {
   return false;
 }
 
-void etr_u64map_del(etr_u64map *m, uint64_t key) {
+void an_u64map_del(an_u64map *m, uint64_t key) {
   if (key == EMPTY_KEY) {
     m->has_max = false;
     return;
@@ -115,7 +115,7 @@ void etr_u64map_del(etr_u64map *m, uint64_t key) {
   }
 }
 
-void etr_u64map_free(etr_u64map *m) {
+void an_u64map_free(an_u64map *m) {
   free(m->keys);
   free(m->vals);
   memset(m, 0, sizeof *m);
@@ -132,10 +132,10 @@ static uint64_t hash_bytes(const char *s, size_t len) {
   return h;
 }
 
-uint32_t etr_strtab_intern(etr_strtab *t, const char *s, size_t len) {
+uint32_t an_strtab_intern(an_strtab *t, const char *s, size_t len) {
   uint64_t h = hash_bytes(s, len);
   uint64_t first;
-  bool have = etr_u64map_get(&t->index, h, &first);
+  bool have = an_u64map_get(&t->index, h, &first);
   if (have) {
     for (uint32_t i = (uint32_t)first; i != UINT32_MAX; i = t->next[i]) {
       if (t->lens[i] == len && memcmp(t->strs[i], s, len) == 0) return i;
@@ -160,7 +160,7 @@ uint32_t etr_strtab_intern(etr_strtab *t, const char *s, size_t len) {
   if (len) memcpy(copy, s, len);
   copy[len] = '\0';
   uint32_t ix = (uint32_t)t->n;
-  if (!etr_u64map_put(&t->index, h, ix)) {
+  if (!an_u64map_put(&t->index, h, ix)) {
     free(copy);
     return UINT32_MAX;
   }
@@ -171,24 +171,24 @@ uint32_t etr_strtab_intern(etr_strtab *t, const char *s, size_t len) {
   return ix;
 }
 
-void etr_strtab_free(etr_strtab *t) {
+void an_strtab_free(an_strtab *t) {
   for (size_t i = 0; i < t->n; i++) free(t->strs[i]);
   free(t->strs);
   free(t->lens);
   free(t->next);
-  etr_u64map_free(&t->index);
+  an_u64map_free(&t->index);
   memset(t, 0, sizeof *t);
 }
 
 /* ---- output ---- */
 
-void etr_out_raw(etr_out *o, const char *s, size_t len) {
+void an_out_raw(an_out *o, const char *s, size_t len) {
   if (len && fwrite(s, 1, len, o->f) != len) o->failed = true;
 }
 
-void etr_out_cstr(etr_out *o, const char *s) { etr_out_raw(o, s, strlen(s)); }
+void an_out_cstr(an_out *o, const char *s) { an_out_raw(o, s, strlen(s)); }
 
-void etr_out_fmt(etr_out *o, const char *fmt, ...) {
+void an_out_fmt(an_out *o, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   if (vfprintf(o->f, fmt, ap) < 0) o->failed = true;
@@ -226,10 +226,10 @@ static size_t utf8_len(const unsigned char *s, size_t avail) {
 
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
-void etr_out_jstr(etr_out *o, const char *s, size_t len) {
+void an_out_jstr(an_out *o, const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0, run = 0;
-  etr_out_raw(o, "\"", 1);
+  an_out_raw(o, "\"", 1);
   while (i < len) {
     unsigned char c = p[i];
     if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
@@ -243,65 +243,75 @@ void etr_out_jstr(etr_out *o, const char *s, size_t len) {
       run += n;
       continue;
     }
-    etr_out_raw(o, (const char *)p + i - run, run);
+    an_out_raw(o, (const char *)p + i - run, run);
     run = 0;
     if (c >= 0x80) {
-      etr_out_raw(o, REPLACEMENT, 3);
+      an_out_raw(o, REPLACEMENT, 3);
     } else if (c == '"') {
-      etr_out_raw(o, "\\\"", 2);
+      an_out_raw(o, "\\\"", 2);
     } else if (c == '\\') {
-      etr_out_raw(o, "\\\\", 2);
+      an_out_raw(o, "\\\\", 2);
     } else if (c == '\n') {
-      etr_out_raw(o, "\\n", 2);
+      an_out_raw(o, "\\n", 2);
     } else if (c == '\t') {
-      etr_out_raw(o, "\\t", 2);
+      an_out_raw(o, "\\t", 2);
     } else if (c == '\r') {
-      etr_out_raw(o, "\\r", 2);
+      an_out_raw(o, "\\r", 2);
     } else {
-      etr_out_fmt(o, "\\u%04x", c);
+      an_out_fmt(o, "\\u%04x", c);
     }
     i++;
   }
-  etr_out_raw(o, (const char *)p + i - run, run);
-  etr_out_raw(o, "\"", 1);
+  an_out_raw(o, (const char *)p + i - run, run);
+  an_out_raw(o, "\"", 1);
 }
 
-void etr_out_jval(etr_out *o, const etr_jval *v) {
+void an_out_jval(an_out *o, const rd_jval *v) {
   switch (v->kind) {
-    case ETR_J_NULL: etr_out_raw(o, "null", 4); break;
-    case ETR_J_BOOL: etr_out_cstr(o, v->v.b ? "true" : "false"); break;
-    case ETR_J_INT: etr_out_fmt(o, "%lld", (long long)v->v.i); break;
-    case ETR_J_UINT: etr_out_fmt(o, "%llu", (unsigned long long)v->v.u); break;
+    case ETR_J_NULL:
+      an_out_raw(o, "null", 4);
+      break;
+    case ETR_J_BOOL:
+      an_out_cstr(o, v->v.b ? "true" : "false");
+      break;
+    case ETR_J_INT:
+      an_out_fmt(o, "%lld", (long long)v->v.i);
+      break;
+    case ETR_J_UINT:
+      an_out_fmt(o, "%llu", (unsigned long long)v->v.u);
+      break;
     case ETR_J_DOUBLE:
       if (isfinite(v->v.d)) {
-        etr_out_fmt(o, "%.17g", v->v.d);
+        an_out_fmt(o, "%.17g", v->v.d);
       } else {
-        etr_out_cstr(o, isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"");
+        an_out_cstr(o, isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"");
       }
       break;
-    case ETR_J_STRING: etr_out_jstr(o, v->v.str.s, v->v.str.len); break;
+    case ETR_J_STRING:
+      an_out_jstr(o, v->v.str.s, v->v.str.len);
+      break;
     case ETR_J_ARRAY:
-      etr_out_raw(o, "[", 1);
+      an_out_raw(o, "[", 1);
       for (size_t i = 0; i < v->v.arr.n; i++) {
-        if (i) etr_out_raw(o, ",", 1);
-        etr_out_jval(o, &v->v.arr.items[i]);
+        if (i) an_out_raw(o, ",", 1);
+        an_out_jval(o, &v->v.arr.items[i]);
       }
-      etr_out_raw(o, "]", 1);
+      an_out_raw(o, "]", 1);
       break;
     case ETR_J_OBJECT:
-      etr_out_raw(o, "{", 1);
+      an_out_raw(o, "{", 1);
       for (size_t i = 0; i < v->v.obj.n; i++) {
-        if (i) etr_out_raw(o, ",", 1);
-        etr_out_jstr(o, v->v.obj.items[i].key, v->v.obj.items[i].key_len);
-        etr_out_raw(o, ":", 1);
-        etr_out_jval(o, &v->v.obj.items[i].val);
+        if (i) an_out_raw(o, ",", 1);
+        an_out_jstr(o, v->v.obj.items[i].key, v->v.obj.items[i].key_len);
+        an_out_raw(o, ":", 1);
+        an_out_jval(o, &v->v.obj.items[i].val);
       }
-      etr_out_raw(o, "}", 1);
+      an_out_raw(o, "}", 1);
       break;
   }
 }
 
-void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, char repl) {
+void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0;
   while (i < len) {
@@ -309,20 +319,20 @@ void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, c
     if (c >= 0x80) {
       size_t n = utf8_len(p + i, len - i);
       if (n == 0) {
-        etr_out_raw(o, REPLACEMENT, 3);
+        an_out_raw(o, REPLACEMENT, 3);
         i++;
       } else {
-        etr_out_raw(o, (const char *)p + i, n);
+        an_out_raw(o, (const char *)p + i, n);
         i += n;
       }
       continue;
     }
     if (c < 0x20 || c == 0x7f) {
-      etr_out_raw(o, " ", 1);
+      an_out_raw(o, " ", 1);
     } else if (strchr(bad, c) != NULL) {
-      etr_out_raw(o, &repl, 1);
+      an_out_raw(o, &repl, 1);
     } else {
-      etr_out_raw(o, (const char *)p + i, 1);
+      an_out_raw(o, (const char *)p + i, 1);
     }
     i++;
   }
@@ -330,35 +340,39 @@ void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, c
 
 /* ---- trace helpers ---- */
 
-bool etr_an_is_thread_node(const etr_rnode *n) {
+bool an_is_thread_node(const rd_rnode *n) {
   return n->name != NULL && strcmp(n->name, "[pytorch|profiler|execution_trace|thread]") == 0;
 }
 
-bool etr_an_is_process_node(const etr_rnode *n) {
+bool an_is_process_node(const rd_rnode *n) {
   return n->name != NULL && strcmp(n->name, "[pytorch|profiler|execution_trace|process]") == 0;
 }
 
-const etr_rattr *etr_an_attr(const etr_rnode *n, const char *name) {
+const rd_rattr *an_attr(const rd_rnode *n, const char *name) {
   for (size_t i = 0; i < n->n_attrs; i++) {
     if (n->attrs[i].name != NULL && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
   }
   return NULL;
 }
 
-int64_t etr_an_jint(const etr_jval *v, int64_t dflt) {
+int64_t an_jint(const rd_jval *v, int64_t dflt) {
   if (v == NULL) return dflt;
   switch (v->kind) {
-    case ETR_J_INT: return v->v.i;
-    case ETR_J_UINT: return INT64_MAX;
+    case ETR_J_INT:
+      return v->v.i;
+    case ETR_J_UINT:
+      return INT64_MAX;
     case ETR_J_DOUBLE:
       if (isfinite(v->v.d) && v->v.d > -9.2e18 && v->v.d < 9.2e18) return (int64_t)v->v.d;
       return dflt;
-    case ETR_J_BOOL: return v->v.b ? 1 : 0;
-    default: return dflt;
+    case ETR_J_BOOL:
+      return v->v.b ? 1 : 0;
+    default:
+      return dflt;
   }
 }
 
-bool etr_an_parse_double(const char *s, double *out) {
+bool an_parse_double(const char *s, double *out) {
   char *end;
   if (s == NULL || *s == '\0') return false;
   double d = strtod(s, &end);

@@ -17,73 +17,73 @@
 
 /* ---- uint64 -> uint64 open-addressing hash map (16 bytes per slot, load <= 1/2) ---- */
 
-typedef struct etr_u64map {
+typedef struct an_u64map {
   uint64_t *keys;
   uint64_t *vals;
-  size_t cap;  /* power of two or 0 */
+  size_t cap; /* power of two or 0 */
   size_t n;
-  bool has_max;  /* the key UINT64_MAX (our empty marker) is kept aside */
+  bool has_max; /* the key UINT64_MAX (our empty marker) is kept aside */
   uint64_t max_val;
-} etr_u64map;
+} an_u64map;
 
 /* Put (insert or overwrite). false when memory ran out. */
-bool etr_u64map_put(etr_u64map *m, uint64_t key, uint64_t val);
+bool an_u64map_put(an_u64map *m, uint64_t key, uint64_t val);
 /* Lookup: true and *val when present. */
-bool etr_u64map_get(const etr_u64map *m, uint64_t key, uint64_t *val);
+bool an_u64map_get(const an_u64map *m, uint64_t key, uint64_t *val);
 /* Remove a key (no-op when absent). */
-void etr_u64map_del(etr_u64map *m, uint64_t key);
-void etr_u64map_free(etr_u64map *m);
+void an_u64map_del(an_u64map *m, uint64_t key);
+void an_u64map_free(an_u64map *m);
 
 /* ---- string interning: each distinct byte string gets a small index ---- */
 
-typedef struct etr_strtab {
-  char **strs;      /* NUL-terminated copies */
+typedef struct an_strtab {
+  char **strs; /* NUL-terminated copies */
   size_t *lens;
   size_t n, cap;
-  etr_u64map index; /* hash -> first index with that hash (chained via `next`) */
-  uint32_t *next;   /* next index with the same hash, UINT32_MAX ends */
-} etr_strtab;
+  an_u64map index; /* hash -> first index with that hash (chained via `next`) */
+  uint32_t *next;  /* next index with the same hash, UINT32_MAX ends */
+} an_strtab;
 
 /* Index of s (interned on first use), or UINT32_MAX when memory ran out. */
-uint32_t etr_strtab_intern(etr_strtab *t, const char *s, size_t len);
-void etr_strtab_free(etr_strtab *t);
+uint32_t an_strtab_intern(an_strtab *t, const char *s, size_t len);
+void an_strtab_free(an_strtab *t);
 
 /* ---- output: buffered, JSON-aware ---- */
 
-typedef struct etr_out {
+typedef struct an_out {
   FILE *f;
-  bool failed;  /* a write failed (disk full, closed pipe) */
-} etr_out;
+  bool failed; /* a write failed (disk full, closed pipe) */
+} an_out;
 
-void etr_out_raw(etr_out *o, const char *s, size_t len);
-void etr_out_cstr(etr_out *o, const char *s);
-void etr_out_fmt(etr_out *o, const char *fmt, ...)
+void an_out_raw(an_out *o, const char *s, size_t len);
+void an_out_cstr(an_out *o, const char *s);
+void an_out_fmt(an_out *o, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 /* A JSON string literal with quotes: escapes '"', '\\' and control characters, replaces
  * each invalid UTF-8 sequence with U+FFFD. */
-void etr_out_jstr(etr_out *o, const char *s, size_t len);
+void an_out_jstr(an_out *o, const char *s, size_t len);
 /* A JSON value (compact). Doubles that are not finite are written as strings. */
-void etr_out_jval(etr_out *o, const etr_jval *v);
+void an_out_jval(an_out *o, const rd_jval *v);
 /* Write s with invalid UTF-8 replaced (U+FFFD), control characters replaced by spaces and
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
-void etr_out_sanitized(etr_out *o, const char *s, size_t len, const char *bad, char repl);
+void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl);
 
 /* ---- trace helpers ---- */
 
 /* The node is a thread / process node (by its name). */
-bool etr_an_is_thread_node(const etr_rnode *n);
-bool etr_an_is_process_node(const etr_rnode *n);
+bool an_is_thread_node(const rd_rnode *n);
+bool an_is_process_node(const rd_rnode *n);
 
 /* Attr by name, or NULL. */
-const etr_rattr *etr_an_attr(const etr_rnode *n, const char *name);
+const rd_rattr *an_attr(const rd_rnode *n, const char *name);
 
 /* Integer value of a jval (INT, UINT clamped, DOUBLE truncated), or `dflt`. */
-int64_t etr_an_jint(const etr_jval *v, int64_t dflt);
+int64_t an_jint(const rd_jval *v, int64_t dflt);
 
 /* Parse a double / a positive integer option argument; false on a bad number. */
-bool etr_an_parse_double(const char *s, double *out);
+bool an_parse_double(const char *s, double *out);
 
 #endif /* ETR_TOOLS_LIB_AN_UTIL_H */

@@ -50,8 +50,7 @@
 /* ---- the tensor type ---- */
 
 typedef struct {
-  PyObject_HEAD
-  int64_t rows, cols;
+  PyObject_HEAD int64_t rows, cols;
   double *data;
 } TensorObject;
 
@@ -115,8 +114,8 @@ static PyMethodDef tensor_methods[] = {
     {"tolist", (PyCFunction)tensor_tolist, METH_NOARGS, "The values as a list of rows."},
     {NULL, NULL, 0, NULL}};
 
-static PyGetSetDef tensor_getset[] = {
-    {"shape", (getter)tensor_shape, NULL, "(rows, cols)", NULL}, {NULL, NULL, NULL, NULL, NULL}};
+static PyGetSetDef tensor_getset[] = {{"shape", (getter)tensor_shape, NULL, "(rows, cols)", NULL},
+                                      {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject TensorType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "etrdemo.Tensor",
@@ -220,7 +219,8 @@ static PyObject *etrdemo_matmul(PyObject *self, PyObject *args) {
     for (int64_t i = 0; i < a->rows; i++)
       for (int64_t k = 0; k < a->cols; k++) {
         double x = a->data[i * a->cols + k];
-        for (int64_t j = 0; j < b->cols; j++) r->data[i * b->cols + j] += x * b->data[k * b->cols + j];
+        for (int64_t j = 0; j < b->cols; j++)
+          r->data[i * b->cols + j] += x * b->data[k * b->cols + j];
       }
   }
   op_end(&o, (PyObject *)r);
@@ -473,9 +473,9 @@ static PyObject *etrdemo_traceback_stats(PyObject *self, PyObject *unused) {
                        "frames_captured", (unsigned long long)tb.frames_captured,
                        "symbol_cache_misses", (unsigned long long)tb.symbol_cache_misses,
                        "symbolize_fallbacks", (unsigned long long)tb.symbolize_fallbacks,
-                       "script_frames", (unsigned long long)tb.script_frames,
-                       "script_symbolized", (unsigned long long)tb.script_symbolized,
-                       "script_released", (unsigned long long)tb.script_released);
+                       "script_frames", (unsigned long long)tb.script_frames, "script_symbolized",
+                       (unsigned long long)tb.script_symbolized, "script_released",
+                       (unsigned long long)tb.script_released);
 }
 
 static PyObject *etrdemo_open(PyObject *self, PyObject *args, PyObject *kw) {
@@ -484,8 +484,8 @@ static PyObject *etrdemo_open(PyObject *self, PyObject *args, PyObject *kw) {
   const char *path, *pattern = NULL;
   int tb = 1, enable = 1;
   unsigned int every = 0, depth = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|pzIIp:open", kwlist, &path, &tb, &pattern,
-                                   &every, &depth, &enable))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|pzIIp:open", kwlist, &path, &tb, &pattern, &every,
+                                   &depth, &enable))
     return NULL;
   if (trace || etr_trace_current()) {
     PyErr_SetString(PyExc_RuntimeError, "a trace is open already");
@@ -574,9 +574,15 @@ static PyMethodDef methods[] = {
     {"_shutdown", etrdemo_shutdown, METH_NOARGS, "atexit: close the trace, unregister."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "etrdemo",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                                    "etrdemo",
                                     "Instrumented operators on small tensors (etr example).",
-                                    -1, methods, NULL, NULL, NULL, NULL};
+                                    -1,
+                                    methods,
+                                    NULL,
+                                    NULL,
+                                    NULL,
+                                    NULL};
 
 PyMODINIT_FUNC PyInit_etrdemo(void) {
   if (PyType_Ready(&TensorType) < 0) return NULL;

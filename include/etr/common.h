@@ -39,19 +39,19 @@ extern "C" {
 #endif
 
 /* X-macro list: name, value, message. Values are explicit and never reused. */
-#define ETR_ERRNO_MAP(X)                                                         \
-  X(OK, 0, "success")                                                            \
-  X(EINVAL, -1, "invalid argument")                                              \
-  X(ENOMEM, -2, "out of memory")                                                 \
+#define ETR_ERRNO_MAP(X)                                                                \
+  X(OK, 0, "success")                                                                   \
+  X(EINVAL, -1, "invalid argument")                                                     \
+  X(ENOMEM, -2, "out of memory")                                                        \
   X(EBUSY, -3, "resource busy (another trace is open, or the call is not allowed now)") \
-  X(ENOSPC, -4, "no free observer slot")                                         \
-  X(ENOENT, -5, "no such observer (stale or removed handle)")                    \
-  X(EIO, -6, "write error on the trace file")                                    \
-  X(EOPEN, -7, "cannot open the trace file")                                     \
-  X(ESTATE, -8, "call not valid in the current state")                           \
-  X(ETHREAD, -9, "cannot start the writer thread")                               \
-  X(EFORKED, -10, "the trace belongs to the parent process")                     \
-  X(EFORMAT, -11, "malformed trace input")                                       \
+  X(ENOSPC, -4, "no free observer slot")                                                \
+  X(ENOENT, -5, "no such observer (stale or removed handle)")                           \
+  X(EIO, -6, "write error on the trace file")                                           \
+  X(EOPEN, -7, "cannot open the trace file")                                            \
+  X(ESTATE, -8, "call not valid in the current state")                                  \
+  X(ETHREAD, -9, "cannot start the writer thread")                                      \
+  X(EFORKED, -10, "the trace belongs to the parent process")                            \
+  X(EFORMAT, -11, "malformed trace input")                                              \
   X(ENOTSUP, -12, "not supported on this platform or build")
 
 typedef enum etr_error {

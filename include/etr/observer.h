@@ -39,18 +39,18 @@ typedef void (*etr_enter_fn)(const etr_record *rec, void *user);
 typedef void (*etr_exit_fn)(const etr_record *rec, void *user);
 
 typedef struct etr_observer_options {
-  size_t struct_size;         /* sizeof(etr_observer_options) */
-  etr_enter_fn enter;         /* may be NULL */
-  etr_exit_fn exit;           /* may be NULL */
-  void *user;                 /* passed to both callbacks */
-  uint32_t needs;             /* ETR_NEEDS_* bits */
-  uint32_t scopes;            /* bit (1u << scope) per accepted scope; 0 = all scopes */
-  double sample_probability;  /* chance that a given op is observed; 0 = every op (default) */
-  bool thread_local_only;     /* only the adding thread is observed; removed at its exit */
-  bool start_disabled;        /* added disabled (default: enabled at once) */
+  size_t struct_size;        /* sizeof(etr_observer_options) */
+  etr_enter_fn enter;        /* may be NULL */
+  etr_exit_fn exit;          /* may be NULL */
+  void *user;                /* passed to both callbacks */
+  uint32_t needs;            /* ETR_NEEDS_* bits */
+  uint32_t scopes;           /* bit (1u << scope) per accepted scope; 0 = all scopes */
+  double sample_probability; /* chance that a given op is observed; 0 = every op (default) */
+  bool thread_local_only;    /* only the adding thread is observed; removed at its exit */
+  bool start_disabled;       /* added disabled (default: enabled at once) */
 } etr_observer_options;
 #define ETR_OBSERVER_OPTIONS_INIT \
-  {sizeof(etr_observer_options), NULL, NULL, NULL, 0, 0, 0.0, false, false}
+  { sizeof(etr_observer_options), NULL, NULL, NULL, 0, 0, 0.0, false, false }
 
 /* Add an observer. Returns 0 and the handle in *out, ETR_ENOSPC when all slots are taken,
  * ETR_EINVAL for bad options. Any thread; takes the registry lock, does not allocate. */

@@ -16,9 +16,9 @@
  * While no observer is enabled, init is a relaxed atomic load and two stores, and begin/end
  * are one predictable branch each: nothing allocates, locks or calls out. The record's
  * fields (name and scope included) are filled in by init only when the record is active;
- * set the others after init, and read none of them on an inactive record. Values pointed to by the record must stay valid until the call that reads
- * them returns: inputs and kernel/collective info until etr_record_begin, outputs until
- * etr_record_end (etr copies what it keeps).
+ * set the others after init, and read none of them on an inactive record. Values pointed to by the
+ * record must stay valid until the call that reads them returns: inputs and kernel/collective info
+ * until etr_record_begin, outputs until etr_record_end (etr copies what it keeps).
  *
  * Threads: a record belongs to the thread that initialised it; begin and end must be called
  * on that thread. Records made inside an observer callback are not observed (no recursion).
@@ -55,33 +55,34 @@ typedef enum etr_scope {
 /* Kernel launch details (attrs kernel_backend, kernel_file, and when set kernel_grid,
  * kernel_stream). Start from ETR_KERNEL_INFO_INIT. */
 typedef struct etr_kernel_info {
-  const char *backend;  /* "triton", "cuda", ...; NULL = "" */
-  const char *file;     /* kernel source or binary; NULL = "" */
-  uint32_t grid[3];     /* all zero = not written */
-  int64_t stream;       /* < 0 = not written */
+  const char *backend; /* "triton", "cuda", ...; NULL = "" */
+  const char *file;    /* kernel source or binary; NULL = "" */
+  uint32_t grid[3];    /* all zero = not written */
+  int64_t stream;      /* < 0 = not written */
 } etr_kernel_info;
-#define ETR_KERNEL_INFO_INIT {NULL, NULL, {0, 0, 0}, -1}
+#define ETR_KERNEL_INFO_INIT \
+  { NULL, NULL, {0, 0, 0}, -1 }
 
-/* Collective communication details (the attrs of DESIGN 6.2). Start from
+/* Collective communication details (the attrs of docs/FORMAT.md). Start from
  * ETR_COLLECTIVE_INFO_INIT. Split sizes are written as "[a, b]". */
 typedef struct etr_collective_info {
-  const char *name;   /* collective_name: "allreduce", "all_gather", ... */
-  const char *dtype;  /* "Float", ... */
+  const char *name;  /* collective_name: "allreduce", "all_gather", ... */
+  const char *dtype; /* "Float", ... */
   uint64_t in_msg_nelems;
   uint64_t out_msg_nelems;
   const int64_t *in_split_sizes;
   uint32_t n_in_splits;
   const int64_t *out_split_sizes;
   uint32_t n_out_splits;
-  int64_t global_rank_start;   /* written when >= 0 */
-  int64_t global_rank_stride;  /* written when > 0 */
+  int64_t global_rank_start;  /* written when >= 0 */
+  int64_t global_rank_stride; /* written when > 0 */
   const char *pg_name;
   const char *pg_desc;
   uint64_t pg_size;
-  bool is_async;               /* is_asynchronized_op: 1 or 0 */
+  bool is_async; /* is_asynchronized_op: 1 or 0 */
 } etr_collective_info;
 #define ETR_COLLECTIVE_INFO_INIT \
-  {NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1, 0, NULL, NULL, 0, false}
+  { NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1, 0, NULL, NULL, 0, false }
 
 /* What observers ask the runtime to fill in (etr_observer_options.needs). */
 typedef enum etr_needs {
@@ -93,24 +94,24 @@ typedef enum etr_needs {
 
 typedef struct etr_record {
   /* Set by the runtime. */
-  const char *name;          /* NUL-terminated; NULL is written as "" */
-  uint32_t scope;            /* etr_scope */
+  const char *name; /* NUL-terminated; NULL is written as "" */
+  uint32_t scope;   /* etr_scope */
   uint32_t n_inputs;
-  int64_t seq_nr;            /* sequence number linking forward and backward; -1 = none */
-  uint64_t fw_tid;           /* etr_thread_id() of the forward thread this op runs for; 0 */
-  const char *schema;        /* operator schema string; NULL = "" */
+  int64_t seq_nr;     /* sequence number linking forward and backward; -1 = none */
+  uint64_t fw_tid;    /* etr_thread_id() of the forward thread this op runs for; 0 */
+  const char *schema; /* operator schema string; NULL = "" */
   const etr_value *inputs;
   const etr_value *outputs;
   uint32_t n_outputs;
-  uint32_t _needs;           /* private: union of the active observers' needs */
-  const etr_kernel_info *kernel;          /* NULL = none */
-  const etr_collective_info *collective;  /* NULL = none */
+  uint32_t _needs;                       /* private: union of the active observers' needs */
+  const etr_kernel_info *kernel;         /* NULL = none */
+  const etr_collective_info *collective; /* NULL = none */
   /* Private to etr. */
-  uint64_t _active;          /* bit i: observer slot i entered */
-  uint64_t _epoch;           /* registry epoch when the record was prepared */
-  uint64_t _rf_id;           /* unique record handle (the "rf_id" attr) */
-  uint32_t _state;           /* 0 unobserved, 1 prepared, 2 begun, 3 ended */
-  uint32_t _tid;             /* logical id of the owning thread */
+  uint64_t _active; /* bit i: observer slot i entered */
+  uint64_t _epoch;  /* registry epoch when the record was prepared */
+  uint64_t _rf_id;  /* unique record handle (the "rf_id" attr) */
+  uint32_t _state;  /* 0 unobserved, 1 prepared, 2 begun, 3 ended */
+  uint32_t _tid;    /* logical id of the owning thread */
 } etr_record;
 
 /* Nonzero while at least one observer is enabled somewhere. Read it only through the inline
@@ -127,14 +128,14 @@ ETR_API void etr__storage_died(const void *storage);
 
 /* Start a record. name must stay valid until etr_record_begin returns. Any thread; never
  * allocates or locks while nothing is enabled. */
-static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const char *name, etr_scope scope) {
+static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const char *name,
+                                                      etr_scope scope) {
   /* (A NULL record is ignored by init, begin and end; for the usual &local the check folds.) */
   if (ETR__UNLIKELY(!rec)) return;
   rec->_active = 0;
   rec->_state = 0;
 #ifndef ETR_DISABLE
-  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0))
-    etr__record_prepare(rec, name, scope);
+  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0)) etr__record_prepare(rec, name, scope);
 #else
   (void)name;
   (void)scope;

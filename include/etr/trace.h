@@ -33,27 +33,29 @@ typedef enum etr_schema {
 } etr_schema;
 
 typedef struct etr_trace_options {
-  size_t struct_size;          /* sizeof(etr_trace_options) */
+  size_t struct_size; /* sizeof(etr_trace_options) */
   etr_schema schema;
-  bool no_timing;              /* omit ts / inclusive_dur / exclusive_dur */
-  uint32_t buffer_kb;          /* per-thread buffer chunk size; 0 = 64 KiB */
-  uint32_t max_buffers;        /* chunks queued for the writer before recorders wait; 0 = 64 */
-  double sample_probability;   /* record this fraction of ops; 0 = all */
-  uint32_t scopes;             /* bit (1u << scope) per recorded scope; 0 = all */
+  bool no_timing;                  /* omit ts / inclusive_dur / exclusive_dur */
+  uint32_t buffer_kb;              /* per-thread buffer chunk size; 0 = 64 KiB */
+  uint32_t max_buffers;            /* chunks queued for the writer before recorders wait; 0 = 64 */
+  double sample_probability;       /* record this fraction of ops; 0 = all */
+  uint32_t scopes;                 /* bit (1u << scope) per recorded scope; 0 = all */
   etr_traceback_options traceback; /* tracebacks on recorded ops (etr/traceback.h); off */
   /* Durability (docs/RELIABILITY.md). A node completed at time t is in the file (written
    * with write(2), so it survives kill -9) by t + flush_ms, whatever its thread does next;
    * the writer also writes whenever flush_kb of JSON is buffered. */
-  uint32_t flush_ms;           /* 0 = 1000 ms; ETR_FLUSH_NEVER = only when buffers fill */
-  uint32_t flush_kb;           /* 0 = 512 KiB */
-  bool sync;                   /* fdatasync(2) after each timed flush (power loss) */
-  bool fatal_signals;          /* finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and
-                                  SIGINT, then chain to the previous handler (ETR_TRACE: on) */
+  uint32_t flush_ms;  /* 0 = 1000 ms; ETR_FLUSH_NEVER = only when buffers fill */
+  uint32_t flush_kb;  /* 0 = 512 KiB */
+  bool sync;          /* fdatasync(2) after each timed flush (power loss) */
+  bool fatal_signals; /* finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and
+                         SIGINT, then chain to the previous handler (ETR_TRACE: on) */
 } etr_trace_options;
 #define ETR_FLUSH_NEVER UINT32_MAX
-#define ETR_TRACE_OPTIONS_INIT                                                              \
-  {sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0,                       \
-   ETR_TRACEBACK_OPTIONS_INIT, 0, 0, false, false}
+#define ETR_TRACE_OPTIONS_INIT                                                                    \
+  {                                                                                               \
+    sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, ETR_TRACEBACK_OPTIONS_INIT, \
+        0, 0, false, false                                                                        \
+  }
 
 typedef struct etr_trace etr_trace;
 
@@ -93,35 +95,35 @@ ETR_API etr_trace *etr_trace_current(void);
 
 typedef struct etr_trace_stats {
   size_t struct_size;
-  uint64_t nodes_written;        /* op, thread and process nodes handed to the file */
-  uint64_t ops_recorded;         /* op nodes encoded by recording threads */
-  uint64_t bytes_written;        /* bytes written to the file so far */
-  uint64_t threads;              /* thread nodes */
-  uint64_t objects;              /* object ids assigned (tensors and storages) */
-  uint64_t ids_retired;          /* ids retired because the runtime said the object died */
-  uint64_t strings_cut;          /* strings cut at 8192 bytes */
-  uint64_t lists_cut;            /* lists cut at 4096 elements (or the per-node budget) */
-  uint64_t utf8_replaced;        /* invalid UTF-8 sequences replaced */
-  uint64_t nesting_cut;          /* values nested deeper than 32 levels, written as "<...>" */
-  uint64_t ends_without_begin;   /* exits whose op was not on the thread's stack */
-  uint64_t ends_out_of_order;    /* an op ended while ops it enclosed were still open */
-  uint64_t ops_open_at_disable;  /* ops in flight when the trace was disabled */
+  uint64_t nodes_written;           /* op, thread and process nodes handed to the file */
+  uint64_t ops_recorded;            /* op nodes encoded by recording threads */
+  uint64_t bytes_written;           /* bytes written to the file so far */
+  uint64_t threads;                 /* thread nodes */
+  uint64_t objects;                 /* object ids assigned (tensors and storages) */
+  uint64_t ids_retired;             /* ids retired because the runtime said the object died */
+  uint64_t strings_cut;             /* strings cut at 8192 bytes */
+  uint64_t lists_cut;               /* lists cut at 4096 elements (or the per-node budget) */
+  uint64_t utf8_replaced;           /* invalid UTF-8 sequences replaced */
+  uint64_t nesting_cut;             /* values nested deeper than 32 levels, written as "<...>" */
+  uint64_t ends_without_begin;      /* exits whose op was not on the thread's stack */
+  uint64_t ends_out_of_order;       /* an op ended while ops it enclosed were still open */
+  uint64_t ops_open_at_disable;     /* ops in flight when the trace was disabled */
   uint64_t ops_open_at_thread_exit; /* ops still open when their thread exited */
-  uint64_t ops_open_at_close;    /* ops still open at close (written, marked incomplete) */
-  uint64_t nodes_dropped;        /* nodes lost (only after a write error) */
-  uint64_t buffer_waits;         /* times a recorder waited for the writer */
-  int write_error;               /* errno of the first write error, 0 if none */
-  uint64_t tracebacks;           /* ops that carry a traceback */
-  uint64_t tracebacks_unique;    /* entries of the "tracebacks" table */
-  uint64_t frames_unique;        /* entries of the "frames" table (known at flush/close) */
-  uint64_t values_fixed;         /* values written changed to stay valid: a negative tensor
-                                    offset, numel or itemsize as 0; type-name characters
-                                    ()[],<> in a dtype or object kind as '_'; an empty or
-                                    built-in object kind as "Object" */
+  uint64_t ops_open_at_close;       /* ops still open at close (written, marked incomplete) */
+  uint64_t nodes_dropped;           /* nodes lost (only after a write error) */
+  uint64_t buffer_waits;            /* times a recorder waited for the writer */
+  int write_error;                  /* errno of the first write error, 0 if none */
+  uint64_t tracebacks;              /* ops that carry a traceback */
+  uint64_t tracebacks_unique;       /* entries of the "tracebacks" table */
+  uint64_t frames_unique;           /* entries of the "frames" table (known at flush/close) */
+  uint64_t values_fixed;            /* values written changed to stay valid: a negative tensor
+                                       offset, numel or itemsize as 0; type-name characters
+                                       ()[],<> in a dtype or object kind as '_'; an empty or
+                                       built-in object kind as "Object" */
 } etr_trace_stats;
 
-/* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without stopping
- * recorders, so they are a snapshot. */
+/* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without
+ * stopping recorders, so they are a snapshot. */
 ETR_API int etr_trace_stats_get(const etr_trace *trace, etr_trace_stats *out);
 
 /* Same as etr_trace_close, and fills *out (when not NULL) with the final counters, taken

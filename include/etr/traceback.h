@@ -28,25 +28,25 @@ extern "C" {
 
 /* How frames are written in the "frames" table. */
 typedef enum etr_symbolize_mode {
-  ETR_SYMBOLIZE_FULL = 0,   /* name, filename, line resolved in process (default) */
-  ETR_SYMBOLIZE_MODULE = 1  /* "module", "build_id", "offset" per native frame; resolve later
-                             * with `etr symbolize` on a machine that has the binaries */
+  ETR_SYMBOLIZE_FULL = 0,  /* name, filename, line resolved in process (default) */
+  ETR_SYMBOLIZE_MODULE = 1 /* "module", "build_id", "offset" per native frame; resolve later
+                            * with `etr symbolize` on a machine that has the binaries */
 } etr_symbolize_mode;
 
 /* Which ops get a traceback, and how frames are written. Part of etr_trace_options, and
  * changeable on an open trace with etr_trace_set_traceback. */
 typedef struct etr_traceback_options {
-  size_t struct_size;          /* sizeof(etr_traceback_options) */
-  bool enabled;                /* capture tracebacks (default off) */
-  const char *pattern;         /* only ops whose name matches this fnmatch(3) pattern (copied);
-                                * NULL or "" = every op */
-  uint32_t every;              /* then 1 in N of those ops, per thread; 0 or 1 = each one */
-  uint32_t max_depth;          /* frames captured per traceback, native and script; 0 = 64;
-                                * <= 256 (calls inlined at an address add frames in the table) */
+  size_t struct_size;  /* sizeof(etr_traceback_options) */
+  bool enabled;        /* capture tracebacks (default off) */
+  const char *pattern; /* only ops whose name matches this fnmatch(3) pattern (copied);
+                        * NULL or "" = every op */
+  uint32_t every;      /* then 1 in N of those ops, per thread; 0 or 1 = each one */
+  uint32_t max_depth;  /* frames captured per traceback, native and script; 0 = 64;
+                        * <= 256 (calls inlined at an address add frames in the table) */
   etr_symbolize_mode symbolize;
 } etr_traceback_options;
 #define ETR_TRACEBACK_OPTIONS_INIT \
-  {sizeof(etr_traceback_options), false, NULL, 0, 0, ETR_SYMBOLIZE_FULL}
+  { sizeof(etr_traceback_options), false, NULL, 0, 0, ETR_SYMBOLIZE_FULL }
 
 /* ---- script frames (an interpreter's own stack) ---- */
 
@@ -56,13 +56,13 @@ typedef struct etr_traceback_options {
 #define ETR_SCRIPT_FRAME_ENTRY 1u
 
 typedef struct etr_script_frame {
-  const char *name;      /* function name */
+  const char *name; /* function name */
   const char *filename;
   int64_t line;
 } etr_script_frame;
 
 typedef struct etr_script_unwinder {
-  size_t struct_size;    /* sizeof(etr_script_unwinder) */
+  size_t struct_size; /* sizeof(etr_script_unwinder) */
   /* Native functions that run the interpreter (e.g. "_PyEval_EvalFrameDefault"): script
    * frames are inserted before (inside of) the native frames found in these functions. */
   const char *const *entry_symbols;
@@ -88,7 +88,8 @@ typedef struct etr_script_unwinder {
   bool release_in_record;
   void *user;
 } etr_script_unwinder;
-#define ETR_SCRIPT_UNWINDER_INIT {sizeof(etr_script_unwinder), NULL, 0, NULL, NULL, NULL, false, NULL}
+#define ETR_SCRIPT_UNWINDER_INIT \
+  { sizeof(etr_script_unwinder), NULL, 0, NULL, NULL, NULL, false, NULL }
 
 /* Register the process's script unwinder (one at a time; ETR_EBUSY if one is set). The
  * entry symbols are resolved once here (ETR_ENOENT if none is found). Any thread. */
@@ -108,14 +109,14 @@ ETR_API void etr_script_release_pending(void);
 
 typedef struct etr_traceback_stats {
   size_t struct_size;
-  uint64_t captures;              /* tracebacks captured */
-  uint64_t captures_truncated;    /* tracebacks cut at the depth limit */
-  uint64_t capture_failures;      /* walks that stopped early on a bad frame */
-  uint64_t frames_captured;       /* native frames stored */
-  uint64_t unwind_cache_hits;     /* frames unwound with a cached rule */
-  uint64_t unwind_cache_misses;   /* frames whose rule had to be computed */
-  uint64_t unwind_cache_resets;   /* cache flushes after libraries were loaded or unloaded */
-  uint64_t unwind_fallbacks;      /* frames taken from libunwind (no simple rule) */
+  uint64_t captures;            /* tracebacks captured */
+  uint64_t captures_truncated;  /* tracebacks cut at the depth limit */
+  uint64_t capture_failures;    /* walks that stopped early on a bad frame */
+  uint64_t frames_captured;     /* native frames stored */
+  uint64_t unwind_cache_hits;   /* frames unwound with a cached rule */
+  uint64_t unwind_cache_misses; /* frames whose rule had to be computed */
+  uint64_t unwind_cache_resets; /* cache flushes after libraries were loaded or unloaded */
+  uint64_t unwind_fallbacks;    /* frames taken from libunwind (no simple rule) */
   /* The per-thread frame cache reuses the previous capture's outer frames where the stack
    * words they were read from are unchanged: a hit reuses them to the end of the walk, a
    * partial hit walks again after some were reused. frames_reused + frames_walked = all
@@ -125,12 +126,12 @@ typedef struct etr_traceback_stats {
   uint64_t frame_cache_misses;
   uint64_t frames_reused;
   uint64_t frames_walked;
-  uint64_t symbol_cache_hits;     /* addresses symbolized from the cache */
-  uint64_t symbol_cache_misses;   /* addresses symbolized for the first time */
-  uint64_t symbolize_fallbacks;   /* addresses that fell back to dladdr or module+offset */
-  uint64_t script_frames;         /* script frames gathered */
-  uint64_t script_symbolized;     /* unique script frames symbolized */
-  uint64_t script_released;       /* script-frame handles released */
+  uint64_t symbol_cache_hits;   /* addresses symbolized from the cache */
+  uint64_t symbol_cache_misses; /* addresses symbolized for the first time */
+  uint64_t symbolize_fallbacks; /* addresses that fell back to dladdr or module+offset */
+  uint64_t script_frames;       /* script frames gathered */
+  uint64_t script_symbolized;   /* unique script frames symbolized */
+  uint64_t script_released;     /* script-frame handles released */
 } etr_traceback_stats;
 
 /* Fill *out with process-wide counters (struct_size 0 means sizeof). Any thread. */

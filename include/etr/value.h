@@ -39,14 +39,14 @@ typedef enum etr_value_kind {
  * [id, 0, 0, 0, 0, ""] with type "Tensor(nullptr (uninitialized))"). sizes and strides
  * point to ndim elements each; strides may be NULL (then written as contiguous strides). */
 typedef struct etr_tensor {
-  const void *impl;        /* object identity: same pointer, same tensor (until it dies) */
-  const void *storage;     /* storage identity, NULL when the tensor has no storage */
-  int64_t storage_offset;  /* in elements */
+  const void *impl;       /* object identity: same pointer, same tensor (until it dies) */
+  const void *storage;    /* storage identity, NULL when the tensor has no storage */
+  int64_t storage_offset; /* in elements */
   int64_t numel;
-  int64_t itemsize;        /* bytes per element */
-  const char *dtype;       /* "float", "double", "c10::Half", ...; NULL = undefined tensor */
-  const char *device;      /* "cpu", "cuda:0", ...; NULL = "" */
-  int32_t ndim;            /* number of sizes/strides; at most ETR_MAX_NDIM are kept */
+  int64_t itemsize;   /* bytes per element */
+  const char *dtype;  /* "float", "double", "c10::Half", ...; NULL = undefined tensor */
+  const char *device; /* "cpu", "cuda:0", ...; NULL = "" */
+  int32_t ndim;       /* number of sizes/strides; at most ETR_MAX_NDIM are kept */
   const int64_t *sizes;
   const int64_t *strides;
 } etr_tensor;
@@ -59,7 +59,7 @@ typedef struct etr_tensor {
  * str, or str + len when len != 0 (then embedded NULs are allowed and escaped). */
 typedef struct etr_value {
   etr_value_kind kind;
-  uint32_t count;  /* LIST/TUPLE: number of items; STRING/DEVICE: byte length or 0 */
+  uint32_t count; /* LIST/TUPLE: number of items; STRING/DEVICE: byte length or 0 */
   union {
     bool b;
     int64_t i;

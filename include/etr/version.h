@@ -13,8 +13,7 @@
 #define ETR_VERSION_PATCH 0
 #define ETR_VERSION_STRING "0.1.0"
 /* One integer, comparable: major * 10000 + minor * 100 + patch. */
-#define ETR_VERSION_NUMBER \
-  (ETR_VERSION_MAJOR * 10000 + ETR_VERSION_MINOR * 100 + ETR_VERSION_PATCH)
+#define ETR_VERSION_NUMBER (ETR_VERSION_MAJOR * 10000 + ETR_VERSION_MINOR * 100 + ETR_VERSION_PATCH)
 
 #ifdef __cplusplus
 extern "C" {

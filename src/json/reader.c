@@ -7,7 +7,7 @@
  *    in an arena; a step that runs off the window is rolled back and redone after a refill;
  *  - or yajl (ETR_READER_BACKEND=yajl): yajl calls us back token by token and the callbacks
  *    build the same trees. yajl is a push parser and one block holds many nodes, so the
- *    completed nodes of a block wait in a queue until etr_reader_next hands them over.
+ *    completed nodes of a block wait in a queue until rd_next hands them over.
  * Node trees live in a FIFO arena whose blocks are recycled once every node in them has been
  * handed over, so memory stays bounded by one input block's worth of nodes plus the largest
  * node. Header values and the tables after "nodes" live in a second arena until close.
@@ -30,10 +30,10 @@
 
 #include "etr/common.h"
 
-#define IN_BLOCK (256u * 1024u)   /* bytes read from the file at once */
-#define FEED_BLOCK (64u * 1024u)  /* bytes handed to yajl at once */
+#define IN_BLOCK (256u * 1024u)  /* bytes read from the file at once */
+#define FEED_BLOCK (64u * 1024u) /* bytes handed to yajl at once */
 #define ARENA_BLOCK (64u * 1024u)
-#define ARENA_SPARE 8             /* standard blocks kept for reuse */
+#define ARENA_SPARE 8 /* standard blocks kept for reuse */
 
 /* ---------------------------------------------------------------- arena ---- */
 
@@ -47,7 +47,7 @@ typedef struct arena {
   ablk *head, *tail; /* FIFO: oldest first */
   ablk *spare;       /* recycled standard blocks */
   int n_spare;
-  size_t live;       /* bytes in blocks head..tail */
+  size_t live; /* bytes in blocks head..tail */
 } arena;
 
 static void blk_free(arena *a, ablk *b) {
@@ -122,12 +122,12 @@ typedef enum phase {
 } phase;
 
 typedef struct qent {
-  etr_rnode *node;
+  rd_rnode *node;
   ablk *mark; /* arena block where the node's data starts */
 } qent;
 
 typedef struct frame {
-  size_t start;    /* index in the member stack of the first child */
+  size_t start; /* index in the member stack of the first child */
   bool is_obj;
   const char *key; /* the key this container is the value of (in its parent) */
   size_t key_len;
@@ -135,12 +135,12 @@ typedef struct frame {
 
 typedef struct extra {
   const char *key;
-  etr_jval val;
+  rd_jval val;
 } extra;
 
-struct etr_reader {
-  etr_reader_options opt;
-  char *path;     /* for messages */
+struct rd_reader {
+  rd_options opt;
+  char *path; /* for messages */
   int fd;
   bool own_fd;
   bool eof;
@@ -160,17 +160,17 @@ struct etr_reader {
   uint64_t feed_base; /* decompressed offset of the current feed's first byte */
   uint64_t top_end;   /* offset just after the top-level object's '}' (yajl) */
   const unsigned char *feed_ptr;
-  uint64_t consumed;  /* decompressed bytes handed to the parser and fully parsed */
+  uint64_t consumed; /* decompressed bytes handed to the parser and fully parsed */
   phase ph;
-  int depth;          /* open containers in the file */
-  const char *tkey;   /* pending top-level key (depth 1) */
+  int depth;        /* open containers in the file */
+  const char *tkey; /* pending top-level key (depth 1) */
   char tkey_buf[64];
   bool tkey_known_scalar;
   /* builder */
   bool building;
-  bool build_node;    /* the value being built is a node (else a top-level value) */
+  bool build_node; /* the value being built is a node (else a top-level value) */
   arena *target;
-  etr_jmember *stk;
+  rd_jmember *stk;
   size_t stk_len, stk_cap;
   frame *frames;
   size_t n_frames, frames_cap;
@@ -179,33 +179,33 @@ struct etr_reader {
   uint64_t node_off;
   ablk *node_mark;
   /* nodes */
-  arena nodes;       /* FIFO arena of node trees */
+  arena nodes; /* FIFO arena of node trees */
   qent *q;
   size_t q_head, q_len, q_cap;
   /* header and trailer */
-  arena keep;        /* header strings, trailer tables, key list */
-  etr_rheader hdr;
+  arena keep; /* header strings, trailer tables, key list */
+  rd_rheader hdr;
   int64_t finish_ts;
   extra *extras;
   size_t n_extras, extras_cap;
   const char **top_keys;
   size_t n_top_keys, top_keys_cap;
   /* status */
-  int err;           /* first error (negative ETR_E*), 0 if none */
+  int err; /* first error (negative ETR_E*), 0 if none */
   char msg[512];
   uint64_t warnings;
   bool nodes_seen, nodes_done, parse_done;
   /* hand backend */
   bool hand;
-  unsigned char *hb;  /* input window; hb[0] is at decompressed offset hb_base */
+  unsigned char *hb; /* input window; hb[0] is at decompressed offset hb_base */
   size_t hb_cap, hb_len, hpos;
   uint64_t hb_base;
   bool heof, h_first, n_first;
 };
 
-static void set_error(etr_reader *r, int code, uint64_t off, const char *fmt, ...)
+static void set_error(rd_reader *r, int code, uint64_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void set_error(etr_reader *r, int code, uint64_t off, const char *fmt, ...) {
+static void set_error(rd_reader *r, int code, uint64_t off, const char *fmt, ...) {
   if (r->err) return;
   r->err = code;
   char reason[400];
@@ -213,13 +213,12 @@ static void set_error(etr_reader *r, int code, uint64_t off, const char *fmt, ..
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
-  snprintf(r->msg, sizeof r->msg, "%s: byte %llu: %s", r->path, (unsigned long long)off,
-           reason);
+  snprintf(r->msg, sizeof r->msg, "%s: byte %llu: %s", r->path, (unsigned long long)off, reason);
 }
 
-static void warn(etr_reader *r, uint64_t off, int64_t id, const char *fmt, ...)
+static void warn(rd_reader *r, uint64_t off, int64_t id, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void warn(etr_reader *r, uint64_t off, int64_t id, const char *fmt, ...) {
+static void warn(rd_reader *r, uint64_t off, int64_t id, const char *fmt, ...) {
   r->warnings++;
   if (!r->opt.warn) return;
   char m[400];
@@ -231,7 +230,7 @@ static void warn(etr_reader *r, uint64_t off, int64_t id, const char *fmt, ...) 
 }
 
 /* Decompressed offset just after the token yajl is reporting. */
-static uint64_t cur_off(etr_reader *r) {
+static uint64_t cur_off(rd_reader *r) {
   if (r->hand) return r->hb_base + r->hpos;
   return r->feed_base + yajl_get_bytes_consumed(r->yh);
 }
@@ -250,9 +249,9 @@ static bool grow(void **p, size_t *cap, size_t len, size_t elem, size_t first) {
   return true;
 }
 
-static bool push_member(etr_reader *r, const char *key, size_t key_len, const etr_jval *v) {
+static bool push_member(rd_reader *r, const char *key, size_t key_len, const rd_jval *v) {
   if (!grow((void **)&r->stk, &r->stk_cap, r->stk_len, sizeof *r->stk, 256)) return false;
-  etr_jmember *m = &r->stk[r->stk_len++];
+  rd_jmember *m = &r->stk[r->stk_len++];
   m->key = key;
   m->key_len = key_len;
   m->val = *v;
@@ -286,8 +285,7 @@ static const unsigned char *put_utf8_seq(unsigned char **q, const unsigned char 
 /* A NUL-terminated copy of n bytes; invalid UTF-8 (which yajl passes through, as it does not
  * validate strings here) is replaced by U+FFFD and warned about, like the hand parser does.
  * *out_len (when not NULL) receives the copy's length. */
-static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n,
-                      size_t *out_len) {
+static char *copy_str(rd_reader *r, arena *a, const unsigned char *s, size_t n, size_t *out_len) {
   size_t bad = 0;
   for (size_t i = 0; i < n;) {
     if (s[i] < 0x80) {
@@ -318,19 +316,19 @@ static char *copy_str(etr_reader *r, arena *a, const unsigned char *s, size_t n,
         x = put_utf8_seq(&q, x, s + n);
     }
     len = (size_t)(q - (unsigned char *)p);
-    warn(r, cur_off(r), -1, "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)",
-         bad, bad == 1 ? "" : "s");
+    warn(r, cur_off(r), -1, "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad,
+         bad == 1 ? "" : "s");
   }
   p[len] = '\0';
   if (out_len) *out_len = len;
   return p;
 }
 
-static int node_done(etr_reader *r, const etr_jval *root);
-static int top_value_done(etr_reader *r, const etr_jval *v);
+static int node_done(rd_reader *r, const rd_jval *root);
+static int top_value_done(rd_reader *r, const rd_jval *v);
 
 /* A complete value (scalar, or a closed container) inside the value being built. */
-static int b_value(etr_reader *r, const etr_jval *v) {
+static int b_value(rd_reader *r, const rd_jval *v) {
   if (r->n_frames == 0) { /* the root itself */
     r->building = false;
     return r->build_node ? node_done(r, v) : top_value_done(r, v);
@@ -349,14 +347,13 @@ static int b_value(etr_reader *r, const etr_jval *v) {
   }
   if ((r->stk_len & 1023) == 0 && r->build_node &&
       cur_off(r) - r->node_off > r->opt.max_node_bytes) {
-    set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
-              r->opt.max_node_bytes);
+    set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
     return 0;
   }
   return 1;
 }
 
-static int b_open(etr_reader *r, bool is_obj) {
+static int b_open(rd_reader *r, bool is_obj) {
   if (!grow((void **)&r->frames, &r->frames_cap, r->n_frames, sizeof *r->frames, 32)) {
     set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
     return 0;
@@ -370,13 +367,13 @@ static int b_open(etr_reader *r, bool is_obj) {
   return 1;
 }
 
-static int b_close(etr_reader *r) {
+static int b_close(rd_reader *r) {
   frame f = r->frames[--r->n_frames];
   size_t n = r->stk_len - f.start;
-  etr_jval v;
+  rd_jval v;
   if (f.is_obj) {
     v.kind = ETR_J_OBJECT;
-    etr_jmember *items = NULL;
+    rd_jmember *items = NULL;
     if (n) {
       items = arena_alloc(r->target, n * sizeof *items);
       if (!items) goto oom;
@@ -386,7 +383,7 @@ static int b_close(etr_reader *r) {
     v.v.obj.n = n;
   } else {
     v.kind = ETR_J_ARRAY;
-    etr_jval *items = NULL;
+    rd_jval *items = NULL;
     if (n) {
       items = arena_alloc(r->target, n * sizeof *items);
       if (!items) goto oom;
@@ -408,7 +405,7 @@ oom:
   return 0;
 }
 
-static void begin_build(etr_reader *r, bool node) {
+static void begin_build(rd_reader *r, bool node) {
   r->building = true;
   r->build_node = node;
   r->target = node ? &r->nodes : &r->keep;
@@ -424,7 +421,7 @@ static bool is_header_key(const char *k) {
          !strcmp(k, "start_ts") || !strcmp(k, "finish_ts");
 }
 
-static int64_t int_of(const etr_jval *v, bool *ok) {
+static int64_t int_of(const rd_jval *v, bool *ok) {
   if (v->kind == ETR_J_INT) {
     *ok = true;
     return v->v.i;
@@ -433,7 +430,7 @@ static int64_t int_of(const etr_jval *v, bool *ok) {
   return -1;
 }
 
-static void parse_schema(etr_reader *r, const char *s) {
+static void parse_schema(rd_reader *r, const char *s) {
   int a = 0, b = 0, c = 0, n = 0;
   if (sscanf(s, "%d.%d.%d%n", &a, &b, &c, &n) == 3) {
     r->hdr.schema_major = a;
@@ -449,7 +446,7 @@ static void parse_schema(etr_reader *r, const char *s) {
 }
 
 /* A complete top-level member value other than "nodes" (key in r->tkey). */
-static int top_value_done(etr_reader *r, const etr_jval *v) {
+static int top_value_done(rd_reader *r, const rd_jval *v) {
   const char *k = r->tkey;
   bool ok;
   if (!strcmp(k, "schema")) {
@@ -487,32 +484,45 @@ static int top_value_done(etr_reader *r, const etr_jval *v) {
 
 /* ---- node extraction ---- */
 
-static const char *const base_attrs[9] = {"rf_id",  "fw_parent", "seq_id",
-                                          "scope",  "tid",       "fw_tid",
-                                          "op_schema", "kernel_backend", "kernel_file"};
+static const char *const base_attrs[9] = {"rf_id",      "fw_parent", "seq_id",    "scope",
+                                          "tid",        "fw_tid",    "op_schema", "kernel_backend",
+                                          "kernel_file"};
 
-const etr_jval *etr_jobj_get(const etr_jval *obj, const char *key) {
+const rd_jval *rd_jobj_get(const rd_jval *obj, const char *key) {
   if (!obj || obj->kind != ETR_J_OBJECT) return NULL;
   for (size_t i = 0; i < obj->v.obj.n; i++)
     if (!strcmp(obj->v.obj.items[i].key, key)) return &obj->v.obj.items[i].val;
   return NULL;
 }
 
-int etr_reader_base_attr(const char *nm) {
+int rd_base_attr(const char *nm) {
   int b = -1;
   switch (nm[0]) {
-    case 'r': b = 0; break;
-    case 'f': b = nm[1] == 'w' && nm[2] == '_' && nm[3] == 'p' ? 1 : 5; break;
-    case 's': b = nm[1] == 'e' ? 2 : 3; break;
-    case 't': b = 4; break;
-    case 'o': b = 6; break;
-    case 'k': b = strncmp(nm, "kernel_b", 8) ? 8 : 7; break;
-    default: return -1;
+    case 'r':
+      b = 0;
+      break;
+    case 'f':
+      b = nm[1] == 'w' && nm[2] == '_' && nm[3] == 'p' ? 1 : 5;
+      break;
+    case 's':
+      b = nm[1] == 'e' ? 2 : 3;
+      break;
+    case 't':
+      b = 4;
+      break;
+    case 'o':
+      b = 6;
+      break;
+    case 'k':
+      b = strncmp(nm, "kernel_b", 8) ? 8 : 7;
+      break;
+    default:
+      return -1;
   }
   return strcmp(nm, base_attrs[b]) ? -1 : b;
 }
 
-static bool as_u64(const etr_jval *v, uint64_t *out) {
+static bool as_u64(const rd_jval *v, uint64_t *out) {
   if (v->kind == ETR_J_INT) {
     *out = (uint64_t)v->v.i;
     return true;
@@ -524,7 +534,7 @@ static bool as_u64(const etr_jval *v, uint64_t *out) {
   return false;
 }
 
-static void check_io(etr_reader *r, etr_rnode *n, const etr_jval *io, const char *which) {
+static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *which) {
   if (!io) {
     warn(r, n->offset, n->id, "node has no \"%s\"", which);
     return;
@@ -533,14 +543,14 @@ static void check_io(etr_reader *r, etr_rnode *n, const etr_jval *io, const char
     warn(r, n->offset, n->id, "\"%s\" is not an object", which);
     return;
   }
-  const etr_jval *vals = etr_jobj_get(io, "values");
+  const rd_jval *vals = rd_jobj_get(io, "values");
   if (!vals || vals->kind != ETR_J_ARRAY) {
     warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
     return;
   }
   static const char *const parts[3] = {"shapes", "types", "strides"};
   for (int i = 0; i < 3; i++) {
-    const etr_jval *p = etr_jobj_get(io, parts[i]);
+    const rd_jval *p = rd_jobj_get(io, parts[i]);
     if (!p) {
       if (i < 2) /* "strides" is optional (schemas before 1.1.1 have none) */
         warn(r, n->offset, n->id, "%s: \"%s\" is missing", which, parts[i]);
@@ -555,9 +565,9 @@ static void check_io(etr_reader *r, etr_rnode *n, const etr_jval *io, const char
   }
 }
 
-static int node_done(etr_reader *r, const etr_jval *root) {
-  etr_rnode *n = arena_alloc(&r->nodes, sizeof *n);
-  etr_jval *raw = arena_alloc(&r->nodes, sizeof *raw);
+static int node_done(rd_reader *r, const rd_jval *root) {
+  rd_rnode *n = arena_alloc(&r->nodes, sizeof *n);
+  rd_jval *raw = arena_alloc(&r->nodes, sizeof *raw);
   if (!n || !raw) {
     set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
     return 0;
@@ -572,11 +582,11 @@ static int node_done(etr_reader *r, const etr_jval *root) {
   n->seq_id = 0;
   n->missing_attrs = 0x1ff;
   bool has_id = false, has_name = false, has_ts = false, has_inc = false, has_exc = false;
-  const etr_jval *attrs = NULL;
+  const rd_jval *attrs = NULL;
   for (size_t i = 0; i < root->v.obj.n; i++) {
-    const etr_jmember *m = &root->v.obj.items[i];
+    const rd_jmember *m = &root->v.obj.items[i];
     const char *k = m->key;
-    const etr_jval *v = &m->val;
+    const rd_jval *v = &m->val;
     switch (k[0]) {
       case 'i':
         if (!strcmp(k, "id")) {
@@ -634,53 +644,66 @@ static int node_done(etr_reader *r, const etr_jval *root) {
 
   if (attrs && attrs->kind == ETR_J_ARRAY) {
     size_t na = attrs->v.arr.n;
-    etr_rattr *ra = na ? arena_alloc(&r->nodes, na * sizeof *ra) : NULL;
+    rd_rattr *ra = na ? arena_alloc(&r->nodes, na * sizeof *ra) : NULL;
     if (na && !ra) {
       set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
       return 0;
     }
     size_t k = 0;
     for (size_t i = 0; i < na; i++) {
-      const etr_jval *a = &attrs->v.arr.items[i];
-      const etr_jval *an, *at, *av;
+      const rd_jval *a = &attrs->v.arr.items[i];
+      const rd_jval *an, *at, *av;
       if (a->kind == ETR_J_OBJECT && a->v.obj.n == 3 && !strcmp(a->v.obj.items[0].key, "name") &&
           !strcmp(a->v.obj.items[1].key, "type") && !strcmp(a->v.obj.items[2].key, "value")) {
         an = &a->v.obj.items[0].val;
         at = &a->v.obj.items[1].val;
         av = &a->v.obj.items[2].val;
       } else {
-        an = etr_jobj_get(a, "name");
-        at = etr_jobj_get(a, "type");
-        av = etr_jobj_get(a, "value");
+        an = rd_jobj_get(a, "name");
+        at = rd_jobj_get(a, "type");
+        av = rd_jobj_get(a, "value");
       }
       if (!an || an->kind != ETR_J_STRING || !av) {
         warn(r, n->offset, n->id, "attr %zu is not a {\"name\", \"type\", \"value\"} object", i);
         continue;
       }
-      etr_rattr *x = &ra[k++];
+      rd_rattr *x = &ra[k++];
       x->name = an->v.str.s;
       x->type = at && at->kind == ETR_J_STRING ? at->v.str.s : "";
       x->value = *av;
       const char *nm = x->name;
-      int b = etr_reader_base_attr(nm);
+      int b = rd_base_attr(nm);
       if (b >= 0) {
         bool ok = true;
         switch (b) {
-          case 0: ok = as_u64(av, &n->rf_id); break;
-          case 1: ok = as_u64(av, &n->fw_parent); break;
+          case 0:
+            ok = as_u64(av, &n->rf_id);
+            break;
+          case 1:
+            ok = as_u64(av, &n->fw_parent);
+            break;
           case 2:
             ok = av->kind == ETR_J_INT;
             if (ok) n->seq_id = av->v.i;
             break;
-          case 3: ok = as_u64(av, &n->scope); break;
-          case 4: ok = as_u64(av, &n->tid); break;
-          case 5: ok = as_u64(av, &n->fw_tid); break;
+          case 3:
+            ok = as_u64(av, &n->scope);
+            break;
+          case 4:
+            ok = as_u64(av, &n->tid);
+            break;
+          case 5:
+            ok = as_u64(av, &n->fw_tid);
+            break;
           default:
             ok = av->kind == ETR_J_STRING;
             if (ok) {
-              if (b == 6) n->op_schema = av->v.str.s;
-              else if (b == 7) n->kernel_backend = av->v.str.s;
-              else n->kernel_file = av->v.str.s;
+              if (b == 6)
+                n->op_schema = av->v.str.s;
+              else if (b == 7)
+                n->kernel_backend = av->v.str.s;
+              else
+                n->kernel_file = av->v.str.s;
             }
             break;
         }
@@ -727,7 +750,7 @@ static int node_done(etr_reader *r, const etr_jval *root) {
 /* Where a value starts: inside a value being built, a node, a top-level member, or the
  * top-level object itself. Returns 1 to go on, 0 to stop (error set). `is_open` tells
  * whether the value is a container being opened. */
-static int value_start(etr_reader *r, bool is_map, bool is_open) {
+static int value_start(rd_reader *r, bool is_map, bool is_open) {
   if (r->building) return 1;
   switch (r->ph) {
     case PH_START:
@@ -770,29 +793,29 @@ static int value_start(etr_reader *r, bool is_map, bool is_open) {
   }
 }
 
-static int scalar(etr_reader *r, const etr_jval *v) {
+static int scalar(rd_reader *r, const rd_jval *v) {
   int s = value_start(r, false, false);
   if (s != 1) return s ? 1 : 0;
   return b_value(r, v);
 }
 
 static int cb_null(void *ctx) {
-  etr_jval v = {.kind = ETR_J_NULL};
+  rd_jval v = {.kind = ETR_J_NULL};
   return scalar(ctx, &v);
 }
 
 static int cb_bool(void *ctx, int b) {
-  etr_jval v = {.kind = ETR_J_BOOL};
+  rd_jval v = {.kind = ETR_J_BOOL};
   v.v.b = b != 0;
   return scalar(ctx, &v);
 }
 
 static int cb_number(void *ctx, const char *s, size_t len) {
-  etr_reader *r = ctx;
+  rd_reader *r = ctx;
   /* At the end of the input yajl hands over the digits it has; inside the document they
    * may be the start of a longer number ("finish_ts": 1234 cut to 12): not a value. */
   if (r->yajl_eof && r->depth > 0) return 0;
-  etr_jval v;
+  rd_jval v;
   size_t i = 0;
   bool neg = false;
   if (len && s[0] == '-') {
@@ -831,10 +854,10 @@ static int cb_number(void *ctx, const char *s, size_t len) {
 }
 
 static int cb_string(void *ctx, const unsigned char *s, size_t len) {
-  etr_reader *r = ctx;
+  rd_reader *r = ctx;
   int st = value_start(r, false, false);
   if (st != 1) return st ? 1 : 0;
-  etr_jval v = {.kind = ETR_J_STRING};
+  rd_jval v = {.kind = ETR_J_STRING};
   char *p = copy_str(r, r->target, s, len, &v.v.str.len);
   if (!p) return 0;
   v.v.str.s = p;
@@ -842,7 +865,7 @@ static int cb_string(void *ctx, const unsigned char *s, size_t len) {
 }
 
 /* yajl opened an object (map) or an array. */
-static int start_container(etr_reader *r, bool map) {
+static int start_container(rd_reader *r, bool map) {
   int st = value_start(r, map, true);
   if (st == 2) {
     r->depth++;
@@ -857,7 +880,7 @@ static int cb_start_map(void *ctx) { return start_container(ctx, true); }
 
 static int cb_start_array(void *ctx) { return start_container(ctx, false); }
 
-static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
+static int top_key(rd_reader *r, const unsigned char *k, size_t len) {
   char *p = copy_str(r, &r->keep, k, len, &len);
   if (!p) return 0;
   r->tkey = p;
@@ -877,7 +900,7 @@ static int top_key(etr_reader *r, const unsigned char *k, size_t len) {
 }
 
 static int cb_key(void *ctx, const unsigned char *k, size_t len) {
-  etr_reader *r = ctx;
+  rd_reader *r = ctx;
   if (!r->building) return top_key(r, k, len);
   char *p = copy_str(r, r->target, k, len, &len);
   if (!p) return 0;
@@ -886,7 +909,7 @@ static int cb_key(void *ctx, const unsigned char *k, size_t len) {
   return 1;
 }
 
-static int end_container(etr_reader *r) {
+static int end_container(rd_reader *r) {
   r->depth--;
   if (r->building) return b_close(r);
   if (r->ph == PH_NODES && r->depth == 1) {
@@ -905,16 +928,16 @@ static int end_container(etr_reader *r) {
 static int cb_end_map(void *ctx) { return end_container(ctx); }
 static int cb_end_array(void *ctx) { return end_container(ctx); }
 
-static const yajl_callbacks callbacks = {
-    cb_null, cb_bool, NULL, NULL, cb_number, cb_string, cb_start_map, cb_key, cb_end_map,
-    cb_start_array, cb_end_array};
+static const yajl_callbacks callbacks = {cb_null,    cb_bool,        NULL,         NULL,
+                                         cb_number,  cb_string,      cb_start_map, cb_key,
+                                         cb_end_map, cb_start_array, cb_end_array};
 
 /* ---- input ---- */
 
 static const char *display_path(const char *path) { return strcmp(path, "-") ? path : "<stdin>"; }
 
 /* Fill r->in when it is empty. Returns bytes available, 0 at EOF, -1 on error. */
-static ssize_t fill_raw(etr_reader *r) {
+static ssize_t fill_raw(rd_reader *r) {
   if (r->in_pos < r->in_len) return (ssize_t)(r->in_len - r->in_pos);
   if (r->eof) return 0;
   for (;;) {
@@ -933,7 +956,7 @@ static ssize_t fill_raw(etr_reader *r) {
 }
 
 /* Next block of decompressed bytes: *p and length; 0 at EOF, -1 on error. */
-static ssize_t next_block(etr_reader *r, const unsigned char **p) {
+static ssize_t next_block(rd_reader *r, const unsigned char **p) {
   if (!r->sniffed) {
     r->sniffed = true;
     /* gather at least two bytes to look for the gzip magic */
@@ -1011,7 +1034,7 @@ static ssize_t next_block(etr_reader *r, const unsigned char **p) {
   }
 }
 
-static void yajl_fail(etr_reader *r, const unsigned char *buf, size_t len) {
+static void yajl_fail(rd_reader *r, const unsigned char *buf, size_t len) {
   uint64_t off = r->feed_base + yajl_get_bytes_consumed(r->yh);
   unsigned char *m = yajl_get_error(r->yh, 0, buf, len);
   char reason[256];
@@ -1024,12 +1047,12 @@ static void yajl_fail(etr_reader *r, const unsigned char *buf, size_t len) {
 }
 
 /* Parse one more block. 1 = parsed, 0 = end of input (parse completed), -1 = error. */
-static int hand_feed(etr_reader *r);
+static int hand_feed(rd_reader *r);
 
 /* After the top-level object only whitespace may follow. yajl checks this itself, except
  * for an unterminated string there: it takes that for a token still coming and never
  * reports it (found by tests/fuzz/fuzz_reader). True after setting the error. */
-static bool yajl_trailing_garbage(etr_reader *r, const unsigned char *p, size_t n) {
+static bool yajl_trailing_garbage(rd_reader *r, const unsigned char *p, size_t n) {
   size_t i = r->top_end > r->feed_base ? (size_t)(r->top_end - r->feed_base) : 0;
   for (; i < n; i++)
     if (p[i] != ' ' && p[i] != '\n' && p[i] != '\r' && p[i] != '\t') {
@@ -1039,7 +1062,7 @@ static bool yajl_trailing_garbage(etr_reader *r, const unsigned char *p, size_t 
   return false;
 }
 
-static int feed(etr_reader *r) {
+static int feed(rd_reader *r) {
   if (r->hand) return hand_feed(r);
   if (r->err) return -1;
   if (r->parse_done) return 0;
@@ -1119,7 +1142,7 @@ static void arena_restore(arena *a, amark m) {
   if (m.tail) m.tail->used = m.used;
 }
 
-static int h_fail(etr_reader *r, const unsigned char *at, const char *what) {
+static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
   uint64_t off = r->hb_base + (uint64_t)(at - r->hb);
   set_error(r, ETR_EFORMAT, off, "invalid JSON (%s)", what);
   return H_ERR;
@@ -1196,7 +1219,7 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
 }
 
 /* A string; *pp at the opening quote. The result is NUL-terminated in arena a. */
-static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                     const char **s, size_t *len) {
   const unsigned char *p = *pp + 1, *start = p;
   bool simple = true;
@@ -1235,8 +1258,7 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
   }
   if (bad)
     warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
-         "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad,
-         bad == 1 ? "" : "s");
+         "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad, bad == 1 ? "" : "s");
   size_t raw = (size_t)(p - start);
   unsigned char *o = arena_alloc(a, raw + 2 * bad + 1);
   if (!o) {
@@ -1266,11 +1288,21 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
     unsigned e = x[1];
     x += 2;
     switch (e) {
-      case 'b': *q++ = '\b'; break;
-      case 'f': *q++ = '\f'; break;
-      case 'n': *q++ = '\n'; break;
-      case 'r': *q++ = '\r'; break;
-      case 't': *q++ = '\t'; break;
+      case 'b':
+        *q++ = '\b';
+        break;
+      case 'f':
+        *q++ = '\f';
+        break;
+      case 'n':
+        *q++ = '\n';
+        break;
+      case 'r':
+        *q++ = '\r';
+        break;
+      case 't':
+        *q++ = '\t';
+        break;
       case 'u': {
         uint32_t u = 0, lo = 0;
         hex4(x, &u);
@@ -1286,7 +1318,9 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
         put_utf8(&q, u);
         break;
       }
-      default: *q++ = (unsigned char)e; break; /* " \ / */
+      default:
+        *q++ = (unsigned char)e;
+        break; /* " \ / */
     }
   }
   if (lone)
@@ -1299,8 +1333,7 @@ static int h_string(etr_reader *r, const unsigned char **pp, const unsigned char
   return H_OK;
 }
 
-static int h_number(etr_reader *r, const unsigned char **pp, const unsigned char *end,
-                    etr_jval *v) {
+static int h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end, rd_jval *v) {
   const unsigned char *p = *pp, *s = p;
   bool neg = false, is_int = true;
   if (*p == '-') {
@@ -1362,11 +1395,11 @@ static int h_number(etr_reader *r, const unsigned char **pp, const unsigned char
   return H_OK;
 }
 
-static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                   int depth, etr_jval *v);
+static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                   int depth, rd_jval *v);
 
-static int h_container(etr_reader *r, const unsigned char **pp, const unsigned char *end,
-                       arena *a, int depth, etr_jval *v) {
+static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                       int depth, rd_jval *v) {
   const unsigned char *p = *pp;
   bool is_obj = *p == '{';
   unsigned char close = is_obj ? '}' : ']';
@@ -1388,7 +1421,7 @@ static int h_container(etr_reader *r, const unsigned char **pp, const unsigned c
         p = h_ws(p + 1, end);
         if (p >= end) return H_MORE;
       }
-      etr_jval item;
+      rd_jval item;
       int st = h_value(r, &p, end, a, depth + 1, &item);
       if (st) return st;
       if (!push_member(r, key, klen, &item)) {
@@ -1409,7 +1442,7 @@ static int h_container(etr_reader *r, const unsigned char **pp, const unsigned c
   size_t n = r->stk_len - start;
   if (is_obj) {
     v->kind = ETR_J_OBJECT;
-    etr_jmember *items = NULL;
+    rd_jmember *items = NULL;
     if (n) {
       items = arena_alloc(a, n * sizeof *items);
       if (!items) goto oom;
@@ -1419,7 +1452,7 @@ static int h_container(etr_reader *r, const unsigned char **pp, const unsigned c
     v->v.obj.n = n;
   } else {
     v->kind = ETR_J_ARRAY;
-    etr_jval *items = NULL;
+    rd_jval *items = NULL;
     if (n) {
       items = arena_alloc(a, n * sizeof *items);
       if (!items) goto oom;
@@ -1436,7 +1469,7 @@ oom:
   return H_ERR;
 }
 
-static int h_literal(etr_reader *r, const unsigned char **pp, const unsigned char *end,
+static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char *end,
                      const char *lit, size_t n) {
   const unsigned char *p = *pp;
   size_t have = (size_t)(end - p) < n ? (size_t)(end - p) : n;
@@ -1446,8 +1479,8 @@ static int h_literal(etr_reader *r, const unsigned char **pp, const unsigned cha
   return H_OK;
 }
 
-static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                   int depth, etr_jval *v) {
+static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                   int depth, rd_jval *v) {
   const unsigned char *p = *pp;
   switch (*p) {
     case '"': {
@@ -1455,7 +1488,8 @@ static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char 
       return h_string(r, pp, end, a, &v->v.str.s, &v->v.str.len);
     }
     case '{':
-    case '[': return h_container(r, pp, end, a, depth, v);
+    case '[':
+      return h_container(r, pp, end, a, depth, v);
     case 't':
       v->kind = ETR_J_BOOL;
       v->v.b = true;
@@ -1474,7 +1508,7 @@ static int h_value(etr_reader *r, const unsigned char **pp, const unsigned char 
 }
 
 /* One step of the top-level state machine on hb[hpos..hb_len). */
-static int h_step(etr_reader *r) {
+static int h_step(rd_reader *r) {
   if (!r->hb) return H_MORE; /* nothing read yet (and NULL + 0 is undefined behaviour) */
   const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
   p = h_ws(p, end);
@@ -1533,7 +1567,7 @@ static int h_step(etr_reader *r) {
         r->hpos = (size_t)(p + 1 - r->hb);
         return H_OK;
       }
-      etr_jval v;
+      rd_jval v;
       r->stk_len = 0;
       st = h_value(r, &p, end, &r->keep, 0, &v);
       if (st) return st;
@@ -1572,12 +1606,11 @@ static int h_step(etr_reader *r) {
       r->node_mark = r->nodes.tail;
       r->stk_len = 0;
       const unsigned char *node_start = p;
-      etr_jval v;
+      rd_jval v;
       int st = h_value(r, &p, end, &r->nodes, 0, &v);
       if (st) return st;
       if ((size_t)(p - node_start) > r->opt.max_node_bytes) {
-        set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
-                  r->opt.max_node_bytes);
+        set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
         return H_ERR;
       }
       r->hpos = (size_t)(p - r->hb);
@@ -1591,7 +1624,7 @@ static int h_step(etr_reader *r) {
 }
 
 /* feed() of the hand backend: one step. 1 = progress, 0 = parse complete, -1 = error. */
-static int hand_feed(etr_reader *r) {
+static int hand_feed(rd_reader *r) {
   if (r->parse_done) return 0;
   for (;;) {
     if (r->err) return -1;
@@ -1611,7 +1644,8 @@ static int hand_feed(etr_reader *r) {
         r->parse_done = true;
         return 0;
       }
-      set_error(r, ETR_EFORMAT, r->hb_base + r->hb_len, "unexpected end of input (truncated file?)");
+      set_error(r, ETR_EFORMAT, r->hb_base + r->hb_len,
+                "unexpected end of input (truncated file?)");
       return -1;
     }
     /* keep hb[hpos..): shift it to the front, then append a block */
@@ -1650,12 +1684,12 @@ static int hand_feed(etr_reader *r) {
 
 /* ---- API ---- */
 
-int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader **out) {
+int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
   *out = NULL;
-  etr_reader *r = calloc(1, sizeof *r);
+  rd_reader *r = calloc(1, sizeof *r);
   if (!r) return ETR_ENOMEM;
   *out = r;
-  etr_reader_options o = ETR_READER_OPTIONS_INIT;
+  rd_options o = ETR_READER_OPTIONS_INIT;
   if (opt) memcpy(&o, opt, opt->struct_size < sizeof o ? opt->struct_size : sizeof o);
   o.struct_size = sizeof o;
   if (!o.max_node_bytes) o.max_node_bytes = 256u << 20;
@@ -1712,9 +1746,9 @@ int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader 
   return 0;
 }
 
-const etr_rheader *etr_reader_header(const etr_reader *r) { return &r->hdr; }
+const rd_rheader *rd_header(const rd_reader *r) { return &r->hdr; }
 
-int etr_reader_next(etr_reader *r, const etr_rnode **node) {
+int rd_next(rd_reader *r, const rd_rnode **node) {
   *node = NULL;
   for (;;) {
     if (r->q_len) {
@@ -1738,10 +1772,10 @@ int etr_reader_next(etr_reader *r, const etr_rnode **node) {
   }
 }
 
-int etr_reader_finish(etr_reader *r) {
-  const etr_rnode *n;
+int rd_finish(rd_reader *r) {
+  const rd_rnode *n;
   int rc;
-  while ((rc = etr_reader_next(r, &n)) == 1) {
+  while ((rc = rd_next(r, &n)) == 1) {
   }
   if (rc < 0) return rc;
   arena_release_before(&r->nodes, NULL);
@@ -1753,28 +1787,28 @@ int etr_reader_finish(etr_reader *r) {
   return 0;
 }
 
-int64_t etr_reader_finish_ts(const etr_reader *r) { return r->finish_ts; }
+int64_t rd_finish_ts(const rd_reader *r) { return r->finish_ts; }
 
-const etr_jval *etr_reader_trailer(const etr_reader *r, const char *key) {
+const rd_jval *rd_trailer(const rd_reader *r, const char *key) {
   for (size_t i = 0; i < r->n_extras; i++)
     if (!strcmp(r->extras[i].key, key)) return &r->extras[i].val;
   return NULL;
 }
 
-const char *const *etr_reader_top_keys(const etr_reader *r, size_t *n) {
+const char *const *rd_top_keys(const rd_reader *r, size_t *n) {
   *n = r->n_top_keys;
   return r->top_keys;
 }
 
-const char *etr_reader_error(const etr_reader *r) { return r && r->err ? r->msg : ""; }
-uint64_t etr_reader_warnings(const etr_reader *r) { return r->warnings; }
-uint64_t etr_reader_offset(const etr_reader *r) { return r->consumed; }
-uint64_t etr_reader_input_size(const etr_reader *r) { return r->in_size; }
-uint64_t etr_reader_input_consumed(const etr_reader *r) { return r->in_consumed; }
-const char *etr_reader_path(const etr_reader *r) { return r->path; }
-const char *etr_reader_backend(const etr_reader *r) { return r->hand ? "hand" : "yajl"; }
+const char *rd_error(const rd_reader *r) { return r && r->err ? r->msg : ""; }
+uint64_t rd_warnings(const rd_reader *r) { return r->warnings; }
+uint64_t rd_offset(const rd_reader *r) { return r->consumed; }
+uint64_t rd_input_size(const rd_reader *r) { return r->in_size; }
+uint64_t rd_input_consumed(const rd_reader *r) { return r->in_consumed; }
+const char *rd_path(const rd_reader *r) { return r->path; }
+const char *rd_backend(const rd_reader *r) { return r->hand ? "hand" : "yajl"; }
 
-uint64_t etr_reader_memory(const etr_reader *r) {
+uint64_t rd_memory(const rd_reader *r) {
   uint64_t m = sizeof *r + IN_BLOCK + (r->out ? IN_BLOCK : 0);
   m += r->nodes.live + r->keep.live + (uint64_t)r->nodes.n_spare * ARENA_BLOCK;
   m += r->stk_cap * sizeof *r->stk + r->frames_cap * sizeof *r->frames;
@@ -1783,7 +1817,7 @@ uint64_t etr_reader_memory(const etr_reader *r) {
   return m;
 }
 
-void etr_reader_close(etr_reader *r) {
+void rd_close(rd_reader *r) {
   if (!r) return;
   if (r->yh) yajl_free(r->yh);
   if (r->gz_init) inflateEnd(&r->zs);

@@ -1,4 +1,4 @@
-/* Streaming reader of execution traces (DESIGN 6), for the etr command, tests and fuzzers.
+/* Streaming reader of execution traces (docs/FORMAT.md), for the etr command, tests and fuzzers.
  *
  * The reader walks one trace file front to back and hands over one node at a time; memory
  * stays bounded by the largest single node, however large the file. Gzip input (by magic
@@ -8,7 +8,7 @@
  * shorter than values, an unknown top-level key, a missing attr) are reported as warnings
  * through the warning callback; only malformed JSON or a wrong top-level shape is an error.
  *
- * Not part of libetr's public API: built into the internal static library etr_reader.
+ * Not part of libetr's public API: built into the internal static library rd_reader.
  * One reader is used by one thread at a time.
  */
 #ifndef ETR_JSON_READER_H
@@ -20,124 +20,133 @@
 
 /* ---- generic JSON values (an arena-backed tree for one node or one table) ---- */
 
-typedef enum etr_jkind {
+typedef enum rd_jkind {
   ETR_J_NULL = 0,
   ETR_J_BOOL = 1,
-  ETR_J_INT = 2,     /* integer that fits int64 */
-  ETR_J_UINT = 3,    /* integer above INT64_MAX that fits uint64 */
-  ETR_J_DOUBLE = 4,  /* any other number */
+  ETR_J_INT = 2,    /* integer that fits int64 */
+  ETR_J_UINT = 3,   /* integer above INT64_MAX that fits uint64 */
+  ETR_J_DOUBLE = 4, /* any other number */
   ETR_J_STRING = 5,
   ETR_J_ARRAY = 6,
   ETR_J_OBJECT = 7
-} etr_jkind;
+} rd_jkind;
 
-typedef struct etr_jval etr_jval;
-typedef struct etr_jmember etr_jmember;
+typedef struct rd_jval rd_jval;
+typedef struct rd_jmember rd_jmember;
 
-struct etr_jval {
-  etr_jkind kind;
+struct rd_jval {
+  rd_jkind kind;
   union {
     bool b;
     int64_t i;
     uint64_t u;
     double d;
-    struct { const char *s; size_t len; } str;     /* unescaped UTF-8, NUL-terminated */
-    struct { etr_jval *items; size_t n; } arr;
-    struct { etr_jmember *items; size_t n; } obj;  /* in file order */
+    struct {
+      const char *s;
+      size_t len;
+    } str; /* unescaped UTF-8, NUL-terminated */
+    struct {
+      rd_jval *items;
+      size_t n;
+    } arr;
+    struct {
+      rd_jmember *items;
+      size_t n;
+    } obj; /* in file order */
   } v;
 };
 
-struct etr_jmember {
+struct rd_jmember {
   const char *key;
   size_t key_len;
-  etr_jval val;
+  rd_jval val;
 };
 
 /* Member of an object by key, or NULL. */
-const etr_jval *etr_jobj_get(const etr_jval *obj, const char *key);
+const rd_jval *rd_jobj_get(const rd_jval *obj, const char *key);
 
 /* ---- one node, with the parts every tool needs already pulled out ---- */
 
-typedef struct etr_rattr {
+typedef struct rd_rattr {
   const char *name;
-  const char *type;   /* "uint64", "int64", "string", ... as written */
-  etr_jval value;
-} etr_rattr;
+  const char *type; /* "uint64", "int64", "string", ... as written */
+  rd_jval value;
+} rd_rattr;
 
-typedef struct etr_rnode {
-  uint64_t offset;          /* byte offset of the node's '{' in the (decompressed) input */
+typedef struct rd_rnode {
+  uint64_t offset; /* byte offset of the node's '{' in the (decompressed) input */
   int64_t id;
-  const char *name;         /* unescaped, NUL-terminated */
+  const char *name; /* unescaped, NUL-terminated */
   size_t name_len;
-  int64_t ctrl_deps;        /* parent id; -1 when the key is missing */
-  const etr_jval *inputs;   /* the "inputs" object ({values, shapes, types[, strides]}) or NULL */
-  const etr_jval *outputs;  /* the "outputs" object or NULL */
-  bool has_timing;          /* ts, inclusive_dur, exclusive_dur present */
+  int64_t ctrl_deps;      /* parent id; -1 when the key is missing */
+  const rd_jval *inputs;  /* the "inputs" object ({values, shapes, types[, strides]}) or NULL */
+  const rd_jval *outputs; /* the "outputs" object or NULL */
+  bool has_timing;        /* ts, inclusive_dur, exclusive_dur present */
   int64_t ts, inclusive_dur, exclusive_dur;
   /* The base attrs (zero / NULL when absent; `missing_attrs` has a bit per absent one, in
-   * the DESIGN 6.2 order rf_id=bit 0 .. kernel_file=bit 8). */
+   * the docs/FORMAT.md order rf_id=bit 0 .. kernel_file=bit 8). */
   uint64_t rf_id, fw_parent, scope, tid, fw_tid;
   int64_t seq_id;
   const char *op_schema, *kernel_backend, *kernel_file;
   uint32_t missing_attrs;
   bool has_traceback;
-  uint64_t traceback;       /* the "traceback" attr when has_traceback */
-  const etr_rattr *attrs;   /* every attr in file order, base ones included */
+  uint64_t traceback;    /* the "traceback" attr when has_traceback */
+  const rd_rattr *attrs; /* every attr in file order, base ones included */
   size_t n_attrs;
-  const etr_jval *raw;      /* the whole node object, keys in file order */
-} etr_rnode;
+  const rd_jval *raw; /* the whole node object, keys in file order */
+} rd_rnode;
 
 /* ---- the file ---- */
 
-typedef struct etr_rheader {
-  const char *schema;       /* as written, e.g. "1.1.1-chakra.0.0.4" */
+typedef struct rd_rheader {
+  const char *schema; /* as written, e.g. "1.1.1-chakra.0.0.4" */
   int schema_major, schema_minor, schema_patch;
-  int64_t pid;              /* -1 when absent */
-  const char *time;         /* NULL when absent */
-  int64_t start_ts;         /* -1 when absent */
-} etr_rheader;
+  int64_t pid;      /* -1 when absent */
+  const char *time; /* NULL when absent */
+  int64_t start_ts; /* -1 when absent */
+} rd_rheader;
 
-typedef struct etr_reader etr_reader;
+typedef struct rd_reader rd_reader;
 
 /* Called for each warning; `offset` is a byte offset in the (decompressed) input. */
-typedef void (*etr_reader_warn_fn)(uint64_t offset, int64_t node_id, const char *msg,
-                                   void *user);
+typedef void (*rd_warn_fn)(uint64_t offset, int64_t node_id, const char *msg, void *user);
 
-typedef struct etr_reader_options {
+typedef struct rd_options {
   size_t struct_size;
-  etr_reader_warn_fn warn;  /* NULL: warnings are counted only */
+  rd_warn_fn warn; /* NULL: warnings are counted only */
   void *user;
-  size_t max_node_bytes;    /* a node larger than this is an error; 0 = 256 MiB */
-} etr_reader_options;
-#define ETR_READER_OPTIONS_INIT {sizeof(etr_reader_options), NULL, NULL, 0}
+  size_t max_node_bytes; /* a node larger than this is an error; 0 = 256 MiB */
+} rd_options;
+#define ETR_READER_OPTIONS_INIT \
+  { sizeof(rd_options), NULL, NULL, 0 }
 
 /* Open path ("-" = stdin) and read up to the start of "nodes". 0, or a negative ETR_E*
- * code with the message in etr_reader_error (of the reader returned in *out, which must
+ * code with the message in rd_error (of the reader returned in *out, which must
  * still be closed; *out is NULL only when memory ran out). */
-int etr_reader_open(const char *path, const etr_reader_options *opt, etr_reader **out);
+int rd_open(const char *path, const rd_options *opt, rd_reader **out);
 
-const etr_rheader *etr_reader_header(const etr_reader *r);
+const rd_rheader *rd_header(const rd_reader *r);
 
 /* The next node: 1 and *node (valid until the next call), 0 at the end of "nodes", or a
- * negative ETR_E* code (ETR_EFORMAT for bad input) with the message in etr_reader_error. */
-int etr_reader_next(etr_reader *r, const etr_rnode **node);
+ * negative ETR_E* code (ETR_EFORMAT for bad input) with the message in rd_error. */
+int rd_next(rd_reader *r, const rd_rnode **node);
 
-/* After etr_reader_next returned 0: read the rest of the file (finish_ts and the keys after
+/* After rd_next returned 0: read the rest of the file (finish_ts and the keys after
  * it). 0 or a negative code. Then the accessors below are valid. */
-int etr_reader_finish(etr_reader *r);
-int64_t etr_reader_finish_ts(const etr_reader *r);          /* -1 when absent */
+int rd_finish(rd_reader *r);
+int64_t rd_finish_ts(const rd_reader *r); /* -1 when absent */
 /* A top-level key after "nodes" ("frames", "tracebacks", "etr", ...) or NULL; valid until
  * close. Each is held in memory (they are tables, not per-node data). */
-const etr_jval *etr_reader_trailer(const etr_reader *r, const char *key);
+const rd_jval *rd_trailer(const rd_reader *r, const char *key);
 
 /* "FILE: byte N: reason" for the last error, or "" if none. */
-const char *etr_reader_error(const etr_reader *r);
-uint64_t etr_reader_warnings(const etr_reader *r);
-uint64_t etr_reader_offset(const etr_reader *r);             /* bytes consumed so far */
-uint64_t etr_reader_input_size(const etr_reader *r);        /* file size (compressed); 0 if unknown */
-uint64_t etr_reader_input_consumed(const etr_reader *r);    /* file bytes consumed (compressed) */
+const char *rd_error(const rd_reader *r);
+uint64_t rd_warnings(const rd_reader *r);
+uint64_t rd_offset(const rd_reader *r);         /* bytes consumed so far */
+uint64_t rd_input_size(const rd_reader *r);     /* file size (compressed); 0 if unknown */
+uint64_t rd_input_consumed(const rd_reader *r); /* file bytes consumed (compressed) */
 
-void etr_reader_close(etr_reader *r);                        /* NULL is a no-op */
+void rd_close(rd_reader *r); /* NULL is a no-op */
 
 /* ---- additions (H1) ---- */
 
@@ -146,23 +155,23 @@ void etr_reader_close(etr_reader *r);                        /* NULL is a no-op 
 #define ETR_READER_WARN_MISSING_ATTR "missing base attr"
 
 /* The top-level keys seen so far, in file order (valid until close). */
-const char *const *etr_reader_top_keys(const etr_reader *r, size_t *n);
+const char *const *rd_top_keys(const rd_reader *r, size_t *n);
 
-/* Index 0..8 of a base attr name in DESIGN 6.2 order (rf_id=0 .. kernel_file=8), or -1.
+/* Index 0..8 of a base attr name in docs/FORMAT.md order (rf_id=0 .. kernel_file=8), or -1.
  * A few character compares, no loop over the names. */
-int etr_reader_base_attr(const char *name);
+int rd_base_attr(const char *name);
 
 /* Bytes of memory the reader holds now (buffers, arenas, stacks, queue): for tests and
  * benchmarks checking that memory stays bounded. */
-uint64_t etr_reader_memory(const etr_reader *r);
+uint64_t rd_memory(const rd_reader *r);
 
 /* The parser behind the reader: "hand" (the default: a pull parser specialised for traces,
  * in reader.c) or "yajl" (yajl's push parser), chosen at open by the environment variable
  * ETR_READER_BACKEND=hand|yajl. Both accept the same inputs and give the same nodes; the
  * benchmark bench/cli_throughput.sh measures both. */
-const char *etr_reader_backend(const etr_reader *r);
+const char *rd_backend(const rd_reader *r);
 
 /* The input's name as messages give it ("<stdin>" for "-"). */
-const char *etr_reader_path(const etr_reader *r);
+const char *rd_path(const rd_reader *r);
 
 #endif /* ETR_JSON_READER_H */

@@ -91,14 +91,13 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   if (c < 0xE0) return (n >= 2 && (s[1] & 0xC0) == 0x80) ? 2 : 0;
   if (c < 0xF0) {
     if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
     if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
     return 3;
   }
   if (c < 0xF5) {
-    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-      return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
     if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
     return 4;
   }
@@ -121,12 +120,15 @@ size_t etr__utf8_cut(const char *s, size_t n, size_t max) {
 /* Bytes that can be copied as they are: printable ASCII other than '"' and '\\'. */
 const bool etr__json_plain[256] = {
 #define R16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
-    R16(0), R16(0),                                           /* 0x00-0x1f control */
-    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,           /* 0x20-0x2f: '"' */
-    R16(1), R16(1),                                           /* 0x30-0x4f */
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,           /* 0x50-0x5f: '\\' */
-    R16(1),                                                   /* 0x60-0x6f */
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,           /* 0x70-0x7f: DEL */
+    R16(0), R16(0), /* 0x00-0x1f control */
+    1,      1,      0,      1,      1,      1,      1,      1,
+    1,      1,      1,      1,      1,      1,      1,      1, /* 0x20-0x2f: '"' */
+    R16(1), R16(1),                                            /* 0x30-0x4f */
+    1,      1,      1,      1,      1,      1,      1,      1,
+    1,      1,      1,      1,      0,      1,      1,      1, /* 0x50-0x5f: '\\' */
+    R16(1),                                                    /* 0x60-0x6f */
+    1,      1,      1,      1,      1,      1,      1,      1,
+    1,      1,      1,      1,      1,      1,      1,      0,     /* 0x70-0x7f: DEL */
     R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0) /* 0x80-0xff */
 #undef R16
 };
@@ -178,13 +180,27 @@ char *etr__put_str_body_any(char *o, const char *s, size_t n, uint64_t *replaced
     }
     *o++ = '\\';
     switch (c) {
-      case '"': *o++ = '"'; break;
-      case '\\': *o++ = '\\'; break;
-      case '\n': *o++ = 'n'; break;
-      case '\r': *o++ = 'r'; break;
-      case '\t': *o++ = 't'; break;
-      case '\b': *o++ = 'b'; break;
-      case '\f': *o++ = 'f'; break;
+      case '"':
+        *o++ = '"';
+        break;
+      case '\\':
+        *o++ = '\\';
+        break;
+      case '\n':
+        *o++ = 'n';
+        break;
+      case '\r':
+        *o++ = 'r';
+        break;
+      case '\t':
+        *o++ = 't';
+        break;
+      case '\b':
+        *o++ = 'b';
+        break;
+      case '\f':
+        *o++ = 'f';
+        break;
       default: /* other control bytes and DEL */
         o[0] = 'u';
         o[1] = '0';

@@ -20,13 +20,13 @@
 
 typedef struct etr__jw {
   int fd;
-  int err;              /* errno of the first failed write, 0 if none */
+  int err; /* errno of the first failed write, 0 if none */
   char *buf;
   size_t len;
   size_t cap;
-  uint64_t written;     /* bytes handed to the file */
-  uint64_t replaced;    /* invalid UTF-8 sequences replaced */
-  uint64_t fixed;       /* values the trace writer had to make valid (its own count) */
+  uint64_t written;  /* bytes handed to the file */
+  uint64_t replaced; /* invalid UTF-8 sequences replaced */
+  uint64_t fixed;    /* values the trace writer had to make valid (its own count) */
 } etr__jw;
 
 /* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */
@@ -98,7 +98,7 @@ static inline void etr__jw_end(etr__jw *w, char *o) { w->len = (size_t)(o - w->b
 #define ETR__U64_MAX_LEN 20
 #define ETR__I64_MAX_LEN 20
 /* Escaped length of n bytes is at most this (a control byte becomes \u00XX). */
-#define ETR__ESCAPED_MAX(n) ((size_t)(n) * 6)
+#define ETR__ESCAPED_MAX(n) ((size_t)(n)*6)
 
 static inline char *etr__put_u64(char *o, uint64_t v) {
   unsigned len = etr__dec_len(v);

@@ -1,4 +1,4 @@
-/* The writer thread's side: events to JSON nodes (DESIGN 6). Only this thread touches
+/* The writer thread's side: events to JSON nodes (docs/FORMAT.md). Only this thread touches
  * tr->jw. */
 #include <string.h>
 #include <time.h>
@@ -72,13 +72,13 @@ static char *put_type_name(etr__jw *w, char *o, const char *s, size_t n) {
 /* An object's kind as written: built-in type names and an empty kind become "Object"
  * (the kind then tells nothing, but the type stays an object's). */
 static bool kind_is_reserved(const char *s, size_t n) {
-  static const char *const names[] = {"Int", "Double", "Bool", "String", "Device", "None",
-                                      "Tensor", "GenericList", "Tuple"};
+  static const char *const names[] = {"Int",  "Double", "Bool",        "String", "Device",
+                                      "None", "Tensor", "GenericList", "Tuple"};
   if (n == 0) return true;
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     size_t k = strlen(names[i]);
-    if (n >= k && memcmp(s, names[i], k) == 0 && (n == k || !((s[k] >= 'a' && s[k] <= 'z') ||
-                                                              (s[k] >= 'A' && s[k] <= 'Z'))))
+    if (n >= k && memcmp(s, names[i], k) == 0 &&
+        (n == k || !((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z'))))
       return true;
   }
   return false;
@@ -275,8 +275,10 @@ static void values_object(etr_trace *tr, const uint8_t *p, uint32_t n) {
 
 /* ---- attrs ---- */
 
-/* Integer attrs must fit in int64 (DESIGN 6.2): runtime-given values beyond are clamped. */
-static inline uint64_t fit_i64(uint64_t v) { return v > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : v; }
+/* Integer attrs must fit in int64 (docs/FORMAT.md): runtime-given values beyond are clamped. */
+static inline uint64_t fit_i64(uint64_t v) {
+  return v > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : v;
+}
 
 static void attr_u64(etr__jw *w, const char *name, uint64_t v) {
   ETR__JW_LIT(w, "{\"name\": \"");
@@ -293,7 +295,6 @@ static void attr_str(etr__jw *w, const char *name, const char *s, size_t n) {
   etr__jw_str(w, s, n);
   etr__jw_char(w, '}');
 }
-
 
 static const uint8_t *coll_str(const uint8_t *p, const char **s, uint32_t *n) {
   *n = rd32(p);
@@ -354,7 +355,7 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
   attr_u64(w, "is_asynchronized_op", p[8] ? 1 : 0);
 }
 
-/* The seven base attrs plus kernel_backend and kernel_file (DESIGN 6.2). */
+/* The seven base attrs plus kernel_backend and kernel_file (docs/FORMAT.md). */
 static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t seq, uint64_t scope,
                        uint64_t tid, uint64_t fw_tid, const char *schema, size_t schema_n,
                        const char *kback, size_t kback_n, const char *kfile, size_t kfile_n) {
@@ -412,11 +413,13 @@ static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name
 static void empty_io(etr_trace *tr) {
   etr__jw *w = &tr->jw;
   if (tr->opt.schema == ETR_SCHEMA_1_1_0)
-    ETR__JW_LIT(w, "\"inputs\": {\"values\": [], \"shapes\": [], \"types\": []}, "
-                   "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": []}, ");
+    ETR__JW_LIT(w,
+                "\"inputs\": {\"values\": [], \"shapes\": [], \"types\": []}, "
+                "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": []}, ");
   else
-    ETR__JW_LIT(w, "\"inputs\": {\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}, "
-                   "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}, ");
+    ETR__JW_LIT(w,
+                "\"inputs\": {\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}, "
+                "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}, ");
 }
 
 static void structural_node(etr_trace *tr, uint64_t id, const char *name, uint64_t tid) {

@@ -101,8 +101,8 @@ static void put_tensor(enc *e, const etr_tensor *t) {
   uint64_t f[5] = {0, 0, 0, 0, 0};
   if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
   if (defined) {
-    f[1] = t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts, &ts->storage_ids)
-                      : 0;
+    f[1] =
+        t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts, &ts->storage_ids) : 0;
     f[2] = (uint64_t)t->storage_offset;
     f[3] = (uint64_t)t->numel;
     f[4] = (uint64_t)t->itemsize;
@@ -236,8 +236,10 @@ size_t etr__encode_collective(etr__tstate *ts, const etr_collective_info *c) {
   put_str(&e, c->dtype, 0, ETR__STRING_MAX);
   put_u64(&e, c->in_msg_nelems);
   put_u64(&e, c->out_msg_nelems);
-  uint32_t ni = c->in_split_sizes ? (c->n_in_splits > ETR__LIST_MAX ? ETR__LIST_MAX : c->n_in_splits) : 0;
-  uint32_t no = c->out_split_sizes ? (c->n_out_splits > ETR__LIST_MAX ? ETR__LIST_MAX : c->n_out_splits) : 0;
+  uint32_t ni =
+      c->in_split_sizes ? (c->n_in_splits > ETR__LIST_MAX ? ETR__LIST_MAX : c->n_in_splits) : 0;
+  uint32_t no =
+      c->out_split_sizes ? (c->n_out_splits > ETR__LIST_MAX ? ETR__LIST_MAX : c->n_out_splits) : 0;
   if (ni < c->n_in_splits || no < c->n_out_splits) etr__bump(&ts->lists_cut, 1);
   put_u32(&e, ni);
   put(&e, c->in_split_sizes, (size_t)ni * 8);

@@ -87,7 +87,6 @@ static void env_traceback(etr_traceback_options *tb) {
     etr__log(ETR_LOG_WARN, "ETR_TRACE_SYMBOLIZE=%s unknown (full or module); using full", v);
 }
 
-
 __attribute__((constructor)) static void etr_env_start(void) {
   const char *path = getenv("ETR_TRACE");
   if (!path || !*path) return;

@@ -22,7 +22,7 @@ typedef struct entry {
 } entry;
 
 typedef struct table {
-  uint32_t mask; /* capacity - 1 */
+  uint32_t mask;         /* capacity - 1 */
   struct table *retired; /* older tables of the shard, freed with the map */
   entry e[];
 } table;
@@ -47,7 +47,9 @@ static inline void shard_lock(shard *s) {
   }
 }
 
-static inline void shard_unlock(shard *s) { atomic_store_explicit(&s->lock, 0, memory_order_release); }
+static inline void shard_unlock(shard *s) {
+  atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
 
 /* Writer side of the seqlock (lock held). Entries are stored with release, so a reader
  * that sees a new entry also sees the odd sequence number stored before it; readers load
@@ -112,8 +114,7 @@ static bool grow(shard *s) {
       uint32_t j = (uint32_t)(mix(k) >> 6) & nt->mask;
       while (key_at(nt, j)) j = (j + 1) & nt->mask;
       atomic_store_explicit(&nt->e[j].key, k, memory_order_relaxed);
-      atomic_store_explicit(&nt->e[j].id,
-                            atomic_load_explicit(&old->e[i].id, memory_order_relaxed),
+      atomic_store_explicit(&nt->e[j].id, atomic_load_explicit(&old->e[i].id, memory_order_relaxed),
                             memory_order_relaxed);
     }
   }

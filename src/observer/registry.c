@@ -75,8 +75,7 @@ static void fork_child(void);
 
 static void key_init(void) {
 #ifdef __NR_membarrier
-  etr__use_membarrier =
-      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+  etr__use_membarrier = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
 #endif
   pthread_key_create(&thread_key, thread_exit);
   pthread_atfork(fork_prepare, fork_parent, fork_child);

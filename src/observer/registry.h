@@ -14,12 +14,12 @@
 typedef struct etr__thread etr__thread;
 
 struct etr__thread {
-  _Atomic uint64_t hazard_slots;  /* bit i: inside a callback of observer slot i */
-  _Atomic uint64_t hazard_ids;    /* nonzero: inside an object-id map operation */
-  uint32_t in_callback;           /* depth of callbacks on this thread */
-  uint64_t tid;                   /* logical id, 1, 2, ... */
-  uint64_t rng;                   /* sampling state */
-  uint64_t rf_next, rf_end;       /* block of record handles */
+  _Atomic uint64_t hazard_slots; /* bit i: inside a callback of observer slot i */
+  _Atomic uint64_t hazard_ids;   /* nonzero: inside an object-id map operation */
+  uint32_t in_callback;          /* depth of callbacks on this thread */
+  uint64_t tid;                  /* logical id, 1, 2, ... */
+  uint64_t rng;                  /* sampling state */
+  uint64_t rf_next, rf_end;      /* block of record handles */
   /* Per-thread counters: written by the owner only, read by stats. */
   _Atomic uint64_t n_observed, n_ends_without_begin, n_begins_repeated, n_in_callbacks;
   /* The trace observer's state for this thread, valid while trace_serial matches. */

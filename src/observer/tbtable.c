@@ -29,7 +29,7 @@ typedef struct site {
 typedef struct frame {
   const char *name, *filename; /* owned by the symbolizer, the script table or `strings` */
   int64_t line;
-  const char *module;          /* module mode only (NULL otherwise) */
+  const char *module; /* module mode only (NULL otherwise) */
   char build_id[129];
   uint64_t offset;
 } frame;
@@ -63,7 +63,10 @@ struct etr__tbtab {
   uint32_t tb_slots;
   /* Recent raw sequences (hash of gen and words) to their traceback: most ops repeat a
    * stack seen moments ago, and this skips the per-frame site lookups for them. */
-  struct { uint64_t hash; uint32_t tb; } recent[1024];
+  struct {
+    uint64_t hash;
+    uint32_t tb;
+  } recent[1024];
   strblock *strings;
 };
 
@@ -181,8 +184,7 @@ static uint32_t site_of(etr__tbtab *t, uint64_t gen, uint64_t word) {
     const site *s = &t->sites[t->site_index[h] - 1];
     if (s->word == word && s->gen == gen) return t->site_index[h] - 1;
   }
-  if (!grow((void **)&t->sites, &t->cap_sites, sizeof *t->sites, t->n_sites + 1))
-    return UINT32_MAX;
+  if (!grow((void **)&t->sites, &t->cap_sites, sizeof *t->sites, t->n_sites + 1)) return UINT32_MAX;
   t->sites[t->n_sites] = (site){gen, word, 0, 0};
   t->site_index[h] = ++t->n_sites;
   return t->n_sites - 1;
@@ -231,8 +233,7 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
     if (s == UINT32_MAX) return UINT64_MAX;
     cand[i] = s;
   }
-  if ((t->n_tbs + 1) * 2 > t->tb_slots &&
-      !rehash(&t->tb_index, &t->tb_slots, t->n_tbs, t, tb_hash))
+  if ((t->n_tbs + 1) * 2 > t->tb_slots && !rehash(&t->tb_index, &t->tb_slots, t->n_tbs, t, tb_hash))
     return UINT64_MAX;
   uint32_t mask = t->tb_slots - 1;
   uint32_t h = (uint32_t)seq_hash(cand, n) & mask;
@@ -241,8 +242,7 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
     uint32_t len = t->tb_off[i + 1] - t->tb_off[i];
     if (len == n && memcmp(t->seq + t->tb_off[i], cand, n * sizeof *cand) == 0) return i;
   }
-  if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2))
-    return UINT64_MAX;
+  if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2)) return UINT64_MAX;
   t->seq_len += n;
   t->tb_off[++t->n_tbs] = t->seq_len;
   t->tb_index[h] = t->n_tbs;
@@ -262,8 +262,7 @@ static uint32_t frame_of(etr__tbtab *t, const frame *f) {
   for (; t->frame_index[h]; h = (h + 1) & mask) {
     const frame *g = &t->frames[t->frame_index[h] - 1];
     if (g->line == f->line && g->offset == f->offset && !strcmp(g->name, f->name) &&
-        !strcmp(g->filename, f->filename) &&
-        (g->module == NULL) == (f->module == NULL) &&
+        !strcmp(g->filename, f->filename) && (g->module == NULL) == (f->module == NULL) &&
         (!g->module || (!strcmp(g->module, f->module) && !strcmp(g->build_id, f->build_id))))
       return t->frame_index[h] - 1;
   }
@@ -279,9 +278,8 @@ static const char *base_name(const char *path) {
 /* Append frame f to site s's frames. */
 static void add_site_frame(etr__tbtab *t, site *s, const frame *f) {
   uint32_t idx = frame_of(t, f);
-  if (idx == UINT32_MAX ||
-      !grow((void **)&t->site_frames, &t->cap_site_frames, sizeof *t->site_frames,
-            t->n_site_frames + 1))
+  if (idx == UINT32_MAX || !grow((void **)&t->site_frames, &t->cap_site_frames,
+                                 sizeof *t->site_frames, t->n_site_frames + 1))
     return; /* memory ran out: the frame is left out of the tracebacks that use it */
   if (s->count == 0) s->first = t->n_site_frames;
   t->site_frames[t->n_site_frames++] = idx;
@@ -316,8 +314,8 @@ static void resolve(etr__tbtab *t, site *s) {
         if (!t->sym) t->sym = etr__symbolizer_new();
         uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
         if (t->sym)
-          n = etr__symbolize_frames(t->sym, m->path, m->build_id, m->build_id_len, vaddr, live,
-                                    sym, ETR__INLINE_MAX);
+          n = etr__symbolize_frames(t->sym, m->path, m->build_id, m->build_id_len, vaddr, live, sym,
+                                    ETR__INLINE_MAX);
       }
       if (n > 0) {
         /* Calls inlined at this address come first (innermost), the real function last. */

@@ -2,8 +2,8 @@
  * thread, and the trace's life cycle (open, enable, disable, flush, close, fork, exit).
  *
  * Locks, in the order they may nest: g_lock > threads_mutex > q_mutex > reg_lock and
- * threads_lock (registry.c). Recording threads take none on the per-op path; they take q_mutex once per
- * chunk (64 KiB by default) and threads_mutex once per thread.
+ * threads_lock (registry.c). Recording threads take none on the per-op path; they take q_mutex once
+ * per chunk (64 KiB by default) and threads_mutex once per thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +29,7 @@ ETR_API uint32_t etr__tracking_ids;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static etr_trace *g_trace;
 static uint64_t g_serial;
-static etr_trace *g_env_trace; /* opened through ETR_TRACE */
+static etr_trace *g_env_trace;    /* opened through ETR_TRACE */
 static etr_trace *g_forked_trace; /* in a forked child: the parent's trace, until closed */
 
 static inline int64_t now_ns(void) {
@@ -116,8 +116,7 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
     tr->free_chunks = c->next;
   }
   pthread_mutex_unlock(&tr->q_mutex);
-  if (!c && !(c = chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized)))
-    return NULL;
+  if (!c && !(c = chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized))) return NULL;
   __atomic_store_n(&c->len, 0, __ATOMIC_RELAXED);
   c->nodes = 0;
   c->next = NULL;
@@ -542,11 +541,11 @@ static void writer_flush(etr_trace *tr, uint64_t *buffered) {
     atomic_store(&tr->write_error, tr->jw.err);
     atomic_store(&tr->failed, 1);
     if (tr->jw.err == EBADF)
-      etr__log(ETR_LOG_ERROR, "the trace file descriptor was closed or replaced under the "
-                              "recorder; recording stopped");
+      etr__log(ETR_LOG_ERROR,
+               "the trace file descriptor was closed or replaced under the "
+               "recorder; recording stopped");
     else
-      etr__log(ETR_LOG_ERROR, "trace write failed (%s); recording stopped",
-               strerror(tr->jw.err));
+      etr__log(ETR_LOG_ERROR, "trace write failed (%s); recording stopped", strerror(tr->jw.err));
     /* Stop paying for ops that cannot be written; ops in flight still end normally. */
     etr_observer_disable(tr->obs);
   }
@@ -739,8 +738,7 @@ static void *writer_main(void *arg) {
     bool flush_req = tr->flush_done != tr->flush_gen;
     /* A flush waits for the chunks queued before it, and (a few rounds) for those queued
      * since, which may hold nodes completed before it. */
-    if (flush_req && tr->q_head && (tr->q_done < tr->flush_target || flush_rounds++ < 8))
-      continue;
+    if (flush_req && tr->q_head && (tr->q_done < tr->flush_target || flush_rounds++ < 8)) continue;
     if (flush_req || now_ns() >= deadline) {
       flush_rounds = 0;
       uint64_t gen = tr->flush_gen;
@@ -820,7 +818,8 @@ static void seal_direct(etr_trace *tr, int sig) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   char *e = etr__put_i64(num, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
   n = put_text(buf, n, sizeof buf, num, (size_t)(e - num));
-  n = PUT_LIT(buf, n, sizeof buf, ",\n  \"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"signal\": ");
+  n = PUT_LIT(buf, n, sizeof buf,
+              ",\n  \"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"signal\": ");
   e = etr__put_i64(num, sig);
   n = put_text(buf, n, sizeof buf, num, (size_t)(e - num));
   n = PUT_LIT(buf, n, sizeof buf, ", \"stats\": {}}\n}\n");
@@ -1069,7 +1068,6 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   return 0;
 }
 
-
 int etr_trace_enable(etr_trace *tr) {
   if (!usable(tr)) return unusable(tr);
   if (atomic_load(&tr->failed)) return ETR_EIO;
@@ -1147,8 +1145,7 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   etr__wait_ids();
 
   pthread_mutex_lock(&tr->threads_mutex);
-  for (etr__tstate *ts = tr->threads; ts; ts = ts->next)
-    finish_thread(ts, &tr->ops_open_at_close);
+  for (etr__tstate *ts = tr->threads; ts; ts = ts->next) finish_thread(ts, &tr->ops_open_at_close);
   pthread_mutex_unlock(&tr->threads_mutex);
 
   pthread_mutex_lock(&tr->q_mutex);

@@ -21,12 +21,12 @@
 #include "json/writer.h"
 #include "observer/objects.h"
 
-/* Limits of DESIGN 6.3 and our own. */
+/* Limits of docs/FORMAT.md and our own. */
 #define ETR__STRING_MAX 8192u
 #define ETR__LIST_MAX 4096u
 #define ETR__DEPTH_MAX 32u
 #define ETR__NODE_BUDGET (1u << 20) /* encoded bytes of values per op, beyond it lists are cut */
-#define ETR__SHORT_MAX 255u        /* dtype and device names */
+#define ETR__SHORT_MAX 255u         /* dtype and device names */
 
 /* ---- events ---- */
 enum { ETR__EV_OP = 1, ETR__EV_THREAD = 2 };
@@ -80,10 +80,10 @@ typedef struct etr__chunk {
   /* Bytes of complete events. While a thread owns the chunk it appends and publishes len
    * with a release store; the writer may read the prefix meanwhile (a timed flush). */
   uint32_t len, cap;
-  uint32_t nodes; /* events inside, to count what is lost after a write error */
+  uint32_t nodes;                /* events inside, to count what is lost after a write error */
   uint32_t peeked, peeked_nodes; /* prefix the writer already wrote (writer only) */
   struct etr__tstate *owner;     /* the thread that filled it */
-  bool oversized; /* made for one large event: freed after use, not pooled */
+  bool oversized;                /* made for one large event: freed after use, not pooled */
   _Alignas(8) uint8_t data[];
 } etr__chunk;
 
@@ -102,8 +102,8 @@ typedef struct etr__tstate {
   uint64_t tid;
   uint64_t thread_node_id;
   uint64_t id_next, id_end; /* block of node/object ids */
-  etr__chunk *chunk; /* written by the owner with atomic stores: the writer peeks at it */
-  uint32_t queued;   /* its chunks queued or being written (q_mutex): no peek meanwhile */
+  etr__chunk *chunk;        /* written by the owner with atomic stores: the writer peeks at it */
+  uint32_t queued;          /* its chunks queued or being written (q_mutex): no peek meanwhile */
   uint8_t *arena;
   size_t arena_len, arena_cap;
   etr__frame *frames;
@@ -111,15 +111,19 @@ typedef struct etr__tstate {
   bool finished; /* open ops and thread node written (thread exit or close) */
   etr__idcache tensor_ids, storage_ids; /* recent id lookups of this thread */
   /* Traceback selection and capture buffers (allocated on the first capture). */
-  uint32_t tb_countdown;    /* ops left before the next 1-in-N capture */
-  uint32_t tb_cfg_version;  /* configuration the name cache below belongs to */
-  struct { const char *name; uint64_t hash; bool match; } tb_names[16]; /* pattern results */
+  uint32_t tb_countdown;   /* ops left before the next 1-in-N capture */
+  uint32_t tb_cfg_version; /* configuration the name cache below belongs to */
+  struct {
+    const char *name;
+    uint64_t hash;
+    bool match;
+  } tb_names[16]; /* pattern results */
   uintptr_t *tb_ips;
   _Atomic uint64_t top_id;    /* id of the innermost open op, for fw_parent lookups */
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
   /* Counters, written by the owner only (plain load+store), read by stats. */
-  _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut,
-      lists_cut, nesting_cut, nodes_dropped, objects, tracebacks;
+  _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut, lists_cut,
+      nesting_cut, nodes_dropped, objects, tracebacks;
   struct etr__tstate *next;
 } etr__tstate;
 
@@ -130,9 +134,9 @@ typedef struct etr__tstate {
  * the trace is freed, so recorders may read a configuration without any lock. */
 typedef struct etr__tbcfg {
   bool enabled;
-  char *pattern;     /* NULL = every op */
-  uint32_t every;    /* >= 1 */
-  uint32_t depth;    /* frames kept */
+  char *pattern;  /* NULL = every op */
+  uint32_t every; /* >= 1 */
+  uint32_t depth; /* frames kept */
   uint32_t version;
   struct etr__tbcfg *older;
 } etr__tbcfg;
@@ -161,8 +165,8 @@ struct etr_trace {
   etr__idmap *tensors, *storages;
   _Atomic int failed; /* a write error happened: recorders stop encoding */
 
-  pthread_mutex_t threads_mutex; /* threads list and tid pages */
-  etr__tstate *threads;          /* prepended with a release store; the writer walks it */
+  pthread_mutex_t threads_mutex;      /* threads list and tid pages */
+  etr__tstate *threads;               /* prepended with a release store; the writer walks it */
   _Atomic(etr__tstate *) **tid_pages; /* ETR__TID_PAGES pages */
 
   /* Queue between recorders and the writer (q_mutex). */
@@ -173,20 +177,20 @@ struct etr_trace {
   etr__chunk *q_head, *q_tail, *free_chunks;
   uint32_t max_chunks; /* chunks queued for the writer before recorders wait */
   uint32_t chunk_size;
-  uint64_t q_pushed, q_done;            /* chunks queued and processed */
-  uint64_t flush_gen, flush_done;       /* etr_trace_flush requests, and the last served */
-  uint64_t flush_target;                /* q_pushed at the latest request */
+  uint64_t q_pushed, q_done;      /* chunks queued and processed */
+  uint64_t flush_gen, flush_done; /* etr_trace_flush requests, and the last served */
+  uint64_t flush_target;          /* q_pushed at the latest request */
   bool stop;
   pthread_t writer;
 
   _Atomic(etr__tbcfg *) tb_cfg;
-  _Atomic bool tb_ever; /* tracebacks were enabled at some point: write the tables */
+  _Atomic bool tb_ever;     /* tracebacks were enabled at some point: write the tables */
   pthread_mutex_t tb_mutex; /* serializes etr_trace_set_traceback */
 
   /* Durability (options flush_ms, flush_kb, sync). */
-  int64_t flush_ns;     /* INT64_MAX: no timed flush */
+  int64_t flush_ns; /* INT64_MAX: no timed flush */
   size_t flush_bytes;
-  dev_t file_dev;       /* the file we opened: a flush checks the fd still refers to it */
+  dev_t file_dev; /* the file we opened: a flush checks the fd still refers to it */
   ino_t file_ino;
 
   /* Fatal signals (fatal.c): a handler asks the writer to finalize the file and waits. */
@@ -202,10 +206,10 @@ struct etr_trace {
   /* Writer-thread state. */
   etr__jw jw;
   bool any_node;
-  bool sealed;          /* the file ends with a footer written at a fatal signal */
-  bool unseal_pending;  /* new output follows: cut the file back to seal_off first */
+  bool sealed;         /* the file ends with a footer written at a fatal signal */
+  bool unseal_pending; /* new output follows: cut the file back to seal_off first */
   bool seal_any_node;
-  uint64_t seal_off;    /* where the process node of that footer starts */
+  uint64_t seal_off; /* where the process node of that footer starts */
   struct etr__tbtab *tbtab;
 
   /* Counters shared by many threads (rare events) or written by the writer. */
@@ -217,8 +221,7 @@ struct etr_trace {
 
 /* Single-writer counter bump: a plain load and store, no locked instruction. */
 static inline void etr__bump(_Atomic uint64_t *c, uint64_t n) {
-  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
-                        memory_order_relaxed);
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
 /* ---- encode.c (recording threads) ---- */

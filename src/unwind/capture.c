@@ -36,16 +36,27 @@
 /* ---- counters ---- */
 
 enum {
-  C_CAPTURES, C_TRUNCATED, C_FAILURES, C_FRAMES, C_HITS, C_MISSES, C_FALLBACKS,
-  C_FC_HITS, C_FC_PARTIAL, C_FC_MISSES, C_REUSED, C_WALKED, C_COUNT
+  C_CAPTURES,
+  C_TRUNCATED,
+  C_FAILURES,
+  C_FRAMES,
+  C_HITS,
+  C_MISSES,
+  C_FALLBACKS,
+  C_FC_HITS,
+  C_FC_PARTIAL,
+  C_FC_MISSES,
+  C_REUSED,
+  C_WALKED,
+  C_COUNT
 };
 
 /* ---- per-thread state ---- */
 
 enum {
-  SKIP_KEEP = 16,  /* skipped return addresses kept for aligning libunwind's frames */
-  FB_MAX = 512,    /* frames asked from libunwind */
-  FC_MAX = 256     /* frames kept by the per-thread frame cache */
+  SKIP_KEEP = 16, /* skipped return addresses kept for aligning libunwind's frames */
+  FB_MAX = 512,   /* frames asked from libunwind */
+  FC_MAX = 256    /* frames kept by the per-thread frame cache */
 };
 
 /* The frames of a thread's previous capture, innermost first: each frame's registers
@@ -67,7 +78,7 @@ typedef struct tstate {
   bool fc_off; /* frame cache disabled for this thread (benchmarks, tests) */
   uint32_t ncap;
   uintptr_t rlo[2], rhi[2]; /* stack mappings seen by this thread (most recent first) */
-  unsigned fc_cur; /* fc[fc_cur] holds the previous capture */
+  unsigned fc_cur;          /* fc[fc_cur] holds the previous capture */
   fcache fc[2];
   uintptr_t fbuf[FB_MAX];
 } tstate;
@@ -90,8 +101,10 @@ static void tstate_destroy(void *p) {
   pthread_mutex_lock(&g_threads_lock);
   for (int i = 0; i < C_COUNT; i++)
     g_dead[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
-  if (ts->prev) ts->prev->next = ts->next;
-  else g_threads = ts->next;
+  if (ts->prev)
+    ts->prev->next = ts->next;
+  else
+    g_threads = ts->next;
   if (ts->next) ts->next->prev = ts->prev;
   pthread_mutex_unlock(&g_threads_lock);
   t_state = NULL;
@@ -133,7 +146,8 @@ void etr__unwind_stats_add(etr_traceback_stats *out) {
   pthread_mutex_lock(&g_threads_lock);
   memcpy(sum, g_dead, sizeof sum);
   for (tstate *ts = g_threads; ts; ts = ts->next)
-    for (int i = 0; i < C_COUNT; i++) sum[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
+    for (int i = 0; i < C_COUNT; i++)
+      sum[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
   pthread_mutex_unlock(&g_threads_lock);
   out->captures += sum[C_CAPTURES];
   out->captures_truncated += sum[C_TRUNCATED];
@@ -185,7 +199,10 @@ enum {
   RC_BITS = 13,
   RC_SIZE = 1 << RC_BITS,
   RC_PROBE = 4,
-  K_SIMPLE = 0, K_END = 1, K_SIGNAL = 2, K_FALLBACK = 3
+  K_SIMPLE = 0,
+  K_END = 1,
+  K_SIGNAL = 2,
+  K_FALLBACK = 3
 };
 #define RC_KEY_SHIFT 17
 #define RC_MAX_KEY (((uint64_t)1 << 47) - 1)
@@ -227,8 +244,7 @@ static ETR_NOINLINE void rc_sync_slow(uint64_t gen) {
   while (cur < gen) {
     if (atomic_compare_exchange_weak_explicit(&g_rc_gen, &cur, gen, memory_order_acq_rel,
                                               memory_order_acquire)) {
-      for (size_t i = 0; i < RC_SIZE; i++)
-        atomic_store_explicit(&g_rc[i], 0, memory_order_relaxed);
+      for (size_t i = 0; i < RC_SIZE; i++) atomic_store_explicit(&g_rc[i], 0, memory_order_relaxed);
       if (cur != 0) atomic_fetch_add_explicit(&g_resets, 1, memory_order_relaxed);
       return;
     }
@@ -242,10 +258,14 @@ static inline void rc_sync(uint64_t gen) {
 
 static uint32_t encode_rule(const etr__cfi_rule *r) {
   switch (r->kind) {
-    case ETR__CFI_END: return K_END;
-    case ETR__CFI_SIGNAL: return K_SIGNAL;
-    case ETR__CFI_SIMPLE: break;
-    default: return K_FALLBACK;
+    case ETR__CFI_END:
+      return K_END;
+    case ETR__CFI_SIGNAL:
+      return K_SIGNAL;
+    case ETR__CFI_SIMPLE:
+      break;
+    default:
+      return K_FALLBACK;
   }
   if (r->cfa_off <= 0 || r->cfa_off > 1023 * 8 || (r->cfa_off & 7)) return K_FALLBACK;
   uint32_t k = 0;
@@ -289,8 +309,10 @@ static bool maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
       if (field <= 1) {
         int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
         if (d >= 0) {
-          if (field == 0) a = a * 16 + (uintptr_t)d;
-          else b = b * 16 + (uintptr_t)d;
+          if (field == 0)
+            a = a * 16 + (uintptr_t)d;
+          else
+            b = b * 16 + (uintptr_t)d;
         } else {
           field++;
         }
@@ -309,8 +331,8 @@ static bool maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
 }
 
 /* Bounds of the stack that holds sp, cached per thread. */
-static ETR_NOINLINE bool stack_bounds_slow(tstate *ts, uintptr_t sp, uintptr_t *lo,
-                                           uintptr_t *hi, bool may_store) {
+static ETR_NOINLINE bool stack_bounds_slow(tstate *ts, uintptr_t sp, uintptr_t *lo, uintptr_t *hi,
+                                           bool may_store) {
   for (int i = 1; i < 2; i++) {
     if (sp >= ts->rlo[i] && sp < ts->rhi[i]) {
       *lo = ts->rlo[i];
@@ -505,8 +527,7 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
         const fent *nx = p + 1;
         if (nx == end || nx->sp > hi) break;
         uintptr_t pk_ = (p->rule >> 13) & 15;
-        if (peek(nx->sp - 8) != nx->key || (pk_ ? peek(nx->sp - 8 * pk_) : p->bp) != nx->bp)
-          break;
+        if (peek(nx->sp - 8) != nx->key || (pk_ ? peek(nx->sp - 8 * pk_) : p->bp) != nx->bp) break;
         p = nx;
         ips[n++] = p->key;
         if (cj < FC_MAX) cur[cj++] = *p;
@@ -561,7 +582,7 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
         break;
       }
       pk = pn; /* another stack: frames are no longer ordered by sp */
-    } else { /* K_FALLBACK: libunwind from here on */
+    } else {   /* K_FALLBACK: libunwind from here on */
       if (f == 0) {
         o->failed = true;
         break;
@@ -599,8 +620,10 @@ ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip,
   walk w = {ts, NULL, ts->in_capture != 0, 0, 0};
   ts->in_capture = 1;
   atomic_signal_fence(memory_order_seq_cst);
-  if (!w.nested && (++ts->ncap & 63) == 0) w.map = etr__modmap_refresh();
-  else w.map = etr__modmap_current();
+  if (!w.nested && (++ts->ncap & 63) == 0)
+    w.map = etr__modmap_refresh();
+  else
+    w.map = etr__modmap_current();
   size_t n = 0;
   walk_out o = {0, 0, 0, true, false, -1};
   if (w.map) {
@@ -651,7 +674,6 @@ void etr__unwind_thread_init(void) {
   tstate_get();
   etr__modmap_refresh();
 }
-
 
 ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip, uint64_t *modgen) {
   if (modgen) *modgen = 0;

@@ -11,17 +11,23 @@
 
 #if defined(__x86_64__)
 
-enum {
-  REG_RBP_ = 6,
-  REG_RSP_ = 7,
-  MAX_STATE_STACK = 8
-};
+enum { REG_RBP_ = 6, REG_RSP_ = 7, MAX_STATE_STACK = 8 };
 
 /* DW_EH_PE_* pointer encodings */
 enum {
-  PE_ABSPTR = 0x00, PE_ULEB = 0x01, PE_UDATA2 = 0x02, PE_UDATA4 = 0x03, PE_UDATA8 = 0x04,
-  PE_SLEB = 0x09, PE_SDATA2 = 0x0a, PE_SDATA4 = 0x0b, PE_SDATA8 = 0x0c,
-  PE_PCREL = 0x10, PE_DATAREL = 0x30, PE_INDIRECT = 0x80, PE_OMIT = 0xff
+  PE_ABSPTR = 0x00,
+  PE_ULEB = 0x01,
+  PE_UDATA2 = 0x02,
+  PE_UDATA4 = 0x03,
+  PE_UDATA8 = 0x04,
+  PE_SLEB = 0x09,
+  PE_SDATA2 = 0x0a,
+  PE_SDATA4 = 0x0b,
+  PE_SDATA8 = 0x0c,
+  PE_PCREL = 0x10,
+  PE_DATAREL = 0x30,
+  PE_INDIRECT = 0x80,
+  PE_OMIT = 0xff
 };
 
 typedef struct rd {
@@ -66,10 +72,24 @@ static uint64_t rd_fixed(rd *r, size_t n) {
   }
   uint64_t v = 0;
   switch (n) {
-    case 1: v = r->p[0]; break;
-    case 2: { uint16_t x; memcpy(&x, r->p, 2); v = x; break; }
-    case 4: { uint32_t x; memcpy(&x, r->p, 4); v = x; break; }
-    default: memcpy(&v, r->p, 8); break;
+    case 1:
+      v = r->p[0];
+      break;
+    case 2: {
+      uint16_t x;
+      memcpy(&x, r->p, 2);
+      v = x;
+      break;
+    }
+    case 4: {
+      uint32_t x;
+      memcpy(&x, r->p, 4);
+      v = x;
+      break;
+    }
+    default:
+      memcpy(&v, r->p, 8);
+      break;
   }
   r->p += n;
   return v;
@@ -81,22 +101,49 @@ static uintptr_t rd_encoded(rd *r, uint8_t enc, uintptr_t datarel) {
   uintptr_t here = (uintptr_t)r->p;
   uint64_t v;
   switch (enc & 0x0f) {
-    case PE_ABSPTR: v = rd_fixed(r, 8); break;
-    case PE_ULEB: v = rd_uleb(r); break;
-    case PE_UDATA2: v = rd_fixed(r, 2); break;
-    case PE_UDATA4: v = rd_fixed(r, 4); break;
-    case PE_UDATA8: v = rd_fixed(r, 8); break;
-    case PE_SLEB: v = (uint64_t)rd_sleb(r); break;
-    case PE_SDATA2: v = (uint64_t)(int64_t)(int16_t)rd_fixed(r, 2); break;
-    case PE_SDATA4: v = (uint64_t)(int64_t)(int32_t)rd_fixed(r, 4); break;
-    case PE_SDATA8: v = rd_fixed(r, 8); break;
-    default: r->bad = true; return 0;
+    case PE_ABSPTR:
+      v = rd_fixed(r, 8);
+      break;
+    case PE_ULEB:
+      v = rd_uleb(r);
+      break;
+    case PE_UDATA2:
+      v = rd_fixed(r, 2);
+      break;
+    case PE_UDATA4:
+      v = rd_fixed(r, 4);
+      break;
+    case PE_UDATA8:
+      v = rd_fixed(r, 8);
+      break;
+    case PE_SLEB:
+      v = (uint64_t)rd_sleb(r);
+      break;
+    case PE_SDATA2:
+      v = (uint64_t)(int64_t)(int16_t)rd_fixed(r, 2);
+      break;
+    case PE_SDATA4:
+      v = (uint64_t)(int64_t)(int32_t)rd_fixed(r, 4);
+      break;
+    case PE_SDATA8:
+      v = rd_fixed(r, 8);
+      break;
+    default:
+      r->bad = true;
+      return 0;
   }
   switch (enc & 0x70) {
-    case 0: break;
-    case PE_PCREL: v += here; break;
-    case PE_DATAREL: v += datarel; break;
-    default: r->bad = true; return 0;  /* textrel, funcrel, aligned: not used on x86_64 */
+    case 0:
+      break;
+    case PE_PCREL:
+      v += here;
+      break;
+    case PE_DATAREL:
+      v += datarel;
+      break;
+    default:
+      r->bad = true;
+      return 0; /* textrel, funcrel, aligned: not used on x86_64 */
   }
   if (enc & PE_INDIRECT) {
     uintptr_t a = (uintptr_t)v;
@@ -112,7 +159,7 @@ typedef struct rrule {
   int64_t off;
 } rrule;
 typedef struct row {
-  int cfa_reg;  /* DWARF number, -1 for an expression */
+  int cfa_reg; /* DWARF number, -1 for an expression */
   int64_t cfa_off;
   rrule rbp, ra;
 } row;
@@ -146,16 +193,16 @@ static bool parse_cie(const uint8_t *c, cie *out) {
   const uint8_t *p = entry_bounds(c, &end);
   if (!p) return false;
   rd r = {p, end, false};
-  if (rd_fixed(&r, 4) != 0) return false;  /* CIE id in .eh_frame is 0 */
+  if (rd_fixed(&r, 4) != 0) return false; /* CIE id in .eh_frame is 0 */
   uint8_t version = (uint8_t)rd_fixed(&r, 1);
   if (version != 1 && version != 3 && version != 4) return false;
   const char *aug = (const char *)r.p;
   size_t auglen = strnlen(aug, (size_t)(r.end - r.p));
   r.p += auglen + 1;
-  if (aug[0] == 'e' && aug[1] == 'h') return false;  /* ancient GCC layout */
+  if (aug[0] == 'e' && aug[1] == 'h') return false; /* ancient GCC layout */
   if (version == 4) {
-    if (rd_fixed(&r, 1) != 8) return false;  /* address size */
-    rd_fixed(&r, 1);                         /* segment selector size */
+    if (rd_fixed(&r, 1) != 8) return false; /* address size */
+    rd_fixed(&r, 1);                        /* segment selector size */
   }
   out->code_align = rd_uleb(&r);
   out->data_align = rd_sleb(&r);
@@ -173,15 +220,22 @@ static bool parse_cie(const uint8_t *c, cie *out) {
         aug_end = r.p + n;
         break;
       }
-      case 'R': out->fde_enc = (uint8_t)rd_fixed(&r, 1); break;
-      case 'L': rd_fixed(&r, 1); break;
+      case 'R':
+        out->fde_enc = (uint8_t)rd_fixed(&r, 1);
+        break;
+      case 'L':
+        rd_fixed(&r, 1);
+        break;
       case 'P': {
         uint8_t enc = (uint8_t)rd_fixed(&r, 1);
         rd_encoded(&r, enc & 0x7f, 0); /* skip the personality pointer, not dereferenced */
         break;
       }
-      case 'S': out->signal = true; break;
-      case 'B': break;
+      case 'S':
+        out->signal = true;
+        break;
+      case 'B':
+        break;
       default:
         /* unknown augmentation: only skippable with 'z' */
         if (!aug_end) return false;
@@ -199,14 +253,18 @@ static bool parse_cie(const uint8_t *c, cie *out) {
 
 static void set_reg(row *rw, uint64_t reg, uint64_t ra_reg, rkind k, int64_t off) {
   rrule v = {k, off};
-  if (reg == REG_RBP_) rw->rbp = v;
-  else if (reg == ra_reg) rw->ra = v;
+  if (reg == REG_RBP_)
+    rw->rbp = v;
+  else if (reg == ra_reg)
+    rw->ra = v;
   /* other registers: not needed to walk */
 }
 
 static void restore_reg(row *rw, const row *init, uint64_t reg, uint64_t ra_reg) {
-  if (reg == REG_RBP_) rw->rbp = init->rbp;
-  else if (reg == ra_reg) rw->ra = init->ra;
+  if (reg == REG_RBP_)
+    rw->rbp = init->rbp;
+  else if (reg == ra_reg)
+    rw->ra = init->ra;
 }
 
 /* Run instructions [p, end) from loc; stop before the first row that starts after pc.
@@ -235,14 +293,24 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const cie *ci, uintptr
       continue;
     }
     switch (op) {
-      case 0x00: break; /* nop */
-      case 0x01:        /* set_loc */
+      case 0x00:
+        break;   /* nop */
+      case 0x01: /* set_loc */
         loc = rd_encoded(&r, ci->fde_enc, 0);
         if (loc > pc) return true;
         break;
-      case 0x02: loc += rd_fixed(&r, 1) * ci->code_align; if (loc > pc) return true; break;
-      case 0x03: loc += rd_fixed(&r, 2) * ci->code_align; if (loc > pc) return true; break;
-      case 0x04: loc += rd_fixed(&r, 4) * ci->code_align; if (loc > pc) return true; break;
+      case 0x02:
+        loc += rd_fixed(&r, 1) * ci->code_align;
+        if (loc > pc) return true;
+        break;
+      case 0x03:
+        loc += rd_fixed(&r, 2) * ci->code_align;
+        if (loc > pc) return true;
+        break;
+      case 0x04:
+        loc += rd_fixed(&r, 4) * ci->code_align;
+        if (loc > pc) return true;
+        break;
       case 0x05: { /* offset_extended */
         uint64_t reg = rd_uleb(&r);
         set_reg(rw, reg, ci->ra_reg, R_OFFSET, (int64_t)rd_uleb(&r) * ci->data_align);
@@ -252,8 +320,12 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const cie *ci, uintptr
         if (!init) return false;
         restore_reg(rw, init, rd_uleb(&r), ci->ra_reg);
         break;
-      case 0x07: set_reg(rw, rd_uleb(&r), ci->ra_reg, R_UNDEF, 0); break;
-      case 0x08: set_reg(rw, rd_uleb(&r), ci->ra_reg, R_SAME, 0); break;
+      case 0x07:
+        set_reg(rw, rd_uleb(&r), ci->ra_reg, R_UNDEF, 0);
+        break;
+      case 0x08:
+        set_reg(rw, rd_uleb(&r), ci->ra_reg, R_SAME, 0);
+        break;
       case 0x09: { /* register: reg1 in reg2 */
         uint64_t reg = rd_uleb(&r);
         rd_uleb(&r);
@@ -272,8 +344,12 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const cie *ci, uintptr
         rw->cfa_reg = (int)rd_uleb(&r);
         rw->cfa_off = (int64_t)rd_uleb(&r);
         break;
-      case 0x0d: rw->cfa_reg = (int)rd_uleb(&r); break;
-      case 0x0e: rw->cfa_off = (int64_t)rd_uleb(&r); break;
+      case 0x0d:
+        rw->cfa_reg = (int)rd_uleb(&r);
+        break;
+      case 0x0e:
+        rw->cfa_off = (int64_t)rd_uleb(&r);
+        break;
       case 0x0f: { /* def_cfa_expression */
         uint64_t n = rd_uleb(&r);
         if (n > (uint64_t)(r.end - r.p)) return false;
@@ -299,22 +375,29 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const cie *ci, uintptr
         rw->cfa_reg = (int)rd_uleb(&r);
         rw->cfa_off = rd_sleb(&r) * ci->data_align;
         break;
-      case 0x13: rw->cfa_off = rd_sleb(&r) * ci->data_align; break;
+      case 0x13:
+        rw->cfa_off = rd_sleb(&r) * ci->data_align;
+        break;
       case 0x14:   /* val_offset */
       case 0x15: { /* val_offset_sf */
         uint64_t reg = rd_uleb(&r);
-        if (op == 0x14) rd_uleb(&r);
-        else rd_sleb(&r);
+        if (op == 0x14)
+          rd_uleb(&r);
+        else
+          rd_sleb(&r);
         set_reg(rw, reg, ci->ra_reg, R_OTHER, 0);
         break;
       }
-      case 0x2e: rd_uleb(&r); break; /* GNU_args_size */
-      case 0x2f: {                   /* GNU_negative_offset_extended */
+      case 0x2e:
+        rd_uleb(&r);
+        break;     /* GNU_args_size */
+      case 0x2f: { /* GNU_negative_offset_extended */
         uint64_t reg = rd_uleb(&r);
         set_reg(rw, reg, ci->ra_reg, R_OFFSET, -(int64_t)rd_uleb(&r) * ci->data_align);
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   return !r.bad;
@@ -339,8 +422,10 @@ static const uint8_t *find_fde(uintptr_t hdr, uintptr_t pc) {
     size_t mid = lo + (hi_ - lo) / 2;
     int32_t loc;
     memcpy(&loc, tab + mid * 8, 4);
-    if ((int64_t)loc <= rel) lo = mid + 1;
-    else hi_ = mid;
+    if ((int64_t)loc <= rel)
+      lo = mid + 1;
+    else
+      hi_ = mid;
   }
   if (lo == 0) return NULL;
   int32_t fde;

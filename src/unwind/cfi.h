@@ -33,9 +33,9 @@ typedef enum etr__cfi_kind {
 
 typedef struct etr__cfi_rule {
   etr__cfi_kind kind;
-  bool cfa_rbp;     /* CFA = rbp + cfa_off (else rsp + cfa_off) */
+  bool cfa_rbp; /* CFA = rbp + cfa_off (else rsp + cfa_off) */
   int64_t cfa_off;
-  int64_t rbp_off;  /* caller's rbp saved at CFA + rbp_off; 0: rbp unchanged */
+  int64_t rbp_off; /* caller's rbp saved at CFA + rbp_off; 0: rbp unchanged */
 } etr__cfi_rule;
 
 /* Compute the rule at pc (an address inside an instruction; for a return address pass
@@ -46,17 +46,17 @@ void etr__cfi_find(uintptr_t eh_frame_hdr, uintptr_t pc, etr__cfi_rule *out);
 /* ---- module map (modules.c) ---- */
 
 typedef struct etr__modent {
-  etr__module m;           /* what etr__modules_find returns (first member) */
-  uintptr_t xlo, xhi;      /* span of the executable PT_LOAD segments */
-  uintptr_t eh_frame_hdr;  /* PT_GNU_EH_FRAME address, 0 when absent */
+  etr__module m;          /* what etr__modules_find returns (first member) */
+  uintptr_t xlo, xhi;     /* span of the executable PT_LOAD segments */
+  uintptr_t eh_frame_hdr; /* PT_GNU_EH_FRAME address, 0 when absent */
 } etr__modent;
 
 typedef struct etr__modmap {
-  uint64_t gen;                   /* 1, 2, ... */
-  unsigned long long adds, subs;  /* dl_iterate_phdr counters this map was built at */
+  uint64_t gen;                  /* 1, 2, ... */
+  unsigned long long adds, subs; /* dl_iterate_phdr counters this map was built at */
   size_t n;
-  etr__modent *mods;              /* sorted by m.lo */
-  struct etr__modmap *older;      /* previous generation (kept, never freed) */
+  etr__modent *mods;         /* sorted by m.lo */
+  struct etr__modmap *older; /* previous generation (kept, never freed) */
 } etr__modmap;
 
 /* The current map (built on first use; NULL when memory ran out). Lock-free. */

@@ -51,7 +51,7 @@ typedef struct build {
   counts c;
 } build;
 
-static void read_build_id(etr__module *m, uintptr_t bias, const ElfW(Phdr) *ph) {
+static void read_build_id(etr__module *m, uintptr_t bias, const ElfW(Phdr) * ph) {
   const uint8_t *p = (const uint8_t *)(bias + ph->p_vaddr);
   const uint8_t *end = p + ph->p_memsz;
   size_t align = ph->p_align > 4 ? 8 : 4;
@@ -192,8 +192,10 @@ static const etr__modent *find_in(const etr__modmap *map, uintptr_t ip) {
   size_t lo = 0, hi = map->n;
   while (lo < hi) { /* first module with lo > ip */
     size_t mid = lo + (hi - lo) / 2;
-    if (map->mods[mid].m.lo <= ip) lo = mid + 1;
-    else hi = mid;
+    if (map->mods[mid].m.lo <= ip)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   if (lo == 0) return NULL;
   const etr__modent *e = &map->mods[lo - 1];

@@ -61,7 +61,7 @@
 #define PENDING_MAX (1u << 16) /* deferred handles per thread before gathering pauses */
 #define TAB_CHUNK_BITS 10
 #define TAB_CHUNK (1u << TAB_CHUNK_BITS)
-#define TAB_MAX_CHUNKS 4096    /* 4M unique script frames */
+#define TAB_MAX_CHUNKS 4096 /* 4M unique script frames */
 #define NO_ID UINT32_MAX
 
 /* ---- handle lists ---- */
@@ -123,20 +123,20 @@ typedef struct centry {
 } centry;
 
 typedef struct tstate {
-  _Atomic(unw *) hazard;       /* the unwinder this thread is using right now */
-  bool busy;                   /* inside etr__script_interleave (owner only) */
-  centry *cache;               /* 2 * nbuckets entries, NULL until first use */
-  uint8_t *mru;                /* per bucket: the way used last */
+  _Atomic(unw *) hazard; /* the unwinder this thread is using right now */
+  bool busy;             /* inside etr__script_interleave (owner only) */
+  centry *cache;         /* 2 * nbuckets entries, NULL until first use */
+  uint8_t *mru;          /* per bucket: the way used last */
   size_t nbuckets;
-  size_t cached;               /* valid cache entries */
-  uintptr_t hbuf[SCRIPT_MAX];  /* gather buffers */
+  size_t cached;              /* valid cache entries */
+  uintptr_t hbuf[SCRIPT_MAX]; /* gather buffers */
   uint8_t fbuf[SCRIPT_MAX];
   uint32_t idbuf[SCRIPT_MAX];
-  hlist batch;                 /* surplus of the capture in progress (owner only) */
+  hlist batch; /* surplus of the capture in progress (owner only) */
   pthread_mutex_t plock;
-  hlist pending;               /* plock: deferred releases */
+  hlist pending;                           /* plock: deferred releases */
   _Atomic uint64_t n_frames, n_symbolized; /* written by the owner only */
-  struct tstate *prev, *next;  /* threads_lock */
+  struct tstate *prev, *next;              /* threads_lock */
 } tstate;
 
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -547,8 +547,7 @@ static bool resolve(unw *x, const char *name) {
   if (!p) return false;
   Dl_info info;
   const ElfW(Sym) *sym = NULL;
-  if (!dladdr1(p, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym || sym->st_size == 0)
-    return false;
+  if (!dladdr1(p, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym || sym->st_size == 0) return false;
   uintptr_t lo = (uintptr_t)info.dli_saddr ? (uintptr_t)info.dli_saddr : (uintptr_t)p;
   for (size_t i = 0; i < x->n_ranges; i++)
     if (x->ranges[i].lo == lo) return true;
@@ -570,8 +569,10 @@ int etr_script_unwinder_register(const etr_script_unwinder *u) {
   x->cb.n_entry_symbols = 0;
   for (size_t i = 0; i < u->n_entry_symbols; i++) {
     if (u->entry_symbols[i] && !resolve(x, u->entry_symbols[i]))
-      etr__log(ETR_LOG_WARN, "script unwinder: entry symbol %s not found in the dynamic symbol "
-               "table (or its size is unknown)", u->entry_symbols[i]);
+      etr__log(ETR_LOG_WARN,
+               "script unwinder: entry symbol %s not found in the dynamic symbol "
+               "table (or its size is unknown)",
+               u->entry_symbols[i]);
   }
   if (x->n_ranges == 0) {
     free(x);

@@ -128,17 +128,17 @@ static const char *arena_strdup(arena_block **head, const char *s) {
 
 #ifdef ETR_WITH_LIBDW
 typedef struct cu_range {
-  uint64_t lo, hi;  /* [lo, hi) */
-  size_t cu;        /* index into module.cus */
+  uint64_t lo, hi; /* [lo, hi) */
+  size_t cu;       /* index into module.cus */
 } cu_range;
 
 /* One inlined call (a DW_TAG_inlined_subroutine): its call site, in the function or the
  * inlined function that holds it, and the name of the function inlined there. */
 typedef struct inl_sub {
-  const char *call_file;  /* owned by libdw's file table of the CU; NULL when not given */
+  const char *call_file; /* owned by libdw's file table of the CU; NULL when not given */
   int64_t call_line;
-  const char *name;       /* demangled, made on first use; NULL until then */
-  Dwarf_Off die;          /* offset of the DW_TAG_inlined_subroutine */
+  const char *name; /* demangled, made on first use; NULL until then */
+  Dwarf_Off die;    /* offset of the DW_TAG_inlined_subroutine */
 } inl_sub;
 
 /* One address range of an inlined call, and the inlined calls nested in that range. */
@@ -153,28 +153,28 @@ typedef struct inl_range {
 
 typedef struct cu_info {
   Dwarf_Die die;
-  inl_range *inl;   /* outermost calls first (inl[0, ntop), sorted by lo), then the nested
-                     * ones grouped by the range they are in; built on the CU's first address */
+  inl_range *inl; /* outermost calls first (inl[0, ntop), sorted by lo), then the nested
+                   * ones grouped by the range they are in; built on the CU's first address */
   size_t ninl, ntop;
   inl_sub *subs;
   size_t nsubs;
-  int inl_state;    /* 0 not built, 1 built, -1 could not be built */
+  int inl_state; /* 0 not built, 1 built, -1 could not be built */
 } cu_info;
 #endif
 
 typedef struct module {
-  char *path;              /* as given (the key, with the build-id) */
-  const char *base;        /* basename of path, for fallback names */
+  char *path;       /* as given (the key, with the build-id) */
+  const char *base; /* basename of path, for fallback names */
   uint8_t build_id[64];
   uint8_t build_id_len;
-  int state;               /* 0 not loaded yet, 1 loaded, -1 no usable file */
+  int state; /* 0 not loaded yet, 1 loaded, -1 no usable file */
   uint64_t hash;
 #ifdef ETR_WITH_LIBDW
   int fd, dbg_fd;
   Elf *elf, *dbg_elf;
   Dwarf *dwarf;
   etr__symtab symtab;
-  const char **demangled;  /* per symtab entry, filled on first use; NULL until needed */
+  const char **demangled; /* per symtab entry, filled on first use; NULL until needed */
   cu_info *cus;
   size_t ncus;
   cu_range *ranges;
@@ -186,7 +186,7 @@ typedef struct module {
  * frames of the calls inlined at vaddr, innermost first (in the arena). */
 typedef struct cache_entry {
   uint64_t vaddr;
-  uint32_t mod1;           /* 0 = empty slot */
+  uint32_t mod1; /* 0 = empty slot */
   int16_t rc;
   uint16_t ninner;
   etr__symbol sym;
@@ -196,12 +196,12 @@ typedef struct cache_entry {
 struct etr__symbolizer {
   module **mods;
   size_t nmods, capmods;
-  uint32_t *modtab;        /* open addressing: module index + 1, 0 = empty */
-  size_t modtab_cap;       /* power of two */
+  uint32_t *modtab;  /* open addressing: module index + 1, 0 = empty */
+  size_t modtab_cap; /* power of two */
   module *last;
   size_t last_index;
   cache_entry *cache;
-  size_t cache_cap, cache_n;  /* power of two; grown at 1/2 load */
+  size_t cache_cap, cache_n; /* power of two; grown at 1/2 load */
   arena_block *arena;
   char **dirs;
   size_t ndirs;
@@ -312,8 +312,8 @@ static int modtab_grow(etr__symbolizer *s) {
 }
 
 /* The module entry for (path, build-id), created (not loaded) when new. Sets *index. */
-static module *module_get(etr__symbolizer *s, const char *path, const uint8_t *bid,
-                          size_t bid_len, size_t *index) {
+static module *module_get(etr__symbolizer *s, const char *path, const uint8_t *bid, size_t bid_len,
+                          size_t *index) {
   if (s->last != NULL && module_matches(s->last, path, bid, bid_len)) {
     *index = s->last_index;
     return s->last;
@@ -400,8 +400,8 @@ fail:
 }
 
 /* "dir/.build-id/xx/rest<suffix>" */
-static void build_id_path(char *buf, size_t cap, const char *dir, const uint8_t *bid,
-                          size_t len, const char *suffix) {
+static void build_id_path(char *buf, size_t cap, const char *dir, const uint8_t *bid, size_t len,
+                          const char *suffix) {
   char hex[2 * 64 + 1];
   for (size_t i = 0; i < len; i++) snprintf(hex + 2 * i, 3, "%02x", bid[i]);
   snprintf(buf, cap, "%s/.build-id/%.2s/%s%s", dir, hex, hex + 2, suffix);
@@ -481,7 +481,7 @@ static int build_cu_table(module *m) {
     ptrdiff_t off = 0;
     Dwarf_Addr base, lo, hi;
     while ((off = dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
-      if (lo == 0 || lo >= hi) continue;  /* discarded code (garbage-collected sections) */
+      if (lo == 0 || lo >= hi) continue; /* discarded code (garbage-collected sections) */
       if (m->nranges == capr) {
         capr = capr ? capr * 2 : 64;
         cu_range *r = realloc(m->ranges, capr * sizeof *r);
@@ -577,8 +577,8 @@ static int module_load(etr__symbolizer *s, module *m, uintptr_t live_ip) {
 typedef struct inl_tmp {
   uint64_t lo, hi;
   uint32_t sub;
-  int64_t parent;  /* index of the enclosing call's range in the walk's order, -1 outermost */
-  size_t order;    /* position in the walk (ties keep it) */
+  int64_t parent; /* index of the enclosing call's range in the walk's order, -1 outermost */
+  size_t order;   /* position in the walk (ties keep it) */
 } inl_tmp;
 
 static int inl_tmp_cmp(const void *a, const void *b) {
@@ -590,7 +590,7 @@ static int inl_tmp_cmp(const void *a, const void *b) {
 
 typedef struct inl_build {
   cu_info *cu;
-  inl_tmp *r;      /* ranges in walk order */
+  inl_tmp *r; /* ranges in walk order */
   size_t n, cap, capsub;
   Dwarf_Files *files;
   size_t nfiles;
@@ -631,7 +631,7 @@ static int collect_inlined(inl_build *b, Dwarf_Die *die, int depth, size_t pfirs
     while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
       if (lo == 0 || lo >= hi) continue;
       int64_t parent = -1;
-      if (pn != 0) {  /* the enclosing call's range holding this one, else unreachable */
+      if (pn != 0) { /* the enclosing call's range holding this one, else unreachable */
         for (size_t k = pfirst; k < pfirst + pn && parent < 0; k++)
           if (lo >= b->r[k].lo && lo < b->r[k].hi) parent = (int64_t)k;
         if (parent < 0) continue;
@@ -645,8 +645,7 @@ static int collect_inlined(inl_build *b, Dwarf_Die *die, int depth, size_t pfirs
       b->r[b->n] = (inl_tmp){lo, hi, sub, parent, b->n};
       b->n++;
     }
-    if (b->n > first && collect_inlined(b, &child, depth + 1, first, b->n - first) != 0)
-      return -1;
+    if (b->n > first && collect_inlined(b, &child, depth + 1, first, b->n - first) != 0) return -1;
   } while (dwarf_siblingof(&child, &child) == 0);
   return 0;
 }
@@ -661,8 +660,7 @@ static int collect_functions(inl_build *b, Dwarf_Die *parent, int depth) {
       if (dwarf_hasattr(&child, DW_AT_low_pc) || dwarf_hasattr(&child, DW_AT_ranges))
         if (collect_inlined(b, &child, 0, 0, 0) != 0) return -1;
     } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
-               tag == DW_TAG_structure_type || tag == DW_TAG_union_type ||
-               tag == DW_TAG_module) {
+               tag == DW_TAG_structure_type || tag == DW_TAG_union_type || tag == DW_TAG_module) {
       if (collect_functions(b, &child, depth + 1) != 0) return -1;
     }
   } while (dwarf_siblingof(&child, &child) == 0);
@@ -695,7 +693,7 @@ static int inl_layout(inl_build *b) {
       ntop++;
       continue;
     }
-    inl_range *p = &cu->inl[pos[r[i].parent]];  /* a parent comes before its ranges */
+    inl_range *p = &cu->inl[pos[r[i].parent]]; /* a parent comes before its ranges */
     if (p->nchild++ == 0) p->child = (uint32_t)i;
   }
   cu->ninl = n;
@@ -878,7 +876,7 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
           const char *n = inl_name(s, m, c);
           if (n == NULL) return ETR_ENOMEM;
           fr[k] = (etr__symbol){n, file, line};
-          if (c->call_file != NULL) {  /* else the caller keeps the line inside (unknown) */
+          if (c->call_file != NULL) { /* else the caller keeps the line inside (unknown) */
             file = c->call_file;
             line = c->call_line;
           }
@@ -904,7 +902,7 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
     if (name == NULL) return ETR_ENOMEM;
   }
   if (file == NULL) {
-    file = m->path;  /* owned by the module entry, which lives as long as the symbolizer */
+    file = m->path; /* owned by the module entry, which lives as long as the symbolizer */
     line = 0;
   }
   out->name = name;
@@ -942,7 +940,7 @@ static int lookup(etr__symbolizer *s, const char *path, const uint8_t *build_id,
   atomic_fetch_add_explicit(&g_misses, 1, memory_order_relaxed);
   if (rc == 1) atomic_fetch_add_explicit(&g_fallbacks, 1, memory_order_relaxed);
   if ((s->cache_n + 1) * 2 > s->cache_cap) {
-    if (cache_grow(s) != 0) return rc;  /* answer anyway, uncached */
+    if (cache_grow(s) != 0) return rc; /* answer anyway, uncached */
     mask = s->cache_cap - 1;
     j = mix64(vaddr ^ ((uint64_t)mod1 << 48)) & mask;
     while (s->cache[j].mod1 != 0) j = (j + 1) & mask;
@@ -968,8 +966,8 @@ static bool is_etr_record_site(const char *file) {
 }
 
 int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
-                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip,
-                          etr__symbol *out, size_t max) {
+                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
+                          size_t max) {
   if (s == NULL || out == NULL || max == 0) return ETR_EINVAL;
   etr__symbol outer;
   const etr__symbol *inner;
@@ -982,7 +980,7 @@ int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *b
     inner++;
     ninner--;
   }
-  size_t n = ninner < max - 1 ? ninner : max - 1;  /* the innermost ones, then the real one */
+  size_t n = ninner < max - 1 ? ninner : max - 1; /* the innermost ones, then the real one */
   if (n != 0) memcpy(out, inner, n * sizeof *out);
   out[n] = outer;
   return (int)(n + 1);

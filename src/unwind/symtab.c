@@ -17,17 +17,21 @@ typedef struct cand {
 static int cand_cmp(const void *a, const void *b) {
   const cand *x = a, *y = b;
   if (x->addr != y->addr) return x->addr < y->addr ? -1 : 1;
-  if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1;  /* best first */
+  if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1; /* best first */
   if (x->size != y->size) return x->size > y->size ? -1 : 1;
   return x->name < y->name ? -1 : (x->name > y->name);
 }
 
 static uint32_t bind_rank(int bind) {
   switch (bind) {
-    case STB_GLOBAL: return 3;
-    case STB_WEAK: return 2;
-    case STB_LOCAL: return 1;
-    default: return 0;
+    case STB_GLOBAL:
+      return 3;
+    case STB_WEAK:
+      return 2;
+    case STB_LOCAL:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -68,7 +72,7 @@ int etr__symtab_build(Elf *elf, etr__symtab *t) {
   /* Section "holds code" answers, computed once per section index. */
   size_t nsec = 0;
   if (elf_getshdrnum(elf, &nsec) != 0) nsec = 0;
-  signed char *exec = nsec != 0 ? calloc(nsec, 1) : NULL;  /* 0 unknown, 1 yes, -1 no */
+  signed char *exec = nsec != 0 ? calloc(nsec, 1) : NULL; /* 0 unknown, 1 yes, -1 no */
   if (nsec != 0 && exec == NULL) return -1;
 
   cand *c = count != 0 ? malloc(count * sizeof *c) : NULL;
@@ -80,7 +84,7 @@ int etr__symtab_build(Elf *elf, etr__symtab *t) {
   for (size_t i = 1; i < count; i++) {
     GElf_Sym sym;
     if (gelf_getsym(data, (int)i, &sym) == NULL) continue;
-    size_t shndx = sym.st_shndx;  /* SHN_XINDEX (>= nsec here) leaves untyped ones out */
+    size_t shndx = sym.st_shndx; /* SHN_XINDEX (>= nsec here) leaves untyped ones out */
     if (sym.st_shndx == SHN_UNDEF || sym.st_shndx == SHN_ABS || sym.st_value == 0) continue;
     if (sym.st_name == 0 || sym.st_name >= strsize) continue;
     int type = GELF_ST_TYPE(sym.st_info);
@@ -143,7 +147,7 @@ int etr__symtab_build(Elf *elf, etr__symtab *t) {
 
 ptrdiff_t etr__symtab_find(const etr__symtab *t, uint64_t vaddr) {
   const etr__symtab_entry *e = t->e;
-  size_t lo = 0, hi = t->n;  /* first entry with addr > vaddr */
+  size_t lo = 0, hi = t->n; /* first entry with addr > vaddr */
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (e[mid].addr <= vaddr)
@@ -153,7 +157,7 @@ ptrdiff_t etr__symtab_find(const etr__symtab *t, uint64_t vaddr) {
   }
   if (lo == 0) return -1;
   size_t i = lo - 1;
-  if (e[i].size == 0) return (ptrdiff_t)i;  /* extends to the next symbol */
+  if (e[i].size == 0) return (ptrdiff_t)i; /* extends to the next symbol */
   if (vaddr - e[i].addr < e[i].size) return (ptrdiff_t)i;
   /* Past the end of the nearest symbol: an enclosing symbol may start earlier (a function
    * with a nested local symbol). Look back a few entries only. */

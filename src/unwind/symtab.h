@@ -14,17 +14,17 @@
 #include <gelf.h>
 
 typedef struct etr__symtab_entry {
-  uint64_t addr;     /* ELF virtual address */
-  uint32_t size;     /* 0 when the symbol table gave none: it extends to the next symbol */
-  uint32_t name;     /* offset into the string table */
+  uint64_t addr; /* ELF virtual address */
+  uint32_t size; /* 0 when the symbol table gave none: it extends to the next symbol */
+  uint32_t name; /* offset into the string table */
 } etr__symtab_entry;
 
 typedef struct etr__symtab {
-  etr__symtab_entry *e;  /* sorted by addr, one entry per address (aliases merged) */
+  etr__symtab_entry *e; /* sorted by addr, one entry per address (aliases merged) */
   size_t n;
-  const char *strtab;    /* the string table's bytes (owned by the Elf handle) */
+  const char *strtab; /* the string table's bytes (owned by the Elf handle) */
   size_t strtab_size;
-  int from_dynsym;       /* 1 when built from .dynsym (exported functions only) */
+  int from_dynsym; /* 1 when built from .dynsym (exported functions only) */
 } etr__symtab;
 
 /* Build the table from elf's SHT_SYMTAB, or from SHT_DYNSYM when there is none. Function

@@ -38,11 +38,11 @@ void etr__unwind_stats_add(etr_traceback_stats *out);
 /* ---- module map (modules.c) ---- */
 
 typedef struct etr__module {
-  uintptr_t lo, hi;          /* address range of the module's loaded segments */
-  uintptr_t bias;            /* load bias: ELF virtual address = address - bias */
-  const char *path;          /* absolute path as loaded ("" or the exe path for the main program) */
+  uintptr_t lo, hi; /* address range of the module's loaded segments */
+  uintptr_t bias;   /* load bias: ELF virtual address = address - bias */
+  const char *path; /* absolute path as loaded ("" or the exe path for the main program) */
   uint8_t build_id[64];
-  uint8_t build_id_len;      /* 0 when the module has no build-id note */
+  uint8_t build_id_len; /* 0 when the module has no build-id note */
 } etr__module;
 
 /* The module containing ip in the map of generation gen (maps of earlier generations are
@@ -58,9 +58,9 @@ uint64_t etr__modules_generation(void);
 /* ---- symbolization (symbolize.c) ---- */
 
 typedef struct etr__symbol {
-  const char *name;          /* demangled function name, "" when unknown */
-  const char *filename;      /* source file, or the module path when no line info */
-  int64_t line;              /* 0 when unknown */
+  const char *name;     /* demangled function name, "" when unknown */
+  const char *filename; /* source file, or the module path when no line info */
+  int64_t line;         /* 0 when unknown */
 } etr__symbol;
 
 typedef struct etr__symbolizer etr__symbolizer;
@@ -91,8 +91,8 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
  * are cached per (module, vaddr) together with etr__symbolize's (one resolution serves
  * both). */
 int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
-                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip,
-                          etr__symbol *out, size_t max);
+                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
+                          size_t max);
 
 void etr__symbolize_stats_add(etr_traceback_stats *out);
 

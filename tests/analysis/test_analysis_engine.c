@@ -18,7 +18,7 @@
 
 static void test_u64map(void **state) {
   (void)state;
-  etr_u64map m = {0};
+  an_u64map m = {0};
   enum { N = 5000 };
   static uint64_t ref[N];
   static bool present[N];
@@ -29,42 +29,42 @@ static void test_u64map(void **state) {
     x ^= x << 17;
     int k = (int)(x % N);
     uint64_t key = (uint64_t)k * 0x9E3779B97F4A7C15ULL; /* spread, includes 0 */
-    if (k == 17) key = UINT64_MAX;                       /* the reserved empty marker */
+    if (k == 17) key = UINT64_MAX;                      /* the reserved empty marker */
     if (x & 0x100) {
-      assert_true(etr_u64map_put(&m, key, x));
+      assert_true(an_u64map_put(&m, key, x));
       ref[k] = x;
       present[k] = true;
     } else {
-      etr_u64map_del(&m, key);
+      an_u64map_del(&m, key);
       present[k] = false;
     }
   }
   for (int k = 0; k < N; k++) {
     uint64_t key = k == 17 ? UINT64_MAX : (uint64_t)k * 0x9E3779B97F4A7C15ULL;
     uint64_t v = 0;
-    assert_int_equal(etr_u64map_get(&m, key, &v), present[k]);
+    assert_int_equal(an_u64map_get(&m, key, &v), present[k]);
     if (present[k]) assert_int_equal(v, ref[k]);
   }
-  etr_u64map_free(&m);
+  an_u64map_free(&m);
 }
 
 static void test_strtab(void **state) {
   (void)state;
-  etr_strtab t = {0};
-  uint32_t a = etr_strtab_intern(&t, "aten::mm", 8);
-  uint32_t b = etr_strtab_intern(&t, "aten::add", 9);
-  uint32_t z = etr_strtab_intern(&t, "a\0b", 3);
+  an_strtab t = {0};
+  uint32_t a = an_strtab_intern(&t, "aten::mm", 8);
+  uint32_t b = an_strtab_intern(&t, "aten::add", 9);
+  uint32_t z = an_strtab_intern(&t, "a\0b", 3);
   assert_int_not_equal(a, b);
-  assert_int_equal(etr_strtab_intern(&t, "aten::mm", 8), a);
-  assert_int_equal(etr_strtab_intern(&t, "a\0b", 3), z);
-  assert_int_not_equal(etr_strtab_intern(&t, "a", 1), z);
+  assert_int_equal(an_strtab_intern(&t, "aten::mm", 8), a);
+  assert_int_equal(an_strtab_intern(&t, "a\0b", 3), z);
+  assert_int_not_equal(an_strtab_intern(&t, "a", 1), z);
   for (int i = 0; i < 1000; i++) {
     char buf[32];
     int n = snprintf(buf, sizeof buf, "op%d", i);
-    assert_int_equal(etr_strtab_intern(&t, buf, (size_t)n), etr_strtab_intern(&t, buf, (size_t)n));
+    assert_int_equal(an_strtab_intern(&t, buf, (size_t)n), an_strtab_intern(&t, buf, (size_t)n));
   }
   assert_string_equal(t.strs[b], "aten::add");
-  etr_strtab_free(&t);
+  an_strtab_free(&t);
 }
 
 /* ---- JSON escaping ---- */
@@ -73,8 +73,8 @@ static char *render_jstr(const char *s, size_t len) {
   char *buf = NULL;
   size_t size = 0;
   FILE *f = open_memstream(&buf, &size);
-  etr_out o = {f, false};
-  etr_out_jstr(&o, s, len);
+  an_out o = {f, false};
+  an_out_jstr(&o, s, len);
   fclose(f);
   return buf;
 }
@@ -89,8 +89,9 @@ static void test_jstr(void **state) {
   free(r);
   /* valid multi-byte UTF-8 passes, invalid bytes and overlong / surrogate forms become U+FFFD */
   r = render_jstr("\xc3\xa9\xff\xc0\xaf\xed\xa0\x80z\xe2\x82", 11);
-  assert_string_equal(r, "\"\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
-                         "\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd\"");
+  assert_string_equal(r,
+                      "\"\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                      "\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd\"");
   free(r);
 }
 
@@ -98,14 +99,14 @@ static void test_jstr(void **state) {
 
 /* A jval inputs/outputs object with the given shapes (rank <= 4, up to 3 shapes). */
 typedef struct shape_obj {
-  etr_jval dims[3][4];
-  etr_jval shapes[3];
-  etr_jval shapes_arr;
-  etr_jmember member;
-  etr_jval obj;
+  rd_jval dims[3][4];
+  rd_jval shapes[3];
+  rd_jval shapes_arr;
+  rd_jmember member;
+  rd_jval obj;
 } shape_obj;
 
-static const etr_jval *make_shapes(shape_obj *so, int n, const int64_t dims[][4], const int *ranks) {
+static const rd_jval *make_shapes(shape_obj *so, int n, const int64_t dims[][4], const int *ranks) {
   for (int i = 0; i < n; i++) {
     for (int k = 0; k < ranks[i]; k++) {
       so->dims[i][k].kind = ETR_J_INT;
@@ -132,69 +133,69 @@ static void test_flops(void **state) {
   shape_obj a, b;
   const int64_t mm[][4] = {{2, 3}, {3, 4}};
   const int r22[] = {2, 2};
-  const etr_jval *in = make_shapes(&a, 2, mm, r22);
-  assert_true(etr_an_flops("aten::mm", in, NULL) == 2.0 * 2 * 3 * 4);
-  assert_true(etr_an_flops("aten::add", in, NULL) == 0);
-  assert_true(etr_an_flops("mm", in, NULL) == 0);
+  const rd_jval *in = make_shapes(&a, 2, mm, r22);
+  assert_true(an_flops("aten::mm", in, NULL) == 2.0 * 2 * 3 * 4);
+  assert_true(an_flops("aten::add", in, NULL) == 0);
+  assert_true(an_flops("mm", in, NULL) == 0);
   const int64_t addmm[][4] = {{4}, {2, 3}, {3, 4}};
   const int r122[] = {1, 2, 2};
   in = make_shapes(&a, 3, addmm, r122);
-  assert_true(etr_an_flops("aten::addmm", in, NULL) == 48.0);
+  assert_true(an_flops("aten::addmm", in, NULL) == 48.0);
   /* conv2d: input [32,3,224,224], weight [64,3,7,7], output [32,64,112,112] */
   const int64_t conv_in[][4] = {{32, 3, 224, 224}, {64, 3, 7, 7}};
   const int r44[] = {4, 4};
   const int64_t conv_out[][4] = {{32, 64, 112, 112}};
   const int r4[] = {4};
   in = make_shapes(&a, 2, conv_in, r44);
-  const etr_jval *out = make_shapes(&b, 1, conv_out, r4);
-  assert_true(etr_an_flops("aten::cudnn_convolution", in, out) ==
+  const rd_jval *out = make_shapes(&b, 1, conv_out, r4);
+  assert_true(an_flops("aten::cudnn_convolution", in, out) ==
               2.0 * 32 * 64 * 112 * 112 * 3 * 7 * 7);
-  assert_true(etr_an_flops("aten::conv2d", in, out) > 0);
-  assert_true(etr_an_flops("aten::convolution_backward", in, out) == 0);
+  assert_true(an_flops("aten::conv2d", in, out) > 0);
+  assert_true(an_flops("aten::convolution_backward", in, out) == 0);
   /* linear: x [8, 16], W [32, 16] */
   const int64_t lin[][4] = {{8, 16}, {32, 16}};
   in = make_shapes(&a, 2, lin, r22);
-  assert_true(etr_an_flops("aten::linear", in, NULL) == 2.0 * 8 * 16 * 32);
+  assert_true(an_flops("aten::linear", in, NULL) == 2.0 * 8 * 16 * 32);
   /* wrong ranks give 0, not garbage */
   const int64_t bad[][4] = {{8}, {32, 16}};
   const int r12[] = {1, 2};
   in = make_shapes(&a, 2, bad, r12);
-  assert_true(etr_an_flops("aten::mm", in, NULL) == 0);
+  assert_true(an_flops("aten::mm", in, NULL) == 0);
 
-  assert_true(etr_an_coll_bytes("allreduce", "Float", 1000, 1000, 4) == 4000.0 * 2 * 3 / 4);
-  assert_true(etr_an_coll_bytes("all_gather", "Half", 10, 40, 4) == 80.0 * 3 / 4);
-  assert_true(etr_an_coll_bytes("broadcast", "Double", 10, 10, 8) == 80.0);
-  assert_true(etr_an_coll_bytes("allreduce", "Float", 1000, 1000, 1) == 0);
-  assert_true(etr_an_coll_bytes("barrier", "Float", 1000, 1000, 4) == 0);
+  assert_true(an_coll_bytes("allreduce", "Float", 1000, 1000, 4) == 4000.0 * 2 * 3 / 4);
+  assert_true(an_coll_bytes("all_gather", "Half", 10, 40, 4) == 80.0 * 3 / 4);
+  assert_true(an_coll_bytes("broadcast", "Double", 10, 10, 8) == 80.0);
+  assert_true(an_coll_bytes("allreduce", "Float", 1000, 1000, 1) == 0);
+  assert_true(an_coll_bytes("barrier", "Float", 1000, 1000, 4) == 0);
 }
 
 /* ---- model parser ---- */
 
 static void test_model_parse(void **state) {
   (void)state;
-  etr_model m;
-  etr_model_init(&m);
+  an_model m;
+  an_model_init(&m);
   char err[256];
-  assert_int_equal(etr_model_line(&m, "  # comment", err, sizeof err), 1);
-  assert_int_equal(etr_model_line(&m, "", err, sizeof err), 1);
-  assert_int_equal(etr_model_line(&m, "speedup aten::mm 2.5  # faster", err, sizeof err), 0);
-  assert_int_equal(etr_model_line(&m, "speedup \"## forward ##\" 2", err, sizeof err), 0);
-  assert_int_equal(etr_model_line(&m, "speedup aten::* 1.5", err, sizeof err), 0);
-  assert_int_equal(etr_model_line(&m, "flops_per_s 1e12", err, sizeof err), 0);
-  assert_int_equal(etr_model_line(&m, "link 5 12.5", err, sizeof err), 0);
-  assert_int_equal(etr_model_line(&m, "untimed_us 3", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "  # comment", err, sizeof err), 1);
+  assert_int_equal(an_model_line(&m, "", err, sizeof err), 1);
+  assert_int_equal(an_model_line(&m, "speedup aten::mm 2.5  # faster", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "speedup \"## forward ##\" 2", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "speedup aten::* 1.5", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "flops_per_s 1e12", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "link 5 12.5", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "untimed_us 3", err, sizeof err), 0);
   assert_int_equal(m.n_speedups, 3);
   assert_string_equal(m.speedups[1].pattern, "## forward ##");
   assert_true(m.flops_per_s == 1e12 && m.link_latency_us == 5 && m.link_GBps == 12.5);
   assert_true(m.untimed_us == 3);
-  assert_int_equal(etr_model_line(&m, "speedup aten::mm 0", err, sizeof err), -1);
-  assert_int_equal(etr_model_line(&m, "speedup aten::mm", err, sizeof err), -1);
-  assert_int_equal(etr_model_line(&m, "flops_per_s fast", err, sizeof err), -1);
-  assert_int_equal(etr_model_line(&m, "link 5 0", err, sizeof err), -1);
-  assert_int_equal(etr_model_line(&m, "warp 9", err, sizeof err), -1);
+  assert_int_equal(an_model_line(&m, "speedup aten::mm 0", err, sizeof err), -1);
+  assert_int_equal(an_model_line(&m, "speedup aten::mm", err, sizeof err), -1);
+  assert_int_equal(an_model_line(&m, "flops_per_s fast", err, sizeof err), -1);
+  assert_int_equal(an_model_line(&m, "link 5 0", err, sizeof err), -1);
+  assert_int_equal(an_model_line(&m, "warp 9", err, sizeof err), -1);
   assert_non_null(strstr(err, "unknown directive"));
-  assert_int_equal(etr_model_line(&m, "speedup \"unterminated 2", err, sizeof err), -1);
-  etr_model_free(&m);
+  assert_int_equal(an_model_line(&m, "speedup \"unterminated 2", err, sizeof err), -1);
+  an_model_free(&m);
 }
 
 /* ---- a hand-built trace ---- */
@@ -205,40 +206,80 @@ static void test_model_parse(void **state) {
  *             (storage 71)
  *   thread 2: consumer #20 [140,146) reads t72, a view on storage 71
  *             bw #21 [150,154) fw_parent 11 */
-static void build_small(etr_optab *t, bool timed) {
-  etr_optab_init(t);
-  assert_true(etr_optab_add_thread(t, 2, 1));
-  assert_true(etr_optab_add_thread(t, 3, 2));
-  static const etr_tref t50 = {50, 51}, mm_in[2] = {{50, 51}, {52, 53}}, t70 = {70, 71},
-                        t72 = {72, 71};
-  etr_op_desc d[5] = {
-      {.id = 10, .parent = 2, .tid = 1, .name = "producer", .ts = 100, .incl = 10, .excl = 10,
-       .out = &t50, .n_out = 1, .coll_bytes = -1},
-      {.id = 12, .parent = 11, .tid = 1, .name = "aten::mm", .ts = 118, .incl = 12, .excl = 12,
-       .in = mm_in, .n_in = 2, .out = &t70, .n_out = 1, .flops = 48, .coll_bytes = -1},
-      {.id = 11, .parent = 2, .tid = 1, .name = "outer", .ts = 115, .incl = 20, .excl = 8,
+static void build_small(an_optab *t, bool timed) {
+  an_optab_init(t);
+  assert_true(an_optab_add_thread(t, 2, 1));
+  assert_true(an_optab_add_thread(t, 3, 2));
+  static const an_tref t50 = {50, 51}, mm_in[2] = {{50, 51}, {52, 53}}, t70 = {70, 71},
+                       t72 = {72, 71};
+  an_op_desc d[5] = {
+      {.id = 10,
+       .parent = 2,
+       .tid = 1,
+       .name = "producer",
+       .ts = 100,
+       .incl = 10,
+       .excl = 10,
+       .out = &t50,
+       .n_out = 1,
        .coll_bytes = -1},
-      {.id = 20, .parent = 3, .tid = 2, .name = "consumer", .ts = 140, .incl = 6, .excl = 6,
-       .in = &t72, .n_in = 1, .coll_bytes = -1},
-      {.id = 21, .parent = 3, .tid = 2, .name = "bw", .fw_parent = 11, .ts = 150, .incl = 4,
-       .excl = 4, .coll_bytes = -1},
+      {.id = 12,
+       .parent = 11,
+       .tid = 1,
+       .name = "aten::mm",
+       .ts = 118,
+       .incl = 12,
+       .excl = 12,
+       .in = mm_in,
+       .n_in = 2,
+       .out = &t70,
+       .n_out = 1,
+       .flops = 48,
+       .coll_bytes = -1},
+      {.id = 11,
+       .parent = 2,
+       .tid = 1,
+       .name = "outer",
+       .ts = 115,
+       .incl = 20,
+       .excl = 8,
+       .coll_bytes = -1},
+      {.id = 20,
+       .parent = 3,
+       .tid = 2,
+       .name = "consumer",
+       .ts = 140,
+       .incl = 6,
+       .excl = 6,
+       .in = &t72,
+       .n_in = 1,
+       .coll_bytes = -1},
+      {.id = 21,
+       .parent = 3,
+       .tid = 2,
+       .name = "bw",
+       .fw_parent = 11,
+       .ts = 150,
+       .incl = 4,
+       .excl = 4,
+       .coll_bytes = -1},
   };
   for (int i = 0; i < 5; i++) {
     d[i].timed = timed;
-    assert_true(etr_optab_add_op(t, &d[i]));
+    assert_true(an_optab_add_op(t, &d[i]));
   }
-  assert_true(etr_optab_finish(t));
+  assert_true(an_optab_finish(t));
 }
 
-static uint32_t ix_of(const etr_optab *t, int64_t id) {
+static uint32_t ix_of(const an_optab *t, int64_t id) {
   uint64_t v;
-  assert_true(etr_u64map_get(&t->id2ix, (uint64_t)id, &v));
+  assert_true(an_u64map_get(&t->id2ix, (uint64_t)id, &v));
   return (uint32_t)v;
 }
 
 static void test_deps_aliasing(void **state) {
   (void)state;
-  etr_optab t;
+  an_optab t;
   build_small(&t, true);
   assert_int_equal(t.t0, 100);
   assert_int_equal(t.t1, 154);
@@ -246,8 +287,8 @@ static void test_deps_aliasing(void **state) {
   /* start order: 10, 11, 12, 20, 21 */
   assert_int_equal(t.ops[t.order[1]].id, 11);
   assert_int_equal(t.ops[t.order[2]].id, 12);
-  etr_deps d;
-  assert_true(etr_deps_build(&t, &d));
+  an_deps d;
+  assert_true(an_deps_build(&t, &d));
   assert_int_equal(d.n_data, 2);
   assert_int_equal(d.n_fw, 1);
   uint32_t mm = ix_of(&t, 12), cons = ix_of(&t, 20), bw = ix_of(&t, 21);
@@ -261,19 +302,19 @@ static void test_deps_aliasing(void **state) {
   assert_int_equal(d.edges[d.first[bw]].kind, ETR_DEP_FW);
   assert_int_equal(d.edges[d.first[bw]].from, ix_of(&t, 11));
   assert_true(t.ops[mm].flags & ETR_OPF_FLOP_INNER);
-  etr_deps_free(&d);
-  etr_optab_free(&t);
+  an_deps_free(&d);
+  an_optab_free(&t);
 }
 
-static double run(const etr_optab *t, const etr_model *m, bool thread_order, bool idle,
-                  etr_sched *s, double **cost_out) {
-  etr_deps d;
-  assert_true(etr_deps_build(t, &d));
+static double run(const an_optab *t, const an_model *m, bool thread_order, bool idle, an_sched *s,
+                  double **cost_out) {
+  an_deps d;
+  assert_true(an_deps_build(t, &d));
   double *cost = malloc(t->n * sizeof *cost);
-  assert_true(etr_model_costs(m, t, cost));
-  etr_sched_opts o = {thread_order, idle};
-  assert_true(etr_schedule(t, &d, cost, &o, s));
-  etr_deps_free(&d);
+  assert_true(an_model_costs(m, t, cost));
+  an_sched_opts o = {thread_order, idle};
+  assert_true(an_schedule(t, &d, cost, &o, s));
+  an_deps_free(&d);
   if (cost_out) {
     *cost_out = cost;
   } else {
@@ -286,18 +327,18 @@ static double run(const etr_optab *t, const etr_model *m, bool thread_order, boo
  * hand-computed ASAP schedule. */
 static void test_replay_hand_schedule(void **state) {
   (void)state;
-  etr_optab t;
+  an_optab t;
   build_small(&t, true);
-  etr_model m;
-  etr_model_init(&m);
-  etr_sched s;
+  an_model m;
+  an_model_init(&m);
+  an_sched s;
   /* idle kept: every op starts at its recorded time - 100 */
   assert_true(run(&t, &m, true, true, &s, NULL) == 54.0);
   const int64_t ids[] = {10, 11, 12, 20, 21};
   const double rec_start[] = {0, 15, 18, 40, 50};
   for (int k = 0; k < 5; k++) assert_true(s.start[ix_of(&t, ids[k])] == rec_start[k]);
   assert_true(s.end[ix_of(&t, 11)] == 35.0);
-  etr_sched_free(&s);
+  an_sched_free(&s);
   /* no idle: A[0,10) B from 10, mm [13,25) (lead 3), B ends 30; consumer waits for mm:
    * [25,31); bw after it [31,35) (its fw_parent started at 10) */
   assert_true(run(&t, &m, true, false, &s, NULL) == 35.0);
@@ -306,8 +347,8 @@ static void test_replay_hand_schedule(void **state) {
   assert_true(s.end[ix_of(&t, 11)] == 30.0);
   assert_true(s.busy[0] == 30.0 && s.busy[1] == 10.0);
   /* the critical path: producer -> outer -> mm -> consumer -> bw */
-  etr_path_step *p = NULL;
-  size_t n = etr_sched_path(&s, &t, &p);
+  an_path_step *p = NULL;
+  size_t n = an_sched_path(&s, &t, &p);
   const int64_t want[] = {10, 10, 11, 12, 12, 20, 20, 21, 21};
   assert_int_equal(n, 9);
   for (size_t k = 0; k < n; k++) assert_int_equal(t.ops[p[k].op].id, want[k]);
@@ -315,105 +356,134 @@ static void test_replay_hand_schedule(void **state) {
   assert_int_equal(p[3].bind, ETR_BIND_PARENT);
   assert_int_equal(p[3].spent_by, ix_of(&t, 11)); /* the 3 us lead is outer's time */
   free(p);
-  etr_sched_free(&s);
+  an_sched_free(&s);
   /* model: mm twice as fast -> mm [13,19), outer ends 24, consumer [19,25), bw [25,29) */
-  assert_int_equal(etr_model_line(&m, "speedup aten::mm 2", NULL, 0), 0);
+  assert_int_equal(an_model_line(&m, "speedup aten::mm 2", NULL, 0), 0);
   assert_true(run(&t, &m, true, false, &s, NULL) == 29.0);
-  etr_sched_free(&s);
-  etr_model_free(&m);
+  an_sched_free(&s);
+  an_model_free(&m);
   /* FLOP model: 48 FLOPs at 4.8 MFLOP/s = 10 us -> makespan 33 */
-  etr_model_init(&m);
-  assert_int_equal(etr_model_line(&m, "flops_per_s 4.8e6", NULL, 0), 0);
+  an_model_init(&m);
+  assert_int_equal(an_model_line(&m, "flops_per_s 4.8e6", NULL, 0), 0);
   assert_true(run(&t, &m, true, false, &s, NULL) == 33.0);
-  etr_sched_free(&s);
-  etr_model_free(&m);
-  etr_optab_free(&t);
+  an_sched_free(&s);
+  an_model_free(&m);
+  an_optab_free(&t);
 }
 
 /* The critical path of the dependency graph (unlimited threads), by hand: producer [0,10),
  * mm waits for producer's t50: [10,22), consumer [22,28): 28 us through 3 ops. */
 static void test_graph_critical_path(void **state) {
   (void)state;
-  etr_optab t;
+  an_optab t;
   build_small(&t, true);
-  etr_model m;
-  etr_model_init(&m);
-  etr_sched s;
+  an_model m;
+  an_model_init(&m);
+  an_sched s;
   assert_true(run(&t, &m, false, false, &s, NULL) == 28.0);
-  etr_path_step *p = NULL;
-  size_t n = etr_sched_path(&s, &t, &p);
+  an_path_step *p = NULL;
+  size_t n = an_sched_path(&s, &t, &p);
   const int64_t want[] = {10, 10, 12, 12, 20, 20};
   assert_int_equal(n, 6);
   for (size_t k = 0; k < n; k++) assert_int_equal(t.ops[p[k].op].id, want[k]);
   assert_true(s.start[ix_of(&t, 21)] == 0.0); /* bw only needs outer to have started */
   free(p);
-  etr_sched_free(&s);
-  etr_model_free(&m);
-  etr_optab_free(&t);
+  an_sched_free(&s);
+  an_model_free(&m);
+  an_optab_free(&t);
 }
 
 /* Without timing: order by id, 1 us per op (untimed_us), parents after their children. */
 static void test_untimed(void **state) {
   (void)state;
-  etr_optab t;
+  an_optab t;
   build_small(&t, false);
   assert_false(t.timed);
   assert_int_equal(t.n_untimed, 5);
-  etr_model m;
-  etr_model_init(&m);
-  etr_sched s;
+  an_model m;
+  an_model_init(&m);
+  an_sched s;
   /* thread 1: producer [0,1), outer starts 1, mm [1,2), outer ends 3; thread 2: consumer
    * after mm [2,3), bw [3,4) */
   assert_true(run(&t, &m, true, true, &s, NULL) == 4.0);
   assert_true(s.end[ix_of(&t, 11)] == 3.0);
   assert_true(s.start[ix_of(&t, 20)] == 2.0);
-  etr_sched_free(&s);
-  etr_model_free(&m);
-  etr_optab_free(&t);
+  an_sched_free(&s);
+  an_model_free(&m);
+  an_optab_free(&t);
 }
 
 /* Damaged input must not break the engine: a parent cycle, a parent on another thread, an
  * fw_parent that starts later, duplicate ids. */
 static void test_damaged(void **state) {
   (void)state;
-  etr_optab t;
-  etr_optab_init(&t);
-  etr_op_desc d[4] = {
-      {.id = 5, .parent = 6, .tid = 1, .name = "a", .timed = true, .ts = 10, .incl = 5, .excl = 5,
+  an_optab t;
+  an_optab_init(&t);
+  an_op_desc d[4] = {
+      {.id = 5,
+       .parent = 6,
+       .tid = 1,
+       .name = "a",
+       .timed = true,
+       .ts = 10,
+       .incl = 5,
+       .excl = 5,
        .coll_bytes = -1},
-      {.id = 6, .parent = 5, .tid = 1, .name = "b", .timed = true, .ts = 12, .incl = 1, .excl = 1,
+      {.id = 6,
+       .parent = 5,
+       .tid = 1,
+       .name = "b",
+       .timed = true,
+       .ts = 12,
+       .incl = 1,
+       .excl = 1,
        .coll_bytes = -1},
-      {.id = 7, .parent = 5, .tid = 2, .name = "c", .fw_parent = 8, .timed = true, .ts = 11,
-       .incl = 3, .excl = 3, .coll_bytes = -1},
-      {.id = 8, .parent = 8, .tid = 2, .name = "d", .timed = true, .ts = 30, .incl = 1,
-       .excl = 1, .coll_bytes = -1},
+      {.id = 7,
+       .parent = 5,
+       .tid = 2,
+       .name = "c",
+       .fw_parent = 8,
+       .timed = true,
+       .ts = 11,
+       .incl = 3,
+       .excl = 3,
+       .coll_bytes = -1},
+      {.id = 8,
+       .parent = 8,
+       .tid = 2,
+       .name = "d",
+       .timed = true,
+       .ts = 30,
+       .incl = 1,
+       .excl = 1,
+       .coll_bytes = -1},
   };
-  for (int i = 0; i < 4; i++) assert_true(etr_optab_add_op(&t, &d[i]));
+  for (int i = 0; i < 4; i++) assert_true(an_optab_add_op(&t, &d[i]));
   d[3].ts = 40;
-  assert_true(etr_optab_add_op(&t, &d[3])); /* duplicate id */
-  assert_true(etr_optab_finish(&t));
+  assert_true(an_optab_add_op(&t, &d[3])); /* duplicate id */
+  assert_true(an_optab_finish(&t));
   assert_int_equal(t.n_dup_ids, 1);
-  etr_deps deps;
-  assert_true(etr_deps_build(&t, &deps));
+  an_deps deps;
+  assert_true(an_deps_build(&t, &deps));
   assert_int_equal(deps.n_fw_missing, 1);
   double cost[5];
-  etr_model m;
-  etr_model_init(&m);
-  assert_true(etr_model_costs(&m, &t, cost));
+  an_model m;
+  an_model_init(&m);
+  assert_true(an_model_costs(&m, &t, cost));
   for (int mode = 0; mode < 2; mode++) {
-    etr_sched s;
-    etr_sched_opts o = {mode == 0, true};
-    assert_true(etr_schedule(&t, &deps, cost, &o, &s));
+    an_sched s;
+    an_sched_opts o = {mode == 0, true};
+    assert_true(an_schedule(&t, &deps, cost, &o, &s));
     for (size_t i = 0; i < t.n; i++) assert_true(s.end[i] >= s.start[i] && s.start[i] >= 0);
-    etr_path_step *p = NULL;
-    size_t n = etr_sched_path(&s, &t, &p);
+    an_path_step *p = NULL;
+    size_t n = an_sched_path(&s, &t, &p);
     assert_true(n >= 1 && n <= 4 * t.n + 4);
     free(p);
-    etr_sched_free(&s);
+    an_sched_free(&s);
   }
-  etr_model_free(&m);
-  etr_deps_free(&deps);
-  etr_optab_free(&t);
+  an_model_free(&m);
+  an_deps_free(&deps);
+  an_optab_free(&t);
 }
 
 int main(void) {

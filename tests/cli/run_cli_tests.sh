@@ -248,7 +248,7 @@ EOF
   expect 1 "summary -o into a missing dir" -- "$etr" summary -o "$out/no/such/dir/x" "$t" &&
     err_has "-o" "cannot create"
 
-  # rules of DESIGN 6 broken one at a time: validate lists them (exit 1)
+  # rules of docs/FORMAT.md broken one at a time: validate lists them (exit 1)
   rule dup_id "already used by the node at byte" 'nodes.insert(1, dict(nodes[0]))'
   rule no_parent "parent 987654 (ctrl_deps) does not exist" 'ops[0]["ctrl_deps"] = 987654'
   rule forbidden_attr 'attr named "stream"' 'ops[0]["attrs"].append({"name": "stream", "type": "uint64", "value": 1})'

@@ -55,7 +55,7 @@ static void write_file(const char *path, const void *data, size_t len) {
 /* ---- collected results of reading a whole file ---- */
 
 typedef struct result {
-  int rc;              /* 0, or the first negative code */
+  int rc; /* 0, or the first negative code */
   size_t nodes;
   int64_t id_sum;
   char err[600];
@@ -78,28 +78,28 @@ static void on_warn(uint64_t off, int64_t id, const char *msg, void *user) {
 static result read_all(const char *path, size_t max_node_bytes) {
   result res;
   memset(&res, 0, sizeof res);
-  etr_reader_options o = ETR_READER_OPTIONS_INIT;
+  rd_options o = ETR_READER_OPTIONS_INIT;
   o.warn = on_warn;
   o.user = &res;
   o.max_node_bytes = max_node_bytes;
-  etr_reader *r = NULL;
-  int rc = etr_reader_open(path, &o, &r);
+  rd_reader *r = NULL;
+  int rc = rd_open(path, &o, &r);
   if (rc == 0) {
-    const etr_rnode *n;
-    while ((rc = etr_reader_next(r, &n)) == 1) {
+    const rd_rnode *n;
+    while ((rc = rd_next(r, &n)) == 1) {
       res.nodes++;
       res.id_sum += n->id;
-      uint64_t m = etr_reader_memory(r);
+      uint64_t m = rd_memory(r);
       if (m > res.max_memory) res.max_memory = m;
     }
-    if (rc == 0) rc = etr_reader_finish(r);
+    if (rc == 0) rc = rd_finish(r);
   }
   res.rc = rc;
   if (r) {
-    snprintf(res.err, sizeof res.err, "%s", etr_reader_error(r));
-    res.warnings = etr_reader_warnings(r);
+    snprintf(res.err, sizeof res.err, "%s", rd_error(r));
+    res.warnings = rd_warnings(r);
   }
-  etr_reader_close(r);
+  rd_close(r);
   return res;
 }
 
@@ -120,10 +120,11 @@ static result read_both(const char *path) {
     unsetenv("ETR_READER_BACKEND");
   if ((y.rc < 0) != (h.rc < 0) || y.nodes != h.nodes || y.id_sum != h.id_sum ||
       (y.rc == 0 && y.warnings != h.warnings))
-    fail_msg("backends differ on %s: yajl rc %d nodes %zu warnings %llu (%s); hand rc %d nodes %zu "
-             "warnings %llu (%s)",
-             path, y.rc, y.nodes, (unsigned long long)y.warnings, y.err, h.rc, h.nodes,
-             (unsigned long long)h.warnings, h.err);
+    fail_msg(
+        "backends differ on %s: yajl rc %d nodes %zu warnings %llu (%s); hand rc %d nodes %zu "
+        "warnings %llu (%s)",
+        path, y.rc, y.nodes, (unsigned long long)y.warnings, y.err, h.rc, h.nodes,
+        (unsigned long long)h.warnings, h.err);
   return h;
 }
 
@@ -142,9 +143,9 @@ static void assert_error_names(const result *res, const char *file, uint64_t lim
 
 static void test_golden(void **state) {
   (void)state;
-  etr_reader *r = NULL;
-  assert_int_equal(etr_reader_open(ETR_GOLDEN, NULL, &r), 0);
-  const etr_rheader *h = etr_reader_header(r);
+  rd_reader *r = NULL;
+  assert_int_equal(rd_open(ETR_GOLDEN, NULL, &r), 0);
+  const rd_rheader *h = rd_header(r);
   assert_string_equal(h->schema, "1.1.1-chakra.0.0.4");
   assert_int_equal(h->schema_major, 1);
   assert_int_equal(h->schema_minor, 1);
@@ -153,10 +154,10 @@ static void test_golden(void **state) {
   assert_null(h->time); /* the golden file normalises "time" to 0 */
   size_t len;
   char *text = slurp(ETR_GOLDEN, &len);
-  const etr_rnode *n;
+  const rd_rnode *n;
   int rc, count = 0;
   bool saw_kinds = false, saw_process = false;
-  while ((rc = etr_reader_next(r, &n)) == 1) {
+  while ((rc = rd_next(r, &n)) == 1) {
     count++;
     assert_true(n->offset < len);
     assert_int_equal(text[n->offset], '{'); /* offsets point at the node's '{' */
@@ -177,12 +178,13 @@ static void test_golden(void **state) {
       assert_true(n->has_timing);
       assert_int_equal(n->tid, 1);
       assert_int_equal(n->seq_id, -1);
-      assert_string_equal(n->op_schema,
-                          "aten::empty.memory_format(SymInt[] size, *, ScalarType? dtype=None) -> Tensor");
-      const etr_jval *vals = etr_jobj_get(n->outputs, "values");
+      assert_string_equal(
+          n->op_schema,
+          "aten::empty.memory_format(SymInt[] size, *, ScalarType? dtype=None) -> Tensor");
+      const rd_jval *vals = rd_jobj_get(n->outputs, "values");
       assert_non_null(vals);
       assert_int_equal(vals->v.arr.n, 1);
-      const etr_jval *t = &vals->v.arr.items[0];
+      const rd_jval *t = &vals->v.arr.items[0];
       assert_int_equal(t->kind, ETR_J_ARRAY);
       assert_int_equal(t->v.arr.n, 6);
       assert_int_equal(t->v.arr.items[3].v.i, 6);
@@ -190,17 +192,17 @@ static void test_golden(void **state) {
     }
     if (!strcmp(n->name, "misc::kinds")) {
       saw_kinds = true;
-      const etr_jval *vals = etr_jobj_get(n->inputs, "values");
+      const rd_jval *vals = rd_jobj_get(n->inputs, "values");
       assert_int_equal(vals->v.arr.items[0].kind, ETR_J_INT);
       assert_true(vals->v.arr.items[0].v.i == INT64_MIN);
       assert_true(vals->v.arr.items[1].v.i == INT64_MAX);
       assert_string_equal(vals->v.arr.items[2].v.str.s, "nan");
       assert_int_equal(vals->v.arr.items[5].kind, ETR_J_DOUBLE);
       assert_true(vals->v.arr.items[5].v.d == 0.5);
-      const etr_jval *s = &vals->v.arr.items[6];
+      const rd_jval *s = &vals->v.arr.items[6];
       assert_int_equal(s->kind, ETR_J_STRING);
       assert_non_null(strstr(s->v.str.s, "quote\" backslash\\ tab\t nl\n \x01 caf\xc3\xa9"));
-      const etr_jval *z = &vals->v.arr.items[7]; /* "a\u0000b" keeps its length */
+      const rd_jval *z = &vals->v.arr.items[7]; /* "a\u0000b" keeps its length */
       assert_int_equal(z->v.str.len, 3);
       assert_memory_equal(z->v.str.s, "a\0b", 3);
     }
@@ -216,25 +218,25 @@ static void test_golden(void **state) {
   assert_int_equal(count, 10);
   assert_true(saw_kinds);
   assert_true(saw_process);
-  assert_int_equal(etr_reader_finish(r), 0);
-  assert_int_equal(etr_reader_finish_ts(r), 0);
-  const etr_jval *etr = etr_reader_trailer(r, "etr");
+  assert_int_equal(rd_finish(r), 0);
+  assert_int_equal(rd_finish_ts(r), 0);
+  const rd_jval *etr = rd_trailer(r, "etr");
   assert_non_null(etr);
-  const etr_jval *ver = etr_jobj_get(etr, "version");
+  const rd_jval *ver = rd_jobj_get(etr, "version");
   assert_non_null(ver);
   assert_string_equal(ver->v.str.s, "0.1.0");
-  const etr_jval *nw = etr_jobj_get(etr_jobj_get(etr, "stats"), "nodes_written");
+  const rd_jval *nw = rd_jobj_get(rd_jobj_get(etr, "stats"), "nodes_written");
   assert_non_null(nw);
   assert_int_equal(nw->v.i, 10);
   size_t nk;
-  const char *const *keys = etr_reader_top_keys(r, &nk);
+  const char *const *keys = rd_top_keys(r, &nk);
   assert_int_equal(nk, 7);
   assert_string_equal(keys[0], "schema");
   assert_string_equal(keys[4], "nodes");
   assert_string_equal(keys[6], "etr");
-  assert_int_equal(etr_reader_offset(r), len);
-  assert_string_equal(etr_reader_error(r), "");
-  etr_reader_close(r);
+  assert_int_equal(rd_offset(r), len);
+  assert_string_equal(rd_error(r), "");
+  rd_close(r);
   free(text);
 }
 
@@ -246,29 +248,32 @@ static void test_value_kinds(void **state) {
       "\"inputs\": {\"values\": [null, true, false, 18446744073709551615, -1.5e300, 1e-3, "
       "-9223372036854775808, 99999999999999999999, {\"a\": [], \"b\": {}}, [[1], [2, [3]]]], "
       "\"shapes\": [[],[],[],[],[],[],[],[],[],[]], \"types\": [\"None\",\"Bool\",\"Bool\",\"Int\","
-      "\"Double\",\"Double\",\"Int\",\"Int\",\"X\",\"Y\"]}, \"outputs\": {\"values\": [], \"shapes\": [], "
+      "\"Double\",\"Double\",\"Int\",\"Int\",\"X\",\"Y\"]}, \"outputs\": {\"values\": [], "
+      "\"shapes\": [], "
       "\"types\": []}, \"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": 1}, "
-      "{\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": 0}, {\"name\": \"seq_id\", \"type\": "
-      "\"int64\", \"value\": -1}, {\"name\": \"scope\", \"type\": \"uint64\", \"value\": 0}, {\"name\": "
+      "{\"name\": \"fw_parent\", \"type\": \"uint64\", \"value\": 0}, {\"name\": \"seq_id\", "
+      "\"type\": "
+      "\"int64\", \"value\": -1}, {\"name\": \"scope\", \"type\": \"uint64\", \"value\": 0}, "
+      "{\"name\": "
       "\"tid\", \"type\": \"uint64\", \"value\": 3}, {\"name\": \"fw_tid\", \"type\": \"uint64\", "
       "\"value\": 0}, {\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}, {\"name\": "
       "\"traceback\", \"type\": \"uint64\", \"value\": 4}]}],\n \"finish_ts\": 11, \"frames\": [], "
       "\"tracebacks\": [[0, 1]]}";
   const char *p = tmp_path("kinds.json");
   write_file(p, doc, strlen(doc));
-  etr_reader *r = NULL;
-  assert_int_equal(etr_reader_open(p, NULL, &r), 0);
-  assert_string_equal(etr_reader_header(r)->time, "2024-01-02 03:04:05");
-  assert_int_equal(etr_reader_header(r)->schema_patch, 3);
-  assert_int_equal(etr_reader_header(r)->start_ts, 9);
-  const etr_rnode *n;
-  assert_int_equal(etr_reader_next(r, &n), 1);
+  rd_reader *r = NULL;
+  assert_int_equal(rd_open(p, NULL, &r), 0);
+  assert_string_equal(rd_header(r)->time, "2024-01-02 03:04:05");
+  assert_int_equal(rd_header(r)->schema_patch, 3);
+  assert_int_equal(rd_header(r)->start_ts, 9);
+  const rd_rnode *n;
+  assert_int_equal(rd_next(r, &n), 1);
   assert_string_equal(n->name, "k\xc3\xa9\xf0\x9f\x98\x80");
   assert_int_equal(n->tid, 3);
   assert_true(n->has_traceback);
   assert_int_equal(n->traceback, 4);
   assert_int_equal(n->missing_attrs, (1u << 7) | (1u << 8)); /* no kernel_backend/file */
-  const etr_jval *v = etr_jobj_get(n->inputs, "values");
+  const rd_jval *v = rd_jobj_get(n->inputs, "values");
   assert_int_equal(v->v.arr.n, 10);
   assert_int_equal(v->v.arr.items[0].kind, ETR_J_NULL);
   assert_int_equal(v->v.arr.items[1].kind, ETR_J_BOOL);
@@ -282,23 +287,23 @@ static void test_value_kinds(void **state) {
   assert_int_equal(v->v.arr.items[6].kind, ETR_J_INT);
   assert_true(v->v.arr.items[6].v.i == INT64_MIN);
   assert_int_equal(v->v.arr.items[7].kind, ETR_J_DOUBLE); /* beyond uint64 */
-  const etr_jval *o = &v->v.arr.items[8];
+  const rd_jval *o = &v->v.arr.items[8];
   assert_int_equal(o->kind, ETR_J_OBJECT);
   assert_int_equal(o->v.obj.n, 2);
   assert_string_equal(o->v.obj.items[1].key, "b");
-  assert_int_equal(etr_jobj_get(o, "a")->kind, ETR_J_ARRAY);
-  assert_null(etr_jobj_get(o, "c"));
-  const etr_jval *nest = &v->v.arr.items[9];
+  assert_int_equal(rd_jobj_get(o, "a")->kind, ETR_J_ARRAY);
+  assert_null(rd_jobj_get(o, "c"));
+  const rd_jval *nest = &v->v.arr.items[9];
   assert_int_equal(nest->v.arr.items[1].v.arr.items[1].v.arr.items[0].v.i, 3);
-  assert_int_equal(etr_reader_next(r, &n), 0);
-  assert_int_equal(etr_reader_next(r, &n), 0); /* stays at the end */
-  assert_int_equal(etr_reader_finish(r), 0);
-  assert_int_equal(etr_reader_finish_ts(r), 11);
-  const etr_jval *tb = etr_reader_trailer(r, "tracebacks");
+  assert_int_equal(rd_next(r, &n), 0);
+  assert_int_equal(rd_next(r, &n), 0); /* stays at the end */
+  assert_int_equal(rd_finish(r), 0);
+  assert_int_equal(rd_finish_ts(r), 11);
+  const rd_jval *tb = rd_trailer(r, "tracebacks");
   assert_non_null(tb);
   assert_int_equal(tb->v.arr.items[0].v.arr.items[1].v.i, 1);
-  assert_null(etr_reader_trailer(r, "nope"));
-  etr_reader_close(r);
+  assert_null(rd_trailer(r, "nope"));
+  rd_close(r);
 }
 
 static void gzip_file(const char *src, const char *dst, int members) {
@@ -426,8 +431,8 @@ static void test_mangled(void **state) {
   char *orig = slurp(ETR_GOLDEN, &len);
   char *b = malloc(len);
   const char *p = tmp_path("mangled.json");
-  static const char subst[] = {'{', '}', '[', ']', '"', ',', ':', 'x', '\0', '\\', (char)0xff,
-                               (char)0xc3, '9', '-', ' '};
+  static const char subst[] = {'{',  '}',  '[',        ']',        '"', ',', ':', 'x',
+                               '\0', '\\', (char)0xff, (char)0xc3, '9', '-', ' '};
   size_t errors = 0, runs = 0;
   for (size_t pos = 0; pos < len; pos += 29) {
     for (size_t k = 0; k < sizeof subst; k += (pos % 3) + 1) {
@@ -472,25 +477,26 @@ static void expect_error(const char *doc, const char *reason) {
  * read as 12 (yajl handed over the digits it had when the input ended). */
 static void test_number_cut_at_end(void **state) {
   (void)state;
-  static const char doc[] = "{\"schema\": \"1.1.1\", \"pid\": 7, \"time\": \"t\", "
-                            "\"start_ts\": 5, \"nodes\": [], \"finish_ts\": 12";
+  static const char doc[] =
+      "{\"schema\": \"1.1.1\", \"pid\": 7, \"time\": \"t\", "
+      "\"start_ts\": 5, \"nodes\": [], \"finish_ts\": 12";
   const char *p = tmp_path("cutnum.json");
   write_file(p, doc, strlen(doc));
   for (int b = 0; b < 2; b++) {
     setenv("ETR_READER_BACKEND", b ? "yajl" : "hand", 1);
-    etr_reader *r = NULL;
-    assert_int_equal(etr_reader_open(p, NULL, &r), 0);
-    const etr_rnode *n;
-    assert_int_equal(etr_reader_next(r, &n), 0);
-    assert_int_equal(etr_reader_finish(r), ETR_EFORMAT);
-    assert_int_equal(etr_reader_finish_ts(r), -1);
-    assert_non_null(strstr(etr_reader_error(r), "end of input"));
-    etr_reader_close(r);
+    rd_reader *r = NULL;
+    assert_int_equal(rd_open(p, NULL, &r), 0);
+    const rd_rnode *n;
+    assert_int_equal(rd_next(r, &n), 0);
+    assert_int_equal(rd_finish(r), ETR_EFORMAT);
+    assert_int_equal(rd_finish_ts(r), -1);
+    assert_non_null(strstr(rd_error(r), "end of input"));
+    rd_close(r);
     /* the same in the header: cut right after "start_ts": 5 */
     write_file(p, doc, (size_t)(strstr(doc, "5,") - doc) + 1);
-    assert_true(etr_reader_open(p, NULL, &r) < 0);
-    assert_int_equal(etr_reader_header(r)->start_ts, -1);
-    etr_reader_close(r);
+    assert_true(rd_open(p, NULL, &r) < 0);
+    assert_int_equal(rd_header(r)->start_ts, -1);
+    rd_close(r);
     write_file(p, doc, strlen(doc));
   }
   unsetenv("ETR_READER_BACKEND");
@@ -511,25 +517,25 @@ static void test_backends_agree(void **state) {
   r = read_both(p);
   assert_int_equal(r.rc, 0);
   assert_int_equal(r.nodes, 2);
-  etr_reader *rd = NULL;
-  assert_int_equal(etr_reader_open(p, NULL, &rd), 0);
+  rd_reader *rd = NULL;
+  assert_int_equal(rd_open(p, NULL, &rd), 0);
   const char *be = getenv("ETR_READER_BACKEND");
-  assert_string_equal(etr_reader_backend(rd), be && !strcmp(be, "yajl") ? "yajl" : "hand");
-  const etr_rnode *n;
-  assert_int_equal(etr_reader_next(rd, &n), 1);
+  assert_string_equal(rd_backend(rd), be && !strcmp(be, "yajl") ? "yajl" : "hand");
+  const rd_rnode *n;
+  assert_int_equal(rd_next(rd, &n), 1);
   /* a lone surrogate becomes U+FFFD in the hand parser ('?' in yajl) */
   const char *want = "a\"\\/\b\f\n\r\tA\xf0\x9d\x84\x9e";
   assert_memory_equal(n->name, want, strlen(want));
   if (!be || strcmp(be, "yajl")) assert_string_equal(n->name + strlen(want), "\xef\xbf\xbd");
-  const etr_jval *x = etr_jobj_get(n->raw, "x");
+  const rd_jval *x = rd_jobj_get(n->raw, "x");
   assert_true(x->v.arr.items[0].v.d == 1e5);
   assert_int_equal(x->v.arr.items[1].kind, ETR_J_INT);
   assert_true(x->v.arr.items[2].v.d == 0.25e-2);
-  assert_int_equal(etr_reader_next(rd, &n), 1);
-  assert_int_equal(etr_reader_next(rd, &n), 0);
-  assert_int_equal(etr_reader_finish(rd), 0);
-  assert_int_equal(etr_reader_finish_ts(rd), -7);
-  etr_reader_close(rd);
+  assert_int_equal(rd_next(rd, &n), 1);
+  assert_int_equal(rd_next(rd, &n), 0);
+  assert_int_equal(rd_finish(rd), 0);
+  assert_int_equal(rd_finish_ts(rd), -7);
+  rd_close(rd);
   /* invalid JSON both reject */
   static const char *const bad[] = {
       "{\"nodes\": [01]}", "{\"nodes\": [{\"a\": 1.}]}", "{\"nodes\": [{\"a\": -}]}",
@@ -555,32 +561,32 @@ static void test_backends_agree(void **state) {
    * and hand over U+FFFD in place of each bad sequence. */
   static const struct {
     const char *doc, *want;
-  } bad_utf8[] = {{"{\"nodes\": [{\"a\": \"x\xc3\x28y\"}]}", "x\xef\xbf\xbd(y"},
-                  {"{\"nodes\": [{\"a\": \"\xf8\x88\x80\x80\x80\"}]}",
-                   "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
-                  {"{\"nodes\": [{\"a\": \"\xed\xa0\x80\"}]}", "\xef\xbf\xbd"},
-                  {"{\"nodes\": [{\"a\": \"\\udc00\"}]}", "\xef\xbf\xbd"},
-                  {"{\"nodes\": [{\"a\": \"\xc0\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd"},
-                  {"{\"nodes\": [{\"\xff\": \"\xe0\x80\x80\"}]}",
-                   "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}};
+  } bad_utf8[] = {
+      {"{\"nodes\": [{\"a\": \"x\xc3\x28y\"}]}", "x\xef\xbf\xbd(y"},
+      {"{\"nodes\": [{\"a\": \"\xf8\x88\x80\x80\x80\"}]}",
+       "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+      {"{\"nodes\": [{\"a\": \"\xed\xa0\x80\"}]}", "\xef\xbf\xbd"},
+      {"{\"nodes\": [{\"a\": \"\\udc00\"}]}", "\xef\xbf\xbd"},
+      {"{\"nodes\": [{\"a\": \"\xc0\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd"},
+      {"{\"nodes\": [{\"\xff\": \"\xe0\x80\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}};
   for (size_t i = 0; i < sizeof bad_utf8 / sizeof *bad_utf8; i++) {
     write_file(p, bad_utf8[i].doc, strlen(bad_utf8[i].doc));
     r = read_both(p);
     if (r.rc < 0) fail_msg("rejected: %s (%s)", bad_utf8[i].doc, r.err);
     assert_int_equal(r.nodes, 1);
     assert_true(r.warnings >= 1);
-    etr_reader *rd = NULL;
-    assert_int_equal(etr_reader_open(p, NULL, &rd), 0);
-    const etr_rnode *node = NULL;
-    assert_int_equal(etr_reader_next(rd, &node), 1);
-    const etr_jval *raw = node->raw;
+    rd_reader *rd = NULL;
+    assert_int_equal(rd_open(p, NULL, &rd), 0);
+    const rd_rnode *node = NULL;
+    assert_int_equal(rd_next(rd, &node), 1);
+    const rd_jval *raw = node->raw;
     assert_int_equal(raw->kind, ETR_J_OBJECT);
     assert_int_equal(raw->v.obj.n, 1);
-    const etr_jval *v = &raw->v.obj.items[0].val;
+    const rd_jval *v = &raw->v.obj.items[0].val;
     assert_int_equal(v->kind, ETR_J_STRING);
     assert_string_equal(v->v.str.s, bad_utf8[i].want);
     assert_int_equal(v->v.str.len, strlen(bad_utf8[i].want));
-    etr_reader_close(rd);
+    rd_close(rd);
   }
   /* deep nesting is refused, not a stack overflow */
   FILE *f = fopen(p, "wb");
@@ -612,7 +618,8 @@ static void test_shape_errors(void **state) {
   expect_error("{\"nodes\": []} {}", "invalid JSON");
   expect_error("{\"nodes\": [{\"id\": 1,}]}", "invalid JSON");
   /* a node larger than max_node_bytes */
-  const char *doc = "{\"nodes\": [{\"id\": 2, \"name\": \"0123456789012345678901234567890123456789\"}]}";
+  const char *doc =
+      "{\"nodes\": [{\"id\": 2, \"name\": \"0123456789012345678901234567890123456789\"}]}";
   const char *p = tmp_path("big.json");
   write_file(p, doc, strlen(doc));
   result res = read_all(p, 32);
@@ -633,7 +640,8 @@ static void test_warnings(void **state) {
       "{\"schema\": \"1.1.1-chakra.0.0.4\", \"pid\": 1, \"time\": \"x\", \"start_ts\": 0, "
       "\"nodes\": [{\"id\": 2, \"name\": \"a\", \"ctrl_deps\": 1, \"inputs\": {\"values\": [1, 2], "
       "\"shapes\": [[], []], \"types\": [\"Int\", \"Int\"], \"strides\": [[]]}, \"outputs\": "
-      "{\"values\": [], \"shapes\": [], \"types\": []}, \"attrs\": [{\"name\": \"rf_id\", \"type\": "
+      "{\"values\": [], \"shapes\": [], \"types\": []}, \"attrs\": [{\"name\": \"rf_id\", "
+      "\"type\": "
       "\"uint64\", \"value\": 0}]}], \"finish_ts\": 1}";
   const char *p = tmp_path("warn.json");
   write_file(p, doc, strlen(doc));
@@ -666,7 +674,8 @@ static void test_bounded_memory(void **state) {
   result res = read_all(p, 0);
   assert_int_equal(res.rc, 0);
   assert_int_equal(res.nodes, reps * 9 + 1);
-  if (res.max_memory > (4u << 20)) fail_msg("reader held %llu bytes", (unsigned long long)res.max_memory);
+  if (res.max_memory > (4u << 20))
+    fail_msg("reader held %llu bytes", (unsigned long long)res.max_memory);
   free(b);
 }
 
@@ -684,11 +693,16 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_golden),        cmocka_unit_test(test_value_kinds),
-      cmocka_unit_test(test_gzip),          cmocka_unit_test(test_stdin_pipe),
-      cmocka_unit_test(test_truncated),     cmocka_unit_test(test_mangled),
-      cmocka_unit_test(test_shape_errors),  cmocka_unit_test(test_warnings),
-      cmocka_unit_test(test_bounded_memory), cmocka_unit_test(test_backends_agree),
+      cmocka_unit_test(test_golden),
+      cmocka_unit_test(test_value_kinds),
+      cmocka_unit_test(test_gzip),
+      cmocka_unit_test(test_stdin_pipe),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_mangled),
+      cmocka_unit_test(test_shape_errors),
+      cmocka_unit_test(test_warnings),
+      cmocka_unit_test(test_bounded_memory),
+      cmocka_unit_test(test_backends_agree),
       cmocka_unit_test(test_number_cut_at_end),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -26,14 +26,14 @@
 
 #include "json/writer.h"
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
+#define CHECK(cond, ...)                                         \
+  do {                                                           \
+    if (!(cond)) {                                               \
       fprintf(stderr, "fuzz_escape: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      abort();                                             \
-    }                                                      \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, "\n");                                     \
+      abort();                                                   \
+    }                                                            \
   } while (0)
 
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 (reference: decode, then range-check
@@ -61,8 +61,8 @@ static size_t ref_seq(const unsigned char *s, size_t n) {
     cp = (cp << 6) | (s[i] & 0x3F);
   }
   static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < min_cp[len]) return 0;                /* overlong */
-  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;    /* surrogate */
+  if (cp < min_cp[len]) return 0;             /* overlong */
+  if (cp >= 0xD800 && cp <= 0xDFFF) return 0; /* surrogate */
   if (cp > 0x10FFFF) return 0;
   return len;
 }

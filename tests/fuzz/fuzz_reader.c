@@ -9,7 +9,7 @@
  *   2    etr validate --strict
  *   3    etr validate prints its problem lines (to stdout, which is /dev/null here);
  *        otherwise --quiet
- * Modes 0, 1 and 3 run etr_cmd_validate in process on the bytes, written to a memfd and
+ * Modes 0, 1 and 3 run cmd_validate in process on the bytes, written to a memfd and
  * opened as /proc/self/fd/N (so the reader's open/fstat/read path is the real one).
  * The only oracle besides the sanitizers is the comparison of mode 2 (and that validate
  * returns 0 or 1, never 2, on a file operand).
@@ -26,19 +26,19 @@
 
 #include "json/reader.h"
 
-int etr_cmd_validate(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 
 static int g_fd = -1;
 static char g_path[64];
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "fuzz_reader: check failed: %s: ", #cond);  \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      abort();                                                    \
-    }                                                             \
+#define CHECK(cond, ...)                                         \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "fuzz_reader: check failed: %s: ", #cond); \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, "\n");                                     \
+      abort();                                                   \
+    }                                                            \
   } while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -82,8 +82,8 @@ static bool g_loose_strings;
 
 static bool has_high_surrogate_escape(const uint8_t *p, size_t n) {
   for (size_t i = 0; i + 3 < n; i++)
-    if (p[i] == '\\' && p[i + 1] == 'u' && (p[i + 2] | 0x20) == 'd' &&
-        strchr("89abAB", p[i + 3]) && p[i + 3])
+    if (p[i] == '\\' && p[i + 1] == 'u' && (p[i + 2] | 0x20) == 'd' && strchr("89abAB", p[i + 3]) &&
+        p[i + 3])
       return true;
   return false;
 }
@@ -114,21 +114,28 @@ static bool same_str(const char *a, size_t an, const char *b, size_t bn) {
   return g_loose_strings || (an == bn && !memcmp(a, b, an));
 }
 
-static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth) {
+static void same_val(const rd_jval *a, const rd_jval *b, int64_t id, int depth) {
   CHECK(a->kind == b->kind, "node %lld: value kinds %d vs %d (depth %d)", (long long)id,
         (int)a->kind, (int)b->kind, depth);
   switch (a->kind) {
-    case ETR_J_NULL: break;
-    case ETR_J_BOOL: CHECK(a->v.b == b->v.b, "node %lld: bool", (long long)id); break;
-    case ETR_J_INT: CHECK(a->v.i == b->v.i, "node %lld: int", (long long)id); break;
-    case ETR_J_UINT: CHECK(a->v.u == b->v.u, "node %lld: uint", (long long)id); break;
+    case ETR_J_NULL:
+      break;
+    case ETR_J_BOOL:
+      CHECK(a->v.b == b->v.b, "node %lld: bool", (long long)id);
+      break;
+    case ETR_J_INT:
+      CHECK(a->v.i == b->v.i, "node %lld: int", (long long)id);
+      break;
+    case ETR_J_UINT:
+      CHECK(a->v.u == b->v.u, "node %lld: uint", (long long)id);
+      break;
     case ETR_J_DOUBLE:
       CHECK(memcmp(&a->v.d, &b->v.d, sizeof(double)) == 0, "node %lld: double %.17g vs %.17g",
             (long long)id, a->v.d, b->v.d);
       break;
     case ETR_J_STRING:
-      CHECK(same_str(a->v.str.s, a->v.str.len, b->v.str.s, b->v.str.len),
-            "node %lld: string", (long long)id);
+      CHECK(same_str(a->v.str.s, a->v.str.len, b->v.str.s, b->v.str.len), "node %lld: string",
+            (long long)id);
       break;
     case ETR_J_ARRAY:
       CHECK(a->v.arr.n == b->v.arr.n, "node %lld: array length", (long long)id);
@@ -138,7 +145,7 @@ static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth
     case ETR_J_OBJECT:
       CHECK(a->v.obj.n == b->v.obj.n, "node %lld: object size", (long long)id);
       for (size_t i = 0; i < a->v.obj.n; i++) {
-        const etr_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
+        const rd_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
         CHECK(same_str(x->key, x->key_len, y->key, y->key_len), "node %lld: key", (long long)id);
         same_val(&x->val, &y->val, id, depth + 1);
       }
@@ -146,14 +153,14 @@ static void same_val(const etr_jval *a, const etr_jval *b, int64_t id, int depth
   }
 }
 
-static void same_node(const etr_rnode *a, const etr_rnode *b) {
+static void same_node(const rd_rnode *a, const rd_rnode *b) {
   CHECK(a->offset == b->offset, "node offsets %llu vs %llu", (unsigned long long)a->offset,
         (unsigned long long)b->offset);
   CHECK(a->id == b->id, "ids");
   CHECK(same_str(a->name, a->name_len, b->name, b->name_len), "names");
   CHECK(a->ctrl_deps == b->ctrl_deps, "ctrl_deps");
-  CHECK(a->has_timing == b->has_timing && a->ts == b->ts &&
-            a->inclusive_dur == b->inclusive_dur && a->exclusive_dur == b->exclusive_dur,
+  CHECK(a->has_timing == b->has_timing && a->ts == b->ts && a->inclusive_dur == b->inclusive_dur &&
+            a->exclusive_dur == b->exclusive_dur,
         "timing");
   CHECK(a->missing_attrs == b->missing_attrs && a->n_attrs == b->n_attrs, "attrs");
   CHECK(a->has_traceback == b->has_traceback && a->traceback == b->traceback, "traceback");
@@ -162,22 +169,20 @@ static void same_node(const etr_rnode *a, const etr_rnode *b) {
   if (a->raw) same_val(a->raw, b->raw, a->id, 0);
 }
 
-static bool too_deep(const etr_reader *r) {
-  return strstr(etr_reader_error(r), "nesting too deep") != NULL;
-}
+static bool too_deep(const rd_reader *r) { return strstr(rd_error(r), "nesting too deep") != NULL; }
 
-static int open_with(const char *backend, etr_reader **r) {
+static int open_with(const char *backend, rd_reader **r) {
   setenv("ETR_READER_BACKEND", backend, 1);
-  return etr_reader_open(g_path, NULL, r);
+  return rd_open(g_path, NULL, r);
 }
 
 static void compare_backends(void) {
-  etr_reader *h = NULL, *y = NULL;
+  rd_reader *h = NULL, *y = NULL;
   int rh = open_with("hand", &h);
   int ry = open_with("yajl", &y);
   CHECK(h && y, "out of memory");
   if (rh == 0 && ry == 0) {
-    const etr_rheader *hh = etr_reader_header(h), *yh = etr_reader_header(y);
+    const rd_rheader *hh = rd_header(h), *yh = rd_header(y);
     CHECK(hh->pid == yh->pid && hh->start_ts == yh->start_ts, "header numbers");
     CHECK((hh->schema == NULL) == (yh->schema == NULL) &&
               (!hh->schema || g_loose_strings || !strcmp(hh->schema, yh->schema)),
@@ -187,9 +192,9 @@ static void compare_backends(void) {
               (!hh->time || g_loose_strings || !strcmp(hh->time, yh->time)),
           "time");
     for (;;) {
-      const etr_rnode *a, *b;
-      rh = etr_reader_next(h, &a);
-      ry = etr_reader_next(y, &b);
+      const rd_rnode *a, *b;
+      rh = rd_next(h, &a);
+      ry = rd_next(y, &b);
       if (rh == 1 && ry == 1) {
         same_node(a, b);
         continue;
@@ -198,39 +203,37 @@ static void compare_backends(void) {
        * difference: the hand parser recurses and refuses nesting deeper than 1024; yajl's
        * builder does not recurse and has no limit (tests/cli/test_reader.c). */
       if (rh < 0 && ry >= 0 && too_deep(h)) break;
-      CHECK(rh == ry || (rh < 0 && ry < 0), "next: hand %d, yajl %d (%s | %s)", rh, ry,
-            etr_reader_error(h), etr_reader_error(y));
+      CHECK(rh == ry || (rh < 0 && ry < 0), "next: hand %d, yajl %d (%s | %s)", rh, ry, rd_error(h),
+            rd_error(y));
       break;
     }
     if (rh == 0 && ry == 0) {
-      rh = etr_reader_finish(h);
-      ry = etr_reader_finish(y);
+      rh = rd_finish(h);
+      ry = rd_finish(y);
       if (rh < 0 && ry == 0 && too_deep(h)) ry = rh;
-      CHECK((rh == 0) == (ry == 0), "finish: hand %d, yajl %d (%s | %s)", rh, ry,
-            etr_reader_error(h), etr_reader_error(y));
+      CHECK((rh == 0) == (ry == 0), "finish: hand %d, yajl %d (%s | %s)", rh, ry, rd_error(h),
+            rd_error(y));
       if (rh == 0) {
-        CHECK(etr_reader_finish_ts(h) == etr_reader_finish_ts(y), "finish_ts");
+        CHECK(rd_finish_ts(h) == rd_finish_ts(y), "finish_ts");
         size_t nh, ny;
-        const char *const *kh = etr_reader_top_keys(h, &nh);
-        const char *const *ky = etr_reader_top_keys(y, &ny);
+        const char *const *kh = rd_top_keys(h, &nh);
+        const char *const *ky = rd_top_keys(y, &ny);
         CHECK(nh == ny, "top-level key count %zu vs %zu", nh, ny);
         for (size_t i = 0; i < nh; i++) {
           CHECK(g_loose_strings || !strcmp(kh[i], ky[i]), "top-level key %zu", i);
-          const etr_jval *th = etr_reader_trailer(h, kh[i]), *ty = etr_reader_trailer(y, ky[i]);
+          const rd_jval *th = rd_trailer(h, kh[i]), *ty = rd_trailer(y, ky[i]);
           CHECK((th == NULL) == (ty == NULL), "trailer %s", kh[i]);
           if (th) same_val(th, ty, -1, 0);
         }
-        CHECK(g_loose_strings || etr_reader_warnings(h) == etr_reader_warnings(y), "warnings %llu vs %llu",
-              (unsigned long long)etr_reader_warnings(h),
-              (unsigned long long)etr_reader_warnings(y));
+        CHECK(g_loose_strings || rd_warnings(h) == rd_warnings(y), "warnings %llu vs %llu",
+              (unsigned long long)rd_warnings(h), (unsigned long long)rd_warnings(y));
       }
     }
   } else if (!(rh < 0 && ry == 0 && too_deep(h))) {
-    CHECK(rh != 0 && ry != 0, "open: hand %d, yajl %d (%s | %s)", rh, ry, etr_reader_error(h),
-          etr_reader_error(y));
+    CHECK(rh != 0 && ry != 0, "open: hand %d, yajl %d (%s | %s)", rh, ry, rd_error(h), rd_error(y));
   }
-  etr_reader_close(h);
-  etr_reader_close(y);
+  rd_close(h);
+  rd_close(y);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -253,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   argv[argc++] = "3";
   argv[argc++] = g_path;
   argv[argc] = NULL;
-  int rc = etr_cmd_validate(argc, argv);
+  int rc = cmd_validate(argc, argv);
   CHECK(rc == 0 || rc == 1, "etr validate returned %d", rc);
   return 0;
 }

@@ -43,20 +43,20 @@
 
 #include "json/reader.h"
 
-int etr_cmd_validate(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "fuzz_record: check failed: %s: ", #cond);  \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      fail_dump();                                                \
-    }                                                             \
+#define CHECK(cond, ...)                                         \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "fuzz_record: check failed: %s: ", #cond); \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, "\n");                                     \
+      fail_dump();                                               \
+    }                                                            \
   } while (0)
 
-static char g_dir[200];   /* this process's own temp directory */
-static char g_path[256];  /* the trace file in it */
+static char g_dir[200];  /* this process's own temp directory */
+static char g_path[256]; /* the trace file in it */
 static etr_trace *g_trace;
 
 /* On a failed check: keep the trace, print validate's findings, abort (a crash for libFuzzer). */
@@ -72,7 +72,7 @@ static void fail_dump(void) {
     fflush(stdout);
     dup2(2, 1);
     char *argv[] = {"validate", "--strict", "--max", "20", keep, NULL};
-    etr_cmd_validate(5, argv);
+    cmd_validate(5, argv);
     fflush(stdout);
   }
   abort();
@@ -90,7 +90,7 @@ typedef struct worker {
   etr_record recs[MAX_OPEN];
   int stack[MAX_OPEN]; /* indices into recs of begun ops, innermost last */
   int depth;
-  etr_record ended;     /* a copy of the last ended record (for double ends) */
+  etr_record ended; /* a copy of the last ended record (for double ends) */
   bool have_ended;
   etr_value values[POOL_VALUES];
   size_t n_values;
@@ -147,18 +147,27 @@ static char *take_str(worker *w, size_t n) {
   return s;
 }
 
-static const char *const NAMES[] = {"aten::mm", "aten::add", "aten::empty", "aten::relu_",
-                                    "c10d::allreduce_", "triton_poi_fused_0", "", "x"};
+static const char *const NAMES[] = {
+    "aten::mm", "aten::add", "aten::empty", "aten::relu_", "c10d::allreduce_", "triton_poi_fused_0",
+    "",         "x"};
 
 /* A name or other short string: a pool name, hostile bytes, a long one, or NULL. */
 static const char *pick_str(worker *w, bool allow_null) {
   uint8_t m = u8(w);
   switch (m % 8) {
-    case 0: case 1: case 2: return NAMES[(m >> 3) % 8];
-    case 3: case 4: return take_str(w, u8(w) % 40);
-    case 5: return take_str(w, (size_t)u8(w) * 40 + 1); /* up to 10 KB: past the 8192 cut */
-    case 6: return allow_null ? NULL : "";
-    default: return take_str(w, 1);
+    case 0:
+    case 1:
+    case 2:
+      return NAMES[(m >> 3) % 8];
+    case 3:
+    case 4:
+      return take_str(w, u8(w) % 40);
+    case 5:
+      return take_str(w, (size_t)u8(w) * 40 + 1); /* up to 10 KB: past the 8192 cut */
+    case 6:
+      return allow_null ? NULL : "";
+    default:
+      return take_str(w, 1);
   }
 }
 
@@ -215,9 +224,15 @@ static const etr_tensor *make_tensor(worker *w) {
 static void make_value(worker *w, etr_value *v, int depth) {
   uint8_t k = u8(w);
   switch (k % 14) {
-    case 0: *v = etr_value_none(); break;
-    case 1: *v = etr_value_bool(k & 0x80); break;
-    case 2: *v = etr_value_int((int64_t)u64(w)); break;
+    case 0:
+      *v = etr_value_none();
+      break;
+    case 1:
+      *v = etr_value_bool(k & 0x80);
+      break;
+    case 2:
+      *v = etr_value_int((int64_t)u64(w));
+      break;
     case 3: {
       uint64_t bits = u64(w);
       double d;
@@ -225,20 +240,28 @@ static void make_value(worker *w, etr_value *v, int depth) {
       *v = etr_value_double(d);
       break;
     }
-    case 4: *v = etr_value_string(pick_str(w, true)); break;
+    case 4:
+      *v = etr_value_string(pick_str(w, true));
+      break;
     case 5: { /* with embedded NULs */
       uint32_t n = u8(w);
       *v = etr_value_string_n(take_str(w, n), n);
       break;
     }
-    case 6: *v = etr_value_device(pick_str(w, true)); break;
-    case 7: case 8: *v = etr_value_tensor(make_tensor(w)); break;
+    case 6:
+      *v = etr_value_device(pick_str(w, true));
+      break;
+    case 7:
+    case 8:
+      *v = etr_value_tensor(make_tensor(w));
+      break;
     case 9: {
       static const char *const KINDS[] = {"Generator", "ScriptObject", "Stream", "Object"};
       *v = etr_value_object(g_hostile ? pick_str(w, true) : KINDS[u8(w) % 4]);
       break;
     }
-    case 10: case 11: { /* list or tuple of a few values */
+    case 10:
+    case 11: { /* list or tuple of a few values */
       uint32_t n = u8(w) % 6;
       etr_value *items = depth < 6 ? alloc_values(w, n) : NULL;
       if (items)
@@ -329,7 +352,7 @@ static void fill_begin(worker *w, etr_record *r) {
 
 static void begin_op(worker *w) {
   if (w->depth == MAX_OPEN) return;
-  int slot = w->depth; /* recs[] is indexed by stack position at begin time */
+  int slot = w->depth;                 /* recs[] is indexed by stack position at begin time */
   for (int i = 0; i < MAX_OPEN; i++) { /* a free slot: one not on the stack */
     bool used = false;
     for (int j = 0; j < w->depth; j++) used |= w->stack[j] == i;
@@ -372,10 +395,21 @@ static void run_script(worker *w) {
   while (w->p < w->end && steps++ < 4000) {
     uint8_t op = u8(w);
     switch (op % 20) {
-      case 0: case 1: case 2: case 3: begin_op(w); break;
-      case 4: case 5: case 6: end_at(w, w->depth - 1); break; /* the innermost */
-      case 7: end_at(w, u8(w)); break;                         /* any: out of order */
-      case 8: /* a whole op */
+      case 0:
+      case 1:
+      case 2:
+      case 3:
+        begin_op(w);
+        break;
+      case 4:
+      case 5:
+      case 6:
+        end_at(w, w->depth - 1);
+        break; /* the innermost */
+      case 7:
+        end_at(w, u8(w));
+        break; /* any: out of order */
+      case 8:  /* a whole op */
         begin_op(w);
         end_at(w, w->depth - 1);
         break;
@@ -393,8 +427,12 @@ static void run_script(worker *w) {
         etr_record_init(&r, "never_begun", ETR_SCOPE_FUNCTION);
         break;
       }
-      case 12: CHECK(etr_trace_enable(g_trace) == 0, "enable"); break;
-      case 13: CHECK(etr_trace_disable(g_trace) == 0, "disable"); break;
+      case 12:
+        CHECK(etr_trace_enable(g_trace) == 0, "enable");
+        break;
+      case 13:
+        CHECK(etr_trace_disable(g_trace) == 0, "disable");
+        break;
       case 14: {
         int rc = etr_trace_flush(g_trace);
         CHECK(rc == 0, "flush: %d", rc);
@@ -424,7 +462,9 @@ static void run_script(worker *w) {
         for (int i = 0; i < n; i++) begin_op(w);
         break;
       }
-      default: (void)etr_thread_id(); break;
+      default:
+        (void)etr_thread_id();
+        break;
     }
   }
   /* ops still open stay open: close writes them, marked incomplete */
@@ -434,8 +474,8 @@ static void run_script(worker *w) {
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static uint64_t g_gen;  /* incremented for each input */
-static int g_done;      /* workers finished with this generation */
+static uint64_t g_gen; /* incremented for each input */
+static int g_done;     /* workers finished with this generation */
 
 static void *worker_main(void *arg) {
   worker *w = arg;
@@ -489,14 +529,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 static uint64_t count_nodes(void) {
-  etr_reader *r = NULL;
-  int rc = etr_reader_open(g_path, NULL, &r);
-  CHECK(rc == 0, "reader: %s", r ? etr_reader_error(r) : "out of memory");
+  rd_reader *r = NULL;
+  int rc = rd_open(g_path, NULL, &r);
+  CHECK(rc == 0, "reader: %s", r ? rd_error(r) : "out of memory");
   uint64_t n = 0;
-  const etr_rnode *node;
-  while ((rc = etr_reader_next(r, &node)) == 1) n++;
-  CHECK(rc == 0, "reader: %s", etr_reader_error(r));
-  etr_reader_close(r);
+  const rd_rnode *node;
+  while ((rc = rd_next(r, &node)) == 1) n++;
+  CHECK(rc == 0, "reader: %s", rd_error(r));
+  rd_close(r);
   return n;
 }
 
@@ -541,14 +581,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (unsigned long long)st.nodes_dropped, st.write_error);
 
   char *argv[] = {"validate", "--strict", "--quiet", g_path, NULL};
-  rc = etr_cmd_validate(4, argv);
+  rc = cmd_validate(4, argv);
   CHECK(rc == 0, "etr validate --strict: %d", rc);
   uint64_t n = count_nodes();
   CHECK(n == st.ops_recorded + st.threads + 1,
-        "%llu nodes in the file; ops_recorded %llu + threads %llu + 1",
-        (unsigned long long)n, (unsigned long long)st.ops_recorded,
-        (unsigned long long)st.threads);
-  CHECK(n == st.nodes_written, "%llu nodes in the file, nodes_written %llu",
-        (unsigned long long)n, (unsigned long long)st.nodes_written);
+        "%llu nodes in the file; ops_recorded %llu + threads %llu + 1", (unsigned long long)n,
+        (unsigned long long)st.ops_recorded, (unsigned long long)st.threads);
+  CHECK(n == st.nodes_written, "%llu nodes in the file, nodes_written %llu", (unsigned long long)n,
+        (unsigned long long)st.nodes_written);
   return 0;
 }

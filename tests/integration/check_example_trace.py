@@ -22,7 +22,7 @@ Exit status: 0 when every check passes; 1 with a list of the failures; 2 when th
 cannot be read or is not valid JSON, or on bad arguments.
 
 The trace is parsed with Python's json module (independent of etr's own reader); only the
-standard library is used. The checks follow DESIGN.md 6 and what the runtime does:
+standard library is used. The checks follow docs/FORMAT.md and what the runtime does:
 file and node key order, the nine base attrs on every node, ids, the ctrl_deps tree, value
 types against their type strings, one 6-list per tensor id, timing, forward/backward links,
 collectives, the triton kernel, the escaped op name, and object-id retirement: the runtime
@@ -231,7 +231,7 @@ def check_value(ck, tr, v, t, shape, strides, has_strides, ctx):
         good = isinstance(v, str) and (t == "String" or v != "")
     elif t == "None":
         good = v == "<None>"
-    elif re.fullmatch(r"<[^<>]+>", t):  # an object of a named kind (DESIGN 6.3)
+    elif re.fullmatch(r"<[^<>]+>", t):  # an object of a named kind (docs/FORMAT.md)
         good = v == t
     elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:]*", t) and t not in ("Int", "Double"):
         good = v == "<%s>" % t  # PyTorch's own spelling of an object: type "Kind"
@@ -825,7 +825,7 @@ def main(argv):
         if "etr_incomplete" in A[nid]:
             ck.fail("tree", "%s is marked incomplete, but the runtime closes every op" % where(by_id[nid]))
 
-    # ---- tracebacks (DESIGN 7) ---------------------------------------------------------
+    # ---- tracebacks (docs/FORMAT.md) ---------------------------------------------------------
     n_tb = 0
     if args.traceback:
         n_tb = check_tracebacks(ck, doc, keys, [by_id[nid] for nid in ops], A)

@@ -92,11 +92,11 @@ static void check_replaced(const char *in, size_t len, const char *expect, uint6
 static void test_invalid_utf8_replaced(void **state) {
   (void)state;
   check_replaced("a\x80z", 3, "a" FFFD "z", 1);                  /* lone continuation */
-  check_replaced("\xC0\xAF", 2, FFFD FFFD, 2);                     /* overlong '/' */
-  check_replaced("\xE0\x80\xAF", 3, FFFD FFFD FFFD, 3);            /* overlong 3-byte */
-  check_replaced("\xED\xA0\x80", 3, FFFD FFFD FFFD, 3);            /* UTF-16 surrogate */
-  check_replaced("\xF4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD, 4);   /* above U+10FFFF */
-  check_replaced("ok\xE2\x82", 4, "ok" FFFD FFFD, 2);              /* truncated at end */
+  check_replaced("\xC0\xAF", 2, FFFD FFFD, 2);                   /* overlong '/' */
+  check_replaced("\xE0\x80\xAF", 3, FFFD FFFD FFFD, 3);          /* overlong 3-byte */
+  check_replaced("\xED\xA0\x80", 3, FFFD FFFD FFFD, 3);          /* UTF-16 surrogate */
+  check_replaced("\xF4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD, 4); /* above U+10FFFF */
+  check_replaced("ok\xE2\x82", 4, "ok" FFFD FFFD, 2);            /* truncated at end */
   check_replaced("\xFF\xFE", 2, FFFD FFFD, 2);
 }
 

@@ -33,12 +33,14 @@ static void test_insert_lookup_remove_many(void **state) {
     assert_true(ids[i] != 0);
   }
   assert_int_equal(etr__idmap_size(m), N);
-  for (uintptr_t i = 0; i < N; i++) assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), ids[i]);
+  for (uintptr_t i = 0; i < N; i++)
+    assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), ids[i]);
   /* Remove every other key: the rest must still be found with their ids (backward shift). */
   for (uintptr_t i = 0; i < N; i += 2) assert_true(etr__idmap_remove(m, key(i)));
   assert_false(etr__idmap_remove(m, key(0)));
   assert_int_equal(etr__idmap_size(m), N / 2);
-  for (uintptr_t i = 1; i < N; i += 2) assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), ids[i]);
+  for (uintptr_t i = 1; i < N; i += 2)
+    assert_int_equal(etr__idmap_get(m, key(i), next, NULL, NULL), ids[i]);
   /* A removed key comes back with a new id. */
   for (uintptr_t i = 0; i < N; i += 2) {
     uint64_t id = etr__idmap_get(m, key(i), next, NULL, NULL);
@@ -56,7 +58,11 @@ enum { THREADS = 4, OWN = 512, SHARED = 64, ROUNDS = 200 };
 static etr__idmap *shared_map;
 static uint64_t shared_ids[SHARED];
 
-typedef struct { int t; int errors; etr__idcache cache; } worker;
+typedef struct {
+  int t;
+  int errors;
+  etr__idcache cache;
+} worker;
 
 static void *work(void *arg) {
   worker *w = arg;
@@ -69,9 +75,12 @@ static void *work(void *arg) {
       prev[i] = mine[i];
     }
     for (int i = 0; i < SHARED; i++)
-      if (etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL, c) != shared_ids[i]) w->errors++;
+      if (etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL, c) != shared_ids[i])
+        w->errors++;
     for (int i = 0; i < OWN; i++)
-      if (etr__idmap_get(shared_map, key(100000 + (uintptr_t)w->t * OWN + i), next, NULL, c) != mine[i]) w->errors++;
+      if (etr__idmap_get(shared_map, key(100000 + (uintptr_t)w->t * OWN + i), next, NULL, c) !=
+          mine[i])
+        w->errors++;
     for (int i = 0; i < OWN; i++)
       if (!etr__idmap_remove(shared_map, key(100000 + (uintptr_t)w->t * OWN + i))) w->errors++;
   }
@@ -81,7 +90,8 @@ static void *work(void *arg) {
 static void test_concurrent(void **state) {
   (void)state;
   shared_map = etr__idmap_new();
-  for (int i = 0; i < SHARED; i++) shared_ids[i] = etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL, NULL);
+  for (int i = 0; i < SHARED; i++)
+    shared_ids[i] = etr__idmap_get(shared_map, key((uintptr_t)i), next, NULL, NULL);
   pthread_t th[THREADS];
   worker w[THREADS];
   for (int t = 0; t < THREADS; t++) {

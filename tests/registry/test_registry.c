@@ -1,5 +1,5 @@
 /* Unit tests of the observer registry and the record life cycle (etr/observer.h,
- * etr/record.h; DESIGN section 4).
+ * etr/record.h; docs/API.md).
  *
  * The registry is process-wide state: every test removes the observers it added (teardown),
  * and counters are compared as deltas. Callbacks running on other threads never call cmocka

@@ -1,5 +1,5 @@
 /* Concurrent stress of the registry: recording threads make nested records while a control
- * thread adds, enables, disables and removes observers (DESIGN section 4: "State changes
+ * thread adds, enables, disables and removes observers (docs/API.md: "State changes
  * are safe while other threads record. An op that began while an observer was enabled still
  * gets its exit callback.").
  *

@@ -359,7 +359,7 @@ static int validate(const char *etr, const char *path, long long *nodes, long lo
 
 /* Order of the nodes in the file, from its text (etr writes each node on a line of its own
  * that starts with `{"id": N, "name": "...", "ctrl_deps": P, `):
- * an op node must come before its parent op (children complete first, DESIGN 6.1); thread
+ * an op node must come before its parent op (children complete first, docs/FORMAT.md); thread
  * nodes may come anywhere. Counts the nodes, the op nodes, and the ops written after their
  * parent op. Returns 0, or -1 when the file cannot be read or a node cannot be parsed. */
 typedef struct order_stats {

@@ -60,12 +60,12 @@ static _Thread_local uint64_t tl_tag;
 
 /* cmocka's asserts work on the main thread only: threads count failures instead. */
 static _Atomic int thread_failures;
-#define CHECK(c)                                                           \
-  do {                                                                     \
-    if (!(c)) {                                                            \
+#define CHECK(c)                                                            \
+  do {                                                                      \
+    if (!(c)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      atomic_fetch_add(&thread_failures, 1);                               \
-    }                                                                      \
+      atomic_fetch_add(&thread_failures, 1);                                \
+    }                                                                       \
   } while (0)
 
 static void set_stack(size_t n, const uintptr_t *h, const uint8_t *f) {
@@ -272,8 +272,7 @@ static void test_interleave_one_per_activation(void **state) {
   set_stack(3, h, NULL);
   uint64_t out[16];
   size_t n = etr__script_interleave(ips, 4, out, 16);
-  assert_string_equal(render(out, n),
-                      "n0 fn1@file1.py:10 E fn2@file2.py:20 E n1 fn3@file0.py:30");
+  assert_string_equal(render(out, n), "n0 fn1@file1.py:10 E fn2@file2.py:20 E n1 fn3@file0.py:30");
 }
 
 static void test_interleave_no_entry_frames(void **state) {

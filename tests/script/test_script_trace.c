@@ -167,7 +167,7 @@ static void test_trace_with_script_frames(void **state) {
   json_t *tbs = json_object_get(root, "tracebacks");
   assert_true(json_is_array(frames));
   assert_true(json_is_array(tbs));
-  static const char *want[] = {"run_op",    "s_inner1", "s_inner2",  "fake_entry",
+  static const char *want[] = {"run_op",    "s_inner1", "s_inner2",   "fake_entry",
                                "middle_fn", "s_outer",  "fake_entry", "thread_main"};
   size_t nw = sizeof want / sizeof want[0];
   size_t ops = 0, i;
@@ -194,8 +194,7 @@ static void test_trace_with_script_frames(void **state) {
     for (k = 0; k < nw; k++) {
       const char *nm = frame_name(frames, json_array_get(seq, k));
       if (!nm || strcmp(nm, want[k]) != 0)
-        fail_msg("frame %zu is %s, expected %s; traceback:%s", k, nm ? nm : "?", want[k],
-                 shown);
+        fail_msg("frame %zu is %s, expected %s; traceback:%s", k, nm ? nm : "?", want[k], shown);
     }
   }
   assert_int_equal(ops, (size_t)NTHREADS * OPS);
@@ -203,8 +202,7 @@ static void test_trace_with_script_frames(void **state) {
   json_array_foreach(frames, i, node) {
     const char *nm = json_string_value(json_object_get(node, "name"));
     if (nm && strcmp(nm, "s_outer") == 0) {
-      assert_string_equal(json_string_value(json_object_get(node, "filename")),
-                          "fake_script.py");
+      assert_string_equal(json_string_value(json_object_get(node, "filename")), "fake_script.py");
       assert_int_equal(json_integer_value(json_object_get(node, "line")), 300);
     }
   }

@@ -1,8 +1,8 @@
 /* Test library for tests/symbolize: a known call chain symchain_a -> symchain_b ->
  * symchain_c -> callback, each step noinline and not a tail call (the last one made from
- * code inlined into symchain_c, two levels deep: symchain_inl -> symchain_inl2). Each function stores the line of its call in
- * symchain_lines before making it, so the test knows the expected lines without parsing
- * this file. */
+ * code inlined into symchain_c, two levels deep: symchain_inl -> symchain_inl2). Each function
+ * stores the line of its call in symchain_lines before making it, so the test knows the expected
+ * lines without parsing this file. */
 typedef int (*symchain_cb)(int x);
 
 #if defined(__clang__)
@@ -63,8 +63,10 @@ SYMCHAIN_NOINLINE int symchain_a(int x, symchain_cb cb) {
 
 /* A function that is not exported (absent from .dynsym), reached through its address; all
  * of its code is on one line. */
+/* clang-format off */
 int symchain_hidden_line = __LINE__ + 2;
 SYMCHAIN_NOINLINE static int
 symchain_hidden(int x) { __asm__ volatile("" ::: "memory"); return x * 11 + 1; }
+/* clang-format on */
 
 void *symchain_hidden_addr(void) { return (void *)&symchain_hidden; }

@@ -29,6 +29,4 @@ extern "C" __attribute__((noinline)) long symcxx_run(long x, long (*f)(long)) {
   return r + 3;
 }
 
-extern "C" void *symcxx_addr(void) {
-  return reinterpret_cast<void *>(&etrtest::Box<long>::twice);
-}
+extern "C" void *symcxx_addr(void) { return reinterpret_cast<void *>(&etrtest::Box<long>::twice); }

@@ -460,8 +460,8 @@ static void test_search_dirs(void **state) {
   assert_int_equal(etr__symbolizer_add_search_dir(s, "/nonexistent-dir"), 0);
   assert_int_equal(etr__symbolizer_add_search_dir(s, SYMCHAIN_DIR), 0);
   etr__symbol sym;
-  assert_int_equal(
-      etr__symbolize(s, "/elsewhere/libsymchain.so", m.bid, m.bid_len, vaddr, 0, &sym), 0);
+  assert_int_equal(etr__symbolize(s, "/elsewhere/libsymchain.so", m.bid, m.bid_len, vaddr, 0, &sym),
+                   0);
   assert_string_equal(sym.name, "symchain_b");
   assert_true(ends_with(sym.filename, "/symchain.c"));
   etr__symbolizer_free(s);
@@ -547,9 +547,8 @@ static void test_no_fd_per_module(void **state) {
   uint64_t b, hidden;
   int hidden_line;
   chain_vaddrs(&b, &hidden, &hidden_line);
-  assert_int_equal(etr__symbolize(s, SYMCHAIN_DIR "/libsymchain-dbglink.so", NULL, 0, hidden, 0,
-                                  &sym),
-                   0);
+  assert_int_equal(
+      etr__symbolize(s, SYMCHAIN_DIR "/libsymchain-dbglink.so", NULL, 0, hidden, 0, &sym), 0);
   assert_string_equal(sym.name, "symchain_hidden");
   assert_int_equal(sym.line, hidden_line);
   etr__symbolizer_free(s);
@@ -609,7 +608,7 @@ static void test_inline_frames(void **state) {
   check_frame(&fr[0], "symchain_inl2", "/symchain.c", inl[1]);
   check_frame(&fr[1], "symchain_inl", "/symchain.c", inl[0]);
   check_frame(&fr[2], "symchain_c", "/symchain.c", lines[2]);
-  assert_null(fr[3].name);  /* nothing written past the count */
+  assert_null(fr[3].name); /* nothing written past the count */
   assert_int_equal(symbolize_frame(s, &c, i0 + 1, 0, &one), 0);
   assert_ptr_equal(one.name, fr[2].name);
   assert_ptr_equal(one.filename, fr[2].filename);
@@ -639,9 +638,9 @@ static void test_inline_frames(void **state) {
   /* The same address in the stripped copies: from the separate debug file, the same chain;
    * without debug info, the symbol alone. */
   uint64_t vaddr = c.ip[i0 + 1] - 1 - c.mod[i0 + 1].bias;
-  assert_int_equal(etr__symbolize_frames(s, SYMCHAIN_DIR "/libsymchain-dbglink.so", NULL, 0,
-                                         vaddr, 0, fr, 8),
-                   3);
+  assert_int_equal(
+      etr__symbolize_frames(s, SYMCHAIN_DIR "/libsymchain-dbglink.so", NULL, 0, vaddr, 0, fr, 8),
+      3);
   check_frame(&fr[0], "symchain_inl2", "/symchain.c", inl[1]);
   check_frame(&fr[1], "symchain_inl", "/symchain.c", inl[0]);
   check_frame(&fr[2], "symchain_c", "/symchain.c", lines[2]);
@@ -693,8 +692,7 @@ static void test_inline_frames_cxx(void **state) {
   assert_true(i0 >= 0 && i0 + 1 < c.n);
   etr__symbol fr[4];
   assert_int_equal(frames_of(s, &c, i0 + 1, fr, 4), 2);
-  check_frame(&fr[0], "etrtest::Box<long>::apply(long, long (*)(long))", "/symcxx.cpp",
-              lines[1]);
+  check_frame(&fr[0], "etrtest::Box<long>::apply(long, long (*)(long))", "/symcxx.cpp", lines[1]);
   check_frame(&fr[1], "symcxx_run", "/symcxx.cpp", lines[0]);
   etr__symbolizer_free(s);
   dlclose(lib);

@@ -1,5 +1,5 @@
 /* tests/trace/test_trace_durability.c — what is in the file while the process runs and
- * when it dies (DESIGN 8): the header at open, timed flushes of every thread's completed
+ * when it dies (docs/RELIABILITY.md): the header at open, timed flushes of every thread's completed
  * nodes, etr_trace_flush across threads, a descriptor closed and reused under the
  * recorder, double close, fatal signals (with and without a host handler), and kill -9 at
  * random points followed by `etr repair`.
@@ -212,8 +212,8 @@ static void test_fd_closed_and_reused(void **state) {
   for (int i = 0; i < 100; i++) tu_op("after_close", NULL, 0, NULL, 0);
   assert_int_equal(etr_trace_flush(t.trace), ETR_EIO);
   etr_trace_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
   assert_int_equal(etr_trace_stats_get(t.trace, &st), 0);
   assert_int_equal(st.write_error, EBADF);
   assert_false(etr_trace_is_enabled(t.trace));
@@ -243,8 +243,8 @@ static void test_double_close(void **state) {
   assert_int_equal(etr_trace_flush(h), ETR_ESTATE);
   assert_false(etr_trace_is_enabled(h));
   etr_trace_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
   assert_int_equal(etr_trace_stats_get(h, &st), 0);
   assert_int_equal(st.ops_recorded, 1); /* the final counters */
   /* A new trace never gets the handle of a closed one. */

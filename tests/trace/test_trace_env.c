@@ -1,4 +1,4 @@
-/* tests/trace/test_trace_env.c — activation through the environment (DESIGN 5): a program
+/* tests/trace/test_trace_env.c — activation through the environment (docs/API.md): a program
  * linked with etr that never calls the trace API records its whole run when ETR_TRACE is
  * set; %p in the path becomes the pid; ETR_TRACE_SCHEMA / ETR_TRACE_TIMING apply.
  *
@@ -16,7 +16,6 @@
 #ifndef TRACE_HELPER
 #error "TRACE_HELPER must name the trace_helper executable"
 #endif
-
 
 /* Run "trace_helper mode" with ETR_TRACE=<dir>/t-%p.json plus extra; load the result. */
 static void run_env(tu_trace *t, const char *mode, const char *extra1, const char *extra2) {

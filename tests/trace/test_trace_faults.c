@@ -1,5 +1,5 @@
-/* tests/trace/test_trace_faults.c — never lose a node (DESIGN 8): unwritable paths, a full
- * disk, exit() without close, fork() while recording.
+/* tests/trace/test_trace_faults.c — never lose a node (docs/RELIABILITY.md): unwritable paths, a
+ * full disk, exit() without close, fork() while recording.
  *
  * TRACE_HELPER is the path of trace_helper (see trace_helper.c), passed by CMake. */
 #define _GNU_SOURCE
@@ -21,7 +21,6 @@
 #ifndef TRACE_HELPER
 #error "TRACE_HELPER must name the trace_helper executable"
 #endif
-
 
 static void test_open_unwritable(void **state) {
   (void)state;
@@ -183,8 +182,8 @@ static void check_exit_trace(const char *mode, int expect_open) {
   tu_keys k;
   char buf[256];
   tu_root_keys(&t, &k);
-  assert_true(strncmp(tu_keys_join(&k, buf, sizeof buf),
-                      "schema,pid,time,start_ts,nodes,finish_ts", 40) == 0);
+  assert_true(strncmp(tu_keys_join(&k, buf, sizeof buf), "schema,pid,time,start_ts,nodes,finish_ts",
+                      40) == 0);
   assert_int_equal(tu_count(&t, "exit_outer"), 5);
   assert_int_equal(tu_count(&t, "exit_inner"), 10);
   if (expect_open) {
@@ -342,8 +341,10 @@ static void test_fork_child_own_trace(void **state) {
   tu_close_ok(&t);
   if (hung) fail_msg("child still running after 10 s: killed");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("child status 0x%x (exit code bits: 1 close!=EFORKED, 2 open failed, 4 enable, "
-             "8 close)", status);
+    fail_msg(
+        "child status 0x%x (exit code bits: 1 close!=EFORKED, 2 open failed, 4 enable, "
+        "8 close)",
+        status);
   assert_int_equal(tu_count(&t, "child_own_op"), 0);
   assert_int_equal(tu_count(&t, "parent_op2"), 1);
   tu_trace c;

@@ -1,5 +1,5 @@
 /* tests/trace/test_trace_format.c — file and node structure of the execution trace
- * (DESIGN 6.1, 6.2, 6.4): top-level keys and their order, header fields, the process and
+ * (docs/FORMAT.md): top-level keys and their order, header fields, the process and
  * thread nodes, node key order, the nine base attrs, schema 1.1.0 vs 1.1.1, timing keys,
  * collective and kernel attrs. */
 #define _GNU_SOURCE
@@ -13,8 +13,8 @@
 #include "trace_util.h"
 
 static const char *const base_attr_names[9] = {
-    "rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid", "op_schema", "kernel_backend",
-    "kernel_file"};
+    "rf_id",  "fw_parent", "seq_id",         "scope",      "tid",
+    "fw_tid", "op_schema", "kernel_backend", "kernel_file"};
 static const char *const base_attr_types[9] = {"uint64", "uint64", "int64",  "uint64", "uint64",
                                                "uint64", "string", "string", "string"};
 
@@ -66,7 +66,7 @@ static void check_attrs_shape(const tu_trace *t, size_t idx) {
     assert_non_null(nm);
     assert_non_null(ty);
     assert_int_equal(json_object_size(a), 3);
-    static const char *const forbidden[] = {"cat", "stream", "name", "id",
+    static const char *const forbidden[] = {"cat",    "stream",  "name",  "id",
                                             "inputs", "outputs", "parent"};
     for (size_t k = 0; k < TU_ARRAY_LEN(forbidden); k++)
       if (strcmp(nm, forbidden[k]) == 0) fail_msg("attr named %s is forbidden", nm);
@@ -101,7 +101,7 @@ static void check_attrs_shape(const tu_trace *t, size_t idx) {
 
 /* One op with a few values, one nested op. */
 static void record_small(void) {
-  etr_tensor tt = {(void *)0x1000, (void *)0x2000, 0, 6, 4, "float", "cpu", 2,
+  etr_tensor tt = {(void *)0x1000,          (void *)0x2000,         0, 6, 4, "float", "cpu", 2,
                    (const int64_t[]){2, 3}, (const int64_t[]){3, 1}};
   etr_value in[2] = {etr_value_tensor(&tt), etr_value_int(5)};
   etr_value out[1] = {etr_value_tensor(&tt)};
@@ -171,11 +171,19 @@ static void test_top_level(void **state) {
   assert_string_equal(json_string_value(json_object_get(etr, "version")), ETR_VERSION_STRING);
   assert_string_equal(etr_version_string(), ETR_VERSION_STRING);
   json_t *stats = tu_stats(&t);
-  static const char *const counters[] = {
-      "nodes_written", "ops_recorded",  "threads",        "objects",
-      "strings_cut",   "lists_cut",     "utf8_replaced",  "nesting_cut",
-      "ends_without_begin", "ops_open_at_disable", "ops_open_at_thread_exit",
-      "ops_open_at_close", "nodes_dropped"};
+  static const char *const counters[] = {"nodes_written",
+                                         "ops_recorded",
+                                         "threads",
+                                         "objects",
+                                         "strings_cut",
+                                         "lists_cut",
+                                         "utf8_replaced",
+                                         "nesting_cut",
+                                         "ends_without_begin",
+                                         "ops_open_at_disable",
+                                         "ops_open_at_thread_exit",
+                                         "ops_open_at_close",
+                                         "nodes_dropped"};
   for (size_t i = 0; i < TU_ARRAY_LEN(counters); i++)
     if (!json_is_integer(json_object_get(stats, counters[i])))
       fail_msg("etr.stats.%s missing", counters[i]);
@@ -560,7 +568,7 @@ static void test_collective_attrs(void **state) {
   etr_record_begin(&r);
   etr_record_end(&r);
 
-  /* Integer attrs must fit in int64 (DESIGN 6.2): huge runtime values are clamped. */
+  /* Integer attrs must fit in int64 (docs/FORMAT.md): huge runtime values are clamped. */
   etr_collective_info c4 = ETR_COLLECTIVE_INFO_INIT;
   c4.in_msg_nelems = UINT64_MAX;
   c4.out_msg_nelems = (uint64_t)INT64_MAX + 1;
@@ -674,16 +682,11 @@ static void test_kernel_attrs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_top_level),
-      TU_TEST(test_process_node),
-      TU_TEST(test_thread_nodes),
-      TU_TEST(test_op_node_keys_and_attrs),
-      TU_TEST(test_schema_1_1_0),
-      TU_TEST(test_schema_1_1_1),
-      TU_TEST(test_timing),
-      TU_TEST(test_no_timing),
-      TU_TEST(test_collective_attrs),
-      TU_TEST(test_kernel_attrs),
+      TU_TEST(test_top_level),        TU_TEST(test_process_node),
+      TU_TEST(test_thread_nodes),     TU_TEST(test_op_node_keys_and_attrs),
+      TU_TEST(test_schema_1_1_0),     TU_TEST(test_schema_1_1_1),
+      TU_TEST(test_timing),           TU_TEST(test_no_timing),
+      TU_TEST(test_collective_attrs), TU_TEST(test_kernel_attrs),
   };
   return cmocka_run_group_tests_name("trace_format", tests, NULL, NULL);
 }

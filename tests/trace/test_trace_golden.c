@@ -30,8 +30,7 @@
 
 static void record_everything(void) {
   static int impl[8], stor[4];
-  const int64_t sz23[2] = {2, 3}, st23[2] = {3, 1}, sz3[1] = {3}, szt[2] = {3, 2},
-                stt[2] = {1, 3};
+  const int64_t sz23[2] = {2, 3}, st23[2] = {3, 1}, sz3[1] = {3}, szt[2] = {3, 2}, stt[2] = {1, 3};
   etr_tensor a = {&impl[0], &stor[0], 0, 6, 4, "float", "cpu", 2, sz23, st23};
   etr_tensor b = {&impl[1], &stor[1], 0, 6, 4, "float", "cpu", 2, sz23, NULL};
   etr_tensor at = {&impl[2], &stor[0], 0, 6, 4, "float", "cpu", 2, szt, stt}; /* view of a */
@@ -88,11 +87,18 @@ static void record_everything(void) {
     etr_value tup[3] = {etr_value_string("0"), etr_value_string("default_pg"),
                         etr_value_list(tens, 2)};
     etr_value in4[12] = {
-        etr_value_int(INT64_MIN), etr_value_int(INT64_MAX), etr_value_double(NAN),
-        etr_value_double(INFINITY), etr_value_double(-INFINITY), etr_value_double(0.5),
+        etr_value_int(INT64_MIN),
+        etr_value_int(INT64_MAX),
+        etr_value_double(NAN),
+        etr_value_double(INFINITY),
+        etr_value_double(-INFINITY),
+        etr_value_double(0.5),
         etr_value_string("quote\" backslash\\ tab\t nl\n \x01 caf\xC3\xA9 bad\xFF"),
-        etr_value_string_n("a\0b", 3), etr_value_object("Generator"),
-        etr_value_tuple(tup, 3), etr_value_tensor(&und), etr_value_tensor(&sc)};
+        etr_value_string_n("a\0b", 3),
+        etr_value_object("Generator"),
+        etr_value_tuple(tup, 3),
+        etr_value_tensor(&und),
+        etr_value_tensor(&sc)};
     etr_record_init(&r, "misc::kinds", ETR_SCOPE_FUNCTION);
     r.inputs = in4;
     r.n_inputs = 12;
@@ -176,7 +182,8 @@ static json_int_t map_id(idmap *m, json_int_t id) {
 
 static void remap_int(json_t *obj, const char *key, idmap *m) {
   json_t *v = json_object_get(obj, key);
-  if (json_is_integer(v)) json_object_set_new(obj, key, json_integer(map_id(m, json_integer_value(v))));
+  if (json_is_integer(v))
+    json_object_set_new(obj, key, json_integer(map_id(m, json_integer_value(v))));
 }
 
 static int is_tensor(const json_t *v, const json_t *shape) {
@@ -257,13 +264,13 @@ static char *normalise(json_t *root) {
   /* Print: top-level keys one per line, nodes one per line. */
   size_t cap = 1 << 16, len = 0;
   char *out = malloc(cap);
-#define APPEND(s)                                   \
-  do {                                              \
-    const char *s_ = (s);                           \
-    size_t l_ = strlen(s_);                         \
+#define APPEND(s)                                            \
+  do {                                                       \
+    const char *s_ = (s);                                    \
+    size_t l_ = strlen(s_);                                  \
     while (len + l_ + 1 > cap) out = realloc(out, cap *= 2); \
-    memcpy(out + len, s_, l_ + 1);                  \
-    len += l_;                                      \
+    memcpy(out + len, s_, l_ + 1);                           \
+    len += l_;                                               \
   } while (0)
   const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER;
   APPEND("{\n");
@@ -319,8 +326,7 @@ static void test_golden_basic(void **state) {
   } else {
     size_t glen = 0;
     char *want = tu_read_file(golden, &glen);
-    if (want == NULL)
-      fail_msg("cannot read %s (regenerate with ETR_UPDATE_GOLDEN=1)", golden);
+    if (want == NULL) fail_msg("cannot read %s (regenerate with ETR_UPDATE_GOLDEN=1)", golden);
     if (strcmp(want, got) != 0) {
       FILE *f = fopen("basic.actual.json", "wb");
       if (f != NULL) {
@@ -334,9 +340,10 @@ static void test_golden_basic(void **state) {
       }
       size_t ls = i;
       while (ls > 0 && got[ls - 1] != '\n') ls--;
-      fail_msg("normalised trace differs from %s at line %zu:\n  want: %.300s\n  got:  %.300s\n"
-               "(full output in basic.actual.json; ETR_UPDATE_GOLDEN=1 regenerates)",
-               golden, line, want + ls, got + ls);
+      fail_msg(
+          "normalised trace differs from %s at line %zu:\n  want: %.300s\n  got:  %.300s\n"
+          "(full output in basic.actual.json; ETR_UPDATE_GOLDEN=1 regenerates)",
+          golden, line, want + ls, got + ls);
     }
     free(want);
   }

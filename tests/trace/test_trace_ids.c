@@ -1,5 +1,5 @@
-/* tests/trace/test_trace_ids.c — node and object ids (DESIGN 5, 6.3): the same tensor gives
- * the identical list everywhere, shared storages share an id, ids are retired when the
+/* tests/trace/test_trace_ids.c — node and object ids (docs/API.md, docs/FORMAT.md): the same tensor
+ * gives the identical list everywhere, shared storages share an id, ids are retired when the
  * runtime says an object died, and node ids and object ids never collide. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -70,8 +70,7 @@ static void test_shared_storage(void **state) {
   assert_int_equal(storage_id(va), storage_id(vb));
   assert_true(tensor_id(va) != tensor_id(vb));
   assert_true(storage_id(vc) != storage_id(va));
-  json_int_t ids[5] = {tensor_id(va), tensor_id(vb), tensor_id(vc), storage_id(va),
-                       storage_id(vc)};
+  json_int_t ids[5] = {tensor_id(va), tensor_id(vb), tensor_id(vc), storage_id(va), storage_id(vc)};
   for (int i = 0; i < 5; i++) {
     assert_true(ids[i] > 1);
     for (int j = 0; j < i; j++) assert_true(ids[i] != ids[j]);

@@ -1,4 +1,4 @@
-/* tests/trace/test_trace_misuse.c — misuse never corrupts the tree (DESIGN 5): ends without
+/* tests/trace/test_trace_misuse.c — misuse never corrupts the tree (docs/API.md): ends without
  * begins, double ends, out-of-order ends, ops open at disable, at close and at thread exit,
  * close while other threads record, a second open, NULL handles. Each misuse is counted. */
 #define _GNU_SOURCE
@@ -320,14 +320,10 @@ static void test_enable_disable_repeat(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_end_without_begin),
-      TU_TEST(test_end_out_of_order),
-      TU_TEST(test_open_at_disable),
-      TU_TEST(test_open_at_close),
-      TU_TEST(test_thread_exit_open),
-      TU_TEST(test_close_while_recording),
-      TU_TEST(test_second_open_busy),
-      TU_TEST(test_null_handles),
+      TU_TEST(test_end_without_begin),     TU_TEST(test_end_out_of_order),
+      TU_TEST(test_open_at_disable),       TU_TEST(test_open_at_close),
+      TU_TEST(test_thread_exit_open),      TU_TEST(test_close_while_recording),
+      TU_TEST(test_second_open_busy),      TU_TEST(test_null_handles),
       TU_TEST(test_enable_disable_repeat),
   };
   return cmocka_run_group_tests_name("trace_misuse", tests, NULL, NULL);

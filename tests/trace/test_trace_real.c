@@ -114,10 +114,10 @@ static int is_empty_array(const json_t *a) { return json_is_array(a) && json_arr
  * strides is NULL when the schema has none (or, in lenient mode, when PyTorch left it out). */
 static int check_value(const json_t *v, const json_t *shape, const json_t *strides,
                        const char *type, int strict, char *err, size_t errn) {
-#define BAD(...)                          \
-  do {                                    \
-    snprintf(err, errn, __VA_ARGS__);     \
-    return -1;                            \
+#define BAD(...)                      \
+  do {                                \
+    snprintf(err, errn, __VA_ARGS__); \
+    return -1;                        \
   } while (0)
   if (type == NULL) BAD("type not a string");
   if (strcmp(type, "Tensor(nullptr (uninitialized))") == 0) {
@@ -137,7 +137,8 @@ static int check_value(const json_t *v, const json_t *shape, const json_t *strid
     if (!json_is_array(v) || json_array_size(v) != 6) BAD("tensor value not a 6-list");
     for (size_t i = 0; i < 5; i++) {
       json_t *x = json_array_get(v, i);
-      if (!json_is_integer(x) || json_integer_value(x) < 0) BAD("tensor field %zu not an int >= 0", i);
+      if (!json_is_integer(x) || json_integer_value(x) < 0)
+        BAD("tensor field %zu not an int >= 0", i);
     }
     if (json_integer_value(json_array_get(v, 0)) == 0) BAD("tensor id 0");
     if (!json_is_string(json_array_get(v, 5))) BAD("tensor device not a string");
@@ -171,8 +172,8 @@ static int check_value(const json_t *v, const json_t *shape, const json_t *strid
     } else {
       for (size_t i = 0; i < n && i < MAX_ELEMS && rc == 0; i++)
         rc = check_value(json_array_get(v, i), json_array_get(shape, i),
-                         strides ? json_array_get(strides, i) : NULL, elems[level][i], strict,
-                         err, errn);
+                         strides ? json_array_get(strides, i) : NULL, elems[level][i], strict, err,
+                         errn);
     }
     level--;
     return rc;
@@ -183,17 +184,17 @@ static int check_value(const json_t *v, const json_t *shape, const json_t *strid
   if (strcmp(type, "Int") == 0) {
     if (!json_is_integer(v)) BAD("Int not an integer");
   } else if (strcmp(type, "Double") == 0) {
-    if (!json_is_number(v) &&
-        !(json_is_string(v) && (strcmp(json_string_value(v), "nan") == 0 ||
-                                strcmp(json_string_value(v), "inf") == 0 ||
-                                strcmp(json_string_value(v), "-inf") == 0)))
+    if (!json_is_number(v) && !(json_is_string(v) && (strcmp(json_string_value(v), "nan") == 0 ||
+                                                      strcmp(json_string_value(v), "inf") == 0 ||
+                                                      strcmp(json_string_value(v), "-inf") == 0)))
       BAD("Double not a number or nan/inf/-inf");
   } else if (strcmp(type, "Bool") == 0) {
     if (!json_is_boolean(v)) BAD("Bool not true/false");
   } else if (strcmp(type, "String") == 0 || strcmp(type, "Device") == 0) {
     if (!json_is_string(v)) BAD("%s not a string", type);
   } else if (strcmp(type, "None") == 0) {
-    if (!json_is_string(v) || strcmp(json_string_value(v), "<None>") != 0) BAD("None not \"<None>\"");
+    if (!json_is_string(v) || strcmp(json_string_value(v), "<None>") != 0)
+      BAD("None not \"<None>\"");
   } else {
     /* Opaque object: "<Kind>". */
     if (!json_is_string(v)) BAD("%s: object value not a string", type);
@@ -285,7 +286,10 @@ static const char *attr_sig(const json_t *node, size_t n, int with_values, char 
     int r = snprintf(buf + w, bn - w, "%s%s:%s:%s%s", i ? ";" : "",
                      json_string_value(json_object_get(a, "name")),
                      json_string_value(json_object_get(a, "type")),
-                     json_is_integer(v) ? "int" : json_is_string(v) ? "str" : "other", val);
+                     json_is_integer(v)  ? "int"
+                     : json_is_string(v) ? "str"
+                                         : "other",
+                     val);
     if (r < 0 || (size_t)r >= bn - w) break;
     w += (size_t)r;
   }
@@ -314,12 +318,13 @@ static void record_like_pytorch(void) {
   etr_value b3[3] = {etr_value_bool(true), etr_value_bool(true), etr_value_bool(false)};
   etr_value ts[2] = {etr_value_tensor(&w), etr_value_tensor(&v)};
   etr_value pg[2] = {etr_value_string("0"), etr_value_string("default_pg")};
-  etr_value in[] = {etr_value_tensor(&x), etr_value_tensor(&w), etr_value_tensor(&u),
-                    etr_value_list(i2, 2), etr_value_bool(false), etr_value_int(1),
-                    etr_value_list(b3, 3), etr_value_double(0.1), etr_value_none(),
-                    etr_value_device("cuda:0"), etr_value_list(ts, 2), etr_value_tuple(pg, 2),
-                    etr_value_list(NULL, 0), etr_value_string("broadcast"),
-                    etr_value_tensor(&l), etr_value_object("Object")};
+  etr_value in[] = {
+      etr_value_tensor(&x),       etr_value_tensor(&w),          etr_value_tensor(&u),
+      etr_value_list(i2, 2),      etr_value_bool(false),         etr_value_int(1),
+      etr_value_list(b3, 3),      etr_value_double(0.1),         etr_value_none(),
+      etr_value_device("cuda:0"), etr_value_list(ts, 2),         etr_value_tuple(pg, 2),
+      etr_value_list(NULL, 0),    etr_value_string("broadcast"), etr_value_tensor(&l),
+      etr_value_object("Object")};
   etr_value out[1] = {etr_value_tensor(&v)};
   etr_record outer;
   etr_record_init(&outer, "## forward ##", ETR_SCOPE_USER_SCOPE);

@@ -13,6 +13,8 @@
 static int line_leaf, line_mid, line_root;
 static volatile int sink;
 
+/* Each __LINE__ must be the line of the call it names: keep clang-format away. */
+/* clang-format off */
 static NOINLINE void tb_leaf(const char *name) {
   etr_record r;
   etr_record_init(&r, name, ETR_SCOPE_FUNCTION);
@@ -30,6 +32,7 @@ static NOINLINE void tb_root(const char *name) {
   line_root = __LINE__; tb_mid(name);
   sink++;
 }
+/* clang-format on */
 
 static NOINLINE void tb_recurse(int n) {
   if (n > 0) {
@@ -111,8 +114,8 @@ static void test_known_chain(void **state) {
   for (size_t i = 0; i < 4; i++) {
     json_t *f = json_array_get(fr, i);
     if (strcmp(fstr(f, "name"), names[i]) != 0)
-      fail_msg("frame %zu is '%s' (%s:%lld), expected %s", i, fstr(f, "name"),
-               fstr(f, "filename"), (long long)fline(f), names[i]);
+      fail_msg("frame %zu is '%s' (%s:%lld), expected %s", i, fstr(f, "name"), fstr(f, "filename"),
+               (long long)fline(f), names[i]);
     assert_true(ends_with(fstr(f, "filename"), "test_trace_traceback.c"));
     if (i < 3) assert_int_equal(fline(f), lines[i]);
   }
@@ -129,7 +132,7 @@ static void test_identical_stacks_share(void **state) {
   opt.traceback.enabled = true;
   tu_open(&t, &opt);
   for (int i = 0; i < 50; i++) tb_root("tb::same"); /* one call site: one stack */
-  tb_mid("tb::other");                               /* a different stack */
+  tb_mid("tb::other");                              /* a different stack */
   tu_close_ok(&t);
   assert_int_equal(tu_count(&t, "tb::same"), 50);
   json_int_t first = -1;
@@ -209,7 +212,8 @@ static void test_depth_limit(void **state) {
   json_t *fr = frames_of(&t, tu_node(&t, "tb::deep"));
   assert_int_equal(json_array_size(fr), 8);
   assert_string_equal(fstr(json_array_get(fr, 0), "name"), "tb_leaf");
-  for (size_t i = 1; i < 8; i++) assert_string_equal(fstr(json_array_get(fr, i), "name"), "tb_recurse");
+  for (size_t i = 1; i < 8; i++)
+    assert_string_equal(fstr(json_array_get(fr, i), "name"), "tb_recurse");
   json_decref(fr);
   tu_free(&t);
 }
@@ -283,10 +287,10 @@ static void test_bad_options(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_known_chain),   TU_TEST(test_identical_stacks_share),
+      TU_TEST(test_known_chain),       TU_TEST(test_identical_stacks_share),
       TU_TEST(test_pattern_and_every), TU_TEST(test_runtime_switch),
-      TU_TEST(test_depth_limit),   TU_TEST(test_module_mode),
-      TU_TEST(test_counters),      TU_TEST(test_bad_options),
+      TU_TEST(test_depth_limit),       TU_TEST(test_module_mode),
+      TU_TEST(test_counters),          TU_TEST(test_bad_options),
   };
   return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* tests/trace/test_trace_tree.c — the op tree (DESIGN 5): ctrl_deps of nested ops, ops of
+/* tests/trace/test_trace_tree.c — the op tree (docs/API.md): ctrl_deps of nested ops, ops of
  * other threads under their thread node, fw_parent / fw_tid for ops run on behalf of another
  * thread, and the order nodes are written in. */
 #define _GNU_SOURCE
@@ -353,7 +353,8 @@ static void test_sampling(void **state) {
   json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
   assert_non_null(tn);
   json_array_foreach(t.nodes, i, node) {
-    if (strcmp(tu_name(node), "sampled_outer") == 0) assert_int_equal(tu_ctrl_deps(node), tu_id(tn));
+    if (strcmp(tu_name(node), "sampled_outer") == 0)
+      assert_int_equal(tu_ctrl_deps(node), tu_id(tn));
     if (strcmp(tu_name(node), "sampled_inner") == 0) {
       json_int_t p = tu_ctrl_deps(node);
       assert_true(p == tu_id(tn) || strcmp(tu_name(tu_node_by_id(&t, p)), "sampled_outer") == 0);

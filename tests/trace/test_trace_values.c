@@ -1,4 +1,4 @@
-/* tests/trace/test_trace_values.c — how every value kind is written (DESIGN 6.3): values,
+/* tests/trace/test_trace_values.c — how every value kind is written (docs/FORMAT.md): values,
  * types, shapes, strides; string escaping and UTF-8 repair; the size limits. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -13,12 +13,12 @@ static char *dump(const json_t *v) {
   return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
 }
 
-#define assert_json(v, text)                                          \
-  do {                                                                \
-    char *d_ = dump(v);                                               \
-    if (d_ == NULL || strcmp(d_, (text)) != 0)                        \
-      fail_msg("got %s, expected %s", d_ ? d_ : "(null)", (text));    \
-    free(d_);                                                         \
+#define assert_json(v, text)                                       \
+  do {                                                             \
+    char *d_ = dump(v);                                            \
+    if (d_ == NULL || strcmp(d_, (text)) != 0)                     \
+      fail_msg("got %s, expected %s", d_ ? d_ : "(null)", (text)); \
+    free(d_);                                                      \
   } while (0)
 
 /* values[i], shapes[i], types[i], strides[i] of the node's inputs (or outputs). */
@@ -27,8 +27,8 @@ typedef struct slot {
 } slot;
 
 static slot get_slot(const json_t *node, const char *io, size_t i) {
-  slot s = {tu_in(node, io, "values", i), tu_in(node, io, "shapes", i),
-            tu_in(node, io, "types", i), tu_in(node, io, "strides", i)};
+  slot s = {tu_in(node, io, "values", i), tu_in(node, io, "shapes", i), tu_in(node, io, "types", i),
+            tu_in(node, io, "strides", i)};
   if (s.value == NULL || s.shape == NULL || s.type == NULL || s.strides == NULL)
     fail_msg("node %s: %s slot %zu missing", tu_name(node), io, i);
   return s;
@@ -44,13 +44,16 @@ static void test_scalars(void **state) {
   tu_trace t;
   tu_open(&t, NULL);
   etr_value in[] = {
-      etr_value_none(),          etr_value_bool(true),       etr_value_bool(false),
-      etr_value_int(INT64_MIN),  etr_value_int(INT64_MAX),   etr_value_int(0),
-      etr_value_int(-1),         etr_value_double(1.5),      etr_value_double(0.1),
-      etr_value_double(-2.5e-300), etr_value_double(1e300),  etr_value_double(NAN),
-      etr_value_double(INFINITY), etr_value_double(-INFINITY), etr_value_double(3.0),
-      etr_value_string("hello"), etr_value_string(""),        etr_value_device("cuda:0"),
-      etr_value_device("cpu"),   etr_value_object("Generator"),
+      etr_value_none(),           etr_value_bool(true),
+      etr_value_bool(false),      etr_value_int(INT64_MIN),
+      etr_value_int(INT64_MAX),   etr_value_int(0),
+      etr_value_int(-1),          etr_value_double(1.5),
+      etr_value_double(0.1),      etr_value_double(-2.5e-300),
+      etr_value_double(1e300),    etr_value_double(NAN),
+      etr_value_double(INFINITY), etr_value_double(-INFINITY),
+      etr_value_double(3.0),      etr_value_string("hello"),
+      etr_value_string(""),       etr_value_device("cuda:0"),
+      etr_value_device("cpu"),    etr_value_object("Generator"),
   };
   etr_value out[] = {etr_value_int(7), etr_value_string("done")};
   tu_op("scalars", in, TU_ARRAY_LEN(in), out, 2);
@@ -217,10 +220,8 @@ static void test_lists_tuples(void **state) {
   tu_trace t;
   tu_open(&t, NULL);
   static int impl[2], storage[2];
-  etr_tensor a = {&impl[0], &storage[0], 0, 6, 4, "float", "cpu", 2, (const int64_t[]){2, 3},
-                  NULL};
-  etr_tensor b = {&impl[1], &storage[1], 0, 4, 4, "float", "cpu", 1, (const int64_t[]){4},
-                  NULL};
+  etr_tensor a = {&impl[0], &storage[0], 0, 6, 4, "float", "cpu", 2, (const int64_t[]){2, 3}, NULL};
+  etr_tensor b = {&impl[1], &storage[1], 0, 4, 4, "float", "cpu", 1, (const int64_t[]){4}, NULL};
   etr_value ints[3] = {etr_value_int(1), etr_value_int(2), etr_value_int(3)};
   etr_value tup[2] = {etr_value_string("a"), etr_value_int(1)};
   etr_value tens[2] = {etr_value_tensor(&a), etr_value_tensor(&b)};
@@ -229,8 +230,8 @@ static void test_lists_tuples(void **state) {
   etr_value ll[2] = {etr_value_list(l12, 2), etr_value_list(l3, 1)};
   etr_value mixed[4] = {etr_value_none(), etr_value_double(0.5), etr_value_bool(true),
                         etr_value_tuple(tup, 2)};
-  etr_value in[] = {etr_value_list(ints, 3),  etr_value_list(NULL, 0), etr_value_tuple(tup, 2),
-                    etr_value_list(tens, 2),  etr_value_list(ll, 2),   etr_value_list(mixed, 4),
+  etr_value in[] = {etr_value_list(ints, 3), etr_value_list(NULL, 0), etr_value_tuple(tup, 2),
+                    etr_value_list(tens, 2), etr_value_list(ll, 2),   etr_value_list(mixed, 4),
                     etr_value_tuple(NULL, 0)};
   tu_op("lists", in, TU_ARRAY_LEN(in), NULL, 0);
   tu_close_ok(&t);
@@ -297,12 +298,12 @@ static void test_escaping(void **state) {
   ctl[31] = 0x7f;
   ctl[32] = 'x';
   ctl[33] = '\0';
-  static const char utf8[] = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9D\x84\x9E \xE4\xB8\xAD\xE6\x96\x87"
-                             " \xEF\xBF\xBF \xF4\x8F\xBF\xBF";
+  static const char utf8[] =
+      "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9D\x84\x9E \xE4\xB8\xAD\xE6\x96\x87"
+      " \xEF\xBF\xBF \xF4\x8F\xBF\xBF";
   static const char nul[] = {'a', '\0', 'b', '"', '\0'};
-  etr_value in[] = {etr_value_string("a\"b\\c/d"), etr_value_string(ctl),
-                    etr_value_string(utf8), etr_value_string_n(nul, 4),
-                    etr_value_device("dev\"\\\n")};
+  etr_value in[] = {etr_value_string("a\"b\\c/d"), etr_value_string(ctl), etr_value_string(utf8),
+                    etr_value_string_n(nul, 4), etr_value_device("dev\"\\\n")};
   etr_record r;
   etr_record_init(&r, "esc\"name\\\x01\xC3\xA9", ETR_SCOPE_FUNCTION);
   r.schema = "aten::x(Tensor \"self\") -> \\ \t";
@@ -348,20 +349,20 @@ struct bad_case {
 static void test_invalid_utf8(void **state) {
   (void)state;
   static const struct bad_case cases[] = {
-      {"a\x80z", "a", "z", 1, 1},                     /* lone continuation byte */
-      {"a\x80\xBF\x80z", "a", "z", 1, 3},             /* run of continuation bytes */
-      {"a\xC0\xAFz", "a", "z", 1, 2},                 /* overlong '/' (2 bytes) */
-      {"a\xC1\xBFz", "a", "z", 1, 2},                 /* overlong (C1) */
-      {"a\xE0\x80\xAFz", "a", "z", 1, 3},             /* overlong (3 bytes) */
-      {"a\xF0\x80\x80\xAFz", "a", "z", 1, 4},         /* overlong (4 bytes) */
-      {"a\xED\xA0\x80z", "a", "z", 1, 3},             /* UTF-8 encoded surrogate U+D800 */
-      {"a\xED\xBF\xBFz", "a", "z", 1, 3},             /* surrogate U+DFFF */
-      {"a\xF4\x90\x80\x80z", "a", "z", 1, 4},         /* above U+10FFFF */
-      {"a\xFFz", "a", "z", 1, 1},                     /* 0xFF */
-      {"a\xFEz", "a", "z", 1, 1},                     /* 0xFE */
-      {"a\xC3z", "a", "z", 1, 1},                     /* lead byte then ASCII */
-      {"ab\xE2\x82", "ab", "", 1, 2},                 /* truncated sequence at the end */
-      {"\xF0\x9F\x98", "", "", 1, 3},                 /* truncated 4-byte, alone */
+      {"a\x80z", "a", "z", 1, 1},                             /* lone continuation byte */
+      {"a\x80\xBF\x80z", "a", "z", 1, 3},                     /* run of continuation bytes */
+      {"a\xC0\xAFz", "a", "z", 1, 2},                         /* overlong '/' (2 bytes) */
+      {"a\xC1\xBFz", "a", "z", 1, 2},                         /* overlong (C1) */
+      {"a\xE0\x80\xAFz", "a", "z", 1, 3},                     /* overlong (3 bytes) */
+      {"a\xF0\x80\x80\xAFz", "a", "z", 1, 4},                 /* overlong (4 bytes) */
+      {"a\xED\xA0\x80z", "a", "z", 1, 3},                     /* UTF-8 encoded surrogate U+D800 */
+      {"a\xED\xBF\xBFz", "a", "z", 1, 3},                     /* surrogate U+DFFF */
+      {"a\xF4\x90\x80\x80z", "a", "z", 1, 4},                 /* above U+10FFFF */
+      {"a\xFFz", "a", "z", 1, 1},                             /* 0xFF */
+      {"a\xFEz", "a", "z", 1, 1},                             /* 0xFE */
+      {"a\xC3z", "a", "z", 1, 1},                             /* lead byte then ASCII */
+      {"ab\xE2\x82", "ab", "", 1, 2},                         /* truncated sequence at the end */
+      {"\xF0\x9F\x98", "", "", 1, 3},                         /* truncated 4-byte, alone */
       {"\xC3\xA9\xFF\xC3\xA9", "\xC3\xA9", "\xC3\xA9", 1, 1}, /* valid around invalid */
   };
   size_t nc = TU_ARRAY_LEN(cases);
@@ -393,8 +394,8 @@ static void test_invalid_utf8(void **state) {
   for (size_t i = 0; i < nc; i++) {
     json_t *v = string_value(n, i);
     const char *s = json_string_value(v);
-    if (!tu_replaced_as(s, json_string_length(v), cases[i].prefix, cases[i].suffix,
-                        cases[i].kmin, cases[i].kmax))
+    if (!tu_replaced_as(s, json_string_length(v), cases[i].prefix, cases[i].suffix, cases[i].kmin,
+                        cases[i].kmax))
       fail_msg("case %zu: got \"%s\"", i, s);
     bad_bytes += strlen(cases[i].bytes) - strlen(cases[i].prefix) - strlen(cases[i].suffix);
   }
@@ -486,7 +487,8 @@ static void test_long_lists(void **state) {
     json_t *v = tu_in(n, "inputs", "values", 0);
     assert_true(json_is_array(v));
     assert_int_equal(json_array_size(v), 4096);
-    for (size_t i = 0; i < 4096; i += 511) assert_int_equal(json_integer_value(json_array_get(v, i)), i);
+    for (size_t i = 0; i < 4096; i += 511)
+      assert_int_equal(json_integer_value(json_array_get(v, i)), i);
     assert_int_equal(json_integer_value(json_array_get(v, 4095)), 4095);
     assert_int_equal(json_array_size(tu_in(n, "inputs", "shapes", 0)), 4096);
     assert_int_equal(json_array_size(tu_in(n, "inputs", "strides", 0)), 4096);
@@ -531,7 +533,8 @@ static void test_deep_nesting(void **state) {
       st = json_array_get(st, 0);
       depth++;
     }
-    if (depth > 33 || depth < 30) fail_msg("value %zu nested %d deep (cut at 32 expected)", k, depth);
+    if (depth > 33 || depth < 30)
+      fail_msg("value %zu nested %d deep (cut at 32 expected)", k, depth);
     assert_true(json_is_string(v));
     assert_string_equal(json_string_value(v), "<...>");
     const char *ty = json_string_value(tu_in(n, "inputs", "types", k));
@@ -576,7 +579,8 @@ static void test_max_ndim(void **state) {
   assert_int_equal(json_array_size(tu_in(n, "inputs", "values", 0)), 6);
   assert_int_equal(json_integer_value(tu_in(n, "inputs", "values", 1)), 9);
   /* The cut is counted. */
-  assert_true(tu_stat(&t, "lists_cut") + tu_stat(&t, "strings_cut") + tu_stat(&t, "nesting_cut") >= 1);
+  assert_true(tu_stat(&t, "lists_cut") + tu_stat(&t, "strings_cut") + tu_stat(&t, "nesting_cut") >=
+              1);
   tu_free(&t);
 }
 
@@ -606,7 +610,8 @@ static void test_long_names(void **state) {
   assert_non_null(dev);
   assert_int_equal(strlen(dev), 255);
   assert_memory_equal(dev, device, 255);
-  char *x = json_dumps(v, JSON_COMPACT), *y = json_dumps(tu_in(n, "inputs", "values", 1), JSON_COMPACT);
+  char *x = json_dumps(v, JSON_COMPACT),
+       *y = json_dumps(tu_in(n, "inputs", "values", 1), JSON_COMPACT);
   assert_string_equal(x, y);
   free(x);
   free(y);
@@ -653,12 +658,10 @@ static void test_node_budget(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_scalars),      TU_TEST(test_tensors),
-      TU_TEST(test_lists_tuples), TU_TEST(test_escaping),
-      TU_TEST(test_invalid_utf8), TU_TEST(test_long_strings),
-      TU_TEST(test_long_lists),   TU_TEST(test_deep_nesting),
-      TU_TEST(test_max_ndim),     TU_TEST(test_long_names),
-      TU_TEST(test_node_budget),
+      TU_TEST(test_scalars),    TU_TEST(test_tensors),      TU_TEST(test_lists_tuples),
+      TU_TEST(test_escaping),   TU_TEST(test_invalid_utf8), TU_TEST(test_long_strings),
+      TU_TEST(test_long_lists), TU_TEST(test_deep_nesting), TU_TEST(test_max_ndim),
+      TU_TEST(test_long_names), TU_TEST(test_node_budget),
   };
   return cmocka_run_group_tests_name("trace_values", tests, NULL, NULL);
 }

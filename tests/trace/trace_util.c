@@ -114,8 +114,7 @@ void tu_sleep_us(long us) {
 
 extern char **environ;
 
-int tu_run(const char *exe, const char *const *args, const char *const *extra_env,
-           pid_t *pid_out) {
+int tu_run(const char *exe, const char *const *args, const char *const *extra_env, pid_t *pid_out) {
   size_t n = 0;
   while (environ[n] != NULL) n++;
   size_t ne = 0;
@@ -259,8 +258,8 @@ void tu_load(tu_trace *t) {
   if (t->root == NULL) {
     size_t pos = (size_t)err.position;
     size_t from = pos > 120 ? pos - 120 : 0;
-    fail_msg("%s does not parse: %s (line %d col %d pos %zu); near: %.240s", t->path,
-             err.text, err.line, err.column, pos, t->text + from);
+    fail_msg("%s does not parse: %s (line %d col %d pos %zu); near: %.240s", t->path, err.text,
+             err.line, err.column, pos, t->text + from);
   }
   assert_true(json_is_object(t->root));
   t->nodes = json_object_get(t->root, "nodes");
@@ -317,9 +316,7 @@ void tu_op(const char *name, const etr_value *in, uint32_t n_in, const etr_value
 
 size_t tu_node_count(const tu_trace *t) { return json_array_size(t->nodes); }
 
-const char *tu_name(const json_t *node) {
-  return json_string_value(json_object_get(node, "name"));
-}
+const char *tu_name(const json_t *node) { return json_string_value(json_object_get(node, "name")); }
 
 size_t tu_count(const tu_trace *t, const char *name) {
   size_t i, n = 0;
@@ -437,8 +434,8 @@ json_int_t tu_stat(const tu_trace *t, const char *name) {
 /* ---- raw key order ---- */
 
 size_t tu_raw_ws(const char *text, size_t len, size_t off) {
-  while (off < len && (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' ||
-                       text[off] == '\t'))
+  while (off < len &&
+         (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' || text[off] == '\t'))
     off++;
   return off;
 }
@@ -694,8 +691,8 @@ size_t tu_collect_object_ids(const tu_trace *t, json_int_t *ids, size_t max) {
 
 /* ---- strings ---- */
 
-int tu_replaced_as(const char *s, size_t len, const char *prefix, const char *suffix,
-                   size_t kmin, size_t kmax) {
+int tu_replaced_as(const char *s, size_t len, const char *prefix, const char *suffix, size_t kmin,
+                   size_t kmax) {
   size_t pl = strlen(prefix), sl = strlen(suffix);
   if (len < pl + sl) return 0;
   if (memcmp(s, prefix, pl) != 0) return 0;

@@ -57,8 +57,7 @@ void tu_sleep_us(long us);
 /* Run exe with args (NULL-terminated, argv[0] added) in an environment made of ours minus
  * every ETR_TRACE* variable plus extra_env (NULL-terminated, may be NULL); waits and returns
  * the wait status; the child's pid in *pid_out when not NULL. */
-int tu_run(const char *exe, const char *const *args, const char *const *extra_env,
-           pid_t *pid_out);
+int tu_run(const char *exe, const char *const *args, const char *const *extra_env, pid_t *pid_out);
 
 /* Wait for a child up to timeout_s seconds; on timeout kill it (SIGKILL), reap it and return
  * -1; else 0 with the wait status in *status. */
@@ -164,8 +163,8 @@ size_t tu_collect_object_ids(const tu_trace *t, json_int_t *ids, size_t max);
 
 /* ---- strings ---- */
 /* True when s (len bytes) equals a prefix + k * U+FFFD + suffix for some k in [kmin, kmax]. */
-int tu_replaced_as(const char *s, size_t len, const char *prefix, const char *suffix,
-                   size_t kmin, size_t kmax);
+int tu_replaced_as(const char *s, size_t len, const char *prefix, const char *suffix, size_t kmin,
+                   size_t kmax);
 
 /* Number of entries in dir other than . and .., or -1 when it cannot be read. */
 int tu_dir_entries(const char *dir);

@@ -21,9 +21,9 @@ void on_exit(const etr_record *rec, void *user) {
 }  // namespace
 
 int abi_cxx_main() {
-  static_assert(ETR_VERSION_NUMBER == ETR_VERSION_MAJOR * 10000 + ETR_VERSION_MINOR * 100 +
-                                          ETR_VERSION_PATCH,
-                "version macros");
+  static_assert(
+      ETR_VERSION_NUMBER == ETR_VERSION_MAJOR * 10000 + ETR_VERSION_MINOR * 100 + ETR_VERSION_PATCH,
+      "version macros");
   if (etr_version() != ETR_VERSION_NUMBER) return 1;
 
   unsigned seen = 0;
@@ -50,9 +50,9 @@ int abi_cxx_main() {
   float data[6] = {0};
   etr_tensor t = {data, data, 0, 6, 4, "float", "cpu", 2, sizes, strides};
   const etr_value items[3] = {etr_value_int(1), etr_value_double(0.5), etr_value_bool(true)};
-  const etr_value in[6] = {etr_value_tensor(&t),          etr_value_list(items, 3),
-                           etr_value_tuple(items, 2),     etr_value_string("s"),
-                           etr_value_device("cpu"),       etr_value_object("Generator")};
+  const etr_value in[6] = {etr_value_tensor(&t),      etr_value_list(items, 3),
+                           etr_value_tuple(items, 2), etr_value_string("s"),
+                           etr_value_device("cpu"),   etr_value_object("Generator")};
   const etr_value out[2] = {etr_value_tensor(&t), etr_value_none()};
   etr_kernel_info kernel = ETR_KERNEL_INFO_INIT;
   etr_collective_info coll = ETR_COLLECTIVE_INFO_INIT;

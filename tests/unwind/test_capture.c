@@ -28,11 +28,11 @@
 #include "unwind/unwind.h"
 
 typedef size_t (*chain_cb)(void *arg);
-#define CHAIN_DECL(p)                                   \
-  size_t p##chain_a(chain_cb cb, void *arg);            \
-  size_t p##chain_b(chain_cb cb, void *arg);            \
-  size_t p##chain_c(chain_cb cb, void *arg);            \
-  size_t p##chain_big(chain_cb cb, void *arg);          \
+#define CHAIN_DECL(p)                          \
+  size_t p##chain_a(chain_cb cb, void *arg);   \
+  size_t p##chain_b(chain_cb cb, void *arg);   \
+  size_t p##chain_c(chain_cb cb, void *arg);   \
+  size_t p##chain_big(chain_cb cb, void *arg); \
   size_t p##chain_aligned(chain_cb cb, void *arg);
 CHAIN_DECL(fp_)
 CHAIN_DECL(nofp_)
@@ -222,7 +222,7 @@ static void test_cache_counters(void **state) {
   (void)state;
   cap k;
   etr_traceback_stats s0 = stats();
-  volatile int rounds = 3; /* not a constant: the loop must keep one call site */
+  volatile int rounds = 3;           /* not a constant: the loop must keep one call site */
   for (int i = 0; i < rounds; i++) { /* the same stack three times: warm, then all cached */
     if (i == rounds - 1) s0 = stats();
     capture_via_fp_chain(&k);
@@ -234,7 +234,8 @@ static void test_cache_counters(void **state) {
   /* the same stack as the thread's previous capture: the rules (one per stored frame, plus
    * the capture's own frame) come from the frame cache, except where a frame passes on an
    * rbp that differs (a loop counter kept in rbp): those go through the rule cache */
-  uint64_t reused = s1.frames_reused - s0.frames_reused, walked = s1.frames_walked - s0.frames_walked;
+  uint64_t reused = s1.frames_reused - s0.frames_reused,
+           walked = s1.frames_walked - s0.frames_walked;
   assert_int_equal(reused + walked, k.n + 1);
   assert_true(reused >= k.n - 2);
   assert_int_equal(s1.unwind_cache_hits - s0.unwind_cache_hits, walked);
@@ -257,7 +258,7 @@ static void test_cache_counters(void **state) {
                        (s3.frame_cache_partial_hits - s2.frame_cache_partial_hits),
                    1);
   assert_true(s3.frames_walked - s2.frames_walked >= 4); /* cb, c, b, a at new depths */
-  assert_true(s3.frames_reused > s2.frames_reused);       /* cmocka, main, libc */
+  assert_true(s3.frames_reused > s2.frames_reused);      /* cmocka, main, libc */
   assert_true(s4.frames_reused - s3.frames_reused >= k.n - 2);
   assert_int_equal((s4.frames_reused - s3.frames_reused) + (s4.frames_walked - s3.frames_walked),
                    k.n + 1);
@@ -292,8 +293,10 @@ static void test_frame_cache_changed_caller(void **state) {
   for (int i = 0; i < 20; i++) {
     cap k;
     memset(&k, 0, sizeof k);
-    if (i % 3 == 0) fc_outer_h(&k);
-    else fc_outer_g(&k);
+    if (i % 3 == 0)
+      fc_outer_h(&k);
+    else
+      fc_outer_g(&k);
     int m = find_frame(k.ips, k.n, 0, mid);
     assert_int_equal(m, 4);
     assert_true(in_fn(k.ips[m + 1], i % 3 == 0 ? h : g));
@@ -507,8 +510,10 @@ __attribute__((noinline)) void signal_case(bool altstack) {
   assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
   for (int v = 0; v < 2; v++) {
     memset(&g_sig, 0, sizeof g_sig);
-    if (v == 0) fp_chain_a(cb_raise, NULL);
-    else nofp_chain_a(cb_raise, NULL);
+    if (v == 0)
+      fp_chain_a(cb_raise, NULL);
+    else
+      nofp_chain_a(cb_raise, NULL);
     dump("signal", g_sig.ips, g_sig.n);
     assert_true(g_sig.n > 4);
     assert_true(in_fn(g_sig.ips[0], fn_range((void *)sig_handler)));
@@ -604,8 +609,10 @@ static void *capture_thread(void *arg) {
     cap k;
     memset(&k, 0, sizeof k);
     int v = i & 1;
-    if (v) nofp_chain_a(test_cb, &k);
-    else fp_chain_a(test_cb, &k);
+    if (v)
+      nofp_chain_a(test_cb, &k);
+    else
+      fp_chain_a(test_cb, &k);
     if (k.n < 5 || !in_fn(k.ips[0], g_r_cb) || !in_fn(k.ips[1], g_r_c[v]) ||
         !in_fn(k.ips[3], g_r_a[v]))
       atomic_fetch_add(&g_thread_bad, 1);
