@@ -387,7 +387,8 @@ enum {
   RUN_TRACEBACK = 1u << 8,
   RUN_CAPTURE = 1u << 9,
   RUN_SYMBOLIZE = 1u << 10,
-  RUN_ALL = (1u << 11) - 1
+  RUN_LTTNG = 1u << 11,
+  RUN_ALL = (1u << 12) - 1
 };
 
 static const struct {
@@ -403,7 +404,8 @@ static const struct {
               {"paced", RUN_PACED},
               {"traceback", RUN_TRACEBACK},
               {"capture", RUN_CAPTURE},
-              {"symbolize", RUN_SYMBOLIZE}};
+              {"symbolize", RUN_SYMBOLIZE},
+              {"lttng", RUN_LTTNG}};
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -414,8 +416,9 @@ static void usage(FILE *f) {
           "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
           "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
           "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback,\n"
-          "               capture, symbolize (the last two run etr-bench-capture and\n"
-          "               etr-bench-symbolize from etr-bench's own directory); the figures\n"
+          "               capture, symbolize, lttng (the last three run etr-bench-capture,\n"
+          "               etr-bench-symbolize and etr-bench-lttng from etr-bench's own\n"
+          "               directory; lttng needs lttng-tools and liblttng-ust); the figures\n"
           "               of the others are printed as '-' and null\n"
           "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
           "               baseline.json) in the temporary directory\n"
@@ -664,7 +667,8 @@ int main(int argc, char **argv) {
   static const char *const cap_keys[] = {"capture32_ns", "fpwalk32_ns"};
   static const char *const sym_keys[] = {"symbolize_warm_ns", "symbolize_cold_ns", "addr2line_ns",
                                          "addr2line_pipe_ns"};
-  double cap[2] = {NAN, NAN}, sym[4] = {NAN, NAN, NAN, NAN};
+  static const char *const lttng_keys[] = {"lttng_ns", "lttng_rec_cpu_ns"};
+  double cap[2] = {NAN, NAN}, sym[4] = {NAN, NAN, NAN, NAN}, lt[2] = {NAN, NAN};
   if (run & RUN_CAPTURE) {
     printf("\n  capture (etr-bench-capture):\n");
     run_sibling("etr-bench-capture", quick, cap_keys, cap, 2);
@@ -672,6 +676,11 @@ int main(int argc, char **argv) {
   if (run & RUN_SYMBOLIZE) {
     printf("\n  symbolization (etr-bench-symbolize):\n");
     run_sibling("etr-bench-symbolize", quick, sym_keys, sym, 4);
+  }
+  /* The peer: an LTTng-UST tracepoint with the same payload, live session (bench_lttng.c). */
+  if (run & RUN_LTTNG) {
+    printf("\n  LTTng-UST (etr-bench-lttng):\n");
+    run_sibling("etr-bench-lttng", quick, lttng_keys, lt, 2);
   }
   double tb_added = tb1.rec_cpu.med - tb0.rec_cpu.med;
   double tb100_added = tb100.rec_cpu.med - tb0.rec_cpu.med;
@@ -742,6 +751,9 @@ int main(int argc, char **argv) {
   row1("addr2line_pipe_ns", sym[3], "ns per address, addr2line on an open pipe");
   row1("symbolize_vs_pipe", sym[3] / sym[0],
        "addr2line_pipe_ns / symbolize_warm_ns (target >= 10)");
+  row1("lttng_ns", lt[0], "ns/op, LTTng-UST begin + end tracepoints, same payload, live session");
+  row1("lttng_rec_cpu_ns", lt[1], "ns/op of the recording thread's CPU, LTTng-UST");
+  row1("lttng_vs_enabled", lt[0] / en.per_op.med, "lttng_ns / enabled_ns");
   printf("  buffer_waits in the bytes run: %" PRIu64 "\n\n", byt.buffer_waits);
 
   printf(
@@ -794,6 +806,8 @@ int main(int argc, char **argv) {
   json_spread("traceback_cpu_ns", tb1.cpu);
   json_num("traceback_added_ns", tb_added);
   json_num("traceback100_added_ns", tb100_added);
+  json_num("lttng_ns", lt[0]);
+  json_num("lttng_rec_cpu_ns", lt[1]);
   json_num("capture32_ns", cap[0]);
   json_num("fpwalk32_ns", cap[1]);
   json_num("symbolize_warm_ns", sym[0]);
