@@ -1,0 +1,723 @@
+/* etr chakra TRACE... -o DIR — Chakra's protobuf execution trace (.et), one file per rank, as
+ * ASTRA-sim's workload layer and Chakra's feeder read it (docs/FORMAT.md, "Chakra output").
+ *
+ * Which ops become simulated nodes: the leaves of each thread's op tree (what actually ran:
+ * an op's own time before and between its children is small next to them, and a parent's
+ * inclusive time would count its children twice), except that a collective (a
+ * `record_param_comms` op or any op with collective attrs) is one COMM_COLL node standing for
+ * its whole subtree (its children are the transport's own steps). A trace with no such op
+ * but with `nccl:` / `gloo:` / `c10d::` leaves (older PyTorch) makes those the collectives.
+ * `## process_group:init ##` becomes a METADATA node that declares the groups.
+ * Dependencies: ctrl deps put the simulated nodes of one thread in start order and make an
+ * op that runs for another thread (fw_parent, autograd's backward) wait for what that thread
+ * had finished when it began; data deps go from the last simulated node that wrote a tensor's
+ * storage (or the tensor, without storage) to each later node that reads it.
+ *
+ * Memory: the whole op table (about 300 bytes per op, lib_an_ops.h) plus the IOInfo text of
+ * the simulated nodes; the output is written node by node.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "chakra/et_def.pb-c.h"
+#include "cli.h"
+#include "lib_an_ops.h"
+#include "lib_an_util.h"
+
+#define CMD "chakra"
+#define PG_INIT_NAME "## process_group:init ##"
+#define MAX_INPUTS 4096
+
+enum { SIM_NONE = 0, SIM_COMP = 1, SIM_COLL = 2, SIM_META = 3 };
+
+/* What Chakra needs of one op beyond the op table (index = op index). */
+typedef struct cx_op {
+  int comm_type;        /* CollectiveCommType when the op is a collective, else -1 */
+  uint8_t coll_attr;    /* record_param_comms / collective attrs (not only by name) */
+  uint8_t sim;          /* SIM_* after classification */
+  uint8_t covered;      /* inside a collective's subtree */
+  uint8_t has_child;    /* some op names it as parent */
+  uint64_t comm_size;   /* bytes of the input tensors (collectives) */
+  uint64_t tensor_size; /* bytes of the input and output tensors */
+  uint32_t pg_name;     /* strtab index, UINT32_MAX = none */
+  size_t io_off;        /* six NUL-terminated texts in the arena: in values/shapes/types, out ... */
+  uint8_t has_io;
+} cx_op;
+
+typedef struct cx_trace {
+  const char *path;
+  an_optab t;
+  cx_op *x;
+  size_t xcap;
+  an_strtab strs;
+  char *arena;
+  size_t alen, acap;
+  bool oom;
+  int64_t rank;     /* from the process-group node, -1 when none */
+  uint64_t skipped; /* duplicate op ids left out */
+  const char *schema;
+} cx_trace;
+
+static bool arena_put(cx_trace *c, const char *s, size_t n) {
+  if (c->alen + n + 1 > c->acap) {
+    size_t cap = c->acap ? c->acap : 1 << 16;
+    while (cap < c->alen + n + 1) cap *= 2;
+    char *a = realloc(c->arena, cap);
+    if (a == NULL) return false;
+    c->arena = a;
+    c->acap = cap;
+  }
+  memcpy(c->arena + c->alen, s, n);
+  c->arena[c->alen + n] = '\0';
+  c->alen += n + 1;
+  return true;
+}
+
+/* The compact JSON text of a value ("" for NULL) into the arena. */
+static bool arena_json(cx_trace *c, const rd_jval *v) {
+  if (v == NULL) return arena_put(c, "", 0);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (f == NULL) return false;
+  an_out o = {f, false};
+  an_out_jval(&o, v);
+  bool ok = fclose(f) == 0 && !o.failed;
+  ok = ok && arena_put(c, buf, len);
+  free(buf);
+  return ok;
+}
+
+/* ---- collectives ---- */
+
+/* CollectiveCommType of a collective's name ("allreduce", "all_gather", "nccl:all_reduce",
+ * "c10d::alltoall_base_", ...), or -1. Underscores and case are ignored. */
+static int comm_type_of(const char *name) {
+  if (name == NULL) return -1;
+  const char *p = strrchr(name, ':');
+  p = p ? p + 1 : name;
+  char low[64];
+  size_t k = 0;
+  for (; *p && k + 1 < sizeof low; p++)
+    if (*p != '_') low[k++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
+  low[k] = '\0';
+  static const struct {
+    const char *prefix;
+    int type;
+  } map[] = {
+      /* longest first where one name starts another */
+      {"reducescatterblock", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE_SCATTER_BLOCK},
+      {"reducescatter", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE_SCATTER},
+      {"allreduce", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_REDUCE},
+      {"allgather", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_GATHER},
+      {"alltoall", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_TO_ALL},
+      {"broadcast", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BROADCAST},
+      {"barrier", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BARRIER},
+      {"reduce", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE},
+      {"gather", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__GATHER},
+      {"scatter", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__SCATTER},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strncmp(low, map[i].prefix, strlen(map[i].prefix)) == 0) return map[i].type;
+  return -1;
+}
+
+static bool is_tensor(const rd_jval *v) {
+  if (v->kind != ETR_J_ARRAY || v->v.arr.n != 6) return false;
+  for (int i = 0; i < 5; i++)
+    if (v->v.arr.items[i].kind != ETR_J_INT && v->v.arr.items[i].kind != ETR_J_UINT) return false;
+  return v->v.arr.items[5].kind == ETR_J_STRING;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+/* Bytes (numel x itemsize) of every tensor inside v. */
+static uint64_t tensor_bytes(const rd_jval *v, int depth) {
+  if (v == NULL || v->kind != ETR_J_ARRAY || depth > 32) return 0;
+  if (is_tensor(v)) {
+    int64_t numel = an_jint(&v->v.arr.items[3], 0), item = an_jint(&v->v.arr.items[4], 0);
+    if (numel <= 0 || item <= 0) return 0;
+    if ((uint64_t)numel > UINT64_MAX / (uint64_t)item) return UINT64_MAX;
+    return (uint64_t)numel * (uint64_t)item;
+  }
+  uint64_t sum = 0;
+  for (size_t i = 0; i < v->v.arr.n; i++)
+    sum = sat_add(sum, tensor_bytes(&v->v.arr.items[i], depth + 1));
+  return sum;
+}
+
+static const rd_jval *io_values(const rd_jval *io) {
+  if (io == NULL || io->kind != ETR_J_OBJECT) return NULL;
+  const rd_jval *v = rd_jobj_get(io, "values");
+  return v && v->kind == ETR_J_ARRAY ? v : NULL;
+}
+
+/* The collective's name and group as PyTorch's record_param_comms lays out its inputs:
+ * [tensors, seq, (pg_name, pg_desc) or pg id, rank, "collective", ...]; the collective attrs
+ * of docs/FORMAT.md win when present. */
+static void coll_info(const rd_rnode *n, const char **coll, const char **pg) {
+  const rd_rattr *a = an_attr(n, "collective_name");
+  *coll = a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
+  a = an_attr(n, "pg_name");
+  *pg = a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
+  const rd_jval *v = io_values(n->inputs);
+  if (v == NULL || v->v.arr.n < 5) return;
+  if (*coll == NULL && v->v.arr.items[4].kind == ETR_J_STRING) *coll = v->v.arr.items[4].v.str.s;
+  const rd_jval *g = &v->v.arr.items[2];
+  if (*pg == NULL && g->kind == ETR_J_ARRAY && g->v.arr.n >= 1 &&
+      g->v.arr.items[0].kind == ETR_J_STRING)
+    *pg = g->v.arr.items[0].v.str.s;
+}
+
+/* The rank in a process-group list: the "rank" of group "0" (etr writes it; docs/FORMAT.md). */
+static int64_t rank_of_groups(const char *json) {
+  const char *p = json;
+  while ((p = strstr(p, "\"pg_name\"")) != NULL) {
+    const char *end = strchr(p, '}');
+    const char *q = p + strlen("\"pg_name\"");
+    while (*q == ' ' || *q == ':') q++;
+    if (end && strncmp(q, "\"0\"", 3) == 0) {
+      /* "rank" may come before or after pg_name within this object */
+      const char *start = p;
+      while (start > json && *start != '{') start--;
+      for (const char *r = start; r && r < end; r++) {
+        r = strstr(r, "\"rank\"");
+        if (r == NULL || r > end) break;
+        const char *s = r + strlen("\"rank\"");
+        while (*s == ' ' || *s == ':') s++;
+        char *e;
+        long long v = strtoll(s, &e, 10);
+        if (e != s) return v;
+      }
+    }
+    p = end ? end : p + 1;
+  }
+  return -1;
+}
+
+/* ---- loading ---- */
+
+static bool add_node(cx_trace *c, const rd_rnode *n) {
+  size_t before = c->t.n;
+  if (!an_optab_add_rnode(&c->t, n)) return false;
+  if (c->t.n == before) return true; /* a thread or process node */
+  if (c->t.n > c->xcap) {
+    size_t cap = c->xcap ? c->xcap * 2 : 1024;
+    cx_op *x = realloc(c->x, cap * sizeof *x);
+    if (x == NULL) return false;
+    c->x = x;
+    c->xcap = cap;
+  }
+  cx_op *x = &c->x[before];
+  memset(x, 0, sizeof *x);
+  x->comm_type = -1;
+  x->pg_name = UINT32_MAX;
+  const char *coll = NULL, *pg = NULL;
+  bool is_rpc = strcmp(n->name, "record_param_comms") == 0 || an_attr(n, "collective_name");
+  if (is_rpc) {
+    coll_info(n, &coll, &pg);
+    x->coll_attr = 1;
+  } else if (strncmp(n->name, "nccl:", 5) == 0 || strncmp(n->name, "gloo:", 5) == 0 ||
+             strncmp(n->name, "c10d::", 6) == 0) {
+    coll = n->name;
+  }
+  x->comm_type = comm_type_of(coll);
+  if (is_rpc && x->comm_type < 0) x->comm_type = CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_REDUCE;
+  uint64_t in_bytes = tensor_bytes(io_values(n->inputs), 0);
+  x->comm_size = in_bytes;
+  x->tensor_size = sat_add(in_bytes, tensor_bytes(io_values(n->outputs), 0));
+  if (pg) {
+    x->pg_name = an_strtab_intern(&c->strs, pg, strlen(pg));
+    if (x->pg_name == UINT32_MAX) return false;
+  }
+  /* IOInfo texts; the process-group node keeps its list in Chakra's converter's form. */
+  x->io_off = c->alen;
+  x->has_io = 1;
+  if (strcmp(n->name, PG_INIT_NAME) == 0) {
+    const rd_jval *v = io_values(n->inputs);
+    const char *json = v && v->v.arr.n >= 1 && v->v.arr.items[0].kind == ETR_J_STRING
+                           ? v->v.arr.items[0].v.str.s
+                           : "[]";
+    if (c->rank < 0) c->rank = rank_of_groups(json);
+    /* ASTRA-sim strips two characters at each end: "['" and "']" (a Python list literal). */
+    size_t jl = strlen(json);
+    char *wrapped = malloc(jl + 5);
+    if (wrapped == NULL) return false;
+    memcpy(wrapped, "['", 2);
+    memcpy(wrapped + 2, json, jl);
+    memcpy(wrapped + 2 + jl, "']", 3);
+    bool ok = arena_put(c, wrapped, jl + 4);
+    free(wrapped);
+    if (!ok || !arena_put(c, "[[]]", 4) || !arena_put(c, "[\"String\"]", 10)) return false;
+    return arena_put(c, "[]", 2) && arena_put(c, "[]", 2) && arena_put(c, "[]", 2);
+  }
+  static const char *const keys[3] = {"values", "shapes", "types"};
+  for (int side = 0; side < 2; side++) {
+    const rd_jval *io = side ? n->outputs : n->inputs;
+    for (int k = 0; k < 3; k++) {
+      const rd_jval *v = io && io->kind == ETR_J_OBJECT ? rd_jobj_get(io, keys[k]) : NULL;
+      if (!arena_json(c, v)) return false;
+    }
+  }
+  return true;
+}
+
+static int load(cx_trace *c) {
+  cli_input in;
+  if (cli_open(&in, CMD, c->path, NULL) != 0) return ETR_CLI_FAIL;
+  const rd_rheader *h = rd_header(in.r);
+  c->schema = strdup(h && h->schema ? h->schema : "");
+  const rd_rnode *n;
+  int rc;
+  while ((rc = cli_next(&in, &n)) == 1) {
+    if (!add_node(c, n)) {
+      cli_error(CMD, "%s: byte %llu: out of memory", c->path, (unsigned long long)n->offset);
+      cli_close(&in);
+      return ETR_CLI_FAIL;
+    }
+  }
+  if (rc == 0) rc = cli_finish(&in);
+  cli_close(&in);
+  if (rc != 0) return ETR_CLI_FAIL;
+  if (c->schema == NULL || !an_optab_finish(&c->t)) {
+    cli_error(CMD, "%s: out of memory", c->path);
+    return ETR_CLI_FAIL;
+  }
+  return ETR_CLI_OK;
+}
+
+/* ---- classification ---- */
+
+static bool is_pg_init(const cx_trace *c, size_t i) {
+  return strcmp(an_optab_name(&c->t, (uint32_t)i), PG_INIT_NAME) == 0;
+}
+
+static void classify(cx_trace *c) {
+  an_optab *t = &c->t;
+  bool any_rpc = false;
+  for (size_t i = 0; i < t->n; i++) {
+    if (c->x[i].coll_attr) any_rpc = true;
+    if (t->ops[i].parent_ix != ETR_NOIX) c->x[t->ops[i].parent_ix].has_child = 1;
+  }
+  /* Collectives: record_param_comms-style ops, or by name when the trace has none. */
+  for (size_t i = 0; i < t->n; i++) {
+    cx_op *x = &c->x[i];
+    bool coll = any_rpc ? x->coll_attr : (x->comm_type >= 0 && !x->has_child);
+    if (!coll) x->comm_type = -1;
+  }
+  /* Start order visits a parent before its children: `covered` flows down. */
+  for (size_t k = 0; k < t->n; k++) {
+    uint32_t i = t->order[k];
+    uint32_t p = t->ops[i].parent_ix;
+    if (p != ETR_NOIX && (c->x[p].covered || c->x[p].comm_type >= 0)) c->x[i].covered = 1;
+  }
+  for (size_t i = 0; i < t->n; i++) {
+    cx_op *x = &c->x[i];
+    if (is_pg_init(c, i))
+      x->sim = SIM_META;
+    else if (x->covered)
+      x->sim = SIM_NONE;
+    else if (x->comm_type >= 0)
+      x->sim = SIM_COLL;
+    else if (!x->has_child)
+      x->sim = SIM_COMP;
+  }
+  /* Two ops with one id cannot both be nodes (every dep must name one node): keep the first. */
+  an_u64map seen = {0};
+  for (size_t k = 0; k < t->n; k++) {
+    uint32_t i = t->order[k];
+    if (c->x[i].sim == SIM_NONE) continue;
+    uint64_t dummy;
+    if (an_u64map_get(&seen, (uint64_t)t->ops[i].id, &dummy)) {
+      c->x[i].sim = SIM_NONE;
+      c->skipped++;
+    } else if (!an_u64map_put(&seen, (uint64_t)t->ops[i].id, i)) {
+      c->oom = true;
+    }
+  }
+  an_u64map_free(&seen);
+}
+
+/* ---- output ---- */
+
+typedef struct deps {
+  uint64_t *v;
+  size_t n, cap;
+} deps;
+
+static bool dep_add(deps *d, uint64_t id) {
+  for (size_t i = 0; i < d->n; i++)
+    if (d->v[i] == id) return true;
+  if (d->n == d->cap) {
+    size_t cap = d->cap ? d->cap * 2 : 8;
+    uint64_t *v = realloc(d->v, cap * sizeof *v);
+    if (v == NULL) return false;
+    d->v = v;
+    d->cap = cap;
+  }
+  d->v[d->n++] = id;
+  return true;
+}
+
+/* One message, preceded by its varint length (Chakra's length-delimited stream). */
+static bool write_delimited(FILE *f, const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t hdr[10];
+  size_t h = 0;
+  for (size_t v = len;; v >>= 7) {
+    hdr[h++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    if (v < 0x80) break;
+  }
+  uint8_t stack[4096];
+  uint8_t *buf = len <= sizeof stack ? stack : malloc(len);
+  if (buf == NULL) return false;
+  protobuf_c_message_pack(m, buf);
+  bool ok = fwrite(hdr, 1, h, f) == h && fwrite(buf, 1, len, f) == len;
+  if (buf != stack) free(buf);
+  return ok;
+}
+
+static void attr_i64(ChakraProtoMsg__AttributeProto *a, const char *name, int64_t v) {
+  chakra_proto_msg__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->value_case = CHAKRA_PROTO_MSG__ATTRIBUTE_PROTO__VALUE_INT64_VAL;
+  a->int64_val = v;
+}
+
+static void attr_bool(ChakraProtoMsg__AttributeProto *a, const char *name, bool v) {
+  chakra_proto_msg__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->value_case = CHAKRA_PROTO_MSG__ATTRIBUTE_PROTO__VALUE_BOOL_VAL;
+  a->bool_val = v;
+}
+
+static void attr_str(ChakraProtoMsg__AttributeProto *a, const char *name, const char *v) {
+  chakra_proto_msg__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->value_case = CHAKRA_PROTO_MSG__ATTRIBUTE_PROTO__VALUE_STRING_VAL;
+  a->string_val = (char *)v;
+}
+
+static int64_t clamp_i64(uint64_t v) { return v > INT64_MAX ? INT64_MAX : (int64_t)v; }
+
+/* Counts of what one file holds, for the summary line and the tests. */
+typedef struct cx_counts {
+  uint64_t comp, coll, meta, data_deps, ctrl_deps;
+} cx_counts;
+
+static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
+  an_optab *t = &c->t;
+  FILE *f = cli_open_output(CMD, out_path);
+  if (f == NULL) return ETR_CLI_FAIL;
+  bool ok = true;
+
+  ChakraProtoMsg__GlobalMetadata gm = CHAKRA_PROTO_MSG__GLOBAL_METADATA__INIT;
+  ChakraProtoMsg__AttributeProto ga[3], *gap[3] = {&ga[0], &ga[1], &ga[2]};
+  gm.version = "0.0.4";
+  attr_str(&ga[0], "producer", "etr " ETR_TOOL_VERSION);
+  attr_str(&ga[1], "source_schema", c->schema);
+  attr_i64(&ga[2], "rank", c->rank);
+  gm.attr = gap;
+  gm.n_attr = 3;
+  ok = write_delimited(f, &gm.base);
+
+  /* Per thread: its simulated nodes so far (start order), for ctrl deps and fw waits. */
+  size_t nth = t->nthreads ? t->nthreads : 1;
+  uint32_t **th_nodes = calloc(nth, sizeof *th_nodes);
+  size_t *th_n = calloc(nth, sizeof *th_n), *th_cap = calloc(nth, sizeof *th_cap);
+  uint32_t *last_fw_target = malloc(nth * sizeof *last_fw_target);
+  an_u64map writer = {0}; /* tensor key -> op index of the last simulated writer */
+  deps ctrl = {0}, data = {0};
+  if (th_nodes == NULL || th_n == NULL || th_cap == NULL || last_fw_target == NULL) ok = false;
+  for (size_t i = 0; ok && i < nth; i++) last_fw_target[i] = ETR_NOIX;
+
+  /* METADATA nodes first: nothing depends on them. */
+  for (size_t k = 0; ok && k < t->n; k++) {
+    uint32_t i = t->order[k];
+    if (c->x[i].sim != SIM_META) continue;
+    const char *io = c->arena + c->x[i].io_off;
+    ChakraProtoMsg__Node node = CHAKRA_PROTO_MSG__NODE__INIT;
+    ChakraProtoMsg__IOInfo in = CHAKRA_PROTO_MSG__IOINFO__INIT;
+    ChakraProtoMsg__AttributeProto a0, *ap[1] = {&a0};
+    node.id = (uint64_t)t->ops[i].id;
+    node.name = (char *)an_optab_name(t, i);
+    node.type = CHAKRA_PROTO_MSG__NODE_TYPE__METADATA_NODE;
+    in.values = (char *)io;
+    in.shapes = (char *)(io += strlen(io) + 1);
+    in.types = (char *)(io += strlen(io) + 1);
+    node.inputs = &in;
+    node.start_time_micros = t->ops[i].ts > 0 ? (uint64_t)t->ops[i].ts : 0;
+    attr_bool(&a0, "is_cpu_op", false);
+    node.attr = ap;
+    node.n_attr = 1;
+    ok = write_delimited(f, &node.base);
+    cnt->meta++;
+  }
+
+  for (size_t k = 0; ok && k < t->n; k++) {
+    uint32_t i = t->order[k];
+    const cx_op *x = &c->x[i];
+    if (x->sim != SIM_COMP && x->sim != SIM_COLL) continue;
+    const an_op *op = &t->ops[i];
+    ctrl.n = data.n = 0;
+    uint32_t th = op->thread < nth ? op->thread : 0;
+    /* Program order on the thread. */
+    if (th_n[th] > 0) ok = ok && dep_add(&ctrl, (uint64_t)t->ops[th_nodes[th][th_n[th] - 1]].id);
+    /* Work for another thread: wait for what that thread had finished when this began. */
+    uint32_t fw = ETR_NOIX;
+    for (uint32_t a = i; a != ETR_NOIX && fw == ETR_NOIX; a = t->ops[a].parent_ix)
+      fw = t->ops[a].fw_parent_ix;
+    if (fw != ETR_NOIX && t->ops[fw].thread < nth && t->ops[fw].thread != th) {
+      uint32_t ft = t->ops[fw].thread, target = ETR_NOIX;
+      for (size_t j = th_n[ft]; j > 0; j--) {
+        const an_op *o = &t->ops[th_nodes[ft][j - 1]];
+        if (o->ts + o->incl <= op->ts) {
+          target = th_nodes[ft][j - 1];
+          break;
+        }
+      }
+      if (target != ETR_NOIX && target != last_fw_target[th]) {
+        ok = ok && dep_add(&ctrl, (uint64_t)t->ops[target].id);
+        last_fw_target[th] = target;
+      }
+    }
+    /* Data: the last simulated writer of each tensor read. */
+    for (uint32_t r = 0; r < op->n_in; r++) {
+      const an_tref *tr = &t->trefs[op->tref_off + r];
+      uint64_t key = tr->storage ? (tr->storage | (1ULL << 63)) : (tr->tensor & ~(1ULL << 63));
+      uint64_t w;
+      if (an_u64map_get(&writer, key, &w) && w != i)
+        ok = ok && dep_add(&data, (uint64_t)t->ops[w].id);
+    }
+    for (uint32_t r = 0; r < op->n_out; r++) {
+      const an_tref *tr = &t->trefs[op->tref_off + op->n_in + r];
+      uint64_t key = tr->storage ? (tr->storage | (1ULL << 63)) : (tr->tensor & ~(1ULL << 63));
+      ok = ok && an_u64map_put(&writer, key, i);
+    }
+    if (th_n[th] == th_cap[th]) {
+      size_t cap = th_cap[th] ? th_cap[th] * 2 : 64;
+      uint32_t *v = realloc(th_nodes[th], cap * sizeof *v);
+      if (v == NULL) {
+        ok = false;
+        break;
+      }
+      th_nodes[th] = v;
+      th_cap[th] = cap;
+    }
+    th_nodes[th][th_n[th]++] = i;
+
+    ChakraProtoMsg__Node node = CHAKRA_PROTO_MSG__NODE__INIT;
+    ChakraProtoMsg__IOInfo in = CHAKRA_PROTO_MSG__IOINFO__INIT,
+                           out = CHAKRA_PROTO_MSG__IOINFO__INIT;
+    ChakraProtoMsg__AttributeProto a[6], *ap[6];
+    size_t na = 0;
+    node.id = (uint64_t)op->id;
+    node.name = (char *)an_optab_name(t, i);
+    node.ctrl_deps = ctrl.v;
+    node.n_ctrl_deps = ctrl.n;
+    node.data_deps = data.v;
+    node.n_data_deps = data.n;
+    node.start_time_micros = op->ts > 0 ? (uint64_t)op->ts : 0;
+    const char *io = c->arena + x->io_off;
+    in.values = (char *)io;
+    in.shapes = (char *)(io += strlen(io) + 1);
+    in.types = (char *)(io += strlen(io) + 1);
+    out.values = (char *)(io += strlen(io) + 1);
+    out.shapes = (char *)(io += strlen(io) + 1);
+    out.types = (char *)(io += strlen(io) + 1);
+    node.inputs = &in;
+    node.outputs = &out;
+    int64_t tid = t->threads && op->thread < t->nthreads ? (int64_t)t->threads[op->thread].tid : 0;
+    if (x->sim == SIM_COMP) {
+      node.type = CHAKRA_PROTO_MSG__NODE_TYPE__COMP_NODE;
+      node.duration_micros = op->excl > 0 ? (uint64_t)op->excl : 0;
+      attr_bool(&a[na++], "is_cpu_op", true);
+      cnt->comp++;
+    } else {
+      node.type = CHAKRA_PROTO_MSG__NODE_TYPE__COMM_COLL_NODE;
+      node.duration_micros = op->incl > 0 ? (uint64_t)op->incl : 0;
+      attr_bool(&a[na++], "is_cpu_op", false);
+      attr_i64(&a[na++], "comm_type", x->comm_type);
+      attr_i64(&a[na++], "comm_size", clamp_i64(x->comm_size));
+      attr_str(&a[na++], "pg_name", x->pg_name != UINT32_MAX ? c->strs.strs[x->pg_name] : "0");
+      cnt->coll++;
+    }
+    attr_i64(&a[na++], "tensor_size", clamp_i64(x->tensor_size));
+    attr_i64(&a[na++], "tid", tid);
+    for (size_t j = 0; j < na; j++) ap[j] = &a[j];
+    node.attr = ap;
+    node.n_attr = na;
+    cnt->ctrl_deps += ctrl.n;
+    cnt->data_deps += data.n;
+    ok = ok && write_delimited(f, &node.base);
+  }
+
+  for (size_t i = 0; th_nodes && i < nth; i++) free(th_nodes[i]);
+  free(th_nodes);
+  free(th_n);
+  free(th_cap);
+  free(last_fw_target);
+  free(ctrl.v);
+  free(data.v);
+  an_u64map_free(&writer);
+  if (!ok) {
+    cli_error(CMD, "%s: %s", out_path, ferror(f) ? strerror(errno) : "out of memory");
+    fclose(f);
+    cli_discard_output(out_path);
+    return ETR_CLI_FAIL;
+  }
+  return cli_close_output(CMD, f, out_path) == 0 ? ETR_CLI_OK : ETR_CLI_FAIL;
+}
+
+static void cx_free(cx_trace *c) {
+  an_optab_free(&c->t);
+  an_strtab_free(&c->strs);
+  free(c->x);
+  free(c->arena);
+  free((void *)c->schema);
+}
+
+static void help(void) {
+  printf(
+      "usage: etr chakra TRACE... -o DIR [--prefix NAME] [--rank N]\n"
+      "\n"
+      "Writes Chakra's protobuf execution trace (.et) of each trace: DIR/NAME.RANK.et\n"
+      "(NAME 'rank' by default), the files ASTRA-sim's workload layer opens. The rank of a\n"
+      "trace is the one its process-group node names (etr_dist_set_rank, RANK); a trace\n"
+      "without one gets its position among the arguments (0, 1, ...), or --rank N when it\n"
+      "is the only one.\n"
+      "\n"
+      "Nodes: the leaves of each thread's op tree become COMP nodes (duration_micros = the\n"
+      "op's exclusive time); each collective (record_param_comms) becomes one COMM_COLL\n"
+      "node (comm_type, comm_size in bytes, pg_name) for its whole subtree; the\n"
+      "'## process_group:init ##' node becomes a METADATA node declaring the groups.\n"
+      "ctrl deps: start order per thread, and backward work waits for its forward thread;\n"
+      "data deps: the last node that wrote a tensor's storage, for each later reader.\n"
+      "Details: docs/FORMAT.md (Chakra output).\n"
+      "\n"
+      "  -o, --output DIR   output directory (created when missing)\n"
+      "  --prefix NAME      file name prefix (default rank)\n"
+      "  --rank N           rank of the single TRACE (overrides the trace's own)\n"
+      "Prints one line per file: its path, rank and node counts.\n");
+}
+
+int cmd_chakra(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    help();
+    return ETR_CLI_OK;
+  }
+  const char *dir = NULL, *prefix = "rank";
+  int64_t force_rank = -1;
+  const char **files = calloc((size_t)argc, sizeof *files);
+  size_t nfiles = 0;
+  if (files == NULL) {
+    cli_error(CMD, "out of memory");
+    return ETR_CLI_FAIL;
+  }
+  int rc = ETR_CLI_OK;
+  for (int i = 1; i < argc && rc == ETR_CLI_OK; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--prefix") ||
+        !strcmp(a, "--rank")) {
+      if (i + 1 >= argc) {
+        rc = cli_usage(CMD, "%s needs a value", a);
+        break;
+      }
+      const char *v = argv[++i];
+      if (a[1] == 'o' || a[2] == 'o')
+        dir = v;
+      else if (!strcmp(a, "--prefix"))
+        prefix = v;
+      else {
+        uint64_t r;
+        if (!cli_parse_u64(CMD, a, v, &r) || r > INT32_MAX)
+          rc = ETR_CLI_USAGE;
+        else
+          force_rank = (int64_t)r;
+      }
+    } else if (!strncmp(a, "--output=", 9)) {
+      dir = a + 9;
+    } else if (!strncmp(a, "--prefix=", 9)) {
+      prefix = a + 9;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      rc = cli_usage(CMD, "unknown option %s", a);
+    } else {
+      files[nfiles++] = a;
+    }
+  }
+  if (rc == ETR_CLI_OK && nfiles == 0) rc = cli_usage(CMD, "no TRACE given");
+  if (rc == ETR_CLI_OK && dir == NULL) rc = cli_usage(CMD, "no output directory (-o DIR)");
+  if (rc == ETR_CLI_OK && force_rank >= 0 && nfiles != 1)
+    rc = cli_usage(CMD, "--rank needs exactly one TRACE");
+  if (rc == ETR_CLI_OK && (prefix[0] == '\0' || strchr(prefix, '/')))
+    rc = cli_usage(CMD, "--prefix must be a file name without '/'");
+  if (rc != ETR_CLI_OK) {
+    free(files);
+    return rc;
+  }
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    cli_error(CMD, "%s: %s", dir, strerror(errno));
+    free(files);
+    return ETR_CLI_FAIL;
+  }
+  int64_t *ranks = calloc(nfiles, sizeof *ranks);
+  if (ranks == NULL) {
+    free(files);
+    cli_error(CMD, "out of memory");
+    return ETR_CLI_FAIL;
+  }
+  for (size_t f = 0; f < nfiles && rc == ETR_CLI_OK; f++) {
+    cx_trace c;
+    memset(&c, 0, sizeof c);
+    c.path = files[f];
+    c.rank = -1;
+    an_optab_init(&c.t);
+    rc = load(&c);
+    if (rc == ETR_CLI_OK) {
+      classify(&c);
+      if (c.oom) {
+        cli_error(CMD, "%s: out of memory", c.path);
+        rc = ETR_CLI_FAIL;
+      }
+    }
+    if (rc == ETR_CLI_OK) {
+      int64_t rank = force_rank >= 0 ? force_rank : c.rank >= 0 ? c.rank : (int64_t)f;
+      for (size_t g = 0; g < f; g++)
+        if (ranks[g] == rank) {
+          cli_error(CMD, "%s: rank %lld again (%s has it too); give each rank's trace once", c.path,
+                    (long long)rank, files[g]);
+          rc = ETR_CLI_FAIL;
+        }
+      ranks[f] = rank;
+      c.rank = rank;
+      char *out = NULL;
+      if (rc == ETR_CLI_OK && asprintf(&out, "%s/%s.%lld.et", dir, prefix, (long long)rank) < 0) {
+        cli_error(CMD, "out of memory");
+        rc = ETR_CLI_FAIL;
+        out = NULL;
+      }
+      cx_counts cnt = {0};
+      if (rc == ETR_CLI_OK) rc = write_et(&c, out, &cnt);
+      if (rc == ETR_CLI_OK) {
+        printf(
+            "%s: rank %lld: %llu COMP, %llu COMM_COLL, %llu METADATA nodes; %llu data deps, "
+            "%llu ctrl deps",
+            out, (long long)rank, (unsigned long long)cnt.comp, (unsigned long long)cnt.coll,
+            (unsigned long long)cnt.meta, (unsigned long long)cnt.data_deps,
+            (unsigned long long)cnt.ctrl_deps);
+        if (c.skipped)
+          printf("; %llu ops with a repeated id left out", (unsigned long long)c.skipped);
+        printf("\n");
+      }
+      free(out);
+    }
+    cx_free(&c);
+  }
+  free(ranks);
+  free(files);
+  return rc;
+}
