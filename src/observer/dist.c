@@ -36,8 +36,8 @@ static int64_t env_number(const char *const *names, int64_t lo, int64_t hi, int6
     char *end;
     long long n = strtoll(v, &end, 10);
     if (*end || n < lo || n > hi) {
-      etr__log(ETR_LOG_WARN, "%s=%s ignored (not a number in %" PRId64 "..%" PRId64 ")", *names,
-               v, lo, hi);
+      etr__log(ETR_LOG_WARN, "%s=%s ignored (not a number in %" PRId64 "..%" PRId64 ")", *names, v,
+               lo, hi);
       continue;
     }
     return (int64_t)n;
@@ -101,8 +101,12 @@ int etr_dist_declare_group(const etr_process_group *pg) {
   if (pg->n_ranks > 0 && !pg->ranks) return ETR_EINVAL;
   for (uint32_t i = 0; i < pg->n_ranks; i++)
     if (pg->ranks[i] < 0) return ETR_EINVAL;
-  group g = {dup_or_empty(pg->name), dup_or_empty(pg->desc), dup_or_empty(pg->backend), NULL,
-             pg->n_ranks, pg->size};
+  group g = {dup_or_empty(pg->name),
+             dup_or_empty(pg->desc),
+             dup_or_empty(pg->backend),
+             NULL,
+             pg->n_ranks,
+             pg->size};
   if (pg->n_ranks) g.ranks = malloc(pg->n_ranks * sizeof *g.ranks);
   if (!g.name || !g.desc || !g.backend || (pg->n_ranks && !g.ranks)) {
     group_free(&g);
@@ -256,8 +260,8 @@ int etr_dist_record_groups(void) {
     etr_dist_groups_json(json, n + 1);
   }
   if (n > STRING_CUT)
-    etr__log(ETR_LOG_WARN, "the process-group list (%zu bytes) is cut at %d bytes in the trace",
-             n, STRING_CUT);
+    etr__log(ETR_LOG_WARN, "the process-group list (%zu bytes) is cut at %d bytes in the trace", n,
+             STRING_CUT);
   etr_value in = etr_value_string(json);
   if (etr_record_needs_inputs(&rec)) {
     rec.inputs = &in;
