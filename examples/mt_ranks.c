@@ -69,8 +69,7 @@ int mt_launch(int n, char **argv) {
     if (WIFSIGNALED(st))
       fprintf(stderr, "etr-example-runtime: rank %d died of signal %d\n", r, WTERMSIG(st));
     else
-      fprintf(stderr, "etr-example-runtime: rank %d exited with status %d\n", r,
-              WEXITSTATUS(st));
+      fprintf(stderr, "etr-example-runtime: rank %d exited with status %d\n", r, WEXITSTATUS(st));
     failed = 1;
   }
   return failed;
