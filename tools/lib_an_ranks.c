@@ -35,8 +35,8 @@ typedef struct rk_rank {
   size_t n, cap;
   int64_t comm_us; /* time inside collectives (recorded) */
   /* matching */
-  uint32_t *bypg;  /* collective indices ordered by (group, k) */
-  size_t *pgoff;   /* per group: first position in bypg; npg + 1 entries */
+  uint32_t *bypg; /* collective indices ordered by (group, k) */
+  size_t *pgoff;  /* per group: first position in bypg; npg + 1 entries */
   /* replay */
   double t, prev_end, wait, exposed, makespan;
   size_t pos;
@@ -47,11 +47,11 @@ typedef struct rk_rank {
 typedef struct rk_inst {
   uint32_t pg, name;
   uint64_t k;
-  uint32_t nm;         /* members */
-  size_t off;          /* members at mem[off .. off + nm): (rank index, collective index) */
-  int64_t order;       /* node id of the collective on its first member: listing order */
-  double bytes;        /* largest among members */
-  int straggler;       /* rank index */
+  uint32_t nm;   /* members */
+  size_t off;    /* members at mem[off .. off + nm): (rank index, collective index) */
+  int64_t order; /* node id of the collective on its first member: listing order */
+  double bytes;  /* largest among members */
+  int straggler; /* rank index */
   double wait, start, dur;
 } rk_inst;
 
@@ -245,8 +245,8 @@ static bool match(rk_set *s) {
     if (!nm) continue;
     if (lo != hi && !s->mismatch[0])
       snprintf(s->mismatch, sizeof s->mismatch,
-               "process group \"%s\": %zu collectives on one rank, %zu on another",
-               s->pgs.strs[p], lo, hi);
+               "process group \"%s\": %zu collectives on one rank, %zu on another", s->pgs.strs[p],
+               lo, hi);
     for (size_t k = 0; k < lo; k++) {
       if (!grow((void **)&s->inst, &s->capinst, s->ninst + 1, sizeof *s->inst) ||
           !grow((void **)&s->mem, &s->capmem, s->nmem + nm, sizeof *s->mem))
@@ -413,8 +413,9 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
     rk_rank *r = &s->r[i];
     int64_t span = r->t1 - r->t0;
     fprintf(f, "  %6" PRId64 " %10" PRIu64 " %14" PRId64 " %12" PRId64 " %5.1f%% %11zu  %s%s\n",
-            r->rank, r->ops, span, r->comm_us, span > 0 ? 100.0 * (double)r->comm_us / (double)span : 0.0,
-            r->n, r->file, r->untimed == r->ops && r->ops ? " (no timing)" : "");
+            r->rank, r->ops, span, r->comm_us,
+            span > 0 ? 100.0 * (double)r->comm_us / (double)span : 0.0, r->n, r->file,
+            r->untimed == r->ops && r->ops ? " (no timing)" : "");
   }
   fprintf(f, "\ncollectives matched across ranks (process group + order): %zu", s->ninst);
   if (s->unmatched) fprintf(f, ", %zu left unmatched", s->unmatched);
@@ -530,8 +531,8 @@ static int simulate(rk_set *s, const an_ranks_opts *o) {
         if (r->pos >= r->n) continue;
         const rk_coll *c = &r->c[r->pos];
         cli_error(s->cmd,
-                  "the ranks wait for each other forever: rank %" PRId64
-                  " is at %s #%" PRIu64 " of process group \"%s\" (node %" PRId64
+                  "the ranks wait for each other forever: rank %" PRId64 " is at %s #%" PRIu64
+                  " of process group \"%s\" (node %" PRId64
                   "), which not every rank of the group reaches next",
                   r->rank, s->names.strs[c->name], c->k, s->pgs.strs[c->pg], c->id);
         return ETR_CLI_FAIL;
@@ -546,8 +547,7 @@ static int simulate(rk_set *s, const an_ranks_opts *o) {
   return ETR_CLI_OK;
 }
 
-int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
-                    FILE *f) {
+int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *f) {
   rk_set s;
   int rc = load(&s, cmd, files, n);
   if (rc != ETR_CLI_OK) goto done;
@@ -561,11 +561,10 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
   if (rc != ETR_CLI_OK) goto done;
   fprintf(f, "replay of %d ranks (rank numbers: %s)\n", s.n, s.rank_source);
   if (o->beta_GBps > 0)
-    fprintf(f, "network model: a collective takes %.3g us + bytes / %.3g GB/s\n", o->alpha_us,
+    fprintf(f, "network model: a collective takes %g us + bytes / %g GB/s\n", o->alpha_us,
             o->beta_GBps);
   else
-    fprintf(f,
-            "network: recorded (a collective takes the shortest time any rank spent in it)\n");
+    fprintf(f, "network: recorded (a collective takes the shortest time any rank spent in it)\n");
   fprintf(f,
           "compute between collectives: as recorded on each rank; %zu collectives matched "
           "across ranks in %zu process group(s)\n",
@@ -580,15 +579,15 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
           "straggler_of", "others_wait_us");
   for (int i = 0; i < s.n; i++) {
     rk_rank *r = &s.r[i];
-    fprintf(f, "  %6" PRId64 " %11zu %14" PRId64 " %14.1f %16.1f %14.1f %8.1f%% %12" PRIu64
-               " %14.1f\n",
-            r->rank, r->n, r->t1 - r->t0, r->makespan, r->exposed, r->wait,
-            r->makespan > 0 ? 100.0 * r->exposed / r->makespan : 0.0, r->straggled, r->held_us);
+    fprintf(
+        f, "  %6" PRId64 " %11zu %14" PRId64 " %14.1f %16.1f %14.1f %8.1f%% %12" PRIu64 " %14.1f\n",
+        r->rank, r->n, r->t1 - r->t0, r->makespan, r->exposed, r->wait,
+        r->makespan > 0 ? 100.0 * r->exposed / r->makespan : 0.0, r->straggled, r->held_us);
   }
   if (s.ninst) qsort(s.inst, s.ninst, sizeof *s.inst, cmp_inst);
   size_t lim = o->limit && o->limit < s.ninst ? o->limit : s.ninst;
-  fprintf(f, "collectives (first %zu of %zu; straggler = the rank the others waited for)\n",
-          lim, s.ninst);
+  fprintf(f, "collectives (first %zu of %zu; straggler = the rank the others waited for)\n", lim,
+          s.ninst);
   fprintf(f, "  %5s %-8s %-16s %12s %12s %10s %10s %10s\n", "#", "pg", "collective", "bytes",
           "start_us", "dur_us", "straggler", "wait_us");
   for (size_t i = 0; i < lim; i++) {

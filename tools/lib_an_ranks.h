@@ -29,18 +29,16 @@
 #include <stdio.h>
 
 typedef struct an_ranks_opts {
-  double alpha_us;   /* per-collective latency of the network model */
-  double beta_GBps;  /* bandwidth in GB/s (1e9 bytes/s); > 0 turns the model on */
-  size_t limit;      /* collectives listed one by one (0 = all) */
-  bool json;         /* summary: one JSON object */
+  double alpha_us;  /* per-collective latency of the network model */
+  double beta_GBps; /* bandwidth in GB/s (1e9 bytes/s); > 0 turns the model on */
+  size_t limit;     /* collectives listed one by one (0 = all) */
+  bool json;        /* summary: one JSON object */
 } an_ranks_opts;
 
 /* Read the n traces and write the multi-rank summary / replay report to out. ETR_CLI_OK, or
  * ETR_CLI_FAIL after printing the one-line error (unreadable input, out of memory, the
  * same rank twice, collectives that do not match across ranks in replay). */
-int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
-                     FILE *out);
-int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
-                    FILE *out);
+int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *out);
+int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *out);
 
 #endif /* ETR_TOOLS_LIB_AN_RANKS_H */
