@@ -13,9 +13,9 @@
 #define PG_INIT "## process_group:init ##"
 
 static void clear_env(void) {
-  static const char *const vars[] = {"RANK",     "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-                                     "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
-                                     "SLURM_PROCID", "SLURM_NTASKS"};
+  static const char *const vars[] = {
+      "RANK",     "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+      "PMI_RANK", "PMI_SIZE",   "SLURM_PROCID",         "SLURM_NTASKS"};
   for (size_t i = 0; i < TU_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
   etr_dist_reset();
 }
