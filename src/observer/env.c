@@ -134,6 +134,10 @@ __attribute__((constructor)) static void etr_env_start(void) {
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
   opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
   opt.fatal_signals = !env_flag_off(getenv("ETR_TRACE_SIGNALS"));
+  /* Every trace describes its process groups (the default one at least), as PyTorch's does:
+   * that node is recorded first, without a traceback (it would show this constructor). */
+  etr_traceback_options tb = opt.traceback;
+  opt.traceback.enabled = false;
   etr_trace *tr;
   int rc = etr_trace_open(full, &opt, &tr);
   if (rc != 0) {
@@ -142,8 +146,9 @@ __attribute__((constructor)) static void etr_env_start(void) {
   }
   rc = etr_trace_enable(tr);
   if (rc != 0) etr__log(ETR_LOG_ERROR, "ETR_TRACE: enable failed: %s", etr_strerror(rc));
-  /* Every trace describes its process groups (the default one at least), as PyTorch's does. */
   if (rc == 0) etr_dist_record_groups();
+  if (tb.enabled && (rc = etr_trace_set_traceback(tr, &tb)) != 0)
+    etr__log(ETR_LOG_ERROR, "ETR_TRACE: tracebacks not enabled: %s", etr_strerror(rc));
   etr__trace_set_env(tr);
 }
 
