@@ -651,12 +651,7 @@ int cmd_summary(int argc, char **argv) {
   if (nfiles > 1) {
     ro.limit = (size_t)s.top;
     ro.json = s.json;
-    FILE *f = cli_open_output(CMD, out);
-    if (!f) return ETR_CLI_FAIL;
-    int rc = an_ranks_summary(CMD, files, nfiles, &ro, f);
-    int rc2 = cli_close_output(CMD, f, out);
-    if (rc != ETR_CLI_OK && out) cli_discard_output(out);
-    return rc != ETR_CLI_OK ? rc : rc2;
+    return an_ranks_summary(CMD, files, nfiles, &ro, out);
   }
   if (ro.beta_GBps > 0) return cli_usage(CMD, "--alpha-us/--beta-gbps need several rank traces");
   const char *path = files[0];

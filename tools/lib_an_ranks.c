@@ -447,16 +447,22 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
 }
 
 int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
-                     FILE *out) {
+                     const char *out_path) {
   rk_set s;
   int rc = load(&s, cmd, files, n);
   if (rc == ETR_CLI_OK) {
     if (s.ninst) qsort(s.inst, s.ninst, sizeof *s.inst, cmp_inst);
     straggle_recorded(&s);
-    if (o->json)
-      print_summary_json(&s, o, out);
-    else
-      print_summary_text(&s, o, out);
+    FILE *out = cli_open_output(cmd, out_path);
+    if (!out) {
+      rc = ETR_CLI_FAIL;
+    } else {
+      if (o->json)
+        print_summary_json(&s, o, out);
+      else
+        print_summary_text(&s, o, out);
+      rc = cli_close_output(cmd, out, out_path);
+    }
   }
   set_free(&s);
   return rc;

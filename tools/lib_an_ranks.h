@@ -35,10 +35,12 @@ typedef struct an_ranks_opts {
   bool json;        /* summary: one JSON object */
 } an_ranks_opts;
 
-/* Read the n traces and write the multi-rank summary / replay report to out. ETR_CLI_OK, or
- * ETR_CLI_FAIL after printing the one-line error (unreadable input, out of memory, the
- * same rank twice, collectives that do not match across ranks in replay). */
-int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *out);
+/* Read the n traces, then write the multi-rank summary to out_path (NULL or "-": stdout;
+ * opened only once every input was read, so it may name one of them) / the replay report
+ * to out. ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error (unreadable input,
+ * out of memory, a write error; in replay also collectives that do not match across ranks). */
+int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
+                     const char *out_path);
 int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *out);
 
 #endif /* ETR_TOOLS_LIB_AN_RANKS_H */
