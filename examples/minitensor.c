@@ -915,6 +915,7 @@ typedef struct worker {
   bw_engine bw;
   pthread_t thread;
   double first_loss, last_loss, mean_loss;
+  bool record_groups; /* record the process-group node (the trace was opened here) */
 } worker;
 
 static const char *const SCHEMA_LINEAR =
@@ -1424,6 +1425,12 @@ static void *worker_main(void *arg) {
   check_pthread(pthread_mutex_init(&w->bw.lock, NULL), "pthread_mutex_init");
   check_pthread(pthread_cond_init(&w->bw.cond, NULL), "pthread_cond_init");
   check_pthread(pthread_create(&w->bw.thread, NULL, bw_main, &w->bw), "pthread_create");
+  if (w->record_groups) {
+    /* The process groups (PARAM's comm replay reads this node), recorded as the work starts
+     * rather than at enable, so that the trace holds no idle stretch of the main thread. */
+    check_etr(etr_dist_record_groups(), "etr_dist_record_groups");
+    atomic_fetch_add_explicit(&g_records_active, 1, memory_order_relaxed);
+  }
   model_init(w);
   for (int i = 0; i < w->iters; i++) train_step(w, i);
   model_free(&w->m);
@@ -1643,9 +1650,6 @@ int main(int argc, char **argv) {
     }
     check_etr(rc, "etr_trace_open");
     check_etr(etr_trace_enable(trace), "etr_trace_enable");
-    /* The process groups, first thing in the trace (PARAM's comm replay reads this node). */
-    check_etr(etr_dist_record_groups(), "etr_dist_record_groups");
-    atomic_fetch_add_explicit(&g_records_active, 1, memory_order_relaxed); /* that node */
   } else if (no_trace && etr_trace_current() != NULL) {
     check_etr(etr_trace_disable(etr_trace_current()), "etr_trace_disable");
   }
@@ -1662,6 +1666,7 @@ int main(int argc, char **argv) {
     workers[r].iters = iters;
     workers[r].n_ranks = is_rank ? mesh.size : n_threads;
     workers[r].pg = &pg;
+    workers[r].record_groups = r == 0 && trace != NULL;
     workers[r].rng = 0x9e3779b9u ^ (uint32_t)(workers[r].rank * 7919 + 1);
     check_pthread(pthread_create(&workers[r].thread, NULL, worker_main, &workers[r]),
                   "pthread_create");
