@@ -51,7 +51,8 @@ typedef struct rk_inst {
   size_t off;    /* members at mem[off .. off + nm): (rank index, collective index) */
   int64_t order; /* node id of the collective on its first member: listing order */
   double bytes;  /* largest among members */
-  int straggler; /* rank index */
+  int straggler; /* rank index, -1 when none (all took the same time, or no timing) */
+  bool timed;    /* wait and dur are known */
   double wait, start, dur;
 } rk_inst;
 
@@ -351,6 +352,7 @@ static void straggle_recorded(rk_set *s) {
       if (d > hi) hi = d;
     }
     if (in->straggler < 0) continue;
+    in->timed = true;
     in->wait = (double)(hi - lo);
     in->dur = (double)lo;
     if (hi == lo) { /* all spent the same time: nobody held the others up */
@@ -395,10 +397,13 @@ static void print_summary_json(rk_set *s, const an_ranks_opts *o, FILE *f) {
     cli_json_str(f, s->names.strs[in->name]);
     fprintf(f, ", \"ranks\": %u, \"bytes\": %.0f, \"straggler\": ", in->nm, in->bytes);
     if (in->straggler >= 0)
-      fprintf(f, "%" PRId64 ", \"transfer_us\": %.0f, \"wait_max_us\": %.0f",
-              s->r[in->straggler].rank, in->dur, in->wait);
+      fprintf(f, "%" PRId64, s->r[in->straggler].rank);
     else
-      fputs("null, \"transfer_us\": null, \"wait_max_us\": null", f);
+      fputs("null", f);
+    if (in->timed)
+      fprintf(f, ", \"transfer_us\": %.0f, \"wait_max_us\": %.0f", in->dur, in->wait);
+    else
+      fputs(", \"transfer_us\": null, \"wait_max_us\": null", f);
     if (o->beta_GBps > 0) fprintf(f, ", \"model_us\": %.3f", model_us(o, in->bytes));
     fputc('}', f);
   }
@@ -438,9 +443,13 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
     fprintf(f, "  %5zu %-8s %-16s %12.0f ", i, s->pgs.strs[in->pg][0] ? s->pgs.strs[in->pg] : "-",
             s->names.strs[in->name], in->bytes);
     if (in->straggler >= 0)
-      fprintf(f, "%10" PRId64 " %12.0f %12.0f", s->r[in->straggler].rank, in->dur, in->wait);
+      fprintf(f, "%10" PRId64, s->r[in->straggler].rank);
     else
-      fprintf(f, "%10s %12s %12s", "-", "-", "-");
+      fprintf(f, "%10s", "-");
+    if (in->timed)
+      fprintf(f, " %12.0f %12.0f", in->dur, in->wait);
+    else
+      fprintf(f, " %12s %12s", "-", "-");
     if (o->beta_GBps > 0) fprintf(f, " %12.3f", model_us(o, in->bytes));
     fputc('\n', f);
   }

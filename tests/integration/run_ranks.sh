@@ -73,6 +73,50 @@ for n, pred, exposed, wait in mod:
     assert exposed >= 1000 * 2 * iters and pred >= exposed, mod
 print("replay: OK")
 PY
+# Exact numbers on two hand-made rank traces (data/ranks-fixture-*.json; times in us):
+#   rank 0: compute 100, allreduce 50, compute 10, allreduce 5   (recorded from ts 1000)
+#   rank 1: compute 130, allreduce 20, compute 40, allreduce 5   (recorded from ts 5000:
+#   another clock; only durations and gaps count)
+# Recorded: rank 1 spent least in the first allreduce (it came last: straggler, rank 0
+# waited 30); both spent 5 in the second (no straggler). Replay, recorded network: the first
+# starts at 130 and lasts 20 (the shortest), the second at 190 (rank 1 ready at 150 + 40)
+# for 5: makespan 195 on both; rank 0 waits 30 + 30 and is exposed 50 + 35. With alpha 10
+# us and 1 GB/s: 1000 bytes on the wire per allreduce (250 floats x 2(p-1)/p) = 11 us each.
+data=$(dirname "$0")/data
+"$etr" summary --json "$data/ranks-fixture-1.json" "$data/ranks-fixture-0.json" > "$out/fixture.json" ||
+  fail "etr summary of the fixture"
+python3 - "$out/fixture.json" <<'PY' || fail "etr summary numbers on the fixture"
+import json, sys
+d = json.load(open(sys.argv[1]))
+got = [(r["rank"], r["makespan_us"], r["comm_us"], r["straggler_of"], r["others_waited_us"]) for r in d["ranks"]]
+assert got == [(0, 165, 55, 0, 0), (1, 195, 25, 1, 30)], got
+got = [(c["index"], c["bytes"], c["straggler"], c["transfer_us"], c["wait_max_us"]) for c in d["collectives"]]
+assert got == [(0, 1000, 1, 20, 30), (1, 1000, None, 5, 0)], got
+print("summary on the fixture: OK")
+PY
+"$etr" replay "$data/ranks-fixture-0.json" "$data/ranks-fixture-1.json" > "$out/fixture-replay.txt" ||
+  fail "etr replay of the fixture"
+"$etr" replay --alpha-us 10 --beta-gbps 1 "$data/ranks-fixture-0.json" "$data/ranks-fixture-1.json" \
+  > "$out/fixture-model.txt" || fail "etr replay of the fixture with a model"
+python3 - "$out/fixture-replay.txt" "$out/fixture-model.txt" <<'PY' || fail "etr replay numbers on the fixture"
+import re, sys
+def table(path):
+    text = open(path).read()
+    ranks = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+%\s+(\d+)\s+([\d.]+)$", text, re.M)
+    colls = re.findall(r"^\s+(\d+)\s+0\s+allreduce\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+([\d.]+)$", text, re.M)
+    mk = re.search(r"predicted makespan: ([\d.]+) us", text).group(1)
+    return text, float(mk), [tuple(float(x) for x in r) for r in ranks], [tuple(c) for c in colls]
+text, mk, ranks, colls = table(sys.argv[1])
+assert mk == 195.0, text
+# rank, collectives, recorded, predicted, exposed, wait, straggler_of, others_wait
+assert ranks == [(0, 2, 165, 195, 85, 60, 0, 0), (1, 2, 195, 195, 25, 0, 2, 60)], ranks
+assert colls == [("0", "1000", "130.0", "20.0", "1", "30.0"), ("1", "1000", "190.0", "5.0", "1", "30.0")], colls
+text, mk, ranks, colls = table(sys.argv[2])
+assert mk == 192.0, text
+assert colls == [("0", "1000", "130.0", "11.0", "1", "30.0"), ("1", "1000", "181.0", "11.0", "1", "30.0")], colls
+print("replay on the fixture: OK")
+PY
+
 # Ranks whose collectives do not match are refused with a reason.
 python3 - "$out/rank-1.json" "$out/short.json" <<'PY'
 import json, sys
