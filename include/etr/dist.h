@@ -3,7 +3,8 @@
  * A process is one rank of a run of world_size ranks. By default both come from the
  * environment as launchers set it (RANK and WORLD_SIZE; else OMPI_COMM_WORLD_RANK/_SIZE,
  * PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS; else rank 0 of 1); etr_dist_set_rank
- * overrides them. `%r` in ETR_TRACE expands to the rank.
+ * overrides them. `%r` in ETR_TRACE expands to the rank (the environment's: the file is named
+ * when the library loads).
  *
  * The runtime declares each process group when it creates one. The trace carries them the
  * way PyTorch does: an op node named `## process_group:init ##` whose single String input is
