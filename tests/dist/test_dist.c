@@ -3,6 +3,7 @@
  * `## process_group:init ##` node recorded into a trace (docs/FORMAT.md), and ETR_TRACE with
  * %r in a child process. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +270,55 @@ static void test_node_in_trace(void **state) {
   clear_env();
 }
 
+/* Several threads declare groups while a trace records: every node holds a whole list. */
+enum { DECLARERS = 4, PER_THREAD = 10 };
+
+static void *declarer(void *arg) {
+  int t = (int)(intptr_t)arg;
+  char name[32];
+  etr_process_group pg = ETR_PROCESS_GROUP_INIT;
+  pg.name = name;
+  pg.desc = "concurrent";
+  for (int i = 0; i < PER_THREAD; i++) {
+    snprintf(name, sizeof name, "%d", 1 + t * PER_THREAD + i);
+    if (etr_dist_declare_group(&pg) != 0) return (void *)1;
+    tu_op("aten::add", NULL, 0, NULL, 0);
+  }
+  return NULL;
+}
+
+static void test_concurrent_declarations(void **state) {
+  (void)state;
+  clear_env();
+  assert_int_equal(etr_dist_set_rank(0, 2), 0);
+  tu_trace t;
+  tu_open(&t, NULL);
+  pthread_t th[DECLARERS];
+  for (int i = 0; i < DECLARERS; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, declarer, (void *)(intptr_t)i), 0);
+  for (int i = 0; i < DECLARERS; i++) {
+    void *rv;
+    assert_int_equal(pthread_join(th[i], &rv), 0);
+    assert_null(rv);
+  }
+  tu_close_ok(&t);
+  size_t i, nodes = 0, most = 0;
+  json_t *n;
+  json_array_foreach(t.nodes, i, n) {
+    if (strcmp(tu_name(n), PG_INIT) != 0) continue;
+    nodes++;
+    json_t *l = node_groups(n); /* fails unless each is a whole JSON list */
+    size_t k = json_array_size(l);
+    assert_int_equal(ival(json_array_get(l, 0), "group_count"), k);
+    if (k > most) most = k;
+    json_decref(l);
+  }
+  assert_int_equal(nodes, DECLARERS * PER_THREAD);
+  assert_int_equal(most, DECLARERS * PER_THREAD + 1); /* and the default group */
+  tu_free(&t);
+  clear_env();
+}
+
 /* ETR_TRACE in a child: %r is the rank of the launcher's RANK, and the trace has the node
  * although the program never calls the dist API. */
 static void test_env_trace_has_groups(void **state) {
@@ -298,10 +348,14 @@ static void test_env_trace_has_groups(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_defaults_from_environment), cmocka_unit_test(test_set_rank_validates),
-      cmocka_unit_test(test_declare_validates),         cmocka_unit_test(test_json_list),
-      cmocka_unit_test(test_too_many_groups),           cmocka_unit_test(test_node_in_trace),
+      cmocka_unit_test(test_defaults_from_environment),
+      cmocka_unit_test(test_set_rank_validates),
+      cmocka_unit_test(test_declare_validates),
+      cmocka_unit_test(test_json_list),
+      cmocka_unit_test(test_too_many_groups),
+      cmocka_unit_test(test_node_in_trace),
       cmocka_unit_test(test_env_trace_has_groups),
+      cmocka_unit_test(test_concurrent_declarations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
