@@ -250,15 +250,14 @@ int etr_dist_record_groups(void) {
   etr_record rec;
   etr_record_init(&rec, PG_INIT_NAME, ETR_SCOPE_USER_SCOPE);
   if (!etr_record_is_active(&rec)) return 0; /* nobody observes: nothing to build */
-  char small[1024];
-  char *json = small;
-  size_t n = etr_dist_groups_json(small, sizeof small);
-  if (n >= sizeof small) {
-    json = malloc(n + 1);
-    if (!json) return ETR_ENOMEM; /* rec was never begun: nothing to end */
-    /* Groups declared meanwhile may make it longer: then it is cut, still a valid record. */
-    etr_dist_groups_json(json, n + 1);
-  }
+  /* Measured and written under one lock hold: a group declared meanwhile by another thread
+   * cannot make the text outgrow its buffer (a cut list would not parse). */
+  pthread_mutex_lock(&g_lock);
+  size_t n = groups_json_locked(NULL, 0);
+  char *json = malloc(n + 1);
+  if (json) groups_json_locked(json, n + 1);
+  pthread_mutex_unlock(&g_lock);
+  if (!json) return ETR_ENOMEM; /* rec was never begun: nothing to end */
   if (n > STRING_CUT)
     etr__log(ETR_LOG_WARN, "the process-group list (%zu bytes) is cut at %d bytes in the trace", n,
              STRING_CUT);
@@ -270,6 +269,6 @@ int etr_dist_record_groups(void) {
   rec.schema = "";
   etr_record_begin(&rec);
   etr_record_end(&rec);
-  if (json != small) free(json);
+  free(json);
   return 0;
 }
