@@ -7,8 +7,13 @@
  * regions, and tensor/storage objects recycled through free lists so that new objects land
  * at addresses of dead ones (etr is told about every death).
  *
- *   etr-example-runtime [--out PATH] [--threads N] [--iters N] [--schema 1.1.0|1.1.1]
- *                       [--traceback [PATTERN]] [--traceback-every N]
+ * With --ranks N it runs as N processes, one rank each (mt_ranks.c: a launcher as torchrun,
+ * RANK/WORLD_SIZE in each rank's environment, collectives over a mesh of sockets); each rank
+ * declares its process group (etr/dist.h) and writes its own trace (`%r` in --out or in
+ * ETR_TRACE is the rank).
+ *
+ *   etr-example-runtime [--out PATH] [--threads N | --ranks N] [--iters N]
+ *                       [--schema 1.1.0|1.1.1] [--traceback [PATTERN]] [--traceback-every N]
  *                       [--symbolize full|module] [--no-trace] [--help]
  *
  * With --out the program opens, enables and closes the trace itself; without it, the
@@ -34,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "mt_ranks.h"
 
 #define PROG "etr-example-runtime"
 
@@ -819,6 +826,7 @@ typedef struct mt_pg {
   int size;
   pthread_barrier_t barrier;
   const float **bufs; /* bufs[rank]: that rank's contribution while a collective runs */
+  mt_mesh *mesh;      /* set when the ranks are processes (--ranks): collectives go there */
 } mt_pg;
 
 static void pg_wait(mt_pg *pg) {
@@ -828,6 +836,10 @@ static void pg_wait(mt_pg *pg) {
 
 /* Sum n contiguous floats at data over all ranks, in place. */
 static void pg_allreduce(mt_pg *pg, int rank, float *data, int64_t n) {
+  if (pg->mesh) {
+    mt_mesh_allreduce(pg->mesh, data, n);
+    return;
+  }
   float *sum = xcalloc((size_t)n, sizeof(float));
   pg->bufs[rank] = data;
   pg_wait(pg);
@@ -841,6 +853,10 @@ static void pg_allreduce(mt_pg *pg, int rank, float *data, int64_t n) {
 
 /* Rank r sends in[j*k .. j*k+k) to rank j and receives out[j*k ..) from rank j. */
 static void pg_alltoall(mt_pg *pg, int rank, const float *in, float *out, int64_t k) {
+  if (pg->mesh) {
+    mt_mesh_alltoall(pg->mesh, in, out, k);
+    return;
+  }
   pg->bufs[rank] = in;
   pg_wait(pg);
   for (int j = 0; j < pg->size; j++) {
@@ -899,6 +915,7 @@ typedef struct worker {
   bw_engine bw;
   pthread_t thread;
   double first_loss, last_loss, mean_loss;
+  bool record_groups; /* record the process-group node (the trace was opened here) */
 } worker;
 
 static const char *const SCHEMA_LINEAR =
@@ -1216,9 +1233,17 @@ static void op_alltoall(worker *w, mt_tensor *out, mt_tensor *in, int64_t per_ra
 }
 
 /* The SGD step as one compiled (triton, foreach-fused) kernel: p -= lr * g for every
- * parameter. */
-static const char *const KERNEL_FILE =
+ * parameter. Laid out as PyTorch records a triton launch: kernel_file is the basename of the
+ * generated source (et_replay looks it up in its resource folder), and the inputs are the
+ * kernel's arguments (tensors, then xnumel, from which the grid is computed) followed by
+ * the stream. */
+static const char *const KERNEL_PATH =
     "/tmp/torchinductor_minitensor/sg/csgdfusedaddmul4k7q2bxvd3tyhn6wl5aqo2e7pzi.py";
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
 
 static void launch_sgd_kernel(worker *w, mt_tensor *const *params, mt_tensor *const *grads, int n,
                               float lr) {
@@ -1227,7 +1252,7 @@ static void launch_sgd_kernel(worker *w, mt_tensor *const *params, mt_tensor *co
   for (int i = 0; i < n; i++) numel += params[i]->numel;
   etr_kernel_info ki = ETR_KERNEL_INFO_INIT;
   ki.backend = "triton";
-  ki.file = KERNEL_FILE;
+  ki.file = base_name(KERNEL_PATH);
   ki.grid[0] = (uint32_t)((numel + XBLOCK - 1) / XBLOCK);
   ki.grid[1] = 1;
   ki.grid[2] = 1;
@@ -1238,6 +1263,7 @@ static void launch_sgd_kernel(worker *w, mt_tensor *const *params, mt_tensor *co
   for (int i = 0; i < n; i++) op_in_tensor(&op, params[i]);
   for (int i = 0; i < n; i++) op_in_tensor(&op, grads[i]);
   op_in(&op, etr_value_int(numel));
+  op_in(&op, etr_value_int(ki.stream));
   op_begin(&op);
   for (int k = 0; k < n; k++) {
     mt_tensor *p = params[k], *g = grads[k];
@@ -1399,6 +1425,12 @@ static void *worker_main(void *arg) {
   check_pthread(pthread_mutex_init(&w->bw.lock, NULL), "pthread_mutex_init");
   check_pthread(pthread_cond_init(&w->bw.cond, NULL), "pthread_cond_init");
   check_pthread(pthread_create(&w->bw.thread, NULL, bw_main, &w->bw), "pthread_create");
+  if (w->record_groups) {
+    /* The process groups (PARAM's comm replay reads this node), recorded as the work starts
+     * rather than at enable, so that the trace holds no idle stretch of the main thread. */
+    check_etr(etr_dist_record_groups(), "etr_dist_record_groups");
+    atomic_fetch_add_explicit(&g_records_active, 1, memory_order_relaxed);
+  }
   model_init(w);
   for (int i = 0; i < w->iters; i++) train_step(w, i);
   model_free(&w->m);
@@ -1418,9 +1450,10 @@ static void *worker_main(void *arg) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: " PROG
-             " [--out PATH] [--threads N] [--iters N] [--schema 1.1.0|1.1.1]\n"
-             "                           [--traceback [PATTERN]] [--traceback-every N]\n"
-             "                           [--symbolize full|module] [--no-trace] [--help]\n"
+             " [--out PATH] [--threads N | --ranks N] [--iters N]\n"
+             "                           [--schema 1.1.0|1.1.1] [--traceback [PATTERN]]\n"
+             "                           [--traceback-every N] [--symbolize full|module]\n"
+             "                           [--no-trace] [--help]\n"
              "\n"
              "A tiny tensor runtime (2-layer MLP training, backward on a second thread per\n"
              "worker, allreduce/all-to-all between workers, a triton-style kernel) instrumented\n"
@@ -1430,6 +1463,9 @@ static void usage(FILE *f) {
              "                 no trace is opened here (ETR_TRACE=path.json records the run)\n"
              "  --threads N    worker threads, each with its own model and backward thread\n"
              "                 (1..64, default 2)\n"
+             "  --ranks N      run as N processes instead, one rank (one worker) each, as a\n"
+             "                 launcher does (RANK, WORLD_SIZE; 1..16); collectives exchange\n"
+             "                 their data over sockets; '%%r' in --out or ETR_TRACE is the rank\n"
              "  --iters N      training steps per worker (default 3)\n"
              "  --schema V     trace schema 1.1.1 (default, with strides) or 1.1.0 (needs --out)\n"
              "  --traceback [PATTERN]\n"
@@ -1441,6 +1477,51 @@ static void usage(FILE *f) {
              "                 build id and offset, resolved later by `etr symbolize`\n"
              "  --no-trace     record nothing (also disables a trace opened through ETR_TRACE)\n"
              "  --help         this text\n");
+}
+
+/* path with every "%r" replaced by this process's rank (etr_dist_rank: RANK from the
+ * launcher), as ETR_TRACE does; into buf. */
+static const char *expand_rank(const char *path, char *buf, size_t cap) {
+  size_t o = 0;
+  for (const char *p = path; *p; p++) {
+    char num[24];
+    const char *piece = p;
+    size_t n = 1;
+    if (p[0] == '%' && p[1] == 'r') {
+      n = (size_t)snprintf(num, sizeof num, "%lld", (long long)etr_dist_rank());
+      piece = num;
+      p++;
+    }
+    if (o + n + 1 > cap) fatal("--out path too long: %s", path);
+    memcpy(buf + o, piece, n);
+    o += n;
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+/* The launcher of --ranks N: the ranks are this program again, without --ranks. A trace
+ * that ETR_TRACE opened in the launcher itself is dropped: the ranks record, the launcher
+ * does not (its file would carry rank 0's name). */
+static int launch(int n, int argc, char **argv) {
+  etr_trace *env = etr_trace_current();
+  if (env != NULL) {
+    check_etr(etr_trace_disable(env), "etr_trace_disable");
+    check_etr(etr_trace_close(env), "etr_trace_close");
+  }
+  char **child = xcalloc((size_t)argc + 1, sizeof *child);
+  int k = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--ranks") == 0) {
+      i++;
+      continue;
+    }
+    child[k++] = argv[i];
+  }
+  child[k] = NULL;
+  int rc = mt_launch(n, child);
+  free(child);
+  return rc;
 }
 
 static int parse_int(const char *s, const char *opt, long lo, long hi) {
@@ -1456,7 +1537,8 @@ static int parse_int(const char *s, const char *opt, long lo, long hi) {
 
 int main(int argc, char **argv) {
   const char *out = NULL;
-  int n_threads = 2, iters = 3;
+  int n_threads = 2, iters = 3, launch_ranks = 0;
+  bool threads_set = false;
   bool no_trace = false, schema_set = false;
   etr_schema schema = ETR_SCHEMA_1_1_1;
   etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
@@ -1474,6 +1556,10 @@ int main(int argc, char **argv) {
       i++;
     } else if (strcmp(a, "--threads") == 0) {
       n_threads = parse_int(val, a, 1, 64);
+      threads_set = true;
+      i++;
+    } else if (strcmp(a, "--ranks") == 0) {
+      launch_ranks = parse_int(val, a, 1, MT_MAX_RANKS);
       i++;
     } else if (strcmp(a, "--iters") == 0) {
       iters = parse_int(val, a, 1, 1000000);
@@ -1529,6 +1615,24 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  mt_mesh mesh;
+  bool is_rank = mt_mesh_from_env(&mesh) != 0;
+  if (launch_ranks > 0) {
+    if (is_rank) fatal("%s", "--ranks given to a rank (the launcher does not pass it on)");
+    if (threads_set) fatal("%s", "--ranks and --threads exclude each other");
+    return launch(launch_ranks, argc, argv);
+  }
+  char out_path[4096];
+  if (out != NULL) out = expand_rank(out, out_path, sizeof out_path);
+  if (is_rank) {
+    n_threads = 1; /* this process is one rank of the mesh */
+    etr_process_group world = ETR_PROCESS_GROUP_INIT;
+    world.name = "0";
+    world.desc = "default_pg";
+    world.backend = "cpu:minitensor";
+    check_etr(etr_dist_declare_group(&world), "etr_dist_declare_group");
+  }
+
   etr_trace *trace = NULL;
   if (out != NULL) {
     etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
@@ -1552,16 +1656,18 @@ int main(int argc, char **argv) {
 
   mt_pg pg;
   pg.size = n_threads;
+  pg.mesh = is_rank ? &mesh : NULL;
   pg.bufs = xcalloc((size_t)n_threads, sizeof *pg.bufs);
   check_pthread(pthread_barrier_init(&pg.barrier, NULL, (unsigned)n_threads),
                 "pthread_barrier_init");
   worker *workers = xcalloc((size_t)n_threads, sizeof *workers);
   for (int r = 0; r < n_threads; r++) {
-    workers[r].rank = r;
+    workers[r].rank = is_rank ? mesh.rank : r;
     workers[r].iters = iters;
-    workers[r].n_ranks = n_threads;
+    workers[r].n_ranks = is_rank ? mesh.size : n_threads;
     workers[r].pg = &pg;
-    workers[r].rng = 0x9e3779b9u ^ (uint32_t)(r * 7919 + 1);
+    workers[r].record_groups = r == 0 && trace != NULL;
+    workers[r].rng = 0x9e3779b9u ^ (uint32_t)(workers[r].rank * 7919 + 1);
     check_pthread(pthread_create(&workers[r].thread, NULL, worker_main, &workers[r]),
                   "pthread_create");
   }
@@ -1569,11 +1675,12 @@ int main(int argc, char **argv) {
     check_pthread(pthread_join(workers[r].thread, NULL), "pthread_join");
   }
   for (int r = 0; r < n_threads; r++) {
-    printf("worker %d: loss %.5f -> %.5f (mean over ranks %.5f)\n", r, workers[r].first_loss,
-           workers[r].last_loss, workers[r].mean_loss);
+    printf("%s %d: loss %.5f -> %.5f (mean over ranks %.5f)\n", is_rank ? "rank" : "worker",
+           workers[r].rank, workers[r].first_loss, workers[r].last_loss, workers[r].mean_loss);
   }
   pthread_barrier_destroy(&pg.barrier);
   free(pg.bufs);
+  if (is_rank) mt_mesh_close(&mesh);
   free(workers);
 
   /* The runtime's own checks: nothing leaked (so every death was reported), and recycled

@@ -3,11 +3,14 @@
 # runtimes, then the main job end to end: the example runtime records a trace with a
 # traceback on every op, and `etr` validates, summarises, converts (Chrome / Perfetto),
 # replays it and folds its stacks; the same run recorded through ETR_TRACE (no code change);
-# and a Python program on a CPython extension whose tracebacks interleave Python and C.
+# the example as 2 ranks (2 processes exchanging their collectives), read together by etr
+# summary and etr replay; and a Python program on a CPython extension whose tracebacks
+# interleave Python and C.
 #
 #   ./scripts/demo.sh     (options through the environment: DEMO_THREADS, DEMO_ITERS)
 #
 # Outputs in out/demo/: trace.json, trace.chrome.json, trace.folded, trace-env.json,
+# ranks/rank-0.json and ranks/rank-1.json (chakra/ when `etr chakra` exists),
 # python-trace.json. Build directory: build/demo.
 set -uo pipefail
 
@@ -20,10 +23,10 @@ iters=${DEMO_ITERS:-10}
 out=out/demo
 start=$(date +%s)
 
-etr_say "step 1/7: packages"
+etr_say "step 1/8: packages"
 etr_ensure_packages
 
-etr_say "step 2/7: build libetr, etr, etr-example-runtime and the Python example in build/demo"
+etr_say "step 2/8: build libetr, etr, etr-example-runtime and the Python example in build/demo"
 ETR_BUILD_TARGETS="etr-example-runtime etr_tool etrdemo" etr_build demo \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_BUILD_TESTS=OFF -DETR_BUILD_BENCH=OFF \
   -DETR_BUILD_TOOLS=ON -DETR_BUILD_EXAMPLES=ON ||
@@ -35,20 +38,20 @@ etr=$(etr_find_exe build/demo etr)
 
 mkdir -p "$out" || etr_die "cannot create $out"
 rm -f "$out"/trace.json "$out"/trace.chrome.json "$out"/trace.folded "$out"/trace-env.json \
-  "$out"/python-trace.json
+  "$out"/python-trace.json "$out"/ranks/rank-*.json
 
-etr_say "step 3/7: record: $exe --out $out/trace.json --threads $threads --iters $iters --traceback"
+etr_say "step 3/8: record: $exe --out $out/trace.json --threads $threads --iters $iters --traceback"
 "$exe" --out "$out/trace.json" --threads "$threads" --iters "$iters" --traceback ||
   etr_die "etr-example-runtime failed"
 python3 tests/integration/check_example_trace.py "$out/trace.json" --threads "$threads" \
   --iters "$iters" --traceback ||
   etr_die "$out/trace.json did not pass tests/integration/check_example_trace.py"
 
-etr_say "step 4/7: etr validate --strict, etr summary"
+etr_say "step 4/8: etr validate --strict, etr summary"
 "$etr" validate --strict "$out/trace.json" || etr_die "etr validate rejected $out/trace.json"
 "$etr" summary --top 8 "$out/trace.json" || etr_die "etr summary failed on $out/trace.json"
 
-etr_say "step 5/7: etr chrome, etr replay, etr flame"
+etr_say "step 5/8: etr chrome, etr replay, etr flame"
 "$etr" chrome "$out/trace.json" -o "$out/trace.chrome.json" ||
   etr_die "etr chrome failed on $out/trace.json"
 "$etr" replay "$out/trace.json" || etr_die "etr replay failed on $out/trace.json"
@@ -58,7 +61,7 @@ etr_say "step 5/7: etr chrome, etr replay, etr flame"
 etr_say "  $(wc -l < "$out/trace.folded") distinct stacks in $out/trace.folded, e.g.:"
 sort -t' ' -k2 -n -r "$out/trace.folded" | head -n 1 | cut -c1-200
 
-etr_say "step 6/7: record through the environment (no code change):"
+etr_say "step 6/8: record through the environment (no code change):"
 etr_say "  ETR_TRACE=$out/trace-env.json $exe --threads $threads --iters $iters"
 ETR_TRACE="$out/trace-env.json" "$exe" --threads "$threads" --iters "$iters" ||
   etr_die "etr-example-runtime failed under ETR_TRACE"
@@ -67,7 +70,27 @@ python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads
   --iters "$iters" || etr_die "$out/trace-env.json did not pass the checker"
 "$etr" validate --strict "$out/trace-env.json" || etr_die "etr validate rejected $out/trace-env.json"
 
-etr_say "step 7/7: Python on a CPython extension (examples/python): Python and C frames"
+etr_say "step 7/8: the example as 2 ranks, one process each (a launcher as torchrun: RANK,"
+etr_say "  WORLD_SIZE), collectives over sockets: ETR_TRACE=$out/ranks/rank-%r.json $exe --ranks 2"
+mkdir -p "$out/ranks" || etr_die "cannot create $out/ranks"
+ETR_TRACE="$out/ranks/rank-%r.json" "$exe" --ranks 2 --iters "$iters" ||
+  etr_die "etr-example-runtime failed as 2 ranks"
+for r in 0 1; do
+  python3 tests/integration/check_example_trace.py "$out/ranks/rank-$r.json" --rank $r --world 2 \
+    --iters "$iters" || etr_die "$out/ranks/rank-$r.json did not pass the checker"
+done
+python3 tests/integration/check_ranks.py "$out/ranks/rank-0.json" "$out/ranks/rank-1.json" ||
+  etr_die "the two ranks' traces do not agree (tests/integration/check_ranks.py)"
+"$etr" summary --top 4 "$out/ranks/rank-0.json" "$out/ranks/rank-1.json" ||
+  etr_die "etr summary of the 2 ranks failed"
+"$etr" replay --path 4 --alpha-us 5 --beta-gbps 10 "$out/ranks/rank-0.json" \
+  "$out/ranks/rank-1.json" || etr_die "etr replay of the 2 ranks failed"
+if "$etr" chakra --help > /dev/null 2>&1; then
+  "$etr" chakra "$out"/ranks/rank-*.json -o "$out/chakra" ||
+    etr_die "etr chakra failed on $out/ranks/rank-*.json"
+fi
+
+etr_say "step 8/8: Python on a CPython extension (examples/python): Python and C frames"
 py=$(sed -n 's/^ETR_PYTHON_FOR_EXAMPLES:FILEPATH=//p' build/demo/CMakeCache.txt)
 pymod=$(find build/demo -name 'etrdemo*.so' -print -quit)
 if [ -z "$py" ] || [ -z "$pymod" ]; then
@@ -94,7 +117,12 @@ demo: done in $(etr_fmt_secs $(($(date +%s) - start))). What it did:
      replayed it (etr replay) and folded its stacks     -> $out/trace.folded
      (flamegraph.pl $out/trace.folded > flame.svg, or open it in speedscope)
   4. ran the same program with only ETR_TRACE set       -> $out/trace-env.json
-  5. ran examples/python/demo.py on 4 Python threads    -> $out/python-trace.json
+  5. ran the example as 2 ranks (2 processes, real allreduce / all-to-all over sockets),
+     each recording through ETR_TRACE=.../rank-%r.json  -> $out/ranks/rank-0.json, rank-1.json
+     checked both (a process_group:init node, the same collectives in the same order, as
+     PARAM's comm replay reads them), then etr summary and etr replay of both ranks: per
+     rank makespan, time exposed in communication, the straggler of each collective
+  6. ran examples/python/demo.py on 4 Python threads    -> $out/python-trace.json
      (its tracebacks interleave demo.py's functions and lines with the C frames)
 The format is the JSON execution trace of PyTorch / MLCommons Chakra: see docs/FORMAT.md;
 the etr command: docs/CLI.md.

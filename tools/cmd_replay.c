@@ -1,18 +1,21 @@
 /* etr replay: a discrete-event simulation of a trace — threads as streams running their
  * ops in recorded start order, data dependencies through tensors, fw_parent links — with
  * recorded or modelled op costs (model: tools/lib_an_ops.h; format: docs/CLI.md). */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "lib_an_ops.h"
+#include "lib_an_ranks.h"
 
 #define CMD "replay"
 
 static void help(void) {
   printf(
       "usage: etr replay [options] FILE\n"
+      "       etr replay [--alpha-us US --beta-gbps GBPS] [--path N] RANK_FILE RANK_FILE...\n"
       "\n"
       "Simulates the trace: each thread is a stream that runs its ops one at a time in\n"
       "recorded start order; an op also waits for the ops that wrote the storages of the\n"
@@ -36,7 +39,17 @@ static void help(void) {
       "  --csv OUT        write every op's schedule as CSV to OUT: id, tid, name, recorded\n"
       "                   start (us from the first op, empty without timing), simulated\n"
       "                   start and end, cost\n"
+      "  --alpha-us US, --beta-gbps GBPS\n"
+      "                   network model: a collective takes US + bytes / GBPS GB/s (10^9\n"
+      "                   bytes/s); for one FILE the same as the model's 'link US GBPS'\n"
       "  -h, --help       this text\n"
+      "\n"
+      "With several files (one trace per rank), simulates the ranks together: each runs its\n"
+      "recorded compute between collectives, a collective (matched across ranks by process\n"
+      "group and order) starts when its last rank, the straggler, reaches it and lasts what\n"
+      "the network model says, or without one the shortest time a rank spent in it. Prints\n"
+      "per rank the predicted makespan, the time exposed in communication and how much of it\n"
+      "was waiting, and per collective (first --path N) its start, duration and straggler.\n"
       "\n"
       "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input or\n"
       "bad model file, 2 usage error.\n");
@@ -47,28 +60,65 @@ int cmd_replay(int argc, char **argv) {
     help();
     return ETR_CLI_OK;
   }
-  const char *file = NULL, *model_path = NULL, *csv = NULL;
+  const char *model_path = NULL, *csv = NULL;
   uint64_t path_limit = 30;
-  bool keep_idle = true;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--model") == 0 || strcmp(a, "--path") == 0 || strcmp(a, "--csv") == 0) {
-      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
-      const char *v = argv[++i];
-      if (strcmp(a, "--model") == 0) {
-        model_path = v;
-      } else if (strcmp(a, "--csv") == 0) {
-        csv = v;
-      } else if (!cli_parse_u64(CMD, a, v, &path_limit)) {
-        return ETR_CLI_USAGE;
-      }
-    } else if (strcmp(a, "--no-idle") == 0) {
-      keep_idle = false;
-    } else if (cli_operand(CMD, a, &file) != 0) {
-      return ETR_CLI_USAGE;
+  bool keep_idle = true, alpha_set = false;
+  an_ranks_opts ro = {0, 0, 0, false};
+  static const struct option opts[] = {
+      {"model", required_argument, NULL, 'm'},    {"path", required_argument, NULL, 'p'},
+      {"csv", required_argument, NULL, 'c'},      {"no-idle", no_argument, NULL, 'n'},
+      {"alpha-us", required_argument, NULL, 'a'}, {"beta-gbps", required_argument, NULL, 'b'},
+      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  int c;
+  /* getopt_long moves the files after the options, so options may follow them. */
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'm':
+        model_path = optarg;
+        break;
+      case 'c':
+        csv = optarg;
+        break;
+      case 'p':
+        if (!cli_parse_u64(CMD, "--path", optarg, &path_limit)) return ETR_CLI_USAGE;
+        break;
+      case 'n':
+        keep_idle = false;
+        break;
+      case 'a':
+        if (!cli_parse_double(CMD, "--alpha-us", optarg, &ro.alpha_us)) return ETR_CLI_USAGE;
+        if (ro.alpha_us < 0) return cli_usage(CMD, "--alpha-us must be >= 0");
+        alpha_set = true;
+        break;
+      case 'b':
+        if (!cli_parse_double(CMD, "--beta-gbps", optarg, &ro.beta_GBps)) return ETR_CLI_USAGE;
+        if (!(ro.beta_GBps > 0)) return cli_usage(CMD, "--beta-gbps must be > 0");
+        break;
+      case 'h':
+        help();
+        return ETR_CLI_OK;
+      default:
+        if (optopt) return cli_usage(CMD, "option '%s' wants a value", argv[optind - 1]);
+        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
     }
   }
-  if (file == NULL) return cli_usage(CMD, "no FILE given");
+  if (optind >= argc) return cli_usage(CMD, "no FILE given");
+  if (alpha_set && !(ro.beta_GBps > 0))
+    return cli_usage(CMD, "--alpha-us needs --beta-gbps (the network model has both)");
+  if (argc - optind > 1) {
+    if (model_path || csv || !keep_idle)
+      return cli_usage(CMD, "--model, --csv and --no-idle take one FILE, not several ranks");
+    ro.limit = (size_t)path_limit;
+    int rc = an_ranks_replay(CMD, argv + optind, argc - optind, &ro, stdout);
+    if (rc == ETR_CLI_OK && (fflush(stdout) != 0 || ferror(stdout))) {
+      cli_error(CMD, "writing the report failed");
+      rc = ETR_CLI_FAIL;
+    }
+    return rc;
+  }
+  const char *file = argv[optind];
 
   an_model m;
   an_model_init(&m);
@@ -79,6 +129,10 @@ int cmd_replay(int argc, char **argv) {
       an_model_free(&m);
       return ETR_CLI_FAIL;
     }
+  }
+  if (ro.beta_GBps > 0) { /* the command line's network model wins over the file's link */
+    m.link_latency_us = ro.alpha_us;
+    m.link_GBps = ro.beta_GBps;
   }
   an_optab t;
   an_optab_init(&t);
@@ -125,10 +179,11 @@ int cmd_replay(int argc, char **argv) {
   FILE *out = stdout;
   fprintf(out, "replay of %s: %zu ops on %zu thread(s), %zu data edges, %zu fw links\n",
           strcmp(file, "-") == 0 ? "<stdin>" : file, t.n, t.nthreads, d.n_data, d.n_fw);
-  if (model_path == NULL) {
+  if (model_path == NULL && m.link_GBps <= 0) {
     fprintf(out, "costs: recorded exclusive durations");
   } else {
-    fprintf(out, "costs: model %s (%zu speed-up rule(s)", model_path, m.n_speedups);
+    fprintf(out, "costs: model %s (%zu speed-up rule(s)",
+            model_path ? model_path : "of the command line", m.n_speedups);
     if (m.flops_per_s > 0) fprintf(out, ", mm/conv at %.3g FLOP/s", m.flops_per_s);
     if (m.link_GBps > 0)
       fprintf(out, ", collectives at %.3g us + bytes / %.3g GB/s", m.link_latency_us, m.link_GBps);

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "lib_an_ranks.h"
+#include "lib_an_util.h"
 
 #define CMD "summary"
 #define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
@@ -569,6 +571,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
 static void usage(FILE *f) {
   fprintf(f,
           "usage: etr summary [--top N] [--json] [-o OUT] FILE\n"
+          "       etr summary [--top N] [--json] [-o OUT] [--alpha-us US --beta-gbps GBPS]\n"
+          "                   RANK_FILE RANK_FILE...\n"
           "\n"
           "Summarises a trace, streaming: nodes and threads (per tid: ops, busy time = sum of\n"
           "exclusive durations, span); ops by count and by exclusive time; the largest\n"
@@ -576,9 +580,17 @@ static void usage(FILE *f) {
           "group (pg_name) and kind, with bytes (in/out_msg_nelems x dtype size); the\n"
           "recorder statistics of the \"etr\" footer when present. Times in microseconds.\n"
           "\n"
+          "With several files (one trace per rank): per rank the makespan and the time in\n"
+          "collectives; collectives matched across ranks by process group and order; the\n"
+          "straggler of each (the rank that spent the least time in it: it arrived last);\n"
+          "with --beta-gbps, what each would take on that network.\n"
+          "\n"
           "  --top N    entries in each top list (default 20)\n"
           "  --json     one JSON object (keys documented in docs/CLI.md)\n"
           "  -o OUT     write to OUT instead of stdout\n"
+          "  --alpha-us US, --beta-gbps GBPS\n"
+          "             network model of several ranks: a collective takes US + bytes / GBPS\n"
+          "             GB/s (10^9 bytes/s); bytes as `etr replay` counts them\n"
           "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
           "\n"
           "exit status: 0 ok, 1 unreadable input, 2 usage error.\n");
@@ -589,7 +601,11 @@ int cmd_summary(int argc, char **argv) {
   memset(&s, 0, sizeof s);
   s.top = 20;
   const char *out = NULL;
+  an_ranks_opts ro = {0, 0, 0, false};
+  bool alpha_set = false;
   static const struct option opts[] = {{"top", required_argument, NULL, 't'},
+                                       {"alpha-us", required_argument, NULL, 'a'},
+                                       {"beta-gbps", required_argument, NULL, 'b'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"output", required_argument, NULL, 'o'},
                                        {"help", no_argument, NULL, 'h'},
@@ -597,7 +613,9 @@ int cmd_summary(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "+t:jo:h", opts, NULL)) != -1) {
+  /* getopt_long moves the files after the options: options may follow the files (`etr
+   * summary TRACE -o OUT`); "--" ends the options. */
+  while ((c = getopt_long(argc, argv, "t:jo:h", opts, NULL)) != -1) {
     switch (c) {
       case 't':
         if (!cli_parse_u64(CMD, "--top", optarg, &s.top)) return ETR_CLI_USAGE;
@@ -609,6 +627,14 @@ int cmd_summary(int argc, char **argv) {
       case 'o':
         out = optarg;
         break;
+      case 'a':
+        if (!cli_parse_double(CMD, "--alpha-us", optarg, &ro.alpha_us)) return ETR_CLI_USAGE;
+        alpha_set = true;
+        break;
+      case 'b':
+        if (!cli_parse_double(CMD, "--beta-gbps", optarg, &ro.beta_GBps)) return ETR_CLI_USAGE;
+        if (!(ro.beta_GBps > 0)) return cli_usage(CMD, "--beta-gbps must be > 0");
+        break;
       case 'h':
         usage(stdout);
         return ETR_CLI_OK;
@@ -617,9 +643,18 @@ int cmd_summary(int argc, char **argv) {
         return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
     }
   }
-  if (optind != argc - 1)
-    return cli_usage(CMD, optind >= argc ? "no input file" : "one input file only");
-  const char *path = argv[optind];
+  char **files = argv + optind;
+  int nfiles = argc - optind;
+  if (nfiles == 0) return cli_usage(CMD, "no input file");
+  if (alpha_set && !(ro.beta_GBps > 0))
+    return cli_usage(CMD, "--alpha-us needs --beta-gbps (the network model has both)");
+  if (nfiles > 1) {
+    ro.limit = (size_t)s.top;
+    ro.json = s.json;
+    return an_ranks_summary(CMD, files, nfiles, &ro, out);
+  }
+  if (ro.beta_GBps > 0) return cli_usage(CMD, "--alpha-us/--beta-gbps need several rank traces");
+  const char *path = files[0];
   s.file = strcmp(path, "-") ? path : "<stdin>";
   s.heap = calloc(s.top ? s.top : 1, sizeof *s.heap);
   if (!s.heap) {

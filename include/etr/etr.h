@@ -21,5 +21,6 @@
 #include "etr/observer.h"
 #include "etr/trace.h"
 #include "etr/traceback.h"
+#include "etr/dist.h"
 
 #endif /* ETR_ETR_H */

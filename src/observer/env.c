@@ -1,6 +1,7 @@
 /* Environment activation: ETR_TRACE=path records the whole process with no code change.
  *
- *   ETR_TRACE=path          trace file; "%p" becomes the process id
+ *   ETR_TRACE=path          trace file; "%p" becomes the process id, "%r" the rank
+ *                           (etr/dist.h: RANK, else other launchers' variables, else 0)
  *   ETR_TRACE_SCHEMA=1.1.0  or 1.1.1 (default)
  *   ETR_TRACE_TIMING=0      omit ts / inclusive_dur / exclusive_dur
  *   ETR_TRACE_SAMPLE=p      record this fraction of ops (0 < p <= 1)
@@ -23,13 +24,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "etr/dist.h"
 #include "etr/trace.h"
 #include "observer/internal.h"
 
 void etr__trace_set_env(etr_trace *tr);
 void etr__trace_shutdown(void);
 
-/* Expands %p to the pid and %% to %; false when the result does not fit. */
+/* Expands %p to the pid, %r to the rank and %% to %; false when the result does not fit. */
 static bool expand_path(const char *in, char *out, size_t cap) {
   size_t o = 0;
   for (const char *p = in; *p; p++) {
@@ -38,6 +40,10 @@ static bool expand_path(const char *in, char *out, size_t cap) {
     size_t n = 1;
     if (p[0] == '%' && p[1] == 'p') {
       n = (size_t)snprintf(tmp, sizeof tmp, "%ld", (long)getpid());
+      piece = tmp;
+      p++;
+    } else if (p[0] == '%' && p[1] == 'r') {
+      n = (size_t)snprintf(tmp, sizeof tmp, "%lld", (long long)etr_dist_rank());
       piece = tmp;
       p++;
     } else if (p[0] == '%' && p[1] == '%') {
@@ -128,6 +134,10 @@ __attribute__((constructor)) static void etr_env_start(void) {
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
   opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
   opt.fatal_signals = !env_flag_off(getenv("ETR_TRACE_SIGNALS"));
+  /* Every trace describes its process groups (the default one at least), as PyTorch's does:
+   * that node is recorded first, without a traceback (it would show this constructor). */
+  etr_traceback_options tb = opt.traceback;
+  opt.traceback.enabled = false;
   etr_trace *tr;
   int rc = etr_trace_open(full, &opt, &tr);
   if (rc != 0) {
@@ -136,6 +146,9 @@ __attribute__((constructor)) static void etr_env_start(void) {
   }
   rc = etr_trace_enable(tr);
   if (rc != 0) etr__log(ETR_LOG_ERROR, "ETR_TRACE: enable failed: %s", etr_strerror(rc));
+  if (rc == 0) etr_dist_record_groups();
+  if (tb.enabled && (rc = etr_trace_set_traceback(tr, &tb)) != 0)
+    etr__log(ETR_LOG_ERROR, "ETR_TRACE: tracebacks not enabled: %s", etr_strerror(rc));
   etr__trace_set_env(tr);
 }
 

@@ -86,7 +86,7 @@ WEIRD_TYPES = ["Tensor(float)", "String", "String", "Double", "Double", "Double"
                "Tuple[Int,GenericList[Double,String]]"]
 ALLOC_OP = "minitensor::alloc"
 USER_SCOPES = {"## init model ##", "## forward ##", "## backward ##",
-               "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad"}
+               "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad", "## process_group:init ##"}
 KERNEL_NAME = "triton_poi_fused__foreach_add_0"
 KERNEL_XBLOCK = 64
 # Backward node -> the forward op that made it (same seq_id, on the forward thread).
@@ -399,6 +399,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rank", type=int, default=None,
+                    help="the trace is rank R of a --ranks run (one worker in this process)")
+    ap.add_argument("--world", type=int, default=None, help="with --rank: the number of ranks")
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--schema", choices=sorted(SCHEMAS), default=None)
     ap.add_argument("--no-timing", action="store_true")
@@ -408,6 +411,14 @@ def main(argv):
     n_workers = args.threads
     if n_workers < 1:
         ap.error("--threads must be >= 1")
+    if (args.rank is None) != (args.world is None):
+        ap.error("--rank and --world go together")
+    if args.rank is not None:
+        n_workers = 1
+        if not 0 <= args.rank < args.world:
+            ap.error("--rank must be in [0, --world)")
+    # Ranks in the collectives' process group: the worker threads, or the processes.
+    group_size = args.world if args.world is not None else n_workers
 
     try:
         doc, size = load(args.trace)
@@ -733,14 +744,14 @@ def main(argv):
         parent = by_id.get(n.get("ctrl_deps"), {}).get("name")
         vin = n["inputs"]["values"]
         expect = {"dtype": "Float", "global_rank_start": 0, "global_rank_stride": 1,
-                  "pg_name": "0", "pg_desc": "default_pg", "pg_size": n_workers}
+                  "pg_name": "0", "pg_desc": "default_pg", "pg_size": group_size}
         if parent == "c10d::allreduce_":
             numel = vin[0][0][3] if vin and isinstance(vin[0], list) and vin[0] and isinstance(vin[0][0], list) else None
             expect.update(collective_name="allreduce", in_msg_nelems=numel, out_msg_nelems=numel,
                           in_split_size="[]", out_split_size="[]", is_asynchronized_op=1)
         elif parent == "c10d::alltoall_base_":
             pvin = by_id[n["ctrl_deps"]]["inputs"]["values"]
-            splits = "[%s]" % ", ".join(["2"] * n_workers)
+            splits = "[%s]" % ", ".join(["2"] * group_size)
             expect.update(collective_name="all_to_allv", in_msg_nelems=pvin[1][3], out_msg_nelems=pvin[0][3],
                           in_split_size=splits, out_split_size=splits, is_asynchronized_op=0)
         else:
@@ -753,9 +764,19 @@ def main(argv):
             if not split_re.fullmatch(str(a.get(k))):
                 ck.fail("collectives", "%s: %s %r is not \"[a, b]\"" % (where(n), k, a.get(k)))
         # The op's own inputs say the same thing as the attrs.
-        if len(vin) == 10 and (vin[4] != a.get("collective_name") or vin[9] != a.get("pg_size")
-                               or vin[2] != ["0", "default_pg"]):
+        # PyTorch's record_param_comms input order, which PARAM's comm replay reads by position:
+        # tensors, seq, (pg_name, pg_desc), rank in the group, collective, in/out splits,
+        # global rank start, stride, group size.
+        types = n["inputs"]["types"]
+        want_types = ["GenericList[Tensor(float)]", "Int", "Tuple[String,String]", "Int", "String",
+                      None, None, "Int", "Int", "Int"]
+        if len(vin) != 10 or any(w is not None and t != w for t, w in zip(types, want_types)):
+            ck.fail("collectives", "%s: inputs typed %r, not in record_param_comms order" % (where(n), types))
+        elif (vin[4] != a.get("collective_name") or vin[9] != a.get("pg_size")
+              or vin[2] != ["0", "default_pg"] or vin[7] != 0 or vin[8] != 1):
             ck.fail("collectives", "%s: inputs %r disagree with the collective attrs" % (where(n), vin))
+        elif args.rank is not None and vin[3] != args.rank:
+            ck.fail("collectives", "%s: rank input %r, expected %d" % (where(n), vin[3], args.rank))
     if n_coll == 0:
         ck.fail("collectives", "no record_param_comms node with collective attrs")
 
@@ -769,18 +790,51 @@ def main(argv):
             continue
         n_kernel += 1
         vin = n["inputs"]["values"]
-        numel = vin[-1] if vin and is_int(vin[-1]) else None
+        # As PyTorch lays out a triton launch: kernel arguments (tensors, xnumel), then the stream.
+        numel = vin[-2] if len(vin) >= 2 and is_int(vin[-2]) else None
         grid = "[%d, 1, 1]" % ((numel + KERNEL_XBLOCK - 1) // KERNEL_XBLOCK) if numel is not None else None
         if a.get("kernel_backend") != "triton":
             ck.fail("kernels", "%s: kernel_backend %r, expected 'triton'" % (where(n), a.get("kernel_backend")))
-        if not (isinstance(a.get("kernel_file"), str) and a["kernel_file"].startswith("/") and a["kernel_file"].endswith(".py")):
-            ck.fail("kernels", "%s: kernel_file %r is not the kernel's .py path" % (where(n), a.get("kernel_file")))
+        if not (isinstance(a.get("kernel_file"), str) and "/" not in a["kernel_file"] and a["kernel_file"].endswith(".py")):
+            ck.fail("kernels", "%s: kernel_file %r is not the kernel's .py basename" % (where(n), a.get("kernel_file")))
         if a.get("kernel_grid") != grid:
             ck.fail("kernels", "%s: kernel_grid %r, expected %r" % (where(n), a.get("kernel_grid"), grid))
-        if not is_int(a.get("kernel_stream")) or not 7 <= a["kernel_stream"] < 7 + n_workers:
+        if not is_int(a.get("kernel_stream")) or not 7 <= a["kernel_stream"] < 7 + group_size:
             ck.fail("kernels", "%s: kernel_stream %r, expected 7 + rank" % (where(n), a.get("kernel_stream")))
+        elif args.rank is not None and a["kernel_stream"] != 7 + args.rank:
+            ck.fail("kernels", "%s: kernel_stream %r, expected %d" % (where(n), a["kernel_stream"], 7 + args.rank))
+        if not vin or vin[-1] != a.get("kernel_stream"):
+            ck.fail("kernels", "%s: last input %r is not the stream %r" % (where(n), vin[-1:] , a.get("kernel_stream")))
     if n_kernel == 0:
         ck.fail("kernels", "no %s node with kernel_backend 'triton'" % KERNEL_NAME)
+
+    # ---- process groups (docs/FORMAT.md) -------------------------------------------------
+    pg_nodes = [nid for nid in ops if by_id[nid].get("name") == "## process_group:init ##"]
+    if not pg_nodes:
+        ck.fail("groups", "no '## process_group:init ##' node")
+    for nid in pg_nodes:
+        n = by_id[nid]
+        vals, types = n["inputs"]["values"], n["inputs"]["types"]
+        if types != ["String"] or len(vals) != 1:
+            ck.fail("groups", "%s: inputs %r, expected one String" % (where(n), types))
+            continue
+        try:
+            groups = json.loads(vals[0])
+        except ValueError as e:
+            ck.fail("groups", "%s: the input is not JSON: %s" % (where(n), e))
+            continue
+        pg_keys = {"pg_name", "pg_desc", "backend_config", "ranks", "group_size", "group_count", "rank"}
+        if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) and pg_keys <= set(g) for g in groups):
+            ck.fail("groups", "%s: %r is not a list of groups with keys %r" % (where(n), groups, sorted(pg_keys)))
+            continue
+        world = [g for g in groups if g["pg_name"] == "0"]
+        if len(world) != 1 or any(g["group_count"] != len(groups) for g in groups):
+            ck.fail("groups", "%s: no single group \"0\" or wrong group_count in %r" % (where(n), groups))
+            continue
+        if args.rank is not None and (world[0]["group_size"] != args.world or world[0]["rank"] != args.rank):
+            ck.fail("groups", "%s: group 0 is %r, expected size %d and rank %d" % (where(n), world[0], args.world, args.rank))
+    if args.rank is not None and pg_nodes and "cpu:minitensor" not in by_id[pg_nodes[-1]]["inputs"]["values"][0]:
+        ck.fail("groups", "the last process-group node does not carry the runtime's declared group")
 
     # ---- the weird name and awkward values ---------------------------------------------
     weird = [nid for nid in ops if by_id[nid].get("name") == WEIRD_NAME]

@@ -1,0 +1,46 @@
+/* Several rank traces together, for `etr summary` and `etr replay` given more than one FILE
+ * (docs/CLI.md, "Several ranks").
+ *
+ * Each trace is one rank. Its rank number comes from the `## process_group:init ##` node
+ * (the "rank" key of group "0", docs/FORMAT.md), else from the rank input of its first
+ * record_param_comms in group "0", else from its position on the command line. Collectives
+ * (ops with a collective_name attr) are matched across ranks by process group and order: the
+ * k-th collective of group G on one rank is the k-th of G on every rank that uses G.
+ *
+ * summary (recorded times): per rank the makespan (first op start to last op end), the time
+ * inside collectives; per matched collective the straggler, i.e. the rank that spent the
+ * least time in it (it arrived last, the others waited for it: a measure that needs no
+ * clock common to the ranks), and how long the others waited.
+ *
+ * replay (simulation): each rank runs its recorded compute between collectives (the gaps
+ * between its collectives, as recorded), and a collective starts when the last member rank
+ * reaches it (that rank is the straggler) and lasts alpha + bytes / beta under the network
+ * model, or without one the shortest recorded duration among the ranks (the transfer without
+ * the wait). Per rank: predicted makespan, time exposed in communication (waiting plus
+ * transfer), of which waiting.
+ *
+ * Memory: the nodes are streamed; what is kept is ~80 bytes per collective per rank.
+ */
+#ifndef ETR_TOOLS_LIB_AN_RANKS_H
+#define ETR_TOOLS_LIB_AN_RANKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct an_ranks_opts {
+  double alpha_us;  /* per-collective latency of the network model */
+  double beta_GBps; /* bandwidth in GB/s (1e9 bytes/s); > 0 turns the model on */
+  size_t limit;     /* collectives listed one by one (0 = all) */
+  bool json;        /* summary: one JSON object */
+} an_ranks_opts;
+
+/* Read the n traces, then write the multi-rank summary to out_path (NULL or "-": stdout;
+ * opened only once every input was read, so it may name one of them) / the replay report
+ * to out. ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error (unreadable input,
+ * out of memory, a write error; in replay also collectives that do not match across ranks). */
+int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
+                     const char *out_path);
+int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *out);
+
+#endif /* ETR_TOOLS_LIB_AN_RANKS_H */
