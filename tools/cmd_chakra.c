@@ -5,8 +5,9 @@
  * an op's own time before and between its children is small next to them, and a parent's
  * inclusive time would count its children twice), except that a collective (a
  * `record_param_comms` op or any op with collective attrs) is one COMM_COLL node standing for
- * its whole subtree (its children are the transport's own steps). A trace with no such op
- * but with `nccl:` / `gloo:` / `c10d::` leaves (older PyTorch) makes those the collectives.
+ * its whole subtree (its children are the transport's own steps). A record naming no
+ * collective ("wait", point-to-point) is plain work. A trace with no such op but with `nccl:` /
+ * `gloo:` / `c10d::` leaves (older PyTorch) makes those the collectives.
  * `## process_group:init ##` becomes a METADATA node that declares the groups.
  * Dependencies: ctrl deps put the simulated nodes of one thread in start order and make an
  * op that runs for another thread (fw_parent, autograd's backward) wait for what that thread
@@ -156,21 +157,27 @@ static const rd_jval *io_values(const rd_jval *io) {
   return v && v->kind == ETR_J_ARRAY ? v : NULL;
 }
 
-/* The collective's name and group as PyTorch's record_param_comms lays out its inputs:
- * [tensors, seq, (pg_name, pg_desc) or pg id, rank, "collective", ...]; the collective attrs
- * of docs/FORMAT.md win when present. */
+/* The collective's name and group from PyTorch's record_param_comms inputs: the name is the
+ * first String input ([tensors,] seq, (pg_name, pg_desc) or pg id, rank, "collective", ...;
+ * the tensor list is absent when there are none), the group the first Tuple[String,String].
+ * The collective attrs of docs/FORMAT.md win when present. */
 static void coll_info(const rd_rnode *n, const char **coll, const char **pg) {
   const rd_rattr *a = an_attr(n, "collective_name");
   *coll = a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
   a = an_attr(n, "pg_name");
   *pg = a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
   const rd_jval *v = io_values(n->inputs);
-  if (v == NULL || v->v.arr.n < 5) return;
-  if (*coll == NULL && v->v.arr.items[4].kind == ETR_J_STRING) *coll = v->v.arr.items[4].v.str.s;
-  const rd_jval *g = &v->v.arr.items[2];
-  if (*pg == NULL && g->kind == ETR_J_ARRAY && g->v.arr.n >= 1 &&
-      g->v.arr.items[0].kind == ETR_J_STRING)
-    *pg = g->v.arr.items[0].v.str.s;
+  const rd_jval *ty = n->inputs ? rd_jobj_get(n->inputs, "types") : NULL;
+  if (v == NULL || ty == NULL || ty->kind != ETR_J_ARRAY) return;
+  for (size_t i = 0; i < v->v.arr.n && i < ty->v.arr.n; i++) {
+    const rd_jval *t = &ty->v.arr.items[i], *x = &v->v.arr.items[i];
+    if (t->kind != ETR_J_STRING) continue;
+    if (*coll == NULL && strcmp(t->v.str.s, "String") == 0 && x->kind == ETR_J_STRING)
+      *coll = x->v.str.s;
+    if (*pg == NULL && strcmp(t->v.str.s, "Tuple[String,String]") == 0 && x->kind == ETR_J_ARRAY &&
+        x->v.arr.n >= 1 && x->v.arr.items[0].kind == ETR_J_STRING)
+      *pg = x->v.arr.items[0].v.str.s;
+  }
 }
 
 /* The rank in a process-group list: the "rank" of group "0" (etr writes it; docs/FORMAT.md). */
@@ -225,8 +232,9 @@ static bool add_node(cx_trace *c, const rd_rnode *n) {
              strncmp(n->name, "c10d::", 6) == 0) {
     coll = n->name;
   }
+  /* A record that names no collective the simulator knows ("wait", send/recv) is plain work. */
   x->comm_type = comm_type_of(coll);
-  if (is_rpc && x->comm_type < 0) x->comm_type = CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_REDUCE;
+  if (x->comm_type < 0) x->coll_attr = 0;
   uint64_t in_bytes = tensor_bytes(io_values(n->inputs), 0);
   x->comm_size = in_bytes;
   x->tensor_size = sat_add(in_bytes, tensor_bytes(io_values(n->outputs), 0));
