@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "mt_ranks.h"
 
@@ -1480,8 +1481,9 @@ static void usage(FILE *f) {
 }
 
 /* path with every "%r" replaced by this process's rank (etr_dist_rank: RANK from the
- * launcher), as ETR_TRACE does; into buf. */
-static const char *expand_rank(const char *path, char *buf, size_t cap) {
+ * launcher), as ETR_TRACE does; with also_pid "%p" by the pid and "%%" by "%" too (the
+ * whole ETR_TRACE expansion); into buf. */
+static const char *expand_rank(const char *path, char *buf, size_t cap, bool also_pid) {
   size_t o = 0;
   for (const char *p = path; *p; p++) {
     char num[24];
@@ -1490,6 +1492,12 @@ static const char *expand_rank(const char *path, char *buf, size_t cap) {
     if (p[0] == '%' && p[1] == 'r') {
       n = (size_t)snprintf(num, sizeof num, "%lld", (long long)etr_dist_rank());
       piece = num;
+      p++;
+    } else if (also_pid && p[0] == '%' && p[1] == 'p') {
+      n = (size_t)snprintf(num, sizeof num, "%ld", (long)getpid());
+      piece = num;
+      p++;
+    } else if (also_pid && p[0] == '%' && p[1] == '%') {
       p++;
     }
     if (o + n + 1 > cap) fatal("--out path too long: %s", path);
@@ -1501,14 +1509,21 @@ static const char *expand_rank(const char *path, char *buf, size_t cap) {
 }
 
 /* The launcher of --ranks N: the ranks are this program again, without --ranks. A trace
- * that ETR_TRACE opened in the launcher itself is dropped: the ranks record, the launcher
- * does not (its file would carry rank 0's name). */
-static int launch(int n, int argc, char **argv) {
+ * that ETR_TRACE opened in the launcher itself is dropped, file included: the ranks record,
+ * the launcher does not (its file would carry rank 0's name, or a pid of no rank). */
+static int launch(int n, int argc, char **argv, const char *out) {
+  const char *env_path = getenv("ETR_TRACE");
   etr_trace *env = etr_trace_current();
   if (env != NULL) {
     check_etr(etr_trace_disable(env), "etr_trace_disable");
     check_etr(etr_trace_close(env), "etr_trace_close");
+    char path[4096];
+    if (env_path && strlen(env_path) < 1024) unlink(expand_rank(env_path, path, sizeof path, true));
   }
+  if (n > 1 && env_path && *env_path && !strstr(env_path, "%r") && !strstr(env_path, "%p"))
+    fatal("ETR_TRACE=%s would be one file for every rank: put %%r (the rank) in it", env_path);
+  if (n > 1 && out && !strstr(out, "%r"))
+    fatal("--out %s would be one file for every rank: put %%r (the rank) in it", out);
   char **child = xcalloc((size_t)argc + 1, sizeof *child);
   int k = 0;
   for (int i = 0; i < argc; i++) {
@@ -1620,10 +1635,10 @@ int main(int argc, char **argv) {
   if (launch_ranks > 0) {
     if (is_rank) fatal("%s", "--ranks given to a rank (the launcher does not pass it on)");
     if (threads_set) fatal("%s", "--ranks and --threads exclude each other");
-    return launch(launch_ranks, argc, argv);
+    return launch(launch_ranks, argc, argv, out);
   }
   char out_path[4096];
-  if (out != NULL) out = expand_rank(out, out_path, sizeof out_path);
+  if (out != NULL) out = expand_rank(out, out_path, sizeof out_path, false);
   if (is_rank) {
     n_threads = 1; /* this process is one rank of the mesh */
     etr_process_group world = ETR_PROCESS_GROUP_INIT;

@@ -629,6 +629,7 @@ int cmd_summary(int argc, char **argv) {
         break;
       case 'a':
         if (!cli_parse_double(CMD, "--alpha-us", optarg, &ro.alpha_us)) return ETR_CLI_USAGE;
+        if (ro.alpha_us < 0) return cli_usage(CMD, "--alpha-us must be >= 0");
         alpha_set = true;
         break;
       case 'b':

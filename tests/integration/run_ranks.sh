@@ -28,6 +28,17 @@ python3 "$check_ranks" "$out/rank-0.json" "$out/rank-1.json" || fail "check_rank
   { cat "$out/run-out.log"; fail "the example failed as 2 ranks with --out"; }
 python3 "$check_ranks" "$out/out-rank-0.json" "$out/out-rank-1.json" || fail "check_ranks (--out)"
 
+# With %p the launcher's own trace is removed (2 files, the ranks'); a path naming no rank
+# is refused rather than written by every rank at once.
+rm -f "$out"/pid-*.json "$out"/same.json
+ETR_TRACE="$out/pid-%p.json" "$example" --ranks 2 --iters 1 > /dev/null 2>&1 || fail "ETR_TRACE with %p"
+set -- "$out"/pid-*.json
+[ "$#" -eq 2 ] || fail "ETR_TRACE with %p made $# files, not 2: $*"
+if ETR_TRACE="$out/same.json" "$example" --ranks 2 --iters 1 > /dev/null 2>&1; then
+  fail "ETR_TRACE naming one file for 2 ranks was accepted"
+fi
+[ ! -e "$out/same.json" ] || fail "the refused launcher left $out/same.json"
+
 # etr summary: options after the files, -o, JSON.
 "$etr" summary "$out/rank-1.json" "$out/rank-0.json" --json -o "$out/summary.json" --alpha-us 5 \
   --beta-gbps 10 || fail "etr summary of 2 ranks"
