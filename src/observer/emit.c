@@ -464,8 +464,22 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
       etr__jw_end(w, o);
     }
   }
+  /* A triton kernel as PyTorch writes it: the kernel file's base name (the generated file
+   * lives in a per-user cache directory; consumers look it up by name), then `tensor_range`
+   * (PyTorch's ranges of the kernel's tensor arguments; etr has none to give: ""). */
+  bool triton = ev->kback_len == 6 && memcmp(kback, "triton", 6) == 0;
+  size_t kfile_len = ev->kfile_len;
+  if (triton) {
+    const char *slash = memrchr(kfile, '/', kfile_len);
+    if (slash) {
+      kfile_len -= (size_t)(slash + 1 - kfile);
+      kfile = slash + 1;
+    }
+  }
   base_attrs(w, ev->rf_id, ev->fw_parent, ev->seq, ev->scope, ev->tid, ev->fw_tid, schema,
-             ev->schema_len, kback, ev->kback_len, kfile, ev->kfile_len);
+             ev->schema_len, kback, ev->kback_len, kfile, kfile_len);
+  if (triton)
+    ETR__JW_LIT(w, ",{\"name\": \"tensor_range\", \"type\": \"string\", \"value\": \"\"}");
   if (ev->flags & ETR__EVF_COLLECTIVE) collective_attrs(w, coll);
   if (ev->flags & ETR__EVF_KERNEL) {
     if (ev->kgrid[0] || ev->kgrid[1] || ev->kgrid[2]) {

@@ -71,6 +71,7 @@ COLLECTIVE_ATTRS = [
 OTHER_ATTRS = {
     "kernel_grid": "string",
     "kernel_stream": "uint64",
+    "tensor_range": "string",
     "etr_incomplete": "uint64",
     "traceback": "uint64",
     "traceback": "uint64",
@@ -797,6 +798,8 @@ def main(argv):
             ck.fail("kernels", "%s: kernel_backend %r, expected 'triton'" % (where(n), a.get("kernel_backend")))
         if not (isinstance(a.get("kernel_file"), str) and "/" not in a["kernel_file"] and a["kernel_file"].endswith(".py")):
             ck.fail("kernels", "%s: kernel_file %r is not the kernel's .py basename" % (where(n), a.get("kernel_file")))
+        if a.get("tensor_range") != "":
+            ck.fail("kernels", "%s: tensor_range %r, expected '' (as PyTorch writes a triton launch)" % (where(n), a.get("tensor_range")))
         if a.get("kernel_grid") != grid:
             ck.fail("kernels", "%s: kernel_grid %r, expected %r" % (where(n), a.get("kernel_grid"), grid))
         if not is_int(a.get("kernel_stream")) or not 7 <= a["kernel_stream"] < 7 + group_size:

@@ -659,8 +659,9 @@ static void test_kernel_attrs(void **state) {
   const char *tail = strstr(s, "op_schema:string:\"\";");
   assert_non_null(tail);
   assert_string_equal(tail + strlen("op_schema:string:\"\";"),
-                      "kernel_backend:string:\"triton\";kernel_file:string:\"/tmp/kernels/k1.py\";"
-                      "kernel_grid:string:\"[128, 2, 1]\";kernel_stream:uint64:7");
+                      "kernel_backend:string:\"triton\";kernel_file:string:\"k1.py\";"
+                      "tensor_range:string:\"\";kernel_grid:string:\"[128, 2, 1]\";"
+                      "kernel_stream:uint64:7");
   check_attrs_shape(&t, tu_node_index(&t, n));
   n = tu_node(&t, "cuda_kernel");
   assert_string_equal(tu_attr_str(n, "kernel_backend"), "cuda");
