@@ -59,9 +59,10 @@ typedef struct etr_trace_options {
 
 typedef struct etr_trace etr_trace;
 
-/* Create the trace file at path and return a disabled trace. ETR_EBUSY if a trace is open
- * already, ETR_EOPEN if the file cannot be created (errno then says why), ETR_ETHREAD if
- * the writer cannot start.
+/* Create the trace file at path and return a disabled trace. A path ending in ".gz" is
+ * written as gzip (one gzip member per flush: a cut file decompresses up to its last flush;
+ * docs/FORMAT.md). ETR_EBUSY if a trace is open already, ETR_EOPEN if the file cannot be
+ * created (errno then says why), ETR_ETHREAD if the writer cannot start.
  * opt may be NULL (defaults). Any thread; allocates. */
 ETR_API int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
 

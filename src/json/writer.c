@@ -9,7 +9,92 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #define JW_MIN_CAP (64u * 1024u)
+
+/* Plain output: write len bytes of p, retrying short writes; false (err set) on failure. */
+static bool write_all(etr__jw *w, const void *p, size_t len) {
+  const char *b = p;
+  size_t off = 0;
+  while (off < len && w->err == 0) {
+    ssize_t n = write(w->fd, b + off, len - off);
+    if (n > 0) {
+      off += (size_t)n;
+      w->written += (uint64_t)n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      w->err = n < 0 ? errno : EIO;
+    }
+  }
+  return w->err == 0;
+}
+
+int etr__jw_set_gzip(etr__jw *w, int level) {
+  if (w->gz) return 0;
+  z_stream *zs = calloc(1, sizeof *zs);
+  unsigned char *zbuf = malloc(JW_MIN_CAP);
+  /* windowBits 15 + 16: a gzip wrapper; memLevel 8 (zlib's default). */
+  if (!zs || !zbuf || deflateInit2(zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    free(zs);
+    free(zbuf);
+    return -ENOMEM;
+  }
+  w->gz = zs;
+  w->zbuf = zbuf;
+  w->zcap = JW_MIN_CAP;
+  return 0;
+}
+
+/* The buffer as one gzip member. */
+static void flush_gzip(etr__jw *w) {
+  z_stream *zs = w->gz;
+  zs->next_in = (Bytef *)w->buf;
+  zs->avail_in = (uInt)w->len; /* the buffer never reaches 4 GiB between flushes */
+  int zr;
+  do {
+    zs->next_out = w->zbuf;
+    zs->avail_out = (uInt)w->zcap;
+    zr = deflate(zs, Z_FINISH);
+    size_t produced = w->zcap - zs->avail_out;
+    if (zr != Z_OK && zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && produced)) {
+      w->err = EIO;
+      break;
+    }
+    if (!write_all(w, w->zbuf, produced)) break;
+  } while (zr != Z_STREAM_END);
+  deflateReset(zs); /* the next flush starts a new member */
+}
+
+size_t etr__gz_stored_member(unsigned char *out, size_t cap, const char *in, size_t n) {
+  size_t blocks = n ? (n + 65534) / 65535 : 1; /* stored blocks hold 65535 bytes each */
+  if (cap < 18 || n > cap - 18 || blocks * 5 > cap - 18 - n) return 0;
+  static const unsigned char hdr[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  size_t o = 0;
+  for (size_t i = 0; i < sizeof hdr; i++) out[o++] = hdr[i];
+  uint32_t crc = 0xffffffffu;
+  size_t done = 0;
+  do {
+    size_t len = n - done > 65535 ? 65535 : n - done;
+    out[o++] = done + len == n ? 1 : 0; /* BFINAL on the last block, BTYPE 00 (stored) */
+    out[o++] = (unsigned char)(len & 0xff);
+    out[o++] = (unsigned char)(len >> 8);
+    out[o++] = (unsigned char)(~len & 0xff);
+    out[o++] = (unsigned char)((~len >> 8) & 0xff);
+    for (size_t i = 0; i < len; i++) {
+      unsigned char c = (unsigned char)in[done + i];
+      out[o++] = c;
+      crc ^= c;
+      for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    done += len;
+  } while (done < n);
+  crc ^= 0xffffffffu;
+  for (int k = 0; k < 4; k++) out[o++] = (unsigned char)(crc >> (8 * k));
+  for (int k = 0; k < 4; k++) out[o++] = (unsigned char)((uint32_t)n >> (8 * k));
+  return o;
+}
 
 int etr__jw_init(etr__jw *w, int fd, size_t cap) {
   memset(w, 0, sizeof *w);
@@ -22,6 +107,13 @@ int etr__jw_init(etr__jw *w, int fd, size_t cap) {
 }
 
 void etr__jw_free(etr__jw *w) {
+  if (w->gz) {
+    deflateEnd(w->gz);
+    free(w->gz);
+    free(w->zbuf);
+    w->gz = NULL;
+    w->zbuf = NULL;
+  }
   free(w->buf);
   w->buf = NULL;
   w->len = w->cap = 0;
@@ -29,17 +121,11 @@ void etr__jw_free(etr__jw *w) {
 
 int etr__jw_flush(etr__jw *w) {
   if (w->fd < 0) return w->err;
-  size_t off = 0;
-  while (off < w->len && w->err == 0) {
-    ssize_t n = write(w->fd, w->buf + off, w->len - off);
-    if (n > 0) {
-      off += (size_t)n;
-      w->written += (uint64_t)n;
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      w->err = n < 0 ? errno : EIO;
-    }
+  if (w->len && w->err == 0) {
+    if (w->gz)
+      flush_gzip(w);
+    else
+      write_all(w, w->buf, w->len);
   }
   w->len = 0; /* after an error the rest is discarded: the caller counts what was lost */
   return w->err;

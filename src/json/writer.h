@@ -9,6 +9,12 @@
  * After a write error the buffer keeps accepting output and discards it, so callers need no
  * error checks per call; the first errno is kept in `err`.
  * With fd < 0 the buffer only grows (for tests and in-memory use).
+ *
+ * Gzip (etr__jw_set_gzip): each flush writes what is buffered as one complete gzip member
+ * (RFC 1952 allows any number of members; gunzip, zlib and Python's gzip read them as one
+ * stream). So the file is always a sequence of whole members: a file cut after a flush
+ * decompresses up to that flush, and a footer written by one flush can be cut off again at
+ * a member boundary. `written` counts the bytes that reached the file (compressed).
  */
 #ifndef ETR_JSON_WRITER_H
 #define ETR_JSON_WRITER_H
@@ -24,9 +30,12 @@ typedef struct etr__jw {
   char *buf;
   size_t len;
   size_t cap;
-  uint64_t written;  /* bytes handed to the file */
-  uint64_t replaced; /* invalid UTF-8 sequences replaced */
-  uint64_t fixed;    /* values the trace writer had to make valid (its own count) */
+  uint64_t written;    /* bytes handed to the file */
+  uint64_t replaced;   /* invalid UTF-8 sequences replaced */
+  uint64_t fixed;      /* values the trace writer had to make valid (its own count) */
+  void *gz;            /* z_stream of the gzip output, NULL for plain output */
+  unsigned char *zbuf; /* compressed bytes on their way to the file */
+  size_t zcap;
 } etr__jw;
 
 /* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */
@@ -35,6 +44,14 @@ void etr__jw_free(etr__jw *w);
 
 /* Write out everything buffered; returns 0 or the errno of the failure. */
 int etr__jw_flush(etr__jw *w);
+
+/* From now on each flush writes one gzip member (level 1..9). 0, or -ENOMEM. */
+int etr__jw_set_gzip(etr__jw *w, int level);
+
+/* A gzip member holding in[0..n) uncompressed (stored blocks), into out (cap bytes): its
+ * length, or 0 when it does not fit (n + 18 bytes, plus 5 per started 65535 bytes).
+ * Async-signal-safe: no allocation, no lock (a fatal-signal handler writes its footer with it). */
+size_t etr__gz_stored_member(unsigned char *out, size_t cap, const char *in, size_t n);
 
 /* Make room for n more bytes by growing the buffer. False when memory is exhausted. */
 bool etr__jw_reserve_slow(etr__jw *w, size_t n);

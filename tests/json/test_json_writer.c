@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "json/writer.h"
 
 /* Writes s as a JSON string into memory and returns the parsed-back value (caller frees). */
@@ -188,6 +190,128 @@ static void test_fd_output_and_write_error(void **state) {
   etr__jw_free(&w);
 }
 
+/* Inflates every gzip member of buf[0..n) (zlib: one member per inflate stream); the
+ * members' count in *members. NULL when a member is cut or corrupt. */
+static char *gunzip_members(const unsigned char *buf, size_t n, size_t *out_len, int *members) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  assert_int_equal(inflateInit2(&zs, 15 + 16), Z_OK);
+  size_t cap = 1 << 20, len = 0;
+  char *out = malloc(cap);
+  zs.next_in = (Bytef *)buf;
+  zs.avail_in = (uInt)n;
+  *members = 0;
+  while (zs.avail_in > 0) {
+    if (cap - len < 65536) out = realloc(out, cap *= 2);
+    zs.next_out = (Bytef *)out + len;
+    zs.avail_out = (uInt)(cap - len);
+    int zr = inflate(&zs, Z_NO_FLUSH);
+    len = cap - zs.avail_out;
+    if (zr == Z_STREAM_END) {
+      (*members)++;
+      inflateReset(&zs);
+    } else if (zr != Z_OK) {
+      free(out);
+      inflateEnd(&zs);
+      return NULL;
+    }
+  }
+  bool whole = zs.total_in == 0; /* no member left half read */
+  inflateEnd(&zs);
+  if (!whole) {
+    free(out);
+    return NULL;
+  }
+  *out_len = len;
+  return out;
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  unsigned char *b = malloc(1 << 24);
+  *n = fread(b, 1, 1 << 24, f);
+  fclose(f);
+  return b;
+}
+
+/* Gzip output: one member per flush, each complete, so the file decompresses after every
+ * flush and a cut at a member boundary loses only what came after it. */
+static void test_gzip_members(void **state) {
+  (void)state;
+  char path[] = "/tmp/etr-jw-gz-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  etr__jw w;
+  assert_int_equal(etr__jw_init(&w, fd, 0), 0);
+  assert_int_equal(etr__jw_set_gzip(&w, 1), 0);
+  ETR__JW_LIT(&w, "[\"first\"");
+  assert_int_equal(etr__jw_flush(&w), 0);
+  uint64_t after_first = w.written;
+  /* A large flush (several deflate output rounds) then a small one. */
+  for (int i = 0; i < 100000; i++) ETR__JW_LIT(&w, ",\"0123456789abcdef\"");
+  assert_int_equal(etr__jw_flush(&w), 0);
+  ETR__JW_LIT(&w, "]");
+  assert_int_equal(etr__jw_flush(&w), 0);
+  assert_int_equal(etr__jw_flush(&w), 0); /* nothing buffered: no empty member */
+  assert_int_equal(lseek(fd, 0, SEEK_END), (off_t)w.written);
+  close(fd);
+  etr__jw_free(&w);
+
+  size_t n, len;
+  int members;
+  unsigned char *b = read_all(path, &n);
+  assert_true(n < 1000000 / 4); /* compressed */
+  char *text = gunzip_members(b, n, &len, &members);
+  assert_non_null(text);
+  assert_int_equal(members, 3);
+  assert_int_equal(len, 8 + 100000 * 19 + 1);
+  json_error_t err;
+  json_t *root = json_loadb(text, len, 0, &err);
+  if (!root) fail_msg("invalid JSON: %s", err.text);
+  assert_int_equal(json_array_size(root), 100001);
+  json_decref(root);
+  free(text);
+  /* Cut after the first member: that member alone decompresses. */
+  text = gunzip_members(b, (size_t)after_first, &len, &members);
+  assert_non_null(text);
+  assert_int_equal(members, 1);
+  assert_int_equal(len, 8);
+  assert_memory_equal(text, "[\"first\"", 8);
+  free(text);
+  free(b);
+  unlink(path);
+}
+
+/* The member a fatal-signal handler writes: stored blocks and a CRC computed by hand, which
+ * zlib must accept (it checks the CRC and the length); large inputs take several blocks. */
+static void test_gzip_stored_member(void **state) {
+  (void)state;
+  static const size_t sizes[] = {0, 1, 300, 65535, 65536, 200000};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t n = sizes[k];
+    char *in = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) in[i] = (char)("{}[],:\"abc 019\n"[i % 16] ^ (i / 65536));
+    size_t cap = n + 18 + 5 * (n ? (n + 65534) / 65535 : 1);
+    unsigned char *out = malloc(cap);
+    assert_int_equal(etr__gz_stored_member(out, cap - 1, in, n), 0); /* one byte short */
+    size_t m = etr__gz_stored_member(out, cap, in, n);
+    assert_int_equal(m, cap);
+    size_t len;
+    int members;
+    char *text = gunzip_members(out, m, &len, &members);
+    assert_non_null(text);
+    assert_int_equal(members, 1);
+    assert_int_equal(len, n);
+    if (n) assert_memory_equal(text, in, n);
+    out[m - 5] ^= 1; /* a wrong CRC is refused */
+    assert_null(gunzip_members(out, m, &len, &members));
+    free(text);
+    free(out);
+    free(in);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ascii_and_escapes),
@@ -198,6 +322,8 @@ int main(void) {
       cmocka_unit_test(test_integers),
       cmocka_unit_test(test_doubles),
       cmocka_unit_test(test_fd_output_and_write_error),
+      cmocka_unit_test(test_gzip_members),
+      cmocka_unit_test(test_gzip_stored_member),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
