@@ -48,7 +48,9 @@ typedef struct etr_trace_options {
   uint32_t flush_kb;  /* 0 = 512 KiB */
   bool sync;          /* fdatasync(2) after each timed flush (power loss) */
   bool fatal_signals; /* finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and
-                         SIGINT, then chain to the previous handler (ETR_TRACE: on) */
+                         SIGINT, then hand the signal on: to the host's handler (installed
+                         with that handler's own flags and mask) or the default action.
+                         Off by default (ETR_TRACE_SIGNALS=1). docs/RELIABILITY.md */
 } etr_trace_options;
 #define ETR_FLUSH_NEVER UINT32_MAX
 #define ETR_TRACE_OPTIONS_INIT                                                                    \

@@ -7,6 +7,13 @@
  * sigaction, raise. The formatting is done by the writer thread, which is not the thread
  * that received the signal; if the writer does not answer in time, the handler writes a
  * minimal footer itself (trace.c: seal_direct).
+ *
+ * Signals belong to the host (docs/RELIABILITY.md): this is opt-in, and where the host has a
+ * handler of its own, ours takes that handler's flags and mask, so the host's blocking
+ * calls are interrupted (or restarted) exactly as before: CPython's SIGINT handler has no
+ * SA_RESTART, and Ctrl-C must still interrupt a read(2). The host's handler is called from
+ * ours; if it leaves by siglongjmp we never learn whether it returned, so the writer's hold
+ * on the finalized file expires by itself (trace.c: FATAL_HOLD_MS) and holds no lock.
  */
 #include <errno.h>
 #include <signal.h>
@@ -81,8 +88,16 @@ int etr__fatal_install(struct etr_trace *tr) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fatal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-    sigfillset(&sa.sa_mask); /* no other signal handler runs in the middle of ours */
+    bool host = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL;
+    if (host) {
+      /* The host's flags and mask, as if its handler were still the one installed. */
+      sa.sa_flags = cur.sa_flags | SA_SIGINFO;
+      sa.sa_mask = cur.sa_mask;
+    } else {
+      /* The default action ends the process: nothing of the host's to keep. */
+      sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+      sigfillset(&sa.sa_mask); /* no other signal handler runs in the middle of ours */
+    }
     if (sigaction(k_signals[i], &sa, &g_previous[i]) != 0) {
       rc = -1;
       continue;

@@ -40,6 +40,10 @@ static inline int64_t now_ns(void) {
 
 static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+/* How long the file stays as finalized while a host's signal handler runs (one that _exits
+ * soon leaves it finalized; one that leaves by siglongjmp cannot stall the writer longer). */
+#define FATAL_HOLD_MS 2000
+
 /* ---- chunks (recording side) ---- */
 
 static etr__chunk *chunk_alloc(uint32_t cap, bool oversized) {
@@ -704,9 +708,11 @@ static void *writer_main(void *arg) {
       continue;
     }
     put_back_locked(tr, &spare);
-    if (atomic_load(&tr->fatal_hold) && !tr->stop) {
+    if (atomic_load(&tr->fatal_hold) && !tr->stop &&
+        now_ns() - atomic_load(&tr->fatal_hold_ns) < (int64_t)FATAL_HOLD_MS * 1000000) {
       /* The file was finalized at a fatal signal whose outcome is not known yet: leave
-       * it whole (recorders wait once the queue is full). */
+       * it whole (recorders wait once the queue is full). A host handler that left by
+       * siglongjmp never ends the hold: it expires, and recording goes on. */
       pthread_mutex_unlock(&tr->q_mutex);
       struct timespec ms = {0, 5000000};
       nanosleep(&ms, NULL);
@@ -850,6 +856,7 @@ void etr__trace_fatal_end(etr_trace *tr, bool survived) {
 
 void etr__trace_fatal(etr_trace *tr, int sig) {
   if (tr->closed || tr->pid != getpid()) return;
+  atomic_store(&tr->fatal_hold_ns, now_ns());
   atomic_fetch_add(&tr->fatal_hold, 1);
   atomic_store(&tr->fatal_sig, sig);
   uint32_t req = atomic_fetch_add(&tr->fatal_req, 1) + 1;

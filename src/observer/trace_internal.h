@@ -195,7 +195,8 @@ struct etr_trace {
 
   /* Fatal signals (fatal.c): a handler asks the writer to finalize the file and waits. */
   _Atomic uint32_t fatal_req, fatal_ack;
-  _Atomic uint32_t fatal_hold; /* handlers between their request and the host's return */
+  _Atomic uint32_t fatal_hold;   /* handlers between their request and the host's return */
+  _Atomic int64_t fatal_hold_ns; /* when the latest hold began (it expires: trace.c) */
   _Atomic int fatal_sig;
   _Atomic int io_state;
   _Atomic pid_t writer_tid;

@@ -4,6 +4,8 @@
  *   trace_helper env                 records ops without calling any trace API (for
  *                                    ETR_TRACE activation) and returns from main
  *   trace_helper env-current         same, and exits 3 when etr_trace_current() is NULL
+ *   trace_helper sigquery            records like env, then exits 0 when SIGINT still has
+ *                                    its default action, 5 when a handler is installed
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
  *   trace_helper exit-open PATH      same, with two ops still open at exit()
  *   trace_helper exit-busy PATH      same, while another thread records in a loop
@@ -230,6 +232,13 @@ int main(int argc, char **argv) {
     record_some("env");
     if (strcmp(mode, "env-current") == 0 && etr_trace_current() == NULL) return 3;
     return 0;
+  }
+  if (strcmp(mode, "sigquery") == 0) {
+    record_some("env");
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) != 0) return 2;
+    bool dfl = !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL;
+    return dfl ? 0 : 5;
   }
   if (strcmp(mode, "signal") == 0 && argc == 5) return signal_main(argv[2], argv[3], argv[4]);
   if (strcmp(mode, "kill") == 0 && argc == 4) return kill_main(argv[2], atoi(argv[3]));
