@@ -20,9 +20,12 @@
  * Problems are reported through the log hook (ETR_LOG=1 shows them) and never stop the
  * process. At exit (or library unload) any trace still open is finalized.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "etr/dist.h"
@@ -56,6 +59,37 @@ static bool expand_path(const char *in, char *out, size_t cap) {
   }
   out[o] = '\0';
   return true;
+}
+
+/* A process that a traced process starts (fork+exec, posix_spawn, system()) inherits
+ * ETR_TRACE. Without %p in it, it would truncate the file its parent is still writing. So
+ * the process that opens the file exports ETR_TRACE_WRITER=pid:dev:ino, and a process that
+ * finds the file it is about to open is that one, written by another process still alive,
+ * writes its own file instead: path with ".<pid>" before ".json" (docs/API.md). A file the
+ * writer closed and removed (a launcher that records nothing itself) is no conflict. */
+#define WRITER_VAR "ETR_TRACE_WRITER"
+
+static bool written_by_other_process(const char *path) {
+  const char *v = getenv(WRITER_VAR);
+  long pid;
+  unsigned long long dev, ino;
+  if (!v || sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) != 3 || pid == (long)getpid())
+    return false;
+  struct stat st;
+  if (stat(path, &st) != 0 || (unsigned long long)st.st_dev != dev ||
+      (unsigned long long)st.st_ino != ino)
+    return false;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* path with ".<pid>" before its ".json" / ".json.gz" ending (else at its end). */
+static bool own_path(const char *path, char *out, size_t cap) {
+  size_t n = strlen(path);
+  const char *ext = strstr(path, ".json");
+  size_t base =
+      ext && (strcmp(ext, ".json") == 0 || strcmp(ext, ".json.gz") == 0) ? (size_t)(ext - path) : n;
+  int w = snprintf(out, cap, "%.*s.%ld%s", (int)base, path, (long)getpid(), path + base);
+  return w > 0 && (size_t)w < cap;
 }
 
 static bool env_flag_off(const char *v) {
@@ -102,6 +136,16 @@ __attribute__((constructor)) static void etr_env_start(void) {
     etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
     return;
   }
+  if (written_by_other_process(full)) {
+    char mine[4096];
+    if (!own_path(full, mine, sizeof mine)) {
+      etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
+      return;
+    }
+    etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is being written by process %s; this process writes %s",
+             full, getenv(WRITER_VAR), mine);
+    memcpy(full, mine, strlen(mine) + 1);
+  }
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   const char *v = getenv("ETR_TRACE_SCHEMA");
   if (v && *v) {
@@ -145,6 +189,16 @@ __attribute__((constructor)) static void etr_env_start(void) {
   if (rc != 0) {
     etr__log(ETR_LOG_ERROR, "ETR_TRACE=%s: %s", full, etr_strerror(rc));
     return;
+  }
+  struct stat st;
+  char mark[96];
+  if (stat(full, &st) == 0) {
+    snprintf(mark, sizeof mark, "%ld:%llu:%llu", (long)getpid(), (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    /* In the library's constructor: at process start, or inside the dlopen that loads it
+     * (setenv is not thread-safe; a host reading environ on another thread at that moment
+     * is the one risk, taken for a child's file never clobbering this one). */
+    setenv(WRITER_VAR, mark, 1);
   }
   rc = etr_trace_enable(tr);
   if (rc != 0) etr__log(ETR_LOG_ERROR, "ETR_TRACE: enable failed: %s", etr_strerror(rc));

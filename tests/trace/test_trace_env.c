@@ -149,6 +149,50 @@ static void test_env_bad_path(void **state) {
   tu_rmdir(dir);
 }
 
+/* ETR_TRACE without %p, and the traced process execs a child linked with libetr: the child
+ * writes its own file (t.<pid>.json) and the parent's file stays whole and its own. */
+static void test_env_exec_child_own_file(void **state) {
+  (void)state;
+  char dir[256], var[600];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *env[] = {var, NULL};
+  const char *args[] = {"exec", NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper exec: status 0x%x", status);
+  assert_int_equal(tu_dir_entries(dir), 2); /* t.json and the child's t.<pid>.json */
+  tu_trace parent;
+  char path[700];
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_load_path(&parent, path);
+  assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
+  assert_int_equal(tu_count(&parent, "exec_parent_outer"), 5);
+  assert_int_equal(tu_count(&parent, "exec_after_outer"), 5);
+  assert_int_equal(tu_count(&parent, "env_outer"), 0);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  char child[700] = "";
+  while ((e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, "t.", 2) == 0 && strcmp(e->d_name, "t.json") != 0)
+      snprintf(child, sizeof child, "%s/%s", dir, e->d_name);
+  closedir(d);
+  assert_true(child[0] != '\0');
+  tu_trace kid;
+  tu_load_path(&kid, child);
+  json_int_t kid_pid = json_integer_value(json_object_get(kid.root, "pid"));
+  char want[700];
+  snprintf(want, sizeof want, "%s/t.%lld.json", dir, (long long)kid_pid);
+  assert_string_equal(child, want);
+  assert_int_equal(tu_count(&kid, "env_outer"), 5);
+  assert_int_equal(tu_count(&kid, "exec_parent_outer"), 0);
+  tu_free(&kid);
+  tu_free(&parent);
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_env_schema_1_1_0),
@@ -157,6 +201,7 @@ int main(void) {
       TU_TEST(test_env_current),
       TU_TEST(test_env_traceback),
       TU_TEST(test_env_bad_path),
+      TU_TEST(test_env_exec_child_own_file),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
 }

@@ -4,6 +4,9 @@
  *   trace_helper env                 records ops without calling any trace API (for
  *                                    ETR_TRACE activation) and returns from main
  *   trace_helper env-current         same, and exits 3 when etr_trace_current() is NULL
+ *   trace_helper exec                records "exec_parent" ops, runs itself as a child
+ *                                    (fork + exec, mode env: ETR_TRACE is inherited), waits,
+ *                                    records "exec_after" ops and returns
  *   trace_helper sigquery            records like env, then exits 0 when SIGINT still has
  *                                    its default action, 5 when a handler is installed
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
@@ -29,6 +32,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -231,6 +235,20 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "env") == 0 || strcmp(mode, "env-current") == 0) {
     record_some("env");
     if (strcmp(mode, "env-current") == 0 && etr_trace_current() == NULL) return 3;
+    return 0;
+  }
+  if (strcmp(mode, "exec") == 0) {
+    record_some("exec_parent");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      execl("/proc/self/exe", argv[0], "env", (char *)NULL);
+      _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
+    record_some("exec_after");
     return 0;
   }
   if (strcmp(mode, "sigquery") == 0) {
