@@ -51,12 +51,16 @@ typedef struct etr_trace_options {
                          SIGINT, then hand the signal on: to the host's handler (installed
                          with that handler's own flags and mask) or the default action.
                          Off by default (ETR_TRACE_SIGNALS=1). docs/RELIABILITY.md */
+  uint32_t stall_ms;  /* output to a pipe, FIFO or socket that takes no bytes for this long
+                         (a reader that stopped reading): the writer gives up, recording
+                         stops and what is lost is counted (write_error ETIMEDOUT,
+                         nodes_dropped). 0 = 10000 ms; ETR_FLUSH_NEVER = wait forever */
 } etr_trace_options;
 #define ETR_FLUSH_NEVER UINT32_MAX
 #define ETR_TRACE_OPTIONS_INIT                                                                    \
   {                                                                                               \
     sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, ETR_TRACEBACK_OPTIONS_INIT, \
-        0, 0, false, false                                                                        \
+        0, 0, false, false, 0                                                                     \
   }
 
 typedef struct etr_trace etr_trace;

@@ -7,23 +7,46 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <zlib.h>
 
 #define JW_MIN_CAP (64u * 1024u)
 
-/* Plain output: write len bytes of p, retrying short writes; false (err set) on failure. */
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Write len bytes of p, retrying short writes; false (err set) on failure. A pipe or socket
+ * is non-blocking (trace.c): when it is full, wait for room, but give up (ETIMEDOUT) once it
+ * has taken nothing for stall_ms: a reader that stopped reading must not block the writer,
+ * and through it every recording thread, forever. */
 static bool write_all(etr__jw *w, const void *p, size_t len) {
   const char *b = p;
   size_t off = 0;
+  int64_t since = -1; /* when the fd last stopped taking bytes */
   while (off < len && w->err == 0) {
     ssize_t n = write(w->fd, b + off, len - off);
     if (n > 0) {
       off += (size_t)n;
       w->written += (uint64_t)n;
+      since = -1;
     } else if (n < 0 && errno == EINTR) {
       continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int64_t now = mono_ms();
+      if (since < 0) since = now;
+      int left = w->stall_ms < 0 ? -1 : (int)(w->stall_ms - (now - since));
+      if (w->stall_ms >= 0 && left <= 0) {
+        w->err = ETIMEDOUT;
+        break;
+      }
+      struct pollfd pfd = {w->fd, POLLOUT, 0};
+      if (poll(&pfd, 1, left > 100 || left < 0 ? 100 : left) < 0 && errno != EINTR) w->err = errno;
     } else {
       w->err = n < 0 ? errno : EIO;
     }
@@ -103,6 +126,7 @@ int etr__jw_init(etr__jw *w, int fd, size_t cap) {
   if (!w->buf) return -ENOMEM;
   w->cap = cap;
   w->fd = fd;
+  w->stall_ms = -1;
   return 0;
 }
 

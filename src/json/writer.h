@@ -33,6 +33,8 @@ typedef struct etr__jw {
   uint64_t written;    /* bytes handed to the file */
   uint64_t replaced;   /* invalid UTF-8 sequences replaced */
   uint64_t fixed;      /* values the trace writer had to make valid (its own count) */
+  int stall_ms;        /* a non-blocking fd that takes no bytes this long: err ETIMEDOUT (< 0: wait
+                          forever) */
   void *gz;            /* z_stream of the gzip output, NULL for plain output */
   unsigned char *zbuf; /* compressed bytes on their way to the file */
   size_t zcap;

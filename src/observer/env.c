@@ -14,6 +14,8 @@
  *   ETR_TRACE_FLUSH_MS=n    a completed node is in the file within n ms (default 1000)
  *   ETR_TRACE_FLUSH_KB=n    the writer writes whenever n KiB are buffered (default 512)
  *   ETR_TRACE_SYNC=1        fdatasync after each timed flush (survives power loss)
+ *   ETR_TRACE_STALL_MS=n    a pipe/FIFO/socket output that takes nothing for n ms is given up
+ *                           (default 10000; recording stops, losses counted)
  *   ETR_TRACE_SIGNALS=1     finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,
  *                           then hand the signal on (off by default: signals are the host's;
  *                           docs/RELIABILITY.md)
@@ -178,6 +180,7 @@ __attribute__((constructor)) static void etr_env_start(void) {
   opt.flush_ms = env_count("ETR_TRACE_FLUSH_MS", 86400000ul);
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
   opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
+  opt.stall_ms = env_count("ETR_TRACE_STALL_MS", 86400000ul);
   /* Opt-in: a host's signal handling must not change because a library it links traces. */
   opt.fatal_signals = env_flag_on(getenv("ETR_TRACE_SIGNALS"));
   /* Every trace describes its process groups (the default one at least), as PyTorch's does:

@@ -1030,12 +1030,24 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     rc = ETR_ENOMEM;
   if (rc == 0 && o.traceback.enabled) rc = tb_configure(tr, &o.traceback);
   if (rc == 0) {
-    tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* O_NONBLOCK: opening a FIFO with no reader must not block the host (ENXIO instead). */
+    tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
     if (tr->fd < 0) {
       open_errno = errno;
-      etr__log(ETR_LOG_ERROR, "cannot open trace file %s: %s", path, strerror(errno));
+      etr__log(ETR_LOG_ERROR, "cannot open trace file %s: %s", path,
+               errno == ENXIO ? "a FIFO with no reader" : strerror(errno));
       rc = ETR_EOPEN;
     }
+  }
+  if (rc == 0) {
+    /* A pipe, FIFO or socket stays non-blocking, so a reader that stops reading costs a
+     * bounded wait (stall_ms), not a hang; other files block as usual. */
+    struct stat st;
+    bool stream = fstat(tr->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+    if (!stream) fcntl(tr->fd, F_SETFL, fcntl(tr->fd, F_GETFL) & ~O_NONBLOCK);
+    tr->jw.stall_ms = o.stall_ms == ETR_FLUSH_NEVER ? -1
+                      : o.stall_ms ? (int)(o.stall_ms > INT32_MAX ? INT32_MAX : o.stall_ms)
+                                   : 10000;
   }
   if (rc == 0) {
     struct stat st;

@@ -1295,14 +1295,15 @@ static void test_close_while_threads_record_hostile_values(void **state) {
  * due with chunks still queued. Children must still come before their parent op. */
 typedef struct fifo_reader {
   char path[600];
+  int fd; /* opened before the trace: etr never blocks on a FIFO without a reader */
   char *buf;
   size_t len, cap;
 } fifo_reader;
 
 static void *slow_reader(void *p) {
   fifo_reader *r = p;
-  int fd = open(r->path, O_RDONLY);
-  if (fd < 0) return NULL;
+  int fd = r->fd;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* the writer is there now */
   for (unsigned n = 0;; n++) {
     if (r->cap - r->len < 4096) {
       r->cap = r->cap ? r->cap * 2 : 1 << 20;
@@ -1351,13 +1352,15 @@ static void test_slow_file_keeps_children_before_parents(void **state) {
   memset(&rd, 0, sizeof rd);
   snprintf(rd.path, sizeof rd.path, "%s/fifo", t.dir);
   assert_int_equal(mkfifo(rd.path, 0600), 0);
-  pthread_t rth;
-  assert_int_equal(pthread_create(&rth, NULL, slow_reader, &rd), 0);
+  rd.fd = open(rd.path, O_RDONLY | O_NONBLOCK);
+  assert_true(rd.fd >= 0);
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.flush_ms = 1;
   opt.buffer_kb = 4;
   opt.max_buffers = 8;
   assert_int_equal(etr_trace_open(rd.path, &opt, &t.trace), 0);
+  pthread_t rth;
+  assert_int_equal(pthread_create(&rth, NULL, slow_reader, &rd), 0);
   assert_int_equal(etr_trace_enable(t.trace), 0);
   pthread_t th[3];
   for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, step_worker, NULL), 0);

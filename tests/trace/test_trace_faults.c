@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -193,6 +194,63 @@ static void check_exit_trace(const char *mode, int expect_open) {
     assert_int_equal(tu_ctrl_deps(tu_node(&t, "exit_open_leaf")), tu_id(b));
   }
   tu_free(&t);
+  tu_rmdir(dir);
+}
+
+/* A FIFO with no reader: opening fails at once (ENXIO) instead of blocking the host forever;
+ * alarm() turns a hang into a failure. */
+static void test_fifo_without_reader(void **state) {
+  (void)state;
+  char dir[256], fifo[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  alarm(20);
+  etr_trace *t = NULL;
+  errno = 0;
+  assert_int_equal(etr_trace_open(fifo, NULL, &t), ETR_EOPEN);
+  assert_int_equal(errno, ENXIO);
+  alarm(0);
+  assert_null(t);
+  unlink(fifo);
+  tu_rmdir(dir);
+}
+
+/* A reader that opened the FIFO and never reads: the writer gives up after stall_ms, the
+ * recording threads go on (no hang), the loss is counted, close reports ETR_EIO. */
+static void test_fifo_reader_never_reads(void **state) {
+  (void)state;
+  char dir[256], fifo[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int rd = open(fifo, O_RDONLY | O_NONBLOCK);
+  assert_true(rd >= 0);
+  alarm(60);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.stall_ms = 200;
+  opt.buffer_kb = 16;
+  etr_trace *t;
+  assert_int_equal(etr_trace_open(fifo, &opt, &t), 0);
+  assert_int_equal(etr_trace_enable(t), 0);
+  static int impl, stor;
+  const int64_t sz[1] = {16};
+  etr_tensor x = {&impl, &stor, 0, 16, 4, "float", "cpu", 1, sz, NULL};
+  etr_value in[2] = {etr_value_tensor(&x), etr_value_string("payload that fills the pipe fast")};
+  /* Far more than a pipe holds (64 KiB): without the stall limit this blocks for good. */
+  for (int i = 0; i < 20000; i++) tu_op("fifo_op", in, 2, in, 1);
+  assert_int_equal(etr_trace_flush(t), ETR_EIO);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_stats_get(t, &st), 0);
+  assert_int_equal(st.write_error, ETIMEDOUT);
+  assert_true(st.nodes_dropped > 0);
+  assert_true(st.nodes_written < st.ops_recorded);
+  assert_int_equal(etr_trace_close(t), ETR_EIO);
+  alarm(0);
+  close(rd);
+  unlink(fifo);
   tu_rmdir(dir);
 }
 
@@ -414,6 +472,8 @@ int main(void) {
       TU_TEST(test_open_unwritable),
       cmocka_unit_test_teardown(test_dev_full, full_teardown),
       cmocka_unit_test_teardown(test_write_error_midway, full_teardown),
+      TU_TEST(test_fifo_without_reader),
+      TU_TEST(test_fifo_reader_never_reads),
       TU_TEST(test_exit_without_close),
       TU_TEST(test_exit_with_open_ops),
       TU_TEST(test_exit_while_thread_records),
