@@ -146,10 +146,16 @@ void etr__jw_free(etr__jw *w) {
 int etr__jw_flush(etr__jw *w) {
   if (w->fd < 0) return w->err;
   if (w->len && w->err == 0) {
+    uint64_t start = w->written;
     if (w->gz)
       flush_gzip(w);
     else
       write_all(w, w->buf, w->len);
+    /* A flush that failed part way (a full disk takes what fits) is taken back whole, so
+     * the file ends where the previous flush ended, on a node (or gzip member) boundary,
+     * and what the caller counts as written is exactly what the file holds. A pipe cannot
+     * take bytes back: its reader has them already. */
+    if (w->err && w->written > start && ftruncate(w->fd, (off_t)start) == 0) w->written = start;
   }
   w->len = 0; /* after an error the rest is discarded: the caller counts what was lost */
   return w->err;

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,6 +370,104 @@ static void test_gzip_sigint_host_handler_returns(void **state) {
   signal_case_gz("INT", "host-return", true);
 }
 
+/* ---- a full disk ---- */
+
+/* The file size limit (RLIMIT_FSIZE) makes write(2) take what fits and then fail, as a
+ * full disk does, at a chosen size and without root. In a child: record until the writer
+ * fails, report nodes_written. The file must end on a node boundary (etr repair drops no
+ * byte) and hold exactly the nodes reported written. gz: the same with gzip output. */
+static void full_disk_case(bool gz) {
+  char dir[256], path[400], fixed[400];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/full.json%s", dir, gz ? ".gz" : "");
+  snprintf(fixed, sizeof fixed, "%s/full.fixed.json", dir);
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(pfd[0]);
+    struct rlimit rl = {300 * 1024, 300 * 1024};
+    signal(SIGXFSZ, SIG_IGN);
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
+    etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+    opt.flush_kb = 7; /* flushes of a few KiB: one of them straddles the limit */
+    etr_trace *t;
+    if (etr_trace_open(path, &opt, &t) != 0 || etr_trace_enable(t) != 0) _exit(4);
+    static int impl, stor;
+    const int64_t sz[1] = {16};
+    etr_tensor x = {&impl, &stor, 0, 16, 4, "float", "cpu", 1, sz, NULL};
+    etr_value in[2] = {etr_value_tensor(&x), etr_value_string("a payload to fill the disk")};
+    int rc = 0;
+    for (int round = 0; round < 10000 && rc == 0; round++) {
+      for (int i = 0; i < 50; i++) tu_op("disk_op", in, 2, in, 1);
+      rc = etr_trace_flush(t);
+    }
+    etr_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    int crc = etr_trace_close_stats(t, &st);
+    dprintf(pfd[1], "%d %d %llu %llu\n", rc, crc, (unsigned long long)st.nodes_written,
+            (unsigned long long)st.nodes_dropped);
+    _exit(st.write_error == EFBIG ? 0 : 5);
+  }
+  close(pfd[1]);
+  char line[128] = "";
+  FILE *in = fdopen(pfd[0], "r");
+  assert_non_null(in);
+  if (!fgets(line, sizeof line, in)) line[0] = '\0';
+  fclose(in);
+  int status;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("child: status 0x%x (%s)", status, line);
+  int rc, crc;
+  unsigned long long written, dropped;
+  assert_int_equal(sscanf(line, "%d %d %llu %llu", &rc, &crc, &written, &dropped), 4);
+  assert_int_equal(rc, ETR_EIO);
+  assert_int_equal(crc, ETR_EIO);
+  assert_true(dropped > 0);
+  struct stat fst;
+  assert_int_equal(stat(path, &fst), 0);
+  assert_true(fst.st_size <= 300 * 1024);
+  /* etr repair keeps every complete node and says how many bytes it dropped: none. */
+  char out[600];
+  snprintf(out, sizeof out, "%s/repair.txt", dir);
+  const char *rargs[] = {"repair", path, "-o", fixed, NULL};
+  int saved = dup(2);
+  int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(ofd, 2);
+  int rs = tu_run(ETR_TOOL, rargs, NULL, NULL);
+  dup2(saved, 2);
+  close(saved);
+  close(ofd);
+  if (!WIFEXITED(rs) || WEXITSTATUS(rs) != 0) fail_msg("etr repair %s: status 0x%x", path, rs);
+  size_t rlen;
+  char *report = tu_read_file(out, &rlen);
+  assert_non_null(report);
+  if (!strstr(report, "dropped 0 bytes")) fail_msg("the file ends inside a node: %s", report);
+  free(report);
+  tu_trace t;
+  tu_load_path(&t, fixed);
+  size_t nodes = json_array_size(t.nodes);
+  size_t placeholders = tu_count(&t, "[etr|repair|unfinished]");
+  /* Every node but the process node repair added (and placeholders) was reported written. */
+  assert_int_equal(nodes - 1 - placeholders, written);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
+static void test_full_disk_exact(void **state) {
+  (void)state;
+  full_disk_case(false);
+}
+
+static void test_full_disk_exact_gzip(void **state) {
+  (void)state;
+  full_disk_case(true);
+}
+
 /* ---- kill -9 ---- */
 
 static int cmp_u64(const void *a, const void *b) {
@@ -493,6 +592,8 @@ int main(void) {
       cmocka_unit_test(test_sigterm_host_handler_exits),
       cmocka_unit_test(test_gzip_sigsegv),
       cmocka_unit_test(test_gzip_sigint_host_handler_returns),
+      cmocka_unit_test(test_full_disk_exact),
+      cmocka_unit_test(test_full_disk_exact_gzip),
       cmocka_unit_test(test_kill9_then_repair),
   };
   return cmocka_run_group_tests(tests, NULL, tu_cleanup);
