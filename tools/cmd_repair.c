@@ -421,6 +421,7 @@ typedef struct repair {
   int64_t finish_ts;
   /* the outcome */
   bool intact;
+  bool intact_fixed; /* complete, but placeholders were added for nodes it names */
   uint64_t input_bytes, dropped;
   const char *reason; /* why the input stops (NULL when intact) */
   uint64_t reason_at;
@@ -440,7 +441,10 @@ static int64_t sat_sub(int64_t a, int64_t b) {
   return a - b;
 }
 
-static bool pend_ref(repair *w, uint64_t id, const rd_rnode *n) {
+/* A reference to id from node n (its ctrl_deps parent, or with fw its fw_parent, an op of
+ * the forward thread fw_tid); the referenced node's thread and, for a parent, the time span
+ * it must cover are remembered in case it never comes. */
+static bool pend_ref_as(repair *w, uint64_t id, const rd_rnode *n, bool fw) {
   uint64_t ix;
   pend *p;
   if (an_u64map_get(&w->pend_ix, id, &ix)) {
@@ -463,16 +467,20 @@ static bool pend_ref(repair *w, uint64_t id, const rd_rnode *n) {
     p = &w->pends[ix];
     memset(p, 0, sizeof *p);
     p->id = id;
-    p->tid = n->tid;
+    p->tid = fw && n->fw_tid ? n->fw_tid : n->tid;
     p->live = true;
   }
-  if (n->has_timing) {
+  if (n->has_timing && !fw) {
     int64_t end = sat_add(n->ts, n->inclusive_dur);
     if (!p->timed || n->ts < p->ts_min) p->ts_min = n->ts;
     if (!p->timed || end > p->end_max) p->end_max = end;
     p->timed = true;
   }
   return true;
+}
+
+static bool pend_ref(repair *w, uint64_t id, const rd_rnode *n) {
+  return pend_ref_as(w, id, n, false);
 }
 
 static void pend_done(repair *w, uint64_t id) {
@@ -499,6 +507,12 @@ static bool note_node(repair *w, const rd_rnode *n) {
   } else if (n->ctrl_deps > 0 && !idset_has(&w->seen, (uint64_t)n->ctrl_deps)) {
     if (!pend_ref(w, (uint64_t)n->ctrl_deps, n)) return false;
   }
+  /* The forward op a backward op names may come later (it was still open), or never (cut
+   * off): a reference like the parent's, resolved by a placeholder on the forward thread. */
+  if (n->fw_parent > 0 && n->fw_parent > w->max_id) w->max_id = n->fw_parent;
+  if (n->fw_parent > 0 && !idset_has(&w->seen, n->fw_parent) &&
+      !pend_ref_as(w, n->fw_parent, n, true))
+    return false;
   if (n->has_timing) {
     int64_t end = sat_add(n->ts, n->inclusive_dur);
     if (!w->timed_any || end > w->end_us_max) w->end_us_max = end;
@@ -550,6 +564,13 @@ static int cmp_pend(const void *a, const void *b) {
   const pend *x = *(const pend *const *)a, *y = *(const pend *const *)b;
   if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
   return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static size_t live_pends(const repair *w) {
+  size_t n = 0;
+  for (size_t i = 0; i < w->n_pends; i++)
+    if (w->pends[i].live && w->pends[i].id != 1) n++;
+  return n;
 }
 
 /* Placeholders for the missing parents, thread nodes a thread lacks, the process node.
@@ -782,6 +803,14 @@ static int report(const repair *w, bool json) {
     }
     return ETR_CLI_OK;
   }
+  if (w->intact && w->intact_fixed) {
+    fprintf(stderr,
+            "etr repair: %s: complete (%" PRIu64 " nodes), but it names %" PRIu64
+            " node%s it lacks (a parent or fw_parent): %" PRIu64 " placeholder%s%s added\n",
+            w->file, w->kept, w->placeholders, w->placeholders == 1 ? "" : "s", w->placeholders,
+            w->placeholders == 1 ? "" : "s", w->threads_added ? " and thread nodes" : "");
+    return ETR_CLI_OK;
+  }
   if (w->intact) {
     fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", w->file,
             w->kept, w->raw.gz ? " (decompressed)" : "");
@@ -993,6 +1022,17 @@ int cmd_repair(int argc, char **argv) {
 
   status = copy_nodes(&w);
   if (status != ETR_CLI_OK) goto done;
+  /* A complete file can still name nodes it lacks: finalized at a crash while an op was
+   * open (its children name it), or its forward op never written. The placeholders go in
+   * before the file's own end, which is kept as it is (tables, stats). */
+  if (w.intact && live_pends(&w) > 0) {
+    if (!add_nodes(&w)) {
+      cli_error(CMD, "%s: out of memory", w.file);
+      status = ETR_CLI_FAIL;
+      goto done;
+    }
+    w.intact_fixed = true;
+  }
   /* the rest: copied when intact, else counted as dropped and the trace completed */
   w.input_bytes = raw_copy(&w.raw, w.intact ? &w.o : NULL, UINT64_MAX);
   if (w.input_bytes == UINT64_MAX) {

@@ -421,9 +421,18 @@ static const char *const node_order[9] = {"id",      "name", "ctrl_deps",     "i
                                           "outputs", "ts",   "inclusive_dur", "exclusive_dur",
                                           "attrs"};
 
+/* A node's fw_parent, checked once every id is known (only nodes that have one). */
+typedef struct fwref {
+  int64_t id, fw_parent;
+  uint64_t offset;
+} fwref;
+
 typedef struct vrun {
   vstate v;
   idtab ids;
+  fwref *fw; /* fw_parent references to check at the end */
+  size_t n_fw, cap_fw;
+  bool fw_oom;
   uint64_t nodes, ops, threads;
   bool have_process;
   uint64_t max_tb;
@@ -648,6 +657,21 @@ static void check_node(vrun *w, const rd_rnode *n) {
   }
   r->parent = n->ctrl_deps;
   r->offset = n->offset;
+  if (n->fw_parent != 0 && !w->fw_oom) {
+    if (w->n_fw == w->cap_fw) {
+      size_t cap = w->cap_fw ? w->cap_fw * 2 : 256;
+      fwref *f = realloc(w->fw, cap * sizeof *f);
+      if (f == NULL) {
+        w->fw_oom = true;
+        problem(v, SEV_WARN, K_PARENT, n->offset, n->id,
+                "out of memory for fw_parent references: they are not checked");
+      } else {
+        w->fw = f;
+        w->cap_fw = cap;
+      }
+    }
+    if (!w->fw_oom) w->fw[w->n_fw++] = (fwref){n->id, (int64_t)n->fw_parent, n->offset};
+  }
   r->tid = n->tid & 0xffff;
   r->kind = (unsigned)nk & 3;
   if (nk == NK_PROCESS) w->have_process = true;
@@ -659,6 +683,12 @@ static void check_tree(vrun *w, uint64_t end_off) {
   idtab *t = &w->ids;
   if (!w->have_process)
     problem(v, SEV_ERROR, K_SPECIAL, end_off, -1, "no process node (id 1, name " PROCESS_NAME ")");
+  /* fw_parent names a node of the file, as ctrl_deps does (a trace cut by kill -9 can lose
+   * the forward op a backward op points to: etr repair adds a placeholder for it) */
+  for (size_t i = 0; i < w->n_fw; i++)
+    if (tab_find(t, w->fw[i].fw_parent) < 0)
+      problem(v, SEV_ERROR, K_PARENT, w->fw[i].offset, w->fw[i].id,
+              "fw_parent %" PRId64 " does not exist", w->fw[i].fw_parent);
   /* pass 1: parent ids -> indexes */
   for (size_t i = 0; i < t->n; i++) {
     nrec *r = rec_at(t, i);
@@ -869,7 +899,8 @@ static void usage(FILE *f) {
       "their types; integer attrs within int64; no attr named cat/stream/name/id/inputs/\n"
       "outputs/parent; inputs/outputs with values, shapes, types (and strides) of equal\n"
       "length, each value well formed for its type (tensors as [id, storage, offset,\n"
-      "numel, itemsize, \"device\"]); unique ids; parents that exist; every op reaching\n"
+      "numel, itemsize, \"device\"]); unique ids; parents and fw_parents that exist; every op "
+      "reaching\n"
       "its thread node; the process node; traceback tables.\n"
       "\n"
       "Each problem is one line on stdout, 'FILE: byte N: node ID: error|warning: what',\n"
@@ -941,6 +972,7 @@ int cmd_validate(int argc, char **argv) {
     fflush(stdout);
     cli_close(&in);
     tab_free(&w.ids);
+    free(w.fw);
     return ETR_CLI_FAIL;
   }
   uint64_t end = rd_offset(in.r);
@@ -951,6 +983,7 @@ int cmd_validate(int argc, char **argv) {
   snprintf(schema, sizeof schema, "%s", w.v.hdr->schema ? w.v.hdr->schema : "?");
   cli_close(&in);
   tab_free(&w.ids);
+  free(w.fw);
 
   vstate *v = &w.v;
   for (int s = 1; s >= 0; s--)

@@ -56,7 +56,8 @@ class Layout:
         i = text.index('"nodes"')
         i = text.index("[", i) + 1
         self.header_end = i
-        self.nodes = []  # (start, end, id, ctrl_deps, has_traceback)
+        # (start, end, id, ctrl_deps, has_traceback, tid, fw_parent, fw_tid)
+        self.nodes = []
         self.thread_ids = set()
         while True:
             while text[i] in " \t\r\n,":
@@ -65,7 +66,8 @@ class Layout:
                 break
             node, end = dec.raw_decode(text, i)
             tb = any(a.get("name") == "traceback" for a in node.get("attrs", []))
-            self.nodes.append((i, end, node["id"], node["ctrl_deps"], tb, tid_of(node)))
+            self.nodes.append((i, end, node["id"], node["ctrl_deps"], tb, tid_of(node),
+                               attr_of(node, "fw_parent") or 0, attr_of(node, "fw_tid") or 0))
             if node["name"] == THREAD:
                 self.thread_ids.add(node["id"])
             i = end
@@ -95,9 +97,21 @@ def tid_of(node):
     return next((a["value"] for a in node.get("attrs", []) if a.get("name") == "tid"), None)
 
 
+def attr_of(node, name):
+    return next((a["value"] for a in node.get("attrs", []) if a.get("name") == name), None)
+
+
 def missing_parents(done):
+    """Ids the kept nodes name but lack: ctrl_deps parents and fw_parent forward ops."""
     ids = {n[2] for n in done}
-    return {n[3] for n in done if n[3] not in ids and n[3] != 1}
+    return {n[3] for n in done if n[3] not in ids and n[3] != 1} | \
+        {n[6] for n in done if n[6] and n[6] not in ids}
+
+
+def missing_fw_threads(done):
+    """Threads of the forward ops named by fw_parent and lacking (their placeholders' threads)."""
+    ids = {n[2] for n in done}
+    return {n[7] or n[5] for n in done if n[6] and n[6] not in ids}
 
 
 # ---- one cut ----
@@ -167,8 +181,8 @@ def check_cut(name, layout, cut_bytes, json_len, workdir, validate_args, src_suf
     # a thread node is added for each thread whose ops are kept but whose node is not
     kept_ids = {n[2] for n in done}
     top = max(kept_ids | {n[3] for n in done} | {1})
-    lacking = {n[5] for n in done if n[2] not in layout.thread_ids and n[2] != 1} - \
-        {n[5] for n in done if n[2] in layout.thread_ids}
+    lacking = ({n[5] for n in done if n[2] not in layout.thread_ids and n[2] != 1} |
+               missing_fw_threads(done)) - {n[5] for n in done if n[2] in layout.thread_ids}
     new_threads = [n for n in nodes[len(done):] if n["name"] == THREAD]
     if sorted(tid_of(n) for n in new_threads) != sorted(lacking) or \
             any(n["id"] <= top for n in new_threads):
@@ -406,6 +420,41 @@ def part_ours():
     r = expect("repair of a repaired trace", [ETR, "repair", ref, "-o", o2], 0, err_has="intact")
     if open(o2, "rb").read() != ref_bytes:
         fail("repairing a repaired trace changed it")
+    # a complete trace that names nodes it lacks (finalized at a crash while an op was open
+    # and its child done; a forward op never written): placeholders before its own end
+    layout1 = Layout(data1)
+    by_id = {n[2]: n for n in layout1.nodes}
+    parent = next((n[3] for n in layout1.nodes if n[3] in by_id and n[3] not in
+                   layout1.thread_ids and n[3] != 1), None)
+    fwp = next((n[6] for n in layout1.nodes if n[6] and n[6] in by_id and n[6] != parent), None)
+    if parent is None or fwp is None:
+        fail("the example trace has no nested op or no fw_parent to remove")
+    else:
+        holey = data1
+        order = [n[2] for n in layout1.nodes]
+        for victim in sorted((parent, fwp), key=lambda v: -by_id[v][0]):
+            k = order.index(victim)
+            if k > 0:  # the node with the separator before it
+                a, b = layout1.nodes[k - 1][1], by_id[victim][1]
+            else:  # the first node with the separator after it
+                a, b = by_id[victim][0], layout1.nodes[1][0]
+            holey = holey[:a] + holey[b:]
+        hp = os.path.join(wd, "holey.json")
+        with open(hp, "wb") as f:
+            f.write(holey)
+        if run([ETR, "validate", "--quiet", hp]).returncode == 0:
+            fail("validate accepts a trace whose parent and fw_parent are missing")
+        r = expect("complete but holey", [ETR, "repair", hp, "-o", o2], 0,
+                   err_has="placeholder")
+        v = run([ETR, "validate", "--strict", "--quiet", o2])
+        if v.returncode != 0:
+            fail("holey trace repaired does not validate: %s" % v.stdout.decode()[-400:])
+        fixed = json.loads(open(o2, "rb").read())
+        ph = {n["id"] for n in fixed["nodes"] if n["name"] == PLACEHOLDER}
+        if ph != {parent, fwp}:
+            fail("holey: placeholders %s, want %s" % (sorted(ph), sorted({parent, fwp})))
+        if fixed.get("etr", {}).get("stats") is None:
+            fail("holey: the trace's own footer (etr.stats) was not kept")
     # intact gzip: the decompressed trace
     gzp = os.path.join(wd, "whole.json.gz")
     with open(gzp, "wb") as f:
