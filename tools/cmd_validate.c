@@ -119,7 +119,7 @@ static void on_reader_warning(uint64_t off, int64_t id, const char *msg, void *u
 enum { NK_OP = 0, NK_THREAD = 1, NK_PROCESS = 2 };
 enum { ST_NONE = 0, ST_BUSY = 1, ST_OK = 2, ST_BAD = 3 };
 
-/* 24 bytes a node (a 1 GB trace of ~1.2M nodes needs ~30 MB, plus 4 bytes a slot of index) */
+/* 32 bytes a node (a 1 GB trace of ~1.2M nodes needs ~38 MB, plus 4 bytes a slot of index) */
 typedef struct nrec {
   int64_t id;
   int64_t parent;       /* parent id; after check_tree pass 1 an index (the thread node's
@@ -127,7 +127,7 @@ typedef struct nrec {
   uint64_t offset : 44; /* byte offset of the node (up to 16 TB) */
   uint64_t kind : 2;    /* NK_* */
   uint64_t state : 2;   /* ST_* */
-  uint64_t tid : 16;    /* low 16 bits of the tid attr (tids are small logical ids) */
+  uint64_t tid;         /* the tid attr, whole (PyTorch writes OS thread ids) */
 } nrec;
 
 #define BLK_SHIFT 16
@@ -672,7 +672,7 @@ static void check_node(vrun *w, const rd_rnode *n) {
     }
     if (!w->fw_oom) w->fw[w->n_fw++] = (fwref){n->id, (int64_t)n->fw_parent, n->offset};
   }
-  r->tid = n->tid & 0xffff;
+  r->tid = n->tid;
   r->kind = (unsigned)nk & 3;
   if (nk == NK_PROCESS) w->have_process = true;
 }
@@ -759,8 +759,8 @@ static void check_tree(vrun *w, uint64_t end_off) {
         nrec *th = rec_at(t, (size_t)result);
         if (c->tid != th->tid)
           problem(v, SEV_ERROR, K_REACH, c->offset, c->id,
-                  "tid %u, but it hangs under the thread node %" PRId64 " of tid %u",
-                  (unsigned)c->tid, th->id, (unsigned)th->tid);
+                  "tid %" PRIu64 ", but it hangs under the thread node %" PRId64 " of tid %" PRIu64,
+                  (uint64_t)c->tid, th->id, (uint64_t)th->tid);
       } else {
         c->state = ST_BAD;
       }
@@ -877,6 +877,22 @@ static void check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
           if (st->v.obj.items[i].val.kind != ETR_J_INT)
             problem(v, SEV_ERROR, K_FOOTER, end_off, -1, "stat \"%s\" is not an integer",
                     st->v.obj.items[i].key);
+        /* What the recorder repaired or lost on the way: the trace is valid, but the runtime
+         * misused begin/end, or nodes are missing. Said once, as a note. */
+        static const char *const misuse[] = {"ends_without_begin",      "ends_out_of_order",
+                                             "ends_cross_thread",       "ops_open_at_disable",
+                                             "ops_open_at_thread_exit", "ops_open_at_close",
+                                             "nodes_dropped",           "write_error"};
+        char note[512];
+        size_t k = 0;
+        note[0] = '\0';
+        for (size_t i = 0; i < sizeof misuse / sizeof misuse[0]; i++) {
+          const rd_jval *c = rd_jobj_get(st, misuse[i]);
+          if (c && c->kind == ETR_J_INT && c->v.i != 0 && k < sizeof note)
+            k += (size_t)snprintf(note + k, sizeof note - k, "%s%s %" PRId64, k ? ", " : "",
+                                  misuse[i], c->v.i);
+        }
+        if (k && !v->quiet) printf("%s: note: the recorder reports %s\n", v->file, note);
         const rd_jval *nw = rd_jobj_get(st, "nodes_written");
         /* the footer counts nodes handed to the writer, the process node included */
         if (nw && nw->kind == ETR_J_INT && (uint64_t)nw->v.i != w->nodes &&

@@ -127,6 +127,8 @@ typedef struct etr_trace_stats {
                                        offset, numel or itemsize as 0; type-name characters
                                        ()[],<> in a dtype or object kind as '_'; an empty or
                                        built-in object kind as "Object" */
+  uint64_t ends_cross_thread;       /* ends called on another thread than their begin (misuse:
+                                       ignored, the op stays open on its own thread) */
 } etr_trace_stats;
 
 /* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without

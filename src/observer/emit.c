@@ -584,6 +584,7 @@ void etr__emit_footer(etr_trace *tr, int fatal_sig) {
   stat(w, "nesting_cut", s.nesting_cut, false);
   stat(w, "ends_without_begin", s.ends_without_begin, false);
   stat(w, "ends_out_of_order", s.ends_out_of_order, false);
+  stat(w, "ends_cross_thread", s.ends_cross_thread, false);
   stat(w, "ops_open_at_disable", s.ops_open_at_disable, false);
   stat(w, "ops_open_at_thread_exit", s.ops_open_at_thread_exit, false);
   stat(w, "ops_open_at_close", s.ops_open_at_close, false);

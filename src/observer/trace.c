@@ -418,7 +418,15 @@ static void trace_exit(const etr_record *rec, void *user) {
   etr_trace *tr = user;
   int64_t end = tr->opt.no_timing ? 0 : now_ns();
   etr__thread *thr = etr__thread_self();
-  if (!thr || !thr->trace_state || thr->trace_serial != tr->serial) return;
+  if (!thr) return;
+  /* Ended on another thread than it began on (misuse): the op stays open on its own thread
+   * (closed when an op enclosing it ends, or at thread exit or close); counted, since this
+   * thread may not even have a state of ours to count it in. */
+  if (rec->_tid != (uint32_t)thr->tid) {
+    atomic_fetch_add_explicit(&tr->ends_cross_thread, 1, memory_order_relaxed);
+    return;
+  }
+  if (!thr->trace_state || thr->trace_serial != tr->serial) return;
   etr__tstate *ts = thr->trace_state;
   if (ts->finished) return;
   uint32_t idx = ts->depth;
@@ -1246,6 +1254,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   s->ids_retired = atomic_load(&tr->ids_retired);
   s->utf8_replaced = atomic_load(&tr->utf8_replaced);
   s->values_fixed = atomic_load(&tr->values_fixed);
+  s->ends_cross_thread = atomic_load(&tr->ends_cross_thread);
   s->ops_open_at_disable = atomic_load(&tr->ops_open_at_disable);
   s->ops_open_at_thread_exit = atomic_load(&tr->ops_open_at_thread_exit);
   s->ops_open_at_close = atomic_load(&tr->ops_open_at_close);

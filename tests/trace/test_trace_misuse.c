@@ -149,6 +149,37 @@ static void test_open_at_close(void **state) {
   tu_free(&t);
 }
 
+static void *end_elsewhere(void *p) {
+  tu_end((etr_record *)p, NULL, 0); /* this thread never recorded an op */
+  return NULL;
+}
+
+/* An op ended on another thread than it began on: counted (ends_cross_thread, in the stats
+ * and the footer), ignored; the op stays open on its own thread and is written at close. */
+static void test_end_on_other_thread(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record a;
+  tu_begin(&a, "begun_here", NULL, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, end_elsewhere, &a), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  tu_op("after_cross_end", NULL, 0, NULL, 0);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_stats_get(t.trace, &st), 0);
+  assert_int_equal(st.ends_cross_thread, 1);
+  tu_close_ok(&t);
+  assert_int_equal(tu_stat(&t, "ends_cross_thread"), 1);
+  json_t *na = tu_node(&t, "begun_here");
+  assert_int_equal(tu_attr_int(na, "etr_incomplete"), 1);
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "after_cross_end")), tu_id(na));
+  assert_int_equal(tu_stat(&t, "ops_open_at_close"), 1);
+  tu_free(&t);
+}
+
 static void *thread_exits_open(void *p) {
   uint64_t *tid = p;
   *tid = etr_thread_id();
@@ -324,7 +355,7 @@ int main(void) {
       TU_TEST(test_open_at_disable),       TU_TEST(test_open_at_close),
       TU_TEST(test_thread_exit_open),      TU_TEST(test_close_while_recording),
       TU_TEST(test_second_open_busy),      TU_TEST(test_null_handles),
-      TU_TEST(test_enable_disable_repeat),
+      TU_TEST(test_enable_disable_repeat), TU_TEST(test_end_on_other_thread),
   };
   return cmocka_run_group_tests_name("trace_misuse", tests, NULL, NULL);
 }
