@@ -113,6 +113,38 @@ static bool progress_wanted(void) {
   return isatty(STDERR_FILENO);
 }
 
+/* Every input opened in this process (device, inode): an output that is one of them, by its
+ * own name, a hard link or a symlink, would destroy what is being read. */
+static struct {
+  dev_t dev;
+  ino_t ino;
+} * g_inputs;
+static size_t g_n_inputs, g_cap_inputs;
+
+static void remember_input(const char *path) {
+  struct stat st;
+  if ((strcmp(path, "-") == 0 ? fstat(STDIN_FILENO, &st) : stat(path, &st)) != 0) return;
+  if (!S_ISREG(st.st_mode)) return; /* a pipe or device cannot be truncated by an output */
+  if (g_n_inputs == g_cap_inputs) {
+    size_t cap = g_cap_inputs ? g_cap_inputs * 2 : 16;
+    void *v = realloc(g_inputs, cap * sizeof *g_inputs);
+    if (!v) return;
+    g_inputs = v;
+    g_cap_inputs = cap;
+  }
+  g_inputs[g_n_inputs].dev = st.st_dev;
+  g_inputs[g_n_inputs].ino = st.st_ino;
+  g_n_inputs++;
+}
+
+bool cli_is_input(const char *path) {
+  struct stat st;
+  if (!path || stat(path, &st) != 0) return false;
+  for (size_t i = 0; i < g_n_inputs; i++)
+    if (g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino) return true;
+  return false;
+}
+
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt) {
   memset(in, 0, sizeof *in);
   in->cmd = cmd;
@@ -129,6 +161,7 @@ int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options 
     in->r = NULL;
     return ETR_CLI_FAIL;
   }
+  remember_input(path);
   return ETR_CLI_OK;
 }
 
@@ -188,6 +221,11 @@ void cli_close(cli_input *in) {
 
 FILE *cli_open_output(const char *cmd, const char *path) {
   if (!path || !strcmp(path, "-")) return stdout;
+  if (cli_is_input(path)) {
+    cli_error(cmd, "%s: is an input of this command (or a link to one): refusing to overwrite it",
+              path);
+    return NULL;
+  }
   FILE *f = fopen(path, "w");
   if (!f) cli_error(cmd, "%s: cannot create: %s", path, strerror(errno));
   return f;

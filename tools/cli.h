@@ -73,7 +73,12 @@ void cli_close(cli_input *in);
 
 /* ---- output ---- */
 
-/* Open an output file ("-" or NULL = stdout). NULL after printing an error. */
+/* True when path names a file that cli_open has opened as an input in this process (the same
+ * file by another name too: a hard link, a symlink). */
+bool cli_is_input(const char *path);
+
+/* Open an output file ("-" or NULL = stdout). NULL after printing an error, also when path
+ * is one of the command's inputs (it would be truncated before it is read). */
 FILE *cli_open_output(const char *cmd, const char *path);
 
 /* Flush and close an output from cli_open_output (stdout is flushed, not closed).

@@ -130,6 +130,29 @@ EOF
   done
   expect 2 "summary --top x" -- "$etr" summary --top x "$t"
   expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
+  # No command overwrites its input: by its own name, a symlink or a hard link to it.
+  cp "$t" "$out/victim.json"
+  ln -sf victim.json "$out/victim-sym.json"
+  ln -f "$out/victim.json" "$out/victim-hard.json"
+  for args in "summary VICTIM -o VICTIM" "flame VICTIM -o SYM" "graph --dot HARD VICTIM" \
+    "replay --csv SYM VICTIM" "chrome VICTIM -o HARD"; do
+    a=$(echo "$args" | sed "s|VICTIM|$out/victim.json|g; s|SYM|$out/victim-sym.json|g; s|HARD|$out/victim-hard.json|g")
+    set +e
+    # shellcheck disable=SC2086
+    "$etr" $a > "$out/last.out" 2> "$out/last.err"
+    got=$?
+    set -e
+    [ "$got" -ne 0 ] || fail "etr $args: exit 0 when the output is the input"
+    cmp -s "$t" "$out/victim.json" || { fail "etr $args overwrote its input"; cp "$t" "$out/victim.json"; }
+  done
+  # etr chakra writes DIR/rank.N.et: an input of that very name is refused too
+  if "$etr" chakra --help > /dev/null 2>&1; then
+    mkdir -p "$out/cdir"
+    cp "$t" "$out/cdir/rank.0.et"
+    expect 1 "chakra over its input" -- "$etr" chakra "$out/cdir/rank.0.et" -o "$out/cdir" &&
+      err_has "chakra over its input" "refusing to overwrite"
+    cmp -s "$t" "$out/cdir/rank.0.et" || fail "etr chakra overwrote its input"
+  fi
 }
 
 part_real() {
