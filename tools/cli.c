@@ -137,6 +137,42 @@ static void remember_input(const char *path) {
   g_n_inputs++;
 }
 
+const char *cli_term(const char *s) {
+  /* A ring of buffers, so that one printf may take several. */
+  static char ring[8][CLI_TERM_MAX + 16];
+  static unsigned next;
+  char *out = ring[next++ % 8];
+  size_t o = 0;
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  while (*p && o < CLI_TERM_MAX) {
+    unsigned c = *p;
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xe0) == 0xc0 ? 2
+                 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0 ? 4
+                                      : 0;
+    bool ok = len > 0;
+    for (size_t k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
+    if (ok && len == 2 && (c == 0xc0 || c == 0xc1)) ok = false; /* overlong */
+    /* C0 controls, DEL, and C1 controls (U+0080..U+009F: 0xc2 0x80..0x9f; CSI is 0x9b) are
+     * shown escaped, as is any byte that is not valid UTF-8. */
+    bool ctl =
+        ok && ((len == 1 && (c < 0x20 || c == 0x7f)) || (len == 2 && c == 0xc2 && p[1] < 0xa0));
+    if (!ok || ctl) {
+      unsigned v = len == 2 && ok ? p[1] : c;
+      o += (size_t)snprintf(out + o, 8, ok && len == 2 ? "\\u%04x" : "\\x%02x", v);
+      p += ok ? len : 1;
+      continue;
+    }
+    memcpy(out + o, p, len);
+    o += len;
+    p += len;
+  }
+  if (*p) o += (size_t)snprintf(out + o, 8, "...");
+  out[o] = '\0';
+  return out;
+}
+
 bool cli_is_input(const char *path) {
   struct stat st;
   if (!path || stat(path, &st) != 0) return false;

@@ -73,6 +73,13 @@ void cli_close(cli_input *in);
 
 /* ---- output ---- */
 
+/* Strings of a trace in human output (op names, dtypes, devices, group names): control bytes
+ * (C0, DEL, C1 such as CSI), which could drive a terminal, and invalid UTF-8 are shown
+ * escaped (\x1b, \u009b); cut after CLI_TERM_MAX bytes ("..."). The result lives in one of 8
+ * static buffers reused in turn: enough for one printf. Not thread-safe (etr is one thread). */
+#define CLI_TERM_MAX 1024
+const char *cli_term(const char *s);
+
 /* True when path names a file that cli_open has opened as an input in this process (the same
  * file by another name too: a hard link, a symlink). */
 bool cli_is_input(const char *path);

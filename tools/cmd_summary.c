@@ -511,8 +511,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
     return;
   }
 
-  fprintf(f, "%s: schema %s, pid %" PRId64 ", time %s\n", s->file, h->schema ? h->schema : "?",
-          h->pid, h->time ? h->time : "?");
+  fprintf(f, "%s: schema %s, pid %" PRId64 ", time %s\n", s->file,
+          h->schema ? cli_term(h->schema) : "?", h->pid, h->time ? cli_term(h->time) : "?");
   fprintf(f, "nodes %" PRIu64 ": %" PRIu64 " ops, %" PRIu64 " thread nodes, %zu op names%s\n",
           s->nodes, s->ops, s->thread_nodes, k, s->timing ? "" : " (no timing in this trace)");
   fprintf(f, "\nthreads (busy = sum of exclusive time)\n  %8s %12s %14s %14s\n", "tid", "ops",
@@ -529,7 +529,7 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
             "name");
     for (size_t i = 0; i < top; i++)
       fprintf(f, "  %10" PRIu64 " %14" PRId64 " %14" PRId64 "  %s\n", all[i]->count, all[i]->excl,
-              all[i]->incl, all[i]->name);
+              all[i]->incl, cli_term(all[i]->name));
   }
   fprintf(f, "\ntensors: %" PRIu64 " tensor values; largest (numel x itemsize)\n",
           s->tensor_values);
@@ -541,7 +541,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
     fprintf(f,
             "  %14" PRIu64 " %10" PRId64 " %10" PRId64 " %12" PRId64
             " %-12s %-10s %s (node %" PRId64 ")\n",
-            x->bytes, x->id, x->storage, x->numel, x->dtype, x->device, x->op, x->node);
+            x->bytes, x->id, x->storage, x->numel, cli_term(x->dtype), cli_term(x->device),
+            cli_term(x->op), x->node);
   }
   fprintf(f, "\ncollectives: %zu kinds\n", s->n_coll);
   if (s->n_coll)
@@ -550,8 +551,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
   for (size_t i = 0; i < s->n_coll; i++) {
     coll *c = &s->coll[i];
     fprintf(f, "  %-16s %-20s %10" PRIu64 " %16" PRIu64 " %16" PRIu64 "%s\n",
-            c->pg[0] ? c->pg : "-", c->name, c->count, c->in_bytes, c->out_bytes,
-            c->size_unknown ? "  (some sizes unknown)" : "");
+            c->pg[0] ? cli_term(c->pg) : "-", cli_term(c->name), c->count, c->in_bytes,
+            c->out_bytes, c->size_unknown ? "  (some sizes unknown)" : "");
   }
   if (etr) {
     fprintf(f, "\nrecorder statistics (etr %s)\n",

@@ -246,8 +246,8 @@ static bool match(rk_set *s) {
     if (!nm) continue;
     if (lo != hi && !s->mismatch[0])
       snprintf(s->mismatch, sizeof s->mismatch,
-               "process group \"%s\": %zu collectives on one rank, %zu on another", s->pgs.strs[p],
-               lo, hi);
+               "process group \"%s\": %zu collectives on one rank, %zu on another",
+               cli_term(s->pgs.strs[p]), lo, hi);
     for (size_t k = 0; k < lo; k++) {
       if (!grow((void **)&s->inst, &s->capinst, s->ninst + 1, sizeof *s->inst) ||
           !grow((void **)&s->mem, &s->capmem, s->nmem + nm, sizeof *s->mem))
@@ -270,7 +270,8 @@ static bool match(rk_set *s) {
         } else if (c->name != in->name && !s->mismatch[0]) {
           snprintf(s->mismatch, sizeof s->mismatch,
                    "process group \"%s\", collective #%zu: %s on rank %" PRId64 " but %s before",
-                   s->pgs.strs[p], k, s->names.strs[c->name], r->rank, s->names.strs[in->name]);
+                   cli_term(s->pgs.strs[p]), k, cli_term(s->names.strs[c->name]), r->rank,
+                   cli_term(s->names.strs[in->name]));
         }
         if (c->bytes > in->bytes) in->bytes = c->bytes;
         c->inst = (uint32_t)s->ninst;
@@ -440,8 +441,9 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
   fputc('\n', f);
   for (size_t i = 0; i < lim; i++) {
     rk_inst *in = &s->inst[i];
-    fprintf(f, "  %5zu %-8s %-16s %12.0f ", i, s->pgs.strs[in->pg][0] ? s->pgs.strs[in->pg] : "-",
-            s->names.strs[in->name], in->bytes);
+    fprintf(f, "  %5zu %-8s %-16s %12.0f ", i,
+            s->pgs.strs[in->pg][0] ? cli_term(s->pgs.strs[in->pg]) : "-",
+            cli_term(s->names.strs[in->name]), in->bytes);
     if (in->straggler >= 0)
       fprintf(f, "%10" PRId64, s->r[in->straggler].rank);
     else
@@ -610,8 +612,8 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
     char who[24] = "-";
     if (in->straggler >= 0) snprintf(who, sizeof who, "%" PRId64, s.r[in->straggler].rank);
     fprintf(f, "  %5zu %-8s %-16s %12.0f %12.1f %10.1f %10s %10.1f\n", i,
-            s.pgs.strs[in->pg][0] ? s.pgs.strs[in->pg] : "-", s.names.strs[in->name], in->bytes,
-            in->start, in->dur, who, in->wait);
+            s.pgs.strs[in->pg][0] ? cli_term(s.pgs.strs[in->pg]) : "-",
+            cli_term(s.names.strs[in->name]), in->bytes, in->start, in->dur, who, in->wait);
   }
 done:
   set_free(&s);

@@ -321,6 +321,9 @@ void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, cha
       if (n == 0) {
         an_out_raw(o, REPLACEMENT, 3);
         i++;
+      } else if (n == 2 && c == 0xc2 && p[i + 1] < 0xa0) {
+        an_out_raw(o, " ", 1); /* a C1 control (U+0080..U+009F, CSI among them) */
+        i += n;
       } else {
         an_out_raw(o, (const char *)p + i, n);
         i += n;

@@ -67,7 +67,8 @@ void an_out_fmt(an_out *o, const char *fmt, ...)
 void an_out_jstr(an_out *o, const char *s, size_t len);
 /* A JSON value (compact). Doubles that are not finite are written as strings. */
 void an_out_jval(an_out *o, const rd_jval *v);
-/* Write s with invalid UTF-8 replaced (U+FFFD), control characters replaced by spaces and
+/* Write s with invalid UTF-8 replaced (U+FFFD), control characters (C0, DEL and C1) replaced
+ * by spaces and
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl);
 

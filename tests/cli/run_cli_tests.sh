@@ -145,6 +145,26 @@ EOF
     [ "$got" -ne 0 ] || fail "etr $args: exit 0 when the output is the input"
     cmp -s "$t" "$out/victim.json" || { fail "etr $args overwrote its input"; cp "$t" "$out/victim.json"; }
   done
+  # Trace strings never reach a terminal raw: an op name that sets the window title (OSC)
+  # and one with a C1 CSI are shown escaped in human output.
+  python3 - "$t" "$out/hostile-names.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for n in d["nodes"]:
+    if n["name"] == "aten::mm":
+        n["name"] = "\x1b]0;pwned\x07aten::mm"
+    elif n["name"] == "aten::add":
+        n["name"] = "\u009b2Jaten::add"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  for c in summary "replay --path 0" "graph --path 0"; do
+    # shellcheck disable=SC2086
+    expect 0 "$c of hostile names" -- "$etr" $c "$out/hostile-names.json" &&
+      if LC_ALL=C grep -q "$(printf '\033')" "$out/last.out" ||
+        python3 -c 'import sys; sys.exit(0 if "\u009b" in open(sys.argv[1], encoding="utf-8", errors="replace").read() else 1)' "$out/last.out"; then
+        fail "etr $c printed a raw control sequence"
+      fi
+  done
   # etr chakra writes DIR/rank.N.et: an input of that very name is refused too
   if "$etr" chakra --help > /dev/null 2>&1; then
     mkdir -p "$out/cdir"
