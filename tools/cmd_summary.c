@@ -31,6 +31,27 @@ typedef struct optab {
   size_t cap, n;
 } optab;
 
+/* Sums of a trace's values saturate: a valid trace may hold durations near INT64_MAX. */
+static int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b > 0 ? INT64_MAX : INT64_MIN;
+}
+
+static int64_t sat_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  return b < 0 ? INT64_MAX : INT64_MIN;
+}
+
+static uint64_t sat_add_u(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t sat_mul_u(uint64_t a, uint64_t b) {
+  return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
 static uint64_t hash_str(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
@@ -282,8 +303,8 @@ static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
   bool ok1, ok2;
   uint64_t in = attr_u64(n, "in_msg_nelems", &ok1), out = attr_u64(n, "out_msg_nelems", &ok2);
   if (!es || !ok1 || !ok2) c->size_unknown = true;
-  c->in_bytes += in * es;
-  c->out_bytes += out * es;
+  c->in_bytes = sat_add_u(c->in_bytes, sat_mul_u(in, es));
+  c->out_bytes = sat_add_u(c->out_bytes, sat_mul_u(out, es));
 }
 
 static thr *get_thr(srun *s, uint64_t tid) {
@@ -322,11 +343,12 @@ static void on_node(srun *s, const rd_rnode *n) {
   t->ops++;
   if (n->has_timing) {
     s->timing = true;
-    e->excl += n->exclusive_dur;
-    e->incl += n->inclusive_dur;
-    t->busy += n->exclusive_dur;
+    e->excl = sat_add(e->excl, n->exclusive_dur);
+    e->incl = sat_add(e->incl, n->inclusive_dur);
+    t->busy = sat_add(t->busy, n->exclusive_dur);
     if (n->ts < t->first_ts) t->first_ts = n->ts;
-    if (n->ts + n->inclusive_dur > t->last_end) t->last_end = n->ts + n->inclusive_dur;
+    int64_t end = sat_add(n->ts, n->inclusive_dur);
+    if (end > t->last_end) t->last_end = end;
   }
   scan_io(s, n, n->inputs);
   scan_io(s, n, n->outputs);
@@ -520,7 +542,7 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
   for (size_t i = 0; i < s->n_thr; i++) {
     thr *x = &s->thr[i];
     fprintf(f, "  %8" PRIu64 " %12" PRIu64 " %14" PRId64 " %14" PRId64 "\n", x->tid, x->ops,
-            x->busy, x->first_ts <= x->last_end ? x->last_end - x->first_ts : 0);
+            x->busy, x->first_ts <= x->last_end ? sat_sub(x->last_end, x->first_ts) : 0);
   }
   for (int pass = 0; pass < (s->timing ? 2 : 1); pass++) {
     if (k) qsort(all, k, sizeof *all, pass ? cmp_excl : cmp_count);

@@ -477,7 +477,8 @@ bool an_deps_build(const an_optab *t, an_deps *d) {
     } else if (op->fw_parent != 0) {
       d->n_fw_missing++;
     }
-    const an_tref *in = t->trefs + op->tref_off;
+    /* no tensor in the whole trace: trefs is NULL, and NULL + 0 is undefined behaviour */
+    const an_tref *in = op->n_in + op->n_out ? t->trefs + op->tref_off : NULL;
     for (uint32_t j = 0; ok && j < op->n_in; j++) {
       uint64_t w;
       if (!an_u64map_get(&lastw, tref_key(&in[j]), &w) || w == i) continue;
@@ -486,8 +487,8 @@ bool an_deps_build(const an_optab *t, an_deps *d) {
       ok = add_edge(d, (uint32_t)w, i, ETR_DEP_DATA, in[j].tensor);
       d->n_data++;
     }
-    const an_tref *out = in + op->n_in;
-    for (uint32_t j = 0; ok && j < op->n_out; j++) ok = an_u64map_put(&lastw, tref_key(&out[j]), i);
+    for (uint32_t j = 0; ok && j < op->n_out; j++)
+      ok = an_u64map_put(&lastw, tref_key(&in[op->n_in + j]), i);
     d->count[i] = (uint32_t)(d->n - d->first[i]);
   }
   free(pos);

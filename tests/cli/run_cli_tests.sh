@@ -165,6 +165,36 @@ PY
         fail "etr $c printed a raw control sequence"
       fi
   done
+  # Checked arithmetic: durations near INT64_MAX saturate (they wrapped negative before, UB),
+  # and a trace without any tensor is fine for graph and replay (NULL + 0 before).
+  python3 - "$out/huge.json" "$out/notensor.json" <<'PY'
+import json, sys
+def attrs(tid):
+    a = [("rf_id", "uint64", 0), ("fw_parent", "uint64", 0), ("seq_id", "int64", -1),
+         ("scope", "uint64", 0), ("tid", "uint64", tid), ("fw_tid", "uint64", 0),
+         ("op_schema", "string", ""), ("kernel_backend", "string", ""), ("kernel_file", "string", "")]
+    return [{"name": n, "type": t, "value": v} for n, t, v in a]
+io = {"values": [], "shapes": [], "types": [], "strides": []}
+def node(i, name, parent, tid, timing=None):
+    n = {"id": i, "name": name, "ctrl_deps": parent, "inputs": io, "outputs": io}
+    if timing:
+        n["ts"], n["inclusive_dur"], n["exclusive_dur"] = timing
+    n["attrs"] = attrs(tid)
+    return n
+def trace(path, ops):
+    nodes = [node(2, "[pytorch|profiler|execution_trace|thread]", 1, 1)] + ops + \
+            [node(1, "[pytorch|profiler|execution_trace|process]", 1, 0)]
+    d = {"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 0,
+         "nodes": nodes, "finish_ts": 1}
+    json.dump(d, open(path, "w"))
+big = 9000000000000000000
+trace(sys.argv[1], [node(3, "big", 2, 1, (big, big, big)), node(4, "big", 2, 1, (big, big, big))])
+trace(sys.argv[2], [node(3, "a", 2, 1, (10, 5, 5)), node(4, "b", 2, 1, (20, 5, 5))])
+PY
+  expect 0 "summary of huge durations" -- "$etr" summary --json "$out/huge.json" &&
+    json_check "huge durations saturate" "d['ops_by_exclusive_time'][0]['exclusive_us'] == 2**63 - 1"
+  expect 0 "graph without tensors" -- "$etr" graph "$out/notensor.json"
+  expect 0 "replay without tensors" -- "$etr" replay "$out/notensor.json"
   # etr chakra writes DIR/rank.N.et: an input of that very name is refused too
   if "$etr" chakra --help > /dev/null 2>&1; then
     mkdir -p "$out/cdir"
