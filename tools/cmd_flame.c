@@ -29,6 +29,10 @@ static void help(void) {
       "                       needs timing)\n"
       "  --no-op              stop at the innermost frame (leave out the op name)\n"
       "  --lines              append \" (file:line)\" to each frame\n"
+      "  --max-depth N        keep the N innermost frames of a stack (default 256, the\n"
+      "                       recorder's own limit); the rest become one \"[... K frames]\"\n"
+      "  --max-bytes N        stop with an error once the output reaches N bytes (default\n"
+      "                       1073741824; 0 = no limit): a hostile trace cannot fill a disk\n"
       "  -h, --help           this text\n"
       "\n"
       "';' in names becomes ':', control characters become spaces, invalid UTF-8 U+FFFD.\n"
@@ -100,9 +104,15 @@ int cmd_flame(int argc, char **argv) {
   }
   const char *file = NULL, *out_path = NULL;
   bool with_op = true, lines = false, by_time = false;
+  uint64_t max_depth = 256, max_bytes = 1ull << 30;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 || strcmp(a, "--weight") == 0) {
+    if (strcmp(a, "--max-depth") == 0 || strcmp(a, "--max-bytes") == 0) {
+      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
+      if (!cli_parse_u64(CMD, a, argv[++i], a[6] == 'd' ? &max_depth : &max_bytes))
+        return ETR_CLI_USAGE;
+      if (a[6] == 'd' && max_depth == 0) return cli_usage(CMD, "--max-depth must be at least 1");
+    } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 || strcmp(a, "--weight") == 0) {
       if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
       const char *v = argv[++i];
       if (strcmp(a, "--weight") != 0) {
@@ -157,11 +167,16 @@ int cmd_flame(int argc, char **argv) {
     f = cli_open_output(CMD, out_path);
     if (f == NULL) status = ETR_CLI_FAIL;
   }
-  uint64_t bad_tb = 0;
+  uint64_t bad_tb = 0, cut_stacks = 0;
+  bool too_big = false;
   if (status == ETR_CLI_OK) {
-    an_out o = {f, false};
+    an_out o = {f, false, 0};
     for (size_t k = 0; k < fl.keys.n; k++) {
       if (fl.weights[k] == 0) continue;
+      if (max_bytes && o.bytes >= max_bytes) {
+        too_big = true;
+        break;
+      }
       const char *key = fl.keys.strs[k];
       char *sepp = strchr(key, '\x01');
       uint64_t tb = strtoull(key, NULL, 10);
@@ -170,7 +185,14 @@ int cmd_flame(int argc, char **argv) {
       const rd_jval *seq = tb < tbs->v.arr.n ? &tbs->v.arr.items[tb] : NULL;
       bool any = false;
       if (seq != NULL && seq->kind == ETR_J_ARRAY) {
-        for (size_t j = seq->v.arr.n; j-- > 0;) { /* innermost first in the file */
+        size_t depth = seq->v.arr.n;
+        if (depth > max_depth) { /* the innermost max_depth frames, under one for the rest */
+          an_out_fmt(&o, "[... %zu frames]", depth - (size_t)max_depth);
+          any = true;
+          depth = (size_t)max_depth;
+          cut_stacks++;
+        }
+        for (size_t j = depth; j-- > 0;) { /* innermost first in the file */
           int64_t fi = an_jint(&seq->v.arr.items[j], -1);
           if (fi < 0) continue;
           if (any) an_out_raw(&o, ";", 1);
@@ -193,6 +215,14 @@ int cmd_flame(int argc, char **argv) {
       an_out_fmt(&o, " %llu\n", (unsigned long long)fl.weights[k]);
     }
     status = cli_close_output(CMD, f, out_path);
+    if (too_big) {
+      cli_error(CMD, "%s: the output reached --max-bytes (%llu bytes): stopped; %s", file,
+                (unsigned long long)max_bytes,
+                out_path && strcmp(out_path, "-") ? "the partial output was removed"
+                                                  : "what was written is incomplete");
+      if (out_path && strcmp(out_path, "-")) cli_discard_output(out_path);
+      status = ETR_CLI_FAIL;
+    }
   }
   if (status == ETR_CLI_OK) {
     if (fl.n_tb_nodes == 0) {
@@ -200,7 +230,11 @@ int cmd_flame(int argc, char **argv) {
               "etr flame: note: %s has no tracebacks (no node carries a traceback "
               "attr; record with tracebacks on): the output is empty\n",
               strcmp(file, "-") == 0 ? "<stdin>" : file);
-    } else if (bad_tb) {
+    } else if (cut_stacks) {
+      fprintf(stderr, "etr flame: note: %llu stack(s) deeper than --max-depth %llu were cut\n",
+              (unsigned long long)cut_stacks, (unsigned long long)max_depth);
+    }
+    if (fl.n_tb_nodes > 0 && bad_tb) {
       fprintf(stderr, "etr flame: note: %llu stack(s) name a traceback the table does not have\n",
               (unsigned long long)bad_tb);
     }

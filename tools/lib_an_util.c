@@ -184,6 +184,7 @@ void an_strtab_free(an_strtab *t) {
 
 void an_out_raw(an_out *o, const char *s, size_t len) {
   if (len && fwrite(s, 1, len, o->f) != len) o->failed = true;
+  o->bytes += len;
 }
 
 void an_out_cstr(an_out *o, const char *s) { an_out_raw(o, s, strlen(s)); }
@@ -191,7 +192,11 @@ void an_out_cstr(an_out *o, const char *s) { an_out_raw(o, s, strlen(s)); }
 void an_out_fmt(an_out *o, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  if (vfprintf(o->f, fmt, ap) < 0) o->failed = true;
+  int n = vfprintf(o->f, fmt, ap);
+  if (n < 0)
+    o->failed = true;
+  else
+    o->bytes += (uint64_t)n;
   va_end(ap);
 }
 

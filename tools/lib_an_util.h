@@ -52,7 +52,8 @@ void an_strtab_free(an_strtab *t);
 
 typedef struct an_out {
   FILE *f;
-  bool failed; /* a write failed (disk full, closed pipe) */
+  bool failed;    /* a write failed (disk full, closed pipe) */
+  uint64_t bytes; /* bytes written so far (for output limits) */
 } an_out;
 
 void an_out_raw(an_out *o, const char *s, size_t len);

@@ -195,6 +195,38 @@ PY
     json_check "huge durations saturate" "d['ops_by_exclusive_time'][0]['exclusive_us'] == 2**63 - 1"
   expect 0 "graph without tensors" -- "$etr" graph "$out/notensor.json"
   expect 0 "replay without tensors" -- "$etr" replay "$out/notensor.json"
+  # flame's output is bounded: 2000 ops with distinct names sharing one 200000-frame
+  # traceback (~80 GB of folded stacks before) keep 256 frames each; --max-bytes stops it.
+  python3 - "$out/deep-tb.json" <<'PY'
+import json, sys
+def attrs(tid, extra=()):
+    a = [("rf_id", "uint64", 0), ("fw_parent", "uint64", 0), ("seq_id", "int64", -1),
+         ("scope", "uint64", 0), ("tid", "uint64", tid), ("fw_tid", "uint64", 0),
+         ("op_schema", "string", ""), ("kernel_backend", "string", ""),
+         ("kernel_file", "string", "")] + list(extra)
+    return [{"name": n, "type": t, "value": v} for n, t, v in a]
+io = {"values": [], "shapes": [], "types": [], "strides": []}
+nodes = [{"id": 2, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 1,
+          "inputs": io, "outputs": io, "attrs": attrs(1)}]
+for i in range(2000):
+    nodes.append({"id": 3 + i, "name": "op%d" % i, "ctrl_deps": 2, "inputs": io, "outputs": io,
+                  "attrs": attrs(1, [("traceback", "uint64", 0)])})
+nodes.append({"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1,
+              "inputs": io, "outputs": io, "attrs": attrs(0)})
+d = {"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 0,
+     "nodes": nodes, "finish_ts": 1,
+     "frames": [{"name": "recurse", "filename": "r.c", "line": 1}],
+     "tracebacks": [[0] * 200000]}
+json.dump(d, open(sys.argv[1], "w"))
+PY
+  expect 0 "flame of a 200000-frame traceback" -- "$etr" flame "$out/deep-tb.json" -o "$out/deep.folded" &&
+    err_has "flame deep" "deeper than --max-depth 256 were cut"
+  size=$(wc -c < "$out/deep.folded")
+  [ "$size" -lt 20000000 ] || fail "flame of a deep traceback wrote $size bytes"
+  grep -q '^\[\.\.\. 199744 frames\];recurse' "$out/deep.folded" || fail "flame: no '[... 199744 frames]' root"
+  expect 1 "flame --max-bytes" -- "$etr" flame "$out/deep-tb.json" -o "$out/deep2.folded" --max-bytes 100000 &&
+    err_has "flame --max-bytes" "reached --max-bytes"
+  [ ! -e "$out/deep2.folded" ] || fail "flame --max-bytes left its partial output"
   # etr chakra writes DIR/rank.N.et: an input of that very name is refused too
   if "$etr" chakra --help > /dev/null 2>&1; then
     mkdir -p "$out/cdir"
