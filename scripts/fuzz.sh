@@ -3,7 +3,7 @@
 #
 #   ./scripts/fuzz.sh                           each target 600 s (the long run)
 #   ./scripts/fuzz.sh --seconds-per-target N    each target N s
-#   ./scripts/fuzz.sh --short                   20 s each (60 s in all); exit 1 on any crash
+#   ./scripts/fuzz.sh --short                   15 s each (60 s in all); exit 1 on any crash
 #   ./scripts/fuzz.sh --targets fuzz_reader     only the targets named (comma separated)
 #   ./scripts/fuzz.sh --update-corpus           merge new coverage into tests/fuzz/corpus/
 #
@@ -29,7 +29,7 @@ cd "$ETR_ROOT" || exit 1
 
 secs=600
 update=0
-targets="fuzz_reader,fuzz_escape,fuzz_record"
+targets="fuzz_reader,fuzz_escape,fuzz_record,fuzz_commands"
 while [ $# -gt 0 ]; do
   case "$1" in
   --seconds-per-target)
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     shift
     ;;
   --seconds-per-target=*) secs=${1#*=} ;;
-  --short) secs=20 ;;
+  --short) secs=15 ;;
   --update-corpus) update=1 ;;
   --targets)
     [ $# -ge 2 ] || etr_die "--targets needs a list, e.g. fuzz_reader,fuzz_escape"
@@ -106,6 +106,17 @@ for t in "${tlist[@]}"; do
     fi
     ;;
   fuzz_escape) opts=(-max_len=16384 -timeout=10 -close_fd_mask=1) ;;
+  fuzz_commands)
+    # (a JSON file's first byte, '{', already picks six of the commands: real-trace slices
+    # are good seeds as they are)
+    opts=(-max_len=65536 -timeout=30 -close_fd_mask=3 -rss_limit_mb=3072
+      -dict="$ETR_ROOT/tests/fuzz/fuzz_reader.dict")
+    if [ -d "$real" ]; then
+      mkdir -p "$dir/real"
+      python3 "$ETR_ROOT/tests/fuzz/make_corpus.py" --slices "$dir/real" "$real"/*.json* &&
+        extra+=("$dir/real")
+    fi
+    ;;
   fuzz_record) opts=(-max_len=8192 -timeout=60 -close_fd_mask=1 -rss_limit_mb=3072) ;;
   *) opts=(-timeout=60) ;;
   esac

@@ -124,7 +124,9 @@ static size_t g_n_inputs, g_cap_inputs;
 static void remember_input(const char *path) {
   struct stat st;
   if ((strcmp(path, "-") == 0 ? fstat(STDIN_FILENO, &st) : stat(path, &st)) != 0) return;
-  if (!S_ISREG(st.st_mode)) return; /* a pipe or device cannot be truncated by an output */
+  if (!S_ISREG(st.st_mode)) return;       /* a pipe or device cannot be truncated by an output */
+  for (size_t i = 0; i < g_n_inputs; i++) /* (a fuzzer opens one file again and again) */
+    if (g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino) return;
   if (g_n_inputs == g_cap_inputs) {
     size_t cap = g_cap_inputs ? g_cap_inputs * 2 : 16;
     void *v = realloc(g_inputs, cap * sizeof *g_inputs);
