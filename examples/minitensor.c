@@ -1093,6 +1093,7 @@ static void run_backward(tape *tp) {
 
 static void *bw_main(void *arg) {
   bw_engine *e = arg;
+  etr_thread_set_name("autograd backward"); /* its thread node's thread_name */
   for (;;) {
     check_pthread(pthread_mutex_lock(&e->lock), "pthread_mutex_lock");
     while (e->pending == NULL && !e->quit) {
@@ -1423,6 +1424,9 @@ static void train_step(worker *w, int iter) {
 static void *worker_main(void *arg) {
   worker *w = arg;
   w->tid = etr_thread_id();
+  char tname[32];
+  snprintf(tname, sizeof tname, "worker %d", w->rank);
+  etr_thread_set_name(tname);
   check_pthread(pthread_mutex_init(&w->bw.lock, NULL), "pthread_mutex_init");
   check_pthread(pthread_cond_init(&w->bw.cond, NULL), "pthread_cond_init");
   check_pthread(pthread_create(&w->bw.thread, NULL, bw_main, &w->bw), "pthread_create");

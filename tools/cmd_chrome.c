@@ -66,18 +66,42 @@ static void sep(chrome *c) {
   c->first_event = false;
 }
 
-static void thread_meta(chrome *c, uint64_t tid) {
-  if (an_u64map_get(&c->threads, tid, NULL)) return;
-  an_u64map_put(&c->threads, tid, 1);
+/* The thread's name in the viewer: "<thread_name> (os tid N)" from its thread node's attrs
+ * when it has them (etr writes thread nodes before their ops), else "thread <tid>". */
+static void thread_meta_named(chrome *c, uint64_t tid, const rd_rnode *thread_node) {
+  const rd_rattr *nm = thread_node ? an_attr(thread_node, "thread_name") : NULL;
+  const rd_rattr *os = thread_node ? an_attr(thread_node, "os_tid") : NULL;
+  /* 1: named "thread N" (an op or a flow got there first), 2: named from its thread node;
+   * a later thread node names it again (viewers keep a thread's last thread_name). */
+  uint64_t had = 0;
+  bool known = an_u64map_get(&c->threads, tid, &had);
+  if (known && (had == 2 || (!nm && !os))) return;
+  an_u64map_put(&c->threads, tid, nm || os ? 2 : 1);
   sep(c);
+  an_out_fmt(&c->o, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,\"args\":{",
+             (long long)c->pid, (unsigned long long)tid);
+  char label[160];
+  int64_t os_tid = os ? an_jint(&os->value, 0) : 0;
+  if (nm && nm->value.kind == ETR_J_STRING && nm->value.v.str.len) {
+    an_out_cstr(&c->o, "\"name\":");
+    snprintf(label, sizeof label, "%.*s",
+             (int)(nm->value.v.str.len < 100 ? nm->value.v.str.len : 100), nm->value.v.str.s);
+    size_t l = strlen(label);
+    if (os_tid > 0) snprintf(label + l, sizeof label - l, " (os tid %lld)", (long long)os_tid);
+    an_out_jstr(&c->o, label, strlen(label));
+  } else if (os_tid > 0) {
+    an_out_fmt(&c->o, "\"name\":\"thread %llu (os tid %lld)\"", (unsigned long long)tid,
+               (long long)os_tid);
+  } else {
+    an_out_fmt(&c->o, "\"name\":\"thread %llu\"", (unsigned long long)tid);
+  }
   an_out_fmt(&c->o,
-             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
-             "\"args\":{\"name\":\"thread %llu\"}},\n"
-             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
+             "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
              "\"args\":{\"sort_index\":%llu}}",
-             (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid, (long long)c->pid,
-             (unsigned long long)tid, (unsigned long long)tid);
+             (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid);
 }
+
+static void thread_meta(chrome *c, uint64_t tid) { thread_meta_named(c, tid, NULL); }
 
 static const char *scope_cat(uint64_t scope) {
   switch (scope) {
@@ -186,7 +210,7 @@ static void resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
 static bool node(chrome *c, const rd_rnode *n) {
   if (an_is_process_node(n)) return true;
   if (an_is_thread_node(n)) {
-    thread_meta(c, n->tid);
+    thread_meta_named(c, n->tid, n);
     an_u64map_del(&c->pending, (uint64_t)n->id);
     return true;
   }

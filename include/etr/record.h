@@ -183,6 +183,13 @@ static inline uint64_t etr_record_handle(const etr_record *rec) {
  * the first call on a thread. */
 ETR_API uint64_t etr_thread_id(void);
 
+/* Name the calling thread in traces: its thread node gets the attr "thread_name" (besides
+ * "os_tid", the kernel's thread id, which every thread node carries). Without a name, the
+ * thread's OS name (pthread_setname_np, prctl) is used. Call it before the thread's first
+ * recorded op: the thread node is written then. NULL or "" clears it; a name is cut at 63
+ * bytes. 0, or ETR_ESTATE during thread exit. The calling thread only; no lock. */
+ETR_API int etr_thread_set_name(const char *name);
+
 /* Tell etr a tensor object (identified by its impl pointer) died, so that a new tensor at
  * the same address gets a new id. Any thread; one relaxed load while no trace is open. */
 static inline void etr_tensor_died(const void *impl) {

@@ -430,10 +430,31 @@ static void structural_node(etr_trace *tr, uint64_t id, const char *name, uint64
   ETR__JW_LIT(w, "]}");
 }
 
+/* A thread node: the structural attrs, then the kernel's thread id and the thread's name
+ * (attrs of etr's; Chrome export and viewers name threads with them). */
+static void thread_node(etr_trace *tr, const etr__ev *ev) {
+  etr__jw *w = &tr->jw;
+  node_start(tr, ev->id, THREAD_NAME, strlen(THREAD_NAME), 1);
+  empty_io(tr);
+  base_attrs(w, 0, 0, -1, 7, ev->tid, 0, "", 0, "", 0, "", 0);
+  ETR__JW_LIT(w, ",");
+  attr_u64(w, "os_tid", ev->rf_id);
+  if (ev->name_len) {
+    char *o = etr__jw_begin(w, 64 + ETR__ESCAPED_MAX(ev->name_len));
+    if (o) {
+      o = ETR__PUT_LIT(o, ",{\"name\": \"thread_name\", \"type\": \"string\", \"value\": ");
+      o = etr__put_str(o, (const char *)(ev + 1), ev->name_len, &w->replaced);
+      *o++ = '}';
+      etr__jw_end(w, o);
+    }
+  }
+  ETR__JW_LIT(w, "]}");
+}
+
 void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
   etr__jw *w = &tr->jw;
   if (ev->type == ETR__EV_THREAD) {
-    structural_node(tr, ev->id, THREAD_NAME, ev->tid);
+    thread_node(tr, ev);
     return;
   }
   const uint64_t *tb = (const uint64_t *)(const void *)(ev + 1);

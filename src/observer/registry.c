@@ -112,6 +112,18 @@ uint64_t etr_thread_id(void) {
   return t ? t->tid : 0;
 }
 
+int etr_thread_set_name(const char *name) {
+  etr__thread *t = etr__thread_self();
+  if (!t) return ETR_ESTATE;
+  size_t n = name ? strlen(name) : 0;
+  if (n >= sizeof t->name) n = sizeof t->name - 1;
+  /* never cut inside a UTF-8 sequence (the writer would replace the broken tail) */
+  while (n > 0 && n < (name ? strlen(name) : 0) && ((unsigned char)name[n] & 0xc0) == 0x80) n--;
+  if (n) memcpy(t->name, name, n);
+  t->name[n] = '\0';
+  return 0;
+}
+
 static void unlink_thread(etr__thread *t) {
   if (t->prev)
     t->prev->next = t->next;

@@ -13,6 +13,8 @@
 
 typedef struct etr__thread etr__thread;
 
+#define ETR__THREAD_NAME_MAX 64 /* bytes of a thread name kept, NUL included */
+
 struct etr__thread {
   _Atomic uint64_t hazard_slots; /* bit i: inside a callback of observer slot i */
   _Atomic uint64_t hazard_ids;   /* nonzero: inside an object-id map operation */
@@ -28,6 +30,9 @@ struct etr__thread {
   /* Return address of the runtime's call to etr__record_begin: tracebacks captured in an
    * enter callback start at this frame (etr's own frames above it are dropped). */
   uintptr_t begin_ra;
+  /* etr_thread_set_name: written by the owner; read by the owner when it writes its thread
+   * node (the trace observer copies it into the thread event). */
+  char name[ETR__THREAD_NAME_MAX];
   etr__thread *prev, *next;
 };
 

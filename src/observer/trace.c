@@ -40,6 +40,8 @@ static inline int64_t now_ns(void) {
 
 static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+static pid_t my_tid(void) { return (pid_t)syscall(SYS_gettid); }
+
 /* How long the file stays as finalized while a host's signal handler runs (one that _exits
  * soon leaves it finalized; one that leaves by siglongjmp cannot stall the writer longer). */
 #define FATAL_HOLD_MS 2000
@@ -195,16 +197,26 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   thr->trace_serial = tr->serial;
   /* The thread node goes first, so that a file cut short (kill -9) has the parent of every
    * op the thread finished; only ops still open at the cut lack theirs. */
+  /* Thread events carry the kernel's thread id in rf_id and the thread's name as payload:
+   * the one given to etr_thread_set_name, else the OS name (we run on that thread here). */
+  char os_name[ETR__THREAD_NAME_MAX];
+  const char *tname = thr->name;
+  if (!tname[0] && pthread_getname_np(pthread_self(), os_name, sizeof os_name) == 0)
+    tname = os_name;
+  size_t tlen = strnlen(tname, ETR__THREAD_NAME_MAX - 1);
   etr__ev ev;
   memset(&ev, 0, sizeof ev);
-  ev.size = (uint32_t)round8(sizeof ev);
+  ev.size = (uint32_t)round8(sizeof ev + tlen);
   ev.type = ETR__EV_THREAD;
   ev.id = ts->thread_node_id;
   ev.parent = 1;
   ev.tid = ts->tid;
+  ev.rf_id = (uint64_t)my_tid();
+  ev.name_len = (uint32_t)tlen;
   uint8_t *dst = event_room(ts, ev.size);
   if (dst) {
     memcpy(dst, &ev, sizeof ev);
+    memcpy(dst + sizeof ev, tname, tlen);
     event_commit(ts, ev.size);
   }
   return ts;
@@ -494,8 +506,6 @@ void etr__storage_died(const void *storage) { object_died(false, storage); }
  * error loses exactly the nodes counted in `buffered`, and the file always holds the header
  * and whole nodes: a prefix `etr repair` completes (only a kill during a write(2) can cut
  * a node). */
-
-static pid_t my_tid(void) { return (pid_t)syscall(SYS_gettid); }
 
 static inline bool fatal_pending(etr_trace *tr) {
   return atomic_load(&tr->fatal_req) != atomic_load(&tr->fatal_ack);

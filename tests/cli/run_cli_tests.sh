@@ -130,6 +130,21 @@ EOF
   done
   expect 2 "summary --top x" -- "$etr" summary --top x "$t"
   expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
+  # chrome names each thread from its thread node: thread_name and os_tid (the last
+  # thread_name metadata of a thread is the one viewers show)
+  expect 0 "chrome" -- "$etr" chrome "$t" -o "$out/ours.chrome.json" && python3 - "$out/ours.chrome.json" <<'PY' || fail "chrome: thread names"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+last = {}
+for e in ev:
+    if e.get("ph") == "M" and e.get("name") == "thread_name":
+        last[e["tid"]] = e["args"]["name"]
+names = list(last.values())
+assert all("(os tid " in n for n in names), names
+assert sum(n.startswith("worker ") for n in names) == 2, names
+assert sum(n.startswith("autograd backward") for n in names) == 2, names
+PY
   # No command overwrites its input: by its own name, a symlink or a hard link to it.
   cp "$t" "$out/victim.json"
   ln -sf victim.json "$out/victim-sym.json"

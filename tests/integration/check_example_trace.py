@@ -72,6 +72,8 @@ OTHER_ATTRS = {
     "kernel_grid": "string",
     "kernel_stream": "uint64",
     "tensor_range": "string",
+    "os_tid": "uint64",
+    "thread_name": "string",
     "etr_incomplete": "uint64",
     "traceback": "uint64",
     "traceback": "uint64",
@@ -523,6 +525,15 @@ def main(argv):
     if len(threads) < 2 * n_workers:
         ck.fail("roots", "%d thread nodes; the runtime records on %d workers and %d backward threads"
                 % (len(threads), n_workers, n_workers))
+    # each thread node names its kernel thread (os_tid, all distinct) and its name: the
+    # runtime names its workers "worker <rank>" and its backward threads
+    os_tids = [A[nid].get("os_tid") for nid in threads.values()]
+    if not all(is_int(x) and x > 0 for x in os_tids) or len(set(os_tids)) != len(os_tids):
+        ck.fail("roots", "thread nodes' os_tid attrs are not distinct positive ids: %r" % os_tids)
+    names = [A[nid].get("thread_name") for nid in threads.values()]
+    if sum(1 for x in names if isinstance(x, str) and x.startswith("worker ")) < n_workers or \
+            sum(1 for x in names if x == "autograd backward") < n_workers:
+        ck.fail("roots", "thread names %r lack 'worker N' / 'autograd backward'" % names)
     ops = [nid for nid, n in by_id.items() if n.get("name") not in (PROCESS_NAME, THREAD_NAME)]
     op_set = set(ops)
 

@@ -279,12 +279,16 @@ static void test_thread_nodes(void **state) {
     if (tn == NULL) fail_msg("no thread node with tid %llu", (unsigned long long)tids[i]);
     assert_int_equal(tu_ctrl_deps(tn), 1);
     char buf[2048], want[2048];
+    /* then os_tid (the kernel's id of that thread) and thread_name (the OS name here) */
     snprintf(want, sizeof want,
              "rf_id:uint64:0;fw_parent:uint64:0;seq_id:int64:-1;scope:uint64:7;"
              "tid:uint64:%llu;fw_tid:uint64:0;op_schema:string:\"\";"
-             "kernel_backend:string:\"\";kernel_file:string:\"\"",
+             "kernel_backend:string:\"\";kernel_file:string:\"\";os_tid:uint64:",
              (unsigned long long)tids[i]);
-    assert_string_equal(attrs_str(tn, buf, sizeof buf), want);
+    const char *got = attrs_str(tn, buf, sizeof buf);
+    if (strncmp(got, want, strlen(want)) != 0) fail_msg("thread node attrs: %s", got);
+    assert_true(tu_attr_int(tn, "os_tid") > 0);
+    assert_non_null(strstr(got, ";thread_name:string:\""));
     size_t idx = tu_node_index(&t, tn);
     tu_keys k;
     tu_node_keys(&t, idx, &k);

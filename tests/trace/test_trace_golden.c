@@ -2,11 +2,11 @@
  * kind, normalised and compared byte for byte with tests/trace/golden/basic.json.
  *
  * Normalisation (see normalise()): "pid", "time", "start_ts", "finish_ts", and on each node
- * "ts", "inclusive_dur", "exclusive_dur" become 0; ids (node ids, ctrl_deps, fw_parent,
- * tensor and storage ids) are renumbered in order of first appearance in the file (0 and the
- * process node's 1 are kept); rf_id values are renumbered the same way on their own; in the
- * footer, counters that depend on the run (bytes_written, buffer_waits) become 0. The result
- * is written one node per line, compact, keys in file order.
+ * "ts", "inclusive_dur", "exclusive_dur" and the thread nodes' "os_tid" attr become 0; ids (node
+ * ids, ctrl_deps, fw_parent, tensor and storage ids) are renumbered in order of first appearance in
+ * the file (0 and the process node's 1 are kept); rf_id values are renumbered the same way on their
+ * own; in the footer, counters that depend on the run (bytes_written, buffer_waits) become 0. The
+ * result is written one node per line, compact, keys in file order.
  *
  * To regenerate the golden file after an intended format change, run
  *     ETR_UPDATE_GOLDEN=1 ctest -R trace.golden        (or run trace_test_golden directly)
@@ -253,6 +253,7 @@ static char *normalise(json_t *root) {
       if (nm == NULL) continue;
       if (strcmp(nm, "fw_parent") == 0) remap_int(a, "value", &ids);
       if (strcmp(nm, "rf_id") == 0) remap_int(a, "value", &rfs);
+      if (strcmp(nm, "os_tid") == 0) zero(a, "value"); /* the kernel's id differs per run */
     }
   }
   json_t *stats = json_object_get(json_object_get(root, "etr"), "stats");
