@@ -62,8 +62,8 @@ int cmd_replay(int argc, char **argv) {
   }
   const char *model_path = NULL, *csv = NULL;
   uint64_t path_limit = 30;
-  bool keep_idle = true, alpha_set = false;
-  an_ranks_opts ro = {0, 0, 0, false};
+  bool keep_idle = true;
+  an_ranks_opts ro = {0, 0, 0, false, false};
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},    {"path", required_argument, NULL, 'p'},
       {"csv", required_argument, NULL, 'c'},      {"no-idle", no_argument, NULL, 'n'},
@@ -88,13 +88,8 @@ int cmd_replay(int argc, char **argv) {
         keep_idle = false;
         break;
       case 'a':
-        if (!cli_parse_double(CMD, "--alpha-us", optarg, &ro.alpha_us)) return ETR_CLI_USAGE;
-        if (ro.alpha_us < 0) return cli_usage(CMD, "--alpha-us must be >= 0");
-        alpha_set = true;
-        break;
       case 'b':
-        if (!cli_parse_double(CMD, "--beta-gbps", optarg, &ro.beta_GBps)) return ETR_CLI_USAGE;
-        if (!(ro.beta_GBps > 0)) return cli_usage(CMD, "--beta-gbps must be > 0");
+        if (an_ranks_net_option(CMD, c, optarg, &ro)) return ETR_CLI_USAGE;
         break;
       case 'h':
         help();
@@ -105,8 +100,7 @@ int cmd_replay(int argc, char **argv) {
     }
   }
   if (optind >= argc) return cli_usage(CMD, "no FILE given");
-  if (alpha_set && !(ro.beta_GBps > 0))
-    return cli_usage(CMD, "--alpha-us needs --beta-gbps (the network model has both)");
+  if (an_ranks_net_check(CMD, &ro)) return ETR_CLI_USAGE;
   if (argc - optind > 1) {
     if (model_path || csv || !keep_idle)
       return cli_usage(CMD, "--model, --csv and --no-idle take one FILE, not several ranks");

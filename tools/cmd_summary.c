@@ -624,8 +624,7 @@ int cmd_summary(int argc, char **argv) {
   memset(&s, 0, sizeof s);
   s.top = 20;
   const char *out = NULL;
-  an_ranks_opts ro = {0, 0, 0, false};
-  bool alpha_set = false;
+  an_ranks_opts ro = {0, 0, 0, false, false};
   static const struct option opts[] = {{"top", required_argument, NULL, 't'},
                                        {"alpha-us", required_argument, NULL, 'a'},
                                        {"beta-gbps", required_argument, NULL, 'b'},
@@ -651,13 +650,8 @@ int cmd_summary(int argc, char **argv) {
         out = optarg;
         break;
       case 'a':
-        if (!cli_parse_double(CMD, "--alpha-us", optarg, &ro.alpha_us)) return ETR_CLI_USAGE;
-        if (ro.alpha_us < 0) return cli_usage(CMD, "--alpha-us must be >= 0");
-        alpha_set = true;
-        break;
       case 'b':
-        if (!cli_parse_double(CMD, "--beta-gbps", optarg, &ro.beta_GBps)) return ETR_CLI_USAGE;
-        if (!(ro.beta_GBps > 0)) return cli_usage(CMD, "--beta-gbps must be > 0");
+        if (an_ranks_net_option(CMD, c, optarg, &ro)) return ETR_CLI_USAGE;
         break;
       case 'h':
         usage(stdout);
@@ -670,8 +664,7 @@ int cmd_summary(int argc, char **argv) {
   char **files = argv + optind;
   int nfiles = argc - optind;
   if (nfiles == 0) return cli_usage(CMD, "no input file");
-  if (alpha_set && !(ro.beta_GBps > 0))
-    return cli_usage(CMD, "--alpha-us needs --beta-gbps (the network model has both)");
+  if (an_ranks_net_check(CMD, &ro)) return ETR_CLI_USAGE;
   if (nfiles > 1) {
     ro.limit = (size_t)s.top;
     ro.json = s.json;

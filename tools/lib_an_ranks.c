@@ -482,6 +482,13 @@ int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_
 /* ---- replay: simulation ---- */
 
 /* Fire instance `ix` if every member has it next. */
+/* When rank r is ready for collective c: where its replay clock stands, plus the compute gap
+ * recorded between its previous collective and this one. */
+static double rank_ready(const rk_rank *r, const rk_coll *c) {
+  double gap = c->dur >= 0 ? (double)c->ts - r->prev_end : 0;
+  return r->t + (gap > 0 ? gap : 0);
+}
+
 static bool try_fire(rk_set *s, uint32_t ix, const an_ranks_opts *o) {
   rk_inst *in = &s->inst[ix];
   for (uint32_t m = 0; m < in->nm; m++) {
@@ -494,8 +501,7 @@ static bool try_fire(rk_set *s, uint32_t ix, const an_ranks_opts *o) {
     const uint32_t *e = s->mem[in->off + m];
     rk_rank *r = &s->r[e[0]];
     const rk_coll *c = &r->c[e[1]];
-    double gap = c->dur >= 0 ? (double)c->ts - r->prev_end : 0;
-    double ready = r->t + (gap > 0 ? gap : 0);
+    double ready = rank_ready(r, c);
     if (in->straggler < 0 || ready > start) {
       start = ready;
       in->straggler = (int)e[0];
@@ -514,8 +520,7 @@ static bool try_fire(rk_set *s, uint32_t ix, const an_ranks_opts *o) {
     const uint32_t *e = s->mem[in->off + m];
     rk_rank *r = &s->r[e[0]];
     const rk_coll *c = &r->c[e[1]];
-    double gap = c->dur >= 0 ? (double)c->ts - r->prev_end : 0;
-    double ready = r->t + (gap > 0 ? gap : 0);
+    double ready = rank_ready(r, c);
     r->wait += start - ready;
     r->exposed += start + dur - ready;
     s->r[straggler].held_us += start - ready;
@@ -618,4 +623,22 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
 done:
   set_free(&s);
   return rc;
+}
+
+int an_ranks_net_option(const char *cmd, int opt, const char *arg, an_ranks_opts *o) {
+  if (opt == 'a') {
+    if (!cli_parse_double(cmd, "--alpha-us", arg, &o->alpha_us)) return ETR_CLI_USAGE;
+    if (o->alpha_us < 0) return cli_usage(cmd, "--alpha-us must be >= 0");
+    o->alpha_set = true;
+  } else {
+    if (!cli_parse_double(cmd, "--beta-gbps", arg, &o->beta_GBps)) return ETR_CLI_USAGE;
+    if (!(o->beta_GBps > 0)) return cli_usage(cmd, "--beta-gbps must be > 0");
+  }
+  return 0;
+}
+
+int an_ranks_net_check(const char *cmd, const an_ranks_opts *o) {
+  if (o->alpha_set && !(o->beta_GBps > 0))
+    return cli_usage(cmd, "--alpha-us needs --beta-gbps (the network model has both)");
+  return 0;
 }

@@ -33,10 +33,17 @@ typedef struct an_ranks_opts {
   double beta_GBps; /* bandwidth in GB/s (1e9 bytes/s); > 0 turns the model on */
   size_t limit;     /* collectives listed one by one (0 = all) */
   bool json;        /* summary: one JSON object */
+  bool alpha_set;   /* --alpha-us was given (it needs --beta-gbps) */
 } an_ranks_opts;
 
+/* The network model's options, parsed the same way by summary and replay: opt 'a' for
+ * --alpha-us (>= 0), 'b' for --beta-gbps (> 0). 0, or ETR_CLI_USAGE after the message. */
+int an_ranks_net_option(const char *cmd, int opt, const char *arg, an_ranks_opts *o);
+/* After the options: --alpha-us without --beta-gbps is a usage error (ETR_CLI_USAGE). */
+int an_ranks_net_check(const char *cmd, const an_ranks_opts *o);
+
 /* Read the n traces, then write the multi-rank summary to out_path (NULL or "-": stdout;
- * opened only once every input was read, so it may name one of them) / the replay report
+ * opened once every input was read; never one of the inputs: cli_open_output) / the replay report
  * to out. ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error (unreadable input,
  * out of memory, a write error; in replay also collectives that do not match across ranks). */
 int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
