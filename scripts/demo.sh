@@ -10,7 +10,7 @@
 #   ./scripts/demo.sh     (options through the environment: DEMO_THREADS, DEMO_ITERS)
 #
 # Outputs in out/demo/: trace.json, trace.chrome.json, trace.folded, trace-env.json,
-# ranks/rank-0.json and ranks/rank-1.json (chakra/ when `etr chakra` exists),
+# ranks/rank-0.json and ranks/rank-1.json, chakra/rank.0.et and chakra/rank.1.et,
 # python-trace.json. Build directory: build/demo.
 set -uo pipefail
 
@@ -85,10 +85,12 @@ python3 tests/integration/check_ranks.py "$out/ranks/rank-0.json" "$out/ranks/ra
   etr_die "etr summary of the 2 ranks failed"
 "$etr" replay --path 4 --alpha-us 5 --beta-gbps 10 "$out/ranks/rank-0.json" \
   "$out/ranks/rank-1.json" || etr_die "etr replay of the 2 ranks failed"
-if "$etr" chakra --help > /dev/null 2>&1; then
-  "$etr" chakra "$out"/ranks/rank-*.json -o "$out/chakra" ||
-    etr_die "etr chakra failed on $out/ranks/rank-*.json"
-fi
+etr_say "  etr chakra: Chakra's protobuf traces for ASTRA-sim, one per rank"
+rm -rf "$out/chakra"
+"$etr" chakra "$out"/ranks/rank-*.json -o "$out/chakra" ||
+  etr_die "etr chakra failed on $out/ranks/rank-*.json"
+[ -s "$out/chakra/rank.0.et" ] && [ -s "$out/chakra/rank.1.et" ] ||
+  etr_die "etr chakra did not write $out/chakra/rank.0.et and rank.1.et"
 
 etr_say "step 8/8: Python on a CPython extension (examples/python): Python and C frames"
 py=$(sed -n 's/^ETR_PYTHON_FOR_EXAMPLES:FILEPATH=//p' build/demo/CMakeCache.txt)
@@ -121,7 +123,8 @@ demo: done in $(etr_fmt_secs $(($(date +%s) - start))). What it did:
      each recording through ETR_TRACE=.../rank-%r.json  -> $out/ranks/rank-0.json, rank-1.json
      checked both (a process_group:init node, the same collectives in the same order, as
      PARAM's comm replay reads them), then etr summary and etr replay of both ranks: per
-     rank makespan, time exposed in communication, the straggler of each collective
+     rank makespan, time exposed in communication, the straggler of each collective;
+     etr chakra converted them for Chakra / ASTRA-sim  -> $out/chakra/rank.0.et, rank.1.et
   6. ran examples/python/demo.py on 4 Python threads    -> $out/python-trace.json
      (its tracebacks interleave demo.py's functions and lines with the C frames)
 The format is the JSON execution trace of PyTorch / MLCommons Chakra: see docs/FORMAT.md;
