@@ -514,6 +514,24 @@ def part_ours():
     r = expect("--help", [ETR, "repair", "--help"], 0)
     if b"placeholder" not in r.stdout or b"traceback" not in r.stdout:
         fail("--help does not describe placeholders and tracebacks")
+    wide_tids(data1, wd)
+
+
+def wide_tids(data, wd):
+    """validate compares whole tids: an op whose tid differs from its thread node's only above
+    bit 16 (OS tids do) is an error (the validator once kept the low 16 bits only)."""
+    doc = json.loads(data)
+    for n in doc["nodes"]:
+        if n.get("name") != THREAD:
+            for a in n.get("attrs", []):
+                if a.get("name") == "tid":
+                    a["value"] = int(a["value"]) + 65536
+    bad = os.path.join(wd, "wide_tid.json")
+    with open(bad, "w") as f:
+        json.dump(doc, f)
+    r = expect("validate, op tid differs above bit 16", [ETR, "validate", bad], 1)
+    if b"hangs under the thread node" not in r.stdout:
+        fail("wide tid: validate does not name the tid mismatch: %r" % r.stdout[-400:])
 
 
 def part_real():
