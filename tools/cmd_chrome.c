@@ -47,8 +47,28 @@ typedef struct flow {
   int64_t fw_parent;
 } flow;
 
+/* A thread's slices since its last top-level op ended, in file order (children before
+ * their parent): written out in reverse once that op is read, so that every slice comes
+ * after its parent's, which viewers need to nest slices that start at the same time. */
+typedef struct tbuf {
+  uint64_t tid;
+  FILE *mem; /* open_memstream over ptr/size */
+  char *ptr;
+  size_t size;
+  size_t *offs; /* where each slice starts */
+  size_t n, cap;
+} tbuf;
+
+#define TBUF_MAX                                                                  \
+  (16u << 20) /* a thread's buffer past this is written as it is (bounded memory) \
+               */
+
 typedef struct chrome {
   an_out o;
+  tbuf *tb; /* one per thread seen */
+  size_t n_tb, cap_tb;
+  an_u64map tb_ix;        /* tid -> index into tb */
+  an_u64map thread_nodes; /* ids of thread nodes seen */
   int64_t pid;
   bool args, flows;
   int mode; /* 0 unknown, 1 timed, 2 synthetic */
@@ -207,10 +227,79 @@ static void resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
   }
 }
 
+static tbuf *tbuf_of(chrome *c, uint64_t tid) {
+  uint64_t ix;
+  if (an_u64map_get(&c->tb_ix, tid, &ix)) return &c->tb[ix];
+  if (c->n_tb == c->cap_tb) {
+    size_t cap = c->cap_tb ? c->cap_tb * 2 : 16;
+    tbuf *v = realloc(c->tb, cap * sizeof *v);
+    if (!v) return NULL;
+    c->tb = v;
+    c->cap_tb = cap;
+  }
+  tbuf *b = &c->tb[c->n_tb];
+  memset(b, 0, sizeof *b);
+  b->tid = tid;
+  if (!an_u64map_put(&c->tb_ix, tid, c->n_tb)) return NULL;
+  c->n_tb++;
+  return b;
+}
+
+/* The thread's buffered slices, last first (each one's parent before it). */
+static void tbuf_flush(chrome *c, tbuf *b) {
+  if (!b->mem) return;
+  if (fclose(b->mem) != 0) c->o.failed = true;
+  b->mem = NULL;
+  for (size_t i = b->n; i-- > 0;) {
+    size_t end = i + 1 < b->n ? b->offs[i + 1] : b->size;
+    sep(c);
+    an_out_raw(&c->o, b->ptr + b->offs[i], end - b->offs[i]);
+  }
+  free(b->ptr);
+  b->ptr = NULL;
+  b->size = 0;
+  b->n = 0;
+}
+
+/* emit_op into the slice's thread buffer (directly when memory runs out). */
+static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
+  tbuf *b = tbuf_of(c, n->tid);
+  if (b && !b->mem && !(b->mem = open_memstream(&b->ptr, &b->size))) b = NULL;
+  if (b && b->n == b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    size_t *v = realloc(b->offs, cap * sizeof *v);
+    if (v) {
+      b->offs = v;
+      b->cap = cap;
+    } else {
+      b = NULL;
+    }
+  }
+  if (!b) {
+    emit_op(c, n, ts, dur);
+    return true;
+  }
+  long at = ftell(b->mem);
+  b->offs[b->n++] = at < 0 ? 0 : (size_t)at;
+  an_out saved = c->o;
+  bool first = c->first_event;
+  c->o.f = b->mem;
+  c->first_event = true; /* no separator inside the buffer */
+  emit_op(c, n, ts, dur);
+  saved.failed |= c->o.failed;
+  c->o = saved;
+  c->first_event = first;
+  /* A top-level op ends its thread's batch; a huge one is written as it is. */
+  bool top = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
+  if (top || ftell(b->mem) > (long)TBUF_MAX) tbuf_flush(c, b);
+  return true;
+}
+
 static bool node(chrome *c, const rd_rnode *n) {
   if (an_is_process_node(n)) return true;
   if (an_is_thread_node(n)) {
     thread_meta_named(c, n->tid, n);
+    if (n->id > 0 && !an_u64map_put(&c->thread_nodes, (uint64_t)n->id, 1)) return false;
     an_u64map_del(&c->pending, (uint64_t)n->id);
     return true;
   }
@@ -230,7 +319,7 @@ static bool node(chrome *c, const rd_rnode *n) {
     int64_t ts = n->ts < -lim ? -lim : n->ts > lim ? lim : n->ts;
     int64_t dur = n->inclusive_dur < 0 ? 0 : n->inclusive_dur > lim ? lim : n->inclusive_dur;
     if (had && (int64_t)pv - ts > dur) dur = (int64_t)pv - ts;
-    emit_op(c, n, ts, dur);
+    if (!emit_op_buffered(c, n, ts, dur)) return false;
     uint64_t cur;
     int64_t end = ts + dur;
     if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end) {
@@ -336,6 +425,7 @@ int cmd_chrome(int argc, char **argv) {
     status = ETR_CLI_FAIL;
   }
   if (status == ETR_CLI_OK) {
+    for (size_t i = 0; i < c.n_tb; i++) tbuf_flush(&c, &c.tb[i]);
     c.n_flows_dropped = c.n_waiting;
     an_out_cstr(&c.o,
                 "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
@@ -376,5 +466,13 @@ int cmd_chrome(int argc, char **argv) {
   an_u64map_free(&c.cursor);
   an_u64map_free(&c.pending);
   free(c.waiting);
+  for (size_t i = 0; i < c.n_tb; i++) {
+    if (c.tb[i].mem) fclose(c.tb[i].mem);
+    free(c.tb[i].ptr);
+    free(c.tb[i].offs);
+  }
+  free(c.tb);
+  an_u64map_free(&c.tb_ix);
+  an_u64map_free(&c.thread_nodes);
   return status;
 }

@@ -132,9 +132,15 @@ EOF
   expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
   # chrome names each thread from its thread node: thread_name and os_tid (the last
   # thread_name metadata of a thread is the one viewers show)
-  expect 0 "chrome" -- "$etr" chrome "$t" -o "$out/ours.chrome.json" && python3 - "$out/ours.chrome.json" <<'PY' || fail "chrome: thread names"
+  expect 0 "chrome" -- "$etr" chrome "$t" -o "$out/ours.chrome.json" && python3 - "$out/ours.chrome.json" "$t" <<'PY' || fail "chrome: thread names, parents before children"
 import json, sys
 d = json.load(open(sys.argv[1]))
+# every slice comes after its parent's slice (viewers nest slices of equal start that way)
+parent = {n["id"]: n["ctrl_deps"] for n in json.load(open(sys.argv[2]))["nodes"]}
+xs = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+pos = {e["args"]["id"]: i for i, e in enumerate(xs)}
+late = [e["args"]["id"] for i, e in enumerate(xs) if pos.get(parent.get(e["args"]["id"]), -1) > i]
+assert not late, "%d of %d slices come before their parent's" % (len(late), len(xs))
 ev = d["traceEvents"] if isinstance(d, dict) else d
 last = {}
 for e in ev:
