@@ -182,6 +182,23 @@ static void emit_op(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
                  (unsigned long long)n->fw_tid);
     }
     if (n->has_timing) an_out_fmt(&c->o, ",\"exclusive_dur\":%lld", (long long)n->exclusive_dur);
+    /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
+     * correlate host and device traces (and Kineto's own viewers) look for. */
+    an_out_fmt(&c->o, ",\"External id\":%llu,\"Record function id\":%llu",
+               (unsigned long long)n->rf_id, (unsigned long long)n->rf_id);
+    if (n->seq_id >= 0) an_out_fmt(&c->o, ",\"Sequence number\":%lld", (long long)n->seq_id);
+    if (n->fw_tid) an_out_fmt(&c->o, ",\"Fwd thread id\":%llu", (unsigned long long)n->fw_tid);
+    const rd_jval *ins = n->inputs && n->inputs->kind == ETR_J_OBJECT ? n->inputs : NULL;
+    const rd_jval *dims = ins ? rd_jobj_get(ins, "shapes") : NULL;
+    const rd_jval *typ = ins ? rd_jobj_get(ins, "types") : NULL;
+    if (dims) {
+      an_out_cstr(&c->o, ",\"Input Dims\":");
+      an_out_jval(&c->o, dims);
+    }
+    if (typ) {
+      an_out_cstr(&c->o, ",\"Input type\":");
+      an_out_jval(&c->o, typ);
+    }
     io_args(c, "input", n->inputs);
     io_args(c, "output", n->outputs);
     str_arg(c, "op_schema", n->op_schema);

@@ -141,6 +141,10 @@ xs = [e for e in d["traceEvents"] if e.get("ph") == "X"]
 pos = {e["args"]["id"]: i for i, e in enumerate(xs)}
 late = [e["args"]["id"] for i, e in enumerate(xs) if pos.get(parent.get(e["args"]["id"]), -1) > i]
 assert not late, "%d of %d slices come before their parent's" % (len(late), len(xs))
+# Kineto's argument names
+a = xs[0]["args"]
+assert all(k in a for k in ("External id", "Record function id", "Input Dims", "Input type")), sorted(a)
+assert any("Sequence number" in e["args"] for e in xs) and any("Fwd thread id" in e["args"] for e in xs)
 ev = d["traceEvents"] if isinstance(d, dict) else d
 last = {}
 for e in ev:
