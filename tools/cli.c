@@ -53,6 +53,23 @@ int cli_operand(const char *cmd, const char *a, const char **file) {
   return 0;
 }
 
+int cli_getopt_error(const char *cmd, int c, char **argv) {
+  /* A long option is argv[optind - 1] itself (optopt holds its short alias, if any); a
+   * short one is optopt, which may sit in a cluster such as -qZ. */
+  const char *arg = optind > 0 ? argv[optind - 1] : "";
+  const char *what = c == ':' ? "option '%s%.*s' wants a value" : "unknown option '%s%.*s'";
+  if (!strncmp(arg, "--", 2)) return cli_usage(cmd, what, "", (int)strcspn(arg, "="), arg);
+  char s[2] = {(char)optopt, 0};
+  return cli_usage(cmd, what, "-", 1, s);
+}
+
+int cli_one_file(const char *cmd, int argc, char **argv, const char **file) {
+  if (optind >= argc) return cli_usage(cmd, "no FILE given");
+  if (argc - optind > 1) return cli_usage(cmd, "one FILE only ('%s' is extra)", argv[optind + 1]);
+  *file = argv[optind];
+  return 0;
+}
+
 bool cli_wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--")) break;

@@ -32,6 +32,14 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * usage error. */
 int cli_operand(const char *cmd, const char *a, const char **file);
 
+/* For commands parsing with getopt_long (optstring starting with ':', opterr = 0, optind
+ * reset to 1 first; options may come anywhere, "--" ends them): the usage error of the
+ * option getopt_long just refused with c ('?' unknown, ':' value missing); ETR_CLI_USAGE. */
+int cli_getopt_error(const char *cmd, int c, char **argv);
+/* After getopt_long: the single FILE operand into *file; 0, or ETR_CLI_USAGE after the
+ * message (none, or more than one). */
+int cli_one_file(const char *cmd, int argc, char **argv, const char **file);
+
 /* True when argv[1..] holds -h or --help (before a "--"). */
 bool cli_wants_help(int argc, char **argv);
 

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -627,36 +628,29 @@ int cmd_chakra(int argc, char **argv) {
     return ETR_CLI_FAIL;
   }
   int rc = ETR_CLI_OK;
-  for (int i = 1; i < argc && rc == ETR_CLI_OK; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--prefix") ||
-        !strcmp(a, "--rank")) {
-      if (i + 1 >= argc) {
-        rc = cli_usage(CMD, "%s needs a value", a);
-        break;
-      }
-      const char *v = argv[++i];
-      if (a[1] == 'o' || a[2] == 'o')
-        dir = v;
-      else if (!strcmp(a, "--prefix"))
-        prefix = v;
-      else {
-        uint64_t r;
-        if (!cli_parse_u64(CMD, a, v, &r) || r > INT32_MAX)
-          rc = ETR_CLI_USAGE;
-        else
-          force_rank = (int64_t)r;
-      }
-    } else if (!strncmp(a, "--output=", 9)) {
-      dir = a + 9;
-    } else if (!strncmp(a, "--prefix=", 9)) {
-      prefix = a + 9;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      rc = cli_usage(CMD, "unknown option %s", a);
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"prefix", required_argument, NULL, 'P'},
+                                       {"rank", required_argument, NULL, 'R'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  for (int c; rc == ETR_CLI_OK && (c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1;) {
+    if (c == 'o') {
+      dir = optarg;
+    } else if (c == 'P') {
+      prefix = optarg;
+    } else if (c == 'R') {
+      uint64_t r;
+      if (!cli_parse_u64(CMD, "--rank", optarg, &r) || r > INT32_MAX)
+        rc = ETR_CLI_USAGE;
+      else
+        force_rank = (int64_t)r;
     } else {
-      files[nfiles++] = a;
+      rc = cli_getopt_error(CMD, c, argv);
     }
   }
+  for (int i = optind; rc == ETR_CLI_OK && i < argc; i++) files[nfiles++] = argv[i];
   if (rc == ETR_CLI_OK && nfiles == 0) rc = cli_usage(CMD, "no TRACE given");
   if (rc == ETR_CLI_OK && dir == NULL) rc = cli_usage(CMD, "no output directory (-o DIR)");
   if (rc == ETR_CLI_OK && force_rank >= 0 && nfiles != 1)

@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,20 +378,24 @@ int cmd_chrome(int argc, char **argv) {
   }
   const char *file = NULL, *out_path = NULL;
   bool args = true, flows = true;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
-      out_path = argv[++i];
-    } else if (strcmp(a, "--no-args") == 0) {
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"no-args", no_argument, NULL, 'A'},
+                                       {"no-flows", no_argument, NULL, 'F'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1;) {
+    if (c == 'o')
+      out_path = optarg;
+    else if (c == 'A')
       args = false;
-    } else if (strcmp(a, "--no-flows") == 0) {
+    else if (c == 'F')
       flows = false;
-    } else if (cli_operand(CMD, a, &file) != 0) {
-      return ETR_CLI_USAGE;
-    }
+    else
+      return cli_getopt_error(CMD, c, argv);
   }
-  if (file == NULL) return cli_usage(CMD, "no FILE given");
+  if (cli_one_file(CMD, argc, argv, &file)) return ETR_CLI_USAGE;
   bool to_file = out_path != NULL && strcmp(out_path, "-") != 0;
   if (to_file && strcmp(file, out_path) == 0)
     return cli_usage(CMD, "the output would overwrite the input '%s'", file);

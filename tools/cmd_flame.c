@@ -4,6 +4,7 @@
  * Memory: one counter per distinct (traceback, op name) pair seen in the nodes, plus the
  * "frames" and "tracebacks" tables, which the reader keeps (they come after the nodes).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,32 +106,37 @@ int cmd_flame(int argc, char **argv) {
   const char *file = NULL, *out_path = NULL;
   bool with_op = true, lines = false, by_time = false;
   uint64_t max_depth = 256, max_bytes = 1ull << 30;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--max-depth") == 0 || strcmp(a, "--max-bytes") == 0) {
-      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
-      if (!cli_parse_u64(CMD, a, argv[++i], a[6] == 'd' ? &max_depth : &max_bytes))
-        return ETR_CLI_USAGE;
-      if (a[6] == 'd' && max_depth == 0) return cli_usage(CMD, "--max-depth must be at least 1");
-    } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 || strcmp(a, "--weight") == 0) {
-      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
-      const char *v = argv[++i];
-      if (strcmp(a, "--weight") != 0) {
-        out_path = v;
-      } else if (strcmp(v, "count") == 0 || strcmp(v, "time") == 0) {
-        by_time = v[0] == 't';
-      } else {
-        return cli_usage(CMD, "--weight takes count or time, not '%s'", v);
-      }
-    } else if (strcmp(a, "--no-op") == 0) {
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"weight", required_argument, NULL, 'w'},
+                                       {"no-op", no_argument, NULL, 'N'},
+                                       {"lines", no_argument, NULL, 'L'},
+                                       {"max-depth", required_argument, NULL, 'D'},
+                                       {"max-bytes", required_argument, NULL, 'B'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1;) {
+    if (c == 'o') {
+      out_path = optarg;
+    } else if (c == 'w') {
+      if (strcmp(optarg, "count") != 0 && strcmp(optarg, "time") != 0)
+        return cli_usage(CMD, "--weight takes count or time, not '%s'", optarg);
+      by_time = optarg[0] == 't';
+    } else if (c == 'N') {
       with_op = false;
-    } else if (strcmp(a, "--lines") == 0) {
+    } else if (c == 'L') {
       lines = true;
-    } else if (cli_operand(CMD, a, &file) != 0) {
-      return ETR_CLI_USAGE;
+    } else if (c == 'D' || c == 'B') {
+      if (!cli_parse_u64(CMD, c == 'D' ? "--max-depth" : "--max-bytes", optarg,
+                         c == 'D' ? &max_depth : &max_bytes))
+        return ETR_CLI_USAGE;
+      if (c == 'D' && max_depth == 0) return cli_usage(CMD, "--max-depth must be at least 1");
+    } else {
+      return cli_getopt_error(CMD, c, argv);
     }
   }
-  if (file == NULL) return cli_usage(CMD, "no FILE given");
+  if (cli_one_file(CMD, argc, argv, &file)) return ETR_CLI_USAGE;
 
   cli_input in;
   if (cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;

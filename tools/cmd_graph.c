@@ -1,5 +1,6 @@
 /* etr graph: the data-dependency graph through tensor ids, DOT output, and the critical
  * path by recorded durations (model and memory: tools/lib_an_ops.h; docs/CLI.md). */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,21 +90,25 @@ int cmd_graph(int argc, char **argv) {
   }
   const char *file = NULL, *dot = NULL;
   uint64_t max_nodes = 2000, path_limit = 30;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--dot") == 0 || strcmp(a, "--max-nodes") == 0 || strcmp(a, "--path") == 0) {
-      if (i + 1 >= argc) return cli_usage(CMD, "%s needs a value", a);
-      const char *v = argv[++i];
-      if (strcmp(a, "--dot") == 0) {
-        dot = v;
-      } else if (!cli_parse_u64(CMD, a, v, strcmp(a, "--path") == 0 ? &path_limit : &max_nodes)) {
+  static const struct option opts[] = {{"dot", required_argument, NULL, 'd'},
+                                       {"max-nodes", required_argument, NULL, 'm'},
+                                       {"path", required_argument, NULL, 'p'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+    if (c == 'd') {
+      dot = optarg;
+    } else if (c == 'm' || c == 'p') {
+      if (!cli_parse_u64(CMD, c == 'p' ? "--path" : "--max-nodes", optarg,
+                         c == 'p' ? &path_limit : &max_nodes))
         return ETR_CLI_USAGE;
-      }
-    } else if (cli_operand(CMD, a, &file) != 0) {
-      return ETR_CLI_USAGE;
+    } else {
+      return cli_getopt_error(CMD, c, argv);
     }
   }
-  if (file == NULL) return cli_usage(CMD, "no FILE given");
+  if (cli_one_file(CMD, argc, argv, &file)) return ETR_CLI_USAGE;
 
   an_optab t;
   an_optab_init(&t);

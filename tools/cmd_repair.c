@@ -924,7 +924,7 @@ int cmd_repair(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "-o:j", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "-:o:j", opts, NULL)) != -1) {
     switch (c) {
       case 'o':
         if (out_path) return cli_usage(CMD, "one -o only");
@@ -936,10 +936,8 @@ int cmd_repair(int argc, char **argv) {
       case 1:
         if (cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
         break;
-      case ':':
-        return cli_usage(CMD, "%s needs a value", argv[optind - 1]);
       default:
-        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+        return cli_getopt_error(CMD, c, argv);
     }
   }
   for (; optind < argc; optind++) /* after "--" */

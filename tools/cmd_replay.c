@@ -73,7 +73,7 @@ int cmd_replay(int argc, char **argv) {
   opterr = 0;
   int c;
   /* getopt_long moves the files after the options, so options may follow them. */
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
       case 'm':
         model_path = optarg;
@@ -95,8 +95,7 @@ int cmd_replay(int argc, char **argv) {
         help();
         return ETR_CLI_OK;
       default:
-        if (optopt) return cli_usage(CMD, "option '%s' wants a value", argv[optind - 1]);
-        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+        return cli_getopt_error(CMD, c, argv);
     }
   }
   if (optind >= argc) return cli_usage(CMD, "no FILE given");

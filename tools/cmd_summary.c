@@ -637,7 +637,7 @@ int cmd_summary(int argc, char **argv) {
   int c;
   /* getopt_long moves the files after the options: options may follow the files (`etr
    * summary TRACE -o OUT`); "--" ends the options. */
-  while ((c = getopt_long(argc, argv, "t:jo:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":t:jo:h", opts, NULL)) != -1) {
     switch (c) {
       case 't':
         if (!cli_parse_u64(CMD, "--top", optarg, &s.top)) return ETR_CLI_USAGE;
@@ -657,8 +657,7 @@ int cmd_summary(int argc, char **argv) {
         usage(stdout);
         return ETR_CLI_OK;
       default:
-        if (optopt) return cli_usage(CMD, "option '%s' wants a value", argv[optind - 1]);
-        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+        return cli_getopt_error(CMD, c, argv);
     }
   }
   char **files = argv + optind;

@@ -944,7 +944,7 @@ int cmd_validate(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "+sm:qh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":sm:qh", opts, NULL)) != -1) {
     switch (c) {
       case 's':
         w.v.strict = true;
@@ -959,7 +959,7 @@ int cmd_validate(int argc, char **argv) {
         usage(stdout);
         return ETR_CLI_OK;
       default:
-        return cli_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+        return cli_getopt_error(CMD, c, argv);
     }
   }
   if (optind != argc - 1)

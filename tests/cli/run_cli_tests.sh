@@ -128,6 +128,18 @@ EOF
     # (summary takes several files: one trace per rank, tests/integration/run_ranks.sh)
     [ $c = summary ] || expect 2 "$c two files" -- "$etr" $c "$t" "$t"
   done
+  # every command: the same words for an unknown option (long or short) and a missing value
+  for c in validate summary chrome graph flame repair replay chakra; do
+    expect 2 "$c --bogus" -- "$etr" $c --bogus "$t" &&
+      err_has "$c --bogus" "etr $c: unknown option '--bogus'"
+    expect 2 "$c -Z" -- "$etr" $c -Z "$t" && err_has "$c -Z" "etr $c: unknown option '-Z'"
+  done
+  for cv in "validate --max" "summary --top" "chrome -o" "flame -o" "repair -o" "chakra -o" \
+    "chakra --rank"; do
+    c=${cv% *} o=${cv#* }
+    expect 2 "$cv without its value" -- "$etr" $c "$t" $o &&
+      err_has "$cv" "etr $c: option '$o' wants a value"
+  done
   expect 2 "summary --top x" -- "$etr" summary --top x "$t"
   expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
   # chrome names each thread from its thread node: thread_name and os_tid (the last
