@@ -266,6 +266,20 @@ int cli_finish(cli_input *in) {
   return 0;
 }
 
+int cli_no_skipped(const char *cmd, const rd_reader *r) {
+  size_t n;
+  const char *const *k = rd_top_keys(r, &n);
+  for (size_t i = 0; i < n; i++)
+    if (rd_skipped(r, k[i])) {
+      cli_error(cmd,
+                "%s: the value of \"%s\" is over the reader's limit and was not loaded, so it "
+                "would be lost (ETR_READER_LIMIT_MB raises the limit)",
+                rd_path(r), k[i]);
+      return -1;
+    }
+  return 0;
+}
+
 void cli_close(cli_input *in) {
   progress_clear(in);
   rd_close(in->r);

@@ -76,6 +76,10 @@ int cli_next(cli_input *in, const rd_rnode **node);
  * remaining nodes are skipped). 0, or -1 after printing the error. Clears the progress line. */
 int cli_finish(cli_input *in);
 
+/* For commands that write the tables out again: -1 after the error when a top-level value
+ * was over the reader's limit and skipped (rd_skipped), else 0. */
+int cli_no_skipped(const char *cmd, const rd_reader *r);
+
 /* Clears the progress line and closes the reader. Safe on a failed or closed input. */
 void cli_close(cli_input *in);
 

@@ -157,6 +157,7 @@ int cmd_flame(int argc, char **argv) {
     }
   }
   if (status == ETR_CLI_OK && rc == 0) rc = cli_finish(&in);
+  if (status == ETR_CLI_OK && rc == 0 && fl.n_tb_nodes > 0 && cli_no_skipped(CMD, in.r)) rc = -1;
   if (rc != 0) status = ETR_CLI_FAIL;
   const rd_jval *frames = status == ETR_CLI_OK ? rd_trailer(in.r, "frames") : NULL;
   const rd_jval *tbs = status == ETR_CLI_OK ? rd_trailer(in.r, "tracebacks") : NULL;

@@ -898,6 +898,7 @@ static int copy_nodes(repair *w) {
   }
   if (rc == 0) {
     rc = rd_finish(w->r);
+    if (rc == 0 && cli_no_skipped(CMD, w->r)) return ETR_CLI_FAIL;
     w->intact = rc == 0;
     if (w->intact) return ETR_CLI_OK;
   }

@@ -585,7 +585,7 @@ int cmd_symbolize(int argc, char **argv) {
     if (w.len >= (1 << 20) && etr__jw_flush(&w) != 0) break;
   }
   if (rc < 0) goto done;
-  if (w.err == 0 && cli_finish(&in) != 0) goto done;
+  if (w.err == 0 && (cli_finish(&in) != 0 || cli_no_skipped(CMD, in.r))) goto done;
   etr__jw_raw(&w, n ? "\n ]" : "]", n ? 3 : 1);
 
   /* Trailer: finish_ts and the tables, in file order; "frames" resolved (and inlined calls

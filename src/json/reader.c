@@ -111,6 +111,32 @@ static void arena_destroy(arena *a) {
   a->n_spare = 0;
 }
 
+typedef struct amark {
+  ablk *tail;
+  size_t used;
+} amark;
+
+static amark arena_save(const arena *a) {
+  amark m = {a->tail, a->tail ? a->tail->used : 0};
+  return m;
+}
+
+static void arena_restore(arena *a, amark m) {
+  ablk *b = m.tail ? m.tail->next : a->head;
+  if (m.tail)
+    m.tail->next = NULL;
+  else
+    a->head = NULL;
+  while (b) {
+    ablk *nx = b->next;
+    a->live -= b->cap;
+    blk_free(a, b);
+    b = nx;
+  }
+  a->tail = m.tail;
+  if (m.tail) m.tail->used = m.used;
+}
+
 /* ---------------------------------------------------------------- reader ---- */
 
 typedef enum phase {
@@ -201,6 +227,19 @@ struct rd_reader {
   size_t hb_cap, hb_len, hpos;
   uint64_t hb_base;
   bool heof, h_first, n_first;
+  bool need_item; /* a ',' was read: a node, or a top-level member, must follow */
+  bool have_key;  /* a top-level key and its ':' were read: its value must follow */
+  size_t limit;   /* opt.max_node_bytes: the most a node, or all tables, may take */
+  /* a top-level value over the limit is skipped: brackets and strings are followed */
+  bool skip_next, skipping, sk_started, sk_str, sk_esc;
+  uint64_t sk_depth;
+  uint64_t redone;   /* bytes of steps undone to be parsed again (rd_redone) */
+  int read_err;      /* an input error met while reading ahead, reported when reached */
+  bool discard;      /* yajl: passing over a top-level value over the limit */
+  amark disc_mark;   /* r->keep before that value */
+  size_t disc_depth; /* its containers still open */
+  const char **skipped;
+  size_t n_skipped, skipped_cap;
 };
 
 static void set_error(rd_reader *r, int code, uint64_t off, const char *fmt, ...)
@@ -327,8 +366,32 @@ static char *copy_str(rd_reader *r, arena *a, const unsigned char *s, size_t n, 
 static int node_done(rd_reader *r, const rd_jval *root);
 static int top_value_done(rd_reader *r, const rd_jval *v);
 
+static int skip_note(rd_reader *r, uint64_t off);
+
+/* yajl backend: the top-level value being built is over the limit: drop what was built and
+ * pass over the rest (b_discard), as the hand backend does. */
+static int b_over_limit(rd_reader *r) {
+  r->discard = true;
+  r->disc_depth = r->n_frames;
+  r->n_frames = 0;
+  r->stk_len = 0;
+  arena_restore(&r->keep, r->disc_mark);
+  return skip_note(r, cur_off(r));
+}
+
+/* A value ended while discarding: 1 to go on, 0 on error. */
+static int b_discard_close(rd_reader *r, bool container) {
+  if (container) r->disc_depth--;
+  if (r->disc_depth == 0) {
+    r->discard = false;
+    r->building = false;
+  }
+  return 1;
+}
+
 /* A complete value (scalar, or a closed container) inside the value being built. */
 static int b_value(rd_reader *r, const rd_jval *v) {
+  if (r->discard) return b_discard_close(r, false);
   if (r->n_frames == 0) { /* the root itself */
     r->building = false;
     return r->build_node ? node_done(r, v) : top_value_done(r, v);
@@ -350,10 +413,22 @@ static int b_value(rd_reader *r, const rd_jval *v) {
     set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
     return 0;
   }
+  if ((r->stk_len & 1023) == 0 && r->stk_len * sizeof *r->stk + r->target->live > r->limit) {
+    if (!r->build_node) return b_over_limit(r);
+    set_error(r, ETR_EFORMAT, r->node_off,
+              "node needs more than %zu MiB to read (its text, or the values it holds; "
+              "ETR_READER_LIMIT_MB raises the limit)",
+              r->limit >> 20);
+    return 0;
+  }
   return 1;
 }
 
 static int b_open(rd_reader *r, bool is_obj) {
+  if (r->discard) {
+    r->disc_depth++;
+    return 1;
+  }
   if (!grow((void **)&r->frames, &r->frames_cap, r->n_frames, sizeof *r->frames, 32)) {
     set_error(r, ETR_ENOMEM, cur_off(r), "out of memory");
     return 0;
@@ -368,6 +443,7 @@ static int b_open(rd_reader *r, bool is_obj) {
 }
 
 static int b_close(rd_reader *r) {
+  if (r->discard) return b_discard_close(r, true);
   frame f = r->frames[--r->n_frames];
   size_t n = r->stk_len - f.start;
   rd_jval v;
@@ -409,6 +485,7 @@ static void begin_build(rd_reader *r, bool node) {
   r->building = true;
   r->build_node = node;
   r->target = node ? &r->nodes : &r->keep;
+  if (!node) r->disc_mark = arena_save(&r->keep);
   r->stk_len = 0;
   r->n_frames = 0;
   r->bkey = NULL;
@@ -858,6 +935,7 @@ static int cb_string(void *ctx, const unsigned char *s, size_t len) {
   int st = value_start(r, false, false);
   if (st != 1) return st ? 1 : 0;
   rd_jval v = {.kind = ETR_J_STRING};
+  if (r->discard) return b_value(r, &v);
   char *p = copy_str(r, r->target, s, len, &v.v.str.len);
   if (!p) return 0;
   v.v.str.s = p;
@@ -902,6 +980,7 @@ static int top_key(rd_reader *r, const unsigned char *k, size_t len) {
 static int cb_key(void *ctx, const unsigned char *k, size_t len) {
   rd_reader *r = ctx;
   if (!r->building) return top_key(r, k, len);
+  if (r->discard) return 1;
   char *p = copy_str(r, r->target, k, len, &len);
   if (!p) return 0;
   r->bkey = p;
@@ -1100,6 +1179,14 @@ static int feed(rd_reader *r) {
     return -1;
   }
   r->consumed += (uint64_t)k;
+  /* a token yajl is still gathering (one long string) is only seen when it ends */
+  if (r->building && r->build_node && r->consumed - r->node_off > r->limit) {
+    set_error(r, ETR_EFORMAT, r->node_off,
+              "node needs more than %zu MiB to read (its text, or the values it holds; "
+              "ETR_READER_LIMIT_MB raises the limit)",
+              r->limit >> 20);
+    return -1;
+  }
   return 1;
 }
 
@@ -1113,34 +1200,9 @@ static int feed(rd_reader *r) {
  * intermediate copies. It accepts exactly RFC 8259 JSON, strings checked to be UTF-8.
  */
 
-enum { H_OK = 0, H_MORE = 1, H_ERR = 2 };
+/* H_BIG: the step needs more memory than r->limit (its text, or the values it builds) */
+enum { H_OK = 0, H_MORE = 1, H_ERR = 2, H_BIG = 3 };
 #define H_MAX_DEPTH 1024
-
-typedef struct amark {
-  ablk *tail;
-  size_t used;
-} amark;
-
-static amark arena_save(const arena *a) {
-  amark m = {a->tail, a->tail ? a->tail->used : 0};
-  return m;
-}
-
-static void arena_restore(arena *a, amark m) {
-  ablk *b = m.tail ? m.tail->next : a->head;
-  if (m.tail)
-    m.tail->next = NULL;
-  else
-    a->head = NULL;
-  while (b) {
-    ablk *nx = b->next;
-    a->live -= b->cap;
-    blk_free(a, b);
-    b = nx;
-  }
-  a->tail = m.tail;
-  if (m.tail) m.tail->used = m.used;
-}
 
 static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
   uint64_t off = r->hb_base + (uint64_t)(at - r->hb);
@@ -1428,6 +1490,9 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         set_error(r, ETR_ENOMEM, 0, "out of memory");
         return H_ERR;
       }
+      /* a few hundred thousand tiny values build a tree far larger than their text */
+      if ((r->stk_len & 1023) == 0 && r->stk_len * sizeof *r->stk + a->live > r->limit)
+        return H_BIG;
       p = h_ws(p, end);
       if (p >= end) return H_MORE;
       if (*p == ',') {
@@ -1507,6 +1572,84 @@ static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *
   }
 }
 
+/* Both backends: the value of top-level key r->tkey is skipped. 1, or 0 on error. */
+static int skip_note(rd_reader *r, uint64_t off) {
+  if (!grow((void **)&r->skipped, &r->skipped_cap, r->n_skipped, sizeof *r->skipped, 4)) {
+    set_error(r, ETR_ENOMEM, off, "out of memory");
+    return 0;
+  }
+  r->skipped[r->n_skipped++] = r->tkey;
+  warn(r, off, -1,
+       "the value of \"%s\" needs more than %zu MiB: skipped, not loaded (ETR_READER_LIMIT_MB "
+       "raises the limit)",
+       r->tkey, r->limit >> 20);
+  return 1;
+}
+
+/* The value of the top-level key r->tkey (at p) needs more than the limit: note it, warn, and
+ * pass over it in later steps without building it. */
+static int h_skip_start(rd_reader *r, const unsigned char *p) {
+  r->skip_next = false;
+  r->have_key = false;
+  r->hpos = (size_t)(p - r->hb);
+  if (!skip_note(r, r->hb_base + r->hpos)) return H_ERR;
+  r->skipping = true;
+  r->sk_started = r->sk_str = r->sk_esc = false;
+  r->sk_depth = 0;
+  r->h_first = false;
+  r->need_item = false;
+  return H_OK;
+}
+
+/* Pass over the skipped value in hb[hpos..hb_len): strings and bracket depth only. */
+static int h_skip(rd_reader *r) {
+  const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
+  if (p >= end) return H_MORE;
+  bool done = true;
+  for (;; p++) {
+    if (p >= end) {
+      done = false;
+      break;
+    }
+    unsigned c = *p;
+    if (r->sk_str) {
+      if (r->sk_esc) {
+        r->sk_esc = false;
+      } else if (c == '\\') {
+        r->sk_esc = true;
+      } else if (c == '"') {
+        r->sk_str = false;
+        if (r->sk_depth == 0) {
+          p++;
+          break;
+        }
+      }
+      continue;
+    }
+    bool ws = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+    if (!r->sk_started) {
+      if (ws) continue;
+      r->sk_started = true;
+    }
+    if (c == '"') {
+      r->sk_str = true;
+    } else if (c == '[' || c == '{') {
+      r->sk_depth++;
+    } else if (c == ']' || c == '}') {
+      if (r->sk_depth == 0) break; /* the end of a scalar: the top-level object's '}' */
+      if (--r->sk_depth == 0) {
+        p++;
+        break;
+      }
+    } else if (r->sk_depth == 0 && (ws || c == ',')) {
+      break; /* the end of a scalar */
+    }
+  }
+  r->hpos = (size_t)(p - r->hb);
+  if (done) r->skipping = false;
+  return H_OK;
+}
+
 /* One step of the top-level state machine on hb[hpos..hb_len). */
 static int h_step(rd_reader *r) {
   if (!r->hb) return H_MORE; /* nothing read yet (and NULL + 0 is undefined behaviour) */
@@ -1532,29 +1675,35 @@ static int h_step(rd_reader *r) {
       return H_OK;
     case PH_HEADER:
     case PH_TRAILER: {
-      if (*p == '}') {
+      if (*p == '}' && !r->need_item) {
         r->ph = PH_END;
         r->hpos = (size_t)(p + 1 - r->hb);
         return H_OK;
       }
-      if (!r->h_first) {
+      if (!r->h_first && !r->need_item) {
+        /* a step of its own, so that whitespace after it is never held */
         if (*p != ',') return h_fail(r, p, "expected ',' or '}'");
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
+        r->need_item = true;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
       }
-      if (*p != '"') return h_fail(r, p, "expected a key");
-      const char *key;
-      size_t klen;
-      int st = h_string(r, &p, end, &r->keep, &key, &klen);
-      if (st) return st;
-      p = h_ws(p, end);
-      if (p >= end) return H_MORE;
-      if (*p != ':') return h_fail(r, p, "expected ':'");
-      p = h_ws(p + 1, end);
-      if (p >= end) return H_MORE;
-      r->hpos = (size_t)(p - r->hb); /* offsets of messages below: the value */
-      if (!strcmp(key, "nodes")) {
+      if (!r->have_key) {
+        /* the key and its ':' are a step of their own: whitespace after them is never held */
+        if (*p != '"') return h_fail(r, p, "expected a key");
+        const char *key;
+        size_t klen;
+        int st = h_string(r, &p, end, &r->keep, &key, &klen);
+        if (st) return st;
+        const unsigned char *q = h_ws(p, end);
+        if (q >= end) return H_MORE;
+        if (*q != ':') return h_fail(r, q, "expected ':'");
+        r->hpos = (size_t)(p - r->hb); /* offsets of top_key's messages: after the key */
         if (!top_key(r, (const unsigned char *)key, klen)) return H_ERR;
+        r->have_key = true;
+        r->hpos = (size_t)(q + 1 - r->hb);
+        return H_OK;
+      }
+      if (!strcmp(r->tkey, "nodes")) {
         if (r->ph != PH_HEADER || *p != '[') {
           set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
                     r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
@@ -1564,30 +1713,35 @@ static int h_step(rd_reader *r) {
         r->nodes_seen = true;
         r->n_first = true;
         r->h_first = false;
+        r->need_item = false;
+        r->have_key = false;
         r->hpos = (size_t)(p + 1 - r->hb);
         return H_OK;
       }
+      if (r->skip_next) return h_skip_start(r, p);
       rd_jval v;
       r->stk_len = 0;
-      st = h_value(r, &p, end, &r->keep, 0, &v);
+      int st = h_value(r, &p, end, &r->keep, 0, &v);
       if (st) return st;
       r->hpos = (size_t)(p - r->hb);
-      if (!top_key(r, (const unsigned char *)key, klen)) return H_ERR;
       if (!top_value_done(r, &v)) return H_ERR;
       r->h_first = false;
+      r->need_item = false;
+      r->have_key = false;
       return H_OK;
     }
     case PH_NODES: {
-      if (*p == ']') {
+      if (*p == ']' && !r->need_item) {
         r->ph = PH_TRAILER;
         r->nodes_done = true;
         r->hpos = (size_t)(p + 1 - r->hb);
         return H_OK;
       }
-      if (!r->n_first) {
+      if (!r->n_first && !r->need_item) {
         if (*p != ',') return h_fail(r, p, "expected ',' or ']'");
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
+        r->need_item = true;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
       }
       if (*p != '{') {
         if (*p == '[' || *p == '"' || *p == '-' || (*p >= '0' && *p <= '9') || *p == 't' ||
@@ -1616,6 +1770,7 @@ static int h_step(rd_reader *r) {
       r->hpos = (size_t)(p - r->hb);
       if (!node_done(r, &v)) return H_ERR;
       r->n_first = false;
+      r->need_item = false;
       return H_OK;
     }
     default:
@@ -1623,23 +1778,34 @@ static int h_step(rd_reader *r) {
   }
 }
 
-/* feed() of the hand backend: one step. 1 = progress, 0 = parse complete, -1 = error. */
+/* feed() of the hand backend: one step. 1 = progress, 0 = parse complete, -1 = error.
+ * Linear in the input whatever its shape: whitespace between steps is consumed before the
+ * step (never held), and a step that runs off the end of the window is redone only after
+ * the window has at least doubled; a step needing more than r->limit ends in an error (a
+ * node) or is skipped (a top-level value). */
 static int hand_feed(rd_reader *r) {
   if (r->parse_done) return 0;
   for (;;) {
     if (r->err) return -1;
+    if (r->hb) r->hpos = (size_t)(h_ws(r->hb + r->hpos, r->hb + r->hb_len) - r->hb);
     size_t start = r->hpos;
     amark mn = arena_save(&r->nodes), mk = arena_save(&r->keep);
-    int st = h_step(r);
+    int st = r->skipping ? h_skip(r) : h_step(r);
     r->consumed = r->hb_base + r->hpos;
     if (st == H_OK) return 1;
     if (st == H_ERR) return -1;
-    /* ran off the end of the buffer: undo the step, refill, redo */
+    /* ran off the end of the window, or over the limit: undo the step */
+    r->redone += r->hb_len - start;
     arena_restore(&r->nodes, mn);
     arena_restore(&r->keep, mk);
     r->stk_len = 0;
+    if (r->stk_cap > 4096) { /* give back what a large step took */
+      free(r->stk);
+      r->stk = NULL;
+      r->stk_cap = 0;
+    }
     if (r->ph != PH_END) r->hpos = start;
-    if (r->heof) {
+    if (st == H_MORE && r->heof) {
       if (r->ph == PH_END) {
         r->parse_done = true;
         return 0;
@@ -1648,20 +1814,41 @@ static int hand_feed(rd_reader *r) {
                 "unexpected end of input (truncated file?)");
       return -1;
     }
-    /* keep hb[hpos..): shift it to the front, then append a block */
+    if (st == H_BIG || (st == H_MORE && r->hb_len - r->hpos > r->limit)) {
+      if (r->ph == PH_NODES || r->ph == PH_START) {
+        set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
+                  "node needs more than %zu MiB to read (its text, or the values it holds; "
+                  "ETR_READER_LIMIT_MB raises the limit)",
+                  r->limit >> 20);
+        return -1;
+      }
+      if (r->skip_next || !r->have_key) { /* a key, not a value, is over the limit */
+        set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
+                  "a top-level key needs more than %zu MiB (ETR_READER_LIMIT_MB raises the "
+                  "limit)",
+                  r->limit >> 20);
+        return -1;
+      }
+      r->skip_next = true; /* redo the step: it skips the value */
+      continue;
+    }
+    if (r->read_err) { /* met while reading ahead: the data before it has been parsed now */
+      r->err = r->read_err;
+      return -1;
+    }
+    /* keep hb[hpos..): shift it to the front, then read until the window has doubled */
     if (r->hpos) {
       memmove(r->hb, r->hb + r->hpos, r->hb_len - r->hpos);
       r->hb_base += r->hpos;
       r->hb_len -= r->hpos;
       r->hpos = 0;
     }
-    if (r->ph == PH_NODES && r->hb_len > r->opt.max_node_bytes + 64) {
-      set_error(r, ETR_EFORMAT, r->hb_base, "node larger than %zu bytes", r->opt.max_node_bytes);
-      return -1;
-    }
-    if (r->hb_cap - r->hb_len < FEED_BLOCK) {
-      size_t cap = r->hb_cap ? r->hb_cap * 2 : 4 * FEED_BLOCK;
-      while (cap - r->hb_len < FEED_BLOCK) cap *= 2;
+    size_t want = r->hb_len + (r->hb_len > FEED_BLOCK ? r->hb_len : FEED_BLOCK);
+    if (want > r->limit + FEED_BLOCK) want = r->limit + FEED_BLOCK;
+    if (want < r->hb_len + 1) want = r->hb_len + 1;
+    if (r->hb_cap < want + FEED_BLOCK) {
+      size_t cap = r->hb_cap ? r->hb_cap : 4 * FEED_BLOCK;
+      while (cap < want + FEED_BLOCK) cap *= 2;
       unsigned char *nb = realloc(r->hb, cap);
       if (!nb) {
         set_error(r, ETR_ENOMEM, r->hb_base + r->hb_len, "out of memory");
@@ -1670,15 +1857,23 @@ static int hand_feed(rd_reader *r) {
       r->hb = nb;
       r->hb_cap = cap;
     }
-    const unsigned char *blk = NULL;
-    ssize_t k = next_block(r, &blk);
-    if (k < 0) return -1;
-    if (k == 0) {
-      r->heof = true;
-      continue;
+    size_t had = r->hb_len;
+    while (r->hb_len < want) {
+      const unsigned char *blk = NULL;
+      ssize_t k = next_block(r, &blk);
+      if (k < 0 && r->hb_len == had) return -1;
+      if (k < 0) { /* parse what was read first (a cut gzip stream still yields its nodes) */
+        r->read_err = r->err;
+        r->err = 0;
+        break;
+      }
+      if (k == 0) {
+        r->heof = true;
+        break;
+      }
+      memcpy(r->hb + r->hb_len, blk, (size_t)k);
+      r->hb_len += (size_t)k;
     }
-    memcpy(r->hb + r->hb_len, blk, (size_t)k);
-    r->hb_len += (size_t)k;
   }
 }
 
@@ -1692,8 +1887,16 @@ int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
   rd_options o = ETR_READER_OPTIONS_INIT;
   if (opt) memcpy(&o, opt, opt->struct_size < sizeof o ? opt->struct_size : sizeof o);
   o.struct_size = sizeof o;
-  if (!o.max_node_bytes) o.max_node_bytes = 256u << 20;
+  if (!o.max_node_bytes) {
+    /* ETR_READER_LIMIT_MB, else 16 MiB: a recorded node is a few KB (strings and lists are
+     * cut at record time, docs/FORMAT.md), PyTorch's own nodes rarely reach 1 MB */
+    const char *lim = getenv("ETR_READER_LIMIT_MB");
+    char *e = NULL;
+    unsigned long long mb = lim ? strtoull(lim, &e, 10) : 0;
+    o.max_node_bytes = (size_t)(mb && e && !*e && mb <= (1ull << 20) ? mb : 16) << 20;
+  }
   r->opt = o;
+  r->limit = o.max_node_bytes;
   r->fd = -1;
   r->hdr.pid = -1;
   r->hdr.start_ts = -1;
@@ -1795,6 +1998,14 @@ const rd_jval *rd_trailer(const rd_reader *r, const char *key) {
   return NULL;
 }
 
+uint64_t rd_redone(const rd_reader *r) { return r->redone; }
+
+bool rd_skipped(const rd_reader *r, const char *key) {
+  for (size_t i = 0; i < r->n_skipped; i++)
+    if (!strcmp(r->skipped[i], key)) return true;
+  return false;
+}
+
 const char *const *rd_top_keys(const rd_reader *r, size_t *n) {
   *n = r->n_top_keys;
   return r->top_keys;
@@ -1829,6 +2040,7 @@ void rd_close(rd_reader *r) {
   free(r->q);
   free(r->extras);
   free(r->top_keys);
+  free(r->skipped);
   free(r->in);
   free(r->out);
   free(r->hb);

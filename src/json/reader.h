@@ -115,7 +115,11 @@ typedef struct rd_options {
   size_t struct_size;
   rd_warn_fn warn; /* NULL: warnings are counted only */
   void *user;
-  size_t max_node_bytes; /* a node larger than this is an error; 0 = 256 MiB */
+  /* The most memory one node may take to read (its text, and the values built from it),
+   * and all header and trailer values together: a node over it is an error, a top-level
+   * value over it is skipped with a warning (rd_skipped). 0 = the environment's
+   * ETR_READER_LIMIT_MB, else 16 MiB. */
+  size_t max_node_bytes;
 } rd_options;
 #define ETR_READER_OPTIONS_INIT \
   { sizeof(rd_options), NULL, NULL, 0 }
@@ -138,6 +142,14 @@ int64_t rd_finish_ts(const rd_reader *r); /* -1 when absent */
 /* A top-level key after "nodes" ("frames", "tracebacks", "etr", ...) or NULL; valid until
  * close. Each is held in memory (they are tables, not per-node data). */
 const rd_jval *rd_trailer(const rd_reader *r, const char *key);
+
+/* True when the value of top-level key `key` was over the limit and skipped (rd_trailer
+ * gives NULL for it; only its strings and brackets were followed). */
+bool rd_skipped(const rd_reader *r, const char *key);
+
+/* Bytes the hand backend parsed more than once (a step cut by the end of its window is
+ * redone after the window has doubled, so this stays below twice the input): for tests. */
+uint64_t rd_redone(const rd_reader *r);
 
 /* "FILE: byte N: reason" for the last error, or "" if none. */
 const char *rd_error(const rd_reader *r);

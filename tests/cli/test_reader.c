@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -679,6 +680,180 @@ static void test_bounded_memory(void **state) {
   free(b);
 }
 
+/* Hostile shapes end fast in bounded memory (hand backend): a huge node is read in linear
+ * time or refused, a huge table is skipped, and whitespace is never held. */
+static const char *node_head = "{\"id\": 2, \"name\": \"";
+static const char *node_tail =
+    "\", \"ctrl_deps\": 1, \"inputs\": {\"values\": [], \"shapes\": [], \"types\": []}, "
+    "\"outputs\": {\"values\": [], \"shapes\": [], \"types\": []}, \"attrs\": []}";
+
+static void fill(FILE *f, int c, size_t n) {
+  char buf[4096];
+  memset(buf, c, sizeof buf);
+  for (; n >= sizeof buf; n -= sizeof buf) fwrite(buf, 1, sizeof buf, f);
+  fwrite(buf, 1, n, f);
+}
+
+typedef struct shape_read {
+  int rc;
+  size_t nodes, name_len;
+  uint64_t redone, max_memory, size;
+  bool skipped_tb, has_tb, has_etr;
+  int64_t finish_ts;
+  char err[600], warning[400];
+} shape_read;
+
+static void on_skip_warn(uint64_t off, int64_t id, const char *msg, void *user) {
+  (void)off;
+  (void)id;
+  shape_read *s = user;
+  if (strstr(msg, "skipped")) snprintf(s->warning, sizeof s->warning, "%s", msg);
+}
+
+static shape_read read_shape(const char *path, size_t limit) {
+  shape_read s;
+  memset(&s, 0, sizeof s);
+  rd_options o = ETR_READER_OPTIONS_INIT;
+  o.warn = on_skip_warn;
+  o.user = &s;
+  o.max_node_bytes = limit;
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  s.size = (uint64_t)st.st_size;
+  rd_reader *r = NULL;
+  int rc = rd_open(path, &o, &r);
+  if (rc == 0) {
+    const rd_rnode *n;
+    while ((rc = rd_next(r, &n)) == 1) {
+      s.nodes++;
+      if (n->id == 2) s.name_len = n->name_len;
+      uint64_t m = rd_memory(r);
+      if (m > s.max_memory) s.max_memory = m;
+    }
+    if (rc == 0) rc = rd_finish(r);
+  }
+  s.rc = rc;
+  if (r) {
+    uint64_t m = rd_memory(r);
+    if (m > s.max_memory) s.max_memory = m;
+    s.redone = rd_redone(r);
+    snprintf(s.err, sizeof s.err, "%s", rd_error(r));
+    if (rc == 0) {
+      s.skipped_tb = rd_skipped(r, "tracebacks");
+      s.has_tb = rd_trailer(r, "tracebacks") != NULL;
+      s.has_etr = rd_trailer(r, "etr") != NULL;
+      s.finish_ts = rd_finish_ts(r);
+    }
+  }
+  rd_close(r);
+  return s;
+}
+
+static void test_hostile_shapes(void **state) {
+  (void)state;
+  const char *env = getenv("ETR_READER_BACKEND");
+  char saved[16] = "";
+  if (env) snprintf(saved, sizeof saved, "%s", env);
+  setenv("ETR_READER_BACKEND", "hand", 1);
+  const char *hdr = "{\"schema\": \"1.1.1-chakra.0.0.4\", \"pid\": 1, \"nodes\": [";
+
+  /* a 6 MiB name: linear (each byte parsed at most ~3 times; it was once per 64 KiB read,
+   * 48 times on average here), or a clear error under a smaller limit */
+  const char *p = tmp_path("bigname.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs(hdr, f);
+  fputs(node_head, f);
+  fill(f, 'a', 6u << 20);
+  fputs(node_tail, f);
+  fputs("], \"finish_ts\": 5}", f);
+  fclose(f);
+  shape_read s = read_shape(p, 8u << 20);
+  assert_int_equal(s.rc, 0);
+  assert_int_equal(s.name_len, 6u << 20);
+  if (s.redone > 2 * s.size)
+    fail_msg("%llu bytes parsed again for a %llu-byte file", (unsigned long long)s.redone,
+             (unsigned long long)s.size);
+  s = read_shape(p, 1u << 20);
+  assert_true(s.rc < 0);
+  assert_non_null(strstr(s.err, "needs more than 1 MiB"));
+  if (s.max_memory > (4u << 20)) fail_msg("held %llu bytes", (unsigned long long)s.max_memory);
+
+  /* a node of 1.5M tiny values: its tree, not its 3 MiB of text, is over a 16 MiB limit */
+  p = tmp_path("bigvalues.json");
+  f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs(hdr, f);
+  fputs("{\"id\": 2, \"name\": \"x\", \"ctrl_deps\": 1, \"inputs\": {\"values\": [0", f);
+  for (int i = 0; i < 1500000; i++) fputs(",0", f);
+  fputs("], \"shapes\": [], \"types\": []}}], \"finish_ts\": 5}", f);
+  fclose(f);
+  s = read_shape(p, 16u << 20);
+  assert_true(s.rc < 0);
+  assert_non_null(strstr(s.err, "needs more than 16 MiB"));
+
+  /* a traceback table of 4M entries (8 MiB of text, ~250 MB as a tree) is skipped, with a
+   * warning; the key after it is still read */
+  p = tmp_path("bigtable.json");
+  f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs(hdr, f);
+  fputs(node_head, f);
+  fputs("op", f);
+  fputs(node_tail, f);
+  fputs("], \"finish_ts\": 5, \"frames\": [], \"tracebacks\": [[0", f);
+  for (int i = 0; i < 4 * 1024 * 1024; i++) fputs(",0", f);
+  fputs("], [\"]]\\\"\"]], \"etr\": {\"version\": \"0.1.0\"}}", f);
+  fclose(f);
+  s = read_shape(p, 0);
+  assert_int_equal(s.rc, 0);
+  assert_true(s.skipped_tb);
+  assert_false(s.has_tb);
+  assert_true(s.has_etr);
+  assert_non_null(strstr(s.warning, "\"tracebacks\" needs more than 16 MiB: skipped"));
+  if (s.max_memory > (40u << 20)) fail_msg("held %llu bytes", (unsigned long long)s.max_memory);
+  setenv("ETR_READER_BACKEND", "yajl", 1); /* the same through yajl */
+  s = read_shape(p, 0);
+  setenv("ETR_READER_BACKEND", "hand", 1);
+  assert_int_equal(s.rc, 0);
+  assert_true(s.skipped_tb);
+  assert_false(s.has_tb);
+  assert_true(s.has_etr);
+  assert_non_null(strstr(s.warning, "\"tracebacks\" needs more than 16 MiB: skipped"));
+  if (s.max_memory > (40u << 20)) fail_msg("held %llu bytes", (unsigned long long)s.max_memory);
+
+  /* 24 MiB of whitespace before the first key, after a ',' between nodes, after a ':' and
+   * before the closing '}': read in full with a 1 MiB limit, never held */
+  p = tmp_path("space.json");
+  f = fopen(p, "wb");
+  assert_non_null(f);
+  fill(f, ' ', 6u << 20);
+  fputs(hdr, f);
+  fputs(node_head, f);
+  fputs(node_tail, f);
+  fputs(",", f);
+  fill(f, '\n', 6u << 20);
+  fputs("{\"id\": 3, \"name\": \"b\"}], \"finish_ts\":", f);
+  fill(f, '\t', 6u << 20);
+  fputs("7", f);
+  fill(f, ' ', 6u << 20);
+  fputs("}", f);
+  fclose(f);
+  s = read_shape(p, 1u << 20);
+  assert_int_equal(s.rc, 0);
+  assert_int_equal(s.nodes, 2);
+  assert_int_equal(s.finish_ts, 7);
+  if (s.max_memory > (3u << 20)) fail_msg("held %llu bytes", (unsigned long long)s.max_memory);
+  if (s.redone > s.size / 8)
+    fail_msg("%llu bytes parsed again for a %llu-byte file", (unsigned long long)s.redone,
+             (unsigned long long)s.size);
+
+  if (env)
+    setenv("ETR_READER_BACKEND", saved, 1);
+  else
+    unsetenv("ETR_READER_BACKEND");
+}
+
 static int setup(void **state) {
   (void)state;
   return mkdtemp(tmpdir) ? 0 : -1;
@@ -693,17 +868,12 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_golden),
-      cmocka_unit_test(test_value_kinds),
-      cmocka_unit_test(test_gzip),
-      cmocka_unit_test(test_stdin_pipe),
-      cmocka_unit_test(test_truncated),
-      cmocka_unit_test(test_mangled),
-      cmocka_unit_test(test_shape_errors),
-      cmocka_unit_test(test_warnings),
-      cmocka_unit_test(test_bounded_memory),
-      cmocka_unit_test(test_backends_agree),
-      cmocka_unit_test(test_number_cut_at_end),
+      cmocka_unit_test(test_golden),         cmocka_unit_test(test_value_kinds),
+      cmocka_unit_test(test_gzip),           cmocka_unit_test(test_stdin_pipe),
+      cmocka_unit_test(test_truncated),      cmocka_unit_test(test_mangled),
+      cmocka_unit_test(test_shape_errors),   cmocka_unit_test(test_warnings),
+      cmocka_unit_test(test_bounded_memory), cmocka_unit_test(test_hostile_shapes),
+      cmocka_unit_test(test_backends_agree), cmocka_unit_test(test_number_cut_at_end),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
