@@ -883,10 +883,10 @@ static void check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
                     st->v.obj.items[i].key);
         /* What the recorder repaired or lost on the way: the trace is valid, but the runtime
          * misused begin/end, or nodes are missing. Said once, as a note. */
-        static const char *const misuse[] = {"ends_without_begin",      "ends_out_of_order",
-                                             "ends_cross_thread",       "ops_open_at_disable",
-                                             "ops_open_at_thread_exit", "ops_open_at_close",
-                                             "nodes_dropped",           "write_error"};
+        static const char *const misuse[] = {
+            "ends_without_begin", "ends_out_of_order",   "ends_cross_thread",
+            "ops_abandoned",      "ops_open_at_disable", "ops_open_at_thread_exit",
+            "ops_open_at_close",  "nodes_dropped",       "write_error"};
         char note[512];
         size_t k = 0;
         note[0] = '\0';

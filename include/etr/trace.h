@@ -129,6 +129,10 @@ typedef struct etr_trace_stats {
                                        built-in object kind as "Object" */
   uint64_t ends_cross_thread;       /* ends called on another thread than their begin (misuse:
                                        ignored, the op stays open on its own thread) */
+  uint64_t ops_abandoned;           /* ops closed (written, marked incomplete) because an op
+                                       enclosing them ended first: their end never came
+                                       (longjmp, exception) or comes later (then counted in
+                                       ends_without_begin) */
 } etr_trace_stats;
 
 /* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without

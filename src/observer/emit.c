@@ -475,12 +475,19 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
   if (ev->flags & ETR__EVF_TIMING) {
     char *o = etr__jw_begin(w, 64 + 3 * ETR__I64_MAX_LEN);
     if (o) {
+      /* Start and end are each rounded down to the µs, and the duration is their
+       * difference: a child's [ts, ts + inclusive_dur] then always lies inside its
+       * parent's (rounding the duration by itself lost up to 1 µs at the end). */
+      int64_t ts_us = ev->ts_ns / 1000, end_us = (ev->ts_ns + ev->incl_ns) / 1000;
+      /* exclusive: inclusive less the children's time (so a leaf's two are equal) */
+      int64_t incl_us = end_us - ts_us, excl_us = incl_us - (ev->incl_ns - ev->excl_ns) / 1000;
+      if (excl_us < 0) excl_us = 0;
       o = ETR__PUT_LIT(o, "\"ts\": ");
-      o = etr__put_i64(o, ev->ts_ns / 1000);
+      o = etr__put_i64(o, ts_us);
       o = ETR__PUT_LIT(o, ", \"inclusive_dur\": ");
-      o = etr__put_i64(o, ev->incl_ns / 1000);
+      o = etr__put_i64(o, incl_us);
       o = ETR__PUT_LIT(o, ", \"exclusive_dur\": ");
-      o = etr__put_i64(o, ev->excl_ns / 1000);
+      o = etr__put_i64(o, excl_us);
       o = ETR__PUT_LIT(o, ", ");
       etr__jw_end(w, o);
     }
@@ -606,6 +613,7 @@ void etr__emit_footer(etr_trace *tr, int fatal_sig) {
   stat(w, "ends_without_begin", s.ends_without_begin, false);
   stat(w, "ends_out_of_order", s.ends_out_of_order, false);
   stat(w, "ends_cross_thread", s.ends_cross_thread, false);
+  stat(w, "ops_abandoned", s.ops_abandoned, false);
   stat(w, "ops_open_at_disable", s.ops_open_at_disable, false);
   stat(w, "ops_open_at_thread_exit", s.ops_open_at_thread_exit, false);
   stat(w, "ops_open_at_close", s.ops_open_at_close, false);

@@ -448,7 +448,14 @@ static void trace_exit(const etr_record *rec, void *user) {
     return;
   }
   idx--;
-  if (idx + 1 != ts->depth) etr__bump(&ts->ends_out_of_order, 1);
+  if (idx + 1 != ts->depth) {
+    /* The ops it enclosed were left without their end (a longjmp, an exception, a coroutine
+     * switch): they end here, marked incomplete, so that later ops of this thread do not
+     * become their descendants. */
+    etr__bump(&ts->ends_out_of_order, 1);
+    etr__bump(&ts->ops_abandoned, ts->depth - idx - 1);
+    while (ts->depth > idx + 1) finish_frame(ts, ts->depth - 1, end, NULL, true);
+  }
   finish_frame(ts, idx, end, rec, false);
 }
 
@@ -1257,6 +1264,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
     s->nodes_dropped += atomic_load_explicit(&ts->nodes_dropped, memory_order_relaxed);
     s->objects += atomic_load_explicit(&ts->objects, memory_order_relaxed);
     s->tracebacks += atomic_load_explicit(&ts->tracebacks, memory_order_relaxed);
+    s->ops_abandoned += atomic_load_explicit(&ts->ops_abandoned, memory_order_relaxed);
   }
   s->nodes_written = atomic_load(&tr->nodes_written);
   s->bytes_written = atomic_load(&tr->bytes_written);

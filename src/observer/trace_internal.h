@@ -123,7 +123,7 @@ typedef struct etr__tstate {
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
   /* Counters, written by the owner only (plain load+store), read by stats. */
   _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut, lists_cut,
-      nesting_cut, nodes_dropped, objects, tracebacks;
+      nesting_cut, nodes_dropped, objects, tracebacks, ops_abandoned;
   struct etr__tstate *next;
 } etr__tstate;
 

@@ -602,7 +602,8 @@ def main(argv):
             kids = [c for c in children.get(nid, []) if "ts" in by_id[c] and is_int(by_id[c].get("ts"))]
             for c in kids:
                 cn = by_id[c]
-                if cn["ts"] < ts or cn["ts"] + cn["inclusive_dur"] > ts + inc + TIME_SLACK_US:
+                # exact: start and end are each rounded down, so nesting survives rounding
+                if cn["ts"] < ts or cn["ts"] + cn["inclusive_dur"] > ts + inc:
                     ck.fail("timing", "%s [%d +%d] is not inside its parent %s [%d +%d]" % (where(cn), cn["ts"], cn["inclusive_dur"], where(n), ts, inc))
             if "etr_incomplete" not in A[nid]:
                 inner = sum(by_id[c]["inclusive_dur"] for c in kids)

@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -942,14 +943,53 @@ static void test_end_out_of_order_counted(void **state) {
   etr_trace_stats st;
   close_checked(&t, &st);
   assert_int_equal(st.ends_out_of_order, 1);
-  assert_int_equal(st.ends_without_begin, 0);
+  assert_int_equal(st.ops_abandoned, 2);
+  assert_int_equal(st.ends_without_begin, 2); /* c's and b's ends came after a's */
   json_t *na = tu_node(&t, "ooo_a"), *nb = tu_node(&t, "ooo_b"), *nc = tu_node(&t, "ooo_c");
   assert_int_equal(tu_ctrl_deps(nb), tu_id(na));
   assert_int_equal(tu_ctrl_deps(nc), tu_id(nb));
+  assert_non_null(tu_attr(nb, "etr_incomplete"));
+  assert_non_null(tu_attr(nc, "etr_incomplete"));
+  assert_null(tu_attr(na, "etr_incomplete"));
   json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
   assert_int_equal(tu_ctrl_deps(tu_node(&t, "ooo_after")), tu_id(tn));
+  tu_free(&t);
+}
+
+/* An op left by longjmp (as a C error path, or a C++ exception, leaves it): its records are
+ * gone with the stack frame; the enclosing op's end closes them, and later ops are not their
+ * descendants. Before, every later op of the thread sat under lj_c. */
+static jmp_buf lj_env;
+
+static void __attribute__((noinline)) lj_deep(void) {
+  etr_record b, c;
+  tu_begin(&b, "lj_b", NULL, 0);
+  tu_begin(&c, "lj_c", NULL, 0);
+  longjmp(lj_env, 1);
+}
+
+static void test_longjmp_abandons_inner_ops(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record a;
+  tu_begin(&a, "lj_a", NULL, 0);
+  if (setjmp(lj_env) == 0) lj_deep();
+  tu_end(&a, NULL, 0);
+  tu_op("lj_d", NULL, 0, NULL, 0);
+  etr_trace_stats st;
+  close_checked(&t, &st);
+  assert_int_equal(st.ops_abandoned, 2);
+  assert_int_equal(st.ends_without_begin, 0);
+  json_t *na = tu_node(&t, "lj_a"), *nb = tu_node(&t, "lj_b"), *nc = tu_node(&t, "lj_c");
+  json_t *tn = tu_thread_node(&t, (json_int_t)etr_thread_id());
+  assert_int_equal(tu_ctrl_deps(nb), tu_id(na));
+  assert_int_equal(tu_ctrl_deps(nc), tu_id(nb));
+  assert_non_null(tu_attr(nb, "etr_incomplete"));
+  assert_non_null(tu_attr(nc, "etr_incomplete"));
   assert_null(tu_attr(na, "etr_incomplete"));
-  assert_null(tu_attr(nb, "etr_incomplete"));
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "lj_d")), tu_id(tn));
+  assert_int_equal(tu_stat(&t, "ops_abandoned"), 2);
   tu_free(&t);
 }
 
@@ -1425,6 +1465,7 @@ int main(void) {
       TU_TEST(test_null_trace_and_bad_args_return_errors),
       TU_TEST(test_end_without_begin_counted),
       TU_TEST(test_end_out_of_order_counted),
+      TU_TEST(test_longjmp_abandons_inner_ops),
       TU_TEST(test_double_close_returns_estate),
       TU_TEST(test_enable_before_open_and_null_enable),
       TU_TEST(test_ops_while_trace_disabled),
