@@ -110,7 +110,7 @@ typedef struct etr_record {
   uint64_t _active; /* bit i: observer slot i entered */
   uint64_t _epoch;  /* registry epoch when the record was prepared */
   uint64_t _rf_id;  /* unique record handle (the "rf_id" attr) */
-  uint32_t _state;  /* 0 unobserved, 1 prepared, 2 begun, 3 ended */
+  uint32_t _state;  /* 0 unobserved, 1 prepared, 2 begun, 3 ended, 4 ended failed */
   uint32_t _tid;    /* logical id of the owning thread */
 } etr_record;
 
@@ -123,6 +123,7 @@ extern ETR_API uint32_t etr__tracking_ids;
 ETR_API void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope);
 ETR_API void etr__record_begin(etr_record *rec);
 ETR_API void etr__record_end(etr_record *rec);
+ETR_API void etr__record_end_failed(etr_record *rec);
 ETR_API void etr__tensor_died(const void *impl);
 ETR_API void etr__storage_died(const void *storage);
 
@@ -172,6 +173,20 @@ static inline ETR__ALWAYS_INLINE void etr_record_end(etr_record *rec) {
   (void)rec;
 #endif
 }
+
+/* The operator did not complete: an exception (or an error path) left it. Ends the record as
+ * etr_record_end does, and the op is written marked failed (attr "etr_failed"); outputs are
+ * not read. etr/etr.hpp's guard calls it when an exception unwinds through it. */
+static inline void etr_record_end_failed(etr_record *rec) {
+#ifndef ETR_DISABLE
+  if (ETR__UNLIKELY(rec && rec->_state != 0)) etr__record_end_failed(rec);
+#else
+  (void)rec;
+#endif
+}
+
+/* For observers, in their exit callback: the record was ended by etr_record_end_failed. */
+static inline bool etr_record_failed(const etr_record *rec) { return rec && rec->_state == 4; }
 
 /* The record's unique handle (0 when not observed). For observers. */
 static inline uint64_t etr_record_handle(const etr_record *rec) {

@@ -528,6 +528,10 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
     etr__jw_char(w, ',');
     attr_u64(w, "etr_incomplete", 1);
   }
+  if (ev->flags & ETR__EVF_FAILED) {
+    etr__jw_char(w, ',');
+    attr_u64(w, "etr_failed", 1);
+  }
   ETR__JW_LIT(w, "]}");
 }
 

@@ -455,6 +455,19 @@ void etr__record_end(etr_record *rec) {
   if (rec->_active) run_callbacks(t, rec, false);
 }
 
+void etr__record_end_failed(etr_record *rec) {
+  if (!rec) return;
+  etr__thread *t = etr__thread_self();
+  if (!t) return;
+  if (rec->_state != 2) {
+    bump(&t->n_ends_without_begin);
+    rec->_state = 3;
+    return;
+  }
+  rec->_state = 4; /* ended, failed: etr_record_failed() during the exit callbacks */
+  if (rec->_active) run_callbacks(t, rec, false);
+}
+
 /* ---- fork ---- */
 
 /* Same order as everywhere else: the trace's locks (etr_trace_open holds them while it adds

@@ -241,7 +241,8 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   size_t out_off = ts->arena_len;
   uint32_t n_out = 0;
   size_t out_len = 0;
-  if (rec && !incomplete && rec->n_outputs) /* (NULL outputs: none kept, counted as cut) */
+  bool failed = rec && etr_record_failed(rec);
+  if (rec && !incomplete && !failed && rec->n_outputs) /* (NULL: none kept, counted as cut) */
     out_len = etr__encode_values(ts, rec->outputs, rec->n_outputs, &n_out);
 
   etr__ev *ev = (etr__ev *)(void *)(ts->arena + f->off);
@@ -250,6 +251,7 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   ev->incl_ns = incl;
   ev->excl_ns = incl - f->child_ns > 0 ? incl - f->child_ns : 0;
   if (incomplete) ev->flags |= ETR__EVF_INCOMPLETE;
+  if (failed) ev->flags |= ETR__EVF_FAILED;
   size_t total = f->payload + out_len;
   size_t size = round8(total);
   ev->size = (uint32_t)size;

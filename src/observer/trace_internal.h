@@ -35,7 +35,8 @@ enum {
   ETR__EVF_INCOMPLETE = 2,
   ETR__EVF_KERNEL = 4,
   ETR__EVF_COLLECTIVE = 8,
-  ETR__EVF_TRACEBACK = 16
+  ETR__EVF_TRACEBACK = 16,
+  ETR__EVF_FAILED = 32
 };
 
 /* Value tags in the encoding. */
