@@ -185,7 +185,8 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   if (!ts) return NULL;
   ts->trace = tr;
   ts->tid = thr->tid;
-  ts->thread_node_id = etr__next_id(ts);
+  /* (from the shared counter, like op ids: a thread node comes before its first op) */
+  ts->thread_node_id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
   pthread_mutex_lock(&tr->threads_mutex);
   ts->next = tr->threads;
   __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
@@ -378,7 +379,6 @@ static void trace_enter(const etr_record *rec, void *user) {
   memset(&hdr, 0, sizeof hdr);
   hdr.type = ETR__EV_OP;
   hdr.flags = tr->opt.no_timing ? 0 : ETR__EVF_TIMING;
-  hdr.id = etr__next_id(ts);
   hdr.parent = ts->depth ? ts->frames[ts->depth - 1].id : ts->thread_node_id;
   hdr.rf_id = rec->_rf_id;
   hdr.tid = ts->tid;
@@ -415,17 +415,21 @@ static void trace_enter(const etr_record *rec, void *user) {
 
   etr__frame *f = &ts->frames[ts->depth++];
   f->rec = rec;
-  f->id = hdr.id;
   f->child_ns = 0;
   f->off = off;
   f->payload = ts->arena_len - off;
   ts->arena_len = off + round8(f->payload); /* (the pad is never read) */
   f->len = ts->arena_len - off;
-  atomic_store_explicit(&ts->top_id, hdr.id, memory_order_relaxed);
+  /* Last, the id and then the clock: ids come from one counter shared by all threads and
+   * are drawn right before the op's start is read, so they follow the order in which ops
+   * begin across threads (consumers walk ids in order); the op's own time excludes our
+   * encoding. */
+  etr__ev *ev = (etr__ev *)(void *)(ts->arena + off);
+  f->id = ev->id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
+  atomic_store_explicit(&ts->top_id, f->id, memory_order_relaxed);
   atomic_store_explicit(&ts->depth_pub, ts->depth, memory_order_relaxed);
-  /* Last, so that the op's own time excludes our encoding. */
   f->start_ns = tr->opt.no_timing ? 0 : now_ns();
-  ((etr__ev *)(void *)(ts->arena + off))->ts_ns = f->start_ns;
+  ev->ts_ns = f->start_ns;
 }
 
 static void trace_exit(const etr_record *rec, void *user) {

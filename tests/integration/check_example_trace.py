@@ -620,6 +620,19 @@ def main(argv):
                 if by_id[b]["ts"] < by_id[a]["ts"]:
                     ck.fail("ids", "thread %r: op %d begins at %d, after op %d which begins at %d (ids must follow begin order)" % (tid, a, by_id[a]["ts"], b, by_id[b]["ts"]))
                     break
+        # ... and across threads (PARAM's et_replay and Chakra's feeder walk ids in order):
+        # an op that begins later than an op with a larger id. The id is drawn right before
+        # the clock is read, so only a thread preempted between the two can make one (a
+        # few per million); per-thread blocks of ids made half of them.
+        timed = sorted(nid for nid in ops if is_int(by_id[nid].get("ts")))
+        late, first_late, low = 0, None, None
+        for nid in reversed(timed):
+            if low is not None and by_id[nid]["ts"] > low:
+                late += 1
+                first_late = nid
+            low = by_id[nid]["ts"] if low is None else min(low, by_id[nid]["ts"])
+        if late > max(1, len(timed) // 1000):
+            ck.fail("ids", "%d of %d ops begin later than an op with a larger id (e.g. op %d): ids must follow begin order across threads" % (late, len(timed), first_late))
 
     # ---- tensors and objects ------------------------------------------------------------
     for tid_, forms in tr.tensors.items():
