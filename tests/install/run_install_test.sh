@@ -13,6 +13,7 @@
 #     cmake-shared consumer-cmake with find_package(etr) + etr::etr, C and C++, run both
 #     cmake-static the same with etr::etr_static; the programs must not need libetr.so
 #     pkgconfig    app.c / app.cpp built with plain cc / c++ and `pkg-config --cflags --libs etr`
+#     python       (python=PATH pydir=DIR) `import etr` from PREFIX/DIR records a trace
 set -u
 
 fail() {
@@ -23,7 +24,7 @@ say() { echo "--> $*"; }
 
 step=${1:-}
 [ $# -ge 1 ] && shift
-build="" src="" work="" libdir=lib cc=cc cxx=c++ sanitize=""
+build="" src="" work="" libdir=lib cc=cc cxx=c++ sanitize="" python="" pydir=""
 for kv in "$@"; do
   case "$kv" in
   build=*) build=${kv#build=} ;;
@@ -33,6 +34,8 @@ for kv in "$@"; do
   cc=*) cc=${kv#cc=} ;;
   cxx=*) cxx=${kv#cxx=} ;;
   sanitize=*) sanitize=${kv#sanitize=} ;;
+  python=*) python=${kv#python=} ;;
+  pydir=*) pydir=${kv#pydir=} ;;
   *) fail "unknown argument $kv" ;;
   esac
 done
@@ -97,6 +100,25 @@ step_install() {
   say "installed into $prefix"
 }
 
+step_python() {
+  [ -n "$python" ] && [ -n "$pydir" ] || fail "python= and pydir= are required"
+  ls "$prefix/$pydir"/etr/_etr*.so >/dev/null 2>&1 || fail "not installed: $pydir/etr/_etr*.so"
+  [ -f "$prefix/$pydir/etr/__init__.py" ] || fail "not installed: $pydir/etr/__init__.py"
+  out=$work/py.json
+  rm -f "$out"
+  # from a clean environment: only the prefix's package directory on the path
+  env -i PATH=/usr/bin:/bin PYTHONPATH="$prefix/$pydir" "$python" -c "
+import etr, json, sys
+assert etr.__file__.startswith('$prefix'), etr.__file__
+with etr.trace(sys.argv[1]):
+    with etr.record_function('installed_op', inputs=[1, 'x']):
+        pass
+names = [n['name'] for n in json.load(open(sys.argv[1]))['nodes']]
+assert 'installed_op' in names, names
+" "$out" || fail "import etr from $prefix/$pydir failed"
+  say "python: import etr from $prefix/$pydir records"
+}
+
 cmake_consumer() {
   kind=$1 static=$2
   bdir=$work/cmake-$kind
@@ -158,6 +180,7 @@ step_pkgconfig() {
 }
 
 case "$step" in
+python) step_python ;;
 install) step_install ;;
 cmake-shared) step_cmake_shared ;;
 cmake-static) step_cmake_static ;;

@@ -1,0 +1,608 @@
+/* _etr: the CPython extension behind the `etr` Python package (integrations/python/etr).
+ *
+ * Trace(path, timing=True, schema="1.1.1", flush_ms=0, gzip by the path's ".gz")
+ *     .enable() .disable() .flush() .stats() -> dict .close() -> dict .closed
+ * Op(name, inputs=(), scope=0, schema=None)        one operator call; a context manager:
+ *     .begin() .end(outputs=(), failed=False)      __exit__ ends it failed on an exception
+ * profile(on)         record every Python function call of every thread as an op
+ * thread_set_name(s)  thread_id()
+ *
+ * Python values become etr values: None, bool, int (outside int64: a double), float, str,
+ * list, tuple (nested values and long lists are cut as etr cuts them, and counted), and any other object
+ * as an opaque object of its type's name. The converted tree lives only for the call that
+ * reads it (etr copies what it keeps).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "etr/etr.h"
+
+#define MAX_DEPTH 34 /* past etr's own limit (32), so that etr cuts and counts */
+#define MAX_ITEMS 4097 /* one more than etr keeps, so that etr counts the cut */
+
+/* ---- values ---- */
+
+/* A converted value tree: one block of values plus the Python objects whose buffers the
+ * strings point into (kept alive until the tree is freed). */
+typedef struct vtree {
+  etr_value *vals;
+  size_t n, cap;
+  PyObject *keep; /* list */
+} vtree;
+
+static etr_value *vt_alloc(vtree *t, size_t n) {
+  if (t->n + n > t->cap) {
+    size_t cap = t->cap ? t->cap : 16;
+    while (cap < t->n + n) cap *= 2;
+    etr_value *v = PyMem_Realloc(t->vals, cap * sizeof *v);
+    if (!v) return NULL;
+    t->vals = v;
+    t->cap = cap;
+  }
+  t->n += n;
+  return t->vals + t->n - n;
+}
+
+static void vt_free(vtree *t) {
+  PyMem_Free(t->vals);
+  Py_XDECREF(t->keep);
+  memset(t, 0, sizeof *t);
+}
+
+/* Values are stored by index while the block may still move; fixed up in vt_fix. */
+static int convert(vtree *t, PyObject *o, size_t at, int depth) {
+  etr_value v;
+  if (o == Py_None) {
+    v = etr_value_none();
+  } else if (PyBool_Check(o)) {
+    v = etr_value_bool(o == Py_True);
+  } else if (PyLong_Check(o)) {
+    int overflow = 0;
+    long long i = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (i == -1 && PyErr_Occurred()) return -1;
+    v = overflow ? etr_value_double(PyLong_AsDouble(o)) : etr_value_int(i);
+    if (overflow && PyErr_Occurred()) return -1;
+  } else if (PyFloat_Check(o)) {
+    v = etr_value_double(PyFloat_AS_DOUBLE(o));
+  } else if (PyUnicode_Check(o)) {
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &len);
+    if (!s) { /* lone surrogates: passed as they are, etr replaces them (utf8_replaced) */
+      PyErr_Clear();
+      PyObject *b = PyUnicode_AsEncodedString(o, "utf-8", "surrogatepass");
+      if (!b || PyList_Append(t->keep, b) < 0) {
+        Py_XDECREF(b);
+        return -1;
+      }
+      Py_DECREF(b);
+      s = PyBytes_AS_STRING(b);
+      len = PyBytes_GET_SIZE(b);
+    }
+    if (len > UINT32_MAX) len = UINT32_MAX;
+    v = len ? etr_value_string_n(s, (uint32_t)len) : etr_value_string("");
+  } else if ((PyList_Check(o) || PyTuple_Check(o)) && depth < MAX_DEPTH) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    size_t k = n > MAX_ITEMS ? MAX_ITEMS : (size_t)n;
+    etr_value *items = vt_alloc(t, k);
+    if (!items && k) return -1;
+    size_t first = k ? (size_t)(items - t->vals) : 0;
+    for (size_t i = 0; i < k; i++)
+      if (convert(t, PySequence_Fast_GET_ITEM(o, (Py_ssize_t)i), first + i, depth + 1) < 0)
+        return -1;
+    v = PyList_Check(o) ? etr_value_list(NULL, (uint32_t)k) : etr_value_tuple(NULL, (uint32_t)k);
+    v.u.i = (int64_t)first; /* an index until vt_fix */
+  } else {
+    v = etr_value_object(depth >= MAX_DEPTH ? "..." : Py_TYPE(o)->tp_name);
+  }
+  t->vals[at] = v;
+  return 0;
+}
+
+static void vt_fix(vtree *t) {
+  for (size_t i = 0; i < t->n; i++) {
+    etr_value *v = &t->vals[i];
+    if (v->kind == ETR_VALUE_LIST || v->kind == ETR_VALUE_TUPLE)
+      v->u.items = v->count ? t->vals + v->u.i : NULL;
+  }
+}
+
+/* seq (a list or tuple, or NULL/None) into t; the top-level values are t->vals[0..n). */
+static int convert_all(vtree *t, PyObject *seq, size_t *n_out) {
+  memset(t, 0, sizeof *t);
+  *n_out = 0;
+  if (!seq || seq == Py_None) return 0;
+  if (!PyList_Check(seq) && !PyTuple_Check(seq)) {
+    PyErr_SetString(PyExc_TypeError, "inputs and outputs must be a list or a tuple");
+    return -1;
+  }
+  t->keep = PyList_New(0);
+  if (!t->keep) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  size_t k = n > MAX_ITEMS ? MAX_ITEMS : (size_t)n;
+  if (k && !vt_alloc(t, k)) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (size_t i = 0; i < k; i++)
+    if (convert(t, PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), i, 0) < 0) {
+      if (!PyErr_Occurred()) PyErr_NoMemory();
+      return -1;
+    }
+  vt_fix(t);
+  *n_out = k;
+  return 0;
+}
+
+/* ---- errors ---- */
+
+static PyObject *EtrError;
+
+static PyObject *etr_fail(int rc, const char *what) {
+  PyErr_Format(EtrError, "%s: %s (%s)", what, etr_strerror(rc), etr_err_name(rc));
+  return NULL;
+}
+
+/* ---- Trace ---- */
+
+typedef struct {
+  PyObject_HEAD etr_trace *t;
+  PyObject *path;
+  etr_trace_stats last; /* the final counters once closed */
+  bool closed;
+} TraceObject;
+
+static PyObject *stats_dict(const etr_trace_stats *s) {
+  const struct {
+    const char *name;
+    uint64_t v;
+  } f[] = {{"nodes_written", s->nodes_written},
+           {"ops_recorded", s->ops_recorded},
+           {"bytes_written", s->bytes_written},
+           {"threads", s->threads},
+           {"objects", s->objects},
+           {"ids_retired", s->ids_retired},
+           {"strings_cut", s->strings_cut},
+           {"lists_cut", s->lists_cut},
+           {"utf8_replaced", s->utf8_replaced},
+           {"nesting_cut", s->nesting_cut},
+           {"values_fixed", s->values_fixed},
+           {"ends_without_begin", s->ends_without_begin},
+           {"ends_out_of_order", s->ends_out_of_order},
+           {"ends_cross_thread", s->ends_cross_thread},
+           {"ops_abandoned", s->ops_abandoned},
+           {"ops_open_at_disable", s->ops_open_at_disable},
+           {"ops_open_at_thread_exit", s->ops_open_at_thread_exit},
+           {"ops_open_at_close", s->ops_open_at_close},
+           {"nodes_dropped", s->nodes_dropped},
+           {"buffer_waits", s->buffer_waits},
+           {"write_error", (uint64_t)s->write_error},
+           {"tracebacks", s->tracebacks},
+           {"tracebacks_unique", s->tracebacks_unique},
+           {"frames_unique", s->frames_unique}};
+  PyObject *d = PyDict_New();
+  for (size_t i = 0; d && i < sizeof f / sizeof f[0]; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(f[i].v);
+    if (!v || PyDict_SetItemString(d, f[i].name, v) < 0) Py_CLEAR(d);
+    Py_XDECREF(v);
+  }
+  return d;
+}
+
+static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"path", "timing", "schema", "flush_ms", NULL};
+  PyObject *path;
+  int timing = 1;
+  const char *schema = "1.1.1";
+  unsigned int flush_ms = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psI", kwlist, PyUnicode_FSConverter, &path,
+                                   &timing, &schema, &flush_ms))
+    return -1;
+  if (self->t) {
+    Py_DECREF(path);
+    PyErr_SetString(EtrError, "this Trace is open already");
+    return -1;
+  }
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.no_timing = !timing;
+  o.flush_ms = flush_ms;
+  if (!strcmp(schema, "1.1.0")) {
+    o.schema = ETR_SCHEMA_1_1_0;
+  } else if (strcmp(schema, "1.1.1") != 0) {
+    Py_DECREF(path);
+    PyErr_Format(PyExc_ValueError, "schema must be \"1.1.1\" or \"1.1.0\", not \"%s\"", schema);
+    return -1;
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = etr_trace_open(PyBytes_AS_STRING(path), &o, &self->t);
+  Py_END_ALLOW_THREADS if (rc != 0) {
+    self->t = NULL;
+    PyErr_Format(EtrError, "cannot open trace %R: %s (%s)", path, etr_strerror(rc),
+                 etr_err_name(rc));
+    Py_DECREF(path);
+    return -1;
+  }
+  Py_XSETREF(self->path, PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path)));
+  Py_DECREF(path);
+  self->closed = false;
+  return 0;
+}
+
+static bool trace_usable(TraceObject *self) {
+  if (self->t && !self->closed) return true;
+  PyErr_SetString(EtrError, "the trace is closed");
+  return false;
+}
+
+static PyObject *Trace_enable(TraceObject *self, PyObject *unused) {
+  (void)unused;
+  if (!trace_usable(self)) return NULL;
+  int rc = etr_trace_enable(self->t);
+  return rc ? etr_fail(rc, "enable") : Py_NewRef(Py_None);
+}
+
+static PyObject *Trace_disable(TraceObject *self, PyObject *unused) {
+  (void)unused;
+  if (!trace_usable(self)) return NULL;
+  int rc = etr_trace_disable(self->t);
+  return rc ? etr_fail(rc, "disable") : Py_NewRef(Py_None);
+}
+
+static PyObject *Trace_flush(TraceObject *self, PyObject *unused) {
+  (void)unused;
+  if (!trace_usable(self)) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = etr_trace_flush(self->t);
+  Py_END_ALLOW_THREADS return rc ? etr_fail(rc, "flush") : Py_NewRef(Py_None);
+}
+
+static PyObject *Trace_stats(TraceObject *self, PyObject *unused) {
+  (void)unused;
+  if (self->closed) return stats_dict(&self->last);
+  if (!trace_usable(self)) return NULL;
+  etr_trace_stats s = {.struct_size = sizeof s};
+  int rc = etr_trace_stats_get(self->t, &s);
+  return rc ? etr_fail(rc, "stats") : stats_dict(&s);
+}
+
+/* Closing waits for the writer thread: the GIL is released meanwhile, so that Python
+ * threads still recording can finish their ops. */
+static PyObject *Trace_close(TraceObject *self, PyObject *unused) {
+  (void)unused;
+  if (self->closed) return stats_dict(&self->last);
+  if (!trace_usable(self)) return NULL;
+  etr_trace_stats s = {.struct_size = sizeof s};
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = etr_trace_close_stats(self->t, &s);
+  Py_END_ALLOW_THREADS self->closed = true;
+  self->last = s;
+  if (rc) return etr_fail(rc, "close");
+  return stats_dict(&s);
+}
+
+static void Trace_dealloc(TraceObject *self) {
+  if (self->t && !self->closed) {
+    Py_BEGIN_ALLOW_THREADS etr_trace_close(self->t);
+    Py_END_ALLOW_THREADS
+  }
+  Py_XDECREF(self->path);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Trace_get_closed(TraceObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->closed || !self->t);
+}
+
+static PyObject *Trace_get_path(TraceObject *self, void *c) {
+  (void)c;
+  return Py_NewRef(self->path ? self->path : Py_None);
+}
+
+static PyMethodDef Trace_methods[] = {
+    {"enable", (PyCFunction)Trace_enable, METH_NOARGS, "Start recording."},
+    {"disable", (PyCFunction)Trace_disable, METH_NOARGS, "Stop recording."},
+    {"flush", (PyCFunction)Trace_flush, METH_NOARGS, "Write what is buffered."},
+    {"stats", (PyCFunction)Trace_stats, METH_NOARGS, "The counters (a dict)."},
+    {"close", (PyCFunction)Trace_close, METH_NOARGS,
+     "Finish the file; returns the final counters (a dict)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Trace_getset[] = {
+    {"closed", (getter)Trace_get_closed, NULL, "True once closed.", NULL},
+    {"path", (getter)Trace_get_path, NULL, "The trace file.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject TraceType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "etr._etr.Trace",
+    .tp_basicsize = sizeof(TraceObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An execution trace being written (opened disabled; see etr.trace).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Trace_init,
+    .tp_dealloc = (destructor)Trace_dealloc,
+    .tp_methods = Trace_methods,
+    .tp_getset = Trace_getset,
+};
+
+/* ---- Op ---- */
+
+typedef struct {
+  PyObject_HEAD etr_record rec; /* at a fixed address for its whole life (a heap object) */
+  PyObject *name;               /* keeps the UTF-8 of the name alive */
+  PyObject *schema;
+  PyObject *inputs;
+  int scope;
+  int state; /* 0 made, 1 begun, 2 ended */
+  unsigned long thread;
+} OpObject;
+
+static int Op_init(OpObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"name", "inputs", "scope", "schema", NULL};
+  PyObject *name, *inputs = NULL, *schema = NULL;
+  int scope = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O$iO", kwlist, &name, &inputs, &scope, &schema))
+    return -1;
+  if (schema == Py_None) schema = NULL;
+  if (schema && !PyUnicode_Check(schema)) {
+    PyErr_SetString(PyExc_TypeError, "schema must be a str or None");
+    return -1;
+  }
+  if (scope < 0 || scope >= ETR_SCOPE_COUNT) {
+    PyErr_Format(PyExc_ValueError, "scope must be 0..%d", ETR_SCOPE_COUNT - 1);
+    return -1;
+  }
+  if (self->state == 1) {
+    PyErr_SetString(EtrError, "this op has begun and not ended");
+    return -1;
+  }
+  Py_XSETREF(self->name, Py_NewRef(name));
+  Py_XSETREF(self->schema, Py_XNewRef(schema));
+  Py_XSETREF(self->inputs, Py_XNewRef(inputs));
+  self->scope = scope;
+  self->state = 0;
+  return 0;
+}
+
+static PyObject *Op_begin(OpObject *self, PyObject *unused) {
+  (void)unused;
+  if (self->state != 0) {
+    PyErr_SetString(EtrError, self->state == 1 ? "the op has begun already" : "the op ended");
+    return NULL;
+  }
+  const char *name = self->name ? PyUnicode_AsUTF8(self->name) : "";
+  if (!name) return NULL;
+  etr_record_init(&self->rec, name, (etr_scope)self->scope);
+  vtree t = {0};
+  if (etr_record_is_active(&self->rec)) {
+    if (self->schema) {
+      self->rec.schema = PyUnicode_AsUTF8(self->schema);
+      if (!self->rec.schema) return NULL;
+    }
+    if (etr_record_needs_inputs(&self->rec)) {
+      size_t n;
+      if (convert_all(&t, self->inputs, &n) < 0) {
+        vt_free(&t);
+        return NULL;
+      }
+      self->rec.inputs = t.vals;
+      self->rec.n_inputs = (uint32_t)n;
+    }
+  }
+  self->thread = PyThread_get_thread_ident();
+  etr_record_begin(&self->rec);
+  self->rec.inputs = NULL;
+  self->rec.n_inputs = 0;
+  vt_free(&t);
+  self->state = 1;
+  return Py_NewRef((PyObject *)self);
+}
+
+static PyObject *op_end(OpObject *self, PyObject *outputs, bool failed) {
+  if (self->state != 1) {
+    PyErr_SetString(EtrError, self->state == 0 ? "the op has not begun" : "the op ended already");
+    return NULL;
+  }
+  if (self->thread != PyThread_get_thread_ident()) {
+    PyErr_SetString(EtrError, "an op must end on the thread it began on");
+    return NULL;
+  }
+  vtree t = {0};
+  if (!failed && etr_record_needs_outputs(&self->rec)) {
+    size_t n;
+    if (convert_all(&t, outputs, &n) < 0) {
+      vt_free(&t);
+      failed = true; /* end it anyway: never leave an op open */
+      PyErr_Clear();
+    } else {
+      self->rec.outputs = t.vals;
+      self->rec.n_outputs = (uint32_t)n;
+    }
+  }
+  if (failed)
+    etr_record_end_failed(&self->rec);
+  else
+    etr_record_end(&self->rec);
+  self->rec.outputs = NULL;
+  self->rec.n_outputs = 0;
+  vt_free(&t);
+  self->state = 2;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Op_end(OpObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"outputs", "failed", NULL};
+  PyObject *outputs = NULL;
+  int failed = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$p", kwlist, &outputs, &failed)) return NULL;
+  return op_end(self, outputs, failed != 0);
+}
+
+static PyObject *Op_enter(OpObject *self, PyObject *unused) { return Op_begin(self, unused); }
+
+static PyObject *Op_exit(OpObject *self, PyObject *args) {
+  PyObject *et = Py_None, *ev = Py_None, *tb = Py_None;
+  if (!PyArg_UnpackTuple(args, "__exit__", 0, 3, &et, &ev, &tb)) return NULL;
+  PyObject *r = op_end(self, NULL, et != Py_None);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *Op_active(OpObject *self, PyObject *unused) {
+  (void)unused;
+  return PyBool_FromLong(self->state == 1 && etr_record_is_active(&self->rec));
+}
+
+static void Op_dealloc(OpObject *self) {
+  /* An op dropped while open (a generator never resumed, say) ends here, as failed, on its
+   * own thread only; on another thread it stays open until its thread exits or the trace
+   * closes (written marked incomplete). */
+  if (self->state == 1 && self->thread == PyThread_get_thread_ident())
+    etr_record_end_failed(&self->rec);
+  Py_XDECREF(self->name);
+  Py_XDECREF(self->schema);
+  Py_XDECREF(self->inputs);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Op_methods[] = {
+    {"begin", (PyCFunction)Op_begin, METH_NOARGS, "The op starts (inputs are read now)."},
+    {"end", (PyCFunction)(void (*)(void))Op_end, METH_VARARGS | METH_KEYWORDS,
+     "end(outputs=(), *, failed=False): the op ends."},
+    {"active", (PyCFunction)Op_active, METH_NOARGS, "True while begun and observed."},
+    {"__enter__", (PyCFunction)Op_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Op_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject OpType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "etr._etr.Op",
+    .tp_basicsize = sizeof(OpObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Op(name, inputs=(), *, scope=0, schema=None): one operator call.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Op_init,
+    .tp_dealloc = (destructor)Op_dealloc,
+    .tp_methods = Op_methods,
+};
+
+/* ---- Python function calls as ops (profile) ---- */
+
+/* Each thread's open call records, in a thread-local stack (records must not move while
+ * open). Calls deeper than the stack are not recorded. */
+#define PROF_DEPTH 256
+typedef struct prof_stack {
+  etr_record rec[PROF_DEPTH];
+  unsigned depth, skipped;
+} prof_stack;
+
+static _Thread_local prof_stack *prof;
+static pthread_key_t prof_key; /* frees a thread's stack when the thread exits */
+
+static void prof_free(void *p) {
+  if (prof == p) prof = NULL;
+  PyMem_RawFree(p);
+}
+
+static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
+  (void)obj;
+  if (what == PyTrace_CALL) {
+    if (!prof) {
+      prof = PyMem_RawCalloc(1, sizeof *prof);
+      if (!prof) return 0;
+      pthread_setspecific(prof_key, prof);
+    }
+    if (prof->depth >= PROF_DEPTH || prof->skipped) {
+      prof->skipped++;
+      return 0;
+    }
+    PyCodeObject *code = PyFrame_GetCode(frame);
+#if PY_VERSION_HEX >= 0x030B0000
+    const char *name = code ? PyUnicode_AsUTF8(code->co_qualname) : NULL;
+#else
+    const char *name = code ? PyUnicode_AsUTF8(code->co_name) : NULL;
+#endif
+    if (!name) PyErr_Clear();
+    etr_record *r = &prof->rec[prof->depth++];
+    etr_record_init(r, name ? name : "?", ETR_SCOPE_USER_SCOPE);
+    etr_record_begin(r);
+    Py_XDECREF(code);
+  } else if (what == PyTrace_RETURN && prof) {
+    if (prof->skipped) {
+      prof->skipped--;
+      return 0;
+    }
+    if (!prof->depth) return 0;
+    etr_record *r = &prof->rec[--prof->depth];
+    if (arg == NULL) /* the frame is left by an exception */
+      etr_record_end_failed(r);
+    else
+      etr_record_end(r);
+  }
+  return 0;
+}
+
+static PyObject *mod_profile(PyObject *m, PyObject *arg) {
+  (void)m;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+  PyEval_SetProfileAllThreads(on ? prof_fn : NULL, NULL);
+#else
+  PyEval_SetProfile(on ? prof_fn : NULL, NULL);
+#endif
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_thread_set_name(PyObject *m, PyObject *arg) {
+  (void)m;
+  const char *s = PyUnicode_AsUTF8(arg);
+  if (!s) return NULL;
+  int rc = etr_thread_set_name(s);
+  return rc ? etr_fail(rc, "thread_set_name") : Py_NewRef(Py_None);
+}
+
+static PyObject *mod_thread_id(PyObject *m, PyObject *unused) {
+  (void)m;
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(etr_thread_id());
+}
+
+static PyMethodDef mod_methods[] = {
+    {"profile", mod_profile, METH_O,
+     "profile(on): record each Python function call of the calling thread as an op (and of "
+     "every thread on Python 3.12+)."},
+    {"thread_set_name", mod_thread_set_name, METH_O, "Name the calling thread in traces."},
+    {"thread_id", mod_thread_id, METH_NOARGS, "etr's logical id of the calling thread."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef mod_def = {PyModuleDef_HEAD_INIT,
+                                     .m_name = "_etr",
+                                     .m_doc = "libetr for Python (see the etr package).",
+                                     .m_size = -1,
+                                     .m_methods = mod_methods};
+
+PyMODINIT_FUNC PyInit__etr(void) {
+  if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&OpType) < 0) return NULL;
+  static bool key_made;
+  if (!key_made) {
+    if (pthread_key_create(&prof_key, prof_free) != 0) return PyErr_NoMemory();
+    key_made = true;
+  }
+  PyObject *m = PyModule_Create(&mod_def);
+  if (!m) return NULL;
+  EtrError = PyErr_NewException("etr.EtrError", PyExc_RuntimeError, NULL);
+  if (!EtrError || PyModule_AddObject(m, "EtrError", Py_NewRef(EtrError)) < 0 ||
+      PyModule_AddObject(m, "Trace", Py_NewRef((PyObject *)&TraceType)) < 0 ||
+      PyModule_AddObject(m, "Op", Py_NewRef((PyObject *)&OpType)) < 0 ||
+      PyModule_AddStringConstant(m, "version", ETR_VERSION_STRING) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -1,0 +1,150 @@
+"""The etr Python package from the build tree (ctest python.package): traces written
+through etr.trace / record_function / annotate / python -m etr are valid for `etr validate`
+and hold the ops, values, failures and thread names the calls gave.
+
+usage: test_etr_python.py ETR_TOOL   (PYTHONPATH holds <build>/python)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+import etr
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def nodes_by_name(path):
+    with open(path) as f:
+        d = json.load(f)
+    by = {}
+    for n in d["nodes"]:
+        by.setdefault(n["name"], []).append(n)
+    return d, by
+
+
+def attr(n, name):
+    for a in n["attrs"]:
+        if a["name"] == name:
+            return a["value"]
+    return None
+
+
+def validate(tool, path):
+    r = subprocess.run([tool, "validate", path], capture_output=True, text=True)
+    check(r.returncode == 0, "etr validate %s: %s%s" % (path, r.stdout[-400:], r.stderr[-400:]))
+
+
+@etr.annotate()
+def decorated(x):
+    return x * 2
+
+
+def worker():
+    etr.thread_set_name("py-worker")
+    with etr.record_function("in_worker", inputs=[1]):
+        pass
+
+
+def main():
+    tool = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="etr-py-")
+    path = os.path.join(tmp, "t.json")
+    check(etr.__version__ == "0.1.0", "version %r" % etr.__version__)
+
+    deep = []
+    for _ in range(40):
+        deep = [deep]
+    with etr.trace(path) as t:
+        with etr.record_function("outer", inputs=[None, True, 7, 2**70, 2.5, "text", "bad\udcff",
+                                                   (1, "a"), deep, object(), list(range(5000))]):
+            with etr.record_function("inner", inputs=(3,), schema="inner(int x) -> ()"):
+                pass
+            try:
+                with etr.record_function("raises"):
+                    raise ValueError("boom")
+            except ValueError:
+                pass
+            check(decorated(21) == 42, "a decorated function returns its value")
+        op = etr.Op("manual", [1.5]).begin()
+        op.end([42])
+        try:
+            op.end()
+            check(False, "a second end raises")
+        except etr.EtrError:
+            pass
+        th = threading.Thread(target=worker)
+        th.start()
+        th.join()
+    st = t.stats
+    check(st["ops_recorded"] == 6, "6 ops recorded, got %d" % st["ops_recorded"])
+    check(st["ends_without_begin"] == 0 and st["ops_abandoned"] == 0, "no misuse: %r" % st)
+    validate(tool, path)
+    d, by = nodes_by_name(path)
+    outer, inner, raises = by["outer"][0], by["inner"][0], by["raises"][0]
+    check(inner["ctrl_deps"] == outer["id"] and raises["ctrl_deps"] == outer["id"],
+          "inner ops sit under outer")
+    check(by["decorated"][0]["ctrl_deps"] == outer["id"], "the decorated call sits under outer")
+    vals, types = outer["inputs"]["values"], outer["inputs"]["types"]
+    check(vals[0] is None or types[0] == "None", "None input: %r %r" % (vals[0], types[0]))
+    check(vals[1] is True and types[1] == "Bool", "bool input: %r %r" % (vals[1], types[1]))
+    check(vals[2] == 7 and types[2] == "Int", "int input: %r %r" % (vals[2], types[2]))
+    check(types[3] == "Double", "an int beyond int64 is a double: %r" % types[3])
+    check(vals[4] == 2.5 and types[4] == "Double", "float input")
+    check(vals[5] == "text" and types[5] == "String", "str input")
+    check(vals[6].startswith("bad\ufffd"), "a lone surrogate is replaced: %r" % vals[6])
+    check(types[7].startswith("Tuple"), "tuple input: %r" % types[7])
+    check(types[9] == "Object" or "object" in str(vals[9]), "other objects: %r %r" % (vals[9], types[9]))
+    check(len(vals[10]) == 4096, "a list is cut at 4096 items: %d" % len(vals[10]))
+    check(st["lists_cut"] >= 1 and st["nesting_cut"] >= 1 and st["utf8_replaced"] >= 1, "cuts counted: %r" % st)
+    check(inner["inputs"]["values"] == [3] and attr(inner, "op_schema") == "inner(int x) -> ()",
+          "inner's input and schema")
+    check(attr(raises, "etr_failed") == 1, "an exception marks the op failed")
+    check(attr(inner, "etr_failed") is None, "a clean op is not failed")
+    check(by["manual"][0]["outputs"]["values"] == [42], "outputs through Op.end")
+    wn = by["in_worker"][0]
+    tnode = [n for n in d["nodes"] if n["id"] == wn["ctrl_deps"]][0]
+    check(attr(tnode, "thread_name") == "py-worker", "the worker's thread node is named")
+
+    # misuse is an error, never a crash
+    try:
+        etr.trace(os.path.join(tmp, "no", "such", "dir", "t.json")).__enter__()
+        check(False, "an unwritable path raises")
+    except etr.EtrError as e:
+        check("cannot open" in str(e), "the error says why: %s" % e)
+
+    # python -m etr, with every Python call recorded
+    script = os.path.join(tmp, "script.py")
+    with open(script, "w") as f:
+        f.write("def leaf():\n    return 1\n\ndef branch():\n    return leaf() + leaf()\n\n"
+                "import sys\nprint(branch(), sys.argv[1:])\n")
+    out = os.path.join(tmp, "m.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", out, "--python-calls", script, "x"],
+                       capture_output=True, text=True, env=os.environ)
+    check(r.returncode == 0 and "2 ['x']" in r.stdout, "python -m etr ran the script: %s %s" %
+          (r.stdout, r.stderr))
+    if r.returncode == 0:
+        validate(tool, out)
+        d, by = nodes_by_name(out)
+        check(len(by.get("leaf", [])) == 2 and len(by.get("branch", [])) == 1,
+              "python calls recorded: %r" % sorted(by)[:20])
+        if by.get("leaf") and by.get("branch"):
+            check(all(n["ctrl_deps"] == by["branch"][0]["id"] for n in by["leaf"]),
+                  "leaf calls sit under branch")
+    if failures:
+        print("%d check(s) failed" % len(failures), file=sys.stderr)
+        return 1
+    print("python package: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
