@@ -8,8 +8,8 @@
  * thread_set_name(s)  thread_id()
  *
  * Python values become etr values: None, bool, int (outside int64: a double), float, str,
- * list, tuple (nested values and long lists are cut as etr cuts them, and counted), and any other object
- * as an opaque object of its type's name. The converted tree lives only for the call that
+ * list, tuple (nested values and long lists are cut as etr cuts them, and counted), and any other
+ * object as an opaque object of its type's name. The converted tree lives only for the call that
  * reads it (etr copies what it keeps).
  */
 #define PY_SSIZE_T_CLEAN
@@ -23,7 +23,7 @@
 
 #include "etr/etr.h"
 
-#define MAX_DEPTH 34 /* past etr's own limit (32), so that etr cuts and counts */
+#define MAX_DEPTH 34   /* past etr's own limit (32), so that etr cuts and counts */
 #define MAX_ITEMS 4097 /* one more than etr keeps, so that etr counts the cut */
 
 /* ---- values ---- */
@@ -581,11 +581,9 @@ static PyMethodDef mod_methods[] = {
     {"thread_id", mod_thread_id, METH_NOARGS, "etr's logical id of the calling thread."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef mod_def = {PyModuleDef_HEAD_INIT,
-                                     .m_name = "_etr",
+static struct PyModuleDef mod_def = {PyModuleDef_HEAD_INIT, .m_name = "_etr",
                                      .m_doc = "libetr for Python (see the etr package).",
-                                     .m_size = -1,
-                                     .m_methods = mod_methods};
+                                     .m_size = -1, .m_methods = mod_methods};
 
 PyMODINIT_FUNC PyInit__etr(void) {
   if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&OpType) < 0) return NULL;

@@ -1,0 +1,32 @@
+// etr._torch: the Python face of integrations/torch (attach, detach, attached).
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "etr_torch.h"
+
+static PyObject *attach(PyObject *, PyObject *) {
+  if (etr_torch_attach() != 0) {
+    PyErr_SetString(PyExc_RuntimeError, "PyTorch refused etr's RecordFunction callback");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *detach(PyObject *, PyObject *) {
+  etr_torch_detach();
+  Py_RETURN_NONE;
+}
+
+static PyObject *attached(PyObject *, PyObject *) { return PyBool_FromLong(etr_torch_attached()); }
+
+static PyMethodDef methods[] = {
+    {"attach", attach, METH_NOARGS, "Record PyTorch's ops into the open etr trace."},
+    {"detach", detach, METH_NOARGS, "Stop recording PyTorch's ops."},
+    {"attached", attached, METH_NOARGS, "True while attached."},
+    {nullptr, nullptr, 0, nullptr}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torch",
+                                    "etr's PyTorch integration (see etr.torch).", -1, methods,
+                                    nullptr, nullptr, nullptr, nullptr};
+
+PyMODINIT_FUNC PyInit__torch(void) { return PyModule_Create(&module); }

@@ -1,0 +1,181 @@
+"""etr.torch side by side with PyTorch's own execution-graph observer (ctest
+torch.side_by_side): the same small training loop (2 threads, forward, backward and an
+optimizer step each) recorded by both must give, thread by thread, the same ops in the
+same order with the same input/output shapes and types, and the same tensors: each etr
+tensor id stands for one PyTorch tensor id. PyTorch's observer never retires an id, so a
+new tensor at a dead one's address shares its id (one id, several storages and sizes); etr
+retires them, so an etr id never stands for two storages (checked), and one PyTorch id may
+be several of etr's. etr's trace must pass `etr validate`. docs/TORCH.md lists the differences.
+
+usage: test_side_by_side.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+try:
+    import torch
+    from torch.profiler import ExecutionGraphObserver
+except ImportError as e:  # no PyTorch here (Debian: python3-torch)
+    print("skipped: %s" % e)
+    sys.exit(77)
+try:
+    import etr.torch
+except ImportError as e:
+    print("skipped: %s" % e)
+    sys.exit(77)
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def make_worker(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def run_threads(steps):
+    # one after the other on their own threads: each thread's op sequence is deterministic
+    for s in steps:
+        t = threading.Thread(target=s)
+        t.start()
+        t.join()
+
+
+def is_meta(n):
+    return n["name"].startswith("[pytorch|") or n["name"].startswith("## ")
+
+
+def tensor_ids(vals, out):
+    for v in vals:
+        if isinstance(v, list) and len(v) == 6 and isinstance(v[5], str):
+            out.append(v[0])
+        elif isinstance(v, list):
+            tensor_ids(v, out)
+
+
+def tensor_forms(nodes, values_of):
+    """tensor id -> the set of (storage id, itemsize) it appears with (not numel: resize_
+    changes the size of a tensor in place)"""
+    forms = {}
+
+    def walk(vals):
+        for v in vals:
+            if isinstance(v, list) and len(v) == 6 and isinstance(v[5], str):
+                forms.setdefault(v[0], set()).add((v[1], v[4]))
+            elif isinstance(v, list):
+                walk(v)
+
+    for n in nodes:
+        if not is_meta(n):
+            walk(values_of(n))
+    return forms
+
+
+def ops_by_thread(nodes, view):
+    by = {}
+    for n in sorted((n for n in nodes if not is_meta(n)), key=lambda n: n["id"]):
+        by.setdefault(view(n)["tid"], []).append(view(n))
+    return [by[k] for k in sorted(by, key=lambda k: by[k][0]["id"])]
+
+
+def eg_view(n):
+    ts = []
+    tensor_ids(n.get("inputs", []) + n.get("outputs", []), ts)
+    return {"id": n["id"], "tid": n["tid"], "name": n["name"],
+            "in": (n.get("input_shapes"), n.get("input_types")),
+            "out": (n.get("output_shapes"), n.get("output_types")), "tensors": ts}
+
+
+def et_view(n):
+    a = {x["name"]: x["value"] for x in n["attrs"]}
+    ts = []
+    tensor_ids(n["inputs"]["values"] + n["outputs"]["values"], ts)
+    return {"id": n["id"], "tid": a["tid"], "name": n["name"],
+            "in": (n["inputs"]["shapes"], n["inputs"]["types"]),
+            "out": (n["outputs"]["shapes"], n["outputs"]["types"]), "tensors": ts}
+
+
+def main():
+    tool = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="etr-torch-")
+    eg_path, et_path = os.path.join(tmp, "eg.json"), os.path.join(tmp, "et.json")
+    steps = [make_worker(1), make_worker(2)]
+    run_threads(steps)  # warm up: lazily made state (momentum buffers) exists from now on
+
+    eg = ExecutionGraphObserver()
+    eg.register_callback(eg_path)
+    eg.start()
+    run_threads(steps)
+    eg.stop()
+    eg.unregister_callback()
+
+    with etr.torch.trace(et_path) as t:
+        run_threads(steps)
+    check(t.stats["ends_without_begin"] == 0 and t.stats["ops_open_at_close"] == 0,
+          "no misuse: %r" % t.stats)
+    r = subprocess.run([tool, "validate", et_path], capture_output=True, text=True)
+    check(r.returncode == 0, "etr validate: %s%s" % (r.stdout[-500:], r.stderr[-500:]))
+
+    with open(eg_path) as f:
+        eg_nodes = json.load(f)["nodes"]
+    with open(et_path) as f:
+        et_nodes = json.load(f)["nodes"]
+    a, b = ops_by_thread(eg_nodes, eg_view), ops_by_thread(et_nodes, et_view)
+    check(len(a) == 2 and len(b) == 2, "2 threads in each: %d, %d" % (len(a), len(b)))
+    fwd, n_ops = {}, 0
+    for ta, tb in zip(a, b):
+        names_a, names_b = [x["name"] for x in ta], [x["name"] for x in tb]
+        if names_a != names_b:
+            first = next((i for i, (p, q) in enumerate(zip(names_a, names_b)) if p != q),
+                         min(len(names_a), len(names_b)))
+            check(False, "op sequences differ at %d: %s vs %s (%d vs %d ops)" % (
+                first, names_a[first:first + 3], names_b[first:first + 3], len(names_a),
+                len(names_b)))
+            continue
+        for x, y in zip(ta, tb):
+            n_ops += 1
+            check(x["in"] == y["in"], "%s: inputs %r vs %r" % (x["name"], x["in"], y["in"]))
+            check(x["out"] == y["out"], "%s: outputs %r vs %r" % (x["name"], x["out"], y["out"]))
+            check(len(x["tensors"]) == len(y["tensors"]), "%s: tensor count" % x["name"])
+            for p, q in zip(x["tensors"], y["tensors"]):
+                # (keyed by thread too: PyTorch's ids alias, within a thread and across)
+                if fwd.setdefault(q, p) != p:
+                    check(False, "%s: etr's tensor %d is PyTorch's %d here, and was %d before"
+                          % (x["name"], q, p, fwd[q]))
+    check(n_ops > 200, "enough ops compared: %d" % n_ops)
+    et_forms = tensor_forms(et_nodes, lambda n: n["inputs"]["values"] + n["outputs"]["values"])
+    eg_forms = tensor_forms(eg_nodes, lambda n: n.get("inputs", []) + n.get("outputs", []))
+    aliased = sorted(t for t, f in et_forms.items() if len(f) > 1)
+    check(not aliased, "etr tensor ids standing for several tensors: %r" % aliased[:5])
+    eg_aliased = sum(1 for f in eg_forms.values() if len(f) > 1)
+    print("PyTorch's observer: %d of %d tensor ids stand for several tensors; etr: %d of %d" %
+          (eg_aliased, len(eg_forms), len(aliased), len(et_forms)))
+    check(any(x["name"].endswith("Backward0") for tb in b for x in tb), "backward ops recorded")
+    if failures:
+        print("%d check(s) failed" % len(failures), file=sys.stderr)
+        return 1
+    print("side by side: %d ops on 2 threads, %d tensors, identical" % (n_ops, len(fwd)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
