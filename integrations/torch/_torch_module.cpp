@@ -25,8 +25,14 @@ static PyMethodDef methods[] = {
     {"attached", attached, METH_NOARGS, "True while attached."},
     {nullptr, nullptr, 0, nullptr}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torch",
-                                    "etr's PyTorch integration (see etr.torch).", -1, methods,
-                                    nullptr, nullptr, nullptr, nullptr};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                                    "_torch",
+                                    "etr's PyTorch integration (see etr.torch).",
+                                    -1,
+                                    methods,
+                                    nullptr,
+                                    nullptr,
+                                    nullptr,
+                                    nullptr};
 
 PyMODINIT_FUNC PyInit__torch(void) { return PyModule_Create(&module); }

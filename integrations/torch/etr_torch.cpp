@@ -13,6 +13,8 @@
 #include <ATen/record_function.h>
 #include <c10/core/TensorImpl.h>
 
+#include <atomic>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -38,6 +40,28 @@ std::mutex objs_mutex;
 std::unordered_map<const void *, WeakTensor> tensors_seen;
 std::unordered_map<const void *, WeakStorage> storages_seen;
 size_t objs_added = 0;
+// Each thread remembers the objects it saw held since the last sweep (a small direct-mapped
+// cache, emptied when the sweep epoch moves): most ops take tensors seen just before, and
+// need no lock.
+std::atomic<uint64_t> sweep_epoch{1};
+struct HeldCache {
+  uint64_t epoch = 0;
+  const void *p[256] = {};
+};
+thread_local HeldCache held_cache;
+
+bool held_recently(const void *p) {
+  HeldCache &c = held_cache;
+  uint64_t e = sweep_epoch.load(std::memory_order_acquire);
+  if (c.epoch != e) {
+    std::memset(c.p, 0, sizeof c.p);
+    c.epoch = e;
+    return false;
+  }
+  return c.p[(reinterpret_cast<uintptr_t>(p) >> 4) & 255] == p;
+}
+
+void note_held(const void *p) { held_cache.p[(reinterpret_cast<uintptr_t>(p) >> 4) & 255] = p; }
 
 // (objs_mutex held) retire what died; amortised: after as many new objects as are held
 void sweep_locked() {
@@ -58,11 +82,14 @@ void sweep_locked() {
     }
   }
   objs_added = 0;
+  sweep_epoch.fetch_add(1, std::memory_order_release); /* every thread's cache is stale */
 }
 
 void hold(const at::Tensor &t) {
-  std::lock_guard<std::mutex> g(objs_mutex);
   const void *p = t.unsafeGetTensorImpl();
+  const void *sp = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+  if (held_recently(p) && (!sp || held_recently(sp))) return;
+  std::lock_guard<std::mutex> g(objs_mutex);
   if (tensors_seen.find(p) == tensors_seen.end()) {
     tensors_seen.emplace(p, WeakTensor(t.getIntrusivePtr()));
     objs_added++;
@@ -74,7 +101,12 @@ void hold(const at::Tensor &t) {
       objs_added++;
     }
   }
-  if (objs_added > 1024 && objs_added > tensors_seen.size() / 2) sweep_locked();
+  if (objs_added > 1024 && objs_added > tensors_seen.size() / 2) {
+    sweep_locked();
+    return;
+  }
+  note_held(p);
+  if (sp) note_held(sp);
 }
 
 void release_all() {
@@ -86,15 +118,67 @@ void release_all() {
 
 // The values of one call: everything the etr_values point into lives here until the call
 // that reads them (begin or end) returns.
+// Contiguous runs of T handed out from chunks that are kept for the next call (no malloc
+// per op once warm); a run larger than a chunk gets its own block, freed at clear().
+template <typename T>
+struct Pool {
+  static constexpr size_t kChunk = 1024;
+  std::vector<std::unique_ptr<T[]>> chunks, big;
+  size_t chunk = 0, used = 0;  // the chunk being filled, and how much of it
+
+  T *take(size_t n) {
+    if (n > kChunk) {
+      big.emplace_back(new T[n]);
+      return big.back().get();
+    }
+    if (chunks.empty() || used + n > kChunk) {
+      if (!chunks.empty()) chunk++;
+      if (chunk == chunks.size()) chunks.emplace_back(new T[kChunk]);
+      used = 0;
+    }
+    T *p = chunks[chunk].get() + used;
+    used += n;
+    return p;
+  }
+  void clear() {
+    chunk = 0;
+    used = 0;
+    big.clear();
+  }
+};
+
 struct Values {
   std::vector<etr_value> top;
-  std::vector<std::vector<etr_value>> lists;  // items of lists and tuples (buffers stay put)
-  std::deque<etr_tensor> tensors;
+  Pool<etr_value> items;  // items of lists and tuples
+  Pool<etr_tensor> tensors;
   std::deque<std::string> strings;
 
+  void clear() {
+    top.clear();
+    items.clear();
+    tensors.clear();
+    strings.clear();
+  }
+
+  // dtype and device names, made once per thread
+  std::unordered_map<int, std::string> dtype_names, device_names;
+
+  const char *dtype_name(const at::Tensor &t) {
+    int k = static_cast<int>(t.scalar_type());
+    auto it = dtype_names.find(k);
+    if (it == dtype_names.end()) it = dtype_names.emplace(k, std::string(t.dtype().name())).first;
+    return it->second.c_str();
+  }
+
+  const char *device_name(const c10::Device &d) {
+    int k = static_cast<int>(d.type()) * 65536 + d.index() + 1;
+    auto it = device_names.find(k);
+    if (it == device_names.end()) it = device_names.emplace(k, d.str()).first;
+    return it->second.c_str();
+  }
+
   etr_value tensor(const at::Tensor &t) {
-    tensors.emplace_back();
-    etr_tensor &e = tensors.back();
+    etr_tensor &e = *tensors.take(1);
     std::memset(&e, 0, sizeof e);
     if (!t.defined()) return etr_value_tensor(&e);  // dtype NULL: an undefined tensor
     hold(t);
@@ -103,10 +187,8 @@ struct Values {
     e.storage_offset = t.has_storage() ? t.storage_offset() : 0;
     e.numel = t.numel();
     e.itemsize = static_cast<int64_t>(t.dtype().itemsize());
-    strings.emplace_back(t.dtype().name());
-    e.dtype = strings.back().c_str();
-    strings.emplace_back(t.device().str());
-    e.device = strings.back().c_str();
+    e.dtype = dtype_name(t);
+    e.device = device_name(t.device());
     e.ndim = static_cast<int32_t>(t.dim());
     e.sizes = t.sizes().data();
     // (sparse and other layouts without strides: etr writes contiguous strides)
@@ -125,21 +207,15 @@ struct Values {
       return s.empty() ? etr_value_string("")
                        : etr_value_string_n(s.data(), static_cast<uint32_t>(s.size()));
     }
-    if (v.isDevice()) {
-      strings.emplace_back(v.toDevice().str());
-      return etr_value_device(strings.back().c_str());
-    }
+    if (v.isDevice()) return etr_value_device(device_name(v.toDevice()));
     if ((v.isList() || v.isTuple()) && depth < 34) {
       c10::ArrayRef<c10::IValue> items =
           v.isList() ? v.toListRef() : c10::ArrayRef<c10::IValue>(v.toTupleRef().elements());
       size_t n = items.size() > 4097 ? 4097 : items.size();  // etr keeps 4096, counts the cut
-      std::vector<etr_value> out;
-      out.reserve(n);
-      for (size_t i = 0; i < n; i++) out.push_back(of(items[i], depth + 1));
-      lists.push_back(std::move(out));
-      const std::vector<etr_value> &l = lists.back();
-      return v.isList() ? etr_value_list(l.data(), static_cast<uint32_t>(l.size()))
-                        : etr_value_tuple(l.data(), static_cast<uint32_t>(l.size()));
+      etr_value *out = this->items.take(n);                  // (taken before the items' own lists)
+      for (size_t i = 0; i < n; i++) out[i] = of(items[i], depth + 1);
+      return v.isList() ? etr_value_list(out, static_cast<uint32_t>(n))
+                        : etr_value_tuple(out, static_cast<uint32_t>(n));
     }
     strings.emplace_back(v.tagKind());
     return etr_value_object(strings.back().c_str());
@@ -151,9 +227,39 @@ struct Values {
   }
 };
 
+// One per thread, reused: a callback's values are needed only until it returns, and the
+// start and end callbacks of a thread never run inside one another.
+thread_local Values values;
+
+// Contexts are made and dropped once per op: each thread keeps a few freed ones.
+struct ContextCache {
+  std::vector<void *> free_blocks;
+  ~ContextCache() {
+    for (void *p : free_blocks) ::operator delete(p);
+  }
+};
+thread_local ContextCache context_cache;
+
 struct Context : at::ObserverContext {
   etr_record rec;
-  std::string schema;
+
+  static void *operator new(size_t n) {
+    std::vector<void *> &f = context_cache.free_blocks;
+    if (n == sizeof(Context) && !f.empty()) {
+      void *p = f.back();
+      f.pop_back();
+      return p;
+    }
+    return ::operator new(n);
+  }
+  static void operator delete(void *p, size_t n) {
+    std::vector<void *> &f = context_cache.free_blocks;
+    if (n == sizeof(Context) && f.size() < 256) {
+      f.push_back(p);
+      return;
+    }
+    ::operator delete(p);
+  }
 };
 
 // PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
@@ -202,7 +308,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   r.seq_nr = fn.seqNr();
   if (fn.forwardThreadId() != 0) r.fw_tid = etr_tid_of(fn.forwardThreadId());
   r.schema = schema_of(fn).c_str();
-  Values in;
+  Values &in = values;
+  in.clear();
   if (etr_record_needs_inputs(&r)) {
     c10::ArrayRef<const c10::IValue> args = fn.inputs();
     in.all(args.data(), args.size());
@@ -218,7 +325,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
 void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   auto *ctx = static_cast<Context *>(c);
   if (!ctx) return;
-  Values out;
+  Values &out = values;
+  out.clear();
   if (etr_record_needs_outputs(&ctx->rec)) {
     const std::vector<c10::IValue> &o = fn.outputs();
     out.all(o.data(), o.size());
