@@ -5,13 +5,13 @@
 # replays it and folds its stacks; the same run recorded through ETR_TRACE (no code change);
 # the example as 2 ranks (2 processes exchanging their collectives), read together by etr
 # summary and etr replay; and a Python program on a CPython extension whose tracebacks
-# interleave Python and C.
+# interleave Python and C; and a PyTorch training loop recorded with etr.torch.
 #
 #   ./scripts/demo.sh     (options through the environment: DEMO_THREADS, DEMO_ITERS)
 #
 # Outputs in out/demo/: trace.json, trace.chrome.json, trace.folded, trace-env.json,
 # ranks/rank-0.json and ranks/rank-1.json, chakra/rank.0.et and chakra/rank.1.et,
-# python-trace.json. Build directory: build/demo.
+# python-trace.json, torch-trace.json. Build directory: build/demo.
 set -uo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -23,11 +23,11 @@ iters=${DEMO_ITERS:-10}
 out=out/demo
 start=$(date +%s)
 
-etr_say "step 1/8: packages"
+etr_say "step 1/9: packages"
 etr_ensure_packages
 
-etr_say "step 2/8: build libetr, etr, etr-example-runtime and the Python example in build/demo"
-ETR_BUILD_TARGETS="etr-example-runtime etr_tool etrdemo" etr_build demo \
+etr_say "step 2/9: build libetr, etr, etr-example-runtime and the Python example in build/demo"
+ETR_BUILD_TARGETS="etr-example-runtime etr_tool etrdemo etr_python etr_torch_python" etr_build demo \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_BUILD_TESTS=OFF -DETR_BUILD_BENCH=OFF \
   -DETR_BUILD_TOOLS=ON -DETR_BUILD_EXAMPLES=ON ||
   etr_die "the build failed (see the compiler output above)"
@@ -38,20 +38,20 @@ etr=$(etr_find_exe build/demo etr)
 
 mkdir -p "$out" || etr_die "cannot create $out"
 rm -f "$out"/trace.json "$out"/trace.chrome.json "$out"/trace.folded "$out"/trace-env.json \
-  "$out"/python-trace.json "$out"/ranks/rank-*.json
+  "$out"/python-trace.json "$out"/torch-trace.json "$out"/ranks/rank-*.json
 
-etr_say "step 3/8: record: $exe --out $out/trace.json --threads $threads --iters $iters --traceback"
+etr_say "step 3/9: record: $exe --out $out/trace.json --threads $threads --iters $iters --traceback"
 "$exe" --out "$out/trace.json" --threads "$threads" --iters "$iters" --traceback ||
   etr_die "etr-example-runtime failed"
 python3 tests/integration/check_example_trace.py "$out/trace.json" --threads "$threads" \
   --iters "$iters" --traceback ||
   etr_die "$out/trace.json did not pass tests/integration/check_example_trace.py"
 
-etr_say "step 4/8: etr validate --strict, etr summary"
+etr_say "step 4/9: etr validate --strict, etr summary"
 "$etr" validate --strict "$out/trace.json" || etr_die "etr validate rejected $out/trace.json"
 "$etr" summary --top 8 "$out/trace.json" || etr_die "etr summary failed on $out/trace.json"
 
-etr_say "step 5/8: etr chrome, etr replay, etr flame"
+etr_say "step 5/9: etr chrome, etr replay, etr flame"
 "$etr" chrome "$out/trace.json" -o "$out/trace.chrome.json" ||
   etr_die "etr chrome failed on $out/trace.json"
 "$etr" replay "$out/trace.json" || etr_die "etr replay failed on $out/trace.json"
@@ -61,7 +61,7 @@ etr_say "step 5/8: etr chrome, etr replay, etr flame"
 etr_say "  $(wc -l < "$out/trace.folded") distinct stacks in $out/trace.folded, e.g.:"
 sort -t' ' -k2 -n -r "$out/trace.folded" | head -n 1 | cut -c1-200
 
-etr_say "step 6/8: record through the environment (no code change):"
+etr_say "step 6/9: record through the environment (no code change):"
 etr_say "  ETR_TRACE=$out/trace-env.json $exe --threads $threads --iters $iters"
 ETR_TRACE="$out/trace-env.json" "$exe" --threads "$threads" --iters "$iters" ||
   etr_die "etr-example-runtime failed under ETR_TRACE"
@@ -70,7 +70,7 @@ python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads
   --iters "$iters" || etr_die "$out/trace-env.json did not pass the checker"
 "$etr" validate --strict "$out/trace-env.json" || etr_die "etr validate rejected $out/trace-env.json"
 
-etr_say "step 7/8: the example as 2 ranks, one process each (a launcher as torchrun: RANK,"
+etr_say "step 7/9: the example as 2 ranks, one process each (a launcher as torchrun: RANK,"
 etr_say "  WORLD_SIZE), collectives over sockets: ETR_TRACE=$out/ranks/rank-%r.json $exe --ranks 2"
 mkdir -p "$out/ranks" || etr_die "cannot create $out/ranks"
 ETR_TRACE="$out/ranks/rank-%r.json" "$exe" --ranks 2 --iters "$iters" ||
@@ -92,7 +92,7 @@ rm -rf "$out/chakra"
 [ -s "$out/chakra/rank.0.et" ] && [ -s "$out/chakra/rank.1.et" ] ||
   etr_die "etr chakra did not write $out/chakra/rank.0.et and rank.1.et"
 
-etr_say "step 8/8: Python on a CPython extension (examples/python): Python and C frames"
+etr_say "step 8/9: Python on a CPython extension (examples/python): Python and C frames"
 py=$(sed -n 's/^ETR_PYTHON_FOR_EXAMPLES:FILEPATH=//p' build/demo/CMakeCache.txt)
 pymod=$(find build/demo -name 'etrdemo*.so' -print -quit)
 if [ -z "$py" ] || [ -z "$pymod" ]; then
@@ -103,6 +103,12 @@ PYTHONPATH=$(dirname "$pymod") "$py" examples/python/demo.py --out "$out/python-
 "$etr" validate --strict "$out/python-trace.json" ||
   etr_die "etr validate rejected $out/python-trace.json"
 "$etr" flame "$out/python-trace.json" 2>/dev/null | sort -t' ' -k2 -n -r | head -n 1 | cut -c1-240
+
+etr_say "step 9/9: PyTorch: a training loop under etr.torch.trace (examples/torch/train.py)"
+PYTHONPATH=build/demo/python /usr/bin/python3 examples/torch/train.py \
+  --out "$out/torch-trace.json" --steps 3 || etr_die "examples/torch/train.py failed"
+"$etr" validate "$out/torch-trace.json" || etr_die "etr validate rejected $out/torch-trace.json"
+"$etr" summary "$out/torch-trace.json" | sed -n '1,12p'
 
 cat <<EOF
 
@@ -127,6 +133,8 @@ demo: done in $(etr_fmt_secs $(($(date +%s) - start))). What it did:
      etr chakra converted them for Chakra / ASTRA-sim  -> $out/chakra/rank.0.et, rank.1.et
   6. ran examples/python/demo.py on 4 Python threads    -> $out/python-trace.json
      (its tracebacks interleave demo.py's functions and lines with the C frames)
+  7. trained a small PyTorch model for 3 steps under etr.torch.trace (every aten op and
+     autograd function, with tensor shapes and ids; docs/TORCH.md) -> $out/torch-trace.json
 The format is the JSON execution trace of PyTorch / MLCommons Chakra: see docs/FORMAT.md;
 the etr command: docs/CLI.md.
 EOF

@@ -479,9 +479,7 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
        * difference: a child's [ts, ts + inclusive_dur] then always lies inside its
        * parent's (rounding the duration by itself lost up to 1 µs at the end). */
       int64_t ts_us = ev->ts_ns / 1000, end_us = (ev->ts_ns + ev->incl_ns) / 1000;
-      /* exclusive: inclusive less the children's time (so a leaf's two are equal) */
-      int64_t incl_us = end_us - ts_us, excl_us = incl_us - (ev->incl_ns - ev->excl_ns) / 1000;
-      if (excl_us < 0) excl_us = 0;
+      int64_t incl_us = end_us - ts_us, excl_us = ev->excl_us; /* (finish_frame) */
       o = ETR__PUT_LIT(o, "\"ts\": ");
       o = etr__put_i64(o, ts_us);
       o = ETR__PUT_LIT(o, ", \"inclusive_dur\": ");

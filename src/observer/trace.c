@@ -237,7 +237,10 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   etr__frame *f = &ts->frames[idx];
   int64_t incl = end_ns - f->start_ns;
   if (incl < 0) incl = 0;
-  if (idx > 0) ts->frames[idx - 1].child_ns += incl;
+  /* As written: start and end each rounded down to the µs. Children's rounded durations
+   * are subtracted, so that a thread's exclusive times add up to at most its span. */
+  int64_t incl_us = (f->start_ns + incl) / 1000 - f->start_ns / 1000;
+  if (idx > 0) ts->frames[idx - 1].child_us += incl_us;
 
   size_t out_off = ts->arena_len;
   uint32_t n_out = 0;
@@ -250,7 +253,7 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   ev->n_out = n_out;
   ev->out_len = (uint32_t)out_len;
   ev->incl_ns = incl;
-  ev->excl_ns = incl - f->child_ns > 0 ? incl - f->child_ns : 0;
+  ev->excl_us = incl_us - f->child_us > 0 ? incl_us - f->child_us : 0;
   if (incomplete) ev->flags |= ETR__EVF_INCOMPLETE;
   if (failed) ev->flags |= ETR__EVF_FAILED;
   size_t total = f->payload + out_len;
@@ -415,7 +418,7 @@ static void trace_enter(const etr_record *rec, void *user) {
 
   etr__frame *f = &ts->frames[ts->depth++];
   f->rec = rec;
-  f->child_ns = 0;
+  f->child_us = 0;
   f->off = off;
   f->payload = ts->arena_len - off;
   ts->arena_len = off + round8(f->payload); /* (the pad is never read) */

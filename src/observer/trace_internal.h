@@ -64,7 +64,8 @@ typedef struct etr__ev {
   uint16_t pad;
   uint64_t id, parent, rf_id, fw_parent, fw_tid, tid;
   int64_t seq;
-  int64_t ts_ns, incl_ns, excl_ns;
+  int64_t ts_ns, incl_ns;
+  int64_t excl_us; /* inclusive less the children's, in µs as written (emit.c) */
   int64_t kstream;
   uint32_t kgrid[3];
   uint32_t scope;
@@ -93,7 +94,7 @@ typedef struct etr__frame {
   const etr_record *rec;
   uint64_t id;
   int64_t start_ns;
-  int64_t child_ns; /* inclusive time of finished children */
+  int64_t child_us; /* inclusive time of finished children, in µs as written */
   size_t off, len;  /* the frame's region in the arena (8-aligned start, padded length) */
   size_t payload;   /* bytes of header + payload in the region, without the pad */
 } etr__frame;
