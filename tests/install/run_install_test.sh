@@ -117,6 +117,18 @@ names = [n['name'] for n in json.load(open(sys.argv[1]))['nodes']]
 assert 'installed_op' in names, names
 " "$out" || fail "import etr from $prefix/$pydir failed"
   say "python: import etr from $prefix/$pydir records"
+  # etr.torch, when it was built (libtorch found) and PyTorch is there to run it
+  if ls "$prefix/$pydir"/etr/_torch*.so >/dev/null 2>&1 &&
+    env -i PATH=/usr/bin:/bin "$python" -c "import torch" >/dev/null 2>&1; then
+    env -i PATH=/usr/bin:/bin PYTHONPATH="$prefix/$pydir" "$python" -c "
+import etr.torch, json, sys, torch
+with etr.torch.trace(sys.argv[1]):
+    torch.ones(2, 2).add(1)
+names = [n['name'] for n in json.load(open(sys.argv[1]))['nodes']]
+assert 'aten::add' in names, names
+" "$work/torch.json" || fail "import etr.torch from $prefix/$pydir failed"
+    say "python: etr.torch from $prefix/$pydir records aten ops"
+  fi
 }
 
 cmake_consumer() {
