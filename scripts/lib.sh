@@ -22,7 +22,7 @@ ETR_PACKAGES=(
   libcmocka-dev libjansson-dev zlib1g-dev libyajl-dev libprotobuf-c-dev protobuf-c-compiler
   python3 python3-dev libunwind-dev libdw-dev
   valgrind git time
-  libtorch-dev python3-torch
+  libtorch-dev python3-torch libzstd-dev zstd
 )
 
 etr_say() { printf '==> %s\n' "$*"; }

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include "cli.h"
 #include "etr/common.h"
@@ -80,7 +81,7 @@ static void usage(FILE *f) {
           "  --json             the report as one JSON object on stdout instead (not with\n"
           "                     -o -)\n"
           "  -h, --help         this text\n"
-          "  FILE               a trace, .json or gzip-compressed (a gzip file cut short is\n"
+          "  FILE               a trace, .json or gzip- or zstd-compressed (a file cut short is\n"
           "                     repaired from what decompresses; OUT is plain JSON); '-'\n"
           "                     reads stdin; a pipe or FIFO is first copied to $TMPDIR\n"
           "\n"
@@ -91,14 +92,17 @@ static void usage(FILE *f) {
 
 /* ------------------------------------------------------------ raw stream ---- */
 
-/* The input's bytes, decompressed like the reader does (gzip by magic bytes, concatenated
- * members), read with pread from `fd` so that it never disturbs the reader's file offset. */
+/* The input's bytes, decompressed like the reader does (gzip or zstd by magic bytes,
+ * concatenated members or frames), read with pread from `fd` so that it never disturbs the reader's
+ * file offset. */
 typedef struct rawsrc {
   int fd;
   uint64_t base;     /* file offset of the input's first byte */
   uint64_t file_off; /* next file offset to read, relative to base */
   bool sniffed, gz, gz_init, gz_end, eof;
   z_stream zs;
+  ZSTD_DStream *zst; /* zstd input (frames one after the other) */
+  size_t zst_last;   /* 0 when a frame just ended */
   unsigned char *in; /* compressed bytes (gzip) */
   size_t in_len, in_pos;
   unsigned char *buf; /* the window of (decompressed) input */
@@ -129,13 +133,21 @@ static ssize_t raw_fill(rawsrc *s) {
   s->len = s->pos = 0;
   if (!s->sniffed) {
     s->sniffed = true;
-    unsigned char m[2];
-    ssize_t k = pread(s->fd, m, 2, (off_t)s->base);
+    unsigned char m[4];
+    ssize_t k = pread(s->fd, m, 4, (off_t)s->base);
     if (k < 0) {
       s->err = errno;
       return -1;
     }
-    if (k == 2 && m[0] == 0x1f && m[1] == 0x8b) {
+    if (k == 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) {
+      s->zst = ZSTD_createDStream();
+      s->in = malloc(RAW_BLOCK);
+      if (!s->zst || !s->in || ZSTD_isError(ZSTD_initDStream(s->zst))) {
+        s->err = ENOMEM;
+        return -1;
+      }
+      s->zst_last = 1;
+    } else if (k >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
       s->gz = true;
       s->in = malloc(RAW_BLOCK);
       if (!s->in || inflateInit2(&s->zs, 15 + 32) != Z_OK) {
@@ -144,6 +156,32 @@ static ssize_t raw_fill(rawsrc *s) {
       }
       s->gz_init = true;
     }
+  }
+  while (s->zst) {
+    if (s->in_pos == s->in_len) {
+      ssize_t k = pread_full(s, s->in, RAW_BLOCK);
+      if (k < 0) return -1;
+      s->in_len = (size_t)k;
+      s->in_pos = 0;
+      if (k == 0) {
+        if (s->zst_last != 0) s->stop = "the zstd stream is cut short";
+        s->eof = true;
+        return 0;
+      }
+    }
+    ZSTD_inBuffer in = {s->in + s->in_pos, s->in_len - s->in_pos, 0};
+    ZSTD_outBuffer out = {s->buf, RAW_BLOCK, 0};
+    size_t z = ZSTD_decompressStream(s->zst, &out, &in);
+    s->in_pos += in.pos;
+    if (ZSTD_isError(z)) {
+      s->stop = "the zstd data is corrupt";
+      s->eof = true;
+    } else {
+      s->zst_last = z;
+    }
+    s->len = out.pos;
+    if (s->len) return (ssize_t)s->len;
+    if (s->eof) return 0;
   }
   if (!s->gz) {
     ssize_t k = pread_full(s, s->buf, RAW_BLOCK);
@@ -328,6 +366,7 @@ static uint64_t raw_copy_header(rawsrc *s, an_out *o) {
 
 static void raw_free(rawsrc *s) {
   if (s->gz_init) inflateEnd(&s->zs);
+  if (s->zst) ZSTD_freeDStream(s->zst);
   free(s->in);
   free(s->buf);
 }

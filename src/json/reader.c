@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <yajl/yajl_parse.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include "etr/common.h"
 
@@ -176,6 +177,9 @@ struct rd_reader {
   uint64_t in_consumed, in_size;
   /* gzip */
   bool gz, gz_init, gz_end;
+  /* zstd */
+  ZSTD_DStream *zst;
+  size_t zst_last; /* ZSTD_decompressStream's last answer: 0 = a frame just ended */
   z_stream zs;
   unsigned char *out; /* decompressed bytes */
   size_t out_len, out_pos;
@@ -1052,7 +1056,27 @@ static ssize_t next_block(rd_reader *r, const unsigned char **p) {
       r->in_len += (size_t)m;
       r->in_consumed += (uint64_t)m;
     }
-    if (r->in_len >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b) {
+    while (r->in_len < 4 && !r->eof) { /* (zstd's magic is 4 bytes) */
+      ssize_t m = read(r->fd, r->in + r->in_len, IN_BLOCK - r->in_len);
+      if (m < 0 && errno == EINTR) continue;
+      if (m < 0) {
+        set_error(r, ETR_EIO, 0, "read error: %s", strerror(errno));
+        return -1;
+      }
+      if (m == 0) r->eof = true;
+      r->in_len += (size_t)m;
+      r->in_consumed += (uint64_t)m;
+    }
+    if (r->in_len >= 4 && r->in[0] == 0x28 && r->in[1] == 0xb5 && r->in[2] == 0x2f &&
+        r->in[3] == 0xfd) {
+      r->zst = ZSTD_createDStream();
+      r->out = malloc(IN_BLOCK);
+      if (!r->zst || !r->out || ZSTD_isError(ZSTD_initDStream(r->zst))) {
+        set_error(r, ETR_ENOMEM, 0, "cannot start zstd decompression");
+        return -1;
+      }
+      r->zst_last = 1;
+    } else if (r->in_len >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b) {
       r->gz = true;
       memset(&r->zs, 0, sizeof r->zs);
       if (inflateInit2(&r->zs, 15 + 32) != Z_OK) {
@@ -1064,6 +1088,33 @@ static ssize_t next_block(rd_reader *r, const unsigned char **p) {
       if (!r->out) {
         set_error(r, ETR_ENOMEM, 0, "out of memory");
         return -1;
+      }
+    }
+  }
+  if (r->zst) {
+    /* frames one after the other (zstd -c a b > c) are read as one stream */
+    for (;;) {
+      ssize_t k = fill_raw(r);
+      if (k < 0) return -1;
+      if (k == 0) {
+        if (r->zst_last != 0) {
+          set_error(r, ETR_EFORMAT, r->consumed, "zstd: the compressed stream is truncated");
+          return -1;
+        }
+        return 0;
+      }
+      ZSTD_inBuffer in = {r->in + r->in_pos, r->in_len - r->in_pos, 0};
+      ZSTD_outBuffer out = {r->out, FEED_BLOCK, 0};
+      size_t z = ZSTD_decompressStream(r->zst, &out, &in);
+      r->in_pos += in.pos;
+      if (ZSTD_isError(z)) {
+        set_error(r, ETR_EFORMAT, r->consumed + out.pos, "zstd: %s", ZSTD_getErrorName(z));
+        return -1;
+      }
+      r->zst_last = z;
+      if (out.pos) {
+        *p = r->out;
+        return (ssize_t)out.pos;
       }
     }
   }
@@ -2032,6 +2083,7 @@ void rd_close(rd_reader *r) {
   if (!r) return;
   if (r->yh) yajl_free(r->yh);
   if (r->gz_init) inflateEnd(&r->zs);
+  if (r->zst) ZSTD_freeDStream(r->zst);
   if (r->own_fd && r->fd >= 0) close(r->fd);
   arena_destroy(&r->nodes);
   arena_destroy(&r->keep);

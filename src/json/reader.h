@@ -1,8 +1,8 @@
 /* Streaming reader of execution traces (docs/FORMAT.md), for the etr command, tests and fuzzers.
  *
  * The reader walks one trace file front to back and hands over one node at a time; memory
- * stays bounded by the largest single node, however large the file. Gzip input (by magic
- * bytes, whatever the file name) is decompressed on the fly; the path "-" reads stdin.
+ * stays bounded by the largest single node, however large the file. Gzip and zstd input (by
+ * magic bytes, whatever the file name) is decompressed on the fly; the path "-" reads stdin.
  * It accepts our traces and real PyTorch ones (schemas 1.0.2, 1.0.3, 1.1.0, 1.1.1 with or
  * without the "-chakra.0.0.4" suffix). Deviations that do not stop reading (a strides array
  * shorter than values, an unknown top-level key, a missing attr) are reported as warnings

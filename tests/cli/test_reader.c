@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <cmocka.h>
 
@@ -361,6 +362,42 @@ static void test_gzip(void **state) {
   cut = read_all(q, 0);
   assert_error_names(&cut, q, 100000);
   free(b);
+}
+
+/* zstd input (by magic bytes), in one frame or several; a cut or corrupt stream is an error
+ * naming the file. */
+static void test_zstd(void **state) {
+  (void)state;
+  result plain = read_all(ETR_GOLDEN, 0);
+  assert_int_equal(plain.rc, 0);
+  size_t len;
+  char *src = slurp(ETR_GOLDEN, &len);
+  size_t cap = ZSTD_compressBound(len) * 2 + 64;
+  char *z = malloc(cap);
+  assert_non_null(z);
+  /* two frames: the first half, then the rest */
+  size_t a = ZSTD_compress(z, cap, src, len / 2, 3);
+  assert_false(ZSTD_isError(a));
+  size_t b = ZSTD_compress(z + a, cap - a, src + len / 2, len - len / 2, 3);
+  assert_false(ZSTD_isError(b));
+  const char *p = tmp_path("golden.zst");
+  write_file(p, z, a + b);
+  result zr = read_all(p, 0);
+  assert_int_equal(zr.rc, 0);
+  assert_int_equal(zr.nodes, plain.nodes);
+  assert_int_equal(zr.id_sum, plain.id_sum);
+  const char *q = tmp_path("cut.zst");
+  write_file(q, z, a + b - 20);
+  result cut = read_all(q, 0);
+  assert_error_names(&cut, q, 100000);
+  assert_non_null(strstr(cut.err, "zstd"));
+  z[a + b / 2] ^= 0x55;
+  z[a + b / 2 + 1] ^= 0x55;
+  write_file(q, z, a + b);
+  cut = read_all(q, 0);
+  assert_error_names(&cut, q, 100000);
+  free(z);
+  free(src);
 }
 
 static void test_stdin_pipe(void **state) {
@@ -868,12 +905,19 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_golden),         cmocka_unit_test(test_value_kinds),
-      cmocka_unit_test(test_gzip),           cmocka_unit_test(test_stdin_pipe),
-      cmocka_unit_test(test_truncated),      cmocka_unit_test(test_mangled),
-      cmocka_unit_test(test_shape_errors),   cmocka_unit_test(test_warnings),
-      cmocka_unit_test(test_bounded_memory), cmocka_unit_test(test_hostile_shapes),
-      cmocka_unit_test(test_backends_agree), cmocka_unit_test(test_number_cut_at_end),
+      cmocka_unit_test(test_golden),
+      cmocka_unit_test(test_value_kinds),
+      cmocka_unit_test(test_gzip),
+      cmocka_unit_test(test_zstd),
+      cmocka_unit_test(test_stdin_pipe),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_mangled),
+      cmocka_unit_test(test_shape_errors),
+      cmocka_unit_test(test_warnings),
+      cmocka_unit_test(test_bounded_memory),
+      cmocka_unit_test(test_hostile_shapes),
+      cmocka_unit_test(test_backends_agree),
+      cmocka_unit_test(test_number_cut_at_end),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
