@@ -142,7 +142,7 @@ static bool is_base_attr(const char *n) {
                                      "fw_tid", "op_schema", "kernel_backend", "kernel_file"};
   for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
     if (strcmp(n, base[i]) == 0) return true;
-  return false;
+  return !strcmp(n, "ts_ns") || !strcmp(n, "dur_ns"); /* (they are the slice's ts and dur) */
 }
 
 static void io_args(chrome *c, const char *prefix, const rd_jval *io) {
@@ -165,15 +165,28 @@ static void str_arg(chrome *c, const char *key, const char *v) {
   an_out_jstr(&c->o, v, strlen(v));
 }
 
+/* A time in ns as the trace-event format's µs: "12" or "12.345". */
+static void put_us(an_out *o, int64_t ns) {
+  if (ns < 0) {
+    an_out_raw(o, "-", 1);
+    ns = ns == INT64_MIN ? INT64_MAX : -ns;
+  }
+  if (ns % 1000)
+    an_out_fmt(o, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+  else
+    an_out_fmt(o, "%lld", (long long)(ns / 1000));
+}
+
+/* ts and dur in ns */
 static void emit_op(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
   sep(c);
   an_out_cstr(&c->o, "{\"name\":");
   an_out_jstr(&c->o, n->name ? n->name : "", n->name ? n->name_len : 0);
-  an_out_fmt(&c->o,
-             ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%lld,"
-             "\"tid\":%llu",
-             scope_cat(n->scope), (long long)ts, (long long)dur, (long long)c->pid,
-             (unsigned long long)n->tid);
+  an_out_fmt(&c->o, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", scope_cat(n->scope));
+  put_us(&c->o, ts);
+  an_out_cstr(&c->o, ",\"dur\":");
+  put_us(&c->o, dur);
+  an_out_fmt(&c->o, ",\"pid\":%lld,\"tid\":%llu", (long long)c->pid, (unsigned long long)n->tid);
   if (c->args) {
     an_out_fmt(&c->o, ",\"args\":{\"id\":%lld,\"rf_id\":%llu,\"seq_id\":%lld,\"scope\":%llu",
                (long long)n->id, (unsigned long long)n->rf_id, (long long)n->seq_id,
@@ -225,11 +238,15 @@ static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts,
   sep(c);
   an_out_fmt(&c->o,
              "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":%lld,"
-             "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld},\n"
-             "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,"
-             "\"pid\":%lld,\"tid\":%llu,\"ts\":%lld}",
-             (long long)id, (long long)c->pid, (unsigned long long)from_tid, (long long)from_ts,
-             (long long)id, (long long)c->pid, (unsigned long long)to_tid, (long long)to_ts);
+             "\"pid\":%lld,\"tid\":%llu,\"ts\":",
+             (long long)id, (long long)c->pid, (unsigned long long)from_tid);
+  put_us(&c->o, from_ts);
+  an_out_fmt(&c->o,
+             "},\n{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\","
+             "\"id\":%lld,\"pid\":%lld,\"tid\":%llu,\"ts\":",
+             (long long)id, (long long)c->pid, (unsigned long long)to_tid);
+  put_us(&c->o, to_ts);
+  an_out_raw(&c->o, "}", 1);
   c->n_flows++;
 }
 
@@ -331,11 +348,25 @@ static bool node(chrome *c, const rd_rnode *n) {
       c->n_skipped_untimed++;
       return true;
     }
-    /* Times are truncated to microseconds one by one: stretch a parent over its children
-     * so that every child nests inside it. (Clamped: no overflow whatever the file says.) */
-    const int64_t lim = (int64_t)1 << 60;
+    /* In ns: the attrs ts_ns and dur_ns when the recorder wrote them (ETR_TRACE_TIMING=ns),
+     * else ts and inclusive_dur in µs. Stretch a parent over its children so that every
+     * child nests inside it whatever the file says. (Clamped: no overflow.) */
+    const int64_t lim = (int64_t)1 << 50;
     int64_t ts = n->ts < -lim ? -lim : n->ts > lim ? lim : n->ts;
     int64_t dur = n->inclusive_dur < 0 ? 0 : n->inclusive_dur > lim ? lim : n->inclusive_dur;
+    ts *= 1000;
+    dur *= 1000;
+    const rd_rattr *tns = NULL, *dns = NULL;
+    for (size_t i = 0; i < n->n_attrs; i++) {
+      if (!strcmp(n->attrs[i].name, "ts_ns")) tns = &n->attrs[i];
+      if (!strcmp(n->attrs[i].name, "dur_ns")) dns = &n->attrs[i];
+    }
+    if (tns && dns && tns->value.kind == ETR_J_INT && dns->value.kind == ETR_J_INT &&
+        tns->value.v.i >= 0 && tns->value.v.i < lim * 1000 && dns->value.v.i >= 0 &&
+        dns->value.v.i < lim * 1000) {
+      ts = tns->value.v.i;
+      dur = dns->value.v.i;
+    }
     if (had && (int64_t)pv - ts > dur) dur = (int64_t)pv - ts;
     if (!emit_op_buffered(c, n, ts, dur)) return false;
     uint64_t cur;
@@ -347,11 +378,11 @@ static bool node(chrome *c, const rd_rnode *n) {
     return true;
   }
   /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its
-   * thread; a parent spans from its first child's start to 1 us after its last child. */
+   * thread; a parent spans from its first child's start to 1 us after its last child. (ns) */
   uint64_t cur = 0;
   an_u64map_get(&c->cursor, n->tid, &cur);
   int64_t start = had ? (int64_t)pv : (int64_t)cur;
-  int64_t end = (int64_t)cur + 1;
+  int64_t end = (int64_t)cur + 1000;
   if (!an_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
   emit_op(c, n, start, end - start);
   if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, NULL)) {

@@ -522,6 +522,12 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
     }
   }
   if (ev->flags & ETR__EVF_TRACEBACK) traceback_attr(tr, ev, tb);
+  if ((ev->flags & ETR__EVF_TIMING) && tr->opt.ns_timing) {
+    etr__jw_char(w, ',');
+    attr_u64(w, "ts_ns", (uint64_t)ev->ts_ns);
+    etr__jw_char(w, ',');
+    attr_u64(w, "dur_ns", (uint64_t)ev->incl_ns);
+  }
   if (ev->flags & ETR__EVF_INCOMPLETE) {
     etr__jw_char(w, ',');
     attr_u64(w, "etr_incomplete", 1);

@@ -4,6 +4,7 @@
  *                           (etr/dist.h: RANK, else other launchers' variables, else 0)
  *   ETR_TRACE_SCHEMA=1.1.0  or 1.1.1 (default)
  *   ETR_TRACE_TIMING=0      omit ts / inclusive_dur / exclusive_dur
+ *   ETR_TRACE_TIMING=ns     also the attrs ts_ns and dur_ns (nanoseconds)
  *   ETR_TRACE_SAMPLE=p      record this fraction of ops (0 < p <= 1)
  *   ETR_TRACE_BUFFER_KB=n   per-thread buffer chunk size
  *   ETR_TRACE_TRACEBACK=all  a traceback on every op ("1", "on" too); any other value but
@@ -158,6 +159,8 @@ __attribute__((constructor)) static void etr_env_start(void) {
     }
   }
   opt.no_timing = env_flag_off(getenv("ETR_TRACE_TIMING"));
+  v = getenv("ETR_TRACE_TIMING");
+  opt.ns_timing = v && !strcmp(v, "ns");
   v = getenv("ETR_TRACE_SAMPLE");
   if (v && *v) {
     char *end;

@@ -162,6 +162,39 @@ EOF
   done
   expect 2 "summary --top x" -- "$etr" summary --top x "$t"
   expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
+  # sub-µs timing: a 4-thread run recorded with ETR_TRACE_TIMING=ns exports with fewer
+  # than 1% zero-length slices, each child inside its parent; with µs timing alone most of
+  # its slices are zero-length (the ops last less than a µs)
+  rm -f "$out"/ns-*.json
+  ETR_TRACE="$out/ns-%p.json" ETR_TRACE_TIMING=ns "$example" --threads 4 --iters 3 > /dev/null
+  nsf=$(ls "$out"/ns-*.json | head -n 1)
+  expect 0 "validate ns timing" -- "$etr" validate "$nsf"
+  for mode in ns us; do
+    src=$nsf
+    if [ $mode = us ]; then # the same trace without its ns attrs
+      python3 - "$nsf" "$out/us.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for n in d["nodes"]:
+    n["attrs"] = [a for a in n["attrs"] if a["name"] not in ("ts_ns", "dur_ns")]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+      src=$out/us.json
+    fi
+    expect 0 "chrome ($mode)" -- "$etr" chrome "$src" -o "$out/$mode.chrome.json" &&
+      python3 - "$out/$mode.chrome.json" "$mode" <<'PY' || fail "chrome ($mode): zero-length slices or nesting"
+import json, sys
+d = json.load(open(sys.argv[1]))
+xs = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+zero = sum(1 for e in xs if e["dur"] == 0)
+print("chrome %s: %d of %d slices zero-length" % (sys.argv[2], zero, len(xs)))
+if sys.argv[2] == "ns":
+    assert zero * 100 < len(xs), "%d of %d slices have duration 0" % (zero, len(xs))
+    assert any(isinstance(e["ts"], float) for e in xs), "no fractional timestamps"
+else:
+    assert zero * 100 >= len(xs), "the µs-only export was expected to show zero-length slices"
+PY
+  done
   # chrome names each thread from its thread node: thread_name and os_tid (the last
   # thread_name metadata of a thread is the one viewers show)
   expect 0 "chrome" -- "$etr" chrome "$t" -o "$out/ours.chrome.json" && python3 - "$out/ours.chrome.json" "$t" <<'PY' || fail "chrome: thread names, parents before children"
