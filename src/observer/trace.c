@@ -180,16 +180,46 @@ static _Atomic(etr__tstate *) *tid_slot(etr_trace *tr, uint64_t tid, bool create
   return p ? &p[tid % ETR__TID_PAGE] : NULL;
 }
 
-static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
-  etr__tstate *ts = calloc(1, sizeof *ts);
+/* A new thread takes the state an exited thread left (threads_mutex held), so that a
+ * process that starts and ends threads all the time keeps as many states as it has threads
+ * at once, not one per thread it ever had. The list of states is never shortened while the
+ * trace is open (the writer and a fatal signal walk it without a lock), and the counters
+ * stay (they are sums over the states). A chunk of the old thread may still be queued: the
+ * writer then only waits for it before peeking at the new thread's (the `queued` count). */
+static etr__tstate *tstate_reuse_locked(etr_trace *tr) {
+  etr__tstate *ts = tr->tstate_free;
   if (!ts) return NULL;
+  tr->tstate_free = ts->free_next;
+  ts->free_next = NULL;
+  ts->id_next = ts->id_end = 0;
+  ts->depth = 0;
+  memset(&ts->tensor_ids, 0, sizeof ts->tensor_ids);
+  memset(&ts->storage_ids, 0, sizeof ts->storage_ids);
+  ts->tb_countdown = 0;
+  ts->tb_cfg_version = 0;
+  memset(ts->tb_names, 0, sizeof ts->tb_names);
+  atomic_store_explicit(&ts->top_id, 0, memory_order_relaxed);
+  atomic_store_explicit(&ts->depth_pub, 0, memory_order_relaxed);
+  ts->finished = false;
+  return ts;
+}
+
+static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
+  pthread_mutex_lock(&tr->threads_mutex);
+  etr__tstate *ts = tstate_reuse_locked(tr);
+  bool fresh = ts == NULL;
+  if (fresh && !(ts = calloc(1, sizeof *ts))) {
+    pthread_mutex_unlock(&tr->threads_mutex);
+    return NULL;
+  }
   ts->trace = tr;
   ts->tid = thr->tid;
   /* (from the shared counter, like op ids: a thread node comes before its first op) */
   ts->thread_node_id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
-  pthread_mutex_lock(&tr->threads_mutex);
-  ts->next = tr->threads;
-  __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
+  if (fresh) {
+    ts->next = tr->threads;
+    __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
+  }
   _Atomic(etr__tstate *) *slot = tid_slot(tr, ts->tid, true);
   if (slot) atomic_store_explicit(slot, ts, memory_order_release);
   pthread_mutex_unlock(&tr->threads_mutex);
@@ -492,7 +522,18 @@ void etr__trace_thread_exit(etr__thread *thr) {
   etr_trace *tr = g_trace;
   if (tr && thr->trace_state && thr->trace_serial == tr->serial && tr->pid == getpid()) {
     pthread_mutex_lock(&tr->threads_mutex);
-    finish_thread(thr->trace_state, &tr->ops_open_at_thread_exit);
+    etr__tstate *ts = thr->trace_state;
+    bool was_finished = ts->finished;
+    finish_thread(ts, &tr->ops_open_at_thread_exit);
+    /* its thread is gone: nobody looks it up by tid any more, a new thread may take it */
+    _Atomic(etr__tstate *) *slot = tid_slot(tr, ts->tid, false);
+    if (slot && atomic_load_explicit(slot, memory_order_relaxed) == ts)
+      atomic_store_explicit(slot, NULL, memory_order_release);
+    thr->trace_state = NULL; /* (before another thread can take it) */
+    if (!was_finished) {
+      ts->free_next = tr->tstate_free;
+      tr->tstate_free = ts;
+    }
     pthread_mutex_unlock(&tr->threads_mutex);
   }
   pthread_mutex_unlock(&g_lock);

@@ -127,6 +127,7 @@ typedef struct etr__tstate {
   _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut, lists_cut,
       nesting_cut, nodes_dropped, objects, tracebacks, ops_abandoned;
   struct etr__tstate *next;
+  struct etr__tstate *free_next; /* on the trace's list of exited threads' states */
 } etr__tstate;
 
 #define ETR__TID_PAGE 256u
@@ -169,6 +170,7 @@ struct etr_trace {
 
   pthread_mutex_t threads_mutex;      /* threads list and tid pages */
   etr__tstate *threads;               /* prepended with a release store; the writer walks it */
+  etr__tstate *tstate_free;           /* states of exited threads, for new threads to reuse */
   _Atomic(etr__tstate *) **tid_pages; /* ETR__TID_PAGES pages */
 
   /* Queue between recorders and the writer (q_mutex). */
