@@ -131,7 +131,9 @@ int main() {
   CHECK(parent(after) == id(thread));
   CHECK(!has_attr(after, "etr_failed") && !has_attr(after, "etr_incomplete"));
   // the thread node carries the name given through the C++ helper
-  CHECK(thread && std::strstr(json_dumps(json_object_get(thread, "attrs"), 0), "hpp-main"));
+  char *attrs = thread ? json_dumps(json_object_get(thread, "attrs"), 0) : nullptr;
+  CHECK(attrs && std::strstr(attrs, "hpp-main"));
+  std::free(attrs);
   json_t *stats = json_object_get(json_object_get(root, "etr"), "stats");
   CHECK(json_integer_value(json_object_get(stats, "ends_without_begin")) == 0);
   CHECK(json_integer_value(json_object_get(stats, "ops_abandoned")) == 0);
