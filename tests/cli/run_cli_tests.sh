@@ -163,8 +163,8 @@ EOF
   expect 2 "summary --top x" -- "$etr" summary --top x "$t"
   expect 2 "validate --max -1" -- "$etr" validate --max -1 "$t"
   # sub-µs timing: a 4-thread run recorded with ETR_TRACE_TIMING=ns exports with fewer
-  # than 1% zero-length slices, each child inside its parent; with µs timing alone most of
-  # its slices are zero-length (the ops last less than a µs)
+  # than 1% zero-length slices, with fractional timestamps; in whole µs, an op shorter than
+  # a µs is a zero-length slice (524 of 1,353 on a Release build)
   rm -f "$out"/ns-*.json
   ETR_TRACE="$out/ns-%p.json" ETR_TRACE_TIMING=ns "$example" --threads 4 --iters 3 > /dev/null
   nsf=$(ls "$out"/ns-*.json | head -n 1)
@@ -191,8 +191,8 @@ print("chrome %s: %d of %d slices zero-length" % (sys.argv[2], zero, len(xs)))
 if sys.argv[2] == "ns":
     assert zero * 100 < len(xs), "%d of %d slices have duration 0" % (zero, len(xs))
     assert any(isinstance(e["ts"], float) for e in xs), "no fractional timestamps"
-else:
-    assert zero * 100 >= len(xs), "the µs-only export was expected to show zero-length slices"
+# (the µs-only count is printed for comparison: how many ops last under a µs depends on the
+# machine and the build, sanitizers included)
 PY
   done
   # chrome names each thread from its thread node: thread_name and os_tid (the last
