@@ -623,8 +623,10 @@ def main(argv):
                     break
         # ... and across threads (PARAM's et_replay and Chakra's feeder walk ids in order):
         # an op that begins later than an op with a larger id. The id is drawn right before
-        # the clock is read, so only a thread preempted between the two can make one (a
-        # few per million); per-thread blocks of ids made half of them.
+        # the clock is read, so only a thread preempted between the two can make one: none
+        # in Release runs, 2 of 709 once under ASan with 7 threads on 2 cores. Per-thread
+        # blocks of ids made about half of them, so the bound (1%) still tells the two apart
+        # whatever the load.
         timed = sorted(nid for nid in ops if is_int(by_id[nid].get("ts")))
         late, first_late, low = 0, None, None
         for nid in reversed(timed):
@@ -632,7 +634,7 @@ def main(argv):
                 late += 1
                 first_late = nid
             low = by_id[nid]["ts"] if low is None else min(low, by_id[nid]["ts"])
-        if late > max(1, len(timed) // 1000):
+        if late > max(2, len(timed) // 100):
             ck.fail("ids", "%d of %d ops begin later than an op with a larger id (e.g. op %d): ids must follow begin order across threads" % (late, len(timed), first_late))
 
     # ---- tensors and objects ------------------------------------------------------------
