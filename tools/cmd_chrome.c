@@ -137,12 +137,13 @@ static const char *scope_cat(uint64_t scope) {
   }
 }
 
-static bool is_base_attr(const char *n) {
+/* Attrs the slice already shows (as args of their own, or as its ts and dur). */
+static bool shown_elsewhere(const char *n) {
   static const char *const base[] = {"rf_id",  "fw_parent", "seq_id",         "scope",      "tid",
                                      "fw_tid", "op_schema", "kernel_backend", "kernel_file"};
   for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
     if (strcmp(n, base[i]) == 0) return true;
-  return !strcmp(n, "ts_ns") || !strcmp(n, "dur_ns"); /* (they are the slice's ts and dur) */
+  return !strcmp(n, "ts_ns") || !strcmp(n, "dur_ns");
 }
 
 static void io_args(chrome *c, const char *prefix, const rd_jval *io) {
@@ -220,7 +221,7 @@ static void emit_op(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
     str_arg(c, "kernel_file", n->kernel_file);
     for (size_t i = 0; i < n->n_attrs; i++) {
       const rd_rattr *a = &n->attrs[i];
-      if (a->name == NULL || is_base_attr(a->name)) continue;
+      if (a->name == NULL || shown_elsewhere(a->name)) continue;
       an_out_raw(&c->o, ",", 1);
       an_out_jstr(&c->o, a->name, strlen(a->name));
       an_out_raw(&c->o, ":", 1);

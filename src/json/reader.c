@@ -1042,21 +1042,10 @@ static ssize_t fill_raw(rd_reader *r) {
 static ssize_t next_block(rd_reader *r, const unsigned char **p) {
   if (!r->sniffed) {
     r->sniffed = true;
-    /* gather at least two bytes to look for the gzip magic */
+    /* gather at least four bytes to look for the gzip (2 bytes) and zstd (4) magic */
     ssize_t k = fill_raw(r);
     if (k < 0) return -1;
-    while (r->in_len < 2 && !r->eof) {
-      ssize_t m = read(r->fd, r->in + r->in_len, IN_BLOCK - r->in_len);
-      if (m < 0 && errno == EINTR) continue;
-      if (m < 0) {
-        set_error(r, ETR_EIO, 0, "read error: %s", strerror(errno));
-        return -1;
-      }
-      if (m == 0) r->eof = true;
-      r->in_len += (size_t)m;
-      r->in_consumed += (uint64_t)m;
-    }
-    while (r->in_len < 4 && !r->eof) { /* (zstd's magic is 4 bytes) */
+    while (r->in_len < 4 && !r->eof) {
       ssize_t m = read(r->fd, r->in + r->in_len, IN_BLOCK - r->in_len);
       if (m < 0 && errno == EINTR) continue;
       if (m < 0) {

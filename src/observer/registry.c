@@ -442,7 +442,9 @@ void etr__record_begin(etr_record *rec) {
   run_callbacks(t, rec, true);
 }
 
-void etr__record_end(etr_record *rec) {
+/* Ends a begun record in `state`: 3 ended, 4 ended failed (etr_record_failed() tells the
+ * exit callbacks). */
+static void record_end(etr_record *rec, uint32_t state) {
   if (!rec) return;
   etr__thread *t = etr__thread_self();
   if (!t) return;
@@ -451,22 +453,12 @@ void etr__record_end(etr_record *rec) {
     rec->_state = 3;
     return;
   }
-  rec->_state = 3;
+  rec->_state = state;
   if (rec->_active) run_callbacks(t, rec, false);
 }
 
-void etr__record_end_failed(etr_record *rec) {
-  if (!rec) return;
-  etr__thread *t = etr__thread_self();
-  if (!t) return;
-  if (rec->_state != 2) {
-    bump(&t->n_ends_without_begin);
-    rec->_state = 3;
-    return;
-  }
-  rec->_state = 4; /* ended, failed: etr_record_failed() during the exit callbacks */
-  if (rec->_active) run_callbacks(t, rec, false);
-}
+void etr__record_end(etr_record *rec) { record_end(rec, 3); }
+void etr__record_end_failed(etr_record *rec) { record_end(rec, 4); }
 
 /* ---- fork ---- */
 

@@ -47,6 +47,16 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# same_summary A B: two `summary --json` outputs equal but for the file name
+same_summary() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+a.pop("file"); b.pop("file")
+sys.exit(0 if a == b else 1)
+EOF
+}
+
 part_ours() {
   t="$out/ours.json"
   rm -f "$t"
@@ -62,24 +72,14 @@ part_ours() {
   # gzip (found by magic bytes, whatever the name) and stdin give the same summary
   gzip -c "$t" > "$out/ours.gz"
   expect 0 "summary of gzip" -- "$etr" summary --json --top 5 "$out/ours.gz" &&
-    python3 - "$out/plain.summary.json" "$out/last.out" <<'EOF' || fail "gzip summary differs"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-a.pop("file"); b.pop("file")
-sys.exit(0 if a == b else 1)
-EOF
+    { same_summary "$out/plain.summary.json" "$out/last.out" || fail "gzip summary differs"; }
   # zstd (by magic bytes too; two frames one after the other), when the zstd tool is here;
   # cut short: a one-line error, and `etr repair` keeps the nodes before the cut
   if command -v zstd > /dev/null 2>&1; then
     half=$(($(wc -c < "$t") / 2))
     { head -c "$half" "$t" | zstd -q -c; tail -c +$((half + 1)) "$t" | zstd -q -c; } > "$out/ours.zst"
     expect 0 "summary of zstd" -- "$etr" summary --json --top 5 "$out/ours.zst" &&
-      python3 - "$out/plain.summary.json" "$out/last.out" <<'EOF' || fail "zstd summary differs"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-a.pop("file"); b.pop("file")
-sys.exit(0 if a == b else 1)
-EOF
+      { same_summary "$out/plain.summary.json" "$out/last.out" || fail "zstd summary differs"; }
     head -c $(($(wc -c < "$out/ours.zst") / 3)) "$out/ours.zst" > "$out/cut.zst"
     expect 1 "cut zstd" -- "$etr" validate "$out/cut.zst" && one_line_error "cut zst" "$out/cut.zst"
     expect 0 "repair of cut zstd" -- "$etr" repair "$out/cut.zst" -o "$out/cut.zst.json" &&
