@@ -1,7 +1,10 @@
 /* Helpers shared by the etr subcommands: see cli.h. */
 #include "cli.h"
 
+#include "observer/binlog.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -200,6 +203,18 @@ bool cli_is_input(const char *path) {
   return false;
 }
 
+bool cli_is_binary_log(const char *path) {
+  if (!path || !strcmp(path, "-")) return false;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  char head[8];
+  struct stat st;
+  bool is = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && read(fd, head, 8) == 8 &&
+            memcmp(head, ETR__BIN_MAGIC, 8) == 0;
+  close(fd);
+  return is;
+}
+
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt) {
   memset(in, 0, sizeof *in);
   in->cmd = cmd;
@@ -208,7 +223,12 @@ int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options 
   in->t0 = in->last = cli_now();
   int rc = rd_open(path, opt, &in->r);
   if (rc < 0) {
-    if (in->r)
+    if (cli_is_binary_log(path))
+      cli_error(cmd,
+                "%s: a binary event log (ETR_TRACE=x.etr): 'etr convert %s' makes its JSON "
+                "trace",
+                cli_term(path), cli_term(path));
+    else if (in->r)
       cli_error(cmd, "%s", rd_error(in->r));
     else
       cli_error(cmd, "%s: byte 0: out of memory", path);

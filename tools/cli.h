@@ -92,6 +92,9 @@ void cli_close(cli_input *in);
 #define CLI_TERM_MAX 1024
 const char *cli_term(const char *s);
 
+/* True when path is a regular file holding a binary event log (`etr convert` reads it). */
+bool cli_is_binary_log(const char *path);
+
 /* True when path names a file that cli_open has opened as an input in this process (the same
  * file by another name too: a hard link, a symlink). */
 bool cli_is_input(const char *path);

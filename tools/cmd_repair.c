@@ -80,6 +80,7 @@ static void usage(FILE *f) {
           "                     itself; removed again when repair fails\n"
           "  --json             the report as one JSON object on stdout instead (not with\n"
           "                     -o -)\n"
+          "  --name NAME        FILE's name in the report (etr convert names the log)\n"
           "  -h, --help         this text\n"
           "  FILE               a trace, .json or gzip- or zstd-compressed (a file cut short is\n"
           "                     repaired from what decompresses; OUT is plain JSON); '-'\n"
@@ -951,10 +952,11 @@ static int copy_nodes(repair *w) {
 }
 
 int cmd_repair(int argc, char **argv) {
-  const char *out_path = NULL, *path = NULL;
+  const char *out_path = NULL, *path = NULL, *name = NULL;
   bool json = false;
   static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
                                        {"json", no_argument, NULL, 'j'},
+                                       {"name", required_argument, NULL, 'n'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   if (cli_wants_help(argc, argv)) {
@@ -973,6 +975,9 @@ int cmd_repair(int argc, char **argv) {
       case 'j':
         json = true;
         break;
+      case 'n':
+        name = optarg;
+        break;
       case 1:
         if (cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
         break;
@@ -987,6 +992,13 @@ int cmd_repair(int argc, char **argv) {
   bool to_stdout = !strcmp(out_path, "-");
   if (json && to_stdout) return cli_usage(CMD, "--json prints on stdout: not with -o -");
   bool from_stdin = !strcmp(path, "-");
+  if (cli_is_binary_log(path)) {
+    cli_error(CMD,
+              "%s: a binary event log (ETR_TRACE=x.etr): 'etr convert %s -o OUT' makes its "
+              "trace, completed as repair does when it was cut short",
+              cli_term(path), cli_term(path));
+    return ETR_CLI_USAGE;
+  }
 
   /* never overwrite the input */
   struct stat si, so;
@@ -999,7 +1011,7 @@ int cmd_repair(int argc, char **argv) {
 
   repair w;
   memset(&w, 0, sizeof w);
-  w.file = from_stdin ? "<stdin>" : path;
+  w.file = name ? name : from_stdin ? "<stdin>" : path;
   w.out_path = out_path;
   w.free_head = SIZE_MAX;
   int status = ETR_CLI_OK, own_fd = -1, open_errno = 0;

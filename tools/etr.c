@@ -39,6 +39,9 @@ DECL(symbolize)
 #ifdef ETR_HAVE_CMD_REPAIR
 DECL(repair)
 #endif
+#ifdef ETR_HAVE_CMD_CONVERT
+DECL(convert)
+#endif
 #ifdef ETR_HAVE_CMD_CHAKRA
 DECL(chakra)
 #endif
@@ -71,6 +74,9 @@ static const struct {
 #endif
 #ifdef ETR_HAVE_CMD_REPAIR
     {"repair", cmd_repair, "recover the complete nodes of a truncated trace"},
+#endif
+#ifdef ETR_HAVE_CMD_CONVERT
+    {"convert", cmd_convert, "the JSON trace of a binary event log (ETR_TRACE=x.etr)"},
 #endif
 #ifdef ETR_HAVE_CMD_CHAKRA
     {"chakra", cmd_chakra, "Chakra protobuf execution traces (.et) for ASTRA-sim, one per rank"},

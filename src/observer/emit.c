@@ -1,5 +1,6 @@
 /* The writer thread's side: events to JSON nodes (docs/FORMAT.md). Only this thread touches
  * tr->jw. */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -521,7 +522,12 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
       attr_u64(w, "kernel_stream", (uint64_t)ev->kstream);
     }
   }
-  if (ev->flags & ETR__EVF_TRACEBACK) traceback_attr(tr, ev, tb);
+  if (ev->flags & ETR__EVF_TBINDEX) { /* from a binary log: interned when it was written */
+    etr__jw_char(w, ',');
+    attr_u64(w, "traceback", ev->tb_gen);
+  } else if (ev->flags & ETR__EVF_TRACEBACK) {
+    traceback_attr(tr, ev, tb);
+  }
   if ((ev->flags & ETR__EVF_TIMING) && tr->opt.ns_timing) {
     etr__jw_char(w, ',');
     attr_u64(w, "ts_ns", (uint64_t)ev->ts_ns);
@@ -541,20 +547,23 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
 
 void etr__emit_header(etr_trace *tr) {
   etr__jw *w = &tr->jw;
-  char when[32] = "1970-01-01 00:00:00";
-  time_t now = time(NULL);
-  struct tm tm;
-  if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
   ETR__JW_LIT(w, "{\n  \"schema\": \"");
   const char *sn = schema_name(tr->opt.schema);
   etr__jw_raw(w, sn, strlen(sn));
   ETR__JW_LIT(w, "\", \"pid\": ");
   etr__jw_i64(w, (int64_t)tr->pid);
-  ETR__JW_LIT(w, ", \"time\": \"");
-  etr__jw_raw(w, when, strlen(when));
-  ETR__JW_LIT(w, "\", \"start_ts\": ");
+  ETR__JW_LIT(w, ", \"time\": ");
+  etr__jw_str(w, tr->when, strnlen(tr->when, sizeof tr->when));
+  ETR__JW_LIT(w, ", \"start_ts\": ");
   etr__jw_i64(w, tr->start_ms);
   ETR__JW_LIT(w, ",\n  \"nodes\": [");
+}
+
+void etr__trace_set_when(etr_trace *tr) {
+  snprintf(tr->when, sizeof tr->when, "1970-01-01 00:00:00");
+  time_t now = time(NULL);
+  struct tm tm;
+  if (localtime_r(&now, &tm)) strftime(tr->when, sizeof tr->when, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
 static void stat(etr__jw *w, const char *name, uint64_t v, bool first) {
@@ -583,21 +592,62 @@ size_t etr__emit_process_text(etr_trace *tr, char *buf, size_t cap) {
   return n;
 }
 
-void etr__emit_footer(etr_trace *tr, int fatal_sig) {
-  etr__jw *w = &tr->jw;
-  structural_node(tr, 1, PROCESS_NAME, 0);
+size_t etr__footer_stats(etr_trace *tr, etr__stat_pair *out) {
+  etr_trace_stats s;
+  etr__trace_collect_stats(tr, &s);
+  size_t n = 0;
+#define PAIR(field) out[n++] = (etr__stat_pair){#field, s.field}
+  out[n++] = (etr__stat_pair){"nodes_written", s.nodes_written + 1}; /* and the process node */
+  PAIR(ops_recorded);
+  out[n++] = (etr__stat_pair){"threads", s.threads};
+  PAIR(objects);
+  PAIR(ids_retired);
+  PAIR(strings_cut);
+  PAIR(lists_cut);
+  PAIR(utf8_replaced);
+  PAIR(values_fixed);
+  PAIR(nesting_cut);
+  PAIR(ends_without_begin);
+  PAIR(ends_out_of_order);
+  PAIR(ends_cross_thread);
+  PAIR(ops_abandoned);
+  PAIR(ops_open_at_disable);
+  PAIR(ops_open_at_thread_exit);
+  PAIR(ops_open_at_close);
+  PAIR(nodes_dropped);
+  PAIR(buffer_waits);
+  if (tr->tbtab) {
+    PAIR(tracebacks);
+    PAIR(tracebacks_unique);
+    PAIR(frames_unique);
+  }
+#undef PAIR
+  return n;
+}
+
+int64_t etr__footer_time_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool etr__footer_tables(etr_trace *tr, etr__jw *out) {
+  if (!tr->tbtab && !atomic_load(&tr->tb_ever)) return false;
+  if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
+  if (!tr->tbtab) return false;
+  etr__tbtab_emit(tr->tbtab, out);
+  atomic_store(&tr->tb_frames, etr__tbtab_frames(tr->tbtab));
+  return true;
+}
+
+void etr__emit_footer_with(etr_trace *tr, int64_t finish_ms, int fatal_sig, const char *tables,
+                           size_t tables_len, const etr__stat_pair *st, size_t n) {
+  etr__jw *w = &tr->jw;
+  structural_node(tr, 1, PROCESS_NAME, 0);
   ETR__JW_LIT(w, "\n  ],\n  \"finish_ts\": ");
-  etr__jw_i64(w, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  etr__jw_i64(w, finish_ms);
   ETR__JW_LIT(w, ",\n  ");
-  if (tr->tbtab || atomic_load(&tr->tb_ever)) {
-    if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
-    if (tr->tbtab) {
-      etr__tbtab_emit(tr->tbtab, w);
-      atomic_store(&tr->tb_frames, etr__tbtab_frames(tr->tbtab));
-    }
-  }
+  etr__jw_raw(w, tables, tables_len);
   ETR__JW_LIT(w, "\"etr\": {\"version\": \"" ETR_VERSION_STRING "\", ");
   if (fatal_sig) { /* finalized by a fatal signal; the process may have gone on after it */
     ETR__JW_LIT(w, "\"signal\": ");
@@ -605,32 +655,18 @@ void etr__emit_footer(etr_trace *tr, int fatal_sig) {
     ETR__JW_LIT(w, ", ");
   }
   ETR__JW_LIT(w, "\"stats\": {");
-  etr_trace_stats s;
-  etr__trace_collect_stats(tr, &s);
-  s.nodes_written++; /* the process node above */
-  stat(w, "nodes_written", s.nodes_written, true);
-  stat(w, "ops_recorded", s.ops_recorded, false);
-  stat(w, "threads", s.threads, false);
-  stat(w, "objects", s.objects, false);
-  stat(w, "ids_retired", s.ids_retired, false);
-  stat(w, "strings_cut", s.strings_cut, false);
-  stat(w, "lists_cut", s.lists_cut, false);
-  stat(w, "utf8_replaced", s.utf8_replaced, false);
-  stat(w, "values_fixed", s.values_fixed, false);
-  stat(w, "nesting_cut", s.nesting_cut, false);
-  stat(w, "ends_without_begin", s.ends_without_begin, false);
-  stat(w, "ends_out_of_order", s.ends_out_of_order, false);
-  stat(w, "ends_cross_thread", s.ends_cross_thread, false);
-  stat(w, "ops_abandoned", s.ops_abandoned, false);
-  stat(w, "ops_open_at_disable", s.ops_open_at_disable, false);
-  stat(w, "ops_open_at_thread_exit", s.ops_open_at_thread_exit, false);
-  stat(w, "ops_open_at_close", s.ops_open_at_close, false);
-  stat(w, "nodes_dropped", s.nodes_dropped, false);
-  stat(w, "buffer_waits", s.buffer_waits, false);
-  if (tr->tbtab) {
-    stat(w, "tracebacks", s.tracebacks, false);
-    stat(w, "tracebacks_unique", s.tracebacks_unique, false);
-    stat(w, "frames_unique", s.frames_unique, false);
-  }
+  for (size_t i = 0; i < n; i++) stat(w, st[i].name, st[i].value, i == 0);
   ETR__JW_LIT(w, "}}\n}\n");
+}
+
+void etr__emit_footer(etr_trace *tr, int fatal_sig) {
+  int64_t finish_ms = etr__footer_time_ms();
+  etr__jw tables;
+  bool have = etr__jw_init(&tables, -1, 0) == 0;
+  if (have) etr__footer_tables(tr, &tables);
+  etr__stat_pair st[ETR__STATS_MAX];
+  size_t n = etr__footer_stats(tr, st);
+  etr__emit_footer_with(tr, finish_ms, fatal_sig, have ? tables.buf : "", have ? tables.len : 0, st,
+                        n);
+  if (have) etr__jw_free(&tables);
 }

@@ -85,12 +85,14 @@ static bool written_by_other_process(const char *path) {
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
-/* path with ".<pid>" before its ".json" / ".json.gz" ending (else at its end). */
+/* path with ".<pid>" before its ".json" / ".json.gz" / ".etr" ending (else at its end): the
+ * ending chooses the format, so it stays last. */
 static bool own_path(const char *path, char *out, size_t cap) {
   size_t n = strlen(path);
   const char *ext = strstr(path, ".json");
   size_t base =
       ext && (strcmp(ext, ".json") == 0 || strcmp(ext, ".json.gz") == 0) ? (size_t)(ext - path) : n;
+  if (n > 4 && strcmp(path + n - 4, ".etr") == 0) base = n - 4;
   int w = snprintf(out, cap, "%.*s.%ld%s", (int)base, path, (long)getpid(), path + base);
   return w > 0 && (size_t)w < cap;
 }

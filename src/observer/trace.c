@@ -630,11 +630,28 @@ static void writer_flush(etr_trace *tr, uint64_t *buffered) {
   }
 }
 
+/* The footer: JSON text, or a binary log's trailer record. */
+static void emit_footer(etr_trace *tr, int sig) {
+  if (tr->binary)
+    etr__bin_emit_trailer(tr, sig);
+  else
+    etr__emit_footer(tr, sig);
+}
+
 /* Writes the events in [from, to) of c; returns how many. */
 static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, uint32_t to,
                            uint64_t *buffered, bool may_flush) {
   unseal(tr);
   uint32_t off = from, n = 0;
+  if (tr->binary) { /* the events as they are, in records of at most flush_bytes */
+    while (off + sizeof(etr__ev) <= to) {
+      uint32_t k = etr__bin_emit_events(tr, c->data, &off, to, tr->flush_bytes);
+      *buffered += k;
+      n += k;
+      if (may_flush && tr->jw.len >= tr->flush_bytes) writer_flush(tr, buffered);
+    }
+    return n;
+  }
   while (off + sizeof(etr__ev) <= to) {
     const etr__ev *ev = (const etr__ev *)(const void *)(c->data + off);
     etr__emit_event(tr, ev);
@@ -749,7 +766,7 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
   if (atomic_load(&tr->failed)) return;
   uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
   tr->seal_any_node = tr->any_node;
-  etr__emit_footer(tr, sig);
+  emit_footer(tr, sig);
   uint64_t process_node = 0; /* not counted: cut off again if the process goes on */
   writer_flush(tr, &process_node);
   tr->seal_off = off;
@@ -855,7 +872,7 @@ static void *writer_main(void *arg) {
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
   unseal(tr);
-  etr__emit_footer(tr, 0);
+  emit_footer(tr, 0);
   buffered++; /* the process node */
   writer_flush(tr, &buffered);
   return NULL;
@@ -885,6 +902,7 @@ static size_t put_text(char *buf, size_t at, size_t cap, const char *s, size_t n
  * nodes, so write the process node and a short footer ourselves. The traceback tables and
  * the buffered nodes are lost then; the file stays valid. */
 static void seal_direct(etr_trace *tr, int sig) {
+  if (tr->binary) return; /* a binary log needs no footer: etr convert reads any prefix */
   int idle = ETR__IO_IDLE;
   if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_HANDLER)) return;
   if (tr->sealed || tr->jw.err || tr->seal_node_len == 0) return;
@@ -1100,6 +1118,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   /* path.gz: gzip output, at level 1 (the writer thread keeps up with the recorders; a trace
    * still shrinks about tenfold). */
   size_t plen = strlen(path);
+  tr->binary = plen > 4 && strcmp(path + plen - 4, ".etr") == 0; /* a binary log (binlog.h) */
   if (rc == 0 && plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
       etr__jw_set_gzip(&tr->jw, 1) != 0)
     rc = ETR_ENOMEM;
@@ -1134,11 +1153,15 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     tr->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    etr__trace_set_when(tr);
     tr->seal_node_len = etr__emit_process_text(tr, tr->seal_node, sizeof tr->seal_node);
     /* The header goes to the file now: from here on the file is always a prefix that
      * etr repair (or a signal handler) can complete. A write error is reported later, as
      * any other (close returns ETR_EIO), and stops recording. */
-    etr__emit_header(tr);
+    if (tr->binary)
+      etr__bin_emit_header(tr);
+    else
+      etr__emit_header(tr);
     uint64_t none = 0;
     writer_flush(tr, &none);
     tr->header_len = tr->jw.written; /* file bytes (compressed in a gzip trace) */

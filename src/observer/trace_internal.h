@@ -36,7 +36,8 @@ enum {
   ETR__EVF_KERNEL = 4,
   ETR__EVF_COLLECTIVE = 8,
   ETR__EVF_TRACEBACK = 16,
-  ETR__EVF_FAILED = 32
+  ETR__EVF_FAILED = 32,
+  ETR__EVF_TBINDEX = 64 /* binary log: tb_gen holds the traceback's index, tb_n is 0 */
 };
 
 /* Value tags in the encoding. */
@@ -161,6 +162,8 @@ struct etr_trace {
   etr_trace_stats final_stats; /* of a closed trace */
   pid_t pid;
   int fd;
+  bool binary;   /* a binary event log (binlog.h), not JSON */
+  char when[24]; /* local wall time at open, for the header */
   etr_trace_options opt;
   etr_observer_id obs;
   int64_t start_ms;
@@ -254,6 +257,36 @@ void etr__emit_event(struct etr_trace *tr, const etr__ev *ev);
 /* Write the file's header, and the process node plus the footer. */
 void etr__emit_header(struct etr_trace *tr);
 void etr__emit_footer(struct etr_trace *tr, int fatal_sig);
+/* tr->when from the clock (at open). */
+void etr__trace_set_when(struct etr_trace *tr);
+
+/* The footer in parts, for the binary log, which keeps them until `etr convert`: */
+typedef struct etr__stat_pair {
+  const char *name;
+  uint64_t value;
+} etr__stat_pair;
+#define ETR__STATS_MAX 32
+/* The counters the footer shows, in its order; how many. */
+size_t etr__footer_stats(struct etr_trace *tr, etr__stat_pair *out);
+/* CLOCK_MONOTONIC in ms (the footer's finish_ts). */
+int64_t etr__footer_time_ms(void);
+/* Write the traceback tables into out (symbolizing what is left); false when there are none. */
+bool etr__footer_tables(struct etr_trace *tr, etr__jw *out);
+/* The process node and the footer after it, from its parts. */
+void etr__emit_footer_with(struct etr_trace *tr, int64_t finish_ms, int fatal_sig,
+                           const char *tables, size_t tables_len, const etr__stat_pair *st,
+                           size_t n);
+
+/* ---- binlog.c (writer thread, binary log) ---- */
+
+/* The file header and the layout record. */
+void etr__bin_emit_header(struct etr_trace *tr);
+/* Append the events of data from *off (advanced) up to `to` as one EVENTS record, ending it
+ * once it holds max_bytes; returns the events appended. */
+uint32_t etr__bin_emit_events(struct etr_trace *tr, const uint8_t *data, uint32_t *off, uint32_t to,
+                              size_t max_bytes);
+/* The TRAILER record (at close, or at a fatal signal with its number). */
+void etr__bin_emit_trailer(struct etr_trace *tr, int fatal_sig);
 /* The process node alone (no separator) into buf; its length, 0 if it does not fit. */
 size_t etr__emit_process_text(struct etr_trace *tr, char *buf, size_t cap);
 

@@ -1,0 +1,450 @@
+/* The binary event log (binlog.h): written by the writer thread in binary mode, read by
+ * `etr convert`. */
+#include "observer/binlog.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "etr/version.h"
+#include "observer/tbtable.h"
+#include "observer/trace_internal.h"
+
+static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* ---- the event layout, as text ---- */
+
+/* The event header's fields: a reader checks that the file's layout is its own, and a
+ * reader in another language finds the fields by name. */
+#define FIELD(f) {#f, offsetof(etr__ev, f), sizeof(((etr__ev *)0)->f)}
+static const struct {
+  const char *name;
+  size_t off, size;
+} fields[] = {
+    FIELD(size),     FIELD(type),       FIELD(flags),      FIELD(id),        FIELD(parent),
+    FIELD(rf_id),    FIELD(fw_parent),  FIELD(fw_tid),     FIELD(tid),       FIELD(seq),
+    FIELD(ts_ns),    FIELD(incl_ns),    FIELD(excl_us),    FIELD(kstream),   FIELD(kgrid),
+    FIELD(scope),    FIELD(n_in),       FIELD(n_out),      FIELD(name_len),  FIELD(schema_len),
+    FIELD(kback_len), FIELD(kfile_len), FIELD(coll_len),   FIELD(in_len),    FIELD(out_len),
+    FIELD(tb_n),     FIELD(tb_gen),
+};
+#undef FIELD
+
+/* "etr__ev:<size>;<name>:<offset>:<size>;...;values:1" into buf; its length. */
+static size_t layout_text(char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "etr__ev:%zu;", sizeof(etr__ev));
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s:%zu:%zu;", fields[i].name, fields[i].off,
+                          fields[i].size);
+  if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "values:1");
+  return n < cap ? n : cap - 1;
+}
+
+/* ---- writing (the writer thread) ---- */
+
+static void put_record(etr__jw *w, uint32_t type, const void *p, size_t n) {
+  etr__bin_record r = {type, (uint32_t)n};
+  static const char zeros[8] = {0};
+  etr__jw_raw(w, (const char *)&r, sizeof r);
+  etr__jw_raw(w, p, n);
+  etr__jw_raw(w, zeros, round8(n) - n);
+}
+
+void etr__bin_emit_header(etr_trace *tr) {
+  etr__bin_header h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, ETR__BIN_MAGIC, 8);
+  h.version = ETR__BIN_VERSION;
+  h.header_size = sizeof h;
+  h.byte_order = ETR__BIN_BYTE_ORDER;
+  h.schema = (uint32_t)tr->opt.schema;
+  h.pid = tr->pid;
+  h.start_ms = tr->start_ms;
+  h.flags = tr->opt.ns_timing ? ETR__BINF_NS_TIMING : 0;
+  memcpy(h.time, tr->when, sizeof h.time);
+  strncpy(h.version_s, ETR_VERSION_STRING, sizeof h.version_s);
+  etr__jw_raw(&tr->jw, (const char *)&h, sizeof h);
+  char layout[1024];
+  put_record(&tr->jw, ETR__BIN_LAYOUT, layout, layout_text(layout, sizeof layout));
+}
+
+uint32_t etr__bin_emit_events(etr_trace *tr, const uint8_t *data, uint32_t *off, uint32_t to,
+                              size_t max_bytes) {
+  etr__jw *w = &tr->jw;
+  if (*off + sizeof(etr__ev) > to || !etr__jw_reserve(w, sizeof(etr__bin_record))) return 0;
+  size_t at = w->len; /* the record header, filled in below */
+  w->len += sizeof(etr__bin_record);
+  uint32_t n = 0;
+  while (*off + sizeof(etr__ev) <= to && w->len - at < max_bytes) {
+    const etr__ev *ev = (const etr__ev *)(const void *)(data + *off);
+    *off += ev->size;
+    n++;
+    if (!(ev->flags & ETR__EVF_TRACEBACK) || ev->tb_n == 0) {
+      etr__jw_raw(w, (const char *)ev, ev->size);
+      continue;
+    }
+    /* The frame words mean something only in this process: the traceback is interned here
+     * (its frames go to the trailer's tables) and the event keeps its index. */
+    etr__ev h = *ev;
+    const uint64_t *words = (const uint64_t *)(const void *)(ev + 1);
+    if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
+    uint64_t idx = tr->tbtab ? etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n)
+                             : UINT64_MAX;
+    if (tr->tbtab)
+      atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab),
+                            memory_order_relaxed);
+    size_t words_len = (size_t)ev->tb_n * 8;
+    h.size = (uint32_t)(ev->size - words_len);
+    h.tb_n = 0;
+    h.tb_gen = idx == UINT64_MAX ? 0 : idx;
+    h.flags = (uint8_t)(idx == UINT64_MAX ? (ev->flags & ~ETR__EVF_TRACEBACK)
+                                          : (ev->flags | ETR__EVF_TBINDEX));
+    etr__jw_raw(w, (const char *)&h, sizeof h);
+    etr__jw_raw(w, (const char *)(ev + 1) + words_len, h.size - sizeof h);
+  }
+  if (w->err == 0 && w->buf) {
+    etr__bin_record r = {ETR__BIN_EVENTS, (uint32_t)(w->len - at - sizeof r)};
+    memcpy(w->buf + at, &r, sizeof r);
+  }
+  return n;
+}
+
+void etr__bin_emit_trailer(etr_trace *tr, int fatal_sig) {
+  etr__jw tables;
+  bool have = etr__jw_init(&tables, -1, 0) == 0;
+  if (have) etr__footer_tables(tr, &tables);
+  etr__stat_pair st[ETR__STATS_MAX];
+  size_t n = etr__footer_stats(tr, st);
+  etr__bin_trailer t = {etr__footer_time_ms(), fatal_sig, (uint32_t)n,
+                        have ? (uint32_t)tables.len : 0, 0};
+  size_t len = sizeof t + n * sizeof(etr__bin_stat) + t.tables_len;
+  etr__jw *w = &tr->jw;
+  etr__bin_record r = {ETR__BIN_TRAILER, (uint32_t)len};
+  etr__jw_raw(w, (const char *)&r, sizeof r);
+  etr__jw_raw(w, (const char *)&t, sizeof t);
+  for (size_t i = 0; i < n; i++) {
+    etr__bin_stat s;
+    memset(&s, 0, sizeof s);
+    s.value = st[i].value;
+    strncpy(s.name, st[i].name, sizeof s.name - 1);
+    etr__jw_raw(w, (const char *)&s, sizeof s);
+  }
+  if (have) etr__jw_raw(w, tables.buf, tables.len);
+  static const char zeros[8] = {0};
+  etr__jw_raw(w, zeros, round8(len) - len);
+  if (have) etr__jw_free(&tables);
+}
+
+/* ---- reading (etr convert) ---- */
+
+bool etr__bin_is_log(const void *head, size_t n) {
+  return n >= 8 && memcmp(head, ETR__BIN_MAGIC, 8) == 0;
+}
+
+static inline uint32_t rd32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* One encoded value in [p, end) (encode.c, emit.c); the position after it, NULL when it is
+ * malformed. Nesting is bounded as the recorder bounds it, so emit.c's recursion is too. */
+static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned depth) {
+  if (p >= end) return NULL;
+  size_t left = (size_t)(end - p);
+  switch (p[0]) {
+    case ETR__V_NONE:
+    case ETR__V_CUT:
+      return p + 1;
+    case ETR__V_BOOL:
+      return left >= 2 ? p + 2 : NULL;
+    case ETR__V_INT:
+    case ETR__V_DOUBLE:
+      return left >= 9 ? p + 9 : NULL;
+    case ETR__V_STRING:
+    case ETR__V_DEVICE:
+    case ETR__V_OBJECT: {
+      if (left < 5) return NULL;
+      uint32_t n = rd32(p + 1);
+      return n <= left - 5 ? p + 5 + n : NULL;
+    }
+    case ETR__V_TENSOR: {
+      if (left < 45) return NULL;
+      size_t need = 45;
+      if (p[1]) need += (size_t)p[3] + p[4] + (size_t)p[2] * 16;
+      return need <= left ? p + need : NULL;
+    }
+    case ETR__V_LIST:
+    case ETR__V_TUPLE: {
+      if (left < 5 || depth > ETR__DEPTH_MAX) return NULL;
+      uint32_t n = rd32(p + 1);
+      const uint8_t *q = p + 5;
+      for (uint32_t i = 0; i < n && q; i++) q = check_value(q, end, depth + 1);
+      return q;
+    }
+    default:
+      return NULL;
+  }
+}
+
+static bool check_values(const uint8_t *p, size_t len, uint32_t n) {
+  const uint8_t *end = p + len;
+  for (uint32_t i = 0; i < n && p; i++) p = check_value(p, end, 0);
+  return p != NULL;
+}
+
+/* A length-prefixed string of the collective block. */
+static const uint8_t *check_str(const uint8_t *p, const uint8_t *end) {
+  if (!p || end - p < 4) return NULL;
+  uint32_t n = rd32(p);
+  return n <= (size_t)(end - p) - 4 ? p + 4 + n : NULL;
+}
+
+static const uint8_t *check_split(const uint8_t *p, const uint8_t *end) {
+  if (!p || end - p < 4) return NULL;
+  uint64_t n = rd32(p);
+  return n * 8 <= (uint64_t)(end - p) - 4 ? p + 4 + n * 8 : NULL;
+}
+
+static bool check_collective(const uint8_t *p, size_t len) {
+  const uint8_t *end = p + len;
+  p = check_str(check_str(p, end), end);
+  if (!p || end - p < 16) return false;
+  p = check_split(check_split(p + 16, end), end);
+  if (!p || end - p < 16) return false;
+  p = check_str(check_str(p + 16, end), end);
+  return p && end - p >= 9;
+}
+
+/* Whether the event at ev (avail bytes from it in the record) is whole and well-formed,
+ * so that emit.c reads only inside it. */
+static bool event_ok(const etr__ev *ev, size_t avail) {
+  if (ev->size < sizeof *ev || ev->size % 8 || ev->size > avail) return false;
+  uint64_t payload = (uint64_t)ev->tb_n * 8 + ev->name_len + ev->schema_len + ev->kback_len +
+                     ev->kfile_len + (uint64_t)ev->coll_len + ev->in_len + ev->out_len;
+  if (payload > ev->size - sizeof *ev) return false;
+  if (ev->type == ETR__EV_THREAD) return true;
+  if (ev->type != ETR__EV_OP) return false;
+  const uint8_t *p = (const uint8_t *)(ev + 1) + (size_t)ev->tb_n * 8 + ev->name_len +
+                     ev->schema_len + ev->kback_len + ev->kfile_len;
+  if ((ev->flags & ETR__EVF_COLLECTIVE) && !check_collective(p, ev->coll_len)) return false;
+  p += ev->coll_len;
+  return check_values(p, ev->in_len, ev->n_in) && check_values(p + ev->in_len, ev->out_len, ev->n_out);
+}
+
+typedef struct reader {
+  int fd;
+  uint64_t off; /* bytes consumed */
+  uint8_t *buf; /* one record, 8-aligned */
+  size_t cap;
+} reader;
+
+/* Read exactly n bytes into p; the count read (short at the end of the file or on error,
+ * *err then set). */
+static size_t read_full(reader *r, void *p, size_t n, int *err) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(r->fd, (char *)p + got, n - got);
+    if (k > 0) {
+      got += (size_t)k;
+    } else if (k == 0) {
+      break;
+    } else if (errno != EINTR) {
+      *err = errno;
+      break;
+    }
+  }
+  r->off += got;
+  return got;
+}
+
+#define FAIL(res, ...) snprintf((res)->error, sizeof (res)->error, __VA_ARGS__)
+
+/* The JSON trace's state: an etr_trace that only the emit functions use. */
+static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result *res,
+                          uint64_t rec_off) {
+  size_t off = 0;
+  while (off < len) {
+    if (len - off < sizeof(etr__ev)) break;
+    etr__ev *ev = (etr__ev *)(void *)(p + off);
+    if (!event_ok(ev, len - off)) break;
+    if ((ev->flags & ETR__EVF_TRACEBACK) && !(ev->flags & ETR__EVF_TBINDEX))
+      ev->flags &= (uint8_t)~ETR__EVF_TRACEBACK; /* raw frames: meaningless out of process */
+    etr__emit_event(tr, ev);
+    res->events++;
+    off += ev->size;
+    if (tr->jw.len >= (1u << 20)) etr__jw_flush(&tr->jw);
+  }
+  res->bytes_read = rec_off + sizeof(etr__bin_record) + off;
+  return off == len ? 0 : -1;
+}
+
+static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin_result *res) {
+  etr__bin_trailer t;
+  if (len < sizeof t) return -1;
+  memcpy(&t, p, sizeof t);
+  res->signal = t.signal;
+  if (t.n_stats > ETR__STATS_MAX ||
+      (uint64_t)t.n_stats * sizeof(etr__bin_stat) + t.tables_len > len - sizeof t)
+    return -1;
+  etr__stat_pair st[ETR__STATS_MAX];
+  etr__bin_stat s[ETR__STATS_MAX];
+  memcpy(s, p + sizeof t, t.n_stats * sizeof *s);
+  for (uint32_t i = 0; i < t.n_stats; i++) {
+    s[i].name[sizeof s[i].name - 1] = '\0';
+    for (char *c = s[i].name; *c; c++) /* names are written unescaped: keep them tame */
+      if (!((*c >= 'a' && *c <= 'z') || *c == '_')) *c = '_';
+    st[i].name = s[i].name;
+    st[i].value = s[i].value;
+    /* Strings are made valid here, not when recorded: the JSON writer's own counts. */
+    if (strcmp(s[i].name, "utf8_replaced") == 0) st[i].value = tr->jw.replaced;
+    if (strcmp(s[i].name, "values_fixed") == 0) st[i].value = tr->jw.fixed;
+  }
+  const char *tables = (const char *)p + sizeof t + t.n_stats * sizeof *s;
+  etr__emit_footer_with(tr, t.finish_ms, t.signal, tables, t.tables_len, st, t.n_stats);
+  return 0;
+}
+
+int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
+  memset(res, 0, sizeof *res);
+  reader r = {in_fd, 0, NULL, 0};
+  etr__bin_header h;
+  int err = 0;
+  size_t got = read_full(&r, &h, sizeof h, &err);
+  if (err) {
+    FAIL(res, "cannot read the input: %s", strerror(err));
+    return -1;
+  }
+  if (!etr__bin_is_log(&h, got)) {
+    FAIL(res, "not an etr binary event log (its first bytes are not the magic)");
+    return -1;
+  }
+  if (got < sizeof h) {
+    FAIL(res, "the file ends inside its header (%zu of %zu bytes)", got, sizeof h);
+    return -1;
+  }
+  if (h.byte_order != ETR__BIN_BYTE_ORDER) {
+    FAIL(res, "written on a machine of another byte order");
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof h.version_s; i++) /* shown in messages: printable only */
+    if (h.version_s[i] && (h.version_s[i] < 0x21 || h.version_s[i] > 0x7e)) h.version_s[i] = '?';
+  if (h.version != ETR__BIN_VERSION || h.header_size != sizeof h) {
+    FAIL(res, "binary log format version %u; this etr reads version %u", h.version,
+         ETR__BIN_VERSION);
+    return -1;
+  }
+  etr_trace *tr = calloc(1, sizeof *tr);
+  if (!tr || etr__jw_init(&tr->jw, out_fd, 1u << 20) != 0) {
+    free(tr);
+    FAIL(res, "out of memory");
+    return -1;
+  }
+  tr->binary = false;
+  tr->opt.schema = h.schema == ETR_SCHEMA_1_1_0 ? ETR_SCHEMA_1_1_0 : ETR_SCHEMA_1_1_1;
+  tr->opt.ns_timing = (h.flags & ETR__BINF_NS_TIMING) != 0;
+  tr->pid = (pid_t)h.pid;
+  tr->start_ms = h.start_ms;
+  memcpy(tr->when, h.time, sizeof tr->when);
+  tr->when[sizeof tr->when - 1] = '\0';
+  int rc = 0;
+  bool layout_seen = false;
+  res->bytes_read = sizeof h;
+  etr__emit_header(tr); /* a file cut before its first event still gives a trace (of none) */
+  for (;;) {
+    uint64_t rec_off = r.off;
+    etr__bin_record rec;
+    got = read_full(&r, &rec, sizeof rec, &err);
+    if (got == 0 && !err) {
+      res->stop_reason = "the file ends after a whole record, without the trailer";
+      break;
+    }
+    if (got < sizeof rec) {
+      res->stop_reason = err ? "a read error" : "the file ends inside a record header";
+      break;
+    }
+    if (rec.type == 0 && rec.len == 0) {
+      res->stop_reason = "zero bytes where a record starts: a zero-filled tail";
+      break;
+    }
+    if (rec.len > ETR__BIN_RECORD_MAX) {
+      res->stop_reason = "a record longer than any etr writes: corrupt data";
+      break;
+    }
+    size_t want = round8(rec.len);
+    if (want > r.cap) {
+      uint8_t *nb = NULL;
+      if (posix_memalign((void **)&nb, 8, want) != 0) {
+        FAIL(res, "out of memory for a record of %zu bytes", want);
+        rc = -1;
+        break;
+      }
+      free(r.buf);
+      r.buf = nb;
+      r.cap = want;
+    }
+    got = read_full(&r, r.buf, want, &err);
+    bool whole = got == want;
+    if (!layout_seen && !whole && rec.type == ETR__BIN_LAYOUT) { /* a trace of no node */
+      res->stop_reason = "the file ends inside the layout record, before any event";
+      break;
+    }
+    if (!layout_seen) {
+      char ours[1024];
+      size_t n = layout_text(ours, sizeof ours);
+      if (rec.type != ETR__BIN_LAYOUT || !whole || rec.len != n || memcmp(r.buf, ours, n) != 0) {
+        FAIL(res,
+             "the events' layout is not this etr's (written by etr %.7s: convert it with "
+             "that version)",
+             h.version_s);
+        rc = -1;
+        break;
+      }
+      layout_seen = true;
+      res->bytes_read = r.off;
+      continue;
+    }
+    if (rec.type == ETR__BIN_EVENTS) {
+      if (convert_events(tr, r.buf, whole ? rec.len : (got < rec.len ? got : rec.len), res,
+                         rec_off) != 0 || !whole) {
+        res->stop_reason = whole ? "a malformed event: corrupt data" : "the file ends inside a record";
+        break;
+      }
+      res->bytes_read = r.off;
+    } else if (rec.type == ETR__BIN_TRAILER) {
+      if (!whole || convert_trailer(tr, r.buf, rec.len, res) != 0) {
+        res->stop_reason = whole ? "a malformed trailer" : "the file ends inside the trailer";
+        break;
+      }
+      res->bytes_read = r.off;
+      res->complete = true;
+      break;
+    } else if (whole) {
+      res->records_skipped++; /* a record of a later version: not needed for the trace */
+      res->bytes_read = r.off;
+    } else {
+      res->stop_reason = "the file ends inside a record";
+      break;
+    }
+  }
+  if (rc == 0) {
+    etr__jw_flush(&tr->jw);
+    if (tr->jw.err) {
+      FAIL(res, "cannot write the output: %s", strerror(tr->jw.err));
+      rc = -1;
+    }
+  }
+  if (rc == 0 && res->complete) res->stop_reason = NULL;
+  if (rc == 0) {
+    off_t end = lseek(in_fd, 0, SEEK_END);
+    uint64_t size = end > 0 ? (uint64_t)end : r.off;
+    res->bytes_dropped = size > res->bytes_read ? size - res->bytes_read : 0;
+  }
+  etr__jw_free(&tr->jw);
+  free(tr);
+  free(r.buf);
+  return rc;
+}

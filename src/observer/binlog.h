@@ -1,0 +1,91 @@
+/* The binary event log: `ETR_TRACE=x.etr` (or etr_trace_open on a path ending in ".etr").
+ *
+ * The writer thread writes the recorders' events as they are, instead of turning each into a
+ * JSON node; `etr convert` makes the JSON trace from them later, with the same code the live
+ * writer uses (emit.c), so both give the same trace. docs/FORMAT.md describes the format:
+ *
+ *   file header (etr__bin_header, 80 bytes)
+ *   records, each an etr__bin_record header then `len` bytes, padded to a multiple of 8:
+ *     LAYOUT   once, first: the event header's fields as text, "name:offset:size;..."
+ *     EVENTS   whole events, back to back (etr__ev headers with their payloads)
+ *     TRAILER  once, at close or at a fatal signal: finish time, signal, the recorder's
+ *              counters and the traceback tables (JSON text, symbolized in the process)
+ *
+ * Records go to the file whole and in order, so a file cut anywhere (kill -9, power loss, a
+ * full disk) holds the header and a run of records of which only the last may be cut; every
+ * complete event in it is recovered. Byte order and layout are the writer's: the header says
+ * which, and a reader with another refuses the file.
+ */
+#ifndef ETR_OBSERVER_BINLOG_H
+#define ETR_OBSERVER_BINLOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ETR__BIN_MAGIC "\x89" \
+                       "ETR\r\n\x1a\n" /* 8 bytes: a text-mode copy or an ASCII guess fails */
+#define ETR__BIN_VERSION 1u
+#define ETR__BIN_BYTE_ORDER 0x01020304u
+#define ETR__BIN_RECORD_MAX (256u << 20) /* a longer record is corruption */
+
+enum { ETR__BIN_LAYOUT = 1, ETR__BIN_EVENTS = 2, ETR__BIN_TRAILER = 3 };
+enum { ETR__BINF_NS_TIMING = 1 };
+
+typedef struct etr__bin_header {
+  char magic[8];
+  uint32_t version;     /* ETR__BIN_VERSION */
+  uint32_t header_size; /* sizeof(etr__bin_header): records start here */
+  uint32_t byte_order;  /* ETR__BIN_BYTE_ORDER as the writer stores it */
+  uint32_t schema;      /* etr_schema */
+  int64_t pid;
+  int64_t start_ms; /* CLOCK_MONOTONIC at open, as the JSON header's start_ts */
+  uint32_t flags;   /* ETR__BINF_* */
+  uint32_t reserved;
+  char time[24];     /* local wall time at open, "YYYY-mm-dd HH:MM:SS" (NUL-padded) */
+  char version_s[8]; /* etr version that wrote it (informative) */
+} etr__bin_header;
+_Static_assert(sizeof(etr__bin_header) == 80, "the binary log header is 80 bytes");
+
+typedef struct etr__bin_record {
+  uint32_t type, len; /* ETR__BIN_*; payload bytes (the pad after it not counted) */
+} etr__bin_record;
+
+/* The TRAILER payload: this, n_stats etr__bin_stat, then tables_len bytes of JSON text
+ * (`"frames": [...], "tracebacks": [...], ` or nothing). */
+typedef struct etr__bin_trailer {
+  int64_t finish_ms;
+  int32_t signal; /* the fatal signal the file was finalized at, 0 at close */
+  uint32_t n_stats;
+  uint32_t tables_len;
+  uint32_t reserved;
+} etr__bin_trailer;
+
+typedef struct etr__bin_stat {
+  uint64_t value;
+  char name[32]; /* NUL-padded */
+} etr__bin_stat;
+
+/* ---- the reading side (`etr convert`) ---- */
+
+typedef struct etr__bin_result {
+  uint64_t events;        /* events turned into nodes */
+  uint64_t bytes_read;    /* of the input, up to the end of the last complete event or record */
+  uint64_t bytes_dropped; /* input after that (a cut record, a corrupt tail) */
+  uint64_t records_skipped; /* of types this version does not know */
+  bool complete;            /* the trailer was read: the JSON trace is whole */
+  int signal;               /* the trailer's: finalized at this fatal signal (ops were open) */
+  const char *stop_reason;  /* why the input ended early (NULL when complete) */
+  char error[256];          /* why the conversion failed (return -1) */
+} etr__bin_result;
+
+/* Whether the first bytes of a file (n of them) are a binary log's. */
+bool etr__bin_is_log(const void *head, size_t n);
+
+/* Read the binary log on in_fd and write its JSON trace to out_fd. When the
+ * log was cut short, the JSON ends after the node of its last complete event, without the
+ * footer: `etr repair` completes it. 0, or -1 with res->error set (not a binary log, a
+ * layout or version this etr does not read, an I/O error). Memory: one record at a time. */
+int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res);
+
+#endif

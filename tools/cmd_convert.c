@@ -1,0 +1,276 @@
+/* etr convert: the JSON execution trace of a binary event log (ETR_TRACE=x.etr; the format
+ * is in docs/FORMAT.md, the code in src/observer/binlog.c).
+ *
+ * The JSON goes to a temporary file beside OUT first. A complete log gives a complete trace,
+ * moved (or copied, or gzip-compressed) to OUT. A log cut short (kill -9, power loss, full
+ * disk) gives the nodes of its complete events and no footer: `etr repair` then completes
+ * it as it completes a cut JSON trace (placeholders for ops that were open, the process
+ * node, the footer saying so). So does a log finalized at a fatal signal, whose open ops
+ * were never written.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cli.h"
+#include "observer/binlog.h"
+
+#define CMD "convert"
+
+int cmd_repair(int argc, char **argv);
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: etr convert FILE.etr [-o OUT]\n"
+          "\n"
+          "Makes the JSON execution trace of a binary event log, the file a program writes\n"
+          "with ETR_TRACE=x.etr (docs/FORMAT.md). The trace is the one the program would\n"
+          "have written with ETR_TRACE=x.json: the same nodes, ids and footer.\n"
+          "\n"
+          "  -o, --output OUT  the JSON trace (default: FILE with .etr replaced by .json);\n"
+          "                    OUT ending in .gz is gzip-compressed; '-' is stdout\n"
+          "  -h, --help        this text\n"
+          "\n"
+          "A log cut short (kill -9, power loss, a full disk) loses nothing that was\n"
+          "written whole: every complete event becomes its node, then the trace is\n"
+          "completed as 'etr repair' completes a cut JSON trace (a placeholder for each op\n"
+          "still open, the process node, a footer with \"repair\": {...}), and the command\n"
+          "says so. A log of another format version or event layout is refused.\n"
+          "\n"
+          "exit status: 0 converted (also a cut log, completed), 1 not a binary log or an\n"
+          "I/O error, 2 usage error.\n");
+}
+
+/* OUT by default: FILE less its ".etr", plus ".json". */
+static char *default_output(const char *in) {
+  size_t n = strlen(in);
+  if (n > 4 && strcmp(in + n - 4, ".etr") == 0) n -= 4;
+  char *out = malloc(n + 6);
+  if (out) {
+    memcpy(out, in, n);
+    memcpy(out + n, ".json", 6);
+  }
+  return out;
+}
+
+/* A temporary file in dir (NULL: $TMPDIR or /tmp); its fd, and its path in buf. */
+static int temp_in(const char *out, char *buf, size_t cap) {
+  const char *slash = out ? strrchr(out, '/') : NULL;
+  const char *tmpdir = getenv("TMPDIR");
+  if (!tmpdir || !*tmpdir) tmpdir = "/tmp";
+  int w = out ? (slash ? snprintf(buf, cap, "%.*s/.etr-convert-XXXXXX", (int)(slash - out), out)
+                       : snprintf(buf, cap, ".etr-convert-XXXXXX"))
+              : snprintf(buf, cap, "%s/etr-convert-XXXXXX", tmpdir);
+  if (w < 0 || (size_t)w >= cap) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  int fd = mkstemp(buf);
+  if (fd >= 0) { /* the output's mode as open(2) would create it, not mkstemp's 0600 */
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+  }
+  return fd;
+}
+
+/* Copy src to the open fd out, gzip-compressed when gz; 0 or an errno. */
+static int copy_to(const char *src, int out, bool gz) {
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return errno;
+  gzFile z = NULL;
+  if (gz) {
+    int d = dup(out);
+    z = d >= 0 ? gzdopen(d, "wb6") : NULL;
+    if (!z) {
+      if (d >= 0) close(d);
+      close(in);
+      return ENOMEM;
+    }
+  }
+  static char buf[1 << 16];
+  int err = 0;
+  for (;;) {
+    ssize_t k = read(in, buf, sizeof buf);
+    if (k == 0) break;
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    if (gz) {
+      if (gzwrite(z, buf, (unsigned)k) != (int)k) {
+        err = EIO;
+        break;
+      }
+      continue;
+    }
+    for (ssize_t done = 0; done < k;) {
+      ssize_t w = write(out, buf + done, (size_t)(k - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        err = w < 0 ? errno : EIO;
+        break;
+      }
+      done += w;
+    }
+    if (err) break;
+  }
+  if (z && gzclose(z) != Z_OK && !err) err = EIO;
+  close(in);
+  return err;
+}
+
+/* The finished JSON at src goes to out: renamed over it when it is (or will be) a regular
+ * file in the same place, else copied; compressed when out ends in .gz. 0 or an errno. */
+static int deliver(const char *src, const char *out) {
+  size_t n = strlen(out);
+  bool gz = n > 3 && strcmp(out + n - 3, ".gz") == 0;
+  if (!strcmp(out, "-")) return copy_to(src, STDOUT_FILENO, false);
+  struct stat st;
+  bool exists = stat(out, &st) == 0;
+  if (!gz && (!exists || S_ISREG(st.st_mode)) && rename(src, out) == 0) return 0;
+  int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  int err = copy_to(src, fd, gz);
+  if (close(fd) != 0 && !err) err = errno;
+  return err;
+}
+
+int cmd_convert(int argc, char **argv) {
+  const char *path = NULL, *out_arg = NULL;
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  if (cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return ETR_CLI_OK;
+  }
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "-:o:", opts, NULL)) != -1) {
+    switch (c) {
+      case 'o':
+        if (out_arg) return cli_usage(CMD, "one -o only");
+        out_arg = optarg;
+        break;
+      case 1:
+        if (cli_operand(CMD, optarg, &path)) return ETR_CLI_USAGE;
+        break;
+      default:
+        return cli_getopt_error(CMD, c, argv);
+    }
+  }
+  for (; optind < argc; optind++) /* after "--" */
+    if (cli_operand(CMD, argv[optind], &path)) return ETR_CLI_USAGE;
+  if (!path) return cli_usage(CMD, "no input file");
+  bool from_stdin = !strcmp(path, "-");
+  if (from_stdin && !out_arg) return cli_usage(CMD, "reading stdin: give -o OUT");
+  char *out_own = out_arg ? NULL : default_output(path);
+  const char *out = out_arg ? out_arg : out_own;
+  if (!out) {
+    cli_error(CMD, "out of memory");
+    return ETR_CLI_FAIL;
+  }
+  bool to_stdout = !strcmp(out, "-");
+  int status = ETR_CLI_OK;
+  int in = from_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+  char tmp[PATH_MAX], tmp2[PATH_MAX];
+  tmp[0] = tmp2[0] = '\0';
+  struct stat si, so;
+  if (in < 0) {
+    cli_error(CMD, "%s: %s", path, strerror(errno));
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  if (fstat(in, &si) == 0 && S_ISDIR(si.st_mode)) {
+    cli_error(CMD, "%s: is a directory", path);
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  if (!to_stdout && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+    cli_error(CMD, "%s: is the input: write the trace to another file", out);
+    status = ETR_CLI_USAGE;
+    goto done;
+  }
+  bool regular_out = !to_stdout && (stat(out, &so) != 0 || S_ISREG(so.st_mode));
+  int tfd = temp_in(regular_out ? out : NULL, tmp, sizeof tmp);
+  if (tfd < 0) {
+    cli_error(CMD, "cannot create a temporary file beside %s: %s", out, strerror(errno));
+    tmp[0] = '\0';
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  etr__bin_result res;
+  int rc = etr__bin_convert(in, tfd, &res);
+  if (close(tfd) != 0 && rc == 0) {
+    snprintf(res.error, sizeof res.error, "cannot write the output: %s", strerror(errno));
+    rc = -1;
+  }
+  if (rc != 0) {
+    cli_error(CMD, "%s: %s", from_stdin ? "<stdin>" : path, cli_term(res.error));
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  FILE *say = to_stdout ? stderr : stdout;
+  const char *final = tmp;
+  if (!res.complete || res.signal) {
+    /* Completed as a cut JSON trace is: etr repair, into a second temporary file. Its report
+     * goes where ours goes (never into a trace written on stdout). */
+    int t2 = temp_in(regular_out ? out : NULL, tmp2, sizeof tmp2);
+    if (t2 < 0) {
+      cli_error(CMD, "cannot create a temporary file: %s", strerror(errno));
+      tmp2[0] = '\0';
+      status = ETR_CLI_FAIL;
+      goto done;
+    }
+    close(t2);
+    if (res.complete)
+      fprintf(say,
+              "%s: finalized at signal %d, %llu events; ops open then are completed as etr "
+              "repair does:\n",
+              from_stdin ? "<stdin>" : path, res.signal, (unsigned long long)res.events);
+    else
+      fprintf(say,
+              "%s: cut short after %llu complete events (%s; %llu bytes after them "
+              "dropped); completing the trace as etr repair does:\n",
+              from_stdin ? "<stdin>" : path, (unsigned long long)res.events,
+              res.stop_reason ? res.stop_reason : "no trailer",
+              (unsigned long long)res.bytes_dropped);
+    fflush(say);
+    char *rargv[] = {"repair", tmp, "-o", tmp2, "--name", (char *)(from_stdin ? "<stdin>" : path),
+                     NULL};
+    int rs = cmd_repair(6, rargv); /* its report goes to stderr */
+    if (rs != ETR_CLI_OK) {
+      status = ETR_CLI_FAIL;
+      goto done;
+    }
+    final = tmp2;
+  }
+  int err = deliver(final, out);
+  if (err) {
+    cli_error(CMD, "%s: %s", to_stdout ? "<stdout>" : out, strerror(err));
+    if (!to_stdout) cli_discard_output(out);
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  if (res.complete && !res.signal)
+    fprintf(say, "%s: %llu events -> %s%s\n", from_stdin ? "<stdin>" : path,
+            (unsigned long long)res.events, to_stdout ? "<stdout>" : out,
+            res.records_skipped ? " (records of a later version skipped)" : "");
+
+done:
+  if (tmp[0]) unlink(tmp);
+  if (tmp2[0]) unlink(tmp2);
+  if (in > STDIN_FILENO) close(in);
+  free(out_own);
+  return status;
+}
