@@ -3,11 +3,13 @@
 #include "observer/binlog.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "etr/version.h"
 #include "observer/tbtable.h"
@@ -19,17 +21,18 @@ static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* The event header's fields: a reader checks that the file's layout is its own, and a
  * reader in another language finds the fields by name. */
-#define FIELD(f) {#f, offsetof(etr__ev, f), sizeof(((etr__ev *)0)->f)}
+#define FIELD(f) \
+  { #f, offsetof(etr__ev, f), sizeof(((etr__ev *)0)->f) }
 static const struct {
   const char *name;
   size_t off, size;
 } fields[] = {
-    FIELD(size),     FIELD(type),       FIELD(flags),      FIELD(id),        FIELD(parent),
-    FIELD(rf_id),    FIELD(fw_parent),  FIELD(fw_tid),     FIELD(tid),       FIELD(seq),
-    FIELD(ts_ns),    FIELD(incl_ns),    FIELD(excl_us),    FIELD(kstream),   FIELD(kgrid),
-    FIELD(scope),    FIELD(n_in),       FIELD(n_out),      FIELD(name_len),  FIELD(schema_len),
-    FIELD(kback_len), FIELD(kfile_len), FIELD(coll_len),   FIELD(in_len),    FIELD(out_len),
-    FIELD(tb_n),     FIELD(tb_gen),
+    FIELD(size),      FIELD(type),      FIELD(flags),    FIELD(id),       FIELD(parent),
+    FIELD(rf_id),     FIELD(fw_parent), FIELD(fw_tid),   FIELD(tid),      FIELD(seq),
+    FIELD(ts_ns),     FIELD(incl_ns),   FIELD(excl_us),  FIELD(kstream),  FIELD(kgrid),
+    FIELD(scope),     FIELD(n_in),      FIELD(n_out),    FIELD(name_len), FIELD(schema_len),
+    FIELD(kback_len), FIELD(kfile_len), FIELD(coll_len), FIELD(in_len),   FIELD(out_len),
+    FIELD(tb_n),      FIELD(tb_gen),
 };
 #undef FIELD
 
@@ -91,11 +94,10 @@ uint32_t etr__bin_emit_events(etr_trace *tr, const uint8_t *data, uint32_t *off,
     etr__ev h = *ev;
     const uint64_t *words = (const uint64_t *)(const void *)(ev + 1);
     if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
-    uint64_t idx = tr->tbtab ? etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n)
-                             : UINT64_MAX;
+    uint64_t idx =
+        tr->tbtab ? etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n) : UINT64_MAX;
     if (tr->tbtab)
-      atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab),
-                            memory_order_relaxed);
+      atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
     size_t words_len = (size_t)ev->tb_n * 8;
     h.size = (uint32_t)(ev->size - words_len);
     h.tb_n = 0;
@@ -120,18 +122,21 @@ void etr__bin_emit_trailer(etr_trace *tr, int fatal_sig) {
   size_t n = etr__footer_stats(tr, st);
   etr__bin_trailer t = {etr__footer_time_ms(), fatal_sig, (uint32_t)n,
                         have ? (uint32_t)tables.len : 0, 0};
+  etr__bin_stat s[ETR__STATS_MAX];
+  memset(s, 0, sizeof s);
+  for (size_t i = 0; i < n; i++) {
+    s[i].value = st[i].value;
+    strncpy(s[i].name, st[i].name, sizeof s[i].name - 1);
+  }
+  uLong crc = crc32(0L, (const Bytef *)s, (uInt)(n * sizeof *s));
+  if (have) crc = crc32(crc, (const Bytef *)tables.buf, (uInt)tables.len);
+  t.crc = (uint32_t)crc;
   size_t len = sizeof t + n * sizeof(etr__bin_stat) + t.tables_len;
   etr__jw *w = &tr->jw;
   etr__bin_record r = {ETR__BIN_TRAILER, (uint32_t)len};
   etr__jw_raw(w, (const char *)&r, sizeof r);
   etr__jw_raw(w, (const char *)&t, sizeof t);
-  for (size_t i = 0; i < n; i++) {
-    etr__bin_stat s;
-    memset(&s, 0, sizeof s);
-    s.value = st[i].value;
-    strncpy(s.name, st[i].name, sizeof s.name - 1);
-    etr__jw_raw(w, (const char *)&s, sizeof s);
-  }
+  etr__jw_raw(w, (const char *)s, n * sizeof *s);
   if (have) etr__jw_raw(w, tables.buf, tables.len);
   static const char zeros[8] = {0};
   etr__jw_raw(w, zeros, round8(len) - len);
@@ -147,6 +152,11 @@ bool etr__bin_is_log(const void *head, size_t n) {
 static inline uint32_t rd32(const uint8_t *p) {
   uint32_t v;
   memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t rd64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
   return v;
 }
 
@@ -172,7 +182,7 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
       return n <= left - 5 ? p + 5 + n : NULL;
     }
     case ETR__V_TENSOR: {
-      if (left < 45) return NULL;
+      if (left < 45 || rd64(p + 5) > INT64_MAX || rd64(p + 13) > INT64_MAX) return NULL; /* ids */
       size_t need = 45;
       if (p[1]) need += (size_t)p[3] + p[4] + (size_t)p[2] * 16;
       return need <= left ? p + need : NULL;
@@ -226,13 +236,17 @@ static bool event_ok(const etr__ev *ev, size_t avail) {
   uint64_t payload = (uint64_t)ev->tb_n * 8 + ev->name_len + ev->schema_len + ev->kback_len +
                      ev->kfile_len + (uint64_t)ev->coll_len + ev->in_len + ev->out_len;
   if (payload > ev->size - sizeof *ev) return false;
+  /* Ids are int64 in the format, and times must not overflow when added up (emit.c). */
+  if ((ev->id | ev->parent | ev->rf_id | ev->fw_parent | ev->tid) > INT64_MAX) return false;
+  if (ev->ts_ns < 0 || ev->incl_ns < 0 || ev->ts_ns > INT64_MAX - ev->incl_ns) return false;
   if (ev->type == ETR__EV_THREAD) return true;
   if (ev->type != ETR__EV_OP) return false;
   const uint8_t *p = (const uint8_t *)(ev + 1) + (size_t)ev->tb_n * 8 + ev->name_len +
                      ev->schema_len + ev->kback_len + ev->kfile_len;
   if ((ev->flags & ETR__EVF_COLLECTIVE) && !check_collective(p, ev->coll_len)) return false;
   p += ev->coll_len;
-  return check_values(p, ev->in_len, ev->n_in) && check_values(p + ev->in_len, ev->out_len, ev->n_out);
+  return check_values(p, ev->in_len, ev->n_in) &&
+         check_values(p + ev->in_len, ev->out_len, ev->n_out);
 }
 
 typedef struct reader {
@@ -261,7 +275,7 @@ static size_t read_full(reader *r, void *p, size_t n, int *err) {
   return got;
 }
 
-#define FAIL(res, ...) snprintf((res)->error, sizeof (res)->error, __VA_ARGS__)
+#define FAIL(res, ...) snprintf((res)->error, sizeof(res)->error, __VA_ARGS__)
 
 /* The JSON trace's state: an etr_trace that only the emit functions use. */
 static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result *res,
@@ -290,15 +304,16 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
   if (t.n_stats > ETR__STATS_MAX ||
       (uint64_t)t.n_stats * sizeof(etr__bin_stat) + t.tables_len > len - sizeof t)
     return -1;
+  if ((uint32_t)crc32(0L, p + sizeof t, (uInt)(len - sizeof t)) != t.crc) return -1;
   etr__stat_pair st[ETR__STATS_MAX];
   etr__bin_stat s[ETR__STATS_MAX];
   memcpy(s, p + sizeof t, t.n_stats * sizeof *s);
   for (uint32_t i = 0; i < t.n_stats; i++) {
     s[i].name[sizeof s[i].name - 1] = '\0';
     for (char *c = s[i].name; *c; c++) /* names are written unescaped: keep them tame */
-      if (!((*c >= 'a' && *c <= 'z') || *c == '_')) *c = '_';
+      if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) *c = '_';
     st[i].name = s[i].name;
-    st[i].value = s[i].value;
+    st[i].value = s[i].value > INT64_MAX ? INT64_MAX : s[i].value;
     /* Strings are made valid here, not when recorded: the JSON writer's own counts. */
     if (strcmp(s[i].name, "utf8_replaced") == 0) st[i].value = tr->jw.replaced;
     if (strcmp(s[i].name, "values_fixed") == 0) st[i].value = tr->jw.fixed;
@@ -409,14 +424,17 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
     }
     if (rec.type == ETR__BIN_EVENTS) {
       if (convert_events(tr, r.buf, whole ? rec.len : (got < rec.len ? got : rec.len), res,
-                         rec_off) != 0 || !whole) {
-        res->stop_reason = whole ? "a malformed event: corrupt data" : "the file ends inside a record";
+                         rec_off) != 0 ||
+          !whole) {
+        res->stop_reason =
+            whole ? "a malformed event: corrupt data" : "the file ends inside a record";
         break;
       }
       res->bytes_read = r.off;
     } else if (rec.type == ETR__BIN_TRAILER) {
       if (!whole || convert_trailer(tr, r.buf, rec.len, res) != 0) {
-        res->stop_reason = whole ? "a malformed trailer" : "the file ends inside the trailer";
+        res->stop_reason =
+            whole ? "a damaged trailer (its checksum fails)" : "the file ends inside the trailer";
         break;
       }
       res->bytes_read = r.off;

@@ -23,8 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ETR__BIN_MAGIC "\x89" \
-                       "ETR\r\n\x1a\n" /* 8 bytes: a text-mode copy or an ASCII guess fails */
+#define ETR__BIN_MAGIC \
+  "\x89"               \
+  "ETR\r\n\x1a\n" /* 8 bytes: a text-mode copy or an ASCII guess fails */
 #define ETR__BIN_VERSION 1u
 #define ETR__BIN_BYTE_ORDER 0x01020304u
 #define ETR__BIN_RECORD_MAX (256u << 20) /* a longer record is corruption */
@@ -58,7 +59,8 @@ typedef struct etr__bin_trailer {
   int32_t signal; /* the fatal signal the file was finalized at, 0 at close */
   uint32_t n_stats;
   uint32_t tables_len;
-  uint32_t reserved;
+  uint32_t crc; /* CRC-32 (zlib's) of what follows: the tables are copied into the JSON as
+                   they are, so a damaged trailer must be told from a good one */
 } etr__bin_trailer;
 
 typedef struct etr__bin_stat {
@@ -69,9 +71,9 @@ typedef struct etr__bin_stat {
 /* ---- the reading side (`etr convert`) ---- */
 
 typedef struct etr__bin_result {
-  uint64_t events;        /* events turned into nodes */
-  uint64_t bytes_read;    /* of the input, up to the end of the last complete event or record */
-  uint64_t bytes_dropped; /* input after that (a cut record, a corrupt tail) */
+  uint64_t events;          /* events turned into nodes */
+  uint64_t bytes_read;      /* of the input, up to the end of the last complete event or record */
+  uint64_t bytes_dropped;   /* input after that (a cut record, a corrupt tail) */
   uint64_t records_skipped; /* of types this version does not know */
   bool complete;            /* the trailer was read: the JSON trace is whole */
   int signal;               /* the trailer's: finalized at this fatal signal (ops were open) */

@@ -1,0 +1,392 @@
+/* tests/trace/test_trace_binary.c — the binary event log (ETR_TRACE=x.etr) and `etr convert`.
+ *
+ *  - the same recording to x.json and to y.etr: `etr convert y.etr` gives x.json byte for
+ *    byte, but for the header's time and start_ts and the footer's finish_ts (tracebacks,
+ *    hostile strings, a collective, a kernel, object deaths, a named thread included);
+ *  - a log cut at any offset converts (completed as etr repair completes a cut trace) to a
+ *    trace `etr validate --strict` accepts, and a longer cut never gives fewer nodes;
+ *  - damaged logs: not a log, another format version, another event layout, flipped bytes:
+ *    a clear error or a valid trace of what precedes the damage, never a crash;
+ *  - the default output name, and the refusal to overwrite the input.
+ * (kill -9 while writing a log: test_trace_durability.c.) ETR_TOOL is the etr command. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "trace_util.h"
+
+#ifndef ETR_TOOL
+#error "ETR_TOOL must name the etr command"
+#endif
+
+/* ---- the recording ---- */
+
+static void record_ops(int rounds) {
+  static int impl[6], stor[4];
+  const int64_t sz23[2] = {2, 3}, st23[2] = {3, 1}, sz3[1] = {3};
+  etr_tensor a = {&impl[0], &stor[0], 0, 6, 4, "float", "cpu", 2, sz23, st23};
+  etr_tensor b = {&impl[1], &stor[1], 0, 6, 4, "float", "cpu", 2, sz23, NULL};
+  etr_tensor l = {&impl[2], &stor[2], 1, 3, 8, "long", "cuda:0", 1, sz3, NULL};
+  etr_tensor und = {&impl[3], NULL, 0, 0, 0, NULL, NULL, 0, NULL, NULL};
+  for (int i = 0; i < rounds; i++) {
+    etr_record outer;
+    etr_record_init(&outer, "## step ##", ETR_SCOPE_USER_SCOPE);
+    etr_record_begin(&outer);
+    etr_value size[2] = {etr_value_int(2), etr_value_int(i)};
+    etr_value tens[2] = {etr_value_tensor(&l), etr_value_tensor(&und)};
+    etr_value tup[2] = {etr_value_string("pg"), etr_value_list(tens, 2)};
+    etr_value in[9] = {etr_value_tensor(&a),
+                       etr_value_tensor(&b),
+                       etr_value_list(size, 2),
+                       etr_value_double(NAN),
+                       etr_value_double(0.25),
+                       etr_value_string("q\" bs\\ nl\n \x01 caf\xC3\xA9 bad\xFF"),
+                       etr_value_string_n("a\0b", 3),
+                       etr_value_object("Gen(erator)"),
+                       etr_value_tuple(tup, 2)};
+    etr_value out[1] = {etr_value_tensor(&b)};
+    etr_record r;
+    etr_record_init(&r, "aten::add", ETR_SCOPE_FUNCTION);
+    r.schema = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor";
+    r.seq_nr = i;
+    r.inputs = in;
+    r.n_inputs = 9;
+    etr_record_begin(&r);
+    tu_op("aten::empty", NULL, 0, out, 1);
+    r.outputs = out;
+    r.n_outputs = 1;
+    etr_record_end(&r);
+
+    const int64_t splits[2] = {4, 2};
+    etr_collective_info ci = ETR_COLLECTIVE_INFO_INIT;
+    ci.name = "allreduce";
+    ci.dtype = "Float";
+    ci.in_msg_nelems = 6;
+    ci.out_msg_nelems = 6;
+    ci.in_split_sizes = splits;
+    ci.n_in_splits = 2;
+    ci.pg_name = "0";
+    ci.pg_desc = "default_pg";
+    ci.pg_size = 2;
+    etr_record_init(&r, "record_param_comms", ETR_SCOPE_USER_SCOPE);
+    r.inputs = in;
+    r.n_inputs = 1;
+    r.collective = &ci;
+    etr_record_begin(&r);
+    etr_record_end(&r);
+
+    etr_kernel_info ki = ETR_KERNEL_INFO_INIT;
+    ki.backend = "triton";
+    ki.file = "/cache/x/triton_poi_fused_add_0.py";
+    ki.grid[0] = 4;
+    ki.stream = 0;
+    etr_record_init(&r, "triton_poi_fused_add_0", ETR_SCOPE_FUNCTION);
+    r.inputs = in;
+    r.n_inputs = 2;
+    r.kernel = &ki;
+    etr_record_begin(&r);
+    etr_record_end(&r);
+    etr_record_end(&outer);
+    if (i % 3 == 2) etr_tensor_died(&impl[1]);
+  }
+}
+
+static void record_to(const char *path, int rounds, bool timing) {
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.no_timing = !timing;
+  o.traceback.enabled = true;
+  o.traceback.pattern = "aten::*";
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(path, &o, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  etr_thread_set_name("recorder \"main\"");
+  record_ops(rounds);
+  assert_int_equal(etr_trace_close(tr), 0);
+}
+
+/* ---- helpers ---- */
+
+static int run_etr(const char *const *args) {
+  int st = tu_run(ETR_TOOL, args, NULL, NULL);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The number after `"key": ` becomes 0 (times that differ between two recordings). */
+static void zero_number(char *text, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  char *p = strstr(text, pat);
+  assert_non_null(p);
+  p += strlen(pat);
+  char *e = p;
+  while (*e == '-' || (*e >= '0' && *e <= '9')) e++;
+  assert_true(e > p);
+  *p = '0';
+  memmove(p + 1, e, strlen(e) + 1);
+}
+
+static void zero_string(char *text, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": \"", key);
+  char *p = strstr(text, pat);
+  assert_non_null(p);
+  p += strlen(pat);
+  char *e = strchr(p, '"');
+  assert_non_null(e);
+  memmove(p, e, strlen(e) + 1);
+}
+
+/* rf_id values less the first one: the record-function counter is the process's, so a
+ * second recording starts where the first ended. */
+static char *rebase_rf_ids(char *t) {
+  static const char key[] = "{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": ";
+  size_t cap = strlen(t) + 1, n = 0;
+  char *out = malloc(cap);
+  assert_non_null(out);
+  long long base = -1;
+  const char *p = t;
+  for (const char *k; (k = strstr(p, key)) != NULL;) {
+    k += sizeof key - 1;
+    memcpy(out + n, p, (size_t)(k - p));
+    n += (size_t)(k - p);
+    char *e;
+    long long v = strtoll(k, &e, 10);
+    if (base < 0 && v > 0) base = v;
+    n += (size_t)snprintf(out + n, cap - n, "%lld", v > 0 ? v - base : v);
+    p = e;
+  }
+  memcpy(out + n, p, strlen(p) + 1);
+  free(t);
+  return out;
+}
+
+static char *normalised(const char *path) {
+  size_t n;
+  char *t = tu_read_file(path, &n);
+  assert_non_null(t);
+  zero_string(t, "time");
+  zero_number(t, "start_ts");
+  zero_number(t, "finish_ts");
+  return rebase_rf_ids(t);
+}
+
+static void write_file(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* convert in -> out; its exit status. */
+static int convert(const char *in, const char *out) {
+  const char *args[] = {"convert", in, "-o", out, NULL};
+  return run_etr(args);
+}
+
+static void assert_valid(const char *path) {
+  const char *args[] = {"validate", "--strict", "--quiet", path, NULL};
+  if (run_etr(args) != 0) fail_msg("etr validate --strict rejects %s", path);
+}
+
+/* ---- tests ---- */
+
+static void test_same_trace_as_json(void **state) {
+  (void)state;
+  char dir[256], js[300], bin[300], conv[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(js, sizeof js, "%s/a.json", dir);
+  snprintf(bin, sizeof bin, "%s/b.etr", dir);
+  snprintf(conv, sizeof conv, "%s/b.json", dir);
+  for (int k = 0; k < 2; k++) /* one call site: the tracebacks are the same */
+    record_to(k ? bin : js, 40, false);
+  assert_int_equal(convert(bin, conv), 0);
+  char *x = normalised(js), *y = normalised(conv);
+  if (strcmp(x, y) != 0) {
+    size_t i = 0;
+    while (x[i] && x[i] == y[i]) i++;
+    fail_msg("the converted trace differs at byte %zu: ...%.80s... vs ...%.80s...", i,
+             x + (i > 40 ? i - 40 : 0), y + (i > 40 ? i - 40 : 0));
+  }
+  /* what the comparison relies on is there */
+  assert_non_null(strstr(x, "\"tracebacks_unique\": "));
+  assert_null(strstr(x, "\"tracebacks_unique\": 0"));
+  assert_non_null(strstr(x, "test_trace_binary.c\", \"line\": "));
+  assert_non_null(strstr(x, "\"utf8_replaced\": 40"));
+  assert_non_null(strstr(x, "recorder \\\"main\\\""));
+  /* the log is smaller than its JSON */
+  struct stat sj, sb;
+  assert_int_equal(stat(js, &sj), 0);
+  assert_int_equal(stat(bin, &sb), 0);
+  assert_true(sb.st_size < sj.st_size / 2);
+  free(x);
+  free(y);
+  assert_valid(conv);
+  tu_rmdir(dir);
+}
+
+static void test_default_output_and_input_kept(void **state) {
+  (void)state;
+  char dir[256], bin[300], js[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/run.etr", dir);
+  snprintf(js, sizeof js, "%s/run.json", dir);
+  record_to(bin, 3, true);
+  const char *a1[] = {"convert", bin, NULL};
+  assert_int_equal(run_etr(a1), 0);
+  assert_valid(js);
+  struct stat st;
+  assert_int_equal(stat(js, &st), 0);
+  mode_t mask = umask(0);
+  umask(mask);
+  assert_int_equal(st.st_mode & 0777, 0666 & ~mask); /* as created by open(2), not 0600 */
+  /* never over the input (also through another name) */
+  char link[300];
+  snprintf(link, sizeof link, "%s/alias.json", dir);
+  assert_int_equal(symlink(bin, link), 0);
+  off_t size = 0;
+  assert_int_equal(stat(bin, &st), 0);
+  size = st.st_size;
+  assert_int_equal(convert(bin, link), 2);
+  assert_int_equal(stat(bin, &st), 0);
+  assert_int_equal(st.st_size, size);
+  /* gzip output */
+  char gz[300];
+  snprintf(gz, sizeof gz, "%s/run.json.gz", dir);
+  assert_int_equal(convert(bin, gz), 0);
+  assert_valid(gz);
+  /* other commands name the format */
+  const char *a2[] = {"summary", bin, NULL};
+  assert_int_equal(run_etr(a2), 1);
+  tu_rmdir(dir);
+}
+
+static size_t node_count_of(const char *path) {
+  tu_trace t;
+  tu_load_path(&t, path);
+  size_t n = tu_node_count(&t);
+  tu_free(&t);
+  return n;
+}
+
+static void test_cut_anywhere(void **state) {
+  (void)state;
+  char dir[256], bin[300], cut[300], out[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/full.etr", dir);
+  snprintf(cut, sizeof cut, "%s/cut.etr", dir);
+  snprintf(out, sizeof out, "%s/cut.json", dir);
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.flush_kb = 4; /* many records */
+  o.traceback.enabled = true;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(bin, &o, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  record_ops(60);
+  assert_int_equal(etr_trace_close(tr), 0);
+  size_t len;
+  char *full = tu_read_file(bin, &len);
+  assert_non_null(full);
+  assert_true(len > 20000);
+  size_t prev = 0;
+  unsigned seed = 12345;
+  size_t offs[40];
+  size_t n_offs = 0;
+  offs[n_offs++] = 80;  /* the header alone */
+  offs[n_offs++] = 100; /* inside the layout record */
+  for (; n_offs < 38;) offs[n_offs++] = 80 + (size_t)(rand_r(&seed) % (len - 80));
+  offs[n_offs++] = len - 1;
+  offs[n_offs++] = len;
+  for (size_t i = 0; i < n_offs; i++)
+    for (size_t j = i + 1; j < n_offs; j++)
+      if (offs[j] < offs[i]) {
+        size_t t = offs[i];
+        offs[i] = offs[j];
+        offs[j] = t;
+      }
+  for (size_t i = 0; i < n_offs; i++) {
+    write_file(cut, full, offs[i]);
+    unlink(out);
+    int rc = convert(cut, out);
+    if (rc != 0) fail_msg("etr convert of the log cut at %zu of %zu: status %d", offs[i], len, rc);
+    assert_valid(out);
+    size_t n = node_count_of(out);
+    if (n < prev) fail_msg("cut at %zu: %zu nodes, fewer than a shorter cut's %zu", offs[i], n, prev);
+    prev = n;
+  }
+  /* a cut inside the file header is an error, not a trace */
+  write_file(cut, full, 40);
+  assert_int_equal(convert(cut, out), 1);
+  free(full);
+  tu_rmdir(dir);
+}
+
+static void test_damaged_logs(void **state) {
+  (void)state;
+  char dir[256], bin[300], bad[300], out[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/good.etr", dir);
+  snprintf(bad, sizeof bad, "%s/bad.etr", dir);
+  snprintf(out, sizeof out, "%s/bad.json", dir);
+  record_to(bin, 10, true);
+  size_t len;
+  char *good = tu_read_file(bin, &len);
+  assert_non_null(good);
+  char *b = malloc(len);
+  assert_non_null(b);
+
+  /* not a log */
+  write_file(bad, "{\"schema\": \"1.1.1\"}", 20);
+  assert_int_equal(convert(bad, out), 1);
+  /* a later format version */
+  memcpy(b, good, len);
+  b[8] = 2;
+  write_file(bad, b, len);
+  assert_int_equal(convert(bad, out), 1);
+  /* another event layout */
+  memcpy(b, good, len);
+  b[80 + 8 + 8] ^= 1;
+  write_file(bad, b, len);
+  assert_int_equal(convert(bad, out), 1);
+  /* flipped bytes after the layout: a valid trace of what precedes the damage, or a clear
+   * error; never a crash (a signal) */
+  unsigned seed = 777;
+  for (int i = 0; i < 60; i++) {
+    memcpy(b, good, len);
+    for (int k = 0; k < 1 + i % 4; k++) {
+      size_t at = 200 + (size_t)rand_r(&seed) % (len - 200);
+      b[at] = (char)(i % 2 ? rand_r(&seed) : 0xff);
+    }
+    write_file(bad, b, len);
+    unlink(out);
+    const char *args[] = {"convert", bad, "-o", out, NULL};
+    int st = tu_run(ETR_TOOL, args, NULL, NULL);
+    if (!WIFEXITED(st)) fail_msg("mutation %d: etr convert died (status 0x%x)", i, st);
+    /* Bytes changed inside an event (ids, counts) cannot be told from real ones (the log
+     * has no checksums: a crash cuts it, it does not flip bits): the trace must be JSON. */
+    if (WEXITSTATUS(st) == 0) {
+      json_error_t je;
+      json_t *root = json_load_file(out, JSON_ALLOW_NUL, &je);
+      if (!root) fail_msg("mutation %d: the output is not JSON: %s", i, je.text);
+      json_decref(root);
+    }
+  }
+  free(b);
+  free(good);
+  tu_rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      TU_TEST(test_same_trace_as_json),
+      TU_TEST(test_default_output_and_input_kept),
+      TU_TEST(test_cut_anywhere),
+      TU_TEST(test_damaged_logs),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
