@@ -15,6 +15,8 @@
  *   paced_*             ops that do about a microsecond of work each (as real operators
  *                       do), untraced and traced: the wall time tracing adds per op when
  *                       the writer thread keeps up (1 and 2 recording threads)
+ *   binary_*            the same with the binary event log (ETR_TRACE=x.etr): the writer
+ *                       writes the events as they are, no JSON
  *   baseline_*          the same workload through a PyTorch-style observer (pt_baseline.c)
  * The last line of output is one JSON object with every figure. The benchmark never fails
  * a build: it exits 0 unless an etr call fails (then 1, with a message).
@@ -388,7 +390,8 @@ enum {
   RUN_CAPTURE = 1u << 9,
   RUN_SYMBOLIZE = 1u << 10,
   RUN_LTTNG = 1u << 11,
-  RUN_ALL = (1u << 12) - 1
+  RUN_BINARY = 1u << 12,
+  RUN_ALL = (1u << 13) - 1
 };
 
 static const struct {
@@ -405,7 +408,8 @@ static const struct {
               {"traceback", RUN_TRACEBACK},
               {"capture", RUN_CAPTURE},
               {"symbolize", RUN_SYMBOLIZE},
-              {"lttng", RUN_LTTNG}};
+              {"lttng", RUN_LTTNG},
+              {"binary", RUN_BINARY}};
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -415,7 +419,8 @@ static void usage(FILE *f) {
           "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
           "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
           "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
-          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback,\n"
+          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback, "
+          "binary,\n"
           "               capture, symbolize, lttng (the last three run etr-bench-capture,\n"
           "               etr-bench-symbolize and etr-bench-lttng from etr-bench's own\n"
           "               directory; lttng needs lttng-tools and liblttng-ust); the figures\n"
@@ -591,8 +596,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "etr-bench: cannot create a directory in %s: %s\n", tmp, strerror(errno));
     return 1;
   }
-  char trace_path[4200], bytes_path[4200], base_path[4200];
+  char trace_path[4200], bytes_path[4200], base_path[4200], bin_path[4200], bin_bytes_path[4200];
   snprintf(trace_path, sizeof trace_path, "%s/trace.json", dir);
+  snprintf(bin_path, sizeof bin_path, "%s/trace.etr", dir);
+  snprintf(bin_bytes_path, sizeof bin_bytes_path, "%s/trace-bytes.etr", dir);
   snprintf(bytes_path, sizeof bytes_path, "%s/trace-bytes.json", dir);
   snprintf(base_path, sizeof base_path, "%s/baseline.json", dir);
 
@@ -629,6 +636,14 @@ int main(int argc, char **argv) {
   if (run & RUN_ENABLED) en = run_phase(PH_TRACE, trace_path, pools, 1, warm, ops, nreps);
   if (run & RUN_DEVNULL) dn = run_phase(PH_TRACE, "/dev/null", pools, 1, warm, ops, nreps);
   if (run & RUN_2T) en2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, ops, nreps);
+  /* The binary event log (ETR_TRACE=x.etr): the same ops, events written as they are. */
+  phase_result bin = none, bin2 = none;
+  bytes_result bin_byt = {NAN, NAN, 0};
+  if (run & RUN_BINARY) {
+    bin_byt = bench_bytes(bin_bytes_path, &pools[0], warm, ops);
+    bin = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
+    bin2 = run_phase(PH_TRACE, bin_path, pools, 2, warm, ops, nreps);
+  }
   if (run & RUN_BASELINE) bl = run_phase(PH_BASELINE, base_path, pools, 1, warm, ops, nreps);
   if (run & RUN_BASELINE_2T) bl2 = run_phase(PH_BASELINE, base_path, pools, 2, warm, ops, nreps);
   /* Paced: ops with about 1 us of work each, untraced then traced, 1 and 2 threads. */
@@ -689,6 +704,8 @@ int main(int argc, char **argv) {
   if (!keep) {
     unlink(bytes_path);
     unlink(trace_path);
+    unlink(bin_path);
+    unlink(bin_bytes_path);
     unlink(base_path);
     rmdir(dir);
   }
@@ -713,6 +730,11 @@ int main(int argc, char **argv) {
   row("enabled_2t_ns", en2.per_op, "ns/op per recording thread, 2 threads");
   row("enabled_2t_rec_cpu_ns", en2.rec_cpu, "ns/op of each recording thread's own CPU");
   row("enabled_2t_cpu_ns", en2.cpu, "ns/op of process CPU, 2 threads");
+  row("binary_ns", bin.per_op, "ns/op on the recording thread, binary log on disk (<= 60)");
+  row("binary_rec_cpu_ns", bin.rec_cpu, "ns/op of the recording thread's own CPU, binary (<= 60)");
+  row("binary_cpu_ns", bin.cpu, "ns/op of process CPU, binary log (<= 150)");
+  row("binary_2t_ns", bin2.per_op, "ns/op per recording thread, 2 threads, binary");
+  row1("binary_bytes_per_op", bin_byt.bytes_per_node, "bytes/op in the binary log (<= 64)");
   row("baseline_ns", bl.per_op, "ns/op, PyTorch-style observer (global mutex)");
   row("baseline_rec_cpu_ns", bl.rec_cpu, "ns/op of the recording thread's own CPU, baseline");
   row("baseline_cpu_ns", bl.cpu, "ns/op of process CPU, baseline");
@@ -780,6 +802,11 @@ int main(int argc, char **argv) {
   json_spread("enabled_2t_ns", en2.per_op);
   json_spread("enabled_2t_rec_cpu_ns", en2.rec_cpu);
   json_spread("enabled_2t_cpu_ns", en2.cpu);
+  json_spread("binary_ns", bin.per_op);
+  json_spread("binary_rec_cpu_ns", bin.rec_cpu);
+  json_spread("binary_cpu_ns", bin.cpu);
+  json_spread("binary_2t_ns", bin2.per_op);
+  json_num("binary_bytes_per_op", bin_byt.bytes_per_node);
   json_spread("baseline_ns", bl.per_op);
   json_spread("baseline_rec_cpu_ns", bl.rec_cpu);
   json_spread("baseline_cpu_ns", bl.cpu);

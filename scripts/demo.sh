@@ -69,6 +69,18 @@ ETR_TRACE="$out/trace-env.json" "$exe" --threads "$threads" --iters "$iters" ||
 python3 tests/integration/check_example_trace.py "$out/trace-env.json" --threads "$threads" \
   --iters "$iters" || etr_die "$out/trace-env.json did not pass the checker"
 "$etr" validate --strict "$out/trace-env.json" || etr_die "etr validate rejected $out/trace-env.json"
+etr_say "  the same run as a binary event log (the writer makes no JSON), then etr convert:"
+etr_say "  ETR_TRACE=$out/trace-env.etr $exe --threads $threads --iters $iters"
+rm -f "$out/trace-env.etr" "$out/trace-env-etr.json"
+ETR_TRACE="$out/trace-env.etr" "$exe" --threads "$threads" --iters "$iters" ||
+  etr_die "etr-example-runtime failed under ETR_TRACE=...etr"
+"$etr" convert "$out/trace-env.etr" -o "$out/trace-env-etr.json" ||
+  etr_die "etr convert failed on $out/trace-env.etr"
+python3 tests/integration/check_example_trace.py "$out/trace-env-etr.json" --threads "$threads" \
+  --iters "$iters" || etr_die "$out/trace-env-etr.json did not pass the checker"
+"$etr" validate --strict "$out/trace-env-etr.json" ||
+  etr_die "etr validate rejected $out/trace-env-etr.json"
+etr_say "  $(stat -c %s "$out/trace-env.etr") bytes of binary log, $(stat -c %s "$out/trace-env-etr.json") of JSON"
 
 etr_say "step 7/9: the example as 2 ranks, one process each (a launcher as torchrun: RANK,"
 etr_say "  WORLD_SIZE), collectives over sockets: ETR_TRACE=$out/ranks/rank-%r.json $exe --ranks 2"

@@ -41,15 +41,12 @@ static void record_ops(int rounds) {
     etr_value size[2] = {etr_value_int(2), etr_value_int(i)};
     etr_value tens[2] = {etr_value_tensor(&l), etr_value_tensor(&und)};
     etr_value tup[2] = {etr_value_string("pg"), etr_value_list(tens, 2)};
-    etr_value in[9] = {etr_value_tensor(&a),
-                       etr_value_tensor(&b),
-                       etr_value_list(size, 2),
-                       etr_value_double(NAN),
-                       etr_value_double(0.25),
-                       etr_value_string("q\" bs\\ nl\n \x01 caf\xC3\xA9 bad\xFF"),
-                       etr_value_string_n("a\0b", 3),
-                       etr_value_object("Gen(erator)"),
-                       etr_value_tuple(tup, 2)};
+    etr_value in[9] = {
+        etr_value_tensor(&a),          etr_value_tensor(&b),
+        etr_value_list(size, 2),       etr_value_double(NAN),
+        etr_value_double(0.25),        etr_value_string("q\" bs\\ nl\n \x01 caf\xC3\xA9 bad\xFF"),
+        etr_value_string_n("a\0b", 3), etr_value_object("Gen(erator)"),
+        etr_value_tuple(tup, 2)};
     etr_value out[1] = {etr_value_tensor(&b)};
     etr_record r;
     etr_record_init(&r, "aten::add", ETR_SCOPE_FUNCTION);
@@ -316,7 +313,8 @@ static void test_cut_anywhere(void **state) {
     if (rc != 0) fail_msg("etr convert of the log cut at %zu of %zu: status %d", offs[i], len, rc);
     assert_valid(out);
     size_t n = node_count_of(out);
-    if (n < prev) fail_msg("cut at %zu: %zu nodes, fewer than a shorter cut's %zu", offs[i], n, prev);
+    if (n < prev)
+      fail_msg("cut at %zu: %zu nodes, fewer than a shorter cut's %zu", offs[i], n, prev);
     prev = n;
   }
   /* a cut inside the file header is an error, not a trace */
