@@ -29,7 +29,7 @@ cd "$ETR_ROOT" || exit 1
 
 secs=600
 update=0
-targets="fuzz_reader,fuzz_escape,fuzz_record,fuzz_commands"
+targets="fuzz_reader,fuzz_escape,fuzz_record,fuzz_commands,fuzz_convert"
 while [ $# -gt 0 ]; do
   case "$1" in
   --seconds-per-target)
@@ -118,6 +118,7 @@ for t in "${tlist[@]}"; do
     fi
     ;;
   fuzz_record) opts=(-max_len=8192 -timeout=60 -close_fd_mask=1 -rss_limit_mb=3072) ;;
+  fuzz_convert) opts=(-max_len=65536 -timeout=30 -close_fd_mask=1) ;;
   *) opts=(-timeout=60) ;;
   esac
   par=()

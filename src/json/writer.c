@@ -220,17 +220,19 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   return 0;
 }
 
+/* Only the bytes around max are looked at: a unit (a valid sequence, or one invalid byte)
+ * straddles max only when u[max] continues a valid sequence that starts at most 3 bytes
+ * before it, at a lead byte, which no earlier unit can contain. So the answer is the same as
+ * a walk from the start, at a cost that does not grow with max. */
 size_t etr__utf8_cut(const char *s, size_t n, size_t max) {
   if (n <= max) return n;
   const unsigned char *u = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < max) {
-    size_t k = utf8_seq(u + i, n - i);
-    if (k == 0) k = 1;
-    if (i + k > max) break;
-    i += k;
-  }
-  return i;
+  if ((u[max] & 0xC0) != 0x80) return max;
+  size_t j = max;
+  while (j > 0 && max - j < 3 && (u[j] & 0xC0) == 0x80) j--;
+  if ((u[j] & 0xC0) == 0x80) return max; /* a run of stray continuation bytes */
+  size_t k = utf8_seq(u + j, n - j);
+  return k > 0 && j + k > max ? j : max;
 }
 
 /* Bytes that can be copied as they are: printable ASCII other than '"' and '\\'. */

@@ -317,9 +317,9 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
 
 /* ---- tracebacks (recording side) ---- */
 
-static uint64_t name_hash(const char *s) {
+static uint64_t name_hash(const char *s, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
   return h;
 }
 
@@ -332,14 +332,27 @@ static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *
       memset(ts->tb_names, 0, sizeof ts->tb_names);
       ts->tb_cfg_version = cfg->version;
     }
+    /* The pattern sees the name as the trace records it, cut at ETR__STRING_MAX bytes: a
+     * huge name costs no more than one at the limit (hash, match). */
     const char *n = name ? name : "";
-    uint64_t h = name_hash(n);
+    size_t len = strnlen(n, ETR__STRING_MAX + 1);
+    if (len > ETR__STRING_MAX) len = etr__utf8_cut(n, len, ETR__STRING_MAX);
+    uint64_t h = name_hash(n, len);
     size_t i = (size_t)((h ^ ((uintptr_t)n >> 4)) & 15);
     bool match;
     if (ts->tb_names[i].name == n && ts->tb_names[i].hash == h) {
       match = ts->tb_names[i].match;
     } else {
-      match = fnmatch(cfg->pattern, n, 0) == 0;
+      if (n[len] != '\0') { /* cut: fnmatch needs it NUL-terminated */
+        char *cut = malloc(len + 1);
+        if (!cut) return false;
+        memcpy(cut, n, len);
+        cut[len] = '\0';
+        match = fnmatch(cfg->pattern, cut, 0) == 0;
+        free(cut);
+      } else {
+        match = fnmatch(cfg->pattern, n, 0) == 0;
+      }
       ts->tb_names[i].name = n;
       ts->tb_names[i].hash = h;
       ts->tb_names[i].match = match;

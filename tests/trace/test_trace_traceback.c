@@ -177,6 +177,50 @@ static void test_pattern_and_every(void **state) {
   tu_free(&t);
 }
 
+/* A pattern sees the name as recorded, cut at 8192 bytes: a 4 MB name matches on what the
+ * trace shows of it (and costs no more than a name at the limit; bench: not timed here). */
+static void test_pattern_on_huge_names(void **state) {
+  (void)state;
+  size_t big = 4u << 20;
+  char *head = malloc(big + 1), *tail = malloc(big + 1);
+  assert_non_null(head);
+  assert_non_null(tail);
+  memset(head, 'x', big);
+  memcpy(head, "tb::pick", 8); /* matches within the first 8192 bytes */
+  head[big] = '\0';
+  memset(tail, 'x', big);
+  memcpy(tail + big - 8, "tb::pick", 8); /* only past the cut */
+  tail[big] = '\0';
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback.enabled = true;
+  opt.traceback.pattern = "*tb::pick*";
+  tu_open(&t, &opt);
+  for (int i = 0; i < 3; i++) {
+    tb_leaf(head);
+    tb_leaf(tail);
+  }
+  tu_close_ok(&t);
+  size_t with = 0, without = 0;
+  for (size_t i = 0; i < json_array_size(t.nodes); i++) {
+    json_t *n = json_array_get(t.nodes, i);
+    const char *name = tu_name(n);
+    if (strncmp(name, "tb::pick", 8) == 0) {
+      assert_non_null(tu_attr(n, "traceback"));
+      assert_int_equal(strlen(name), 8192);
+      with++;
+    } else if (name[0] == 'x') {
+      assert_null(tu_attr(n, "traceback"));
+      without++;
+    }
+  }
+  assert_int_equal(with, 3);
+  assert_int_equal(without, 3);
+  tu_free(&t);
+  free(head);
+  free(tail);
+}
+
 static void test_runtime_switch(void **state) {
   (void)state;
   tu_trace t;
@@ -288,9 +332,10 @@ static void test_bad_options(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_known_chain),       TU_TEST(test_identical_stacks_share),
-      TU_TEST(test_pattern_and_every), TU_TEST(test_runtime_switch),
-      TU_TEST(test_depth_limit),       TU_TEST(test_module_mode),
-      TU_TEST(test_counters),          TU_TEST(test_bad_options),
+      TU_TEST(test_pattern_and_every), TU_TEST(test_pattern_on_huge_names),
+      TU_TEST(test_runtime_switch),    TU_TEST(test_depth_limit),
+      TU_TEST(test_module_mode),       TU_TEST(test_counters),
+      TU_TEST(test_bad_options),
   };
   return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
 }
