@@ -58,12 +58,16 @@ typedef struct etr_trace_options {
   bool ns_timing;     /* also write each op's start and duration in nanoseconds (attrs
                          ts_ns, dur_ns; ETR_TRACE_TIMING=ns): viewers then show sub-µs ops
                          with their length (etr chrome), at ~60 bytes a node */
+  uint32_t ring_mb;   /* flight recorder: keep only the latest ring_mb MiB of events in
+                         memory, written as a complete trace (replacing the file's content)
+                         by etr_trace_dump / etr_trace_flush, at close and exit, and at a
+                         fatal signal when fatal_signals is on; 0 = off (ETR_TRACE_RING_MB) */
 } etr_trace_options;
 #define ETR_FLUSH_NEVER UINT32_MAX
 #define ETR_TRACE_OPTIONS_INIT                                                                    \
   {                                                                                               \
     sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, ETR_TRACEBACK_OPTIONS_INIT, \
-        0, 0, false, false, 0, false                                                              \
+        0, 0, false, false, 0, false, 0                                                           \
   }
 
 typedef struct etr_trace etr_trace;
@@ -90,6 +94,13 @@ ETR_API int etr_trace_set_traceback(etr_trace *trace, const etr_traceback_option
  * (a node in a buffer another thread is handing over at that very instant may follow a
  * moment later). Also resolves pending traceback frames. ETR_EIO after a write error. */
 ETR_API int etr_trace_flush(etr_trace *trace);
+
+/* Flight recorder (ring_mb): write the ring's events now as a complete trace, replacing what
+ * the file held (ops still open get a placeholder node, as do forward ops the ring dropped);
+ * recording goes on. Without a ring, the same as etr_trace_flush (the file already holds
+ * every node). Returns when the file is written; ETR_EIO after a write error. Any thread,
+ * not from inside an observer callback. */
+ETR_API int etr_trace_dump(etr_trace *trace);
 
 /* Stop recording, write the open ops of every thread (marked, counted), the thread nodes,
  * the process node and the footer, close the file and free the trace. Safe while other
@@ -136,6 +147,8 @@ typedef struct etr_trace_stats {
                                        enclosing them ended first: their end never came
                                        (longjmp, exception) or comes later (then counted in
                                        ends_without_begin) */
+  uint64_t ring_dropped;            /* flight recorder: op nodes dropped, oldest first, to keep
+                                       the ring within ring_mb */
 } etr_trace_stats;
 
 /* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without

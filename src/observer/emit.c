@@ -616,6 +616,7 @@ size_t etr__footer_stats(etr_trace *tr, etr__stat_pair *out) {
   PAIR(ops_open_at_close);
   PAIR(nodes_dropped);
   PAIR(buffer_waits);
+  if (tr->ring) PAIR(ring_dropped);
   if (tr->tbtab) {
     PAIR(tracebacks);
     PAIR(tracebacks_unique);

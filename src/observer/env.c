@@ -17,6 +17,8 @@
  *   ETR_TRACE_SYNC=1        fdatasync after each timed flush (survives power loss)
  *   ETR_TRACE_STALL_MS=n    a pipe/FIFO/socket output that takes nothing for n ms is given up
  *                           (default 10000; recording stops, losses counted)
+ *   ETR_TRACE_RING_MB=n     flight recorder: keep the latest n MiB of events, written at exit,
+ *                           etr_trace_dump and (with ETR_TRACE_SIGNALS=1) a fatal signal
  *   ETR_TRACE_SIGNALS=1     finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,
  *                           then hand the signal on (off by default: signals are the host's;
  *                           docs/RELIABILITY.md)
@@ -186,6 +188,7 @@ __attribute__((constructor)) static void etr_env_start(void) {
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
   opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
   opt.stall_ms = env_count("ETR_TRACE_STALL_MS", 86400000ul);
+  opt.ring_mb = env_count("ETR_TRACE_RING_MB", 1048576ul);
   /* Opt-in: a host's signal handling must not change because a library it links traces. */
   opt.fatal_signals = env_flag_on(getenv("ETR_TRACE_SIGNALS"));
   /* Every trace describes its process groups (the default one at least), as PyTorch's does:

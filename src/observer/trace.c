@@ -19,6 +19,7 @@
 #include "etr/version.h"
 #include "observer/internal.h"
 #include "observer/registry.h"
+#include "observer/ring.h"
 #include "observer/tbtable.h"
 #include "observer/trace_internal.h"
 #include "unwind/unwind.h"
@@ -609,6 +610,12 @@ static void writer_flush(etr_trace *tr, uint64_t *buffered) {
     }
     if (!fd_is_ours(tr)) {
       tr->jw.err = EBADF;
+    } else if (tr->restart_pending) { /* a flight-recorder dump replaces the file */
+      if (ftruncate(tr->fd, 0) != 0 || lseek(tr->fd, 0, SEEK_SET) < 0)
+        tr->jw.err = errno;
+      else
+        tr->jw.written = 0;
+      tr->restart_pending = false;
     } else if (tr->unseal_pending) {
       if (ftruncate(tr->fd, (off_t)tr->seal_off) != 0 ||
           lseek(tr->fd, (off_t)tr->seal_off, SEEK_SET) < 0)
@@ -656,6 +663,17 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
                            uint64_t *buffered, bool may_flush) {
   unseal(tr);
   uint32_t off = from, n = 0;
+  if (tr->ring) { /* kept in memory until a dump */
+    while (off + sizeof(etr__ev) <= to) {
+      const etr__ev *ev = (const etr__ev *)(const void *)(c->data + off);
+      if (!etr__ring_add(tr->ring, ev))
+        atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed);
+      n++;
+      off += ev->size;
+    }
+    atomic_store_explicit(&tr->ring_dropped, etr__ring_dropped(tr->ring), memory_order_relaxed);
+    return n;
+  }
   if (tr->binary) { /* the events as they are, in records of at most flush_bytes */
     while (off + sizeof(etr__ev) <= to) {
       uint32_t k = etr__bin_emit_events(tr, c->data, &off, to, tr->flush_bytes);
@@ -674,6 +692,50 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
     if (may_flush && tr->jw.len >= tr->flush_bytes) writer_flush(tr, buffered);
   }
   return n;
+}
+
+/* ---- flight recorder: a dump replaces the file with a trace of the ring ---- */
+
+typedef struct dump_ctx {
+  etr_trace *tr;
+  uint64_t buffered;
+} dump_ctx;
+
+static void dump_put(void *ctx, const etr__ev *ev) {
+  dump_ctx *d = ctx;
+  etr_trace *tr = d->tr;
+  if (tr->binary) {
+    uint32_t off = 0;
+    etr__bin_emit_events(tr, (const uint8_t *)ev, &off, ev->size, tr->flush_bytes);
+  } else {
+    etr__emit_event(tr, ev);
+  }
+  d->buffered++;
+  if (tr->jw.len >= tr->flush_bytes) writer_flush(tr, &d->buffered);
+}
+
+/* The caller has added the queued chunks and the threads' current events to the ring. */
+static void ring_dump(etr_trace *tr, int sig) {
+  uint64_t none = 0;
+  writer_flush(tr, &none);
+  if (atomic_load(&tr->failed)) return;
+  atomic_store(&tr->nodes_written, 0); /* of the trace the file holds from now on */
+  tr->restart_pending = true;
+  tr->any_node = false;
+  if (tr->binary)
+    etr__bin_emit_header(tr);
+  else
+    etr__emit_header(tr);
+  dump_ctx d = {tr, 0};
+  if (etr__ring_write(tr->ring, dump_put, &d) == UINT64_MAX)
+    etr__log(ETR_LOG_WARN,
+             "flight recorder: out of memory: ops still open at the dump have no "
+             "node (their children name them)");
+  writer_flush(tr, &d.buffered);
+  emit_footer(tr, sig);
+  d.buffered = 1; /* the process node */
+  writer_flush(tr, &d.buffered);
+  if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
 }
 
 static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {
@@ -774,6 +836,10 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
     peek_threads_locked(tr, buffered);
     pthread_mutex_unlock(&tr->q_mutex); /* (the caller takes it again) */
   }
+  if (tr->ring) { /* the flight recorder's trace replaces the file; nothing to cut later */
+    ring_dump(tr, sig);
+    return;
+  }
   unseal(tr);
   writer_flush(tr, buffered);
   if (atomic_load(&tr->failed)) return;
@@ -855,8 +921,12 @@ static void *writer_main(void *arg) {
       uint64_t gen = tr->flush_gen;
       peek_threads_locked(tr, &buffered);
       pthread_mutex_unlock(&tr->q_mutex);
-      writer_flush(tr, &buffered);
-      if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
+      if (tr->ring) {
+        if (flush_req) ring_dump(tr, 0); /* a flush of a flight recorder is a dump */
+      } else {
+        writer_flush(tr, &buffered);
+        if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
+      }
       /* An explicit flush is where deferred symbolization happens (besides close). */
       if (flush_req && tr->tbtab) {
         etr__tbtab_symbolize(tr->tbtab);
@@ -884,6 +954,10 @@ static void *writer_main(void *arg) {
   tr->flush_done = tr->flush_gen;
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
+  if (tr->ring) {
+    ring_dump(tr, 0);
+    return NULL;
+  }
   unseal(tr);
   emit_footer(tr, 0);
   buffered++; /* the process node */
@@ -915,7 +989,9 @@ static size_t put_text(char *buf, size_t at, size_t cap, const char *s, size_t n
  * nodes, so write the process node and a short footer ourselves. The traceback tables and
  * the buffered nodes are lost then; the file stays valid. */
 static void seal_direct(etr_trace *tr, int sig) {
-  if (tr->binary) return; /* a binary log needs no footer: etr convert reads any prefix */
+  /* A binary log needs no footer (etr convert reads any prefix); a flight recorder's file
+   * holds its last dump, which a handler cannot make (it allocates). */
+  if (tr->binary || tr->ring) return;
   int idle = ETR__IO_IDLE;
   if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_HANDLER)) return;
   if (tr->sealed || tr->jw.err || tr->seal_node_len == 0) return;
@@ -1066,6 +1142,8 @@ static void trace_free(etr_trace *tr, bool in_child) {
     c = o;
   }
   etr__tbtab_free(tr->tbtab);
+  etr__ring_free(tr->ring);
+  tr->ring = NULL;
   etr__idmap_free(tr->tensors);
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
@@ -1136,6 +1214,11 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
       etr__jw_set_gzip(&tr->jw, 1) != 0)
     rc = ETR_ENOMEM;
   if (rc == 0 && o.traceback.enabled) rc = tb_configure(tr, &o.traceback);
+  if (rc == 0 && o.ring_mb) { /* the flight recorder: no timed writes, a dump writes */
+    size_t mb = o.ring_mb > (1u << 20) ? (1u << 20) : o.ring_mb;
+    if (!(tr->ring = etr__ring_new(mb << 20))) rc = ETR_ENOMEM;
+    tr->flush_ns = INT64_MAX;
+  }
   if (rc == 0) {
     /* O_NONBLOCK: opening a FIFO with no reader must not block the host (ENXIO instead). */
     tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
@@ -1256,6 +1339,8 @@ int etr_trace_flush(etr_trace *tr) {
   return atomic_load(&tr->write_error) ? ETR_EIO : 0;
 }
 
+int etr_trace_dump(etr_trace *tr) { return etr_trace_flush(tr); }
+
 int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
 
 int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
@@ -1367,6 +1452,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   s->write_error = atomic_load(&tr->write_error);
   s->tracebacks_unique = atomic_load(&tr->tb_unique);
   s->frames_unique = atomic_load(&tr->tb_frames);
+  s->ring_dropped = atomic_load(&tr->ring_dropped);
 }
 
 int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {

@@ -219,11 +219,13 @@ struct etr_trace {
   bool seal_any_node;
   uint64_t seal_off; /* where the process node of that footer starts */
   struct etr__tbtab *tbtab;
+  struct etr__ring *ring; /* the flight recorder's (ring.h), NULL when off */
+  bool restart_pending;   /* a ring dump starts: cut the file to nothing at the next write */
 
   /* Counters shared by many threads (rare events) or written by the writer. */
   _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,
       threads_count, ops_open_at_disable, ops_open_at_thread_exit, ops_open_at_close,
-      nodes_dropped_writer, tb_unique, tb_frames, values_fixed, ends_cross_thread;
+      nodes_dropped_writer, tb_unique, tb_frames, values_fixed, ends_cross_thread, ring_dropped;
   _Atomic int write_error;
 };
 

@@ -19,14 +19,14 @@
 
 #include "observer/binlog.h"
 
-#define CHECK(cond, ...)                                           \
-  do {                                                             \
-    if (!(cond)) {                                                 \
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
       fprintf(stderr, "fuzz_convert: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                                \
-      fprintf(stderr, "\n");                                       \
-      abort();                                                     \
-    }                                                              \
+      fprintf(stderr, __VA_ARGS__);                               \
+      fprintf(stderr, "\n");                                      \
+      abort();                                                    \
+    }                                                             \
   } while (0)
 
 static int g_in = -1, g_out = -1;

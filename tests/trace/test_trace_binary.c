@@ -379,12 +379,43 @@ static void test_damaged_logs(void **state) {
   tu_rmdir(dir);
 }
 
+/* A flight recorder writing a binary log: the dump is a log etr convert makes a valid trace
+ * of, the open op a placeholder. */
+static void test_ring_as_binary_log(void **state) {
+  (void)state;
+  char dir[256], bin[300], out[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/ring.etr", dir);
+  snprintf(out, sizeof out, "%s/ring.json", dir);
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.ring_mb = 1;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(bin, &o, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  etr_record outer;
+  etr_record_init(&outer, "ring::outer", ETR_SCOPE_USER_SCOPE);
+  etr_record_begin(&outer);
+  record_ops(1500); /* more than the ring holds */
+  assert_int_equal(etr_trace_dump(tr), 0);
+  assert_int_equal(convert(bin, out), 0);
+  assert_valid(out);
+  tu_trace t;
+  tu_load_path(&t, out);
+  assert_non_null(tu_find(&t, "[etr|ring|unfinished]"));
+  assert_true(tu_stat(&t, "ring_dropped") > 0);
+  tu_free(&t);
+  etr_record_end(&outer);
+  assert_int_equal(etr_trace_close(tr), 0);
+  assert_int_equal(convert(bin, out), 0);
+  assert_valid(out);
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_same_trace_as_json),
-      TU_TEST(test_default_output_and_input_kept),
-      TU_TEST(test_cut_anywhere),
-      TU_TEST(test_damaged_logs),
+      TU_TEST(test_same_trace_as_json), TU_TEST(test_default_output_and_input_kept),
+      TU_TEST(test_cut_anywhere),       TU_TEST(test_damaged_logs),
+      TU_TEST(test_ring_as_binary_log),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,8 @@
  *                                    ours before), "host-return" (a handler installed before
  *                                    the trace that counts and returns: the program goes on,
  *                                    records 100 "after_signal" ops and closes: exit 0), or
- *                                    "host-exit" (a handler that _exits 7)
+ *                                    "host-exit" (a handler that _exits 7);
+ *                                    ETR_HELPER_RING_MB=n makes it a flight recorder
  *   trace_helper kill PATH THREADS   records on THREADS threads until killed (flush_ms 20),
  *                                    printing the nodes_written counter on stdout every
  *                                    2 ms; op names "k<thread>", seq_id = the op's number
@@ -146,6 +147,8 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   }
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.fatal_signals = true;
+  const char *ring = getenv("ETR_HELPER_RING_MB"); /* as a flight recorder */
+  if (ring) opt.ring_mb = (uint32_t)atoi(ring);
   etr_trace *t;
   if (etr_trace_open(path, &opt, &t) != 0 || etr_trace_enable(t) != 0) return 2;
   pthread_t th[2];

@@ -1,0 +1,43 @@
+/* The flight recorder's ring (ETR_TRACE_RING_MB, etr_trace_options.ring_mb): the latest
+ * events, kept in memory by the writer thread instead of being written, and written out as
+ * one complete trace by a dump (etr_trace_dump or etr_trace_flush, close, exit, a fatal
+ * signal when signals are on).
+ *
+ * Op events go to a circular buffer of a fixed size; the oldest are dropped (and counted) to
+ * make room. Thread events are kept apart and never dropped, so every kept op has its
+ * thread's node. Because events are in end order per thread, a kept op's parent is kept too
+ * unless it was still open at the dump; those, and forward ops (fw_parent) that were dropped,
+ * get a placeholder node so every reference of the written trace resolves.
+ *
+ * Writer thread only: no locks.
+ */
+#ifndef ETR_OBSERVER_RING_H
+#define ETR_OBSERVER_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "observer/trace_internal.h"
+
+#define ETR__RING_PLACEHOLDER "[etr|ring|unfinished]"
+
+typedef struct etr__ring etr__ring;
+
+/* A ring of `bytes` (rounded up to a multiple of 8); NULL when memory runs out. */
+etr__ring *etr__ring_new(size_t bytes);
+void etr__ring_free(etr__ring *r); /* NULL is a no-op */
+
+/* Keep a copy of ev (dropping the oldest op events as needed); false when memory runs out
+ * (the event is lost and counted as dropped). */
+bool etr__ring_add(etr__ring *r, const etr__ev *ev);
+
+/* Op events dropped so far to make room. */
+uint64_t etr__ring_dropped(const etr__ring *r);
+
+/* Hand every event of a complete trace to put, in the order a trace holds them: the thread
+ * events, the kept op events oldest first, then a placeholder for each op a kept event names
+ * (ctrl_deps parent or fw_parent) that is not among them. Returns the placeholders made, or
+ * UINT64_MAX when memory ran out (the events are all handed over, without placeholders). */
+uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev), void *ctx);
+
+#endif
