@@ -207,8 +207,9 @@ uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev)
     p = event_at(r, p);
     const etr__ev *ev = (const etr__ev *)(const void *)(r->buf + p);
     put(ctx, ev);
-    if (ok && (!note_ref(&miss, &kept, ev->parent, ev->tid, ev, true) ||
-               !note_ref(&miss, &kept, ev->fw_parent, ev->fw_tid ? ev->fw_tid : ev->tid, ev, false)))
+    if (ok &&
+        (!note_ref(&miss, &kept, ev->parent, ev->tid, ev, true) ||
+         !note_ref(&miss, &kept, ev->fw_parent, ev->fw_tid ? ev->fw_tid : ev->tid, ev, false)))
       ok = false;
     p += ev->size;
   }

@@ -336,7 +336,7 @@ static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *
     /* The pattern sees the name as the trace records it, cut at ETR__STRING_MAX bytes: a
      * huge name costs no more than one at the limit (hash, match). */
     const char *n = name ? name : "";
-    size_t len = strnlen(n, ETR__STRING_MAX + 1);
+    size_t len = strnlen(n, ETR__STRING_MAX + 4); /* a character across the cut, whole */
     if (len > ETR__STRING_MAX) len = etr__utf8_cut(n, len, ETR__STRING_MAX);
     uint64_t h = name_hash(n, len);
     size_t i = (size_t)((h ^ ((uintptr_t)n >> 4)) & 15);
