@@ -28,8 +28,8 @@ static int tensor_impl[4], tensor_stor[4];
 
 static void op_seq(const char *name, int64_t seq, uint64_t fw_parent) {
   const int64_t sz[2] = {16, 16};
-  etr_tensor t = {&tensor_impl[seq % 4], &tensor_stor[seq % 4], 0, 256, 4, "float", "cpu", 2,
-                  sz, NULL};
+  etr_tensor t = {
+      &tensor_impl[seq % 4], &tensor_stor[seq % 4], 0, 256, 4, "float", "cpu", 2, sz, NULL};
   etr_value in[2] = {etr_value_tensor(&t), etr_value_int(seq)};
   etr_record r;
   etr_record_init(&r, name, ETR_SCOPE_FUNCTION);
@@ -147,7 +147,7 @@ static void test_forward_op_placeholder(void **state) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, forward_thread, NULL), 0);
   pthread_barrier_wait(&fw_bar);
-  assert_int_equal(etr_trace_flush(t.trace), 0); /* the children reach the ring */
+  assert_int_equal(etr_trace_flush(t.trace), 0);               /* the children reach the ring */
   for (int64_t i = 0; i < 20000; i++) op_seq("r::fill", i, 0); /* and are dropped */
   etr_record bw;
   etr_record_init(&bw, "r::backward", ETR_SCOPE_BACKWARD_FUNCTION);
@@ -213,8 +213,8 @@ static void test_dump_without_a_ring(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_keeps_the_latest),          TU_TEST(test_dump_with_an_open_op),
-      TU_TEST(test_forward_op_placeholder),        TU_TEST(test_fatal_signal_writes_the_ring),
+      TU_TEST(test_keeps_the_latest),       TU_TEST(test_dump_with_an_open_op),
+      TU_TEST(test_forward_op_placeholder), TU_TEST(test_fatal_signal_writes_the_ring),
       TU_TEST(test_dump_without_a_ring),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
