@@ -264,7 +264,7 @@ static rep_result run_rep(phase_kind kind, const char *path, pool *pools, int nt
   if (strcmp(path, "/dev/null") != 0) unlink(path);
   if (kind == PH_TRACE) {
     etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-    opt.traceback = g_tb;
+    opt.traceback = &g_tb;
     if ((rc = etr_trace_open(path, &opt, &tr)) != 0) die_etr("etr_trace_open", rc);
     if ((rc = etr_trace_enable(tr)) != 0) die_etr("etr_trace_enable", rc);
   } else if (kind == PH_BASELINE && (rc = pt_baseline_open(path, &bl)) != 0) {

@@ -1656,7 +1656,7 @@ int main(int argc, char **argv) {
   if (out != NULL) {
     etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
     opt.schema = schema;
-    opt.traceback = tb;
+    opt.traceback = &tb;
     int rc = etr_trace_open(out, &opt, &trace);
     if (rc == ETR_EBUSY) {
       fprintf(stderr, PROG ": etr_trace_open(%s): a trace is already open (is ETR_TRACE set?)\n",

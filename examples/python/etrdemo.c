@@ -492,12 +492,14 @@ static PyObject *etrdemo_open(PyObject *self, PyObject *args, PyObject *kw) {
     return NULL;
   }
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = tb != 0;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = tb != 0;
   free(trace_pattern);
   trace_pattern = pattern ? strdup(pattern) : NULL;
-  opt.traceback.pattern = trace_pattern;
-  opt.traceback.every = every;
-  opt.traceback.max_depth = depth;
+  opt_tb.pattern = trace_pattern;
+  opt_tb.every = every;
+  opt_tb.max_depth = depth;
   int rc = etr_trace_open(path, &opt, &trace);
   if (rc != 0) {
     trace = NULL;

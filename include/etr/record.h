@@ -112,6 +112,9 @@ typedef struct etr_record {
   uint64_t _rf_id;  /* unique record handle (the "rf_id" attr) */
   uint32_t _state;  /* 0 unobserved, 1 prepared, 2 begun, 3 ended, 4 ended failed */
   uint32_t _tid;    /* logical id of the owning thread */
+  uint32_t _size;   /* sizeof(etr_record) the runtime was built with (set by etr_record_init
+                       when the record is observed): fields added later are read only when
+                       it covers them */
 } etr_record;
 
 /* Nonzero while at least one observer is enabled somewhere. Read it only through the inline
@@ -136,7 +139,10 @@ static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const cha
   rec->_active = 0;
   rec->_state = 0;
 #ifndef ETR_DISABLE
-  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0)) etr__record_prepare(rec, name, scope);
+  if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0)) {
+    rec->_size = (uint32_t)sizeof *rec;
+    etr__record_prepare(rec, name, scope);
+  }
 #else
   (void)name;
   (void)scope;

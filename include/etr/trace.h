@@ -35,12 +35,13 @@ typedef enum etr_schema {
 typedef struct etr_trace_options {
   size_t struct_size; /* sizeof(etr_trace_options) */
   etr_schema schema;
-  bool no_timing;                  /* omit ts / inclusive_dur / exclusive_dur */
-  uint32_t buffer_kb;              /* per-thread buffer chunk size; 0 = 64 KiB */
-  uint32_t max_buffers;            /* chunks queued for the writer before recorders wait; 0 = 64 */
-  double sample_probability;       /* record this fraction of ops; 0 = all */
-  uint32_t scopes;                 /* bit (1u << scope) per recorded scope; 0 = all */
-  etr_traceback_options traceback; /* tracebacks on recorded ops (etr/traceback.h); off */
+  bool no_timing;            /* omit ts / inclusive_dur / exclusive_dur */
+  uint32_t buffer_kb;        /* per-thread buffer chunk size; 0 = 64 KiB */
+  uint32_t max_buffers;      /* chunks queued for the writer before recorders wait; 0 = 64 */
+  double sample_probability; /* record this fraction of ops; 0 = all */
+  uint32_t scopes;           /* bit (1u << scope) per recorded scope; 0 = all */
+  const etr_traceback_options *traceback; /* tracebacks on recorded ops (etr/traceback.h);
+                                            NULL = off; read at open only */
   /* Durability (docs/RELIABILITY.md). A node completed at time t is in the file (written
    * with write(2), so it survives kill -9) by t + flush_ms, whatever its thread does next;
    * the writer also writes whenever flush_kb of JSON is buffered. */
@@ -64,10 +65,10 @@ typedef struct etr_trace_options {
                          fatal signal when fatal_signals is on; 0 = off (ETR_TRACE_RING_MB) */
 } etr_trace_options;
 #define ETR_FLUSH_NEVER UINT32_MAX
-#define ETR_TRACE_OPTIONS_INIT                                                                    \
-  {                                                                                               \
-    sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, ETR_TRACEBACK_OPTIONS_INIT, \
-        0, 0, false, false, 0, false, 0                                                           \
+#define ETR_TRACE_OPTIONS_INIT                                                                     \
+  {                                                                                                \
+    sizeof(etr_trace_options), ETR_SCHEMA_1_1_1, false, 0, 0, 0.0, 0, NULL, 0, 0, false, false, 0, \
+        false, 0                                                                                   \
   }
 
 typedef struct etr_trace etr_trace;

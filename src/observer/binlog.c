@@ -93,7 +93,7 @@ uint32_t etr__bin_emit_events(etr_trace *tr, const uint8_t *data, uint32_t *off,
      * (its frames go to the trailer's tables) and the event keeps its index. */
     etr__ev h = *ev;
     const uint64_t *words = (const uint64_t *)(const void *)(ev + 1);
-    if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
+    if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->tb_symbolize);
     uint64_t idx =
         tr->tbtab ? etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n) : UINT64_MAX;
     if (tr->tbtab)

@@ -386,7 +386,7 @@ static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t s
 
 /* The "traceback" attr: the index of the op's frame sequence in the tracebacks table. */
 static void traceback_attr(etr_trace *tr, const etr__ev *ev, const uint64_t *words) {
-  if (!tr->tbtab && !(tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize))) return;
+  if (!tr->tbtab && !(tr->tbtab = etr__tbtab_new(tr->tb_symbolize))) return;
   uint64_t idx = etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n);
   if (idx == UINT64_MAX) return;
   atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
@@ -634,7 +634,7 @@ int64_t etr__footer_time_ms(void) {
 
 bool etr__footer_tables(etr_trace *tr, etr__jw *out) {
   if (!tr->tbtab && !atomic_load(&tr->tb_ever)) return false;
-  if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->opt.traceback.symbolize);
+  if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->tb_symbolize);
   if (!tr->tbtab) return false;
   etr__tbtab_emit(tr->tbtab, out);
   atomic_store(&tr->tb_frames, etr__tbtab_frames(tr->tbtab));

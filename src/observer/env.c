@@ -183,7 +183,8 @@ __attribute__((constructor)) static void etr_env_start(void) {
     else
       opt.buffer_kb = (uint32_t)kb;
   }
-  env_traceback(&opt.traceback);
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT, tb_open;
+  env_traceback(&tb);
   opt.flush_ms = env_count("ETR_TRACE_FLUSH_MS", 86400000ul);
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
   opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
@@ -193,8 +194,9 @@ __attribute__((constructor)) static void etr_env_start(void) {
   opt.fatal_signals = env_flag_on(getenv("ETR_TRACE_SIGNALS"));
   /* Every trace describes its process groups (the default one at least), as PyTorch's does:
    * that node is recorded first, without a traceback (it would show this constructor). */
-  etr_traceback_options tb = opt.traceback;
-  opt.traceback.enabled = false;
+  tb_open = tb; /* the symbolize mode is fixed at open; capture starts below */
+  tb_open.enabled = false;
+  opt.traceback = &tb_open;
   etr_trace *tr;
   int rc = etr_trace_open(full, &opt, &tr);
   if (rc != 0) {

@@ -1213,7 +1213,17 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   if (rc == 0 && plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
       etr__jw_set_gzip(&tr->jw, 1) != 0)
     rc = ETR_ENOMEM;
-  if (rc == 0 && o.traceback.enabled) rc = tb_configure(tr, &o.traceback);
+  if (rc == 0 && o.traceback) {
+    etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+    size_t n = o.traceback->struct_size && o.traceback->struct_size < sizeof tb
+                   ? o.traceback->struct_size
+                   : sizeof tb;
+    memcpy(&tb, o.traceback, n);
+    if ((unsigned)tb.symbolize > ETR_SYMBOLIZE_MODULE) rc = ETR_EINVAL;
+    tr->tb_symbolize = tb.symbolize;
+    if (rc == 0 && tb.enabled) rc = tb_configure(tr, &tb);
+  }
+  tr->opt.traceback = NULL;   /* the caller's; copied above */
   if (rc == 0 && o.ring_mb) { /* the flight recorder: no timed writes, a dump writes */
     size_t mb = o.ring_mb > (1u << 20) ? (1u << 20) : o.ring_mb;
     if (!(tr->ring = etr__ring_new(mb << 20))) rc = ETR_ENOMEM;

@@ -162,8 +162,9 @@ struct etr_trace {
   etr_trace_stats final_stats; /* of a closed trace */
   pid_t pid;
   int fd;
-  bool binary;   /* a binary event log (binlog.h), not JSON */
-  char when[24]; /* local wall time at open, for the header */
+  bool binary;                     /* a binary event log (binlog.h), not JSON */
+  etr_symbolize_mode tb_symbolize; /* fixed at open (opt.traceback is not kept) */
+  char when[24];                   /* local wall time at open, for the header */
   etr_trace_options opt;
   etr_observer_id obs;
   int64_t start_ms;

@@ -836,9 +836,11 @@ static void test_null_trace_and_bad_args_return_errors(void **state) {
     assert_int_equal(etr_trace_open(path, &o, &tr), ETR_EINVAL);
   }
   o = (etr_trace_options)ETR_TRACE_OPTIONS_INIT;
-  o.traceback.struct_size = sizeof o.traceback;
-  o.traceback.enabled = true;
-  o.traceback.max_depth = 100000; /* beyond the maximum (256) */
+  etr_traceback_options o_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  o.traceback = &o_tb;
+  o_tb.struct_size = sizeof o_tb;
+  o_tb.enabled = true;
+  o_tb.max_depth = 100000; /* beyond the maximum (256) */
   assert_int_equal(etr_trace_open(path, &o, &tr), ETR_EINVAL);
   assert_int_equal(access(path, F_OK), -1); /* no failed open left a file */
   char nodir[400];

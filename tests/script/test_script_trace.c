@@ -137,7 +137,9 @@ static void test_trace_with_script_frames(void **state) {
   assert_int_equal(etr_script_unwinder_register(&u), 0);
 
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
   assert_int_equal(etr_trace_open(path, &opt, &trace), 0);
   assert_int_equal(etr_trace_enable(trace), 0);
   pthread_t t[NTHREADS];

@@ -101,7 +101,9 @@ static void test_known_chain(void **state) {
   (void)state;
   tu_trace t;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
   tu_open(&t, &opt);
   tb_root("tb::chain");
   tu_close_ok(&t);
@@ -129,7 +131,9 @@ static void test_identical_stacks_share(void **state) {
   (void)state;
   tu_trace t;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
   tu_open(&t, &opt);
   for (int i = 0; i < 50; i++) tb_root("tb::same"); /* one call site: one stack */
   tb_mid("tb::other");                              /* a different stack */
@@ -155,9 +159,11 @@ static void test_pattern_and_every(void **state) {
   (void)state;
   tu_trace t;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
-  opt.traceback.pattern = "tb::pick*";
-  opt.traceback.every = 4;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
+  opt_tb.pattern = "tb::pick*";
+  opt_tb.every = 4;
   tu_open(&t, &opt);
   for (int i = 0; i < 40; i++) {
     tb_leaf("tb::picked");
@@ -193,8 +199,10 @@ static void test_pattern_on_huge_names(void **state) {
   tail[big] = '\0';
   tu_trace t;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
-  opt.traceback.pattern = "*tb::pick*";
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
+  opt_tb.pattern = "*tb::pick*";
   tu_open(&t, &opt);
   for (int i = 0; i < 3; i++) {
     tb_leaf(head);
@@ -248,8 +256,10 @@ static void test_depth_limit(void **state) {
   (void)state;
   tu_trace t;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
-  opt.traceback.max_depth = 8;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
+  opt_tb.max_depth = 8;
   tu_open(&t, &opt);
   tb_recurse(100);
   tu_close_ok(&t);
@@ -266,8 +276,10 @@ static void test_module_mode(void **state) {
   (void)state;
   tu_trace t;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
-  opt.traceback.symbolize = ETR_SYMBOLIZE_MODULE;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
+  opt_tb.symbolize = ETR_SYMBOLIZE_MODULE;
   tu_open(&t, &opt);
   tb_root("tb::module");
   tu_close_ok(&t);
@@ -297,7 +309,9 @@ static void test_counters(void **state) {
   memset(&after, 0, sizeof after);
   assert_int_equal(etr_traceback_stats_get(&before), 0);
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
   tu_open(&t, &opt);
   for (int i = 0; i < 20; i++) tb_root("tb::count");
   etr_trace_stats ts;
@@ -319,13 +333,15 @@ static void test_counters(void **state) {
 static void test_bad_options(void **state) {
   (void)state;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  opt.traceback.enabled = true;
-  opt.traceback.max_depth = 1000;
+  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+  opt.traceback = &opt_tb;
+  opt_tb.enabled = true;
+  opt_tb.max_depth = 1000;
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
   assert_null(tr);
-  opt.traceback.max_depth = 0;
-  opt.traceback.symbolize = (etr_symbolize_mode)7;
+  opt_tb.max_depth = 0;
+  opt_tb.symbolize = (etr_symbolize_mode)7;
   assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
 }
 
