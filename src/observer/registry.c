@@ -138,6 +138,16 @@ static void unlink_thread(etr__thread *t) {
 
 static void remove_slot_locked_and_wait(int i, bool wait);
 
+static _Atomic(const etr__registry_hooks *) g_hooks;
+
+void etr__registry_set_hooks(const etr__registry_hooks *hooks) {
+  atomic_store_explicit(&g_hooks, hooks, memory_order_release);
+}
+
+static inline const etr__registry_hooks *hooks(void) {
+  return atomic_load_explicit(&g_hooks, memory_order_acquire);
+}
+
 static void thread_exit(void *arg) {
   etr__thread *t = arg;
   /* Thread-local observers die with their thread. */
@@ -148,7 +158,8 @@ static void thread_exit(void *arg) {
       remove_slot_locked_and_wait(i, false);
   }
   pthread_mutex_unlock(&reg_lock);
-  etr__trace_thread_exit(t);
+  const etr__registry_hooks *h = hooks();
+  if (h && h->thread_exit) h->thread_exit(t);
   tls_self = NULL;
   tls_gone = true;
   pthread_mutex_lock(&threads_lock);
@@ -465,14 +476,16 @@ void etr__record_end_failed(etr_record *rec) { record_end(rec, 4); }
 /* Same order as everywhere else: the trace's locks (etr_trace_open holds them while it adds
  * its observer), then reg_lock, then threads_lock. */
 static void fork_prepare(void) {
-  etr__trace_before_fork();
+  const etr__registry_hooks *h = hooks();
+  if (h && h->before_fork) h->before_fork();
   pthread_mutex_lock(&reg_lock);
   pthread_mutex_lock(&threads_lock);
 }
 
 static void fork_parent(void) {
   pthread_mutex_unlock(&threads_lock);
-  etr__trace_after_fork_parent();
+  const etr__registry_hooks *h = hooks();
+  if (h && h->after_fork_parent) h->after_fork_parent();
   pthread_mutex_unlock(&reg_lock);
 }
 
@@ -490,6 +503,7 @@ static void fork_child(void) {
     t = next;
   }
   pthread_mutex_unlock(&threads_lock);
-  etr__trace_after_fork_child();
+  const etr__registry_hooks *h = hooks();
+  if (h && h->after_fork_child) h->after_fork_child();
   pthread_mutex_unlock(&reg_lock);
 }

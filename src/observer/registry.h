@@ -24,7 +24,8 @@ struct etr__thread {
   uint64_t rf_next, rf_end;      /* block of record handles */
   /* Per-thread counters: written by the owner only, read by stats. */
   _Atomic uint64_t n_observed, n_ends_without_begin, n_begins_repeated, n_in_callbacks;
-  /* The trace observer's state for this thread, valid while trace_serial matches. */
+  /* State an observer module keeps for this thread (the trace observer's, through the hooks
+   * below), valid while trace_serial matches; the registry only clears it. */
   void *trace_state;
   uint64_t trace_serial;
   /* Return address of the runtime's call to etr__record_begin: tracebacks captured in an
@@ -60,11 +61,16 @@ void etr__wait_ids(void);
 /* In a forked child, with the registry lock held: forget an observer without waiting. */
 void etr__observer_drop_in_child(uint64_t id);
 
-/* Called by the registry when a thread exits (before its state is freed). */
-void etr__trace_thread_exit(etr__thread *self);
-/* Called in the child after fork, single-threaded, after the registry has reset itself. */
-void etr__trace_after_fork_child(void);
-void etr__trace_before_fork(void);
-void etr__trace_after_fork_parent(void);
+/* Events of the registry's threads and of fork that an observer module needs (the trace
+ * observer sets them when its first trace opens): the registry calls them and knows nothing
+ * else of that module. Any member may be NULL. */
+typedef struct etr__registry_hooks {
+  void (*thread_exit)(etr__thread *self); /* a thread exits, before its state is freed */
+  void (*before_fork)(void);              /* before the registry takes its locks */
+  void (*after_fork_parent)(void);        /* with the registry lock still held */
+  void (*after_fork_child)(void);         /* single-threaded, the registry reset */
+} etr__registry_hooks;
+/* Install hooks (static storage; replaces the previous ones). Any thread. */
+void etr__registry_set_hooks(const etr__registry_hooks *hooks);
 
 #endif

@@ -531,7 +531,7 @@ static void finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter) {
   ts->finished = true;
 }
 
-void etr__trace_thread_exit(etr__thread *thr) {
+static void on_thread_exit(etr__thread *thr) {
   pthread_mutex_lock(&g_lock);
   etr_trace *tr = g_trace;
   if (tr && thr->trace_state && thr->trace_serial == tr->serial && tr->pid == getpid()) {
@@ -1162,7 +1162,17 @@ static void trace_free(etr_trace *tr, bool in_child) {
   pthread_cond_destroy(&tr->done_cond);
 }
 
+/* The registry's thread-exit and fork events (registry.h), from the first open on. */
+static void on_before_fork(void);
+static void on_after_fork_parent(void);
+static void on_after_fork_child(void);
+static const etr__registry_hooks g_hooks = {on_thread_exit, on_before_fork, on_after_fork_parent,
+                                            on_after_fork_child};
+static pthread_once_t g_hooks_once = PTHREAD_ONCE_INIT;
+static void install_hooks(void) { etr__registry_set_hooks(&g_hooks); }
+
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
+  pthread_once(&g_hooks_once, install_hooks);
   if (out) *out = NULL;
   if (!path || !*path || !out) return ETR_EINVAL;
   if (opt && opt->struct_size != 0 && opt->struct_size < offsetof(etr_trace_options, no_timing))
@@ -1480,7 +1490,7 @@ int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {
 
 /* ---- fork ---- */
 
-void etr__trace_before_fork(void) {
+static void on_before_fork(void) {
   pthread_mutex_lock(&g_lock);
   if (g_trace) {
     pthread_mutex_lock(&g_trace->threads_mutex);
@@ -1488,7 +1498,7 @@ void etr__trace_before_fork(void) {
   }
 }
 
-void etr__trace_after_fork_parent(void) {
+static void on_after_fork_parent(void) {
   if (g_trace) {
     pthread_mutex_unlock(&g_trace->q_mutex);
     pthread_mutex_unlock(&g_trace->threads_mutex);
@@ -1496,7 +1506,7 @@ void etr__trace_after_fork_parent(void) {
   pthread_mutex_unlock(&g_lock);
 }
 
-void etr__trace_after_fork_child(void) {
+static void on_after_fork_child(void) {
   etr_trace *tr = g_trace;
   if (tr) {
     pthread_mutex_unlock(&tr->q_mutex);

@@ -13,7 +13,8 @@
 #include <etr/etr.h>
 
 #if defined(__x86_64__) && defined(__LP64__)
-#define F(type, field, off) {#type, #field, offsetof(type, field), off}
+#define F(type, field, off) \
+  { #type, #field, offsetof(type, field), off }
 static const struct {
   const char *type, *field;
   size_t got, want;
@@ -168,7 +169,8 @@ static const struct {
     F(etr_tensor, sizes, 64),
     F(etr_tensor, strides, 72),
 };
-#define S(type, size) {#type, sizeof(type), size}
+#define S(type, size) \
+  { #type, sizeof(type), size }
 static const struct {
   const char *type;
   size_t got, want;
@@ -193,8 +195,8 @@ int main(void) {
   int bad = 0;
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
     if (fields[i].got != fields[i].want) {
-      printf("%s.%s at offset %zu, frozen at %zu\n", fields[i].type, fields[i].field,
-             fields[i].got, fields[i].want);
+      printf("%s.%s at offset %zu, frozen at %zu\n", fields[i].type, fields[i].field, fields[i].got,
+             fields[i].want);
       bad = 1;
     }
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
