@@ -137,7 +137,7 @@ typedef struct etr_trace_stats {
   int write_error;                  /* errno of the first write error, 0 if none */
   uint64_t tracebacks;              /* ops that carry a traceback */
   uint64_t tracebacks_unique;       /* entries of the "tracebacks" table */
-  uint64_t frames_unique;           /* entries of the "frames" table (known at flush/close) */
+  uint64_t frames_unique;           /* entries of the "frames" table (updated at flush/close) */
   uint64_t values_fixed;            /* values written changed to stay valid: a negative tensor
                                        offset, numel or itemsize as 0; type-name characters
                                        ()[],<> in a dtype or object kind as '_'; an empty or

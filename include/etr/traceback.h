@@ -3,8 +3,9 @@
  * The execution-trace observer can capture a traceback on selected ops (etr_trace_options:
  * traceback, traceback_pattern, traceback_every; or ETR_TRACE_TRACEBACK* in the
  * environment). The recording thread stores instruction pointers only; each unique address
- * is symbolized once (function, source file, line; C++ names demangled) when the trace is
- * flushed or closed, in process, with elfutils' libdw, falling back to dladdr and then to
+ * is symbolized once (function, source file, line; C++ names demangled) by the writer
+ * thread when a new stack first reaches it, in process, with elfutils' libdw, falling back
+ * to dladdr and then to
  * "module+0xoffset". A node carries the attr "traceback" (an index into the "tracebacks"
  * table written after "finish_ts"); "frames" holds each unique frame once (docs/FORMAT.md).
  *

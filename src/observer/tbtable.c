@@ -5,8 +5,11 @@
  *    points at a frame;
  *  - frames: one per unique written frame ({name, filename, line}, plus module, build id
  *    and offset in module mode), in first-seen order: the "frames" table;
- *  - tracebacks: one per unique sequence of sites: the "tracebacks" table, whose index is
- *    the node's "traceback" attr (known when the node is written, before symbolization).
+ *  - site sequences: one per unique sequence of sites (return addresses), each mapped to
+ *  - tracebacks: one per unique sequence of frames: the "tracebacks" table, whose index is
+ *    the node's "traceback" attr. A new site sequence is symbolized when first seen (each
+ *    address once; the module is still loaded then), so two call sites that read the same
+ *    (same function, file and line) share one entry.
  * Addresses are return addresses, so the call instruction is looked up (address - 1).
  */
 #include "observer/tbtable.h"
@@ -61,6 +64,15 @@ struct etr__tbtab {
   uint32_t n_tbs, cap_tbs;
   uint32_t *tb_index;
   uint32_t tb_slots;
+  uint32_t *pub_of; /* site sequence -> its traceback (UINT32_MAX: not known yet) */
+  uint32_t cap_pub_of;
+  /* tracebacks: frame sequences back to back, as the table is written */
+  uint32_t *pseq;
+  uint32_t pseq_len, pseq_cap;
+  uint32_t *pub_off; /* pub_off[n_pub] = pseq_len */
+  uint32_t n_pub, cap_pub;
+  uint32_t *pub_index;
+  uint32_t pub_slots;
   /* Recent raw sequences (hash of gen and words) to their traceback: most ops repeat a
    * stack seen moments ago, and this skips the per-frame site lookups for them. */
   struct {
@@ -132,6 +144,10 @@ static uint64_t tb_hash(const etr__tbtab *t, uint32_t i) {
   return seq_hash(t->seq + t->tb_off[i], t->tb_off[i + 1] - t->tb_off[i]);
 }
 
+static uint64_t pub_hash(const etr__tbtab *t, uint32_t i) {
+  return seq_hash(t->pseq + t->pub_off[i], t->pub_off[i + 1] - t->pub_off[i]);
+}
+
 static const char *copy_str(etr__tbtab *t, const char *s) {
   size_t n = strlen(s);
   strblock *b = malloc(sizeof *b + n + 1);
@@ -151,6 +167,12 @@ etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode) {
     return NULL;
   }
   t->tb_off[0] = 0;
+  if (!grow((void **)&t->pub_off, &t->cap_pub, sizeof *t->pub_off, 1)) {
+    free(t->tb_off);
+    free(t);
+    return NULL;
+  }
+  t->pub_off[0] = 0;
   return t;
 }
 
@@ -165,6 +187,10 @@ void etr__tbtab_free(etr__tbtab *t) {
   free(t->seq);
   free(t->tb_off);
   free(t->tb_index);
+  free(t->pub_of);
+  free(t->pseq);
+  free(t->pub_off);
+  free(t->pub_index);
   while (t->strings) {
     strblock *n = t->strings->next;
     free(t->strings);
@@ -210,18 +236,27 @@ static bool same_raw(const etr__tbtab *t, uint32_t tb, uint64_t gen, const uint6
 }
 
 static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n);
+static uint32_t traceback_of(etr__tbtab *t, uint32_t sites);
+
+/* The traceback of site sequence i, found (symbolizing it) the first time. */
+static uint64_t public_index(etr__tbtab *t, uint32_t i) {
+  if (t->pub_of[i] == UINT32_MAX) {
+    etr__tbtab_symbolize(t);
+    t->pub_of[i] = traceback_of(t, i);
+  }
+  return t->pub_of[i] == UINT32_MAX ? UINT64_MAX : t->pub_of[i];
+}
 
 uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
   uint64_t h = raw_hash(gen, words, n);
   size_t slot = (size_t)(h >> 54); /* 1024 entries */
   if (t->recent[slot].hash == h && same_raw(t, t->recent[slot].tb, gen, words, n))
-    return t->recent[slot].tb;
-  uint64_t tb = intern_sites(t, gen, words, n);
-  if (tb != UINT64_MAX) {
-    t->recent[slot].hash = h;
-    t->recent[slot].tb = (uint32_t)tb;
-  }
-  return tb;
+    return public_index(t, t->recent[slot].tb);
+  uint64_t sites = intern_sites(t, gen, words, n);
+  if (sites == UINT64_MAX) return UINT64_MAX;
+  t->recent[slot].hash = h;
+  t->recent[slot].tb = (uint32_t)sites;
+  return public_index(t, (uint32_t)sites);
 }
 
 static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
@@ -242,7 +277,10 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
     uint32_t len = t->tb_off[i + 1] - t->tb_off[i];
     if (len == n && memcmp(t->seq + t->tb_off[i], cand, n * sizeof *cand) == 0) return i;
   }
-  if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2)) return UINT64_MAX;
+  if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2) ||
+      !grow((void **)&t->pub_of, &t->cap_pub_of, sizeof *t->pub_of, t->n_tbs + 1))
+    return UINT64_MAX;
+  t->pub_of[t->n_tbs] = UINT32_MAX;
   t->seq_len += n;
   t->tb_off[++t->n_tbs] = t->seq_len;
   t->tb_index[h] = t->n_tbs;
@@ -341,6 +379,36 @@ static void resolve(etr__tbtab *t, site *s) {
   add_site_frame(t, s, &f);
 }
 
+/* The traceback (frame sequence) of site sequence i, whose sites are symbolized: added when
+ * new. UINT32_MAX when memory runs out. */
+static uint32_t traceback_of(etr__tbtab *t, uint32_t i) {
+  uint32_t need = 0;
+  for (uint32_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) need += t->sites[t->seq[k]].count;
+  if (!grow((void **)&t->pseq, &t->pseq_cap, sizeof *t->pseq, t->pseq_len + need))
+    return UINT32_MAX;
+  uint32_t *cand = t->pseq + t->pseq_len, n = 0;
+  for (uint32_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
+    const site *st = &t->sites[t->seq[k]];
+    for (uint32_t j = 0; j < st->count; j++) cand[n++] = t->site_frames[st->first + j];
+  }
+  if ((t->n_pub + 1) * 2 > t->pub_slots &&
+      !rehash(&t->pub_index, &t->pub_slots, t->n_pub, t, pub_hash))
+    return UINT32_MAX;
+  uint32_t mask = t->pub_slots - 1;
+  uint32_t h = (uint32_t)seq_hash(cand, n) & mask;
+  for (; t->pub_index[h]; h = (h + 1) & mask) {
+    uint32_t p = t->pub_index[h] - 1;
+    if (t->pub_off[p + 1] - t->pub_off[p] == n &&
+        memcmp(t->pseq + t->pub_off[p], cand, n * sizeof *cand) == 0)
+      return p;
+  }
+  if (!grow((void **)&t->pub_off, &t->cap_pub, sizeof *t->pub_off, t->n_pub + 2)) return UINT32_MAX;
+  t->pseq_len += n;
+  t->pub_off[++t->n_pub] = t->pseq_len;
+  t->pub_index[h] = t->n_pub;
+  return t->n_pub - 1;
+}
+
 void etr__tbtab_symbolize(etr__tbtab *t) {
   for (; t->next_unresolved < t->n_sites; t->next_unresolved++)
     resolve(t, &t->sites[t->next_unresolved]);
@@ -382,22 +450,17 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
     etr__jw_end(w, o);
   }
   ETR__JW_LIT(w, "\n  ],\n  \"tracebacks\": [");
-  for (uint32_t i = 0; i < t->n_tbs; i++) {
+  for (uint32_t i = 0; i < t->n_pub; i++) {
     if (i) etr__jw_char(w, ',');
     ETR__JW_LIT(w, "\n    [");
-    bool first = true;
-    for (uint32_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) {
-      const site *st = &t->sites[t->seq[k]];
-      for (uint32_t j = 0; j < st->count; j++) {
-        if (!first) ETR__JW_LIT(w, ", ");
-        first = false;
-        etr__jw_u64(w, t->site_frames[st->first + j]);
-      }
+    for (uint32_t k = t->pub_off[i]; k < t->pub_off[i + 1]; k++) {
+      if (k > t->pub_off[i]) ETR__JW_LIT(w, ", ");
+      etr__jw_u64(w, t->pseq[k]);
     }
     etr__jw_char(w, ']');
   }
   ETR__JW_LIT(w, "\n  ],\n  ");
 }
 
-uint64_t etr__tbtab_tracebacks(const etr__tbtab *t) { return t ? t->n_tbs : 0; }
+uint64_t etr__tbtab_tracebacks(const etr__tbtab *t) { return t ? t->n_pub : 0; }
 uint64_t etr__tbtab_frames(const etr__tbtab *t) { return t ? t->n_frames : 0; }

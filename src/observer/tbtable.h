@@ -1,7 +1,8 @@
 /* The trace's traceback tables, kept by the writer thread: each unique traceback gets an
- * index (the node's "traceback" attr) when its node is written; frames are symbolized once
- * per unique address at flush or close, and written after "finish_ts" as "frames" (each
- * unique {name, filename, line} once) and "tracebacks" (frame indices, innermost first).
+ * index (the node's "traceback" attr) when its node is written; a new stack's addresses are
+ * symbolized then (each once), so the index is that of its frame sequence: tracebacks that
+ * read the same share it. Written after "finish_ts" as "frames" (each unique {name,
+ * filename, line} once) and "tracebacks" (frame indices, innermost first, each once).
  *
  * Used by the writer thread only: no locks.
  */

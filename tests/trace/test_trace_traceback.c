@@ -183,6 +183,35 @@ static void test_pattern_and_every(void **state) {
   tu_free(&t);
 }
 
+/* Two call sites on one line read the same once symbolized (function, file, line): one
+ * entry of the tracebacks table, which holds each traceback once. */
+static void test_same_line_sites_share(void **state) {
+  (void)state;
+  tu_trace t;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  tb.enabled = true;
+  opt.traceback = &tb;
+  tu_open(&t, &opt);
+  (tb_leaf("tb::twin"), tb_leaf("tb::twin")); /* two return addresses, one line */
+  tu_close_ok(&t);
+  json_int_t first = -1;
+  size_t n = 0;
+  for (size_t i = 0; i < json_array_size(t.nodes); i++) {
+    json_t *node = json_array_get(t.nodes, i);
+    if (strcmp(tu_name(node), "tb::twin")) continue;
+    json_int_t tbi = tu_attr_int(node, "traceback");
+    if (first < 0) first = tbi;
+    assert_int_equal(tbi, first);
+    n++;
+  }
+  assert_int_equal(n, 2);
+  assert_int_equal(json_array_size(table(&t, "tracebacks")), 1);
+  assert_int_equal(tu_stat(&t, "tracebacks_unique"), 1);
+  check_tables_unique(&t);
+  tu_free(&t);
+}
+
 /* A pattern sees the name as recorded, cut at 8192 bytes: a 4 MB name matches on what the
  * trace shows of it (and costs no more than a name at the limit; bench: not timed here). */
 static void test_pattern_on_huge_names(void **state) {
@@ -347,10 +376,15 @@ static void test_bad_options(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_known_chain),       TU_TEST(test_identical_stacks_share),
-      TU_TEST(test_pattern_and_every), TU_TEST(test_pattern_on_huge_names),
-      TU_TEST(test_runtime_switch),    TU_TEST(test_depth_limit),
-      TU_TEST(test_module_mode),       TU_TEST(test_counters),
+      TU_TEST(test_known_chain),
+      TU_TEST(test_identical_stacks_share),
+      TU_TEST(test_pattern_and_every),
+      TU_TEST(test_pattern_on_huge_names),
+      TU_TEST(test_same_line_sites_share),
+      TU_TEST(test_runtime_switch),
+      TU_TEST(test_depth_limit),
+      TU_TEST(test_module_mode),
+      TU_TEST(test_counters),
       TU_TEST(test_bad_options),
   };
   return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
