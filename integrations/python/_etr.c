@@ -184,7 +184,8 @@ static PyObject *stats_dict(const etr_trace_stats *s) {
            {"write_error", (uint64_t)s->write_error},
            {"tracebacks", s->tracebacks},
            {"tracebacks_unique", s->tracebacks_unique},
-           {"frames_unique", s->frames_unique}};
+           {"frames_unique", s->frames_unique},
+           {"ring_dropped", s->ring_dropped}};
   PyObject *d = PyDict_New();
   for (size_t i = 0; d && i < sizeof f / sizeof f[0]; i++) {
     PyObject *v = PyLong_FromUnsignedLongLong(f[i].v);
@@ -195,13 +196,13 @@ static PyObject *stats_dict(const etr_trace_stats *s) {
 }
 
 static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"path", "timing", "schema", "flush_ms", NULL};
+  static char *kwlist[] = {"path", "timing", "schema", "flush_ms", "ring_mb", NULL};
   PyObject *path;
   int timing = 1;
   const char *schema = "1.1.1";
-  unsigned int flush_ms = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psI", kwlist, PyUnicode_FSConverter, &path,
-                                   &timing, &schema, &flush_ms))
+  unsigned int flush_ms = 0, ring_mb = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psII", kwlist, PyUnicode_FSConverter, &path,
+                                   &timing, &schema, &flush_ms, &ring_mb))
     return -1;
   if (self->t) {
     Py_DECREF(path);
@@ -211,6 +212,7 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
   etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
   o.no_timing = !timing;
   o.flush_ms = flush_ms;
+  o.ring_mb = ring_mb;
   if (!strcmp(schema, "1.1.0")) {
     o.schema = ETR_SCHEMA_1_1_0;
   } else if (strcmp(schema, "1.1.1") != 0) {
@@ -261,6 +263,14 @@ static PyObject *Trace_flush(TraceObject *self, PyObject *unused) {
   Py_END_ALLOW_THREADS return rc ? etr_fail(rc, "flush") : Py_NewRef(Py_None);
 }
 
+static PyObject *Trace_dump(TraceObject *self, PyObject *unused) {
+  (void)unused;
+  if (!trace_usable(self)) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = etr_trace_dump(self->t);
+  Py_END_ALLOW_THREADS return rc ? etr_fail(rc, "dump") : Py_NewRef(Py_None);
+}
+
 static PyObject *Trace_stats(TraceObject *self, PyObject *unused) {
   (void)unused;
   if (self->closed) return stats_dict(&self->last);
@@ -308,6 +318,8 @@ static PyMethodDef Trace_methods[] = {
     {"enable", (PyCFunction)Trace_enable, METH_NOARGS, "Start recording."},
     {"disable", (PyCFunction)Trace_disable, METH_NOARGS, "Stop recording."},
     {"flush", (PyCFunction)Trace_flush, METH_NOARGS, "Write what is buffered."},
+    {"dump", (PyCFunction)Trace_dump, METH_NOARGS,
+     "Flight recorder (ring_mb): write the ring as a complete trace now, replacing the file."},
     {"stats", (PyCFunction)Trace_stats, METH_NOARGS, "The counters (a dict)."},
     {"close", (PyCFunction)Trace_close, METH_NOARGS,
      "Finish the file; returns the final counters (a dict)."},

@@ -33,17 +33,21 @@ SCOPE_USER_SCOPE = 7
 
 
 class trace:
-    """Context manager: open ``path`` (``.gz``: gzip), record the block, close the file.
+    """Context manager: open ``path`` (``.gz``: gzip; ``.etr``: the binary event log that
+    ``etr convert`` makes JSON of), record the block, close the file.
 
     ``timing=False`` leaves out ts/inclusive_dur/exclusive_dur; ``schema`` is "1.1.1"
     (default) or "1.1.0"; ``flush_ms`` bounds how long a finished op may stay unwritten;
+    ``ring_mb=n`` makes it a flight recorder: only the latest n MiB of events are kept, and
+    written as a complete trace at the end of the block and on ``dump()``;
     ``python_calls=True`` records each Python function call of this thread as an op.
     After the block, ``stats`` holds the trace's final counters (a dict).
     """
 
-    def __init__(self, path, *, timing=True, schema="1.1.1", flush_ms=0, python_calls=False):
+    def __init__(self, path, *, timing=True, schema="1.1.1", flush_ms=0, ring_mb=0,
+                 python_calls=False):
         self.path = path
-        self._opts = dict(timing=timing, schema=schema, flush_ms=flush_ms)
+        self._opts = dict(timing=timing, schema=schema, flush_ms=flush_ms, ring_mb=ring_mb)
         self._python_calls = python_calls
         self._t = None
         self.stats = None
@@ -64,6 +68,11 @@ class trace:
     def flush(self):
         """Write what is buffered now."""
         self._t.flush()
+
+    def dump(self):
+        """Flight recorder: write the latest events as a complete trace now (the file is
+        replaced; recording goes on). Without ``ring_mb``, the same as ``flush()``."""
+        self._t.dump()
 
 
 def record_function(name, inputs=(), *, scope=SCOPE_USER_SCOPE, schema=None):

@@ -139,6 +139,35 @@ def main():
         if by.get("leaf") and by.get("branch"):
             check(all(n["ctrl_deps"] == by["branch"][0]["id"] for n in by["leaf"]),
                   "leaf calls sit under branch")
+    # a flight recorder (ring_mb) writing a binary log, dumped while an op is open
+    ring = os.path.join(tmp, "ring.etr")
+    with etr.trace(ring, ring_mb=1) as t:
+        with etr.record_function("ring_outer"):
+            for i in range(6000):
+                with etr.record_function("ring_op", (i,)):
+                    pass
+            t.dump()
+            conv = os.path.join(tmp, "ring-dump.json")
+            r = subprocess.run([tool, "convert", ring, "-o", conv], capture_output=True, text=True)
+            check(r.returncode == 0, "etr convert of the dump: %s" % r.stderr[-300:])
+            if r.returncode == 0:
+                validate(tool, conv)
+                d, by = nodes_by_name(conv)
+                check("[etr|ring|unfinished]" in by and "ring_outer" not in by,
+                      "the open op is a placeholder in the dump")
+    check(t.stats["ring_dropped"] > 0, "the ring dropped the oldest ops: %r" % t.stats)
+    conv = os.path.join(tmp, "ring.json")
+    r = subprocess.run([tool, "convert", ring, "-o", conv], capture_output=True, text=True)
+    check(r.returncode == 0, "etr convert at the end: %s" % r.stderr[-300:])
+    if r.returncode == 0:
+        validate(tool, conv)
+        d, by = nodes_by_name(conv)
+        ops = by.get("ring_op", [])
+        last = [n["inputs"]["values"][0] for n in ops]
+        check(len(ops) > 100 and last[-1] == 5999 and last == list(range(6000 - len(ops), 6000)),
+              "the latest ring_op kept, in order: %d of them" % len(ops))
+        check(len(by.get("ring_outer", [])) == 1, "the outer op is a real node at the end")
+
     if failures:
         print("%d check(s) failed" % len(failures), file=sys.stderr)
         return 1
