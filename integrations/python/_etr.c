@@ -23,6 +23,8 @@
 
 #include "etr/etr.h"
 
+#include "cpython_frames.h"
+
 #define MAX_DEPTH 34   /* past etr's own limit (32), so that etr cuts and counts */
 #define MAX_ITEMS 4097 /* one more than etr keeps, so that etr counts the cut */
 
@@ -196,14 +198,34 @@ static PyObject *stats_dict(const etr_trace_stats *s) {
 }
 
 static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"path", "timing", "schema", "flush_ms", "ring_mb", NULL};
-  PyObject *path;
+  static char *kwlist[] = {"path",      "timing",          "schema",          "flush_ms", "ring_mb",
+                           "traceback", "traceback_every", "traceback_depth", NULL};
+  PyObject *path, *traceback = Py_None;
   int timing = 1;
   const char *schema = "1.1.1";
-  unsigned int flush_ms = 0, ring_mb = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psII", kwlist, PyUnicode_FSConverter, &path,
-                                   &timing, &schema, &flush_ms, &ring_mb))
+  unsigned int flush_ms = 0, ring_mb = 0, tb_every = 0, tb_depth = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psIIOII", kwlist, PyUnicode_FSConverter, &path,
+                                   &timing, &schema, &flush_ms, &ring_mb, &traceback, &tb_every,
+                                   &tb_depth))
     return -1;
+  /* traceback: None/False (off), True (every op), or a str: an op-name pattern (fnmatch) */
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  if (PyUnicode_Check(traceback)) {
+    tb.enabled = true;
+    if (!(tb.pattern = PyUnicode_AsUTF8(traceback))) {
+      Py_DECREF(path);
+      return -1;
+    }
+  } else if (traceback != Py_None) {
+    int on = PyObject_IsTrue(traceback);
+    if (on < 0) {
+      Py_DECREF(path);
+      return -1;
+    }
+    tb.enabled = on;
+  }
+  tb.every = tb_every;
+  tb.max_depth = tb_depth;
   if (self->t) {
     Py_DECREF(path);
     PyErr_SetString(EtrError, "this Trace is open already");
@@ -213,6 +235,7 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
   o.no_timing = !timing;
   o.flush_ms = flush_ms;
   o.ring_mb = ring_mb;
+  o.traceback = &tb;
   if (!strcmp(schema, "1.1.0")) {
     o.schema = ETR_SCHEMA_1_1_0;
   } else if (strcmp(schema, "1.1.1") != 0) {
@@ -585,7 +608,25 @@ static PyObject *mod_thread_id(PyObject *m, PyObject *unused) {
   return PyLong_FromUnsignedLongLong(etr_thread_id());
 }
 
+static PyObject *mod_python_frames(PyObject *m, PyObject *arg) {
+  (void)m;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  if (!on) {
+    etr_py_frames_unregister();
+    Py_RETURN_FALSE;
+  }
+  const char *why = NULL;
+  int rc = etr_py_frames_register(&why);
+  if (rc == ETR_PY_FRAMES_ERROR)
+    return PyErr_Format(EtrError, "cannot register the Python-frame unwinder: %s", why);
+  return PyBool_FromLong(rc >= 0);
+}
+
 static PyMethodDef mod_methods[] = {
+    {"python_frames", mod_python_frames, METH_O,
+     "python_frames(on): put Python frames into tracebacks (CPython 3.11); True when they "
+     "are."},
     {"profile", mod_profile, METH_O,
      "profile(on): record each Python function call of the calling thread as an op (and of "
      "every thread on Python 3.12+)."},

@@ -40,19 +40,26 @@ class trace:
     (default) or "1.1.0"; ``flush_ms`` bounds how long a finished op may stay unwritten;
     ``ring_mb=n`` makes it a flight recorder: only the latest n MiB of events are kept, and
     written as a complete trace at the end of the block and on ``dump()``;
+    ``traceback=True`` (or an op-name pattern such as ``"aten::mm*"``) records where each op
+    was called from, Python frames (CPython 3.11) between the native ones;
+    ``traceback_every=n`` then 1 op in n per thread, ``traceback_depth`` frames kept;
     ``python_calls=True`` records each Python function call of this thread as an op.
     After the block, ``stats`` holds the trace's final counters (a dict).
     """
 
     def __init__(self, path, *, timing=True, schema="1.1.1", flush_ms=0, ring_mb=0,
-                 python_calls=False):
+                 traceback=False, traceback_every=0, traceback_depth=0, python_calls=False):
         self.path = path
-        self._opts = dict(timing=timing, schema=schema, flush_ms=flush_ms, ring_mb=ring_mb)
+        self._opts = dict(timing=timing, schema=schema, flush_ms=flush_ms, ring_mb=ring_mb,
+                          traceback=traceback, traceback_every=traceback_every,
+                          traceback_depth=traceback_depth)
         self._python_calls = python_calls
         self._t = None
         self.stats = None
 
     def __enter__(self):
+        if self._opts["traceback"]:
+            _python_frames()
         self._t = _etr.Trace(self.path, **self._opts)
         self._t.enable()
         if self._python_calls:
@@ -73,6 +80,21 @@ class trace:
         """Flight recorder: write the latest events as a complete trace now (the file is
         replaced; recording goes on). Without ``ring_mb``, the same as ``flush()``."""
         self._t.dump()
+
+
+_frames_on = None
+
+
+def _python_frames():
+    """Python frames in tracebacks from now on (once; undone at exit, while the interpreter
+    can still take back the references etr holds)."""
+    global _frames_on
+    if _frames_on is None:
+        _frames_on = _etr.python_frames(True)
+        if _frames_on:
+            import atexit
+            atexit.register(_etr.python_frames, False)
+    return _frames_on
 
 
 def record_function(name, inputs=(), *, scope=SCOPE_USER_SCOPE, schema=None):

@@ -139,6 +139,36 @@ def main():
         if by.get("leaf") and by.get("branch"):
             check(all(n["ctrl_deps"] == by["branch"][0]["id"] for n in by["leaf"]),
                   "leaf calls sit under branch")
+    # tracebacks with Python frames between the native ones
+    tbp = os.path.join(tmp, "tb.json")
+
+    def tb_leaf():
+        with etr.record_function("tb_op"):
+            pass
+
+    def tb_caller():
+        tb_leaf()
+
+    with etr.trace(tbp, traceback="tb_*"):
+        tb_caller()
+    validate(tool, tbp)
+    with open(tbp) as f:
+        d = json.load(f)
+    n = [x for x in d["nodes"] if x["name"] == "tb_op"][0]
+    idx = attr(n, "traceback")
+    check(idx is not None, "the op has a traceback")
+    if idx is not None:
+        frames = [d["frames"][i] for i in d["tracebacks"][idx]]
+        names = [fr["name"] for fr in frames]
+        here = os.path.basename(__file__)
+        py = [fr for fr in frames if os.path.basename(fr["filename"]) == here]
+        check([fr["name"] for fr in py][:3] == ["main.<locals>.tb_leaf", "main.<locals>.tb_caller",
+                                                  "main"],
+              "Python frames, innermost first: %r" % names[:12])
+        check(all(fr["line"] > 0 for fr in py), "Python frames carry lines: %r" % py[:3])
+        check(any(fr["name"] == "_PyEval_EvalFrameDefault" or "PyEval" in fr["name"]
+                  for fr in frames) or len(frames) > len(py), "native frames too: %r" % names[:12])
+
     # a flight recorder (ring_mb) writing a binary log, dumped while an op is open
     ring = os.path.join(tmp, "ring.etr")
     with etr.trace(ring, ring_mb=1) as t:
