@@ -205,6 +205,10 @@ bool cli_is_input(const char *path) {
 
 bool cli_is_binary_log(const char *path) {
   if (!path || !strcmp(path, "-")) return false;
+  /* Regular files only, checked before any open: opening a FIFO would complete the open of
+   * its writer, whose data would then go nowhere once we close it. */
+  struct stat pre;
+  if (stat(path, &pre) != 0 || !S_ISREG(pre.st_mode)) return false;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   char head[8];
