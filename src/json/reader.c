@@ -26,6 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yajl/yajl_parse.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <zlib.h>
 #include <zstd.h>
 
@@ -35,6 +38,24 @@
 #define FEED_BLOCK (64u * 1024u) /* bytes handed to yajl at once */
 #define ARENA_BLOCK (64u * 1024u)
 #define ARENA_SPARE 8 /* standard blocks kept for reuse */
+
+/* Compiler extensions, behind macros (STYLE.md): branch hints and bit scans. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ETR_RD_LIKELY(x) __builtin_expect(!!(x), 1)
+#define ETR_RD_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define ETR_RD_CTZ32(x) ((unsigned)__builtin_ctz(x))
+#define ETR_RD_CTZ64(x) ((unsigned)__builtin_ctzll(x))
+#else
+#define ETR_RD_LIKELY(x) (x)
+#define ETR_RD_UNLIKELY(x) (x)
+static inline unsigned etr_rd_ctz64(uint64_t x) {
+  unsigned n = 0;
+  while (!(x & 1)) x >>= 1, n++;
+  return n;
+}
+#define ETR_RD_CTZ32(x) etr_rd_ctz64(x)
+#define ETR_RD_CTZ64(x) etr_rd_ctz64(x)
+#endif
 
 /* ---------------------------------------------------------------- arena ---- */
 
@@ -61,34 +82,40 @@ static void blk_free(arena *a, ablk *b) {
   }
 }
 
-static void *arena_alloc(arena *a, size_t n) {
+/* arena_alloc when the tail block has no room: a new (or recycled) block. */
+static void *arena_alloc_slow(arena *a, size_t n) {
+  ablk *b;
+  if (n <= ARENA_BLOCK && a->spare) {
+    b = a->spare;
+    a->spare = b->next;
+    a->n_spare--;
+  } else {
+    size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+    b = malloc(sizeof(ablk) + cap);
+    if (!b) return NULL;
+    b->cap = cap;
+  }
+  b->used = n;
+  b->next = NULL;
+  if (a->tail)
+    a->tail->next = b;
+  else
+    a->head = b;
+  a->tail = b;
+  a->live += b->cap;
+  return b->data;
+}
+
+/* n bytes, 16-aligned, rounded up to a multiple of 16 (callers may write up to that). */
+static inline void *arena_alloc(arena *a, size_t n) {
   n = (n + 15) & ~(size_t)15;
   ablk *t = a->tail;
-  if (!t || t->cap - t->used < n) {
-    ablk *b;
-    if (n <= ARENA_BLOCK && a->spare) {
-      b = a->spare;
-      a->spare = b->next;
-      a->n_spare--;
-    } else {
-      size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
-      b = malloc(sizeof(ablk) + cap);
-      if (!b) return NULL;
-      b->cap = cap;
-    }
-    b->used = 0;
-    b->next = NULL;
-    if (t)
-      t->next = b;
-    else
-      a->head = b;
-    a->tail = b;
-    a->live += b->cap;
-    t = b;
+  if (ETR_RD_LIKELY(t && t->cap - t->used >= n)) {
+    void *p = t->data + t->used;
+    t->used += n;
+    return p;
   }
-  void *p = t->data + t->used;
-  t->used += n;
-  return p;
+  return arena_alloc_slow(a, n);
 }
 
 /* Recycle every block older than `keep` (NULL: all of them). */
@@ -1251,7 +1278,7 @@ static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
 }
 
 static inline const unsigned char *h_ws(const unsigned char *p, const unsigned char *end) {
-  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
   return p;
 }
 
@@ -1320,15 +1347,177 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
   return n;
 }
 
+/* The first byte in [p, end) that a string cannot simply copy: '"', '\\', a control byte
+ * (< 0x20) or a non-ASCII one (>= 0x80); end if none. 16 bytes at a time with SSE2 (every
+ * x86-64 has it), 8 at a time elsewhere (SWAR on a little-endian 64-bit word), never
+ * reading at or past end. */
+static inline const unsigned char *scan_plain(const unsigned char *p, const unsigned char *end) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                space = _mm_set1_epi8(0x20);
+  while (end - p >= 16) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too */
+    __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                             _mm_cmplt_epi8(x, space));
+    unsigned bits = (unsigned)_mm_movemask_epi8(m);
+    if (bits) return p + ETR_RD_CTZ32(bits);
+    p += 16;
+  }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+  while (end - p >= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    /* a borrow only carries into bytes above a flagged one: the lowest flag is exact */
+    uint64_t t = ((w - ones * 0x20) | w | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs;
+    if (t) return p + ETR_RD_CTZ64(t) / 8;
+    p += 8;
+  }
+#endif
+  while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
+  return p;
+}
+
+/* The static copy of a key or value that traces repeat in every node ("name", "type",
+ * "uint64", "rf_id", ...), or NULL: those are not copied into the arena. */
+static const char *intern(const unsigned char *s, size_t n) {
+#define K(lit) \
+  if (!memcmp(s, lit, sizeof lit - 1)) return lit
+  switch (n) {
+    case 0:
+      return "";
+    case 2:
+      K("id");
+      K("ts");
+      break;
+    case 3:
+      K("Int");
+      K("cpu");
+      break;
+    case 4:
+      K("name");
+      K("type");
+      K("Bool");
+      K("None");
+      break;
+    case 5:
+      switch (s[0]) {
+        case 'a':
+          K("attrs");
+          break;
+        case 't':
+          K("types");
+          break;
+        case 'v':
+          K("value");
+          break;
+        case 'r':
+          K("rf_id");
+          break;
+        case 's':
+          K("scope");
+          break;
+        case 'i':
+          K("int64");
+          break;
+        default:
+          break;
+      }
+      break;
+    case 6:
+      switch (s[0]) {
+        case 'i':
+          K("inputs");
+          break;
+        case 'v':
+          K("values");
+          break;
+        case 's':
+          K("shapes");
+          K("seq_id");
+          K("string");
+          break;
+        case 'f':
+          K("fw_tid");
+          break;
+        case 'u':
+          K("uint64");
+          break;
+        case '<':
+          K("<None>");
+          break;
+        case 'D':
+          K("Double");
+          K("Device");
+          break;
+        case 'S':
+          K("String");
+          break;
+        default:
+          break;
+      }
+      break;
+    case 7:
+      K("outputs");
+      K("strides");
+      break;
+    case 9:
+      K("ctrl_deps");
+      K("fw_parent");
+      K("op_schema");
+      break;
+    case 11:
+      K("kernel_file");
+      break;
+    case 13:
+      K("exclusive_dur");
+      K("inclusive_dur");
+      K("Tensor(float)");
+      break;
+    case 14:
+      K("kernel_backend");
+      break;
+    default:
+      break;
+  }
+  return NULL;
+#undef K
+}
+
 /* A string; *pp at the opening quote. The result is NUL-terminated in arena a. */
 static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                     const char **s, size_t *len) {
   const unsigned char *p = *pp + 1, *start = p;
+  p = scan_plain(p, end);
+  if (ETR_RD_LIKELY(p < end && *p == '"')) { /* printable ASCII without escapes */
+    size_t raw = (size_t)(p - start);
+    *pp = p + 1;
+    *len = raw;
+    const char *k = intern(start, raw);
+    if (k) {
+      *s = k;
+      return H_OK;
+    }
+    unsigned char *o = arena_alloc(a, raw + 1);
+    if (!o) {
+      set_error(r, ETR_ENOMEM, 0, "out of memory");
+      return H_ERR;
+    }
+    if (raw < 16 && end - start >= 16)
+      memcpy(o, start, 16); /* arena_alloc gave 16 bytes; one fixed-size copy */
+    else
+      memcpy(o, start, raw);
+    o[raw] = '\0';
+    *s = (const char *)o;
+    return H_OK;
+  }
   bool simple = true;
   size_t bad = 0; /* bytes of invalid UTF-8: each becomes U+FFFD (3 bytes) */
   /* pass 1: find the closing quote, check the bytes */
   for (;;) {
-    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
+    p = scan_plain(p, end);
     if (p >= end) return H_MORE;
     unsigned c = *p;
     if (c == '"') break;
@@ -1437,27 +1626,22 @@ static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char 
 
 static int h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end, rd_jval *v) {
   const unsigned char *p = *pp, *s = p;
-  bool neg = false, is_int = true;
-  if (*p == '-') {
-    neg = true;
-    p++;
-  }
+  bool neg = *p == '-';
+  p += neg;
   if (p >= end) return H_MORE;
   const unsigned char *digits = p;
   uint64_t acc = 0;
-  bool overflow = false;
   if (*p == '0') {
     p++;
-  } else if (*p >= '1' && *p <= '9') {
-    while (p < end && *p >= '0' && *p <= '9') {
-      unsigned d = *p - '0';
-      if (acc > (UINT64_MAX - d) / 10) overflow = true;
-      acc = acc * 10 + d;
-      p++;
-    }
+  } else if ((unsigned)(*p - '1') < 9) {
+    /* no overflow check per digit: 19 digits always fit, longer ones are redone below */
+    do acc = acc * 10 + (unsigned)(*p++ - '0');
+    while (p < end && (unsigned)(*p - '0') < 10);
   } else {
     return h_fail(r, p, "bad number");
   }
+  size_t n_digits = (size_t)(p - digits);
+  bool is_int = true;
   if (p < end && *p == '.') {
     is_int = false;
     p++;
@@ -1474,7 +1658,15 @@ static int h_number(rd_reader *r, const unsigned char **pp, const unsigned char 
     while (p < end && *p >= '0' && *p <= '9') p++;
   }
   if (p >= end) return H_MORE; /* the number may go on */
-  (void)digits;
+  bool overflow = false;
+  if (is_int && n_digits > 19) {
+    acc = 0;
+    for (const unsigned char *x = digits; x < digits + n_digits; x++) {
+      unsigned d = *x - '0';
+      if (acc > (UINT64_MAX - d) / 10) overflow = true;
+      acc = acc * 10 + d;
+    }
+  }
   if (is_int && !overflow && !neg && acc <= (uint64_t)INT64_MAX) {
     v->kind = ETR_J_INT;
     v->v.i = (int64_t)acc;
