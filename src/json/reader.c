@@ -271,6 +271,9 @@ struct rd_reader {
   size_t disc_depth; /* its containers still open */
   const char **skipped;
   size_t n_skipped, skipped_cap;
+  /* a string of the node being read holds a NUL byte (from a \u0000 escape): node_done then
+   * compares names as C strings (strcmp), as commands do, not by length */
+  bool nul_str;
 };
 
 static void set_error(rd_reader *r, int code, uint64_t off, const char *fmt, ...)
@@ -359,6 +362,7 @@ static char *copy_str(rd_reader *r, arena *a, const unsigned char *s, size_t n, 
   size_t bad = 0;
   for (size_t i = 0; i < n;) {
     if (s[i] < 0x80) {
+      if (!s[i]) r->nul_str = true;
       i++;
       continue;
     }
@@ -520,6 +524,7 @@ static void begin_build(rd_reader *r, bool node) {
   r->stk_len = 0;
   r->n_frames = 0;
   r->bkey = NULL;
+  r->nul_str = false;
 }
 
 /* ---- top level ---- */
@@ -630,6 +635,53 @@ int rd_base_attr(const char *nm) {
   return strcmp(nm, base_attrs[b]) ? -1 : b;
 }
 
+/* True when name s (n bytes, NUL-terminated) equals lit as strcmp compares them: by length
+ * and memcmp, unless a string of the node holds a NUL (nul: r->nul_str). */
+static inline bool name_is(const char *s, size_t n, const char *lit, size_t lit_len, bool nul) {
+  if (ETR_RD_UNLIKELY(nul)) return !strcmp(s, lit);
+  return n == lit_len && !memcmp(s, lit, lit_len);
+}
+#define NAME_IS(s, n, lit, nul) name_is(s, n, lit, sizeof lit - 1, nul)
+
+/* rd_jobj_get by name_is. */
+static const rd_jval *obj_get(const rd_jval *obj, const char *key, size_t key_len, bool nul) {
+  if (!obj || obj->kind != ETR_J_OBJECT) return NULL;
+  for (size_t i = 0; i < obj->v.obj.n; i++) {
+    const rd_jmember *m = &obj->v.obj.items[i];
+    if (name_is(m->key, m->key_len, key, key_len, nul)) return &m->val;
+  }
+  return NULL;
+}
+
+/* rd_base_attr of a name of n bytes: by its length and one character, then one memcmp. */
+static int base_attr_n(const char *nm, size_t n, bool nul) {
+  if (ETR_RD_UNLIKELY(nul)) return rd_base_attr(nm);
+  int b;
+  switch (n) {
+    case 3:
+      b = 4;
+      break;
+    case 5:
+      b = nm[0] == 'r' ? 0 : 3;
+      break;
+    case 6:
+      b = nm[0] == 's' ? 2 : 5;
+      break;
+    case 9:
+      b = nm[0] == 'f' ? 1 : 6;
+      break;
+    case 11:
+      b = 8;
+      break;
+    case 14:
+      b = 7;
+      break;
+    default:
+      return -1;
+  }
+  return memcmp(nm, base_attrs[b], n) ? -1 : b;
+}
+
 static bool as_u64(const rd_jval *v, uint64_t *out) {
   if (v->kind == ETR_J_INT) {
     *out = (uint64_t)v->v.i;
@@ -651,14 +703,16 @@ static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *w
     warn(r, n->offset, n->id, "\"%s\" is not an object", which);
     return;
   }
-  const rd_jval *vals = rd_jobj_get(io, "values");
+  bool nul = r->nul_str;
+  const rd_jval *vals = obj_get(io, "values", 6, nul);
   if (!vals || vals->kind != ETR_J_ARRAY) {
     warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
     return;
   }
   static const char *const parts[3] = {"shapes", "types", "strides"};
+  static const size_t part_len[3] = {6, 5, 7};
   for (int i = 0; i < 3; i++) {
-    const rd_jval *p = rd_jobj_get(io, parts[i]);
+    const rd_jval *p = obj_get(io, parts[i], part_len[i], nul);
     if (!p) {
       if (i < 2) /* "strides" is optional (schemas before 1.1.1 have none) */
         warn(r, n->offset, n->id, "%s: \"%s\" is missing", which, parts[i]);
@@ -691,51 +745,53 @@ static int node_done(rd_reader *r, const rd_jval *root) {
   n->missing_attrs = 0x1ff;
   bool has_id = false, has_name = false, has_ts = false, has_inc = false, has_exc = false;
   const rd_jval *attrs = NULL;
+  bool nul = r->nul_str;
   for (size_t i = 0; i < root->v.obj.n; i++) {
     const rd_jmember *m = &root->v.obj.items[i];
     const char *k = m->key;
+    size_t kl = m->key_len;
     const rd_jval *v = &m->val;
     switch (k[0]) {
       case 'i':
-        if (!strcmp(k, "id")) {
+        if (NAME_IS(k, kl, "id", nul)) {
           if (v->kind == ETR_J_INT) {
             n->id = v->v.i;
             has_id = true;
           }
-        } else if (!strcmp(k, "inputs")) {
+        } else if (NAME_IS(k, kl, "inputs", nul)) {
           n->inputs = v;
-        } else if (!strcmp(k, "inclusive_dur") && v->kind == ETR_J_INT) {
+        } else if (NAME_IS(k, kl, "inclusive_dur", nul) && v->kind == ETR_J_INT) {
           n->inclusive_dur = v->v.i;
           has_inc = true;
         }
         break;
       case 'n':
-        if (!strcmp(k, "name") && v->kind == ETR_J_STRING) {
+        if (NAME_IS(k, kl, "name", nul) && v->kind == ETR_J_STRING) {
           n->name = v->v.str.s;
           n->name_len = v->v.str.len;
           has_name = true;
         }
         break;
       case 'c':
-        if (!strcmp(k, "ctrl_deps") && v->kind == ETR_J_INT) n->ctrl_deps = v->v.i;
+        if (NAME_IS(k, kl, "ctrl_deps", nul) && v->kind == ETR_J_INT) n->ctrl_deps = v->v.i;
         break;
       case 'o':
-        if (!strcmp(k, "outputs")) n->outputs = v;
+        if (NAME_IS(k, kl, "outputs", nul)) n->outputs = v;
         break;
       case 't':
-        if (!strcmp(k, "ts") && v->kind == ETR_J_INT) {
+        if (NAME_IS(k, kl, "ts", nul) && v->kind == ETR_J_INT) {
           n->ts = v->v.i;
           has_ts = true;
         }
         break;
       case 'e':
-        if (!strcmp(k, "exclusive_dur") && v->kind == ETR_J_INT) {
+        if (NAME_IS(k, kl, "exclusive_dur", nul) && v->kind == ETR_J_INT) {
           n->exclusive_dur = v->v.i;
           has_exc = true;
         }
         break;
       case 'a':
-        if (!strcmp(k, "attrs")) attrs = v;
+        if (NAME_IS(k, kl, "attrs", nul)) attrs = v;
         break;
       default:
         break;
@@ -761,15 +817,17 @@ static int node_done(rd_reader *r, const rd_jval *root) {
     for (size_t i = 0; i < na; i++) {
       const rd_jval *a = &attrs->v.arr.items[i];
       const rd_jval *an, *at, *av;
-      if (a->kind == ETR_J_OBJECT && a->v.obj.n == 3 && !strcmp(a->v.obj.items[0].key, "name") &&
-          !strcmp(a->v.obj.items[1].key, "type") && !strcmp(a->v.obj.items[2].key, "value")) {
+      const rd_jmember *am = a->kind == ETR_J_OBJECT ? a->v.obj.items : NULL;
+      if (am && a->v.obj.n == 3 && NAME_IS(am[0].key, am[0].key_len, "name", nul) &&
+          NAME_IS(am[1].key, am[1].key_len, "type", nul) &&
+          NAME_IS(am[2].key, am[2].key_len, "value", nul)) {
         an = &a->v.obj.items[0].val;
         at = &a->v.obj.items[1].val;
         av = &a->v.obj.items[2].val;
       } else {
-        an = rd_jobj_get(a, "name");
-        at = rd_jobj_get(a, "type");
-        av = rd_jobj_get(a, "value");
+        an = obj_get(a, "name", 4, nul);
+        at = obj_get(a, "type", 4, nul);
+        av = obj_get(a, "value", 5, nul);
       }
       if (!an || an->kind != ETR_J_STRING || !av) {
         warn(r, n->offset, n->id, "attr %zu is not a {\"name\", \"type\", \"value\"} object", i);
@@ -780,7 +838,8 @@ static int node_done(rd_reader *r, const rd_jval *root) {
       x->type = at && at->kind == ETR_J_STRING ? at->v.str.s : "";
       x->value = *av;
       const char *nm = x->name;
-      int b = rd_base_attr(nm);
+      size_t nm_len = an->v.str.len;
+      int b = base_attr_n(nm, nm_len, nul);
       if (b >= 0) {
         bool ok = true;
         switch (b) {
@@ -820,7 +879,8 @@ static int node_done(rd_reader *r, const rd_jval *root) {
         else
           warn(r, n->offset, n->id, "attr \"%s\" has a value of the wrong kind", nm);
       }
-      if (nm[0] == 't' && !strcmp(nm, "traceback")) n->has_traceback = as_u64(av, &n->traceback);
+      if (nm[0] == 't' && NAME_IS(nm, nm_len, "traceback", nul))
+        n->has_traceback = as_u64(av, &n->traceback);
     }
     n->attrs = ra;
     n->n_attrs = k;
@@ -1270,6 +1330,11 @@ static int feed(rd_reader *r) {
 /* H_BIG: the step needs more memory than r->limit (its text, or the values it builds) */
 enum { H_OK = 0, H_MORE = 1, H_ERR = 2, H_BIG = 3 };
 #define H_MAX_DEPTH 1024
+/* Zero bytes kept after the window's data (hb[hb_len..hb_len + H_PAD)): a NUL stops every
+ * scanning loop at the end (it is not whitespace, a digit or a plain string byte), so the
+ * loops need no bounds check, and the string scanner may load 16 bytes from any position up
+ * to the end. Whatever stops at the end then checks p >= end and asks for more input. */
+#define H_PAD 64
 
 static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
   uint64_t off = r->hb_base + (uint64_t)(at - r->hb);
@@ -1278,7 +1343,8 @@ static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
 }
 
 static inline const unsigned char *h_ws(const unsigned char *p, const unsigned char *end) {
-  while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  (void)end; /* the NUL after the window stops the loop (H_PAD) */
+  while (*p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
   return p;
 }
 
@@ -1347,37 +1413,37 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
   return n;
 }
 
-/* The first byte in [p, end) that a string cannot simply copy: '"', '\\', a control byte
- * (< 0x20) or a non-ASCII one (>= 0x80); end if none. 16 bytes at a time with SSE2 (every
- * x86-64 has it), 8 at a time elsewhere (SWAR on a little-endian 64-bit word), never
- * reading at or past end. */
-static inline const unsigned char *scan_plain(const unsigned char *p, const unsigned char *end) {
+/* The first byte at or after p that a string cannot simply copy: '"', '\\', a control byte
+ * (< 0x20) or a non-ASCII one (>= 0x80). The window's NUL padding (H_PAD) stops it at the
+ * end; it reads at most 15 bytes past that. 16 bytes at a time with SSE2 (every x86-64 has
+ * it), 8 at a time on other little-endian machines (SWAR), else one at a time. */
+static inline const unsigned char *scan_plain(const unsigned char *p) {
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
                 space = _mm_set1_epi8(0x20);
-  while (end - p >= 16) {
+  for (;; p += 16) {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
     /* signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too */
     __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
                              _mm_cmplt_epi8(x, space));
     unsigned bits = (unsigned)_mm_movemask_epi8(m);
     if (bits) return p + ETR_RD_CTZ32(bits);
-    p += 16;
   }
-#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+    defined(__SIZEOF_POINTER__) && __SIZEOF_POINTER__ == 8
   const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-  while (end - p >= 8) {
+  for (;; p += 8) {
     uint64_t w;
     memcpy(&w, p, 8);
     uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
     /* a borrow only carries into bytes above a flagged one: the lowest flag is exact */
     uint64_t t = ((w - ones * 0x20) | w | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs;
     if (t) return p + ETR_RD_CTZ64(t) / 8;
-    p += 8;
   }
-#endif
-  while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
+#else
+  while (*p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
   return p;
+#endif
 }
 
 /* The static copy of a key or value that traces repeat in every node ("name", "type",
@@ -1490,8 +1556,8 @@ static const char *intern(const unsigned char *s, size_t n) {
 static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                     const char **s, size_t *len) {
   const unsigned char *p = *pp + 1, *start = p;
-  p = scan_plain(p, end);
-  if (ETR_RD_LIKELY(p < end && *p == '"')) { /* printable ASCII without escapes */
+  p = scan_plain(p);
+  if (ETR_RD_LIKELY(*p == '"')) { /* printable ASCII without escapes */
     size_t raw = (size_t)(p - start);
     *pp = p + 1;
     *len = raw;
@@ -1505,8 +1571,8 @@ static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char 
       set_error(r, ETR_ENOMEM, 0, "out of memory");
       return H_ERR;
     }
-    if (raw < 16 && end - start >= 16)
-      memcpy(o, start, 16); /* arena_alloc gave 16 bytes; one fixed-size copy */
+    if (raw < 16)           /* arena_alloc gave 16 bytes, the window has them (H_PAD): */
+      memcpy(o, start, 16); /* one fixed-size copy */
     else
       memcpy(o, start, raw);
     o[raw] = '\0';
@@ -1517,7 +1583,7 @@ static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char 
   size_t bad = 0; /* bytes of invalid UTF-8: each becomes U+FFFD (3 bytes) */
   /* pass 1: find the closing quote, check the bytes */
   for (;;) {
-    p = scan_plain(p, end);
+    p = scan_plain(p);
     if (p >= end) return H_MORE;
     unsigned c = *p;
     if (c == '"') break;
@@ -1605,6 +1671,8 @@ static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char 
         } else if (u >= 0xD800 && u <= 0xDFFF) {
           u = 0xFFFD; /* a lone surrogate */
           lone++;
+        } else if (u == 0) {
+          r->nul_str = true;
         }
         put_utf8(&q, u);
         break;
@@ -1636,26 +1704,26 @@ static int h_number(rd_reader *r, const unsigned char **pp, const unsigned char 
   } else if ((unsigned)(*p - '1') < 9) {
     /* no overflow check per digit: 19 digits always fit, longer ones are redone below */
     do acc = acc * 10 + (unsigned)(*p++ - '0');
-    while (p < end && (unsigned)(*p - '0') < 10);
+    while ((unsigned)(*p - '0') < 10); /* the NUL after the window stops it */
   } else {
     return h_fail(r, p, "bad number");
   }
   size_t n_digits = (size_t)(p - digits);
   bool is_int = true;
-  if (p < end && *p == '.') {
+  if (*p == '.') {
     is_int = false;
     p++;
     if (p >= end) return H_MORE;
     if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
-    while (p < end && *p >= '0' && *p <= '9') p++;
+    while ((unsigned)(*p - '0') < 10) p++;
   }
-  if (p < end && (*p == 'e' || *p == 'E')) {
+  if (*p == 'e' || *p == 'E') {
     is_int = false;
     p++;
     if (p < end && (*p == '+' || *p == '-')) p++;
     if (p >= end) return H_MORE;
     if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
-    while (p < end && *p >= '0' && *p <= '9') p++;
+    while ((unsigned)(*p - '0') < 10) p++;
   }
   if (p >= end) return H_MORE; /* the number may go on */
   bool overflow = false;
@@ -1692,6 +1760,9 @@ static int h_number(rd_reader *r, const unsigned char **pp, const unsigned char 
 static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                    int depth, rd_jval *v);
 
+static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                     const char *lit, size_t n);
+
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v) {
   const unsigned char *p = *pp;
@@ -1703,35 +1774,67 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
   size_t start = r->stk_len;
   if (*p != close) {
     for (;;) {
-      const char *key = NULL;
-      size_t klen = 0;
-      if (is_obj) {
-        if (*p != '"') return h_fail(r, p, "expected a key");
-        int st = h_string(r, &p, end, a, &key, &klen);
-        if (st) return st;
-        p = h_ws(p, end);
-        if (p >= end) return H_MORE;
-        if (*p != ':') return h_fail(r, p, "expected ':'");
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
-      }
-      rd_jval item;
-      int st = h_value(r, &p, end, a, depth + 1, &item);
-      if (st) return st;
-      if (!push_member(r, key, klen, &item)) {
+      /* the member's slot is taken before its value is read: a container's children go
+       * above it on the stack */
+      if (ETR_RD_UNLIKELY(r->stk_len == r->stk_cap) &&
+          !grow((void **)&r->stk, &r->stk_cap, r->stk_len, sizeof *r->stk, 256)) {
         set_error(r, ETR_ENOMEM, 0, "out of memory");
         return H_ERR;
       }
+      size_t slot = r->stk_len++;
+      rd_jmember *m = &r->stk[slot];
+      int st;
+      if (is_obj) {
+        if (*p != '"') return h_fail(r, p, "expected a key");
+        st = h_string(r, &p, end, a, &m->key, &m->key_len);
+        if (st) return st;
+        if (*p != ':') {
+          p = h_ws(p, end);
+          if (p >= end) return H_MORE;
+          if (*p != ':') return h_fail(r, p, "expected ':'");
+        }
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+      } else {
+        m->key = NULL;
+        m->key_len = 0;
+      }
+      /* the value: scalars straight into the slot, containers through the recursion */
+      unsigned c = *p;
+      if (c == '"') {
+        m->val.kind = ETR_J_STRING;
+        st = h_string(r, &p, end, a, &m->val.v.str.s, &m->val.v.str.len);
+      } else if (c == '-' || c - '0' < 10) {
+        st = h_number(r, &p, end, &m->val);
+      } else if (c == '{' || c == '[') {
+        rd_jval item;
+        st = h_container(r, &p, end, a, depth + 1, &item);
+        r->stk[slot].val = item; /* the stack may have moved */
+      } else if (c == 't') {
+        m->val.kind = ETR_J_BOOL;
+        m->val.v.b = true;
+        st = h_literal(r, &p, end, "true", 4);
+      } else if (c == 'f') {
+        m->val.kind = ETR_J_BOOL;
+        m->val.v.b = false;
+        st = h_literal(r, &p, end, "false", 5);
+      } else if (c == 'n') {
+        m->val.kind = ETR_J_NULL;
+        st = h_literal(r, &p, end, "null", 4);
+      } else {
+        return h_fail(r, p, "unexpected character");
+      }
+      if (st) return st;
       /* a few hundred thousand tiny values build a tree far larger than their text */
       if ((r->stk_len & 1023) == 0 && r->stk_len * sizeof *r->stk + a->live > r->limit)
         return H_BIG;
-      p = h_ws(p, end);
-      if (p >= end) return H_MORE;
+      if (*p != ',') p = h_ws(p, end); /* the NUL after the window ends it (H_PAD) */
       if (*p == ',') {
         p = h_ws(p + 1, end);
         if (p >= end) return H_MORE;
         continue;
       }
+      if (p >= end) return H_MORE;
       if (*p == close) break;
       return h_fail(r, p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
     }
@@ -1753,7 +1856,8 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
     if (n) {
       items = arena_alloc(a, n * sizeof *items);
       if (!items) goto oom;
-      for (size_t i = 0; i < n; i++) items[i] = r->stk[start + i].val;
+      const rd_jmember *src = r->stk + start;
+      for (size_t i = 0; i < n; i++) items[i] = src[i].val;
     }
     v->v.arr.items = items;
     v->v.arr.n = n;
@@ -1991,6 +2095,7 @@ static int h_step(rd_reader *r) {
       }
       r->node_mark = r->nodes.tail;
       r->stk_len = 0;
+      r->nul_str = false;
       const unsigned char *node_start = p;
       rd_jval v;
       int st = h_value(r, &p, end, &r->nodes, 0, &v);
@@ -2078,9 +2183,9 @@ static int hand_feed(rd_reader *r) {
     size_t want = r->hb_len + (r->hb_len > FEED_BLOCK ? r->hb_len : FEED_BLOCK);
     if (want > r->limit + FEED_BLOCK) want = r->limit + FEED_BLOCK;
     if (want < r->hb_len + 1) want = r->hb_len + 1;
-    if (r->hb_cap < want + FEED_BLOCK) {
+    if (r->hb_cap < want + FEED_BLOCK + H_PAD) {
       size_t cap = r->hb_cap ? r->hb_cap : 4 * FEED_BLOCK;
-      while (cap < want + FEED_BLOCK) cap *= 2;
+      while (cap < want + FEED_BLOCK + H_PAD) cap *= 2;
       unsigned char *nb = realloc(r->hb, cap);
       if (!nb) {
         set_error(r, ETR_ENOMEM, r->hb_base + r->hb_len, "out of memory");
@@ -2089,6 +2194,7 @@ static int hand_feed(rd_reader *r) {
       r->hb = nb;
       r->hb_cap = cap;
     }
+    memset(r->hb + r->hb_len, 0, H_PAD);
     size_t had = r->hb_len;
     while (r->hb_len < want) {
       const unsigned char *blk = NULL;
@@ -2106,6 +2212,7 @@ static int hand_feed(rd_reader *r) {
       memcpy(r->hb + r->hb_len, blk, (size_t)k);
       r->hb_len += (size_t)k;
     }
+    memset(r->hb + r->hb_len, 0, H_PAD);
   }
 }
 
