@@ -45,7 +45,9 @@
 #define ETR_RD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define ETR_RD_CTZ32(x) ((unsigned)__builtin_ctz(x))
 #define ETR_RD_CTZ64(x) ((unsigned)__builtin_ctzll(x))
+#define ETR_RD_NOINLINE __attribute__((noinline))
 #else
+#define ETR_RD_NOINLINE
 #define ETR_RD_LIKELY(x) (x)
 #define ETR_RD_UNLIKELY(x) (x)
 static inline unsigned etr_rd_ctz64(uint64_t x) {
@@ -1240,6 +1242,30 @@ static ssize_t next_block(rd_reader *r, const unsigned char **p) {
   }
 }
 
+/* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. Plain input
+ * is read straight into dst once the bytes read to sniff its magic are used up, not through
+ * r->in (one copy of every byte less). */
+static ssize_t read_into(rd_reader *r, unsigned char *dst, size_t n) {
+  if (r->sniffed && !r->zst && !r->gz && r->in_pos == r->in_len) {
+    if (r->eof) return 0;
+    for (;;) {
+      ssize_t k = read(r->fd, dst, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) {
+        set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(errno));
+        return -1;
+      }
+      r->in_consumed += (uint64_t)k;
+      if (k == 0) r->eof = true;
+      return k;
+    }
+  }
+  const unsigned char *blk = NULL;
+  ssize_t k = next_block(r, &blk);
+  if (k > 0) memcpy(dst, blk, (size_t)k);
+  return k;
+}
+
 static void yajl_fail(rd_reader *r, const unsigned char *buf, size_t len) {
   uint64_t off = r->feed_base + yajl_get_bytes_consumed(r->yh);
   unsigned char *m = yajl_get_error(r->yh, 0, buf, len);
@@ -1552,12 +1578,16 @@ static const char *intern(const unsigned char *s, size_t n) {
 #undef K
 }
 
-/* A string; *pp at the opening quote. The result is NUL-terminated in arena a. */
-static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                    const char **s, size_t *len) {
+static int h_string_slow(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                         const char **s, size_t *len);
+
+/* A string; *pp at the opening quote. The result is NUL-terminated in arena a (or one of
+ * intern's static strings). Inline: the common string, printable ASCII without escapes. */
+static inline int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                           arena *a, const char **s, size_t *len) {
   const unsigned char *p = *pp + 1, *start = p;
   p = scan_plain(p);
-  if (ETR_RD_LIKELY(*p == '"')) { /* printable ASCII without escapes */
+  if (ETR_RD_LIKELY(*p == '"')) {
     size_t raw = (size_t)(p - start);
     *pp = p + 1;
     *len = raw;
@@ -1579,6 +1609,14 @@ static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char 
     *s = (const char *)o;
     return H_OK;
   }
+  return h_string_slow(r, pp, end, a, s, len);
+}
+
+/* h_string for the other strings (escapes, non-ASCII, control bytes, cut by the end). */
+static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
+                                         const unsigned char *end, arena *a, const char **s,
+                                         size_t *len) {
+  const unsigned char *p = *pp + 1, *start = p;
   bool simple = true;
   size_t bad = 0; /* bytes of invalid UTF-8: each becomes U+FFFD (3 bytes) */
   /* pass 1: find the closing quote, check the bytes */
@@ -1692,7 +1730,8 @@ static int h_string(rd_reader *r, const unsigned char **pp, const unsigned char 
   return H_OK;
 }
 
-static int h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end, rd_jval *v) {
+static inline int h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                           rd_jval *v) {
   const unsigned char *p = *pp, *s = p;
   bool neg = *p == '-';
   p += neg;
@@ -2197,8 +2236,8 @@ static int hand_feed(rd_reader *r) {
     memset(r->hb + r->hb_len, 0, H_PAD);
     size_t had = r->hb_len;
     while (r->hb_len < want) {
-      const unsigned char *blk = NULL;
-      ssize_t k = next_block(r, &blk);
+      /* at most FEED_BLOCK at once: the window has room for want + FEED_BLOCK */
+      ssize_t k = read_into(r, r->hb + r->hb_len, FEED_BLOCK);
       if (k < 0 && r->hb_len == had) return -1;
       if (k < 0) { /* parse what was read first (a cut gzip stream still yields its nodes) */
         r->read_err = r->err;
@@ -2209,7 +2248,6 @@ static int hand_feed(rd_reader *r) {
         r->heof = true;
         break;
       }
-      memcpy(r->hb + r->hb_len, blk, (size_t)k);
       r->hb_len += (size_t)k;
     }
     memset(r->hb + r->hb_len, 0, H_PAD);
