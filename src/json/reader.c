@@ -1472,117 +1472,11 @@ static inline const unsigned char *scan_plain(const unsigned char *p) {
 #endif
 }
 
-/* The static copy of a key or value that traces repeat in every node ("name", "type",
- * "uint64", "rf_id", ...), or NULL: those are not copied into the arena. */
-static const char *intern(const unsigned char *s, size_t n) {
-#define K(lit) \
-  if (!memcmp(s, lit, sizeof lit - 1)) return lit
-  switch (n) {
-    case 0:
-      return "";
-    case 2:
-      K("id");
-      K("ts");
-      break;
-    case 3:
-      K("Int");
-      K("cpu");
-      break;
-    case 4:
-      K("name");
-      K("type");
-      K("Bool");
-      K("None");
-      break;
-    case 5:
-      switch (s[0]) {
-        case 'a':
-          K("attrs");
-          break;
-        case 't':
-          K("types");
-          break;
-        case 'v':
-          K("value");
-          break;
-        case 'r':
-          K("rf_id");
-          break;
-        case 's':
-          K("scope");
-          break;
-        case 'i':
-          K("int64");
-          break;
-        default:
-          break;
-      }
-      break;
-    case 6:
-      switch (s[0]) {
-        case 'i':
-          K("inputs");
-          break;
-        case 'v':
-          K("values");
-          break;
-        case 's':
-          K("shapes");
-          K("seq_id");
-          K("string");
-          break;
-        case 'f':
-          K("fw_tid");
-          break;
-        case 'u':
-          K("uint64");
-          break;
-        case '<':
-          K("<None>");
-          break;
-        case 'D':
-          K("Double");
-          K("Device");
-          break;
-        case 'S':
-          K("String");
-          break;
-        default:
-          break;
-      }
-      break;
-    case 7:
-      K("outputs");
-      K("strides");
-      break;
-    case 9:
-      K("ctrl_deps");
-      K("fw_parent");
-      K("op_schema");
-      break;
-    case 11:
-      K("kernel_file");
-      break;
-    case 13:
-      K("exclusive_dur");
-      K("inclusive_dur");
-      K("Tensor(float)");
-      break;
-    case 14:
-      K("kernel_backend");
-      break;
-    default:
-      break;
-  }
-  return NULL;
-#undef K
-}
-
 static int h_string_slow(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                          const char **s, size_t *len);
 
-/* A string; *pp at the opening quote. The result is NUL-terminated in arena a (or one of
- * intern's static strings). Inline: the common string, printable ASCII without escapes. */
+/* A string; *pp at the opening quote. The result is NUL-terminated in arena a. Inline: the
+ * common string, printable ASCII without escapes. */
 static inline int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end,
                            arena *a, const char **s, size_t *len) {
   const unsigned char *p = *pp + 1, *start = p;
@@ -1591,11 +1485,6 @@ static inline int h_string(rd_reader *r, const unsigned char **pp, const unsigne
     size_t raw = (size_t)(p - start);
     *pp = p + 1;
     *len = raw;
-    const char *k = intern(start, raw);
-    if (k) {
-      *s = k;
-      return H_OK;
-    }
     unsigned char *o = arena_alloc(a, raw + 1);
     if (!o) {
       set_error(r, ETR_ENOMEM, 0, "out of memory");
@@ -1845,6 +1734,21 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         st = h_string(r, &p, end, a, &m->val.v.str.s, &m->val.v.str.len);
       } else if (c == '-' || c - '0' < 10) {
         st = h_number(r, &p, end, &m->val);
+      } else if (((c == '[' && p[1] == ']') || (c == '{' && p[1] == '}')) &&
+                 depth + 1 < H_MAX_DEPTH) {
+        /* an empty container ("shapes": [[],[]]): no recursion; p[1] is in the window or
+         * its NUL padding */
+        if (c == '[') {
+          m->val.kind = ETR_J_ARRAY;
+          m->val.v.arr.items = NULL;
+          m->val.v.arr.n = 0;
+        } else {
+          m->val.kind = ETR_J_OBJECT;
+          m->val.v.obj.items = NULL;
+          m->val.v.obj.n = 0;
+        }
+        p += 2;
+        st = H_OK;
       } else if (c == '{' || c == '[') {
         rd_jval item;
         st = h_container(r, &p, end, a, depth + 1, &item);
