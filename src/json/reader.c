@@ -705,18 +705,35 @@ static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *w
     warn(r, n->offset, n->id, "\"%s\" is not an object", which);
     return;
   }
+  /* one pass over the members: values, shapes, types, strides (the first of each, as
+   * rd_jobj_get finds them) */
+  static const char *const parts[4] = {"values", "shapes", "types", "strides"};
+  const rd_jval *got[4] = {NULL, NULL, NULL, NULL};
   bool nul = r->nul_str;
-  const rd_jval *vals = obj_get(io, "values", 6, nul);
+  for (size_t i = 0; i < io->v.obj.n; i++) {
+    const rd_jmember *m = &io->v.obj.items[i];
+    int w = -1;
+    if (ETR_RD_UNLIKELY(nul)) {
+      for (int j = 0; j < 4 && w < 0; j++)
+        if (!strcmp(m->key, parts[j])) w = j;
+    } else if (m->key_len == 6) {
+      w = !memcmp(m->key, "values", 6) ? 0 : !memcmp(m->key, "shapes", 6) ? 1 : -1;
+    } else if (m->key_len == 5) {
+      w = !memcmp(m->key, "types", 5) ? 2 : -1;
+    } else if (m->key_len == 7) {
+      w = !memcmp(m->key, "strides", 7) ? 3 : -1;
+    }
+    if (w >= 0 && !got[w]) got[w] = &m->val;
+  }
+  const rd_jval *vals = got[0];
   if (!vals || vals->kind != ETR_J_ARRAY) {
     warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
     return;
   }
-  static const char *const parts[3] = {"shapes", "types", "strides"};
-  static const size_t part_len[3] = {6, 5, 7};
-  for (int i = 0; i < 3; i++) {
-    const rd_jval *p = obj_get(io, parts[i], part_len[i], nul);
+  for (int i = 1; i < 4; i++) {
+    const rd_jval *p = got[i];
     if (!p) {
-      if (i < 2) /* "strides" is optional (schemas before 1.1.1 have none) */
+      if (i < 3) /* "strides" is optional (schemas before 1.1.1 have none) */
         warn(r, n->offset, n->id, "%s: \"%s\" is missing", which, parts[i]);
       continue;
     }
