@@ -362,7 +362,15 @@ static const unsigned char *put_utf8_seq(unsigned char **q, const unsigned char 
  * *out_len (when not NULL) receives the copy's length. */
 static char *copy_str(rd_reader *r, arena *a, const unsigned char *s, size_t n, size_t *out_len) {
   size_t bad = 0;
-  for (size_t i = 0; i < n;) {
+  size_t i = 0;
+  /* 8 bytes at a time while they are ASCII without a NUL (the common string) */
+  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, s + i, 8);
+    if ((w | ((w - ones) & ~w)) & highs) break;
+  }
+  while (i < n) {
     if (s[i] < 0x80) {
       if (!s[i]) r->nul_str = true;
       i++;
