@@ -403,33 +403,28 @@ static const rd_jval *obj_get(const rd_jval *obj, const char *key, size_t key_le
   return NULL;
 }
 
-/* rd_base_attr of a name of n bytes: by its length and one character, then one memcmp. */
+/* rd_base_attr of a name of n bytes: by its length, then memcmp of a constant length (a
+ * compare or two, no call). */
 static int base_attr_n(const char *nm, size_t n, bool nul) {
   if (ETR_RD_UNLIKELY(nul)) return rd_base_attr(nm);
-  int b;
+#define IS(lit) !memcmp(nm, lit, sizeof lit - 1)
   switch (n) {
     case 3:
-      b = 4;
-      break;
+      return IS("tid") ? 4 : -1;
     case 5:
-      b = nm[0] == 'r' ? 0 : 3;
-      break;
+      return IS("rf_id") ? 0 : IS("scope") ? 3 : -1;
     case 6:
-      b = nm[0] == 's' ? 2 : 5;
-      break;
+      return IS("seq_id") ? 2 : IS("fw_tid") ? 5 : -1;
     case 9:
-      b = nm[0] == 'f' ? 1 : 6;
-      break;
+      return IS("fw_parent") ? 1 : IS("op_schema") ? 6 : -1;
     case 11:
-      b = 8;
-      break;
+      return IS("kernel_file") ? 8 : -1;
     case 14:
-      b = 7;
-      break;
+      return IS("kernel_backend") ? 7 : -1;
     default:
       return -1;
   }
-  return memcmp(nm, base_attrs[b], n) ? -1 : b;
+#undef IS
 }
 
 static bool as_u64(const rd_jval *v, uint64_t *out) {

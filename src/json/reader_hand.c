@@ -158,7 +158,8 @@ static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
   }
   if (bad)
     etr__rd_warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
-         "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad, bad == 1 ? "" : "s");
+                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad,
+                 bad == 1 ? "" : "s");
   size_t raw = (size_t)(p - start);
   unsigned char *o = arena_alloc(a, raw + 2 * bad + 1);
   if (!o) {
@@ -227,8 +228,8 @@ static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
   }
   if (lone)
     etr__rd_warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
-         "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", lone,
-         lone == 1 ? "" : "s");
+                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", lone,
+                 lone == 1 ? "" : "s");
   *q = '\0';
   *len = (size_t)(q - o);
   *pp = p + 1;
@@ -586,8 +587,9 @@ static int h_step(rd_reader *r) {
       }
       if (!strcmp(r->tkey, "nodes")) {
         if (r->ph != PH_HEADER || *p != '[') {
-          etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
-                    r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
+          etr__rd_set_error(
+              r, ETR_EFORMAT, r->hb_base + r->hpos,
+              r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
           return H_ERR;
         }
         r->ph = PH_NODES;
@@ -628,7 +630,7 @@ static int h_step(rd_reader *r) {
         if (*p == '[' || *p == '"' || *p == '-' || (*p >= '0' && *p <= '9') || *p == 't' ||
             *p == 'f' || *p == 'n') {
           etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + (uint64_t)(p - r->hb),
-                    "an element of \"nodes\" is not an object");
+                            "an element of \"nodes\" is not an object");
           return H_ERR;
         }
         return h_fail(r, p, "expected a node");
@@ -646,7 +648,8 @@ static int h_step(rd_reader *r) {
       int st = h_value(r, &p, end, &r->nodes, 0, &v);
       if (st) return st;
       if ((size_t)(p - node_start) > r->opt.max_node_bytes) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
+        etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
+                          r->opt.max_node_bytes);
         return H_ERR;
       }
       r->hpos = (size_t)(p - r->hb);
@@ -693,22 +696,22 @@ int etr__rd_hand_feed(rd_reader *r) {
         return 0;
       }
       etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hb_len,
-                "unexpected end of input (truncated file?)");
+                        "unexpected end of input (truncated file?)");
       return -1;
     }
     if (st == H_BIG || (st == H_MORE && r->hb_len - r->hpos > r->limit)) {
       if (r->ph == PH_NODES || r->ph == PH_START) {
         etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
-                  "node needs more than %zu MiB to read (its text, or the values it holds; "
-                  "ETR_READER_LIMIT_MB raises the limit)",
-                  r->limit >> 20);
+                          "node needs more than %zu MiB to read (its text, or the values it holds; "
+                          "ETR_READER_LIMIT_MB raises the limit)",
+                          r->limit >> 20);
         return -1;
       }
       if (r->skip_next || !r->have_key) { /* a key, not a value, is over the limit */
         etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
-                  "a top-level key needs more than %zu MiB (ETR_READER_LIMIT_MB raises the "
-                  "limit)",
-                  r->limit >> 20);
+                          "a top-level key needs more than %zu MiB (ETR_READER_LIMIT_MB raises the "
+                          "limit)",
+                          r->limit >> 20);
         return -1;
       }
       r->skip_next = true; /* redo the step: it skips the value */

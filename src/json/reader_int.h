@@ -139,9 +139,9 @@ struct rd_reader {
   bool sniffed;
   /* parser */
   struct yajl_handle_t *yh; /* yajl_handle */
-  bool yajl_eof;      /* yajl_complete_parse is running: the input has ended */
-  uint64_t feed_base; /* decompressed offset of the current feed's first byte */
-  uint64_t top_end;   /* offset just after the top-level object's '}' (yajl) */
+  bool yajl_eof;            /* yajl_complete_parse is running: the input has ended */
+  uint64_t feed_base;       /* decompressed offset of the current feed's first byte */
+  uint64_t top_end;         /* offset just after the top-level object's '}' (yajl) */
   const unsigned char *feed_ptr;
   uint64_t consumed; /* decompressed bytes handed to the parser and fully parsed */
   phase ph;

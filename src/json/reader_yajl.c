@@ -27,7 +27,6 @@ static bool push_member(rd_reader *r, const char *key, size_t key_len, const rd_
   return true;
 }
 
-
 /* yajl backend: the top-level value being built is over the limit: drop what was built and
  * pass over the rest (b_discard), as the hand backend does. */
 static int b_over_limit(rd_reader *r) {
@@ -70,15 +69,16 @@ static int b_value(rd_reader *r, const rd_jval *v) {
   }
   if ((r->stk_len & 1023) == 0 && r->build_node &&
       etr__rd_cur_off(r) - r->node_off > r->opt.max_node_bytes) {
-    etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
+    etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
+                      r->opt.max_node_bytes);
     return 0;
   }
   if ((r->stk_len & 1023) == 0 && r->stk_len * sizeof *r->stk + r->target->live > r->limit) {
     if (!r->build_node) return b_over_limit(r);
     etr__rd_set_error(r, ETR_EFORMAT, r->node_off,
-              "node needs more than %zu MiB to read (its text, or the values it holds; "
-              "ETR_READER_LIMIT_MB raises the limit)",
-              r->limit >> 20);
+                      "node needs more than %zu MiB to read (its text, or the values it holds; "
+                      "ETR_READER_LIMIT_MB raises the limit)",
+                      r->limit >> 20);
     return 0;
   }
   return 1;
@@ -130,7 +130,8 @@ static int b_close(rd_reader *r) {
   }
   r->stk_len = f.start;
   if (r->build_node && etr__rd_cur_off(r) - r->node_off > r->opt.max_node_bytes) {
-    etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes", r->opt.max_node_bytes);
+    etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
+                      r->opt.max_node_bytes);
     return 0;
   }
   r->bkey = f.key;
@@ -178,7 +179,8 @@ static int value_start(rd_reader *r, bool is_map, bool is_open) {
         begin_build(r, true);
         return 1;
       }
-      etr__rd_set_error(r, ETR_EFORMAT, etr__rd_cur_off(r) - 1, "an element of \"nodes\" is not an object");
+      etr__rd_set_error(r, ETR_EFORMAT, etr__rd_cur_off(r) - 1,
+                        "an element of \"nodes\" is not an object");
       return 0;
     case PH_HEADER:
     case PH_TRAILER:
@@ -188,8 +190,9 @@ static int value_start(rd_reader *r, bool is_map, bool is_open) {
           r->nodes_seen = true;
           return 2;
         }
-        etr__rd_set_error(r, ETR_EFORMAT, etr__rd_cur_off(r) - 1,
-                  r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
+        etr__rd_set_error(
+            r, ETR_EFORMAT, etr__rd_cur_off(r) - 1,
+            r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
         return 0;
       }
       begin_build(r, false);
@@ -341,7 +344,8 @@ static bool yajl_trailing_garbage(rd_reader *r, const unsigned char *p, size_t n
   size_t i = r->top_end > r->feed_base ? (size_t)(r->top_end - r->feed_base) : 0;
   for (; i < n; i++)
     if (p[i] != ' ' && p[i] != '\n' && p[i] != '\r' && p[i] != '\t') {
-      if (!r->err) etr__rd_set_error(r, ETR_EFORMAT, r->feed_base + i, "invalid JSON (trailing garbage)");
+      if (!r->err)
+        etr__rd_set_error(r, ETR_EFORMAT, r->feed_base + i, "invalid JSON (trailing garbage)");
       return true;
     }
   return false;
@@ -380,16 +384,17 @@ int etr__rd_yajl_feed(rd_reader *r) {
   }
   if (r->ph == PH_END && yajl_trailing_garbage(r, p, n)) return -1;
   if (bad) {
-    if (!r->err) etr__rd_set_error(r, ETR_EFORMAT, r->consumed + n, "invalid JSON (unexpected character)");
+    if (!r->err)
+      etr__rd_set_error(r, ETR_EFORMAT, r->consumed + n, "invalid JSON (unexpected character)");
     return -1;
   }
   r->consumed += (uint64_t)k;
   /* a token yajl is still gathering (one long string) is only seen when it ends */
   if (r->building && r->build_node && r->consumed - r->node_off > r->limit) {
     etr__rd_set_error(r, ETR_EFORMAT, r->node_off,
-              "node needs more than %zu MiB to read (its text, or the values it holds; "
-              "ETR_READER_LIMIT_MB raises the limit)",
-              r->limit >> 20);
+                      "node needs more than %zu MiB to read (its text, or the values it holds; "
+                      "ETR_READER_LIMIT_MB raises the limit)",
+                      r->limit >> 20);
     return -1;
   }
   return 1;
