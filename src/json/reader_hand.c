@@ -350,7 +350,17 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         m->val.kind = ETR_J_STRING;
         st = h_string(r, &p, end, a, &m->val.v.str.s, &m->val.v.str.len);
       } else if (c == '-' || c - '0' < 10) {
-        st = h_number(r, &p, end, &m->val);
+        if ((unsigned)(c - '0') < 10 && (unsigned)(p[1] - '0') >= 10 && p[1] != '.' &&
+            (p[1] | 0x20) != 'e' && p + 1 < end) {
+          /* one digit ("value": 0, shapes [16, 8]'s neighbours): no general parse; p[1] is in
+           * the window or its padding */
+          m->val.kind = ETR_J_INT;
+          m->val.v.i = (int64_t)(c - '0');
+          p++;
+          st = H_OK;
+        } else {
+          st = h_number(r, &p, end, &m->val);
+        }
       } else if (((c == '[' && p[1] == ']') || (c == '{' && p[1] == '}')) &&
                  depth + 1 < H_MAX_DEPTH) {
         /* an empty container ("shapes": [[],[]]): no recursion; p[1] is in the window or

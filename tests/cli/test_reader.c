@@ -735,6 +735,11 @@ static void test_fast_paths(void **state) {
               {"99999999999999999999", ETR_J_DOUBLE, 0},
               {"123456789012345678901", ETR_J_DOUBLE, 0},
               {"0", ETR_J_INT, 0},
+              {"7", ETR_J_INT, 7},
+              {"70", ETR_J_INT, 70},
+              {"7.5", ETR_J_DOUBLE, 0},
+              {"7e2", ETR_J_DOUBLE, 0},
+              {"7E2", ETR_J_DOUBLE, 0},
               {"-0", ETR_J_INT, 0},
               {"-12", ETR_J_INT, (uint64_t)-12}};
   for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
