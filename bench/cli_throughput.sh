@@ -1,7 +1,8 @@
 #!/bin/sh
-# Throughput and peak memory of `etr validate` and `etr summary` on a large trace that the
-# recorder itself writes (docs/BENCHMARKS.md: >= 150 MB/s, <= 64 MB on a 1 GB trace), compared in the
-# same run with Python's json.load on the same file. Never fails on the figures.
+# Throughput and peak memory of `etr validate`, `etr summary` and `etr chrome` (its output to
+# /dev/null) on a large trace that the recorder itself writes (docs/BENCHMARKS.md: >= 150 MB/s,
+# <= 64 MB on a 1 GB trace), compared in the same run with Python's json.load on the same file.
+# Never fails on the figures.
 #
 # usage: bench/cli_throughput.sh [--build DIR] [--size MB] [--runs N] [--py-runs N]
 #                                [--dir DIR] [--keep]
@@ -99,6 +100,8 @@ rm -f "$dir/table"
 measure "etr validate" "$runs" "$etr" validate --quiet "$trace"
 measure "etr summary" "$runs" "$etr" summary "$trace"
 measure "etr summary --json" "$runs" "$etr" summary --json "$trace"
+# chrome's output goes to /dev/null: the figure is the reading and converting, not the disk
+measure "etr chrome" "$runs" "$etr" chrome "$trace" -o /dev/null
 # the same through the yajl backend of the reader (ETR_READER_BACKEND=yajl)
 measure "etr validate (yajl)" "$runs" env ETR_READER_BACKEND=yajl "$etr" validate --quiet "$trace"
 measure "etr summary (yajl)" "$runs" env ETR_READER_BACKEND=yajl "$etr" summary "$trace"

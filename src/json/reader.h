@@ -178,9 +178,9 @@ int rd_base_attr(const char *name);
 uint64_t rd_memory(const rd_reader *r);
 
 /* The parser behind the reader: "hand" (the default: a pull parser specialised for traces,
- * in reader.c) or "yajl" (yajl's push parser), chosen at open by the environment variable
- * ETR_READER_BACKEND=hand|yajl. Both accept the same inputs and give the same nodes; the
- * benchmark bench/cli_throughput.sh measures both. */
+ * in reader_hand.c) or "yajl" (yajl's push parser, reader_yajl.c), chosen at open by the
+ * environment variable ETR_READER_BACKEND=hand|yajl. Both accept the same inputs and give
+ * the same nodes; the benchmark bench/cli_throughput.sh measures both. */
 const char *rd_backend(const rd_reader *r);
 
 /* The input's name as messages give it ("<stdin>" for "-"). */

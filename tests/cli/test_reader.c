@@ -645,6 +645,149 @@ static void test_backends_agree(void **state) {
   assert_non_null(strstr(r.err, "nesting too deep"));
 }
 
+/* Read path through the given backend ("hand" or "yajl"): its first node's name, id, tid
+ * and the kind and value of its "x" member, or rc < 0. */
+typedef struct first_node {
+  int rc;
+  char name[128];
+  size_t name_len;
+  int64_t id;
+  uint64_t tid;
+  rd_jval x;
+} first_node;
+
+static first_node read_first(const char *path, const char *backend) {
+  first_node f;
+  memset(&f, 0, sizeof f);
+  setenv("ETR_READER_BACKEND", backend, 1);
+  rd_reader *r = NULL;
+  f.rc = rd_open(path, NULL, &r);
+  const rd_rnode *n = NULL;
+  if (f.rc == 0) f.rc = rd_next(r, &n) == 1 ? 0 : -1;
+  if (f.rc == 0) {
+    assert_true(n->name_len < sizeof f.name);
+    memcpy(f.name, n->name, n->name_len + 1);
+    f.name_len = n->name_len;
+    f.id = n->id;
+    f.tid = n->tid;
+    const rd_jval *x = rd_jobj_get(n->raw, "x");
+    if (x) f.x = *x;
+    if (x && x->kind == ETR_J_STRING) f.x.v.str.s = NULL; /* not valid after close */
+  }
+  rd_close(r);
+  unsetenv("ETR_READER_BACKEND");
+  return f;
+}
+
+/* The hand parser's fast paths (strings scanned 16 bytes at a time, integers without a
+ * per-digit check, empty containers without recursion, names matched by length) give what
+ * the general ones, and yajl, give. */
+static void test_fast_paths(void **state) {
+  (void)state;
+  const char *p = tmp_path("fast.json");
+  static const char *const backends[2] = {"hand", "yajl"};
+  /* strings of every length around the 16-byte blocks, plain or with an escape or a
+   * two-byte character at every position */
+  for (int len = 0; len <= 40; len++) {
+    for (int at = -1; at < len; at++) {
+      for (int kind = 0; kind < 2; kind++) {
+        if (at < 0 && kind) continue;
+        char doc[320], want[64], text[128];
+        size_t t = 0, w = 0;
+        for (int i = 0; i < len; i++) {
+          if (i == at && kind == 0) {
+            memcpy(text + t, "\\n", 2), t += 2;
+            want[w++] = '\n';
+          } else if (i == at) {
+            memcpy(text + t, "\xc3\xa9", 2), t += 2;
+            memcpy(want + w, "\xc3\xa9", 2), w += 2;
+          } else {
+            text[t++] = want[w++] = (char)('a' + i % 26);
+          }
+        }
+        text[t] = want[w] = '\0';
+        snprintf(doc, sizeof doc, "{\"nodes\": [{\"id\": 3, \"name\": \"%s\", \"%s\": 1}]}", text,
+                 text);
+        write_file(p, doc, strlen(doc));
+        for (int b = 0; b < 2; b++) {
+          first_node f = read_first(p, backends[b]);
+          assert_int_equal(f.rc, 0);
+          assert_int_equal(f.name_len, w);
+          assert_memory_equal(f.name, want, w + 1);
+          assert_int_equal(f.id, 3);
+        }
+      }
+    }
+  }
+  /* integers around the 19-digit bound, and beyond uint64 */
+  static const struct {
+    const char *text;
+    rd_jkind kind;
+    uint64_t u; /* the value as uint64 (INT: two's complement) */
+  } nums[] = {{"9999999999999999999", ETR_J_UINT, 9999999999999999999u},
+              {"9223372036854775807", ETR_J_INT, 9223372036854775807u},
+              {"9223372036854775808", ETR_J_UINT, 9223372036854775808u},
+              {"-9223372036854775808", ETR_J_INT, 9223372036854775808u},
+              {"-9223372036854775809", ETR_J_DOUBLE, 0},
+              {"10000000000000000000", ETR_J_UINT, 10000000000000000000u},
+              {"18446744073709551615", ETR_J_UINT, 18446744073709551615u},
+              {"18446744073709551616", ETR_J_DOUBLE, 0},
+              {"99999999999999999999", ETR_J_DOUBLE, 0},
+              {"123456789012345678901", ETR_J_DOUBLE, 0},
+              {"0", ETR_J_INT, 0},
+              {"7", ETR_J_INT, 7},
+              {"70", ETR_J_INT, 70},
+              {"7.5", ETR_J_DOUBLE, 0},
+              {"7e2", ETR_J_DOUBLE, 0},
+              {"7E2", ETR_J_DOUBLE, 0},
+              {"-0", ETR_J_INT, 0},
+              {"-12", ETR_J_INT, (uint64_t)-12}};
+  for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+    char doc[160];
+    snprintf(doc, sizeof doc, "{\"nodes\": [{\"id\": 3, \"x\": %s}]}", nums[i].text);
+    write_file(p, doc, strlen(doc));
+    for (int b = 0; b < 2; b++) {
+      first_node f = read_first(p, backends[b]);
+      assert_int_equal(f.rc, 0);
+      if (f.x.kind != nums[i].kind)
+        fail_msg("%s: %s: kind %d", backends[b], nums[i].text, f.x.kind);
+      if (nums[i].kind == ETR_J_DOUBLE)
+        assert_true(f.x.v.d == strtod(nums[i].text, NULL));
+      else
+        assert_true(f.x.v.u == nums[i].u);
+    }
+  }
+  /* names holding a NUL (a \u0000 escape) compare as C strings, as commands compare them */
+  const char *nul_doc =
+      "{\"nodes\": [{\"id\\u0000x\": 5, \"name\": \"n\", \"attrs\": [{\"name\": \"tid\\u0000y\", "
+      "\"type\": \"uint64\", \"value\": 9}]}]}";
+  write_file(p, nul_doc, strlen(nul_doc));
+  for (int b = 0; b < 2; b++) {
+    first_node f = read_first(p, backends[b]);
+    assert_int_equal(f.rc, 0);
+    assert_int_equal(f.id, 5);
+    assert_int_equal(f.tid, 9);
+  }
+  /* empty containers count toward the nesting limit like the others */
+  for (int k = 1022; k <= 1024; k++) {
+    for (int obj = 0; obj < 2; obj++) {
+      FILE *fp = fopen(p, "wb");
+      assert_non_null(fp);
+      fputs("{\"nodes\": [{\"a\": ", fp);
+      for (int i = 0; i < k - 1; i++) fputc('[', fp);
+      fputs(obj ? "{}" : "[]", fp);
+      for (int i = 0; i < k - 1; i++) fputc(']', fp);
+      fputs("}]}", fp);
+      fclose(fp);
+      first_node f = read_first(p, "hand");
+      if (k < 1024)
+        assert_int_equal(f.rc, 0);
+      else
+        assert_true(f.rc < 0);
+    }
+  }
+}
+
 static void test_shape_errors(void **state) {
   (void)state;
   expect_error("", "end of input");
@@ -918,6 +1061,7 @@ int main(void) {
       cmocka_unit_test(test_hostile_shapes),
       cmocka_unit_test(test_backends_agree),
       cmocka_unit_test(test_number_cut_at_end),
+      cmocka_unit_test(test_fast_paths),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

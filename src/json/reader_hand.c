@@ -1,0 +1,774 @@
+/* The hand parser of the trace reader (the default; reader_int.h): a pull parser specialised for
+ * traces. The input sits in one buffer that always holds the current step (the top-level
+ * '{', one top-level member, or one node) whole; a step that runs off the end of the buffer
+ * is undone (arenas rolled back) and redone after the buffer is refilled, so no parser state
+ * spans a refill. Values are built directly into the arenas: no callback per token, no
+ * intermediate copies. It accepts exactly RFC 8259 JSON, strings checked to be UTF-8.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "json/reader_int.h"
+
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "etr/common.h"
+
+/* H_BIG: the step needs more memory than r->limit (its text, or the values it builds) */
+enum { H_OK = 0, H_MORE = 1, H_ERR = 2, H_BIG = 3 };
+#define H_MAX_DEPTH 1024
+/* Zero bytes kept after the window's data (hb[hb_len..hb_len + H_PAD)): a NUL stops every
+ * scanning loop at the end (it is not whitespace, a digit or a plain string byte), so the
+ * loops need no bounds check, and the string scanner may load 16 bytes from any position up
+ * to the end. Whatever stops at the end then checks p >= end and asks for more input. */
+#define H_PAD 64
+
+static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
+  uint64_t off = r->hb_base + (uint64_t)(at - r->hb);
+  etr__rd_set_error(r, ETR_EFORMAT, off, "invalid JSON (%s)", what);
+  return H_ERR;
+}
+
+static inline const unsigned char *h_ws(const unsigned char *p, const unsigned char *end) {
+  (void)end; /* the NUL after the window stops the loop (H_PAD) */
+  while (*p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  return p;
+}
+
+static int hex4(const unsigned char *p, uint32_t *out) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned c = p[i], d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+      d = (c | 0x20) - 'a' + 10;
+    else
+      return 0;
+    v = v * 16 + d;
+  }
+  *out = v;
+  return 1;
+}
+
+/* The first byte at or after p that a string cannot simply copy: '"', '\\', a control byte
+ * (< 0x20) or a non-ASCII one (>= 0x80). The window's NUL padding (H_PAD) stops it at the
+ * end; it reads at most 15 bytes past that. 16 bytes at a time with SSE2 (every x86-64 has
+ * it), 8 at a time on other little-endian machines (SWAR), else one at a time. */
+static inline const unsigned char *scan_plain(const unsigned char *p) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                space = _mm_set1_epi8(0x20);
+  for (;; p += 16) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too */
+    __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                             _mm_cmplt_epi8(x, space));
+    unsigned bits = (unsigned)_mm_movemask_epi8(m);
+    if (bits) return p + ETR_RD_CTZ32(bits);
+  }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+    defined(__SIZEOF_POINTER__) && __SIZEOF_POINTER__ == 8
+  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+  for (;; p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    /* a borrow only carries into bytes above a flagged one: the lowest flag is exact */
+    uint64_t t = ((w - ones * 0x20) | w | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs;
+    if (t) return p + ETR_RD_CTZ64(t) / 8;
+  }
+#else
+  while (*p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
+  return p;
+#endif
+}
+
+static int h_string_slow(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                         const char **s, size_t *len);
+
+/* A string; *pp at the opening quote. The result is NUL-terminated in arena a. Inline: the
+ * common string, printable ASCII without escapes. */
+static inline int h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                           arena *a, const char **s, size_t *len) {
+  const unsigned char *p = *pp + 1, *start = p;
+  p = scan_plain(p);
+  if (ETR_RD_LIKELY(*p == '"')) {
+    size_t raw = (size_t)(p - start);
+    *pp = p + 1;
+    *len = raw;
+    unsigned char *o = arena_alloc(a, raw + 1);
+    if (!o) {
+      etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+      return H_ERR;
+    }
+    if (raw < 16)           /* arena_alloc gave 16 bytes, the window has them (H_PAD): */
+      memcpy(o, start, 16); /* one fixed-size copy */
+    else
+      memcpy(o, start, raw);
+    o[raw] = '\0';
+    *s = (const char *)o;
+    return H_OK;
+  }
+  return h_string_slow(r, pp, end, a, s, len);
+}
+
+/* h_string for the other strings (escapes, non-ASCII, control bytes, cut by the end). */
+static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
+                                         const unsigned char *end, arena *a, const char **s,
+                                         size_t *len) {
+  const unsigned char *p = *pp + 1, *start = p;
+  bool simple = true;
+  size_t bad = 0; /* bytes of invalid UTF-8: each becomes U+FFFD (3 bytes) */
+  /* pass 1: find the closing quote, check the bytes */
+  for (;;) {
+    p = scan_plain(p);
+    if (p >= end) return H_MORE;
+    unsigned c = *p;
+    if (c == '"') break;
+    if (c < 0x20) return h_fail(r, p, "control character in a string");
+    simple = false;
+    if (c == '\\') {
+      if (end - p < 2) return H_MORE;
+      unsigned e = p[1];
+      if (e == 'u') {
+        if (end - p < 6) return H_MORE;
+        uint32_t u;
+        if (!hex4(p + 2, &u)) return h_fail(r, p, "bad \\u escape");
+        p += 6;
+      } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                 e == 'r' || e == 't') {
+        p += 2;
+      } else {
+        return h_fail(r, p, "bad escape in a string");
+      }
+    } else {
+      size_t n = etr__rd_utf8_len(p, end);
+      if (n == (size_t)-1) return H_MORE;
+      if (!n) { /* a writer that passed raw bytes through: keep reading, replace them */
+        bad++;
+        n = etr__rd_bad_len(p, end);
+      }
+      p += n;
+    }
+  }
+  if (bad)
+    etr__rd_warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
+                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad,
+                 bad == 1 ? "" : "s");
+  size_t raw = (size_t)(p - start);
+  unsigned char *o = arena_alloc(a, raw + 2 * bad + 1);
+  if (!o) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return H_ERR;
+  }
+  *s = (const char *)o;
+  if (simple) {
+    memcpy(o, start, raw);
+    o[raw] = '\0';
+    *len = raw;
+    *pp = p + 1;
+    return H_OK;
+  }
+  /* pass 2: decode (never longer than the source plus 2 bytes per replaced byte) */
+  unsigned char *q = o;
+  size_t lone = 0;
+  for (const unsigned char *x = start; x < p;) {
+    if (*x >= 0x80) {
+      x = etr__rd_put_utf8_seq(&q, x, p);
+      continue;
+    }
+    if (*x != '\\') {
+      *q++ = *x++;
+      continue;
+    }
+    unsigned e = x[1];
+    x += 2;
+    switch (e) {
+      case 'b':
+        *q++ = '\b';
+        break;
+      case 'f':
+        *q++ = '\f';
+        break;
+      case 'n':
+        *q++ = '\n';
+        break;
+      case 'r':
+        *q++ = '\r';
+        break;
+      case 't':
+        *q++ = '\t';
+        break;
+      case 'u': {
+        uint32_t u = 0, lo = 0;
+        hex4(x, &u);
+        x += 4;
+        if (u >= 0xD800 && u <= 0xDBFF && p - x >= 6 && x[0] == '\\' && x[1] == 'u' &&
+            hex4(x + 2, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
+          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+          x += 6;
+        } else if (u >= 0xD800 && u <= 0xDFFF) {
+          u = 0xFFFD; /* a lone surrogate */
+          lone++;
+        } else if (u == 0) {
+          r->nul_str = true;
+        }
+        put_utf8(&q, u);
+        break;
+      }
+      default:
+        *q++ = (unsigned char)e;
+        break; /* " \ / */
+    }
+  }
+  if (lone)
+    etr__rd_warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
+                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", lone,
+                 lone == 1 ? "" : "s");
+  *q = '\0';
+  *len = (size_t)(q - o);
+  *pp = p + 1;
+  return H_OK;
+}
+
+static inline int h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                           rd_jval *v) {
+  const unsigned char *p = *pp, *s = p;
+  bool neg = *p == '-';
+  p += neg;
+  if (p >= end) return H_MORE;
+  const unsigned char *digits = p;
+  uint64_t acc = 0;
+  if (*p == '0') {
+    p++;
+  } else if ((unsigned)(*p - '1') < 9) {
+    /* no overflow check per digit: 19 digits always fit, longer ones are redone below */
+    do acc = acc * 10 + (unsigned)(*p++ - '0');
+    while ((unsigned)(*p - '0') < 10); /* the NUL after the window stops it */
+  } else {
+    return h_fail(r, p, "bad number");
+  }
+  size_t n_digits = (size_t)(p - digits);
+  bool is_int = true;
+  if (*p == '.') {
+    is_int = false;
+    p++;
+    if (p >= end) return H_MORE;
+    if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
+    while ((unsigned)(*p - '0') < 10) p++;
+  }
+  if (*p == 'e' || *p == 'E') {
+    is_int = false;
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    if (p >= end) return H_MORE;
+    if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
+    while ((unsigned)(*p - '0') < 10) p++;
+  }
+  if (p >= end) return H_MORE; /* the number may go on */
+  bool overflow = false;
+  if (is_int && n_digits > 19) {
+    acc = 0;
+    for (const unsigned char *x = digits; x < digits + n_digits; x++) {
+      unsigned d = *x - '0';
+      if (acc > (UINT64_MAX - d) / 10) overflow = true;
+      acc = acc * 10 + d;
+    }
+  }
+  if (is_int && !overflow && !neg && acc <= (uint64_t)INT64_MAX) {
+    v->kind = ETR_J_INT;
+    v->v.i = (int64_t)acc;
+  } else if (is_int && !overflow && neg && acc <= (uint64_t)INT64_MAX + 1) {
+    v->kind = ETR_J_INT;
+    v->v.i = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
+  } else if (is_int && !overflow && !neg) {
+    v->kind = ETR_J_UINT;
+    v->v.u = acc;
+  } else {
+    char buf[128];
+    size_t n = (size_t)(p - s);
+    if (n > sizeof buf - 1) n = sizeof buf - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    v->kind = ETR_J_DOUBLE;
+    v->v.d = strtod(buf, NULL);
+  }
+  *pp = p;
+  return H_OK;
+}
+
+static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                   int depth, rd_jval *v);
+
+static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                     const char *lit, size_t n);
+
+static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                       int depth, rd_jval *v) {
+  const unsigned char *p = *pp;
+  bool is_obj = *p == '{';
+  unsigned char close = is_obj ? '}' : ']';
+  if (depth >= H_MAX_DEPTH) return h_fail(r, p, "nesting too deep");
+  p = h_ws(p + 1, end);
+  if (p >= end) return H_MORE;
+  size_t start = r->stk_len;
+  if (*p != close) {
+    for (;;) {
+      /* the member's slot is taken before its value is read: a container's children go
+       * above it on the stack */
+      if (ETR_RD_UNLIKELY(r->stk_len == r->stk_cap) &&
+          !grow((void **)&r->stk, &r->stk_cap, r->stk_len, sizeof *r->stk, 256)) {
+        etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+        return H_ERR;
+      }
+      size_t slot = r->stk_len++;
+      rd_jmember *m = &r->stk[slot];
+      int st;
+      if (is_obj) {
+        if (*p != '"') return h_fail(r, p, "expected a key");
+        st = h_string(r, &p, end, a, &m->key, &m->key_len);
+        if (st) return st;
+        if (*p != ':') {
+          p = h_ws(p, end);
+          if (p >= end) return H_MORE;
+          if (*p != ':') return h_fail(r, p, "expected ':'");
+        }
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+      } else {
+        m->key = NULL;
+        m->key_len = 0;
+      }
+      /* the value: scalars straight into the slot, containers through the recursion */
+      unsigned c = *p;
+      if (c == '"') {
+        m->val.kind = ETR_J_STRING;
+        st = h_string(r, &p, end, a, &m->val.v.str.s, &m->val.v.str.len);
+      } else if (c == '-' || c - '0' < 10) {
+        if ((unsigned)(c - '0') < 10 && (unsigned)(p[1] - '0') >= 10 && p[1] != '.' &&
+            (p[1] | 0x20) != 'e' && p + 1 < end) {
+          /* one digit ("value": 0, shapes [16, 8]'s neighbours): no general parse; p[1] is in
+           * the window or its padding */
+          m->val.kind = ETR_J_INT;
+          m->val.v.i = (int64_t)(c - '0');
+          p++;
+          st = H_OK;
+        } else {
+          st = h_number(r, &p, end, &m->val);
+        }
+      } else if (((c == '[' && p[1] == ']') || (c == '{' && p[1] == '}')) &&
+                 depth + 1 < H_MAX_DEPTH) {
+        /* an empty container ("shapes": [[],[]]): no recursion; p[1] is in the window or
+         * its NUL padding */
+        if (c == '[') {
+          m->val.kind = ETR_J_ARRAY;
+          m->val.v.arr.items = NULL;
+          m->val.v.arr.n = 0;
+        } else {
+          m->val.kind = ETR_J_OBJECT;
+          m->val.v.obj.items = NULL;
+          m->val.v.obj.n = 0;
+        }
+        p += 2;
+        st = H_OK;
+      } else if (c == '{' || c == '[') {
+        rd_jval item;
+        st = h_container(r, &p, end, a, depth + 1, &item);
+        r->stk[slot].val = item; /* the stack may have moved */
+      } else if (c == 't') {
+        m->val.kind = ETR_J_BOOL;
+        m->val.v.b = true;
+        st = h_literal(r, &p, end, "true", 4);
+      } else if (c == 'f') {
+        m->val.kind = ETR_J_BOOL;
+        m->val.v.b = false;
+        st = h_literal(r, &p, end, "false", 5);
+      } else if (c == 'n') {
+        m->val.kind = ETR_J_NULL;
+        st = h_literal(r, &p, end, "null", 4);
+      } else {
+        return h_fail(r, p, "unexpected character");
+      }
+      if (st) return st;
+      /* a few hundred thousand tiny values build a tree far larger than their text */
+      if ((r->stk_len & 1023) == 0 && r->stk_len * sizeof *r->stk + a->live > r->limit)
+        return H_BIG;
+      if (*p != ',') p = h_ws(p, end); /* the NUL after the window ends it (H_PAD) */
+      if (*p == ',') {
+        p = h_ws(p + 1, end);
+        if (p >= end) return H_MORE;
+        continue;
+      }
+      if (p >= end) return H_MORE;
+      if (*p == close) break;
+      return h_fail(r, p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+  }
+  size_t n = r->stk_len - start;
+  if (is_obj) {
+    v->kind = ETR_J_OBJECT;
+    rd_jmember *items = NULL;
+    if (n) {
+      items = arena_alloc(a, n * sizeof *items);
+      if (!items) goto oom;
+      memcpy(items, r->stk + start, n * sizeof *items);
+    }
+    v->v.obj.items = items;
+    v->v.obj.n = n;
+  } else {
+    v->kind = ETR_J_ARRAY;
+    rd_jval *items = NULL;
+    if (n) {
+      items = arena_alloc(a, n * sizeof *items);
+      if (!items) goto oom;
+      const rd_jmember *src = r->stk + start;
+      for (size_t i = 0; i < n; i++) items[i] = src[i].val;
+    }
+    v->v.arr.items = items;
+    v->v.arr.n = n;
+  }
+  r->stk_len = start;
+  *pp = p + 1;
+  return H_OK;
+oom:
+  etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+  return H_ERR;
+}
+
+static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                     const char *lit, size_t n) {
+  const unsigned char *p = *pp;
+  size_t have = (size_t)(end - p) < n ? (size_t)(end - p) : n;
+  if (memcmp(p, lit, have)) return h_fail(r, p, "invalid literal");
+  if (have < n) return H_MORE;
+  *pp = p + n;
+  return H_OK;
+}
+
+static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                   int depth, rd_jval *v) {
+  const unsigned char *p = *pp;
+  switch (*p) {
+    case '"': {
+      v->kind = ETR_J_STRING;
+      return h_string(r, pp, end, a, &v->v.str.s, &v->v.str.len);
+    }
+    case '{':
+    case '[':
+      return h_container(r, pp, end, a, depth, v);
+    case 't':
+      v->kind = ETR_J_BOOL;
+      v->v.b = true;
+      return h_literal(r, pp, end, "true", 4);
+    case 'f':
+      v->kind = ETR_J_BOOL;
+      v->v.b = false;
+      return h_literal(r, pp, end, "false", 5);
+    case 'n':
+      v->kind = ETR_J_NULL;
+      return h_literal(r, pp, end, "null", 4);
+    default:
+      if (*p == '-' || (*p >= '0' && *p <= '9')) return h_number(r, pp, end, v);
+      return h_fail(r, p, "unexpected character");
+  }
+}
+
+/* The value of the top-level key r->tkey (at p) needs more than the limit: note it, warn, and
+ * pass over it in later steps without building it. */
+static int h_skip_start(rd_reader *r, const unsigned char *p) {
+  r->skip_next = false;
+  r->have_key = false;
+  r->hpos = (size_t)(p - r->hb);
+  if (!etr__rd_skip_note(r, r->hb_base + r->hpos)) return H_ERR;
+  r->skipping = true;
+  r->sk_started = r->sk_str = r->sk_esc = false;
+  r->sk_depth = 0;
+  r->h_first = false;
+  r->need_item = false;
+  return H_OK;
+}
+
+/* Pass over the skipped value in hb[hpos..hb_len): strings and bracket depth only. */
+static int h_skip(rd_reader *r) {
+  const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
+  if (p >= end) return H_MORE;
+  bool done = true;
+  for (;; p++) {
+    if (p >= end) {
+      done = false;
+      break;
+    }
+    unsigned c = *p;
+    if (r->sk_str) {
+      if (r->sk_esc) {
+        r->sk_esc = false;
+      } else if (c == '\\') {
+        r->sk_esc = true;
+      } else if (c == '"') {
+        r->sk_str = false;
+        if (r->sk_depth == 0) {
+          p++;
+          break;
+        }
+      }
+      continue;
+    }
+    bool ws = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+    if (!r->sk_started) {
+      if (ws) continue;
+      r->sk_started = true;
+    }
+    if (c == '"') {
+      r->sk_str = true;
+    } else if (c == '[' || c == '{') {
+      r->sk_depth++;
+    } else if (c == ']' || c == '}') {
+      if (r->sk_depth == 0) break; /* the end of a scalar: the top-level object's '}' */
+      if (--r->sk_depth == 0) {
+        p++;
+        break;
+      }
+    } else if (r->sk_depth == 0 && (ws || c == ',')) {
+      break; /* the end of a scalar */
+    }
+  }
+  r->hpos = (size_t)(p - r->hb);
+  if (done) r->skipping = false;
+  return H_OK;
+}
+
+/* One step of the top-level state machine on hb[hpos..hb_len). */
+static int h_step(rd_reader *r) {
+  if (!r->hb) return H_MORE; /* nothing read yet (and NULL + 0 is undefined behaviour) */
+  const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
+  p = h_ws(p, end);
+  if (p >= end) {
+    if (r->ph == PH_END) {
+      r->hpos = r->hb_len;
+      return H_MORE; /* the caller sees EOF: done */
+    }
+    return H_MORE;
+  }
+  switch (r->ph) {
+    case PH_START:
+      if (*p != '{') {
+        r->hpos = (size_t)(p - r->hb);
+        etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos, "the trace is not a JSON object");
+        return H_ERR;
+      }
+      r->ph = PH_HEADER;
+      r->h_first = true;
+      r->hpos = (size_t)(p + 1 - r->hb);
+      return H_OK;
+    case PH_HEADER:
+    case PH_TRAILER: {
+      if (*p == '}' && !r->need_item) {
+        r->ph = PH_END;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (!r->h_first && !r->need_item) {
+        /* a step of its own, so that whitespace after it is never held */
+        if (*p != ',') return h_fail(r, p, "expected ',' or '}'");
+        r->need_item = true;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (!r->have_key) {
+        /* the key and its ':' are a step of their own: whitespace after them is never held */
+        if (*p != '"') return h_fail(r, p, "expected a key");
+        const char *key;
+        size_t klen;
+        int st = h_string(r, &p, end, &r->keep, &key, &klen);
+        if (st) return st;
+        const unsigned char *q = h_ws(p, end);
+        if (q >= end) return H_MORE;
+        if (*q != ':') return h_fail(r, q, "expected ':'");
+        r->hpos = (size_t)(p - r->hb); /* offsets of top_key's messages: after the key */
+        if (!etr__rd_top_key(r, (const unsigned char *)key, klen)) return H_ERR;
+        r->have_key = true;
+        r->hpos = (size_t)(q + 1 - r->hb);
+        return H_OK;
+      }
+      if (!strcmp(r->tkey, "nodes")) {
+        if (r->ph != PH_HEADER || *p != '[') {
+          etr__rd_set_error(
+              r, ETR_EFORMAT, r->hb_base + r->hpos,
+              r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
+          return H_ERR;
+        }
+        r->ph = PH_NODES;
+        r->nodes_seen = true;
+        r->n_first = true;
+        r->h_first = false;
+        r->need_item = false;
+        r->have_key = false;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (r->skip_next) return h_skip_start(r, p);
+      rd_jval v;
+      r->stk_len = 0;
+      int st = h_value(r, &p, end, &r->keep, 0, &v);
+      if (st) return st;
+      r->hpos = (size_t)(p - r->hb);
+      if (!etr__rd_top_value_done(r, &v)) return H_ERR;
+      r->h_first = false;
+      r->need_item = false;
+      r->have_key = false;
+      return H_OK;
+    }
+    case PH_NODES: {
+      if (*p == ']' && !r->need_item) {
+        r->ph = PH_TRAILER;
+        r->nodes_done = true;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (!r->n_first && !r->need_item) {
+        if (*p != ',') return h_fail(r, p, "expected ',' or ']'");
+        r->need_item = true;
+        r->hpos = (size_t)(p + 1 - r->hb);
+        return H_OK;
+      }
+      if (*p != '{') {
+        if (*p == '[' || *p == '"' || *p == '-' || (*p >= '0' && *p <= '9') || *p == 't' ||
+            *p == 'f' || *p == 'n') {
+          etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + (uint64_t)(p - r->hb),
+                            "an element of \"nodes\" is not an object");
+          return H_ERR;
+        }
+        return h_fail(r, p, "expected a node");
+      }
+      r->node_off = r->hb_base + (uint64_t)(p - r->hb);
+      if (!r->nodes.tail && !arena_alloc(&r->nodes, 0)) {
+        etr__rd_set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+        return H_ERR;
+      }
+      r->node_mark = r->nodes.tail;
+      r->stk_len = 0;
+      r->nul_str = false;
+      const unsigned char *node_start = p;
+      rd_jval v;
+      int st = h_value(r, &p, end, &r->nodes, 0, &v);
+      if (st) return st;
+      if ((size_t)(p - node_start) > r->opt.max_node_bytes) {
+        etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
+                          r->opt.max_node_bytes);
+        return H_ERR;
+      }
+      r->hpos = (size_t)(p - r->hb);
+      if (!etr__rd_node_done(r, &v)) return H_ERR;
+      r->n_first = false;
+      r->need_item = false;
+      return H_OK;
+    }
+    default:
+      return h_fail(r, p, "trailing garbage");
+  }
+}
+
+/* feed() of the hand backend: one step. 1 = progress, 0 = parse complete, -1 = error.
+ * Linear in the input whatever its shape: whitespace between steps is consumed before the
+ * step (never held), and a step that runs off the end of the window is redone only after
+ * the window has at least doubled; a step needing more than r->limit ends in an error (a
+ * node) or is skipped (a top-level value). */
+int etr__rd_hand_feed(rd_reader *r) {
+  if (r->parse_done) return 0;
+  for (;;) {
+    if (r->err) return -1;
+    if (r->hb) r->hpos = (size_t)(h_ws(r->hb + r->hpos, r->hb + r->hb_len) - r->hb);
+    size_t start = r->hpos;
+    amark mn = arena_save(&r->nodes), mk = arena_save(&r->keep);
+    int st = r->skipping ? h_skip(r) : h_step(r);
+    r->consumed = r->hb_base + r->hpos;
+    if (st == H_OK) return 1;
+    if (st == H_ERR) return -1;
+    /* ran off the end of the window, or over the limit: undo the step */
+    r->redone += r->hb_len - start;
+    etr__rd_arena_restore(&r->nodes, mn);
+    etr__rd_arena_restore(&r->keep, mk);
+    r->stk_len = 0;
+    if (r->stk_cap > 4096) { /* give back what a large step took */
+      free(r->stk);
+      r->stk = NULL;
+      r->stk_cap = 0;
+    }
+    if (r->ph != PH_END) r->hpos = start;
+    if (st == H_MORE && r->heof) {
+      if (r->ph == PH_END) {
+        r->parse_done = true;
+        return 0;
+      }
+      etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hb_len,
+                        "unexpected end of input (truncated file?)");
+      return -1;
+    }
+    if (st == H_BIG || (st == H_MORE && r->hb_len - r->hpos > r->limit)) {
+      if (r->ph == PH_NODES || r->ph == PH_START) {
+        etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
+                          "node needs more than %zu MiB to read (its text, or the values it holds; "
+                          "ETR_READER_LIMIT_MB raises the limit)",
+                          r->limit >> 20);
+        return -1;
+      }
+      if (r->skip_next || !r->have_key) { /* a key, not a value, is over the limit */
+        etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
+                          "a top-level key needs more than %zu MiB (ETR_READER_LIMIT_MB raises the "
+                          "limit)",
+                          r->limit >> 20);
+        return -1;
+      }
+      r->skip_next = true; /* redo the step: it skips the value */
+      continue;
+    }
+    if (r->read_err) { /* met while reading ahead: the data before it has been parsed now */
+      r->err = r->read_err;
+      return -1;
+    }
+    /* keep hb[hpos..): shift it to the front, then read until the window has doubled */
+    if (r->hpos) {
+      memmove(r->hb, r->hb + r->hpos, r->hb_len - r->hpos);
+      r->hb_base += r->hpos;
+      r->hb_len -= r->hpos;
+      r->hpos = 0;
+    }
+    size_t want = r->hb_len + (r->hb_len > FEED_BLOCK ? r->hb_len : FEED_BLOCK);
+    if (want > r->limit + FEED_BLOCK) want = r->limit + FEED_BLOCK;
+    if (want < r->hb_len + 1) want = r->hb_len + 1;
+    if (r->hb_cap < want + FEED_BLOCK + H_PAD) {
+      size_t cap = r->hb_cap ? r->hb_cap : 4 * FEED_BLOCK;
+      while (cap < want + FEED_BLOCK + H_PAD) cap *= 2;
+      unsigned char *nb = realloc(r->hb, cap);
+      if (!nb) {
+        etr__rd_set_error(r, ETR_ENOMEM, r->hb_base + r->hb_len, "out of memory");
+        return -1;
+      }
+      r->hb = nb;
+      r->hb_cap = cap;
+    }
+    memset(r->hb + r->hb_len, 0, H_PAD);
+    size_t had = r->hb_len;
+    while (r->hb_len < want) {
+      /* at most FEED_BLOCK at once: the window has room for want + FEED_BLOCK */
+      ssize_t k = etr__rd_read_into(r, r->hb + r->hb_len, FEED_BLOCK);
+      if (k < 0 && r->hb_len == had) return -1;
+      if (k < 0) { /* parse what was read first (a cut gzip stream still yields its nodes) */
+        r->read_err = r->err;
+        r->err = 0;
+        break;
+      }
+      if (k == 0) {
+        r->heof = true;
+        break;
+      }
+      r->hb_len += (size_t)k;
+    }
+    memset(r->hb + r->hb_len, 0, H_PAD);
+  }
+}
