@@ -66,10 +66,10 @@ class Held {
   // (locked) Retires the expired objects and lets them go; with forget_living, lets the
   // living go too (the trace is closed: etr forgets them with it).
   void sweep(bool forget_living) {
-    if (count_ == 0) {
-      added_ = 0;
-      return;
-    }
+    n_young_ = 0;
+    young_new_ = 0;
+    promoted_ = 0;
+    if (count_ == 0) return;
     // (into the spare table: no allocation, so that a sweep cannot fail half way)
     spare_.swap(slots_);
     std::fill(slots_.begin(), slots_.end(), 0);
@@ -84,13 +84,21 @@ class Held {
         insert(k);
       }
     }
-    added_ = 0;
   }
 
   size_t size() const { return count_; }
 
  private:
-  static constexpr size_t kMinSweep = 1024;  // new objects between sweeps, at least
+  // Objects are swept in two generations. The young (the last added) are looked at each
+  // time kYoungSweep more have come: most are an op's temporaries, dead a few ops later, and
+  // letting them go then gives their memory back to the allocator while it is still warm
+  // (held for long, they would make each new tensor take cold memory). Those that lived
+  // through kYoungAge looks join the old, swept whole after kMinSweep have joined and as
+  // many as are held.
+  static constexpr size_t kYoungSweep = 16;
+  static constexpr size_t kYoungAge = 3;
+  static constexpr size_t kYoung = kYoungSweep * (kYoungAge + 1);  // room for all ages
+  static constexpr size_t kMinSweep = 1024;
 
   static size_t hash(uintptr_t k, size_t mask) {
     return static_cast<size_t>(((k >> 4) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
@@ -132,6 +140,41 @@ class Held {
     count_++;
   }
 
+  // (k is in the set) Backward-shift deletion: no tombstones.
+  void erase(uintptr_t k) {
+    size_t mask = slots_.size() - 1;
+    size_t i = hash(k, mask);
+    while (slots_[i] != k) i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; slots_[j]; j = (j + 1) & mask) {
+      size_t home = hash(slots_[j], mask);
+      // the entry at j may fill the hole at i unless its home lies in (i, j]
+      if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = 0;
+    count_--;
+  }
+
+  void sweep_young() {
+    size_t kept = 0;
+    for (size_t i = 0; i < n_young_; i++) {
+      uintptr_t k = young_[i];
+      if (expired(k)) {
+        erase(k);
+        retire(k);
+      } else if (size_t{young_age_[i]} + 1 < kYoungAge) {
+        young_[kept] = k;
+        young_age_[kept++] = static_cast<uint8_t>(young_age_[i] + 1);
+      } else {
+        promoted_++;
+      }
+    }
+    n_young_ = kept;
+    young_new_ = 0;
+  }
+
   bool add(uintptr_t k) {
     if (!slots_.empty()) {
       size_t mask = slots_.size() - 1;
@@ -141,12 +184,14 @@ class Held {
     if ((count_ + 1) * 2 > slots_.size()) grow();
     c10::raw::weak_intrusive_ptr::incref(target(k));
     insert(k);
-    added_++;
-    return added_ >= kMinSweep && added_ * 2 >= count_;
+    young_age_[n_young_] = 0;
+    young_[n_young_++] = k;
+    if (++young_new_ == kYoungSweep) sweep_young();
+    return promoted_ >= kMinSweep && promoted_ * 2 >= count_;
   }
 
   void grow() {
-    size_t cap = slots_.empty() ? 4 * kMinSweep : slots_.size() * 2;
+    size_t cap = slots_.empty() ? 256 : slots_.size() * 2;
     std::vector<uintptr_t> bigger(cap, 0);
     spare_.resize(cap);  // (first, so that a failure leaves the set as it was)
     bigger.swap(slots_);
@@ -159,7 +204,11 @@ class Held {
   std::vector<uintptr_t> slots_;  // open addressing, power-of-two size; 0 = empty
   std::vector<uintptr_t> spare_;  // as large, for sweeps
   size_t count_ = 0;
-  size_t added_ = 0;  // since the last sweep
+  uintptr_t young_[kYoung] = {};    // the last added, oldest first
+  uint8_t young_age_[kYoung] = {};  // young sweeps each lived through
+  size_t n_young_ = 0;
+  size_t young_new_ = 0;  // added since the last young sweep
+  size_t promoted_ = 0;   // young found alive since the last sweep
 };
 
 // Every thread's set, and the orphans of exited threads. Lock order: held_mutex, then a
@@ -242,7 +291,8 @@ struct ThreadState {
   // The values of one call: everything the etr_values point into lives here until the call
   // that reads them (begin or end) returns. The start and end callbacks of a thread never
   // run inside one another.
-  std::vector<etr_value> top;
+  std::unique_ptr<etr_value[]> top;  // the call's inputs or outputs
+  size_t n_top = 0, top_cap = 0;
   Pool<etr_value> items;  // items of lists and tuples
   Pool<etr_tensor> tensors;
   std::deque<std::string> strings;  // opaque objects' kinds
@@ -280,7 +330,7 @@ struct ThreadState {
   ~ThreadState();
 
   void clear() {
-    top.clear();
+    n_top = 0;
     items.clear();
     tensors.clear();
     if (!strings.empty()) strings.clear();
@@ -306,8 +356,8 @@ struct ThreadState {
     return names_.back().c_str();
   }
 
-  const char *schema_of(const at::RecordFunction &fn) {
-    const char *name = fn.name();
+  // (name: fn.name())
+  const char *schema_of(const at::RecordFunction &fn, const char *name) {
     SchemaSlot &slot = schema_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
     if (slot.name == name) return slot.schema;
     auto it = schemas.find(name);
@@ -362,10 +412,13 @@ struct ThreadState {
 
   etr_value tensor(const at::Tensor &t) {
     etr_tensor &e = *tensors.take(1);
-    std::memset(&e, 0, sizeof e);
-    if (!t.defined()) return etr_value_tensor(&e);  // dtype NULL: an undefined tensor
+    if (!t.defined()) {  // dtype NULL: an undefined tensor
+      std::memset(&e, 0, sizeof e);
+      return etr_value_tensor(&e);
+    }
     c10::TensorImpl *ti = t.unsafeGetTensorImpl();
     c10::StorageImpl *si = nullptr;
+    e.storage_offset = 0;
     if (ti->has_storage()) {
       si = ti->storage().unsafeGetStorageImpl();
       e.storage_offset = ti->storage_offset();
@@ -414,8 +467,13 @@ struct ThreadState {
       ThreadState *s;
       ~Done() { s->walk_done(); }
     } done{this};
-    top.resize(n);
-    for (size_t i = 0; i < n; i++) top[i] = of(vs[i], 0);
+    if (n > top_cap) {
+      top.reset(new etr_value[n]);
+      top_cap = n;
+    }
+    for (size_t i = 0; i < n; i++)  // (tensors first: most values are)
+      top[i] = vs[i].isTensor() ? tensor(vs[i].toTensor()) : of(vs[i], 0);
+    n_top = n;
   }
 };
 
@@ -510,21 +568,21 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   if (!st) return nullptr;
   std::unique_ptr<Context> ctx(Context::make(st));
   size_t scope = static_cast<size_t>(fn.scope());
+  const char *name = fn.name();
   // (PyTorch's RecordScope numbers are etr_scope's)
-  etr_record_init(&ctx->rec, fn.name(),
-                  static_cast<etr_scope>(scope < ETR_SCOPE_COUNT ? scope : 0));
+  etr_record_init(&ctx->rec, name, static_cast<etr_scope>(scope < ETR_SCOPE_COUNT ? scope : 0));
   if (!etr_record_is_active(&ctx->rec)) return nullptr;  // nothing observes: nothing to end
   st->note_thread();
   etr_record &r = ctx->rec;
   r.seq_nr = fn.seqNr();
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
-  r.schema = st->schema_of(fn);
+  r.schema = st->schema_of(fn, name);
   st->clear();
   if (etr_record_needs_inputs(&r)) {
     c10::ArrayRef<const c10::IValue> args = fn.inputs();
     st->all(args.data(), args.size());
-    r.inputs = st->top.data();
-    r.n_inputs = static_cast<uint32_t>(st->top.size());
+    r.inputs = st->top.get();
+    r.n_inputs = static_cast<uint32_t>(st->n_top);
   }
   etr_record_begin(&r);
   r.inputs = nullptr;
@@ -540,8 +598,8 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
     st->clear();
     const std::vector<c10::IValue> &o = fn.outputs();
     st->all(o.data(), o.size());
-    ctx->rec.outputs = st->top.data();
-    ctx->rec.n_outputs = static_cast<uint32_t>(st->top.size());
+    ctx->rec.outputs = st->top.get();
+    ctx->rec.n_outputs = static_cast<uint32_t>(st->n_top);
   }
   etr_record_end(&ctx->rec);
 }
