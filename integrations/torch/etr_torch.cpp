@@ -157,7 +157,7 @@ class Held {
     count_--;
   }
 
-  void sweep_young() {
+  C10_NOINLINE void sweep_young() {  // (out of line: add stays small)
     size_t kept = 0;
     for (size_t i = 0; i < n_young_; i++) {
       uintptr_t k = young_[i];
@@ -190,7 +190,7 @@ class Held {
     return promoted_ >= kMinSweep && promoted_ * 2 >= count_;
   }
 
-  void grow() {
+  C10_NOINLINE void grow() {
     size_t cap = slots_.empty() ? 256 : slots_.size() * 2;
     std::vector<uintptr_t> bigger(cap, 0);
     spare_.resize(cap);  // (first, so that a failure leaves the set as it was)
