@@ -38,15 +38,15 @@ namespace {
 // Tensor retirement. PyTorch has no hook for a TensorImpl's death, so each tensor and
 // storage etr has given an id is held by a weak reference: its memory (the object's shell;
 // the data is freed as usual) cannot be reused by a new object while etr still knows the
-// address. From time to time the expired ones are retired (etr_tensor_died /
-// etr_storage_died) and let go; only then can the address come back, and it then gets a new
-// id. So ids never alias within a trace. docs/TORCH.md.
+// address. The expired ones are retired (etr_tensor_died / etr_storage_died) and let go;
+// only then can the address come back, and it then gets a new id. So ids never alias
+// within a trace. docs/TORCH.md.
 //
 // Each thread holds what it reported in its own set (no lock shared between threads on the
 // per-op path). An object seen by two threads is held twice; the first thread to find it
 // dead retires it, and the address stays taken until the second lets go too (its retirement
 // then finds nothing to remove). A thread that exits leaves its set, with the objects still
-// alive, to the registry as an orphan, swept by other threads' sweeps and at detach.
+// alive, to the registry as an orphan, swept by other threads' whole sweeps and at detach.
 class Held {
  public:
   // The owner around each walk of values; detach and orphan sweeps around theirs.
