@@ -3,7 +3,7 @@
 the same run (docs/BENCHMARKS.md). A benchmark, not a test: it never fails on the figures.
 
 usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/torch_overhead.py [--reps N]
-           [--iters N] [--etr ETR_TOOL]
+           [--iters N] [--one MODE]
 
 A small loop of aten ops on small CPU tensors (the case where per-op overhead shows) runs
 under each mode, the modes interleaved, --reps times each; the medians are compared with
@@ -16,6 +16,14 @@ the untraced loop. Modes:
   pytorch       torch.profiler.ExecutionGraphObserver to a file
 Ops per loop are counted from etr's trace (nodes it recorded), so the per-op figure is
 (mode - baseline) / ops.
+
+Wall time on a shared machine is noisy; instruction counts are not. --one MODE runs one
+warm-up and one loop of MODE (baseline, attached, etr, pytorch) with os.getppid() called
+right before and after the loop, so that
+  valgrind --tool=callgrind --dump-before=getppid /usr/bin/python3 bench/torch_overhead.py \
+      --one etr --iters 1000
+writes the loop's instructions (main thread) in its part 2; compare with --one baseline and
+--one attached, and divide by the ops printed.
 """
 import argparse
 import json
@@ -54,10 +62,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--iters", type=int, default=5000)
+    p.add_argument("--one", choices=["baseline", "attached", "etr", "pytorch"])
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="etr-torch-bench-")
     et_path, eg_path = os.path.join(tmp, "et.json"), os.path.join(tmp, "eg.json")
-    run = lambda: workload(a.iters)  # noqa: E731
+    loop = lambda: workload(a.iters)  # noqa: E731
+    run = loop  # (what the modes time)
 
     # ops per loop, from a trace of one loop
     with etr.torch.trace(et_path) as t:
@@ -87,6 +97,17 @@ def main():
 
     modes = {"baseline": lambda: timed(run), "etr attached": attached_mode, "etr": etr_mode,
              "pytorch": eg_mode}
+    if a.one:
+        def marked():  # (the markers for callgrind --dump-before=getppid)
+            workload(50)
+            os.getppid()
+            loop()
+            os.getppid()
+        run = marked
+        {"baseline": lambda: timed(run), "attached": attached_mode, "etr": etr_mode,
+         "pytorch": eg_mode}[a.one]()
+        print("%s: %d ops per loop" % (a.one, ops))
+        return 0
     for f in modes.values():  # warm up
         f()
     times = {m: [] for m in modes}

@@ -13,7 +13,11 @@ static PyObject *attach(PyObject *, PyObject *) {
 }
 
 static PyObject *detach(PyObject *, PyObject *) {
+  // (without the GIL: letting the held tensors go may free one whose destructor takes the
+  // GIL, on this thread or on one whose set detach waits for)
+  PyThreadState *ts = PyEval_SaveThread();
   etr_torch_detach();
+  PyEval_RestoreThread(ts);
   Py_RETURN_NONE;
 }
 

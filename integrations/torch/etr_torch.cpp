@@ -13,13 +13,16 @@
 #include <ATen/record_function.h>
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -28,96 +31,220 @@
 
 namespace {
 
+// Everything a thread needs on the per-op path hangs off one ThreadState, reached through
+// one thread-local pointer (a trivially initialised thread_local costs one TLS lookup per
+// callback; each access to a thread_local with a constructor costs a lookup and a guard).
+
 // Tensor retirement. PyTorch has no hook for a TensorImpl's death, so each tensor and
 // storage etr has given an id is held by a weak reference: its memory (the object's shell;
 // the data is freed as usual) cannot be reused by a new object while etr still knows the
-// address. From time to time the expired ones are retired (etr_tensor_died /
-// etr_storage_died) and let go; only then can the address come back, and it then gets a new
-// id. So ids never alias within a trace. docs/TORCH.md.
-using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-using WeakStorage = c10::weak_intrusive_ptr<c10::StorageImpl>;
-std::mutex objs_mutex;
-std::unordered_map<const void *, WeakTensor> tensors_seen;
-std::unordered_map<const void *, WeakStorage> storages_seen;
-size_t objs_added = 0;
-// Each thread remembers the objects it saw held since the last sweep (a small direct-mapped
-// cache, emptied when the sweep epoch moves): most ops take tensors seen just before, and
-// need no lock.
-std::atomic<uint64_t> sweep_epoch{1};
-struct HeldCache {
-  uint64_t epoch = 0;
-  const void *p[256] = {};
+// address. The expired ones are retired (etr_tensor_died / etr_storage_died) and let go;
+// only then can the address come back, and it then gets a new id. So ids never alias
+// within a trace. docs/TORCH.md.
+//
+// Each thread holds what it reported in its own set (no lock shared between threads on the
+// per-op path). An object seen by two threads is held twice; the first thread to find it
+// dead retires it, and the address stays taken until the second lets go too (its retirement
+// then finds nothing to remove). A thread that exits leaves its set, with the objects still
+// alive, to the registry as an orphan, swept by other threads' whole sweeps and at detach.
+class Held {
+ public:
+  // The owner around each walk of values; detach and orphan sweeps around theirs.
+  void lock() {
+    while (busy_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+  }
+  void unlock() { busy_.store(false, std::memory_order_release); }
+
+  // (locked) Holds t's TensorImpl and, if it has one, its StorageImpl. Returns true when the
+  // set is due for a sweep.
+  bool hold(c10::TensorImpl *t, c10::StorageImpl *s) {
+    bool due = add(reinterpret_cast<uintptr_t>(t));
+    if (s) due |= add(reinterpret_cast<uintptr_t>(s) | 1);
+    return due;
+  }
+
+  // (locked) Retires the expired objects and lets them go; with forget_living, lets the
+  // living go too (the trace is closed: etr forgets them with it).
+  void sweep(bool forget_living) {
+    n_young_ = 0;
+    young_new_ = 0;
+    promoted_ = 0;
+    if (count_ == 0) return;
+    // (into the spare table: no allocation, so that a sweep cannot fail half way)
+    spare_.swap(slots_);
+    std::fill(slots_.begin(), slots_.end(), 0);
+    count_ = 0;
+    for (uintptr_t k : spare_) {
+      if (!k) continue;
+      if (expired(k)) {
+        retire(k);
+      } else if (forget_living) {
+        release(k);
+      } else {
+        insert(k);
+      }
+    }
+  }
+
+  size_t size() const { return count_; }
+
+ private:
+  // Objects are swept in two generations. The young (the last added) are looked at each
+  // time kYoungSweep more have come: most are an op's temporaries, dead a few ops later, and
+  // letting them go then gives their memory back to the allocator while it is still warm
+  // (held for long, they would make each new tensor take cold memory). Those that lived
+  // through kYoungAge looks join the old, swept whole after kMinSweep have joined and as
+  // many as are held.
+  static constexpr size_t kYoungSweep = 16;
+  static constexpr size_t kYoungAge = 3;
+  static constexpr size_t kYoung = kYoungSweep * (kYoungAge + 1);  // room for all ages
+  static constexpr size_t kMinSweep = 1024;
+
+  static size_t hash(uintptr_t k, size_t mask) {
+    return static_cast<size_t>(((k >> 4) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+  }
+
+  static bool is_storage(uintptr_t k) { return (k & 1) != 0; }
+  static c10::intrusive_ptr_target *target(uintptr_t k) {
+    if (is_storage(k)) return reinterpret_cast<c10::StorageImpl *>(k & ~uintptr_t{1});
+    return reinterpret_cast<c10::TensorImpl *>(k);
+  }
+  static bool expired(uintptr_t k) {
+    return c10::raw::weak_intrusive_ptr::use_count(target(k)) == 0;
+  }
+  static void release(uintptr_t k) {
+    if (is_storage(k)) {
+      (void)c10::weak_intrusive_ptr<c10::StorageImpl>::reclaim(
+          reinterpret_cast<c10::StorageImpl *>(k & ~uintptr_t{1}));
+    } else {
+      (void)c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(
+          reinterpret_cast<c10::TensorImpl *>(k));
+    }
+  }
+  static void retire(uintptr_t k) {
+    const void *p = reinterpret_cast<const void *>(k & ~uintptr_t{1});
+    if (is_storage(k)) {
+      etr_storage_died(p);
+    } else {
+      etr_tensor_died(p);
+    }
+    release(k);  // only now may a new object take the address
+  }
+
+  // (the set has room) k is not in it
+  void insert(uintptr_t k) {
+    size_t mask = slots_.size() - 1;
+    size_t i = hash(k, mask);
+    while (slots_[i]) i = (i + 1) & mask;
+    slots_[i] = k;
+    count_++;
+  }
+
+  // (k is in the set) Backward-shift deletion: no tombstones.
+  void erase(uintptr_t k) {
+    size_t mask = slots_.size() - 1;
+    size_t i = hash(k, mask);
+    while (slots_[i] != k) i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; slots_[j]; j = (j + 1) & mask) {
+      size_t home = hash(slots_[j], mask);
+      // the entry at j may fill the hole at i unless its home lies in (i, j]
+      if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = 0;
+    count_--;
+  }
+
+  C10_NOINLINE void sweep_young() {  // (out of line: add stays small)
+    size_t kept = 0;
+    for (size_t i = 0; i < n_young_; i++) {
+      uintptr_t k = young_[i];
+      if (expired(k)) {
+        erase(k);
+        retire(k);
+      } else if (size_t{young_age_[i]} + 1 < kYoungAge) {
+        young_[kept] = k;
+        young_age_[kept++] = static_cast<uint8_t>(young_age_[i] + 1);
+      } else {
+        promoted_++;
+      }
+    }
+    n_young_ = kept;
+    young_new_ = 0;
+  }
+
+  bool add(uintptr_t k) {
+    if (!slots_.empty()) {
+      size_t mask = slots_.size() - 1;
+      for (size_t i = hash(k, mask); slots_[i]; i = (i + 1) & mask)
+        if (slots_[i] == k) return false;
+    }
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    c10::raw::weak_intrusive_ptr::incref(target(k));
+    insert(k);
+    young_age_[n_young_] = 0;
+    young_[n_young_++] = k;
+    if (++young_new_ == kYoungSweep) sweep_young();
+    return promoted_ >= kMinSweep && promoted_ * 2 >= count_;
+  }
+
+  C10_NOINLINE void grow() {
+    size_t cap = slots_.empty() ? 256 : slots_.size() * 2;
+    std::vector<uintptr_t> bigger(cap, 0);
+    spare_.resize(cap);  // (first, so that a failure leaves the set as it was)
+    bigger.swap(slots_);
+    count_ = 0;
+    for (uintptr_t k : bigger)
+      if (k) insert(k);
+  }
+
+  std::atomic<bool> busy_{false};
+  std::vector<uintptr_t> slots_;  // open addressing, power-of-two size; 0 = empty
+  std::vector<uintptr_t> spare_;  // as large, for sweeps
+  size_t count_ = 0;
+  uintptr_t young_[kYoung] = {};    // the last added, oldest first
+  uint8_t young_age_[kYoung] = {};  // young sweeps each lived through
+  size_t n_young_ = 0;
+  size_t young_new_ = 0;  // added since the last young sweep
+  size_t promoted_ = 0;   // young found alive since the last sweep
 };
-thread_local HeldCache held_cache;
 
-bool held_recently(const void *p) {
-  HeldCache &c = held_cache;
-  uint64_t e = sweep_epoch.load(std::memory_order_acquire);
-  if (c.epoch != e) {
-    std::memset(c.p, 0, sizeof c.p);
-    c.epoch = e;
-    return false;
-  }
-  return c.p[(reinterpret_cast<uintptr_t>(p) >> 4) & 255] == p;
-}
+// Every thread's set, and the orphans of exited threads. Lock order: held_mutex, then a
+// set's lock.
+std::mutex held_mutex;
+std::vector<Held *> held_sets;     // of living threads
+std::vector<Held *> held_orphans;  // of exited threads, with living objects
+std::atomic<bool> have_orphans{false};
 
-void note_held(const void *p) { held_cache.p[(reinterpret_cast<uintptr_t>(p) >> 4) & 255] = p; }
-
-// (objs_mutex held) retire what died; amortised: after as many new objects as are held
-void sweep_locked() {
-  for (auto it = tensors_seen.begin(); it != tensors_seen.end();) {
-    if (it->second.expired()) {
-      etr_tensor_died(it->first);
-      it = tensors_seen.erase(it);
+void sweep_orphans_locked(bool forget_living) {
+  for (size_t i = 0; i < held_orphans.size();) {
+    Held *h = held_orphans[i];
+    h->lock();
+    h->sweep(forget_living);
+    h->unlock();
+    if (h->size() == 0) {
+      delete h;
+      held_orphans[i] = held_orphans.back();
+      held_orphans.pop_back();
     } else {
-      ++it;
+      i++;
     }
   }
-  for (auto it = storages_seen.begin(); it != storages_seen.end();) {
-    if (it->second.expired()) {
-      etr_storage_died(it->first);
-      it = storages_seen.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  objs_added = 0;
-  sweep_epoch.fetch_add(1, std::memory_order_release); /* every thread's cache is stale */
-}
-
-void hold(const at::Tensor &t) {
-  const void *p = t.unsafeGetTensorImpl();
-  const void *sp = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
-  if (held_recently(p) && (!sp || held_recently(sp))) return;
-  std::lock_guard<std::mutex> g(objs_mutex);
-  if (tensors_seen.find(p) == tensors_seen.end()) {
-    tensors_seen.emplace(p, WeakTensor(t.getIntrusivePtr()));
-    objs_added++;
-  }
-  if (t.has_storage()) {
-    const void *s = t.storage().unsafeGetStorageImpl();
-    if (storages_seen.find(s) == storages_seen.end()) {
-      storages_seen.emplace(s, t.storage().getWeakStorageImpl());
-      objs_added++;
-    }
-  }
-  if (objs_added > 1024 && objs_added > tensors_seen.size() / 2) {
-    sweep_locked();
-    return;
-  }
-  note_held(p);
-  if (sp) note_held(sp);
+  have_orphans.store(!held_orphans.empty(), std::memory_order_relaxed);
 }
 
 void release_all() {
-  std::lock_guard<std::mutex> g(objs_mutex);
-  sweep_locked();
-  tensors_seen.clear(); /* the living ones: etr forgets them with the trace */
-  storages_seen.clear();
+  std::lock_guard<std::mutex> g(held_mutex);
+  for (Held *h : held_sets) {
+    h->lock();
+    h->sweep(true);
+    h->unlock();
+  }
+  sweep_orphans_locked(true);
 }
 
-// The values of one call: everything the etr_values point into lives here until the call
-// that reads them (begin or end) returns.
 // Contiguous runs of T handed out from chunks that are kept for the next call (no malloc
 // per op once warm); a run larger than a chunk gets its own block, freed at clear().
 template <typename T>
@@ -143,56 +270,170 @@ struct Pool {
   void clear() {
     chunk = 0;
     used = 0;
-    big.clear();
+    if (!big.empty()) big.clear();
   }
 };
 
-struct Values {
-  std::vector<etr_value> top;
+struct Context;
+
+// PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
+// backward ops: each thread says its own when it first records.
+std::mutex tid_mutex;
+std::unordered_map<uint64_t, uint64_t> tid_map;
+
+uint64_t etr_tid_of(uint64_t torch_tid) {
+  std::lock_guard<std::mutex> g(tid_mutex);
+  auto it = tid_map.find(torch_tid);
+  return it == tid_map.end() ? 0 : it->second;
+}
+
+struct ThreadState {
+  // The values of one call: everything the etr_values point into lives here until the call
+  // that reads them (begin or end) returns. The start and end callbacks of a thread never
+  // run inside one another.
+  std::unique_ptr<etr_value[]> top;  // the call's inputs or outputs
+  size_t n_top = 0, top_cap = 0;
   Pool<etr_value> items;  // items of lists and tuples
   Pool<etr_tensor> tensors;
-  std::deque<std::string> strings;
+  std::deque<std::string> strings;  // opaque objects' kinds
+
+  Held *held = nullptr;  // registered in held_sets
+  bool held_locked = false;
+  bool sweep_due = false;
+
+  // dtype and device names, made once per thread (names_ keeps them)
+  const char *dtype_names[static_cast<int>(c10::ScalarType::NumOptions)] = {};
+  struct DeviceName {
+    int key;
+    const char *name;
+  };
+  std::vector<DeviceName> device_names;
+  std::deque<std::string> names_;
+
+  // Schema strings, made once per operator and thread (the name pointer is the operator's
+  // own): a direct-mapped cache in front of the map that keeps them.
+  struct SchemaSlot {
+    const char *name;
+    const char *schema;
+  };
+  SchemaSlot schema_slots[256] = {};
+  std::unordered_map<const void *, std::string> schemas;
+
+  // Freed op contexts, kept for the next ops.
+  Context *free_contexts = nullptr;
+  size_t n_free_contexts = 0;
+
+  bool tid_known = false;
+  uint64_t fw_torch_tid = 0, fw_etr_tid = 0;  // the last forward thread looked up
+
+  ThreadState();
+  ~ThreadState();
 
   void clear() {
-    top.clear();
+    n_top = 0;
     items.clear();
     tensors.clear();
-    strings.clear();
+    if (!strings.empty()) strings.clear();
   }
 
-  // dtype and device names, made once per thread
-  std::unordered_map<int, std::string> dtype_names, device_names;
-
-  const char *dtype_name(const at::Tensor &t) {
-    int k = static_cast<int>(t.scalar_type());
-    auto it = dtype_names.find(k);
-    if (it == dtype_names.end()) it = dtype_names.emplace(k, std::string(t.dtype().name())).first;
-    return it->second.c_str();
+  const char *dtype_name(const c10::TensorImpl *t) {
+    int k = static_cast<int>(c10::typeMetaToScalarType(t->dtype()));
+    if (k < 0 || k >= static_cast<int>(c10::ScalarType::NumOptions)) return "";
+    const char *&n = dtype_names[k];
+    if (!n) {
+      names_.emplace_back(t->dtype().name());
+      n = names_.back().c_str();
+    }
+    return n;
   }
 
   const char *device_name(const c10::Device &d) {
     int k = static_cast<int>(d.type()) * 65536 + d.index() + 1;
-    auto it = device_names.find(k);
-    if (it == device_names.end()) it = device_names.emplace(k, d.str()).first;
-    return it->second.c_str();
+    for (const DeviceName &e : device_names)
+      if (e.key == k) return e.name;
+    names_.emplace_back(d.str());
+    device_names.push_back({k, names_.back().c_str()});
+    return names_.back().c_str();
+  }
+
+  // (name: fn.name())
+  const char *schema_of(const at::RecordFunction &fn, const char *name) {
+    SchemaSlot &slot = schema_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    if (slot.name == name) return slot.schema;
+    auto it = schemas.find(name);
+    if (it == schemas.end()) {
+      std::string s;
+      if (auto sc = fn.operator_schema()) {
+        std::ostringstream o;
+        o << *sc;
+        s = o.str();
+      }
+      it = schemas.emplace(name, std::move(s)).first;
+    }
+    slot = {name, it->second.c_str()};
+    return slot.schema;
+  }
+
+  uint64_t fw_tid(uint64_t torch_tid) {
+    if (torch_tid != fw_torch_tid || fw_etr_tid == 0) {
+      fw_etr_tid = etr_tid_of(torch_tid);
+      fw_torch_tid = torch_tid;
+    }
+    return fw_etr_tid;
+  }
+
+  void note_thread() {
+    if (tid_known) return;
+    tid_known = true;
+    std::lock_guard<std::mutex> g(tid_mutex);
+    tid_map[at::RecordFunction::currentThreadId()] = etr_thread_id();
+  }
+
+  void hold(c10::TensorImpl *t, c10::StorageImpl *s) {
+    if (!held_locked) {
+      held->lock();
+      held_locked = true;
+    }
+    sweep_due |= held->hold(t, s);
+  }
+
+  // After a walk of values that held objects: lets the set go, sweeping it when due.
+  void walk_done() {
+    if (!held_locked) return;
+    if (sweep_due) held->sweep(false);
+    held->unlock();
+    held_locked = false;
+    if (sweep_due && have_orphans.load(std::memory_order_relaxed)) {
+      std::unique_lock<std::mutex> g(held_mutex, std::try_to_lock);
+      if (g.owns_lock()) sweep_orphans_locked(false);
+    }
+    sweep_due = false;
   }
 
   etr_value tensor(const at::Tensor &t) {
     etr_tensor &e = *tensors.take(1);
-    std::memset(&e, 0, sizeof e);
-    if (!t.defined()) return etr_value_tensor(&e);  // dtype NULL: an undefined tensor
-    hold(t);
-    e.impl = t.unsafeGetTensorImpl();
-    if (t.has_storage()) e.storage = t.storage().unsafeGetStorageImpl();
-    e.storage_offset = t.has_storage() ? t.storage_offset() : 0;
-    e.numel = t.numel();
-    e.itemsize = static_cast<int64_t>(t.dtype().itemsize());
-    e.dtype = dtype_name(t);
-    e.device = device_name(t.device());
-    e.ndim = static_cast<int32_t>(t.dim());
-    e.sizes = t.sizes().data();
+    if (!t.defined()) {  // dtype NULL: an undefined tensor
+      std::memset(&e, 0, sizeof e);
+      return etr_value_tensor(&e);
+    }
+    c10::TensorImpl *ti = t.unsafeGetTensorImpl();
+    c10::StorageImpl *si = nullptr;
+    e.storage_offset = 0;
+    if (ti->has_storage()) {
+      si = ti->storage().unsafeGetStorageImpl();
+      e.storage_offset = ti->storage_offset();
+    }
+    hold(ti, si);
+    e.impl = ti;
+    e.storage = si;
+    e.numel = ti->numel();
+    e.itemsize = static_cast<int64_t>(ti->dtype().itemsize());
+    e.dtype = dtype_name(ti);
+    e.device = device_name(ti->device());
+    e.ndim = static_cast<int32_t>(ti->dim());
+    e.sizes = ti->sizes().data();
     // (sparse and other layouts without strides: etr writes contiguous strides)
-    e.strides = t.layout() == c10::kStrided ? t.strides().data() : nullptr;
+    e.strides = ti->layout() == c10::kStrided ? ti->strides().data() : nullptr;
     return etr_value_tensor(&e);
   }
 
@@ -222,99 +463,126 @@ struct Values {
   }
 
   void all(const c10::IValue *vs, size_t n) {
-    top.reserve(n);
-    for (size_t i = 0; i < n; i++) top.push_back(of(vs[i], 0));
+    struct Done {  // (the set is let go even if a value throws)
+      ThreadState *s;
+      ~Done() { s->walk_done(); }
+    } done{this};
+    if (n > top_cap) {
+      top.reset(new etr_value[n]);
+      top_cap = n;
+    }
+    for (size_t i = 0; i < n; i++)  // (tensors first: most values are)
+      top[i] = vs[i].isTensor() ? tensor(vs[i].toTensor()) : of(vs[i], 0);
+    n_top = n;
   }
 };
 
-// One per thread, reused: a callback's values are needed only until it returns, and the
-// start and end callbacks of a thread never run inside one another.
-thread_local Values values;
+// The thread's state: made at its first callback, gone at its exit (gone: callbacks that
+// run during thread exit are not recorded).
+thread_local ThreadState *tls_state = nullptr;
+thread_local bool tls_state_gone = false;
 
-// Contexts are made and dropped once per op: each thread keeps a few freed ones.
-struct ContextCache {
-  std::vector<void *> free_blocks;
-  ~ContextCache() {
-    for (void *p : free_blocks) ::operator delete(p);
+struct ThreadStateOwner {
+  ThreadState *s = nullptr;
+  ~ThreadStateOwner() {
+    tls_state = nullptr;
+    tls_state_gone = true;
+    delete s;
   }
 };
-thread_local ContextCache context_cache;
+thread_local ThreadStateOwner tls_owner;
+
+ThreadState *make_state() {
+  if (tls_state_gone) return nullptr;
+  try {
+    tls_owner.s = new ThreadState();
+  } catch (...) {
+    return nullptr;
+  }
+  tls_state = tls_owner.s;
+  return tls_state;
+}
+
+inline ThreadState *state() {
+  ThreadState *s = tls_state;
+  return s ? s : make_state();
+}
+
+ThreadState::ThreadState() {
+  held = new Held();
+  std::lock_guard<std::mutex> g(held_mutex);
+  held_sets.push_back(held);
+}
 
 struct Context : at::ObserverContext {
   etr_record rec;
+  Context *next_free;
 
-  static void *operator new(size_t n) {
-    std::vector<void *> &f = context_cache.free_blocks;
-    if (n == sizeof(Context) && !f.empty()) {
-      void *p = f.back();
-      f.pop_back();
-      return p;
+  // A context from the thread's freed ones, else a new one.
+  static Context *make(ThreadState *s) {
+    void *p;
+    if (s->free_contexts) {
+      p = s->free_contexts;
+      s->free_contexts = s->free_contexts->next_free;
+      s->n_free_contexts--;
+    } else {
+      p = ::operator new(sizeof(Context));
     }
-    return ::operator new(n);
+    return ::new (p) Context;
   }
+  // (the deleting thread keeps it: usually the thread that made it)
   static void operator delete(void *p, size_t n) {
-    std::vector<void *> &f = context_cache.free_blocks;
-    if (n == sizeof(Context) && f.size() < 256) {
-      f.push_back(p);
+    ThreadState *s = tls_state;
+    if (n == sizeof(Context) && s && s->n_free_contexts < 256) {
+      Context *c = static_cast<Context *>(p);
+      c->next_free = s->free_contexts;
+      s->free_contexts = c;
+      s->n_free_contexts++;
       return;
     }
     ::operator delete(p);
   }
 };
 
-// PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
-// backward ops: each thread says its own when it first records.
-std::mutex tid_mutex;
-std::unordered_map<uint64_t, uint64_t> tid_map;
-thread_local bool tid_known = false;
-
-void note_thread() {
-  if (tid_known) return;
-  tid_known = true;
-  std::lock_guard<std::mutex> g(tid_mutex);
-  tid_map[at::RecordFunction::currentThreadId()] = etr_thread_id();
-}
-
-uint64_t etr_tid_of(uint64_t torch_tid) {
-  std::lock_guard<std::mutex> g(tid_mutex);
-  auto it = tid_map.find(torch_tid);
-  return it == tid_map.end() ? 0 : it->second;
-}
-
-// Schema strings, made once per operator and thread (the name pointer is the operator's own).
-thread_local std::unordered_map<const void *, std::string> schema_cache;
-
-const std::string &schema_of(const at::RecordFunction &fn) {
-  auto it = schema_cache.find(fn.name());
-  if (it != schema_cache.end()) return it->second;
-  std::string s;
-  if (auto sc = fn.operator_schema()) {
-    std::ostringstream o;
-    o << *sc;
-    s = o.str();
+ThreadState::~ThreadState() {
+  while (free_contexts) {
+    Context *c = free_contexts;
+    free_contexts = c->next_free;
+    ::operator delete(c);
   }
-  return schema_cache.emplace(fn.name(), std::move(s)).first->second;
+  std::lock_guard<std::mutex> g(held_mutex);
+  held_sets.erase(std::find(held_sets.begin(), held_sets.end(), held));
+  held->lock();
+  held->sweep(false);
+  held->unlock();
+  if (held->size() == 0) {
+    delete held;
+  } else {  // living objects stay held until they die or the trace closes
+    held_orphans.push_back(held);
+    have_orphans.store(true, std::memory_order_relaxed);
+  }
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
-  auto ctx = std::make_unique<Context>();
+  ThreadState *st = state();
+  if (!st) return nullptr;
+  std::unique_ptr<Context> ctx(Context::make(st));
   size_t scope = static_cast<size_t>(fn.scope());
+  const char *name = fn.name();
   // (PyTorch's RecordScope numbers are etr_scope's)
-  etr_record_init(&ctx->rec, fn.name(),
-                  static_cast<etr_scope>(scope < ETR_SCOPE_COUNT ? scope : 0));
+  etr_record_init(&ctx->rec, name, static_cast<etr_scope>(scope < ETR_SCOPE_COUNT ? scope : 0));
   if (!etr_record_is_active(&ctx->rec)) return nullptr;  // nothing observes: nothing to end
-  note_thread();
+  st->note_thread();
   etr_record &r = ctx->rec;
   r.seq_nr = fn.seqNr();
-  if (fn.forwardThreadId() != 0) r.fw_tid = etr_tid_of(fn.forwardThreadId());
-  r.schema = schema_of(fn).c_str();
-  Values &in = values;
-  in.clear();
+  if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
+  r.schema = st->schema_of(fn, name);
+  st->clear();
   if (etr_record_needs_inputs(&r)) {
     c10::ArrayRef<const c10::IValue> args = fn.inputs();
-    in.all(args.data(), args.size());
-    r.inputs = in.top.data();
-    r.n_inputs = static_cast<uint32_t>(in.top.size());
+    st->all(args.data(), args.size());
+    r.inputs = st->top.get();
+    r.n_inputs = static_cast<uint32_t>(st->n_top);
   }
   etr_record_begin(&r);
   r.inputs = nullptr;
@@ -325,13 +593,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
 void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   auto *ctx = static_cast<Context *>(c);
   if (!ctx) return;
-  Values &out = values;
-  out.clear();
-  if (etr_record_needs_outputs(&ctx->rec)) {
+  ThreadState *st = state();
+  if (st && etr_record_needs_outputs(&ctx->rec)) {
+    st->clear();
     const std::vector<c10::IValue> &o = fn.outputs();
-    out.all(o.data(), o.size());
-    ctx->rec.outputs = out.top.data();
-    ctx->rec.n_outputs = static_cast<uint32_t>(out.top.size());
+    st->all(o.data(), o.size());
+    ctx->rec.outputs = st->top.get();
+    ctx->rec.n_outputs = static_cast<uint32_t>(st->n_top);
   }
   etr_record_end(&ctx->rec);
 }
