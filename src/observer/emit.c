@@ -55,6 +55,13 @@ static bool type_char_ok(unsigned char c) {
 /* A dtype or object kind as it goes into a type name: escaped as any string, with the
  * characters above as '_'. */
 static char *put_type_name(etr__jw *w, char *o, const char *s, size_t n) {
+  /* The usual dtype ("float", "c10::Half") needs neither escaping nor '_': one copy. */
+  size_t k = 0;
+  while (k < n && etr__json_plain[(unsigned char)s[k]] && type_char_ok((unsigned char)s[k])) k++;
+  if (k == n) {
+    memcpy(o, s, n);
+    return o + n;
+  }
   bool fixed = false;
   size_t run = 0;
   for (size_t i = 0; i <= n; i++) {
