@@ -1055,9 +1055,50 @@ void etr__trace_fatal(etr_trace *tr, int sig) {
 
 /* ---- life cycle ---- */
 
-static void default_options(etr_trace_options *o, const etr_trace_options *in) {
+/* etr 0.1.0's etr_trace_options held its traceback options by value in the middle (104
+ * bytes). A program built against that header passes this layout: it is read as such, so
+ * that it keeps working with this library. */
+typedef struct options_0_1 {
+  size_t struct_size;
+  etr_schema schema;
+  bool no_timing;
+  uint32_t buffer_kb, max_buffers;
+  double sample_probability;
+  uint32_t scopes;
+  etr_traceback_options traceback;
+  uint32_t flush_ms, flush_kb;
+  bool sync, fatal_signals;
+  uint32_t stall_ms;
+  bool ns_timing;
+} options_0_1;
+_Static_assert(sizeof(options_0_1) == 104, "etr 0.1.0's etr_trace_options is 104 bytes");
+_Static_assert(sizeof(etr_trace_options) != sizeof(options_0_1),
+               "etr_trace_options may never be 104 bytes: that size means etr 0.1.0's layout");
+
+/* *tb receives 0.1.0's traceback options, which o->traceback then points at. */
+static void default_options(etr_trace_options *o, const etr_trace_options *in,
+                            etr_traceback_options *tb) {
   etr_trace_options d = ETR_TRACE_OPTIONS_INIT;
   *o = d;
+  if (in && in->struct_size == sizeof(options_0_1)) {
+    options_0_1 old;
+    memcpy(&old, in, sizeof old);
+    o->schema = old.schema;
+    o->no_timing = old.no_timing;
+    o->buffer_kb = old.buffer_kb;
+    o->max_buffers = old.max_buffers;
+    o->sample_probability = old.sample_probability;
+    o->scopes = old.scopes;
+    *tb = old.traceback;
+    o->traceback = tb;
+    o->flush_ms = old.flush_ms;
+    o->flush_kb = old.flush_kb;
+    o->sync = old.sync;
+    o->fatal_signals = old.fatal_signals;
+    o->stall_ms = old.stall_ms;
+    o->ns_timing = old.ns_timing;
+    return;
+  }
   if (in) {
     size_t n = in->struct_size && in->struct_size < sizeof *o ? in->struct_size : sizeof *o;
     memcpy(o, in, n);
@@ -1178,7 +1219,8 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   if (opt && opt->struct_size != 0 && opt->struct_size < offsetof(etr_trace_options, no_timing))
     return ETR_EINVAL;
   etr_trace_options o;
-  default_options(&o, opt);
+  etr_traceback_options tb_0_1;
+  default_options(&o, opt, &tb_0_1);
   if ((unsigned)o.schema > ETR_SCHEMA_1_1_0) return ETR_EINVAL;
   if (!(o.sample_probability >= 0.0 && o.sample_probability <= 1.0)) return ETR_EINVAL;
 

@@ -212,6 +212,40 @@ static void test_same_line_sites_share(void **state) {
   tu_free(&t);
 }
 
+/* A program built against etr 0.1.0's header passes its options in that layout (104 bytes,
+ * the traceback options held by value): read as such, never as a pointer. */
+typedef struct options_0_1 {
+  size_t struct_size;
+  etr_schema schema;
+  bool no_timing;
+  uint32_t buffer_kb, max_buffers;
+  double sample_probability;
+  uint32_t scopes;
+  etr_traceback_options traceback;
+  uint32_t flush_ms, flush_kb;
+  bool sync, fatal_signals;
+  uint32_t stall_ms;
+  bool ns_timing;
+} options_0_1;
+
+static void test_options_of_0_1(void **state) {
+  (void)state;
+  options_0_1 old;
+  memset(&old, 0, sizeof old);
+  old.struct_size = sizeof old;
+  old.traceback = (etr_traceback_options)ETR_TRACEBACK_OPTIONS_INIT;
+  old.traceback.enabled = true;
+  old.traceback.pattern = "tb::old*";
+  tu_trace t;
+  tu_open(&t, (const etr_trace_options *)(const void *)&old);
+  tb_leaf("tb::old_layout");
+  tb_leaf("tb::other");
+  tu_close_ok(&t);
+  assert_non_null(tu_attr(tu_node(&t, "tb::old_layout"), "traceback"));
+  assert_null(tu_attr(tu_node(&t, "tb::other"), "traceback"));
+  tu_free(&t);
+}
+
 /* A pattern sees the name as recorded, cut at 8192 bytes: a 4 MB name matches on what the
  * trace shows of it (and costs no more than a name at the limit; bench: not timed here). */
 static void test_pattern_on_huge_names(void **state) {
@@ -376,15 +410,11 @@ static void test_bad_options(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_known_chain),
-      TU_TEST(test_identical_stacks_share),
-      TU_TEST(test_pattern_and_every),
-      TU_TEST(test_pattern_on_huge_names),
-      TU_TEST(test_same_line_sites_share),
-      TU_TEST(test_runtime_switch),
-      TU_TEST(test_depth_limit),
-      TU_TEST(test_module_mode),
-      TU_TEST(test_counters),
+      TU_TEST(test_known_chain),           TU_TEST(test_identical_stacks_share),
+      TU_TEST(test_pattern_and_every),     TU_TEST(test_pattern_on_huge_names),
+      TU_TEST(test_same_line_sites_share), TU_TEST(test_options_of_0_1),
+      TU_TEST(test_runtime_switch),        TU_TEST(test_depth_limit),
+      TU_TEST(test_module_mode),           TU_TEST(test_counters),
       TU_TEST(test_bad_options),
   };
   return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
