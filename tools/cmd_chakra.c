@@ -86,7 +86,7 @@ static bool arena_json(cx_trace *c, const rd_jval *v) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   if (f == NULL) return false;
-  an_out o = {f, false, 0};
+  an_out o = {.f = f};
   an_out_jval(&o, v);
   bool ok = fclose(f) == 0 && !o.failed;
   ok = ok && arena_put(c, buf, len);

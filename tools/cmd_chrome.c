@@ -53,9 +53,7 @@ typedef struct flow {
  * after its parent's, which viewers need to nest slices that start at the same time. */
 typedef struct tbuf {
   uint64_t tid;
-  FILE *mem; /* open_memstream over ptr/size */
-  char *ptr;
-  size_t size;
+  an_out out;   /* a memory output (out.f NULL): the slices' text back to back */
   size_t *offs; /* where each slice starts */
   size_t n, cap;
 } tbuf;
@@ -139,11 +137,7 @@ static const char *scope_cat(uint64_t scope) {
 
 /* Attrs the slice already shows (as args of their own, or as its ts and dur). */
 static bool shown_elsewhere(const char *n) {
-  static const char *const base[] = {"rf_id",  "fw_parent", "seq_id",         "scope",      "tid",
-                                     "fw_tid", "op_schema", "kernel_backend", "kernel_file"};
-  for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
-    if (strcmp(n, base[i]) == 0) return true;
-  return !strcmp(n, "ts_ns") || !strcmp(n, "dur_ns");
+  return rd_base_attr(n) >= 0 || !strcmp(n, "ts_ns") || !strcmp(n, "dur_ns");
 }
 
 static void io_args(chrome *c, const char *prefix, const rd_jval *io) {
@@ -151,18 +145,24 @@ static void io_args(chrome *c, const char *prefix, const rd_jval *io) {
   const rd_jval *shapes = rd_jobj_get(io, "shapes");
   const rd_jval *types = rd_jobj_get(io, "types");
   if (shapes) {
-    an_out_fmt(&c->o, ",\"%s_shapes\":", prefix);
+    AN_OUT_LIT(&c->o, ",\"");
+    an_out_cstr(&c->o, prefix);
+    AN_OUT_LIT(&c->o, "_shapes\":");
     an_out_jval(&c->o, shapes);
   }
   if (types) {
-    an_out_fmt(&c->o, ",\"%s_types\":", prefix);
+    AN_OUT_LIT(&c->o, ",\"");
+    an_out_cstr(&c->o, prefix);
+    AN_OUT_LIT(&c->o, "_types\":");
     an_out_jval(&c->o, types);
   }
 }
 
 static void str_arg(chrome *c, const char *key, const char *v) {
   if (v == NULL || v[0] == '\0') return;
-  an_out_fmt(&c->o, ",\"%s\":", key);
+  AN_OUT_LIT(&c->o, ",\"");
+  an_out_cstr(&c->o, key);
+  AN_OUT_LIT(&c->o, "\":");
   an_out_jstr(&c->o, v, strlen(v));
 }
 
@@ -172,10 +172,13 @@ static void put_us(an_out *o, int64_t ns) {
     an_out_raw(o, "-", 1);
     ns = ns == INT64_MIN ? INT64_MAX : -ns;
   }
-  if (ns % 1000)
-    an_out_fmt(o, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
-  else
-    an_out_fmt(o, "%lld", (long long)(ns / 1000));
+  an_out_i64(o, ns / 1000);
+  int64_t frac = ns % 1000;
+  if (frac) {
+    char f[4] = {'.', (char)('0' + frac / 100), (char)('0' + frac / 10 % 10),
+                 (char)('0' + frac % 10)};
+    an_out_raw(o, f, 4);
+  }
 }
 
 /* ts and dur in ns */
@@ -183,26 +186,49 @@ static void emit_op(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
   sep(c);
   an_out_cstr(&c->o, "{\"name\":");
   an_out_jstr(&c->o, n->name ? n->name : "", n->name ? n->name_len : 0);
-  an_out_fmt(&c->o, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", scope_cat(n->scope));
+  AN_OUT_LIT(&c->o, ",\"cat\":\"");
+  an_out_cstr(&c->o, scope_cat(n->scope));
+  AN_OUT_LIT(&c->o, "\",\"ph\":\"X\",\"ts\":");
   put_us(&c->o, ts);
-  an_out_cstr(&c->o, ",\"dur\":");
+  AN_OUT_LIT(&c->o, ",\"dur\":");
   put_us(&c->o, dur);
-  an_out_fmt(&c->o, ",\"pid\":%lld,\"tid\":%llu", (long long)c->pid, (unsigned long long)n->tid);
+  AN_OUT_LIT(&c->o, ",\"pid\":");
+  an_out_i64(&c->o, c->pid);
+  AN_OUT_LIT(&c->o, ",\"tid\":");
+  an_out_u64(&c->o, n->tid);
   if (c->args) {
-    an_out_fmt(&c->o, ",\"args\":{\"id\":%lld,\"rf_id\":%llu,\"seq_id\":%lld,\"scope\":%llu",
-               (long long)n->id, (unsigned long long)n->rf_id, (long long)n->seq_id,
-               (unsigned long long)n->scope);
+    AN_OUT_LIT(&c->o, ",\"args\":{\"id\":");
+    an_out_i64(&c->o, n->id);
+    AN_OUT_LIT(&c->o, ",\"rf_id\":");
+    an_out_u64(&c->o, n->rf_id);
+    AN_OUT_LIT(&c->o, ",\"seq_id\":");
+    an_out_i64(&c->o, n->seq_id);
+    AN_OUT_LIT(&c->o, ",\"scope\":");
+    an_out_u64(&c->o, n->scope);
     if (n->fw_parent) {
-      an_out_fmt(&c->o, ",\"fw_parent\":%llu,\"fw_tid\":%llu", (unsigned long long)n->fw_parent,
-                 (unsigned long long)n->fw_tid);
+      AN_OUT_LIT(&c->o, ",\"fw_parent\":");
+      an_out_u64(&c->o, n->fw_parent);
+      AN_OUT_LIT(&c->o, ",\"fw_tid\":");
+      an_out_u64(&c->o, n->fw_tid);
     }
-    if (n->has_timing) an_out_fmt(&c->o, ",\"exclusive_dur\":%lld", (long long)n->exclusive_dur);
+    if (n->has_timing) {
+      AN_OUT_LIT(&c->o, ",\"exclusive_dur\":");
+      an_out_i64(&c->o, n->exclusive_dur);
+    }
     /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
      * correlate host and device traces (and Kineto's own viewers) look for. */
-    an_out_fmt(&c->o, ",\"External id\":%llu,\"Record function id\":%llu",
-               (unsigned long long)n->rf_id, (unsigned long long)n->rf_id);
-    if (n->seq_id >= 0) an_out_fmt(&c->o, ",\"Sequence number\":%lld", (long long)n->seq_id);
-    if (n->fw_tid) an_out_fmt(&c->o, ",\"Fwd thread id\":%llu", (unsigned long long)n->fw_tid);
+    AN_OUT_LIT(&c->o, ",\"External id\":");
+    an_out_u64(&c->o, n->rf_id);
+    AN_OUT_LIT(&c->o, ",\"Record function id\":");
+    an_out_u64(&c->o, n->rf_id);
+    if (n->seq_id >= 0) {
+      AN_OUT_LIT(&c->o, ",\"Sequence number\":");
+      an_out_i64(&c->o, n->seq_id);
+    }
+    if (n->fw_tid) {
+      AN_OUT_LIT(&c->o, ",\"Fwd thread id\":");
+      an_out_u64(&c->o, n->fw_tid);
+    }
     const rd_jval *ins = n->inputs && n->inputs->kind == ETR_J_OBJECT ? n->inputs : NULL;
     const rd_jval *dims = ins ? rd_jobj_get(ins, "shapes") : NULL;
     const rd_jval *typ = ins ? rd_jobj_get(ins, "types") : NULL;
@@ -283,24 +309,20 @@ static tbuf *tbuf_of(chrome *c, uint64_t tid) {
 
 /* The thread's buffered slices, last first (each one's parent before it). */
 static void tbuf_flush(chrome *c, tbuf *b) {
-  if (!b->mem) return;
-  if (fclose(b->mem) != 0) c->o.failed = true;
-  b->mem = NULL;
+  if (b->out.failed) c->o.failed = true;
   for (size_t i = b->n; i-- > 0;) {
-    size_t end = i + 1 < b->n ? b->offs[i + 1] : b->size;
+    size_t end = i + 1 < b->n ? b->offs[i + 1] : b->out.mem_len;
     sep(c);
-    an_out_raw(&c->o, b->ptr + b->offs[i], end - b->offs[i]);
+    an_out_raw(&c->o, b->out.mem + b->offs[i], end - b->offs[i]);
   }
-  free(b->ptr);
-  b->ptr = NULL;
-  b->size = 0;
+  b->out.mem_len = 0; /* the buffer is kept for the thread's next slices */
+  b->out.failed = false;
   b->n = 0;
 }
 
 /* emit_op into the slice's thread buffer (directly when memory runs out). */
 static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
   tbuf *b = tbuf_of(c, n->tid);
-  if (b && !b->mem && !(b->mem = open_memstream(&b->ptr, &b->size))) b = NULL;
   if (b && b->n == b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 256;
     size_t *v = realloc(b->offs, cap * sizeof *v);
@@ -315,19 +337,18 @@ static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t d
     emit_op(c, n, ts, dur);
     return true;
   }
-  long at = ftell(b->mem);
-  b->offs[b->n++] = at < 0 ? 0 : (size_t)at;
+  b->offs[b->n++] = b->out.mem_len;
   an_out saved = c->o;
   bool first = c->first_event;
-  c->o.f = b->mem;
+  c->o = b->out;
   c->first_event = true; /* no separator inside the buffer */
   emit_op(c, n, ts, dur);
-  saved.failed |= c->o.failed;
+  b->out = c->o;
   c->o = saved;
   c->first_event = first;
   /* A top-level op ends its thread's batch; a huge one is written as it is. */
   bool top = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
-  if (top || ftell(b->mem) > (long)TBUF_MAX) tbuf_flush(c, b);
+  if (top || b->out.mem_len > TBUF_MAX) tbuf_flush(c, b);
   return true;
 }
 
@@ -521,8 +542,7 @@ int cmd_chrome(int argc, char **argv) {
   an_u64map_free(&c.pending);
   free(c.waiting);
   for (size_t i = 0; i < c.n_tb; i++) {
-    if (c.tb[i].mem) fclose(c.tb[i].mem);
-    free(c.tb[i].ptr);
+    free(c.tb[i].out.mem);
     free(c.tb[i].offs);
   }
   free(c.tb);

@@ -177,7 +177,7 @@ int cmd_flame(int argc, char **argv) {
   uint64_t bad_tb = 0, cut_stacks = 0;
   bool too_big = false;
   if (status == ETR_CLI_OK) {
-    an_out o = {f, false, 0};
+    an_out o = {.f = f};
     for (size_t k = 0; k < fl.keys.n; k++) {
       if (fl.weights[k] == 0) continue;
       if (max_bytes && o.bytes >= max_bytes) {

@@ -50,7 +50,7 @@ static void dot_str(an_out *o, const char *s, size_t len) {
 }
 
 static void write_dot(FILE *f, const an_optab *t, const an_deps *d, const an_sched *s) {
-  an_out o = {f, false, 0};
+  an_out o = {.f = f};
   bool *crit = calloc(t->n ? t->n : 1, sizeof *crit);
   an_path_step *path = NULL;
   size_t np = an_sched_path(s, t, &path);

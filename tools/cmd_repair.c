@@ -815,7 +815,7 @@ fail:
 
 static int report(const repair *w, bool json) {
   if (json) {
-    an_out jo = {stdout, false, 0};
+    an_out jo = {.f = stdout};
     an_out_cstr(&jo, "{\"file\": ");
     an_out_jstr(&jo, w->file, strlen(w->file));
     an_out_cstr(&jo, ", \"output\": ");

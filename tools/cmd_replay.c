@@ -153,7 +153,7 @@ int cmd_replay(int argc, char **argv) {
       rc = ETR_CLI_FAIL;
       goto done;
     }
-    an_out o = {cf, false, 0};
+    an_out o = {.f = cf};
     an_out_cstr(&o, "id,tid,name,recorded_start_us,sim_start_us,sim_end_us,cost_us\n");
     for (size_t k = 0; k < t.n; k++) {
       uint32_t i = t.order[k];

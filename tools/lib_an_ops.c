@@ -973,7 +973,7 @@ void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const do
     for (size_t i = 0; i < t->names.n && i < 8 && sums[i].total > 0; i++) {
       fprintf(f, "    %12.1f us %5.1f%%  %6u x  ", sums[i].total,
               s->makespan > 0 ? 100.0 * sums[i].total / s->makespan : 0.0, sums[i].count);
-      an_out o = {f, false, 0};
+      an_out o = {.f = f};
       an_out_sanitized(&o, t->names.strs[sums[i].name], t->names.lens[sums[i].name], "", ' ');
       fputc('\n', f);
     }
@@ -991,7 +991,7 @@ void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const do
     fprintf(f, "    %12.1f  %-5s %-6s %6llu %12lld  ", st->t, st->at_end ? "end" : "start",
             st->at_end ? "" : an_bind_name(st->bind),
             (unsigned long long)t->threads[op->thread].tid, (long long)op->id);
-    an_out o = {f, false, 0};
+    an_out o = {.f = f};
     an_out_sanitized(&o, t->names.strs[op->name], t->names.lens[op->name], "", ' ');
     fputc('\n', f);
   }

@@ -182,17 +182,70 @@ void an_strtab_free(an_strtab *t) {
 
 /* ---- output ---- */
 
+/* Room for n more bytes in a memory output. */
+static bool mem_reserve(an_out *o, size_t n) {
+  if (o->mem_len + n <= o->mem_cap) return true;
+  size_t cap = o->mem_cap ? o->mem_cap : 4096;
+  while (cap < o->mem_len + n) cap *= 2;
+  char *p = realloc(o->mem, cap);
+  if (!p) {
+    o->failed = true;
+    return false;
+  }
+  o->mem = p;
+  o->mem_cap = cap;
+  return true;
+}
+
 void an_out_raw(an_out *o, const char *s, size_t len) {
-  if (len && fwrite(s, 1, len, o->f) != len) o->failed = true;
+  if (!o->f) {
+    if (len && mem_reserve(o, len)) {
+      memcpy(o->mem + o->mem_len, s, len);
+      o->mem_len += len;
+    }
+  } else if (len && fwrite(s, 1, len, o->f) != len) {
+    o->failed = true;
+  }
   o->bytes += len;
 }
 
 void an_out_cstr(an_out *o, const char *s) { an_out_raw(o, s, strlen(s)); }
 
+void an_out_u64(an_out *o, uint64_t v) {
+  char buf[24], *p = buf + sizeof buf;
+  do {
+    *--p = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  an_out_raw(o, p, (size_t)(buf + sizeof buf - p));
+}
+
+void an_out_i64(an_out *o, int64_t v) {
+  if (v < 0) {
+    an_out_raw(o, "-", 1);
+    an_out_u64(o, (uint64_t)0 - (uint64_t)v);
+  } else {
+    an_out_u64(o, (uint64_t)v);
+  }
+}
+
 void an_out_fmt(an_out *o, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vfprintf(o->f, fmt, ap);
+  int n;
+  if (!o->f) {
+    va_list again;
+    va_copy(again, ap);
+    n = mem_reserve(o, 256) ? vsnprintf(o->mem + o->mem_len, o->mem_cap - o->mem_len, fmt, ap) : -1;
+    if (n >= 0 && (size_t)n >= o->mem_cap - o->mem_len)
+      n = mem_reserve(o, (size_t)n + 1)
+              ? vsnprintf(o->mem + o->mem_len, o->mem_cap - o->mem_len, fmt, again)
+              : -1;
+    va_end(again);
+    if (n >= 0) o->mem_len += (size_t)n;
+  } else {
+    n = vfprintf(o->f, fmt, ap);
+  }
   if (n < 0)
     o->failed = true;
   else
@@ -280,10 +333,10 @@ void an_out_jval(an_out *o, const rd_jval *v) {
       an_out_cstr(o, v->v.b ? "true" : "false");
       break;
     case ETR_J_INT:
-      an_out_fmt(o, "%lld", (long long)v->v.i);
+      an_out_i64(o, v->v.i);
       break;
     case ETR_J_UINT:
-      an_out_fmt(o, "%llu", (unsigned long long)v->v.u);
+      an_out_u64(o, v->v.u);
       break;
     case ETR_J_DOUBLE:
       if (isfinite(v->v.d)) {

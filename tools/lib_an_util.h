@@ -51,13 +51,20 @@ void an_strtab_free(an_strtab *t);
 /* ---- output: buffered, JSON-aware ---- */
 
 typedef struct an_out {
-  FILE *f;
-  bool failed;    /* a write failed (disk full, closed pipe) */
+  FILE *f;        /* NULL: the output goes to mem (a growable buffer the caller frees) */
+  bool failed;    /* a write failed (disk full, closed pipe, memory exhausted) */
   uint64_t bytes; /* bytes written so far (for output limits) */
+  char *mem;
+  size_t mem_len, mem_cap;
 } an_out;
 
 void an_out_raw(an_out *o, const char *s, size_t len);
 void an_out_cstr(an_out *o, const char *s);
+/* A string literal, its length known at compile time. */
+#define AN_OUT_LIT(o, lit) an_out_raw((o), (lit), sizeof(lit) - 1)
+/* Integers in decimal, without printf (the hot paths of chrome and friends). */
+void an_out_u64(an_out *o, uint64_t v);
+void an_out_i64(an_out *o, int64_t v);
 void an_out_fmt(an_out *o, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

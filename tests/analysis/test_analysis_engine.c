@@ -73,7 +73,7 @@ static char *render_jstr(const char *s, size_t len) {
   char *buf = NULL;
   size_t size = 0;
   FILE *f = open_memstream(&buf, &size);
-  an_out o = {f, false, 0};
+  an_out o = {.f = f};
   an_out_jstr(&o, s, len);
   fclose(f);
   return buf;
