@@ -13,6 +13,7 @@ the untraced loop. Modes:
                 callback machinery with inputs and outputs copied (the floor any observer
                 pays), plus one relaxed load in etr
   etr           etr.torch.trace to a file (writer thread included, timing on)
+  etr .etr      the same to a binary event log (the writer makes no JSON; etr convert does)
   pytorch       torch.profiler.ExecutionGraphObserver to a file
 Ops per loop are counted from etr's trace (nodes it recorded), so the per-op figure is
 (mode - baseline) / ops.
@@ -66,6 +67,7 @@ def main():
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="etr-torch-bench-")
     et_path, eg_path = os.path.join(tmp, "et.json"), os.path.join(tmp, "eg.json")
+    bin_path = os.path.join(tmp, "et.etr")
     loop = lambda: workload(a.iters)  # noqa: E731
     run = loop  # (what the modes time)
 
@@ -76,6 +78,10 @@ def main():
 
     def etr_mode():
         with etr.torch.trace(et_path):
+            return timed(run)
+
+    def etr_binary_mode():  # the binary event log: the writer makes no JSON (etr convert does)
+        with etr.torch.trace(bin_path):
             return timed(run)
 
     def attached_mode():
@@ -96,7 +102,7 @@ def main():
             eg.unregister_callback()
 
     modes = {"baseline": lambda: timed(run), "etr attached": attached_mode, "etr": etr_mode,
-             "pytorch": eg_mode}
+             "etr .etr": etr_binary_mode, "pytorch": eg_mode}
     if a.one:
         def marked():  # (the markers for callgrind --dump-before=getppid)
             workload(50)
@@ -129,6 +135,9 @@ def main():
             "/".join("%.0f" % (x * 1e3) for x in times[m])))
     if added["etr"] > 0:
         print("pytorch / etr added time per op: %.1fx" % (added["pytorch"] / added["etr"]))
+    if added["etr .etr"] > 0:
+        print("pytorch / etr (binary log) added time per op: %.1fx" % (
+            added["pytorch"] / added["etr .etr"]))
     if added["etr"] - added["etr attached"] > 0:
         print("pytorch / etr, beyond the callback floor: %.1fx" % (
             (added["pytorch"] - added["etr attached"]) / (added["etr"] - added["etr attached"])))
