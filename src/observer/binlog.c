@@ -149,17 +149,6 @@ bool etr__bin_is_log(const void *head, size_t n) {
   return n >= 8 && memcmp(head, ETR__BIN_MAGIC, 8) == 0;
 }
 
-static inline uint32_t rd32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t rd64(const uint8_t *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
 /* One encoded value in [p, end) (encode.c, emit.c); the position after it, NULL when it is
  * malformed. Nesting is bounded as the recorder bounds it, so emit.c's recursion is too. */
 static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned depth) {
@@ -178,11 +167,12 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
     case ETR__V_DEVICE:
     case ETR__V_OBJECT: {
       if (left < 5) return NULL;
-      uint32_t n = rd32(p + 1);
+      uint32_t n = etr__rd32(p + 1);
       return n <= left - 5 ? p + 5 + n : NULL;
     }
     case ETR__V_TENSOR: {
-      if (left < 45 || rd64(p + 5) > INT64_MAX || rd64(p + 13) > INT64_MAX) return NULL; /* ids */
+      if (left < 45 || etr__rd64(p + 5) > INT64_MAX || etr__rd64(p + 13) > INT64_MAX)
+        return NULL; /* ids */
       size_t need = 45;
       if (p[1]) need += (size_t)p[3] + p[4] + (size_t)p[2] * 16;
       return need <= left ? p + need : NULL;
@@ -190,7 +180,7 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
     case ETR__V_LIST:
     case ETR__V_TUPLE: {
       if (left < 5 || depth > ETR__DEPTH_MAX) return NULL;
-      uint32_t n = rd32(p + 1);
+      uint32_t n = etr__rd32(p + 1);
       const uint8_t *q = p + 5;
       for (uint32_t i = 0; i < n && q; i++) q = check_value(q, end, depth + 1);
       return q;
@@ -209,13 +199,13 @@ static bool check_values(const uint8_t *p, size_t len, uint32_t n) {
 /* A length-prefixed string of the collective block. */
 static const uint8_t *check_str(const uint8_t *p, const uint8_t *end) {
   if (!p || end - p < 4) return NULL;
-  uint32_t n = rd32(p);
+  uint32_t n = etr__rd32(p);
   return n <= (size_t)(end - p) - 4 ? p + 4 + n : NULL;
 }
 
 static const uint8_t *check_split(const uint8_t *p, const uint8_t *end) {
   if (!p || end - p < 4) return NULL;
-  uint64_t n = rd32(p);
+  uint64_t n = etr__rd32(p);
   return n * 8 <= (uint64_t)(end - p) - 4 ? p + 4 + n * 8 : NULL;
 }
 

@@ -15,17 +15,6 @@ static const char *schema_name(etr_schema s) {
   return s == ETR_SCHEMA_1_1_0 ? "1.1.0-chakra.0.0.4" : "1.1.1-chakra.0.0.4";
 }
 
-static inline uint32_t rd32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t rd64(const uint8_t *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
 /* ---- values ---- */
 
 enum mode { M_VALUES, M_SHAPES, M_TYPES, M_STRIDES };
@@ -40,7 +29,7 @@ static void int_array(etr__jw *w, const uint8_t *p, uint32_t n) {
   *o++ = '[';
   for (uint32_t i = 0; i < n; i++) {
     if (i) *o++ = ',';
-    o = etr__put_i64(o, (int64_t)rd64(p + (size_t)i * 8));
+    o = etr__put_i64(o, (int64_t)etr__rd64(p + (size_t)i * 8));
   }
   *o++ = ']';
   etr__jw_end(w, o);
@@ -120,12 +109,12 @@ static const uint8_t *tensor(etr__jw *w, const uint8_t *p, enum mode m) {
       o = etr__jw_begin(w, 16 + 5 * ETR__I64_MAX_LEN + ETR__ESCAPED_MAX(vn));
       if (!o) break;
       *o++ = '[';
-      o = etr__put_u64(o, rd64(f));
+      o = etr__put_u64(o, etr__rd64(f));
       *o++ = ',';
-      o = etr__put_u64(o, rd64(f + 8));
+      o = etr__put_u64(o, etr__rd64(f + 8));
       for (int i = 2; i < 5; i++) { /* offset, numel, itemsize: never negative */
         *o++ = ',';
-        int64_t v = (int64_t)rd64(f + i * 8);
+        int64_t v = (int64_t)etr__rd64(f + i * 8);
         if (v < 0) {
           v = 0;
           w->fixed++;
@@ -183,7 +172,7 @@ static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
         else
           ETR__JW_LIT(w, "Double");
       } else if (tag == ETR__V_INT) {
-        etr__jw_i64(w, (int64_t)rd64(p + 1));
+        etr__jw_i64(w, (int64_t)etr__rd64(p + 1));
       } else {
         double d;
         memcpy(&d, p + 1, 8);
@@ -193,7 +182,7 @@ static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
     case ETR__V_STRING:
     case ETR__V_DEVICE:
     case ETR__V_OBJECT: {
-      uint32_t n = rd32(p + 1);
+      uint32_t n = etr__rd32(p + 1);
       const char *s = (const char *)p + 5;
       if (scalar_shape) {
         ETR__JW_LIT(w, "[]");
@@ -218,7 +207,7 @@ static const uint8_t *value(etr__jw *w, const uint8_t *p, enum mode m) {
       return tensor(w, p, m);
     case ETR__V_LIST:
     case ETR__V_TUPLE: {
-      uint32_t n = rd32(p + 1);
+      uint32_t n = etr__rd32(p + 1);
       const uint8_t *q = p + 5;
       if (m == M_TYPES) {
         if (tag == ETR__V_LIST)
@@ -305,7 +294,7 @@ static void attr_str(etr__jw *w, const char *name, const char *s, size_t n) {
 }
 
 static const uint8_t *coll_str(const uint8_t *p, const char **s, uint32_t *n) {
-  *n = rd32(p);
+  *n = etr__rd32(p);
   *s = (const char *)p + 4;
   return p + 4 + *n;
 }
@@ -316,7 +305,7 @@ static void split_sizes(etr__jw *w, const char *name, const uint8_t *p, uint32_t
   ETR__JW_LIT(w, "\", \"type\": \"string\", \"value\": \"[");
   for (uint32_t i = 0; i < n; i++) {
     if (i) ETR__JW_LIT(w, ", ");
-    etr__jw_i64(w, (int64_t)rd64(p + (size_t)i * 8));
+    etr__jw_i64(w, (int64_t)etr__rd64(p + (size_t)i * 8));
   }
   ETR__JW_LIT(w, "]\"}");
 }
@@ -331,17 +320,17 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
   etr__jw_char(w, ',');
   attr_str(w, "dtype", s, n);
   etr__jw_char(w, ',');
-  attr_u64(w, "in_msg_nelems", rd64(p));
+  attr_u64(w, "in_msg_nelems", etr__rd64(p));
   etr__jw_char(w, ',');
-  attr_u64(w, "out_msg_nelems", rd64(p + 8));
+  attr_u64(w, "out_msg_nelems", etr__rd64(p + 8));
   p += 16;
-  uint32_t ni = rd32(p);
+  uint32_t ni = etr__rd32(p);
   split_sizes(w, "in_split_size", p + 4, ni);
   p += 4 + (size_t)ni * 8;
-  uint32_t no = rd32(p);
+  uint32_t no = etr__rd32(p);
   split_sizes(w, "out_split_size", p + 4, no);
   p += 4 + (size_t)no * 8;
-  int64_t rank_start = (int64_t)rd64(p), rank_stride = (int64_t)rd64(p + 8);
+  int64_t rank_start = (int64_t)etr__rd64(p), rank_stride = (int64_t)etr__rd64(p + 8);
   p += 16;
   if (rank_start >= 0) {
     etr__jw_char(w, ',');
@@ -358,7 +347,7 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
   etr__jw_char(w, ',');
   attr_str(w, "pg_desc", s, n);
   etr__jw_char(w, ',');
-  attr_u64(w, "pg_size", rd64(p));
+  attr_u64(w, "pg_size", etr__rd64(p));
   etr__jw_char(w, ',');
   attr_u64(w, "is_asynchronized_op", p[8] ? 1 : 0);
 }

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "etr/observer.h"
@@ -229,6 +230,19 @@ struct etr_trace {
       nodes_dropped_writer, tb_unique, tb_frames, values_fixed, ends_cross_thread, ring_dropped;
   _Atomic int write_error;
 };
+
+/* Unaligned native-endian reads of the encoded values (encode.c writes them, emit.c and
+ * binlog.c read them). */
+static inline uint32_t etr__rd32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t etr__rd64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
 
 /* Single-writer counter bump: a plain load and store, no locked instruction. */
 static inline void etr__bump(_Atomic uint64_t *c, uint64_t n) {
