@@ -452,6 +452,7 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
     res->bytes_dropped = size > res->bytes_read ? size - res->bytes_read : 0;
   }
   etr__jw_free(&tr->jw);
+  etr__emit_free(tr);
   free(tr);
   free(r.buf);
   return rc;

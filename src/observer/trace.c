@@ -1188,6 +1188,7 @@ static void trace_free(etr_trace *tr, bool in_child) {
   etr__idmap_free(tr->tensors);
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
+  etr__emit_free(tr);
   tr->q_head = tr->free_chunks = NULL;
   tr->threads = NULL;
   tr->tid_pages = NULL;

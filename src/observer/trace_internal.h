@@ -215,6 +215,7 @@ struct etr_trace {
 
   /* Writer-thread state. */
   etr__jw jw;
+  etr__jw scratch[3]; /* emit.c: a node's shapes, types and strides, while its values go to jw */
   bool any_node;
   bool sealed;         /* the file ends with a footer written at a fatal signal */
   bool unseal_pending; /* new output follows: cut the file back to seal_off first */
@@ -271,6 +272,8 @@ uint64_t etr__next_id(etr__tstate *ts);
 
 /* Write one event as a JSON node (with the separator before it). */
 void etr__emit_event(struct etr_trace *tr, const etr__ev *ev);
+/* Free the emitter's own buffers (not jw). */
+void etr__emit_free(struct etr_trace *tr);
 /* Write the file's header, and the process node plus the footer. */
 void etr__emit_header(struct etr_trace *tr);
 void etr__emit_footer(struct etr_trace *tr, int fatal_sig);
