@@ -3,10 +3,10 @@
  *
  * The JSON goes to a temporary file beside OUT first. A complete log gives a complete trace,
  * moved (or copied, or gzip-compressed) to OUT. A log cut short (kill -9, power loss, full
- * disk) gives the nodes of its complete events and no footer: `etr repair` then completes
- * it as it completes a cut JSON trace (placeholders for ops that were open, the process
- * node, the footer saying so). So does a log finalized at a fatal signal, whose open ops
- * were never written.
+ * disk) gives the nodes of its complete events, and the traceback tables its TABLES records
+ * kept, with a footer saying it was cut ("log_cut"); `etr repair` then adds placeholders
+ * for the ops that were open and the process node. So does a log finalized at a fatal signal, whose
+ * open ops were never written.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,10 +39,10 @@ static void usage(FILE *f) {
           "  -h, --help        this text\n"
           "\n"
           "A log cut short (kill -9, power loss, a full disk) loses nothing that was\n"
-          "written whole: every complete event becomes its node, then the trace is\n"
-          "completed as 'etr repair' completes a cut JSON trace (a placeholder for each op\n"
-          "still open, the process node, a footer with \"repair\": {...}), and the command\n"
-          "says so. A log of another format version or event layout is refused.\n"
+          "written whole: every complete event becomes its node, its tracebacks keep their\n"
+          "frames (the log writes the tables as it goes), the footer says \"log_cut\": 1,\n"
+          "and 'etr repair' adds a placeholder for each op still open and the process node;\n"
+          "the command says so. A log of another format version or event layout is refused.\n"
           "\n"
           "exit status: 0 converted (also a cut log, completed), 1 not a binary log or an\n"
           "I/O error, 2 usage error.\n");
@@ -241,10 +241,13 @@ int cmd_convert(int argc, char **argv) {
     else
       fprintf(say,
               "%s: cut short after %llu complete events (%s; %llu bytes after them "
-              "dropped); completing the trace as etr repair does:\n",
+              "dropped); %llu traceback%s kept with %s frames, %llu lost; completing the "
+              "trace as etr repair does:\n",
               from_stdin ? "<stdin>" : path, (unsigned long long)res.events,
               res.stop_reason ? res.stop_reason : "no trailer",
-              (unsigned long long)res.bytes_dropped);
+              (unsigned long long)res.bytes_dropped, (unsigned long long)res.tables_recovered,
+              res.tables_recovered == 1 ? "" : "s", res.tables_recovered == 1 ? "its" : "their",
+              (unsigned long long)res.tables_lost);
     fflush(say);
     char *rargv[] = {"repair", tmp, "-o", tmp2, "--name", (char *)(from_stdin ? "<stdin>" : path),
                      NULL};

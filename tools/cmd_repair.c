@@ -843,12 +843,19 @@ static int report(const repair *w, bool json) {
     }
     return ETR_CLI_OK;
   }
+  if (w->intact && w->intact_fixed && w->placeholders == 0) { /* only the process node */
+    fprintf(stderr,
+            "etr repair: %s: complete (%" PRIu64 " nodes) but for the process node: added\n",
+            w->file, w->kept);
+    return ETR_CLI_OK;
+  }
   if (w->intact && w->intact_fixed) {
     fprintf(stderr,
             "etr repair: %s: complete (%" PRIu64 " nodes), but it names %" PRIu64
-            " node%s it lacks (a parent or fw_parent): %" PRIu64 " placeholder%s%s added\n",
+            " node%s it lacks (a parent or fw_parent): %" PRIu64 " placeholder%s%s%s added\n",
             w->file, w->kept, w->placeholders, w->placeholders == 1 ? "" : "s", w->placeholders,
-            w->placeholders == 1 ? "" : "s", w->threads_added ? " and thread nodes" : "");
+            w->placeholders == 1 ? "" : "s", w->threads_added ? " and thread nodes" : "",
+            w->process_added ? " and the process node" : "");
     return ETR_CLI_OK;
   }
   if (w->intact) {
@@ -1075,7 +1082,7 @@ int cmd_repair(int argc, char **argv) {
   /* A complete file can still name nodes it lacks: finalized at a crash while an op was
    * open (its children name it), or its forward op never written. The placeholders go in
    * before the file's own end, which is kept as it is (tables, stats). */
-  if (w.intact && live_pends(&w) > 0) {
+  if (w.intact && (live_pends(&w) > 0 || !w.have_process)) { /* (etr convert's cut logs) */
     if (!add_nodes(&w)) {
       cli_error(CMD, "%s: out of memory", w.file);
       status = ETR_CLI_FAIL;

@@ -74,10 +74,57 @@ void etr__bin_emit_header(etr_trace *tr) {
   put_record(&tr->jw, ETR__BIN_LAYOUT, layout, layout_text(layout, sizeof layout));
 }
 
+/* A TABLES record with the tracebacks (and their frames) made since the last one: in the
+ * same buffer as the EVENTS record that named them, so they reach the file with it. */
+static void put_new_tables(etr_trace *tr) {
+  for (int i = 0; i < 2; i++)
+    if (!tr->scratch[i].buf && etr__jw_init(&tr->scratch[i], -1, 0) != 0) return;
+  etr__jw *f = &tr->scratch[0], *t = &tr->scratch[1];
+  f->len = t->len = 0;
+  etr__bin_tables h = {0, 0, 0, 0, 0, 0};
+  etr__tbtab_emit_new(tr->tbtab, f, t, &h.n_frames, &h.n_tbs);
+  if (!h.n_frames && !h.n_tbs) return;
+  h.frames_len = (uint32_t)f->len;
+  h.tbs_len = (uint32_t)t->len;
+  uLong crc = crc32(0L, (const Bytef *)f->buf, (uInt)f->len);
+  h.crc = (uint32_t)crc32(crc, (const Bytef *)t->buf, (uInt)t->len);
+  size_t len = sizeof h + f->len + t->len;
+  etr__bin_record r = {ETR__BIN_TABLES, (uint32_t)len};
+  static const char zeros[8] = {0};
+  etr__jw *w = &tr->jw;
+  etr__jw_raw(w, (const char *)&r, sizeof r);
+  etr__jw_raw(w, (const char *)&h, sizeof h);
+  etr__jw_raw(w, f->buf, f->len);
+  etr__jw_raw(w, t->buf, t->len);
+  etr__jw_raw(w, zeros, round8(len) - len);
+}
+
+/* The index of ev's traceback in the tables (interned here, in the process that captured
+ * it), UINT64_MAX when there is none or memory ran out. */
+static uint64_t traceback_index(etr_trace *tr, const etr__ev *ev) {
+  if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->tb_symbolize);
+  if (!tr->tbtab) return UINT64_MAX;
+  const uint64_t *words = (const uint64_t *)(const void *)(ev + 1);
+  uint64_t idx = etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n);
+  atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
+  return idx;
+}
+
 uint32_t etr__bin_emit_events(etr_trace *tr, const uint8_t *data, uint32_t *off, uint32_t to,
                               size_t max_bytes) {
   etr__jw *w = &tr->jw;
-  if (*off + sizeof(etr__ev) > to || !etr__jw_reserve(w, sizeof(etr__bin_record))) return 0;
+  if (*off + sizeof(etr__ev) > to) return 0;
+  /* The tracebacks of the events this record will hold go first, in a TABLES record: a log
+   * cut inside the events then still has the tables of those that were written. */
+  size_t ahead = 0;
+  for (uint32_t o = *off; o + sizeof(etr__ev) <= to && ahead < max_bytes;) {
+    const etr__ev *ev = (const etr__ev *)(const void *)(data + o);
+    if ((ev->flags & ETR__EVF_TRACEBACK) && ev->tb_n) traceback_index(tr, ev);
+    ahead += ev->size;
+    o += ev->size;
+  }
+  if (tr->tbtab) put_new_tables(tr);
+  if (!etr__jw_reserve(w, sizeof(etr__bin_record))) return 0;
   size_t at = w->len; /* the record header, filled in below */
   w->len += sizeof(etr__bin_record);
   uint32_t n = 0;
@@ -92,12 +139,7 @@ uint32_t etr__bin_emit_events(etr_trace *tr, const uint8_t *data, uint32_t *off,
     /* The frame words mean something only in this process: the traceback is interned here
      * (its frames go to the trailer's tables) and the event keeps its index. */
     etr__ev h = *ev;
-    const uint64_t *words = (const uint64_t *)(const void *)(ev + 1);
-    if (!tr->tbtab) tr->tbtab = etr__tbtab_new(tr->tb_symbolize);
-    uint64_t idx =
-        tr->tbtab ? etr__tbtab_intern(tr->tbtab, ev->tb_gen, words, ev->tb_n) : UINT64_MAX;
-    if (tr->tbtab)
-      atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
+    uint64_t idx = traceback_index(tr, ev); /* (interned above: found at once) */
     size_t words_len = (size_t)ev->tb_n * 8;
     h.size = (uint32_t)(ev->size - words_len);
     h.tb_n = 0;
@@ -267,9 +309,68 @@ static size_t read_full(reader *r, void *p, size_t n, int *err) {
 
 #define FAIL(res, ...) snprintf((res)->error, sizeof(res)->error, __VA_ARGS__)
 
+/* What a log cut short still gives for its footer: the tables of its TABLES records, and
+ * what its events name (traceback indices) and span (time). */
+typedef struct recovered {
+  etr__jw frames, tbs; /* table elements, comma-separated */
+  uint64_t n_tbs;
+  uint64_t tbs_named; /* 1 + the largest traceback index an event names (0: none) */
+  int64_t end_ns;     /* the latest end of a timed event */
+  bool timed;
+} recovered;
+
+/* Elements of one TABLES record appended to the recovered tables; false when damaged. */
+static bool take_tables(recovered *rc, const uint8_t *p, size_t len) {
+  etr__bin_tables h;
+  if (len < sizeof h) return false;
+  memcpy(&h, p, sizeof h);
+  if ((uint64_t)h.frames_len + h.tbs_len > len - sizeof h) return false;
+  const char *f = (const char *)p + sizeof h, *t = f + h.frames_len;
+  uLong crc = crc32(0L, (const Bytef *)f, (uInt)h.frames_len);
+  if ((uint32_t)crc32(crc, (const Bytef *)t, (uInt)h.tbs_len) != h.crc) return false;
+  if (h.frames_len) {
+    if (rc->frames.len) etr__jw_char(&rc->frames, ',');
+    etr__jw_raw(&rc->frames, f, h.frames_len);
+  }
+  if (h.tbs_len) {
+    if (rc->tbs.len) etr__jw_char(&rc->tbs, ',');
+    etr__jw_raw(&rc->tbs, t, h.tbs_len);
+  }
+  rc->n_tbs += h.n_tbs;
+  return true;
+}
+
+/* The footer of a log cut short: the process node, finish_ts (the end of the last timed
+ * event), the tables recovered (a traceback named but lost: []), and counters that say so. */
+static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
+  etr__jw tables;
+  if (etr__jw_init(&tables, -1, 0) != 0) return;
+  uint64_t lost = rc->tbs_named > rc->n_tbs ? rc->tbs_named - rc->n_tbs : 0;
+  if (rc->n_tbs || lost) {
+    ETR__JW_LIT(&tables, "\"frames\": [");
+    etr__jw_raw(&tables, rc->frames.buf, rc->frames.len);
+    ETR__JW_LIT(&tables, "\n  ],\n  \"tracebacks\": [");
+    etr__jw_raw(&tables, rc->tbs.buf, rc->tbs.len);
+    for (uint64_t i = 0; i < lost; i++) {
+      if (i || rc->n_tbs) etr__jw_char(&tables, ',');
+      ETR__JW_LIT(&tables, "\n    []");
+    }
+    ETR__JW_LIT(&tables, "\n  ],\n  ");
+  }
+  res->tables_recovered = rc->n_tbs;
+  res->tables_lost = lost;
+  int64_t finish = tr->start_ms;
+  if (rc->timed && rc->end_ns / 1000000 > finish) finish = rc->end_ns / 1000000;
+  /* No process node and no nodes_written: etr repair adds placeholders for the ops that
+   * were open, then the process node, last as always. */
+  etr__stat_pair st[2] = {{"log_cut", 1}, {"tracebacks_lost", lost}};
+  etr__emit_footer_with(tr, false, finish, 0, tables.buf, tables.len, st, 2);
+  etr__jw_free(&tables);
+}
+
 /* The JSON trace's state: an etr_trace that only the emit functions use. */
 static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result *res,
-                          uint64_t rec_off) {
+                          uint64_t rec_off, recovered *rc) {
   size_t off = 0;
   while (off < len) {
     if (len - off < sizeof(etr__ev)) break;
@@ -277,6 +378,13 @@ static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result
     if (!event_ok(ev, len - off)) break;
     if ((ev->flags & ETR__EVF_TRACEBACK) && !(ev->flags & ETR__EVF_TBINDEX))
       ev->flags &= (uint8_t)~ETR__EVF_TRACEBACK; /* raw frames: meaningless out of process */
+    if ((ev->flags & ETR__EVF_TBINDEX) && ev->tb_gen >= rc->tbs_named)
+      rc->tbs_named = ev->tb_gen + 1;
+    if (ev->type == ETR__EV_OP && (ev->flags & ETR__EVF_TIMING) &&
+        (!rc->timed || ev->ts_ns + ev->incl_ns > rc->end_ns)) {
+      rc->end_ns = ev->ts_ns + ev->incl_ns;
+      rc->timed = true;
+    }
     etr__emit_event(tr, ev);
     res->events++;
     off += ev->size;
@@ -309,7 +417,7 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
     if (strcmp(s[i].name, "values_fixed") == 0) st[i].value = tr->jw.fixed;
   }
   const char *tables = (const char *)p + sizeof t + t.n_stats * sizeof *s;
-  etr__emit_footer_with(tr, t.finish_ms, t.signal, tables, t.tables_len, st, t.n_stats);
+  etr__emit_footer_with(tr, true, t.finish_ms, t.signal, tables, t.tables_len, st, t.n_stats);
   return 0;
 }
 
@@ -357,6 +465,15 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
   tr->when[sizeof tr->when - 1] = '\0';
   int rc = 0;
   bool layout_seen = false;
+  recovered got_back;
+  memset(&got_back, 0, sizeof got_back);
+  if (etr__jw_init(&got_back.frames, -1, 0) != 0 || etr__jw_init(&got_back.tbs, -1, 0) != 0) {
+    FAIL(res, "out of memory");
+    etr__jw_free(&got_back.frames);
+    etr__jw_free(&tr->jw);
+    free(tr);
+    return -1;
+  }
   res->bytes_read = sizeof h;
   etr__emit_header(tr); /* a file cut before its first event still gives a trace (of none) */
   for (;;) {
@@ -413,11 +530,18 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
       continue;
     }
     if (rec.type == ETR__BIN_EVENTS) {
-      if (convert_events(tr, r.buf, whole ? rec.len : (got < rec.len ? got : rec.len), res,
-                         rec_off) != 0 ||
+      if (convert_events(tr, r.buf, whole ? rec.len : (got < rec.len ? got : rec.len), res, rec_off,
+                         &got_back) != 0 ||
           !whole) {
         res->stop_reason =
             whole ? "a malformed event: corrupt data" : "the file ends inside a record";
+        break;
+      }
+      res->bytes_read = r.off;
+    } else if (rec.type == ETR__BIN_TABLES) {
+      if (!whole || !take_tables(&got_back, r.buf, rec.len)) {
+        res->stop_reason = whole ? "damaged traceback tables (their checksum fails)"
+                                 : "the file ends inside a record";
         break;
       }
       res->bytes_read = r.off;
@@ -438,6 +562,9 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
       break;
     }
   }
+  if (rc == 0 && !res->complete) cut_footer(tr, &got_back, res);
+  etr__jw_free(&got_back.frames);
+  etr__jw_free(&got_back.tbs);
   if (rc == 0) {
     etr__jw_flush(&tr->jw);
     if (tr->jw.err) {

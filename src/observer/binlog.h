@@ -8,8 +8,11 @@
  *   records, each an etr__bin_record header then `len` bytes, padded to a multiple of 8:
  *     LAYOUT   once, first: the event header's fields as text, "name:offset:size;..."
  *     EVENTS   whole events, back to back (etr__ev headers with their payloads)
+ *     TABLES   after an EVENTS record whose events made new tracebacks: the new entries
+ *              of the frames and tracebacks tables (JSON text, symbolized in the process),
+ *              so that a log cut short keeps the tables of the events it holds
  *     TRAILER  once, at close or at a fatal signal: finish time, signal, the recorder's
- *              counters and the traceback tables (JSON text, symbolized in the process)
+ *              counters and the whole traceback tables
  *
  * Records go to the file whole and in order, so a file cut anywhere (kill -9, power loss, a
  * full disk) holds the header and a run of records of which only the last may be cut; every
@@ -30,7 +33,7 @@
 #define ETR__BIN_BYTE_ORDER 0x01020304u
 #define ETR__BIN_RECORD_MAX (256u << 20) /* a longer record is corruption */
 
-enum { ETR__BIN_LAYOUT = 1, ETR__BIN_EVENTS = 2, ETR__BIN_TRAILER = 3 };
+enum { ETR__BIN_LAYOUT = 1, ETR__BIN_EVENTS = 2, ETR__BIN_TRAILER = 3, ETR__BIN_TABLES = 4 };
 enum { ETR__BINF_NS_TIMING = 1 };
 
 typedef struct etr__bin_header {
@@ -63,6 +66,15 @@ typedef struct etr__bin_trailer {
                    they are, so a damaged trailer must be told from a good one */
 } etr__bin_trailer;
 
+/* The TABLES payload: this, frames_len bytes of frames-table elements, tbs_len bytes of
+ * tracebacks-table elements (JSON, comma-separated, no brackets). */
+typedef struct etr__bin_tables {
+  uint32_t n_frames, frames_len;
+  uint32_t n_tbs, tbs_len;
+  uint32_t crc; /* CRC-32 of the two texts */
+  uint32_t reserved;
+} etr__bin_tables;
+
 typedef struct etr__bin_stat {
   uint64_t value;
   char name[32]; /* NUL-padded */
@@ -71,22 +83,26 @@ typedef struct etr__bin_stat {
 /* ---- the reading side (`etr convert`) ---- */
 
 typedef struct etr__bin_result {
-  uint64_t events;          /* events turned into nodes */
-  uint64_t bytes_read;      /* of the input, up to the end of the last complete event or record */
-  uint64_t bytes_dropped;   /* input after that (a cut record, a corrupt tail) */
-  uint64_t records_skipped; /* of types this version does not know */
-  bool complete;            /* the trailer was read: the JSON trace is whole */
-  int signal;               /* the trailer's: finalized at this fatal signal (ops were open) */
-  const char *stop_reason;  /* why the input ended early (NULL when complete) */
-  char error[256];          /* why the conversion failed (return -1) */
+  uint64_t events;           /* events turned into nodes */
+  uint64_t bytes_read;       /* of the input, up to the end of the last complete event or record */
+  uint64_t bytes_dropped;    /* input after that (a cut record, a corrupt tail) */
+  uint64_t records_skipped;  /* of types this version does not know */
+  bool complete;             /* the trailer was read: the JSON trace is whole */
+  uint64_t tables_recovered; /* tracebacks of a cut log whose frames were in it */
+  uint64_t tables_lost;      /* tracebacks its events name that it lacks (written empty) */
+  int signal;                /* the trailer's: finalized at this fatal signal (ops were open) */
+  const char *stop_reason;   /* why the input ended early (NULL when complete) */
+  char error[256];           /* why the conversion failed (return -1) */
 } etr__bin_result;
 
 /* Whether the first bytes of a file (n of them) are a binary log's. */
 bool etr__bin_is_log(const void *head, size_t n);
 
 /* Read the binary log on in_fd and write its JSON trace to out_fd. When the
- * log was cut short, the JSON ends after the node of its last complete event, without the
- * footer: `etr repair` completes it. 0, or -1 with res->error set (not a binary log, a
+ * log was cut short, the JSON holds the nodes of its complete events and a footer with the
+ * traceback tables its TABLES records gave (a traceback named but not there is empty) and
+ * the counter "log_cut" = 1; ops that were still open are missing: `etr repair` adds
+ * placeholders for them. 0, or -1 with res->error set (not a binary log, a
  * layout or version this etr does not read, an I/O error). Memory: one record at a time. */
 int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res);
 

@@ -652,10 +652,11 @@ bool etr__footer_tables(etr_trace *tr, etr__jw *out) {
   return true;
 }
 
-void etr__emit_footer_with(etr_trace *tr, int64_t finish_ms, int fatal_sig, const char *tables,
-                           size_t tables_len, const etr__stat_pair *st, size_t n) {
+void etr__emit_footer_with(etr_trace *tr, bool process_node, int64_t finish_ms, int fatal_sig,
+                           const char *tables, size_t tables_len, const etr__stat_pair *st,
+                           size_t n) {
   etr__jw *w = &tr->jw;
-  structural_node(tr, 1, PROCESS_NAME, 0);
+  if (process_node) structural_node(tr, 1, PROCESS_NAME, 0);
   ETR__JW_LIT(w, "\n  ],\n  \"finish_ts\": ");
   etr__jw_i64(w, finish_ms);
   ETR__JW_LIT(w, ",\n  ");
@@ -678,7 +679,7 @@ void etr__emit_footer(etr_trace *tr, int fatal_sig) {
   if (have) etr__footer_tables(tr, &tables);
   etr__stat_pair st[ETR__STATS_MAX];
   size_t n = etr__footer_stats(tr, st);
-  etr__emit_footer_with(tr, finish_ms, fatal_sig, have ? tables.buf : "", have ? tables.len : 0, st,
-                        n);
+  etr__emit_footer_with(tr, true, finish_ms, fatal_sig, have ? tables.buf : "",
+                        have ? tables.len : 0, st, n);
   if (have) etr__jw_free(&tables);
 }

@@ -73,6 +73,7 @@ struct etr__tbtab {
   uint32_t n_pub, cap_pub;
   uint32_t *pub_index;
   uint32_t pub_slots;
+  uint32_t frames_out, pub_out; /* written by etr__tbtab_emit_new so far */
   /* Recent raw sequences (hash of gen and words) to their traceback: most ops repeat a
    * stack seen moments ago, and this skips the per-frame site lookups for them. */
   struct {
@@ -435,29 +436,53 @@ static char *put_frame(char *o, const frame *f, uint64_t *replaced) {
   return o;
 }
 
+/* Traceback i's frame indices, "[a, b, c]". */
+static void put_traceback(const etr__tbtab *t, etr__jw *w, uint32_t i) {
+  etr__jw_char(w, '[');
+  for (uint32_t k = t->pub_off[i]; k < t->pub_off[i + 1]; k++) {
+    if (k > t->pub_off[i]) ETR__JW_LIT(w, ", ");
+    etr__jw_u64(w, t->pseq[k]);
+  }
+  etr__jw_char(w, ']');
+}
+
+/* Frame i as a table element (with the line break and indent the tables use). */
+static void put_frame_elem(etr__jw *w, const frame *f, bool first) {
+  size_t max = 200 + ETR__ESCAPED_MAX(strlen(f->name) + strlen(f->filename)) +
+               (f->module ? ETR__ESCAPED_MAX(strlen(f->module)) + 160 : 0);
+  char *o = etr__jw_begin(w, max);
+  if (!o) return;
+  if (!first) *o++ = ',';
+  o = ETR__PUT_LIT(o, "\n    ");
+  o = put_frame(o, f, &w->replaced);
+  etr__jw_end(w, o);
+}
+
+void etr__tbtab_emit_new(etr__tbtab *t, etr__jw *frames, etr__jw *tbs, uint32_t *n_frames,
+                         uint32_t *n_tbs) {
+  etr__tbtab_symbolize(t);
+  *n_frames = t->n_frames - t->frames_out;
+  *n_tbs = t->n_pub - t->pub_out;
+  for (uint32_t i = t->frames_out; i < t->n_frames; i++)
+    put_frame_elem(frames, &t->frames[i], i == t->frames_out);
+  for (uint32_t i = t->pub_out; i < t->n_pub; i++) {
+    if (i > t->pub_out) etr__jw_char(tbs, ',');
+    ETR__JW_LIT(tbs, "\n    ");
+    put_traceback(t, tbs, i);
+  }
+  t->frames_out = t->n_frames;
+  t->pub_out = t->n_pub;
+}
+
 void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
   etr__tbtab_symbolize(t);
   ETR__JW_LIT(w, "\"frames\": [");
-  for (uint32_t i = 0; i < t->n_frames; i++) {
-    const frame *f = &t->frames[i];
-    size_t max = 200 + ETR__ESCAPED_MAX(strlen(f->name) + strlen(f->filename)) +
-                 (f->module ? ETR__ESCAPED_MAX(strlen(f->module)) + 160 : 0);
-    char *o = etr__jw_begin(w, max);
-    if (!o) return;
-    if (i) *o++ = ',';
-    o = ETR__PUT_LIT(o, "\n    ");
-    o = put_frame(o, f, &w->replaced);
-    etr__jw_end(w, o);
-  }
+  for (uint32_t i = 0; i < t->n_frames; i++) put_frame_elem(w, &t->frames[i], i == 0);
   ETR__JW_LIT(w, "\n  ],\n  \"tracebacks\": [");
   for (uint32_t i = 0; i < t->n_pub; i++) {
     if (i) etr__jw_char(w, ',');
-    ETR__JW_LIT(w, "\n    [");
-    for (uint32_t k = t->pub_off[i]; k < t->pub_off[i + 1]; k++) {
-      if (k > t->pub_off[i]) ETR__JW_LIT(w, ", ");
-      etr__jw_u64(w, t->pseq[k]);
-    }
-    etr__jw_char(w, ']');
+    ETR__JW_LIT(w, "\n    ");
+    put_traceback(t, w, i);
   }
   ETR__JW_LIT(w, "\n  ],\n  ");
 }

@@ -31,6 +31,13 @@ void etr__tbtab_symbolize(etr__tbtab *t);
 /* Write `"frames": [...], "tracebacks": [...], ` (symbolizing what is left first). */
 void etr__tbtab_emit(etr__tbtab *t, etr__jw *w);
 
+/* The frames and tracebacks made since the last call, as the JSON elements of the two tables
+ * (comma-separated, no brackets) appended to frames and tbs; how many of each in *n_frames
+ * and *n_tbs. Their indices continue those written before (the binary log writes them as
+ * they come, so a log cut short keeps them). */
+void etr__tbtab_emit_new(etr__tbtab *t, etr__jw *frames, etr__jw *tbs, uint32_t *n_frames,
+                         uint32_t *n_tbs);
+
 uint64_t etr__tbtab_tracebacks(const etr__tbtab *t);
 uint64_t etr__tbtab_frames(const etr__tbtab *t); /* unique frames symbolized so far */
 

@@ -292,10 +292,10 @@ size_t etr__footer_stats(struct etr_trace *tr, etr__stat_pair *out);
 int64_t etr__footer_time_ms(void);
 /* Write the traceback tables into out (symbolizing what is left); false when there are none. */
 bool etr__footer_tables(struct etr_trace *tr, etr__jw *out);
-/* The process node and the footer after it, from its parts. */
-void etr__emit_footer_with(struct etr_trace *tr, int64_t finish_ms, int fatal_sig,
-                           const char *tables, size_t tables_len, const etr__stat_pair *st,
-                           size_t n);
+/* The process node (unless process_node is false) and the footer after it, from its parts. */
+void etr__emit_footer_with(struct etr_trace *tr, bool process_node, int64_t finish_ms,
+                           int fatal_sig, const char *tables, size_t tables_len,
+                           const etr__stat_pair *st, size_t n);
 
 /* ---- binlog.c (writer thread, binary log) ---- */
 

@@ -265,10 +265,23 @@ static void test_default_output_and_input_kept(void **state) {
   tu_rmdir(dir);
 }
 
-static size_t node_count_of(const char *path) {
+/* Nodes of the trace at path; *with_tb of them carry a traceback, and every traceback they
+ * name has its frames (a log keeps its tables as it goes: a cut loses none of them). */
+static size_t node_count_of(const char *path, size_t *with_tb) {
   tu_trace t;
   tu_load_path(&t, path);
-  size_t n = tu_node_count(&t);
+  size_t n = tu_node_count(&t), k = 0;
+  json_t *tbs = json_object_get(t.root, "tracebacks");
+  for (size_t i = 0; i < n; i++) {
+    json_t *a = tu_attr(json_array_get(t.nodes, i), "traceback");
+    if (!a) continue;
+    k++;
+    json_t *tb = json_array_get(tbs, (size_t)json_integer_value(a));
+    if (!json_is_array(tb) || json_array_size(tb) == 0)
+      fail_msg("%s: node %zu names traceback %lld, which has no frames", path, i,
+               (long long)json_integer_value(a));
+  }
+  *with_tb = k;
   tu_free(&t);
   return n;
 }
@@ -316,7 +329,9 @@ static void test_cut_anywhere(void **state) {
     int rc = convert(cut, out);
     if (rc != 0) fail_msg("etr convert of the log cut at %zu of %zu: status %d", offs[i], len, rc);
     assert_valid(out);
-    size_t n = node_count_of(out);
+    size_t with_tb;
+    size_t n = node_count_of(out, &with_tb);
+    if (offs[i] > len / 3 && with_tb == 0) fail_msg("cut at %zu: no traceback kept", offs[i]);
     if (n < prev)
       fail_msg("cut at %zu: %zu nodes, fewer than a shorter cut's %zu", offs[i], n, prev);
     prev = n;
