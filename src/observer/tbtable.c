@@ -474,6 +474,8 @@ void etr__tbtab_emit_new(etr__tbtab *t, etr__jw *frames, etr__jw *tbs, uint32_t 
   t->pub_out = t->n_pub;
 }
 
+void etr__tbtab_rewind(etr__tbtab *t) { t->frames_out = t->pub_out = 0; }
+
 void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
   etr__tbtab_symbolize(t);
   ETR__JW_LIT(w, "\"frames\": [");

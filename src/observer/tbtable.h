@@ -38,6 +38,10 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w);
 void etr__tbtab_emit_new(etr__tbtab *t, etr__jw *frames, etr__jw *tbs, uint32_t *n_frames,
                          uint32_t *n_tbs);
 
+/* The next etr__tbtab_emit_new starts again from the first entries (a file rewritten whole:
+ * a flight recorder's dump). */
+void etr__tbtab_rewind(etr__tbtab *t);
+
 uint64_t etr__tbtab_tracebacks(const etr__tbtab *t);
 uint64_t etr__tbtab_frames(const etr__tbtab *t); /* unique frames symbolized so far */
 

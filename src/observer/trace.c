@@ -722,6 +722,7 @@ static void ring_dump(etr_trace *tr, int sig) {
   atomic_store(&tr->nodes_written, 0); /* of the trace the file holds from now on */
   tr->restart_pending = true;
   tr->any_node = false;
+  if (tr->tbtab) etr__tbtab_rewind(tr->tbtab); /* the new file gets the whole tables */
   if (tr->binary)
     etr__bin_emit_header(tr);
   else
