@@ -22,7 +22,7 @@ void etr__idmap_free(etr__idmap *m);
 /* A thread's small cache of recent lookups in one map. An entry is used only while the
  * shard it came from has not changed (its sequence number is the same), so it never returns
  * an id that a removal retired. Zero-initialise; owned by one thread. */
-#define ETR__IDCACHE_SIZE 64
+#define ETR__IDCACHE_SIZE 256
 typedef struct etr__idcache_entry {
   uintptr_t key;
   uint64_t id;
