@@ -137,6 +137,7 @@ demo: done in $(etr_fmt_secs $(($(date +%s) - start))). What it did:
      replayed it (etr replay) and folded its stacks     -> $out/trace.folded
      (flamegraph.pl $out/trace.folded > flame.svg, or open it in speedscope)
   4. ran the same program with only ETR_TRACE set       -> $out/trace-env.json
+     and again as a binary event log, made JSON by etr convert -> $out/trace-env.etr
   5. ran the example as 2 ranks (2 processes, real allreduce / all-to-all over sockets),
      each recording through ETR_TRACE=.../rank-%r.json  -> $out/ranks/rank-0.json, rank-1.json
      checked both (a process_group:init node, the same collectives in the same order, as
