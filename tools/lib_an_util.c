@@ -197,7 +197,7 @@ static bool mem_reserve(an_out *o, size_t n) {
   return true;
 }
 
-void an_out_raw(an_out *o, const char *s, size_t len) {
+void an_out_raw_any(an_out *o, const char *s, size_t len) {
   if (!o->f) {
     if (len && mem_reserve(o, len)) {
       memcpy(o->mem + o->mem_len, s, len);

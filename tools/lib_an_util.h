@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "json/reader.h"
 
@@ -58,7 +59,18 @@ typedef struct an_out {
   size_t mem_len, mem_cap;
 } an_out;
 
-void an_out_raw(an_out *o, const char *s, size_t len);
+void an_out_raw_any(an_out *o, const char *s, size_t len);
+/* Append len bytes. A memory output with room takes them inline (chrome's slices are many
+ * small pieces); the rest goes through an_out_raw_any. */
+static inline void an_out_raw(an_out *o, const char *s, size_t len) {
+  if (!o->f && o->mem_len + len <= o->mem_cap) {
+    memcpy(o->mem + o->mem_len, s, len);
+    o->mem_len += len;
+    o->bytes += len;
+    return;
+  }
+  an_out_raw_any(o, s, len);
+}
 void an_out_cstr(an_out *o, const char *s);
 /* A string literal, its length known at compile time. */
 #define AN_OUT_LIT(o, lit) an_out_raw((o), (lit), sizeof(lit) - 1)
