@@ -1264,6 +1264,14 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
    * still shrinks about tenfold). */
   size_t plen = strlen(path);
   tr->binary = plen > 4 && strcmp(path + plen - 4, ".etr") == 0; /* a binary log (binlog.h) */
+  if (plen > 7 && strcmp(path + plen - 7, ".etr.gz") == 0) {
+    /* JSON under a binary log's name, or a log etr convert cannot read: neither */
+    etr__log(ETR_LOG_ERROR,
+             "%s: a binary log is written uncompressed (.etr, about 40%% of "
+             "the JSON's size); .json.gz is compressed JSON",
+             path);
+    rc = ETR_EINVAL;
+  }
   if (rc == 0 && plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
       etr__jw_set_gzip(&tr->jw, 1) != 0)
     rc = ETR_ENOMEM;

@@ -11,6 +11,7 @@
  * (kill -9 while writing a log: test_trace_durability.c.) ETR_TOOL is the etr command. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,9 @@
 
 #ifndef ETR_TOOL
 #error "ETR_TOOL must name the etr command"
+#endif
+#ifndef TRACE_HELPER
+#error "TRACE_HELPER must name the helper program"
 #endif
 
 /* ---- the recording ---- */
@@ -430,11 +434,39 @@ static void test_ring_as_binary_log(void **state) {
   tu_rmdir(dir);
 }
 
+/* A fatal signal while recording to a log: the writer finalizes it (a trailer that names the
+ * signal); convert gives every op recorded before it, and completes the ops open then. */
+static void test_fatal_signal(void **state) {
+  (void)state;
+  char dir[256], bin[300], out[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/sig.etr", dir);
+  snprintf(out, sizeof out, "%s/sig.json", dir);
+  const char *args[] = {"signal", bin, "ABRT", "default", NULL};
+  int st = tu_run(TRACE_HELPER, args, NULL, NULL);
+  assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+  assert_int_equal(convert(bin, out), 0);
+  assert_valid(out);
+  tu_trace t;
+  tu_load_path(&t, out);
+  assert_int_equal(tu_count(&t, "before_signal"), 100);
+  json_t *etr = json_object_get(t.root, "etr");
+  assert_int_equal(json_integer_value(json_object_get(etr, "signal")), SIGABRT);
+  tu_free(&t);
+  /* a gzip binary log is refused, not written as JSON under its name */
+  char gz[300];
+  snprintf(gz, sizeof gz, "%s/x.etr.gz", dir);
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(gz, NULL, &tr), ETR_EINVAL);
+  assert_int_equal(access(gz, F_OK), -1);
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_same_trace_as_json), TU_TEST(test_default_output_and_input_kept),
       TU_TEST(test_cut_anywhere),       TU_TEST(test_damaged_logs),
-      TU_TEST(test_ring_as_binary_log),
+      TU_TEST(test_ring_as_binary_log), TU_TEST(test_fatal_signal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
