@@ -2,6 +2,7 @@
  * tr->jw. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -101,7 +102,7 @@ typedef etr__jw *const quad[4];
 /* The rendering of a value without a shape (scalars, strings, none): "[]" for both shapes
  * and strides. */
 static inline void no_shape(quad w) {
-  LIT(w[S], "[]");
+  if (w[S]) LIT(w[S], "[]");
   if (w[ST]) LIT(w[ST], "[]");
 }
 
@@ -134,9 +135,10 @@ static const uint8_t *tensor(quad w, const uint8_t *p) {
     *o++ = ']';
     etr__jw_end(w[V], o);
   }
-  int_array(w[S], sizes, defined ? nd : 0);
+  if (w[S]) int_array(w[S], sizes, defined ? nd : 0);
   if (w[ST]) int_array(w[ST], strides, defined ? nd : 0);
-  if (defined) {
+  if (!w[T]) {
+  } else if (defined) {
     o = etr__jw_begin(w[T], 8 + ETR__ESCAPED_MAX(dn));
     if (o) {
       o = ETR__PUT_LIT(o, "Tensor(");
@@ -155,7 +157,7 @@ static const uint8_t *value(quad w, const uint8_t *p) {
   switch (tag) {
     case ETR__V_BOOL:
       no_shape(w);
-      LIT(w[T], "Bool");
+      if (w[T]) LIT(w[T], "Bool");
       if (p[1])
         LIT(w[V], "true");
       else
@@ -165,10 +167,10 @@ static const uint8_t *value(quad w, const uint8_t *p) {
     case ETR__V_DOUBLE:
       no_shape(w);
       if (tag == ETR__V_INT) {
-        LIT(w[T], "Int");
+        if (w[T]) LIT(w[T], "Int");
         etr__jw_i64(w[V], (int64_t)etr__rd64(p + 1));
       } else {
-        LIT(w[T], "Double");
+        if (w[T]) LIT(w[T], "Double");
         double d;
         memcpy(&d, p + 1, 8);
         etr__jw_double(w[V], d);
@@ -181,13 +183,13 @@ static const uint8_t *value(quad w, const uint8_t *p) {
       const char *s = (const char *)p + 5;
       no_shape(w);
       if (tag == ETR__V_STRING) {
-        LIT(w[T], "String");
+        if (w[T]) LIT(w[T], "String");
         etr__jw_str(w[V], s, n);
       } else if (tag == ETR__V_DEVICE) {
-        LIT(w[T], "Device");
+        if (w[T]) LIT(w[T], "Device");
         etr__jw_str(w[V], s, n);
       } else { /* PyTorch writes value "<Object>" with type "Object" */
-        put_kind(w[T], s, n, true);
+        if (w[T]) put_kind(w[T], s, n, true);
         LIT(w[V], "\"<");
         put_kind(w[V], s, n, false);
         LIT(w[V], ">\"");
@@ -200,12 +202,14 @@ static const uint8_t *value(quad w, const uint8_t *p) {
     case ETR__V_TUPLE: {
       uint32_t n = etr__rd32(p + 1);
       const uint8_t *q = p + 5;
-      if (tag == ETR__V_LIST)
+      if (!w[T])
+        ;
+      else if (tag == ETR__V_LIST)
         LIT(w[T], "GenericList[");
       else
         LIT(w[T], "Tuple[");
       etr__jw_char(w[V], '[');
-      etr__jw_char(w[S], '[');
+      if (w[S]) etr__jw_char(w[S], '[');
       if (w[ST]) etr__jw_char(w[ST], '[');
       for (uint32_t i = 0; i < n; i++) {
         if (i)
@@ -219,13 +223,13 @@ static const uint8_t *value(quad w, const uint8_t *p) {
     }
     case ETR__V_CUT:
       no_shape(w);
-      LIT(w[T], "<...>");
+      if (w[T]) LIT(w[T], "<...>");
       LIT(w[V], "\"<...>\"");
       return p + 1;
     case ETR__V_NONE:
     default:
       no_shape(w);
-      LIT(w[T], "None");
+      if (w[T]) LIT(w[T], "None");
       LIT(w[V], "\"<None>\"");
       return p + 1;
   }
@@ -240,49 +244,194 @@ static etr__jw *scratch(etr_trace *tr, int i) {
   return w;
 }
 
-static void values_object(etr_trace *tr, const uint8_t *p, uint32_t n) {
-  etr__jw *w = &tr->jw;
-  etr__jw *sh = scratch(tr, 0), *ty = scratch(tr, 1);
-  etr__jw *st = tr->opt.schema != ETR_SCHEMA_1_1_0 ? scratch(tr, 2) : NULL;
-  if (!sh || !ty || (tr->opt.schema != ETR_SCHEMA_1_1_0 && !st)) {
-    w->err = w->err ? w->err : ENOMEM; /* (out of memory: the trace stops, as on a write error) */
-    return;
-  }
-  quad q = {w, sh, ty, st};
-  ETR__JW_LIT(w, "{\"values\": [");
-  etr__jw_char(sh, '[');
-  etr__jw_char(ty, '[');
-  if (st) etr__jw_char(st, '[');
-  for (uint32_t i = 0; i < n; i++) {
-    if (i)
-      for (int k = 0; k < 4; k++)
-        if (q[k]) etr__jw_char(q[k], ',');
-    etr__jw_char(ty, '"');
-    p = value(q, p);
-    etr__jw_char(ty, '"');
-  }
-  ETR__JW_LIT(w, "], \"shapes\": ");
-  etr__jw_raw(w, sh->buf, sh->len);
-  ETR__JW_LIT(w, "], \"types\": ");
-  etr__jw_raw(w, ty->buf, ty->len);
-  etr__jw_char(w, ']');
-  if (st) {
-    ETR__JW_LIT(w, ", \"strides\": ");
-    etr__jw_raw(w, st->buf, st->len);
-    etr__jw_char(w, ']');
-  }
-  etr__jw_char(w, '}');
-  /* What the scratch outputs counted is the trace's. */
-  for (int k = 1; k < 4; k++) {
-    if (!q[k]) continue;
-    w->replaced += q[k]->replaced;
-    w->fixed += q[k]->fixed;
-    q[k]->replaced = q[k]->fixed = 0;
+/* ---- the shapes, types and strides of ops seen before ----
+ *
+ * A training loop runs the same ops on tensors of the same shapes again and again: their
+ * shapes, types and strides text is the same each time while their ids change. The writer
+ * keeps the text of recent values objects, keyed by the bytes it depends on (tags, list
+ * lengths, object kinds, dtypes, sizes and strides), and writes only the values anew. */
+
+#define MEMO_SLOTS 256u
+#define MEMO_MAX (16u << 10) /* a larger values object is not kept */
+
+struct etr__shape_memo {
+  uint64_t hash;
+  uint32_t key_len, sh_len, ty_len, st_len;
+  uint64_t fixed, replaced; /* what writing the text counted */
+  char *buf;                /* key, then the three texts */
+  size_t cap;
+};
+
+/* The bytes of one encoded value that its shapes, types and strides depend on, copied to *o
+ * (room for them reserved: they are fewer than the value's encoded bytes). */
+static const uint8_t *shape_key(const uint8_t *p, char **o) {
+  switch (p[0]) {
+    case ETR__V_BOOL:
+      *(*o)++ = (char)p[0];
+      return p + 2;
+    case ETR__V_INT:
+    case ETR__V_DOUBLE:
+      *(*o)++ = (char)p[0];
+      return p + 9;
+    case ETR__V_STRING:
+    case ETR__V_DEVICE:
+      *(*o)++ = (char)p[0];
+      return p + 5 + etr__rd32(p + 1);
+    case ETR__V_OBJECT: { /* its kind is its type */
+      size_t n = 5 + (size_t)etr__rd32(p + 1);
+      memcpy(*o, p, n);
+      *o += n;
+      return p + n;
+    }
+    case ETR__V_TENSOR: {
+      bool defined = p[1];
+      uint32_t nd = p[2], dn = p[3], vn = p[4];
+      const uint8_t *dtype = p + 45;
+      memcpy(*o, p, 5);
+      *o += 5;
+      if (!defined) return p + 45;
+      memcpy(*o, dtype, dn);
+      *o += dn;
+      memcpy(*o, dtype + dn + vn, (size_t)nd * 16); /* sizes, strides */
+      *o += (size_t)nd * 16;
+      return dtype + dn + vn + (size_t)nd * 16;
+    }
+    case ETR__V_LIST:
+    case ETR__V_TUPLE: {
+      uint32_t n = etr__rd32(p + 1);
+      memcpy(*o, p, 5);
+      *o += 5;
+      const uint8_t *q = p + 5;
+      for (uint32_t i = 0; i < n; i++) q = shape_key(q, o);
+      return q;
+    }
+    default: /* none, a nesting cut (and unknown tags, written as none) */
+      *(*o)++ = (char)p[0];
+      return p + 1;
   }
 }
 
+static uint64_t key_hash(const char *s, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, s + i, 8);
+    h = (h ^ v) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+/* n values encoded in len bytes at p. */
+static void values_object(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
+  etr__jw *w = &tr->jw;
+  bool strides = tr->opt.schema != ETR_SCHEMA_1_1_0;
+  etr__jw *sh = scratch(tr, 0), *ty = scratch(tr, 1), *key = scratch(tr, 3);
+  etr__jw *st = strides ? scratch(tr, 2) : NULL;
+  if (!tr->memo) tr->memo = calloc(MEMO_SLOTS, sizeof *tr->memo);
+  if (!sh || !ty || !key || (strides && !st) || !tr->memo) {
+    w->err = w->err ? w->err : ENOMEM; /* (out of memory: the trace stops, as on a write error) */
+    return;
+  }
+  char *ko = etr__jw_begin(key, sizeof n + len);
+  if (!ko) {
+    w->err = w->err ? w->err : ENOMEM;
+    return;
+  }
+  memcpy(ko, &n, sizeof n);
+  ko += sizeof n;
+  const uint8_t *q = p;
+  for (uint32_t i = 0; i < n; i++) q = shape_key(q, &ko);
+  etr__jw_end(key, ko);
+  uint64_t h = key_hash(key->buf, key->len);
+  struct etr__shape_memo *m = &tr->memo[h & (MEMO_SLOTS - 1)];
+  bool hit =
+      m->buf && m->hash == h && m->key_len == key->len && memcmp(m->buf, key->buf, key->len) == 0;
+  quad qd = {w, hit ? NULL : sh, hit ? NULL : ty, hit ? NULL : st};
+  ETR__JW_LIT(w, "{\"values\": [");
+  if (!hit) {
+    etr__jw_char(sh, '[');
+    etr__jw_char(ty, '[');
+    if (st) etr__jw_char(st, '[');
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if (i)
+      for (int k = 0; k < 4; k++)
+        if (qd[k]) etr__jw_char(qd[k], ',');
+    if (!hit) etr__jw_char(ty, '"');
+    p = value(qd, p);
+    if (!hit) etr__jw_char(ty, '"');
+  }
+  const char *sh_s, *ty_s, *st_s;
+  size_t sh_n, ty_n, st_n;
+  if (hit) {
+    sh_s = m->buf + m->key_len;
+    ty_s = sh_s + m->sh_len;
+    st_s = ty_s + m->ty_len;
+    sh_n = m->sh_len;
+    ty_n = m->ty_len;
+    st_n = m->st_len;
+    w->fixed += m->fixed;
+    w->replaced += m->replaced;
+  } else {
+    sh_s = sh->buf;
+    ty_s = ty->buf;
+    st_s = st ? st->buf : "";
+    sh_n = sh->len;
+    ty_n = ty->len;
+    st_n = st ? st->len : 0;
+    uint64_t fixed = 0, replaced = 0;
+    for (int k = 1; k < 4; k++) { /* what the scratch outputs counted is the trace's */
+      if (!qd[k]) continue;
+      fixed += qd[k]->fixed;
+      replaced += qd[k]->replaced;
+      qd[k]->replaced = qd[k]->fixed = 0;
+    }
+    w->fixed += fixed;
+    w->replaced += replaced;
+    size_t need = key->len + sh_n + ty_n + st_n;
+    if (need <= MEMO_MAX && need > m->cap) {
+      char *nb = realloc(m->buf, need);
+      if (nb) { /* (else the slot keeps what it held) */
+        m->buf = nb;
+        m->cap = need;
+      }
+    }
+    if (need <= m->cap) {
+      memcpy(m->buf, key->buf, key->len);
+      memcpy(m->buf + key->len, sh_s, sh_n);
+      memcpy(m->buf + key->len + sh_n, ty_s, ty_n);
+      memcpy(m->buf + key->len + sh_n + ty_n, st_s, st_n);
+      m->hash = h;
+      m->key_len = (uint32_t)key->len;
+      m->sh_len = (uint32_t)sh_n;
+      m->ty_len = (uint32_t)ty_n;
+      m->st_len = (uint32_t)st_n;
+      m->fixed = fixed;
+      m->replaced = replaced;
+    }
+  }
+  ETR__JW_LIT(w, "], \"shapes\": ");
+  etr__jw_raw(w, sh_s, sh_n);
+  ETR__JW_LIT(w, "], \"types\": ");
+  etr__jw_raw(w, ty_s, ty_n);
+  etr__jw_char(w, ']');
+  if (strides) {
+    ETR__JW_LIT(w, ", \"strides\": ");
+    etr__jw_raw(w, st_s, st_n);
+    etr__jw_char(w, ']');
+  }
+  etr__jw_char(w, '}');
+}
+
 void etr__emit_free(etr_trace *tr) {
-  for (int i = 0; i < 3; i++) etr__jw_free(&tr->scratch[i]);
+  for (int i = 0; i < 4; i++) etr__jw_free(&tr->scratch[i]);
+  if (tr->memo)
+    for (unsigned i = 0; i < MEMO_SLOTS; i++) free(tr->memo[i].buf);
+  free(tr->memo);
+  tr->memo = NULL;
 }
 
 /* ---- attrs ---- */
@@ -480,9 +629,9 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
 
   node_start(tr, ev->id, name, ev->name_len, ev->parent);
   ETR__JW_LIT(w, "\"inputs\": ");
-  values_object(tr, in, ev->n_in);
+  values_object(tr, in, ev->n_in, ev->in_len);
   ETR__JW_LIT(w, ", \"outputs\": ");
-  values_object(tr, out, ev->n_out);
+  values_object(tr, out, ev->n_out, ev->out_len);
   ETR__JW_LIT(w, ", ");
   if (ev->flags & ETR__EVF_TIMING) {
     char *o = etr__jw_begin(w, 64 + 3 * ETR__I64_MAX_LEN);

@@ -215,7 +215,8 @@ struct etr_trace {
 
   /* Writer-thread state. */
   etr__jw jw;
-  etr__jw scratch[3]; /* emit.c: a node's shapes, types and strides, while its values go to jw */
+  etr__jw scratch[4];           /* emit.c: a node's shapes, types and strides (and their key) */
+  struct etr__shape_memo *memo; /* emit.c: the text of recent shapes, types and strides */
   bool any_node;
   bool sealed;         /* the file ends with a footer written at a fatal signal */
   bool unseal_pending; /* new output follows: cut the file back to seal_off first */
