@@ -1267,7 +1267,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   if (plen > 7 && strcmp(path + plen - 7, ".etr.gz") == 0) {
     /* JSON under a binary log's name, or a log etr convert cannot read: neither */
     etr__log(ETR_LOG_ERROR,
-             "%s: a binary log is written uncompressed (.etr, about 40%% of "
+             "%s: a binary log is written uncompressed (.etr, about half "
              "the JSON's size); .json.gz is compressed JSON",
              path);
     rc = ETR_EINVAL;
