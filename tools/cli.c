@@ -214,7 +214,7 @@ bool cli_is_binary_log(const char *path) {
   char head[8];
   struct stat st;
   bool is = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && read(fd, head, 8) == 8 &&
-            memcmp(head, ETR__BIN_MAGIC, 8) == 0;
+            etr__bin_is_log(head, 8);
   close(fd);
   return is;
 }

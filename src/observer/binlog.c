@@ -187,10 +187,6 @@ void etr__bin_emit_trailer(etr_trace *tr, int fatal_sig) {
 
 /* ---- reading (etr convert) ---- */
 
-bool etr__bin_is_log(const void *head, size_t n) {
-  return n >= 8 && memcmp(head, ETR__BIN_MAGIC, 8) == 0;
-}
-
 /* One encoded value in [p, end) (encode.c, emit.c); the position after it, NULL when it is
  * malformed. Nesting is bounded as the recorder bounds it, so emit.c's recursion is too. */
 static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned depth) {
@@ -456,7 +452,6 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
     FAIL(res, "out of memory");
     return -1;
   }
-  tr->binary = false;
   tr->opt.schema = h.schema == ETR_SCHEMA_1_1_0 ? ETR_SCHEMA_1_1_0 : ETR_SCHEMA_1_1_1;
   tr->opt.ns_timing = (h.flags & ETR__BINF_NS_TIMING) != 0;
   tr->pid = (pid_t)h.pid;

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define ETR__BIN_MAGIC \
   "\x89"               \
@@ -95,8 +96,11 @@ typedef struct etr__bin_result {
   char error[256];           /* why the conversion failed (return -1) */
 } etr__bin_result;
 
-/* Whether the first bytes of a file (n of them) are a binary log's. */
-bool etr__bin_is_log(const void *head, size_t n);
+/* Whether the first bytes of a file (n of them) are a binary log's. Inline: the etr
+ * command's helpers (tools/cli.c) sniff files with it without linking libetr. */
+static inline bool etr__bin_is_log(const void *head, size_t n) {
+  return n >= 8 && memcmp(head, ETR__BIN_MAGIC, 8) == 0;
+}
 
 /* Read the binary log on in_fd and write its JSON trace to out_fd. When the
  * log was cut short, the JSON holds the nodes of its complete events and a footer with the

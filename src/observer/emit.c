@@ -719,13 +719,6 @@ void etr__emit_header(etr_trace *tr) {
   ETR__JW_LIT(w, ",\n  \"nodes\": [");
 }
 
-void etr__trace_set_when(etr_trace *tr) {
-  snprintf(tr->when, sizeof tr->when, "1970-01-01 00:00:00");
-  time_t now = time(NULL);
-  struct tm tm;
-  if (localtime_r(&now, &tm)) strftime(tr->when, sizeof tr->when, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
 static void stat(etr__jw *w, const char *name, uint64_t v, bool first) {
   if (!first) ETR__JW_LIT(w, ", ");
   etr__jw_char(w, '"');

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,15 +34,11 @@ static uint64_t g_serial;
 static etr_trace *g_env_trace;    /* opened through ETR_TRACE */
 static etr_trace *g_forked_trace; /* in a forked child: the parent's trace, until closed */
 
-static inline int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+static inline int64_t now_ns(void) { return etr__now_ns(); }
 
 static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-static pid_t my_tid(void) { return (pid_t)syscall(SYS_gettid); }
+static pid_t my_tid(void) { return etr__gettid(); }
 
 /* How long the file stays as finalized while a host's signal handler runs (one that _exits
  * soon leaves it finalized; one that leaves by siglongjmp cannot stall the writer longer). */
@@ -972,89 +969,14 @@ static int unusable(const etr_trace *tr) {
   return !tr ? ETR_EINVAL : tr->closed ? ETR_ESTATE : ETR_EFORKED;
 }
 
-/* ---- fatal signals (handler side; everything here is async-signal-safe) ---- */
-
-/* How long a handler waits for the writer to finalize the file. */
-#define FATAL_WAIT_MS 3000
-
-/* Appends s to buf[at..cap); an overflow gives cap + 1, which stays past the end. */
-static size_t put_text(char *buf, size_t at, size_t cap, const char *s, size_t n) {
-  if (at > cap || n > cap - at) return cap + 1;
-  for (size_t i = 0; i < n; i++) buf[at + i] = s[i];
-  return at + n;
-}
-#define PUT_LIT(buf, at, cap, lit) put_text((buf), (at), (cap), (lit), sizeof(lit) - 1)
-
-/* The writer did not answer (it is the thread that crashed, or it is stuck, perhaps on a
- * lock the crashed thread holds): when no write is under way, the file ends with whole
- * nodes, so write the process node and a short footer ourselves. The traceback tables and
- * the buffered nodes are lost then; the file stays valid. */
-static void seal_direct(etr_trace *tr, int sig) {
-  /* A binary log needs no footer (etr convert reads any prefix); a flight recorder's file
-   * holds its last dump, which a handler cannot make (it allocates). */
-  if (tr->binary || tr->ring) return;
-  int idle = ETR__IO_IDLE;
-  if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_HANDLER)) return;
-  if (tr->sealed || tr->jw.err || tr->seal_node_len == 0) return;
-  uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
-  bool nodes = tr->unseal_pending ? tr->seal_any_node : off > tr->header_len;
-  char buf[512], num[24];
-  size_t n = 0;
-  if (nodes) n = PUT_LIT(buf, n, sizeof buf, ",");
-  n = put_text(buf, n, sizeof buf, tr->seal_node, tr->seal_node_len);
-  n = PUT_LIT(buf, n, sizeof buf, "\n  ],\n  \"finish_ts\": ");
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  char *e = etr__put_i64(num, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-  n = put_text(buf, n, sizeof buf, num, (size_t)(e - num));
-  n = PUT_LIT(buf, n, sizeof buf,
-              ",\n  \"etr\": {\"version\": \"" ETR_VERSION_STRING "\", \"signal\": ");
-  e = etr__put_i64(num, sig);
-  n = put_text(buf, n, sizeof buf, num, (size_t)(e - num));
-  n = PUT_LIT(buf, n, sizeof buf, ", \"stats\": {}}\n}\n");
-  if (n > sizeof buf) return;
-  /* A gzip trace gets the text as one more member, stored: deflate would allocate. */
-  unsigned char member[sizeof buf + 32];
-  const char *out = buf;
-  if (tr->jw.gz) {
-    n = etr__gz_stored_member(member, sizeof member, buf, n);
-    if (n == 0) return;
-    out = (const char *)member;
-  }
-  for (size_t done = 0; done < n;) {
-    ssize_t w = pwrite(tr->fd, out + done, n - done, (off_t)(off + done));
-    if (w > 0)
-      done += (size_t)w;
-    else if (!(w < 0 && errno == EINTR))
-      return;
-  }
-  if (ftruncate(tr->fd, (off_t)(off + n)) != 0) return; /* a cut-off old footer may follow */
-}
-
-void etr__trace_fatal_end(etr_trace *tr, bool survived) {
-  if (tr->closed || tr->pid != getpid() || !survived) return;
-  atomic_fetch_sub(&tr->fatal_hold, 1);
-  sem_post(&tr->wake);
-}
-
-void etr__trace_fatal(etr_trace *tr, int sig) {
-  if (tr->closed || tr->pid != getpid()) return;
-  atomic_store(&tr->fatal_hold_ns, now_ns());
-  atomic_fetch_add(&tr->fatal_hold, 1);
-  atomic_store(&tr->fatal_sig, sig);
-  uint32_t req = atomic_fetch_add(&tr->fatal_req, 1) + 1;
-  if (atomic_load(&tr->writer_tid) != my_tid()) {
-    sem_post(&tr->wake);
-    for (int i = 0; i < FATAL_WAIT_MS; i++) {
-      if ((int32_t)(atomic_load(&tr->fatal_ack) - req) >= 0) return;
-      struct timespec ms = {0, 1000000};
-      nanosleep(&ms, NULL);
-    }
-  }
-  seal_direct(tr, sig);
-}
-
 /* ---- life cycle ---- */
+
+static void set_when(etr_trace *tr) {
+  snprintf(tr->when, sizeof tr->when, "1970-01-01 00:00:00");
+  time_t now = time(NULL);
+  struct tm tm;
+  if (localtime_r(&now, &tm)) strftime(tr->when, sizeof tr->when, "%Y-%m-%d %H:%M:%S", &tm);
+}
 
 /* etr 0.1.0's etr_trace_options held its traceback options by value in the middle (104
  * bytes). A program built against that header passes this layout: it is read as such, so
@@ -1321,7 +1243,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     tr->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    etr__trace_set_when(tr);
+    set_when(tr);
     tr->seal_node_len = etr__emit_process_text(tr, tr->seal_node, sizeof tr->seal_node);
     /* The header goes to the file now: from here on the file is always a prefix that
      * etr repair (or a signal handler) can complete. A write error is reported later, as

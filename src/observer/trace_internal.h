@@ -15,7 +15,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "etr/observer.h"
 #include "etr/trace.h"
@@ -246,6 +249,14 @@ static inline uint64_t etr__rd64(const uint8_t *p) {
   return v;
 }
 
+/* CLOCK_MONOTONIC in ns; the kernel's id of the calling thread (async-signal-safe both). */
+static inline int64_t etr__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+static inline pid_t etr__gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
 /* Single-writer counter bump: a plain load and store, no locked instruction. */
 static inline void etr__bump(_Atomic uint64_t *c, uint64_t n) {
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
@@ -278,8 +289,6 @@ void etr__emit_free(struct etr_trace *tr);
 /* Write the file's header, and the process node plus the footer. */
 void etr__emit_header(struct etr_trace *tr);
 void etr__emit_footer(struct etr_trace *tr, int fatal_sig);
-/* tr->when from the clock (at open). */
-void etr__trace_set_when(struct etr_trace *tr);
 
 /* The footer in parts, for the binary log, which keeps them until `etr convert`: */
 typedef struct etr__stat_pair {
