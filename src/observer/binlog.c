@@ -156,6 +156,108 @@ uint32_t etr__bin_emit_events(etr_trace *tr, const uint8_t *data, uint32_t *off,
   return n;
 }
 
+/* Skips one varint; NULL when it runs past end. */
+static const uint8_t *skip_uv(const uint8_t *p, const uint8_t *end) {
+  while (p < end && (*p & 0x80)) p++;
+  return p < end ? p + 1 : NULL;
+}
+
+/* The traceback part of a compact op event's body (flags has ETR__EVF_TRACEBACK): where it
+ * starts and ends, its generation and words (copied, aligned, into words[256]). False when
+ * malformed or longer than any capture. */
+static bool tb_part(const uint8_t *body, size_t len, uint8_t flags, size_t *start, size_t *end,
+                    uint64_t *gen, uint64_t *words, uint32_t *n) {
+  const uint8_t *e = body + len, *p = body;
+  for (int i = (flags & ETR__EVF_TIMING) ? 5 : 2; i > 0 && p; i--) p = skip_uv(p, e);
+  if (!p || e - p < 12) return false;
+  *gen = etr__rd64(p);
+  *n = etr__rd32(p + 8);
+  if (*n > ETR__TB_DEPTH_MAX || (size_t)(e - p - 12) < (size_t)*n * 8) return false;
+  memcpy(words, p + 12, (size_t)*n * 8);
+  *start = (size_t)(p - body);
+  *end = *start + 12 + (size_t)*n * 8;
+  return true;
+}
+
+uint32_t etr__bin_emit_cevents(etr_trace *tr, const uint8_t *data, uint32_t stream, uint64_t tid,
+                               uint32_t *off, uint32_t to, size_t max_bytes) {
+  etr__jw *w = &tr->jw;
+  uint64_t words[ETR__TB_DEPTH_MAX];
+  uint8_t type, flags;
+  size_t at, start, end;
+  uint64_t gen;
+  uint32_t n_words;
+  /* As for full events: the tables of the tracebacks these events name go first. */
+  size_t ahead = 0;
+  for (uint32_t o = *off; o < to && ahead < max_bytes;) {
+    size_t size = etr__cev_size(data + o, to - o, &type, &flags, &at);
+    if (!size) break;
+    if (type == ETR__CEV_OP && (flags & ETR__EVF_TRACEBACK) &&
+        tb_part(data + o + at, size - at, flags, &start, &end, &gen, words, &n_words) &&
+        (tr->tbtab || (tr->tbtab = etr__tbtab_new(tr->tb_symbolize)))) {
+      etr__tbtab_intern(tr->tbtab, gen, words, n_words);
+      atomic_store_explicit(&tr->tb_unique, etr__tbtab_tracebacks(tr->tbtab), memory_order_relaxed);
+    }
+    ahead += size;
+    o += (uint32_t)size;
+  }
+  if (tr->tbtab) put_new_tables(tr);
+  if (!etr__jw_reserve(w, sizeof(etr__bin_record) + sizeof(etr__bin_cevents))) return 0;
+  size_t rec_at = w->len;
+  w->len += sizeof(etr__bin_record);
+  etr__bin_cevents ch = {stream, 0, tid, tr->base_ns};
+  etr__jw_raw(w, (const char *)&ch, sizeof ch);
+  uint32_t nodes = 0;
+  while (*off < to && w->len - rec_at < max_bytes) {
+    const uint8_t *ev = data + *off;
+    size_t size = etr__cev_size(ev, to - *off, &type, &flags, &at);
+    if (!size) { /* (cannot happen: the recorder wrote it) */
+      *off = to;
+      break;
+    }
+    *off += (uint32_t)size;
+    if (type == ETR__CEV_OP || type == ETR__CEV_THREAD) nodes++;
+    if (type != ETR__CEV_OP || !(flags & ETR__EVF_TRACEBACK)) {
+      etr__jw_raw(w, (const char *)ev, size);
+      continue;
+    }
+    /* The frame words mean something only in this process: the event keeps the index of
+     * its traceback in the tables (interned above), or loses it. */
+    const uint8_t *body = ev + at;
+    size_t body_len = size - at;
+    uint8_t hd[2 + 10 + 10];
+    if (!tb_part(body, body_len, flags, &start, &end, &gen, words, &n_words)) {
+      etr__jw_raw(w, (const char *)ev, size);
+      continue;
+    }
+    uint64_t idx = tr->tbtab ? etr__tbtab_intern(tr->tbtab, gen, words, n_words) : UINT64_MAX;
+    size_t idx_len = idx == UINT64_MAX ? 0 : etr__uv_len(idx);
+    size_t nb = body_len - (end - start) + idx_len;
+    hd[0] = type;
+    hd[1] = (uint8_t)(idx == UINT64_MAX ? (flags & ~ETR__EVF_TRACEBACK)
+                                        : ((flags & ~ETR__EVF_TRACEBACK) | ETR__EVF_TBINDEX));
+    uint8_t *h = etr__put_uv(hd + 2, nb);
+    if (idx != UINT64_MAX) { /* the index goes where the words were */
+      etr__jw_raw(w, (const char *)hd, (size_t)(h - hd));
+      etr__jw_raw(w, (const char *)body, start);
+      uint8_t ib[10];
+      etr__jw_raw(w, (const char *)ib, (size_t)(etr__put_uv(ib, idx) - ib));
+    } else {
+      etr__jw_raw(w, (const char *)hd, (size_t)(h - hd));
+      etr__jw_raw(w, (const char *)body, start);
+    }
+    etr__jw_raw(w, (const char *)body + end, body_len - end);
+  }
+  if (w->err == 0 && w->buf) {
+    size_t len = w->len - rec_at - sizeof(etr__bin_record);
+    etr__bin_record r = {ETR__BIN_CEVENTS, (uint32_t)len};
+    memcpy(w->buf + rec_at, &r, sizeof r);
+    static const char zeros[8] = {0};
+    etr__jw_raw(w, zeros, round8(len) - len);
+  }
+  return nodes;
+}
+
 void etr__bin_emit_trailer(etr_trace *tr, int fatal_sig) {
   etr__jw tables;
   bool have = etr__jw_init(&tables, -1, 0) == 0;
@@ -364,7 +466,22 @@ static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
   etr__jw_free(&tables);
 }
 
-/* The JSON trace's state: an etr_trace that only the emit functions use. */
+/* One full event (checked) into the JSON trace, noting what a cut log's footer needs. */
+static void convert_one(etr_trace *tr, etr__ev *ev, etr__bin_result *res, recovered *rc) {
+  if ((ev->flags & ETR__EVF_TRACEBACK) && !(ev->flags & ETR__EVF_TBINDEX))
+    ev->flags &= (uint8_t)~ETR__EVF_TRACEBACK; /* raw frames: meaningless out of process */
+  if ((ev->flags & ETR__EVF_TBINDEX) && ev->tb_gen >= rc->tbs_named) rc->tbs_named = ev->tb_gen + 1;
+  if (ev->type == ETR__EV_OP && (ev->flags & ETR__EVF_TIMING) &&
+      (!rc->timed || ev->ts_ns + ev->incl_ns > rc->end_ns)) {
+    rc->end_ns = ev->ts_ns + ev->incl_ns;
+    rc->timed = true;
+  }
+  etr__emit_event(tr, ev);
+  res->events++;
+  if (tr->jw.len >= (1u << 20)) etr__jw_flush(&tr->jw);
+}
+
+/* The full events of an EVENTS record (a flight recorder's dump). */
 static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result *res,
                           uint64_t rec_off, recovered *rc) {
   size_t off = 0;
@@ -372,21 +489,72 @@ static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result
     if (len - off < sizeof(etr__ev)) break;
     etr__ev *ev = (etr__ev *)(void *)(p + off);
     if (!event_ok(ev, len - off)) break;
-    if ((ev->flags & ETR__EVF_TRACEBACK) && !(ev->flags & ETR__EVF_TBINDEX))
-      ev->flags &= (uint8_t)~ETR__EVF_TRACEBACK; /* raw frames: meaningless out of process */
-    if ((ev->flags & ETR__EVF_TBINDEX) && ev->tb_gen >= rc->tbs_named)
-      rc->tbs_named = ev->tb_gen + 1;
-    if (ev->type == ETR__EV_OP && (ev->flags & ETR__EVF_TIMING) &&
-        (!rc->timed || ev->ts_ns + ev->incl_ns > rc->end_ns)) {
-      rc->end_ns = ev->ts_ns + ev->incl_ns;
-      rc->timed = true;
-    }
-    etr__emit_event(tr, ev);
-    res->events++;
+    convert_one(tr, ev, res, rc);
     off += ev->size;
-    if (tr->jw.len >= (1u << 20)) etr__jw_flush(&tr->jw);
   }
   res->bytes_read = rec_off + sizeof(etr__bin_record) + off;
+  return off == len ? 0 : -1;
+}
+
+/* The decoders of a log's streams, by number. */
+typedef struct streams {
+  etr__cev_dec **dec;
+  size_t n;
+  etr__cev_out out;
+} streams;
+
+static void streams_free(streams *st) {
+  for (size_t i = 0; i < st->n; i++) etr__cev_dec_free(st->dec[i]);
+  free(st->dec);
+  free(st->out.buf);
+}
+
+static etr__cev_dec *stream_dec(streams *st, uint32_t k) {
+  if (k >= ETR__BIN_STREAMS_MAX) return NULL;
+  if (k >= st->n) {
+    size_t n = st->n ? st->n : 16;
+    while (n <= k) n *= 2;
+    etr__cev_dec **d = realloc(st->dec, n * sizeof *d);
+    if (!d) return NULL;
+    memset(d + st->n, 0, (n - st->n) * sizeof *d);
+    st->dec = d;
+    st->n = n;
+  }
+  if (!st->dec[k]) st->dec[k] = etr__cev_dec_new();
+  return st->dec[k];
+}
+
+/* The compact events of a CEVENTS record (len bytes at p). */
+static int convert_cevents(etr_trace *tr, const uint8_t *p, size_t len, etr__bin_result *res,
+                           uint64_t rec_off, recovered *rc, streams *st, const char **why) {
+  etr__bin_cevents h;
+  if (len < sizeof h) {
+    *why = "a record too short for its header";
+    return -1;
+  }
+  memcpy(&h, p, sizeof h);
+  etr__cev_dec *d = stream_dec(st, h.stream);
+  if (!d) {
+    *why = h.stream >= ETR__BIN_STREAMS_MAX ? "a stream number out of range: corrupt data"
+                                            : "out of memory";
+    return -1;
+  }
+  size_t off = sizeof h;
+  while (off < len) {
+    const etr__ev *ev;
+    size_t n = etr__cev_decode(d, &st->out, p + off, len - off, h.tid, h.base_ns, &ev, why);
+    if (!n) break;
+    if (ev) {
+      etr__ev *e = (etr__ev *)(void *)st->out.buf;
+      if (!event_ok(e, e->size)) {
+        *why = "a malformed event: corrupt data";
+        break;
+      }
+      convert_one(tr, e, res, rc);
+    }
+    off += n;
+    res->bytes_read = rec_off + sizeof(etr__bin_record) + off;
+  }
   return off == len ? 0 : -1;
 }
 
@@ -460,6 +628,7 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
   tr->when[sizeof tr->when - 1] = '\0';
   int rc = 0;
   bool layout_seen = false;
+  streams st = {NULL, 0, {NULL, 0}};
   recovered got_back;
   memset(&got_back, 0, sizeof got_back);
   if (etr__jw_init(&got_back.frames, -1, 0) != 0 || etr__jw_init(&got_back.tbs, -1, 0) != 0) {
@@ -524,7 +693,15 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
       res->bytes_read = r.off;
       continue;
     }
-    if (rec.type == ETR__BIN_EVENTS) {
+    if (rec.type == ETR__BIN_CEVENTS) {
+      const char *why = "a malformed event: corrupt data";
+      size_t have = whole ? rec.len : (got < rec.len ? got : rec.len);
+      if (convert_cevents(tr, r.buf, have, res, rec_off, &got_back, &st, &why) != 0 || !whole) {
+        res->stop_reason = whole ? why : "the file ends inside a record";
+        break;
+      }
+      res->bytes_read = r.off;
+    } else if (rec.type == ETR__BIN_EVENTS) {
       if (convert_events(tr, r.buf, whole ? rec.len : (got < rec.len ? got : rec.len), res, rec_off,
                          &got_back) != 0 ||
           !whole) {
@@ -560,6 +737,7 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
   if (rc == 0 && !res->complete) cut_footer(tr, &got_back, res);
   etr__jw_free(&got_back.frames);
   etr__jw_free(&got_back.tbs);
+  streams_free(&st);
   if (rc == 0) {
     etr__jw_flush(&tr->jw);
     if (tr->jw.err) {

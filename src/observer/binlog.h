@@ -7,7 +7,10 @@
  *   file header (etr__bin_header, 80 bytes)
  *   records, each an etr__bin_record header then `len` bytes, padded to a multiple of 8:
  *     LAYOUT   once, first: the event header's fields as text, "name:offset:size;..."
- *     EVENTS   whole events, back to back (etr__ev headers with their payloads)
+ *     CEVENTS  compact events of one thread's stream, back to back, after an
+ *              etr__bin_cevents header (the live writer's; trace_internal.h has the format)
+ *     EVENTS   full events, back to back (etr__ev headers with their payloads; a flight
+ *              recorder's dump writes these, its events already decoded)
  *     TABLES   after an EVENTS record whose events made new tracebacks: the new entries
  *              of the frames and tracebacks tables (JSON text, symbolized in the process),
  *              so that a log cut short keeps the tables of the events it holds
@@ -29,12 +32,29 @@
 
 #define ETR__BIN_MAGIC \
   "\x89"               \
-  "ETR\r\n\x1a\n" /* 8 bytes: a text-mode copy or an ASCII guess fails */
-#define ETR__BIN_VERSION 1u
+  "ETR\r\n\x1a\n"           /* 8 bytes: a text-mode copy or an ASCII guess fails */
+#define ETR__BIN_VERSION 2u /* 2: compact events (CEVENTS) */
 #define ETR__BIN_BYTE_ORDER 0x01020304u
 #define ETR__BIN_RECORD_MAX (256u << 20) /* a longer record is corruption */
 
-enum { ETR__BIN_LAYOUT = 1, ETR__BIN_EVENTS = 2, ETR__BIN_TRAILER = 3, ETR__BIN_TABLES = 4 };
+enum {
+  ETR__BIN_LAYOUT = 1,
+  ETR__BIN_EVENTS = 2,
+  ETR__BIN_TRAILER = 3,
+  ETR__BIN_TABLES = 4,
+  ETR__BIN_CEVENTS = 5
+};
+#define ETR__BIN_STREAMS_MAX (1u << 20) /* stream numbers: a larger one is corruption */
+
+/* The CEVENTS payload starts with this. A stream is one recording thread's state (a state
+ * an exited thread left is taken by a new one, with the same number): its definitions hold
+ * from record to record. */
+typedef struct etr__bin_cevents {
+  uint32_t stream;
+  uint32_t reserved;
+  uint64_t tid;    /* the registry's id of the thread that wrote the events */
+  int64_t base_ns; /* the trace's clock at open: event times are relative to it */
+} etr__bin_cevents;
 enum { ETR__BINF_NS_TIMING = 1 };
 
 typedef struct etr__bin_header {

@@ -1,5 +1,7 @@
-/* Encoding of values on the recording thread: raw bytes and resolved ids, no formatting.
- * Layout per tag (all fields native-endian, unaligned, copied with memcpy):
+/* Encoding on the recording thread: raw bytes and resolved ids, no formatting, and the
+ * thread's tables of strings and tensors that compact events name by slot (the format is in
+ * trace_internal.h and docs/FORMAT.md). Layout of a value per tag (all fields native-endian,
+ * unaligned, copied with memcpy):
  *   NONE, CUT                    tag
  *   BOOL                         tag u8
  *   INT, DOUBLE                  tag 8 bytes
@@ -8,6 +10,7 @@
  *           u64-id u64-storage-id i64-offset i64-numel i64-itemsize dtype device
  *           i64-sizes[ndim] i64-strides[ndim]
  *   LIST, TUPLE                  tag u32-count values...
+ *   TREF (compact events only)   tag u8-slot: the tensor of the thread's table slot
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,12 +47,17 @@ bool etr__arena_reserve(etr__tstate *ts, size_t n) {
 
 typedef struct enc {
   etr__tstate *ts;
-  size_t limit; /* arena length beyond which lists and strings are cut */
-  bool failed;  /* out of memory: the rest is cut */
+  size_t limit;    /* arena length beyond which lists and strings are cut */
+  size_t expanded; /* bytes tensor references stand for beyond their own two */
+  etr__frame *pin; /* the open op that holds the tensor slots it names; NULL for outputs */
+  bool failed;     /* out of memory: the rest is cut */
 } enc;
 
+/* The budget counts a reference as the tensor it stands for: the node the writer makes of
+ * the event stays as bounded as if every tensor were written whole. */
 static inline size_t room(const enc *e) {
-  return e->ts->arena_len >= e->limit ? 0 : e->limit - e->ts->arena_len;
+  size_t used = e->ts->arena_len + e->expanded;
+  return used >= e->limit ? 0 : e->limit - used;
 }
 
 static inline void put(enc *e, const void *p, size_t n) {
@@ -85,33 +93,19 @@ static void put_str(enc *e, const char *s, size_t len, size_t max) {
   put(e, s, n);
 }
 
-static void put_tensor(enc *e, const etr_tensor *t) {
+/* The tensor whole (V_TENSOR), with its ids f[0] and f[1] already resolved. */
+static void put_tensor_whole(enc *e, const etr_tensor *t, bool defined, int32_t nd,
+                             const uint64_t f[5]) {
+  const size_t flen = 5 * sizeof f[0];
   etr__tstate *ts = e->ts;
-  etr_trace *tr = ts->trace;
-  bool defined = t && t->dtype != NULL;
-  int32_t nd = defined ? t->ndim : 0;
-  if (nd < 0 || (nd > 0 && !t->sizes)) nd = 0;
-  if (nd > ETR_MAX_NDIM) {
-    nd = ETR_MAX_NDIM;
-    etr__bump(&ts->lists_cut, 1);
-  }
   size_t dn = 0, vn = 0;
   const char *dev = defined && t->device ? t->device : "";
   if (defined) {
     dn = cut_len(ts, t->dtype, 0, ETR__SHORT_MAX);
     vn = cut_len(ts, dev, 0, ETR__SHORT_MAX);
   }
-  uint64_t f[5] = {0, 0, 0, 0, 0};
-  if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
-  if (defined) {
-    f[1] =
-        t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts, &ts->storage_ids) : 0;
-    f[2] = (uint64_t)t->storage_offset;
-    f[3] = (uint64_t)t->numel;
-    f[4] = (uint64_t)t->itemsize;
-  }
   /* One reservation for the whole tensor, then plain copies. */
-  size_t need = 5 + sizeof f + dn + vn + (size_t)nd * 16;
+  size_t need = 5 + flen + dn + vn + (size_t)nd * 16;
   if (e->failed || !etr__arena_reserve(ts, need)) {
     e->failed = true;
     return;
@@ -123,8 +117,8 @@ static void put_tensor(enc *e, const etr_tensor *t) {
   p[3] = (uint8_t)dn;
   p[4] = (uint8_t)vn;
   p += 5;
-  memcpy(p, f, sizeof f);
-  p += sizeof f;
+  memcpy(p, f, flen);
+  p += flen;
   if (defined) {
     memcpy(p, t->dtype, dn);
     p += dn;
@@ -144,6 +138,140 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     }
   }
   ts->arena_len += need;
+}
+
+/* Length of s if it is at most max bytes long, else max + 1. */
+static inline size_t short_len(const char *s, size_t max) {
+  size_t n = 0;
+  while (n <= max && s[n]) n++;
+  return n;
+}
+
+/* Whether s holds the n bytes of copy (which ends with a NUL) and ends there; reads s only
+ * up to its first difference, so never past its own end. */
+static inline bool same_str(const char *s, const char *copy, size_t n) {
+  for (size_t i = 0; i <= n; i++)
+    if (s[i] != copy[i]) return false;
+  return true;
+}
+
+/* The contiguous strides of sizes[0..nd) into out (a product beyond INT64_MAX stays there). */
+static void contiguous_strides(const int64_t *sizes, int32_t nd, int64_t *out) {
+  int64_t acc = 1;
+  for (int32_t i = nd - 1; i >= 0; i--) {
+    out[i] = acc;
+    int64_t s = sizes[i] > 0 ? sizes[i] : 1;
+    acc = acc > INT64_MAX / s ? INT64_MAX : acc * s;
+  }
+}
+
+/* Whether slot c holds exactly what put_tensor_whole would write for t. */
+static bool tensor_same(const etr__cten *c, const etr_tensor *t, int32_t nd, const uint64_t f[5],
+                        const char *dev, const int64_t *strides) {
+  if (!c->valid || c->id != f[0] || c->sid != f[1] || c->nd != nd || c->off != (int64_t)f[2] ||
+      c->numel != (int64_t)f[3] || c->itemsize != (int64_t)f[4])
+    return false;
+  for (int32_t i = 0; i < nd; i++)
+    if (c->sizes[i] != t->sizes[i] || c->strides[i] != strides[i]) return false;
+  return same_str(t->dtype, c->dtype, c->dn) && same_str(dev, c->dev, c->vn);
+}
+
+/* A DEF_TEN event for slot k: the tensor whole, as just encoded at the arena's end from
+ * `at`. False when it could not be written (the value then stays whole where it is). */
+static bool define_tensor(etr__tstate *ts, uint32_t k, size_t at) {
+  size_t vlen = ts->arena_len - at;
+  size_t body = etr__uv_len(k) + vlen;
+  size_t size = 2 + etr__uv_len(body) + body;
+  uint8_t *p = etr__event_room(ts, size, false);
+  if (!p) return false;
+  *p++ = ETR__CEV_DEF_TEN;
+  *p++ = 0;
+  p = etr__put_uv(p, body);
+  p = etr__put_uv(p, k);
+  memcpy(p, ts->arena + at, vlen);
+  etr__event_commit(ts, size, false);
+  return true;
+}
+
+static void put_tensor(enc *e, const etr_tensor *t) {
+  etr__tstate *ts = e->ts;
+  etr_trace *tr = ts->trace;
+  bool defined = t && t->dtype != NULL;
+  int32_t nd = defined ? t->ndim : 0;
+  if (nd < 0 || (nd > 0 && !t->sizes)) nd = 0;
+  if (nd > ETR_MAX_NDIM) {
+    nd = ETR_MAX_NDIM;
+    etr__bump(&ts->lists_cut, 1);
+  }
+  uint64_t f[5] = {0, 0, 0, 0, 0};
+  if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
+  if (defined) {
+    f[1] =
+        t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts, &ts->storage_ids) : 0;
+    f[2] = (uint64_t)t->storage_offset;
+    f[3] = (uint64_t)t->numel;
+    f[4] = (uint64_t)t->itemsize;
+  }
+  /* A tensor seen before is named by its slot in the thread's table (two bytes); one not
+   * seen takes a slot that no open op holds. Whole otherwise, and when it is unusual (many
+   * dimensions, long names) or the op already holds as many slots as it may. */
+  if (!defined || !f[0] || (unsigned)nd > ETR__CTEN_NDIM || e->failed ||
+      (e->pin && e->pin->n_pins >= ETR__FRAME_PINS)) {
+    put_tensor_whole(e, t, defined, nd, f);
+    return;
+  }
+  if (!ts->cten && !(ts->cten = calloc(ETR__CTEN_SLOTS, sizeof *ts->cten))) {
+    put_tensor_whole(e, t, defined, nd, f);
+    return;
+  }
+  const char *dev = t->device ? t->device : "";
+  int64_t cstrides[ETR__CTEN_NDIM];
+  const int64_t *strides = t->strides;
+  if (!strides) {
+    contiguous_strides(t->sizes, nd, cstrides);
+    strides = cstrides;
+  }
+  uint32_t k = (uint32_t)((f[0] * 0x9e3779b97f4a7c15ull) >> 56) & (ETR__CTEN_SLOTS - 1);
+  etr__cten *c = &ts->cten[k];
+  size_t at = ts->arena_len;
+  if (!tensor_same(c, t, nd, f, dev, strides)) {
+    size_t dn = short_len(t->dtype, ETR__CTEN_NAME), vn = short_len(dev, ETR__CTEN_NAME);
+    if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME) {
+      put_tensor_whole(e, t, defined, nd, f);
+      return;
+    }
+    put_tensor_whole(e, t, defined, nd, f);
+    if (e->failed) return;
+    c->valid = 0;
+    if (!define_tensor(ts, k, at)) return; /* (stays whole) */
+    ts->arena_len = at;
+    c->valid = 1;
+    c->id = f[0];
+    c->sid = f[1];
+    c->off = (int64_t)f[2];
+    c->numel = (int64_t)f[3];
+    c->itemsize = (int64_t)f[4];
+    c->nd = (uint8_t)nd;
+    c->dn = (uint8_t)dn;
+    c->vn = (uint8_t)vn;
+    memcpy(c->dtype, t->dtype, dn + 1);
+    memcpy(c->dev, dev, vn + 1);
+    if (nd) {
+      memcpy(c->sizes, t->sizes, (size_t)nd * 8);
+      memcpy(c->strides, strides, (size_t)nd * 8);
+    }
+  }
+  if (!etr__arena_reserve(ts, 2)) {
+    e->failed = true;
+    return;
+  }
+  ts->arena[ts->arena_len++] = ETR__V_TREF;
+  ts->arena[ts->arena_len++] = (uint8_t)k;
+  e->expanded += 45 + (size_t)c->dn + c->vn + (size_t)nd * 16 - 2;
+  if (e->pin) {
+    c->pins++;
+    e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
+  }
 }
 
 static void put_value(enc *e, const etr_value *v, unsigned depth);
@@ -213,28 +341,107 @@ static void put_value(enc *e, const etr_value *v, unsigned depth) {
   }
 }
 
-size_t etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, uint32_t *kept) {
+bool etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin) {
   size_t start = ts->arena_len;
-  enc e = {ts, start + ETR__NODE_BUDGET, false};
-  *kept = put_values(&e, vals, n, 0);
+  enc e = {ts, start + ETR__NODE_BUDGET, 0, pin, false};
+  /* The count before the values: one byte when it is below 128, else five (a padded
+   * varint), so that it can be written once the values kept are known. */
+  size_t cw = n < 128 ? 1 : 5;
+  if (!etr__arena_reserve(ts, cw)) return false;
+  ts->arena_len += cw;
+  uint32_t kept = put_values(&e, vals, n, 0);
   if (e.failed) { /* out of memory: keep nothing rather than half a value */
-    ts->arena_len = start;
-    *kept = 0;
+    ts->arena_len = start + cw;
+    kept = 0;
   }
-  return ts->arena_len - start;
+  uint8_t *p = ts->arena + start;
+  if (cw == 1) {
+    p[0] = (uint8_t)kept;
+  } else {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(((kept >> (7 * i)) & 0x7f) | 0x80);
+    p[4] = (uint8_t)(kept >> 28);
+  }
+  return true;
 }
 
-size_t etr__encode_str(etr__tstate *ts, const char *s, size_t len, size_t max) {
-  size_t n = cut_len(ts, s, len, max);
-  if (n == 0 || !etr__arena_reserve(ts, n)) return 0;
-  memcpy(ts->arena + ts->arena_len, s, n);
+bool etr__encode_raw(etr__tstate *ts, const void *p, size_t n) {
+  if (!etr__arena_reserve(ts, n)) return false;
+  if (n) memcpy(ts->arena + ts->arena_len, p, n);
   ts->arena_len += n;
-  return n;
+  return true;
+}
+
+bool etr__encode_uv(etr__tstate *ts, uint64_t v) {
+  if (!etr__arena_reserve(ts, 10)) return false;
+  ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, v) - ts->arena);
+  return true;
+}
+
+bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max) {
+  size_t n = cut_len(ts, s, 0, max);
+  return etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+}
+
+/* A DEF_STR event for slot k holding s[0..n); false when it could not be written. */
+static bool define_str(etr__tstate *ts, uint32_t k, const char *s, size_t n) {
+  size_t body = etr__uv_len(k) + n;
+  size_t size = 2 + etr__uv_len(body) + body;
+  uint8_t *p = etr__event_room(ts, size, false);
+  if (!p) return false;
+  *p++ = ETR__CEV_DEF_STR;
+  *p++ = 0;
+  p = etr__put_uv(p, body);
+  p = etr__put_uv(p, k);
+  memcpy(p, s, n);
+  etr__event_commit(ts, size, false);
+  return true;
+}
+
+bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
+  *held = -1;
+  if (!s || !s[0]) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, 0);
+  if (!ts->cstr && !(ts->cstr = calloc(ETR__CSTR_SLOTS, sizeof *ts->cstr)))
+    return etr__encode_uv(ts, 0) && etr__encode_inline_str(ts, s, ETR__STRING_MAX);
+  uintptr_t a = (uintptr_t)s;
+  uint32_t k = (uint32_t)((a >> 3) ^ (a >> 11) ^ (a >> 19)) & (ETR__CSTR_SLOTS - 1);
+  etr__cstr *c = &ts->cstr[k];
+  /* Runtimes pass the same few name strings again and again: the pointer finds the slot,
+   * the bytes confirm it (a buffer may be reused for another name). */
+  if (!(c->ptr == s && same_str(s, c->copy, c->len))) {
+    size_t n = cut_len(ts, s, 0, ETR__STRING_MAX);
+    if (c->pins || s[n] != '\0') /* held by an open op, or cut: written in the op */
+      return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+    if (n + 1 > c->cap) {
+      char *nc = realloc(c->copy, n + 1);
+      if (!nc) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+      c->copy = nc;
+      c->cap = (uint32_t)(n + 1);
+    }
+    c->ptr = NULL;
+    if (!define_str(ts, k, s, n))
+      return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+    memcpy(c->copy, s, n);
+    c->copy[n] = '\0';
+    c->len = (uint32_t)n;
+    c->ptr = s;
+  }
+  if (!etr__encode_uv(ts, k + 1)) return false;
+  c->pins++;
+  *held = (int16_t)k;
+  return true;
+}
+
+void etr__unpin(etr__tstate *ts, etr__frame *f) {
+  if (f->name_slot >= 0) ts->cstr[f->name_slot].pins--;
+  if (f->schema_slot >= 0) ts->cstr[f->schema_slot].pins--;
+  for (uint8_t i = 0; i < f->n_pins; i++) ts->cten[f->pins[i]].pins--;
+  f->name_slot = f->schema_slot = -1;
+  f->n_pins = 0;
 }
 
 size_t etr__encode_collective(etr__tstate *ts, const etr_collective_info *c) {
   size_t start = ts->arena_len;
-  enc e = {ts, start + ETR__NODE_BUDGET, false};
+  enc e = {ts, start + ETR__NODE_BUDGET, 0, NULL, false};
   put_str(&e, c->name, 0, ETR__STRING_MAX);
   put_str(&e, c->dtype, 0, ETR__STRING_MAX);
   put_u64(&e, c->in_msg_nelems);

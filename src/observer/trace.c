@@ -125,6 +125,7 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   c->nodes = 0;
   c->next = NULL;
   c->owner = ts;
+  c->tid = ts->tid;
   return c;
 }
 
@@ -138,9 +139,7 @@ static void hand_over(etr__tstate *ts) {
   pthread_mutex_unlock(&tr->q_mutex);
 }
 
-/* Room for an event of size bytes (a multiple of 8) in the thread's chunk; NULL, counted as
- * a dropped node, after a write error or when memory is exhausted. */
-static uint8_t *event_room(etr__tstate *ts, size_t size) {
+uint8_t *etr__event_room(etr__tstate *ts, size_t size, bool node) {
   etr__chunk *c = ts->chunk;
   if (atomic_load_explicit(&ts->trace->failed, memory_order_relaxed)) {
     c = NULL;
@@ -149,17 +148,16 @@ static uint8_t *event_room(etr__tstate *ts, size_t size) {
     set_chunk(ts, c);
   }
   if (!c) {
-    etr__bump(&ts->nodes_dropped, 1);
+    if (node) etr__bump(&ts->nodes_dropped, 1);
     return NULL;
   }
   return c->data + c->len;
 }
 
-/* The event written at event_room's pointer is complete. A chunk made for one large event
- * is shipped at once. */
-static void event_commit(etr__tstate *ts, size_t size) {
+/* A chunk made for one large event is shipped at once. */
+void etr__event_commit(etr__tstate *ts, size_t size, bool node) {
   etr__chunk *c = ts->chunk;
-  c->nodes++;
+  if (node) c->nodes++;
   __atomic_store_n(&c->len, c->len + (uint32_t)size, __ATOMIC_RELEASE); /* for the writer */
   if (c->oversized) hand_over(ts);
 }
@@ -215,6 +213,7 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   /* (from the shared counter, like op ids: a thread node comes before its first op) */
   ts->thread_node_id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
   if (fresh) {
+    ts->stream = tr->n_streams++;
     ts->next = tr->threads;
     __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
   }
@@ -233,20 +232,19 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   if (!tname[0] && pthread_getname_np(pthread_self(), os_name, sizeof os_name) == 0)
     tname = os_name;
   size_t tlen = strnlen(tname, ETR__THREAD_NAME_MAX - 1);
-  etr__ev ev;
-  memset(&ev, 0, sizeof ev);
-  ev.size = (uint32_t)round8(sizeof ev + tlen);
-  ev.type = ETR__EV_THREAD;
-  ev.id = ts->thread_node_id;
-  ev.parent = 1;
-  ev.tid = ts->tid;
-  ev.rf_id = (uint64_t)my_tid();
-  ev.name_len = (uint32_t)tlen;
-  uint8_t *dst = event_room(ts, ev.size);
-  if (dst) {
-    memcpy(dst, &ev, sizeof ev);
-    memcpy(dst + sizeof ev, tname, tlen);
-    event_commit(ts, ev.size);
+  uint64_t os_tid = (uint64_t)my_tid();
+  size_t body = etr__uv_len(ts->thread_node_id) + etr__uv_len(ts->tid) + etr__uv_len(os_tid) + tlen;
+  size_t size = 2 + etr__uv_len(body) + body;
+  uint8_t *p = etr__event_room(ts, size, true);
+  if (p) {
+    *p++ = ETR__CEV_THREAD;
+    *p++ = 0;
+    p = etr__put_uv(p, body);
+    p = etr__put_uv(p, ts->thread_node_id);
+    p = etr__put_uv(p, ts->tid);
+    p = etr__put_uv(p, os_tid);
+    memcpy(p, tname, tlen);
+    etr__event_commit(ts, size, true);
   }
   return ts;
 }
@@ -269,33 +267,48 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
    * are subtracted, so that a thread's exclusive times add up to at most its span. */
   int64_t incl_us = (f->start_ns + incl) / 1000 - f->start_ns / 1000;
   if (idx > 0) ts->frames[idx - 1].child_us += incl_us;
+  int64_t excl_us = incl_us - f->child_us > 0 ? incl_us - f->child_us : 0;
 
+  /* The outputs follow the frame's begin part when it is the innermost (as always but at
+   * an abandoned op's end, which has none). */
   size_t out_off = ts->arena_len;
-  uint32_t n_out = 0;
-  size_t out_len = 0;
   bool failed = rec && etr_record_failed(rec);
-  if (rec && !incomplete && !failed && rec->n_outputs) /* (NULL: none kept, counted as cut) */
-    out_len = etr__encode_values(ts, rec->outputs, rec->n_outputs, &n_out);
-
-  etr__ev *ev = (etr__ev *)(void *)(ts->arena + f->off);
-  ev->n_out = n_out;
-  ev->out_len = (uint32_t)out_len;
-  ev->incl_ns = incl;
-  ev->excl_us = incl_us - f->child_us > 0 ? incl_us - f->child_us : 0;
-  if (incomplete) ev->flags |= ETR__EVF_INCOMPLETE;
-  if (failed) ev->flags |= ETR__EVF_FAILED;
-  size_t total = f->payload + out_len;
-  size_t size = round8(total);
-  ev->size = (uint32_t)size;
-
-  uint8_t *dst = event_room(ts, size);
-  if (dst) {
-    memcpy(dst, ts->arena + f->off, f->payload);
-    memcpy(dst + f->payload, ts->arena + out_off, out_len);
-    memset(dst + total, 0, size - total);
-    event_commit(ts, size);
-    etr__bump(&ts->ops_recorded, 1);
+  bool outputs = rec && !incomplete && !failed && rec->n_outputs; /* (NULL: none, counted) */
+  if (!outputs || !etr__encode_values(ts, rec->outputs, rec->n_outputs, NULL)) {
+    ts->arena_len = out_off;
+    if (etr__arena_reserve(ts, 1)) ts->arena[ts->arena_len++] = 0; /* n_out */
   }
+  size_t out_len = ts->arena_len - out_off;
+
+  uint8_t flags = f->flags;
+  if (incomplete) flags |= ETR__EVF_INCOMPLETE;
+  if (failed) flags |= ETR__EVF_FAILED;
+  uint8_t head[64];
+  uint8_t *h = head;
+  h = etr__put_uv(h, f->id);
+  h = etr__put_uv(h, etr__zz((int64_t)(f->id - f->parent)));
+  if (flags & ETR__EVF_TIMING) {
+    h = etr__put_uv(h, etr__zz(f->start_ns - ts->trace->base_ns));
+    h = etr__put_uv(h, (uint64_t)incl);
+    h = etr__put_uv(h, (uint64_t)excl_us);
+  }
+  size_t fixed = (size_t)(h - head);
+  size_t body = fixed + f->len + out_len;
+  size_t size = 2 + etr__uv_len(body) + body;
+  uint8_t *dst = out_len ? etr__event_room(ts, size, true) : NULL;
+  if (dst) {
+    *dst++ = ETR__CEV_OP;
+    *dst++ = flags;
+    dst = etr__put_uv(dst, body);
+    memcpy(dst, head, fixed);
+    memcpy(dst + fixed, ts->arena + f->off, f->len);
+    memcpy(dst + fixed + f->len, ts->arena + out_off, out_len);
+    etr__event_commit(ts, size, true);
+    etr__bump(&ts->ops_recorded, 1);
+  } else if (!out_len) {
+    etr__bump(&ts->nodes_dropped, 1); /* (memory exhausted) */
+  }
+  etr__unpin(ts, f);
 
   /* Drop the frame's region (and the outputs) from the arena. */
   if (idx + 1 == ts->depth) {
@@ -367,19 +380,19 @@ static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *
   return true;
 }
 
-/* Capture the calling op's traceback into the arena, right after the event header (so the
- * frame words are 8-aligned and written in place); returns the words written. The walk
+/* Capture the calling op's traceback into the arena as the compact event's traceback part
+ * (u64 module-map generation, u32 words, the words); false when none was captured. The walk
  * starts inside etr; the frames above the runtime's call to etr__record_begin (whose return
  * address the registry saved) are etr's own and dropped. */
-static uint32_t capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintptr_t begin_ra,
-                                  uint64_t *gen) {
+static bool capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintptr_t begin_ra) {
   if (!ts->tb_ips) {
     etr__unwind_thread_init(); /* the thread's first capture allocates: do it here, not later */
     ts->tb_ips = malloc((ETR__TB_DEPTH_MAX + ETR__TB_OWN_FRAMES) * sizeof *ts->tb_ips);
-    if (!ts->tb_ips) return 0;
+    if (!ts->tb_ips) return false;
   }
-  if (!etr__arena_reserve(ts, cfg->depth * sizeof(uint64_t))) return 0;
-  size_t n = etr__unwind_capture(ts->tb_ips, cfg->depth + ETR__TB_OWN_FRAMES, 0, gen);
+  if (!etr__arena_reserve(ts, 12 + cfg->depth * sizeof(uint64_t))) return false;
+  uint64_t gen = 0;
+  size_t n = etr__unwind_capture(ts->tb_ips, cfg->depth + ETR__TB_OWN_FRAMES, 0, &gen);
   size_t first = 0;
   for (size_t i = 0; i < n && i < ETR__TB_OWN_FRAMES; i++) {
     if (ts->tb_ips[i] == begin_ra) {
@@ -389,11 +402,17 @@ static uint32_t capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintpt
   }
   size_t keep = n - first;
   if (keep > cfg->depth) keep = cfg->depth;
-  uint64_t *out = (uint64_t *)(void *)(ts->arena + ts->arena_len);
-  size_t words = etr__script_interleave(ts->tb_ips + first, keep, out, cfg->depth);
-  ts->arena_len += words * sizeof *out;
-  if (words) etr__bump(&ts->tracebacks, 1);
-  return (uint32_t)words;
+  uint8_t *p = ts->arena + ts->arena_len;
+  uint64_t words_buf[ETR__TB_DEPTH_MAX]; /* (the arena's place is not 8-aligned) */
+  size_t words = etr__script_interleave(ts->tb_ips + first, keep, words_buf, cfg->depth);
+  if (!words) return false;
+  uint32_t w32 = (uint32_t)words;
+  memcpy(p, &gen, 8);
+  memcpy(p + 8, &w32, 4);
+  memcpy(p + 12, words_buf, words * 8);
+  ts->arena_len += 12 + words * 8;
+  etr__bump(&ts->tracebacks, 1);
+  return true;
 }
 
 static void trace_enter(const etr_record *rec, void *user) {
@@ -412,68 +431,71 @@ static void trace_enter(const etr_record *rec, void *user) {
     ts->frames = f;
     ts->frames_cap = cap;
   }
-  /* Frame regions start 8-aligned so the header can be used in place. */
-  size_t off = round8(ts->arena_len);
-  if (!etr__arena_reserve(ts, off - ts->arena_len + sizeof(etr__ev))) {
-    etr__bump(&ts->nodes_dropped, 1);
-    return;
-  }
-  ts->arena_len = off + sizeof(etr__ev);
-  etr__ev hdr;
-  memset(&hdr, 0, sizeof hdr);
-  hdr.type = ETR__EV_OP;
-  hdr.flags = tr->opt.no_timing ? 0 : ETR__EVF_TIMING;
-  hdr.parent = ts->depth ? ts->frames[ts->depth - 1].id : ts->thread_node_id;
-  hdr.rf_id = rec->_rf_id;
-  hdr.tid = ts->tid;
-  hdr.fw_tid = rec->fw_tid;
+  /* The compact event's begin part (trace_internal.h), at the arena's end: finish_frame
+   * puts the id and times before it and the outputs after it. */
+  etr__frame *f = &ts->frames[ts->depth];
+  size_t off = ts->arena_len;
+  f->name_slot = f->schema_slot = -1;
+  f->n_pins = 0;
+  uint8_t flags = tr->opt.no_timing ? 0 : ETR__EVF_TIMING;
+  f->parent = ts->depth ? ts->frames[ts->depth - 1].id : ts->thread_node_id;
+  uint64_t fw_parent = 0;
   if (rec->fw_tid) {
     _Atomic(etr__tstate *) *slot = tid_slot(tr, rec->fw_tid, false);
     etr__tstate *fw = slot ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
-    if (fw) hdr.fw_parent = atomic_load_explicit(&fw->top_id, memory_order_relaxed);
+    if (fw) fw_parent = atomic_load_explicit(&fw->top_id, memory_order_relaxed);
+    flags |= ETR__EVF_FW;
   }
-  hdr.seq = rec->seq_nr;
-  hdr.scope = rec->scope;
-  hdr.kstream = -1;
   const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);
-  if (cfg && cfg->enabled && wants_traceback(ts, cfg, rec->name)) {
-    hdr.tb_n = capture_traceback(ts, cfg, thr->begin_ra, &hdr.tb_gen);
-    if (hdr.tb_n) hdr.flags |= ETR__EVF_TRACEBACK;
+  if (cfg && cfg->enabled && wants_traceback(ts, cfg, rec->name) &&
+      capture_traceback(ts, cfg, thr->begin_ra))
+    flags |= ETR__EVF_TRACEBACK;
+  bool ok = etr__encode_sref(ts, rec->name, &f->name_slot) &&
+            etr__encode_sref(ts, rec->schema, &f->schema_slot) && etr__encode_uv(ts, rec->_rf_id) &&
+            etr__encode_uv(ts, etr__zz(rec->seq_nr)) && etr__encode_uv(ts, rec->scope);
+  if (ok && (flags & ETR__EVF_FW))
+    ok = etr__encode_uv(ts, rec->fw_tid) && etr__encode_uv(ts, fw_parent);
+  if (ok && rec->kernel) {
+    const etr_kernel_info *k = rec->kernel;
+    flags |= ETR__EVF_KERNEL;
+    ok = etr__encode_inline_str(ts, k->backend, ETR__STRING_MAX) &&
+         etr__encode_inline_str(ts, k->file, ETR__STRING_MAX) && etr__encode_uv(ts, k->grid[0]) &&
+         etr__encode_uv(ts, k->grid[1]) && etr__encode_uv(ts, k->grid[2]) &&
+         etr__encode_uv(ts, etr__zz(k->stream));
   }
-  hdr.name_len = (uint32_t)etr__encode_str(ts, rec->name, 0, ETR__STRING_MAX);
-  hdr.schema_len = (uint32_t)etr__encode_str(ts, rec->schema, 0, ETR__STRING_MAX);
-  if (rec->kernel) {
-    hdr.flags |= ETR__EVF_KERNEL;
-    hdr.kback_len = (uint32_t)etr__encode_str(ts, rec->kernel->backend, 0, ETR__STRING_MAX);
-    hdr.kfile_len = (uint32_t)etr__encode_str(ts, rec->kernel->file, 0, ETR__STRING_MAX);
-    memcpy(hdr.kgrid, rec->kernel->grid, sizeof hdr.kgrid);
-    hdr.kstream = rec->kernel->stream;
+  if (ok && rec->collective) {
+    size_t at = ts->arena_len;
+    uint32_t len = 0;
+    ok = etr__encode_raw(ts, &len, 4);
+    if (ok && (len = (uint32_t)etr__encode_collective(ts, rec->collective)) != 0) {
+      memcpy(ts->arena + at, &len, 4);
+      flags |= ETR__EVF_COLLECTIVE;
+    } else {
+      ts->arena_len = at;
+    }
   }
-  if (rec->collective) {
-    hdr.coll_len = (uint32_t)etr__encode_collective(ts, rec->collective);
-    if (hdr.coll_len) hdr.flags |= ETR__EVF_COLLECTIVE;
+  /* (NULL inputs: none kept, counted as cut) */
+  if (ok) ok = etr__encode_values(ts, rec->n_inputs ? rec->inputs : NULL, rec->n_inputs, f);
+  if (!ok) { /* memory exhausted */
+    etr__unpin(ts, f);
+    ts->arena_len = off;
+    etr__bump(&ts->nodes_dropped, 1);
+    return;
   }
-  if (rec->n_inputs) /* (NULL inputs: none kept, counted as cut) */
-    hdr.in_len = (uint32_t)etr__encode_values(ts, rec->inputs, rec->n_inputs, &hdr.n_in);
-  memcpy(ts->arena + off, &hdr, sizeof hdr);
-
-  etr__frame *f = &ts->frames[ts->depth++];
+  ts->depth++;
   f->rec = rec;
   f->child_us = 0;
   f->off = off;
-  f->payload = ts->arena_len - off;
-  ts->arena_len = off + round8(f->payload); /* (the pad is never read) */
   f->len = ts->arena_len - off;
+  f->flags = flags;
   /* Last, the id and then the clock: ids come from one counter shared by all threads and
    * are drawn right before the op's start is read, so they follow the order in which ops
    * begin across threads (consumers walk ids in order); the op's own time excludes our
    * encoding. */
-  etr__ev *ev = (etr__ev *)(void *)(ts->arena + off);
-  f->id = ev->id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
+  f->id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
   atomic_store_explicit(&ts->top_id, f->id, memory_order_relaxed);
   atomic_store_explicit(&ts->depth_pub, ts->depth, memory_order_relaxed);
   f->start_ns = tr->opt.no_timing ? 0 : now_ns();
-  ev->ts_ns = f->start_ns;
 }
 
 static void trace_exit(const etr_record *rec, void *user) {
@@ -525,6 +547,14 @@ static void finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter) {
   ts->frames_cap = 0;
   free(ts->tb_ips);
   ts->tb_ips = NULL;
+  /* The tables go too: a thread that takes this state starts with empty ones, and defines
+   * every slot again before naming it, so the decoder's copies need no reset. */
+  if (ts->cstr)
+    for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(ts->cstr[i].copy);
+  free(ts->cstr);
+  ts->cstr = NULL;
+  free(ts->cten);
+  ts->cten = NULL;
   ts->finished = true;
 }
 
@@ -655,39 +685,53 @@ static void emit_footer(etr_trace *tr, int sig) {
     etr__emit_footer(tr, sig);
 }
 
-/* Writes the events in [from, to) of c; returns how many. */
+/* The events in [from, to) of c: a binary log takes them as they are; otherwise each is
+ * decoded and its node written or kept in the ring. Returns the nodes among them. */
 static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, uint32_t to,
                            uint64_t *buffered, bool may_flush) {
   unseal(tr);
   uint32_t off = from, n = 0;
-  if (tr->ring) { /* kept in memory until a dump */
-    while (off + sizeof(etr__ev) <= to) {
-      const etr__ev *ev = (const etr__ev *)(const void *)(c->data + off);
-      if (!etr__ring_add(tr->ring, ev))
-        atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed);
-      n++;
-      off += ev->size;
-    }
-    atomic_store_explicit(&tr->ring_dropped, etr__ring_dropped(tr->ring), memory_order_relaxed);
-    return n;
-  }
-  if (tr->binary) { /* the events as they are, in records of at most flush_bytes */
-    while (off + sizeof(etr__ev) <= to) {
-      uint32_t k = etr__bin_emit_events(tr, c->data, &off, to, tr->flush_bytes);
+  etr__tstate *owner = c->owner;
+  if (tr->binary && !tr->ring) { /* in records of at most flush_bytes */
+    while (off < to) {
+      uint32_t at = off;
+      uint32_t k =
+          etr__bin_emit_cevents(tr, c->data, owner->stream, c->tid, &off, to, tr->flush_bytes);
       *buffered += k;
       n += k;
+      if (off == at) break; /* (no progress: out of memory) */
       if (may_flush && tr->jw.len >= tr->flush_bytes) writer_flush(tr, buffered);
     }
     return n;
   }
-  while (off + sizeof(etr__ev) <= to) {
-    const etr__ev *ev = (const etr__ev *)(const void *)(c->data + off);
+  if (!owner->dec && !(owner->dec = etr__cev_dec_new())) {
+    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes, memory_order_relaxed);
+    return 0;
+  }
+  while (off < to) {
+    const etr__ev *ev;
+    const char *why = NULL;
+    size_t size = etr__cev_decode(owner->dec, &tr->cev_out, c->data + off, to - off, c->tid,
+                                  tr->base_ns, &ev, &why);
+    if (!size) { /* memory exhausted (our own events are well-formed): the rest is lost */
+      etr__log(ETR_LOG_ERROR, "cannot decode a thread's events (%s): %u bytes dropped",
+               why ? why : "?", (unsigned)(to - off));
+      break;
+    }
+    off += (uint32_t)size;
+    if (!ev) continue; /* a definition */
+    n++;
+    if (tr->ring) { /* kept in memory until a dump */
+      if (!etr__ring_add(tr->ring, ev))
+        atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed);
+      continue;
+    }
     etr__emit_event(tr, ev);
     (*buffered)++;
-    n++;
-    off += ev->size;
     if (may_flush && tr->jw.len >= tr->flush_bytes) writer_flush(tr, buffered);
   }
+  if (tr->ring)
+    atomic_store_explicit(&tr->ring_dropped, etr__ring_dropped(tr->ring), memory_order_relaxed);
   return n;
 }
 
@@ -1093,6 +1137,12 @@ static void trace_free(etr_trace *tr, bool in_child) {
     free(ts->chunk);
     free(ts->arena);
     free(ts->frames);
+    free(ts->tb_ips);
+    if (ts->cstr)
+      for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(ts->cstr[i].copy);
+    free(ts->cstr);
+    free(ts->cten);
+    etr__cev_dec_free(ts->dec);
     free(ts);
     ts = n;
   }
@@ -1112,6 +1162,8 @@ static void trace_free(etr_trace *tr, bool in_child) {
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
   etr__emit_free(tr);
+  free(tr->cev_out.buf);
+  tr->cev_out.buf = NULL;
   tr->q_head = tr->free_chunks = NULL;
   tr->threads = NULL;
   tr->tid_pages = NULL;
@@ -1243,6 +1295,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     tr->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    tr->base_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     set_when(tr);
     tr->seal_node_len = etr__emit_process_text(tr, tr->seal_node, sizeof tr->seal_node);
     /* The header goes to the file now: from here on the file is always a prefix that

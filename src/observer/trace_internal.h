@@ -1,10 +1,14 @@
-/* Trace observer internals: the binary event format between recording threads and the
- * writer thread, per-thread state, and the trace object.
+/* Trace observer internals: the event formats between recording threads and the writer
+ * thread, per-thread state, and the trace object.
  *
- * Recording threads never format JSON: at begin they encode the op's strings and inputs
- * (raw bytes, ids already resolved) into a per-thread arena; at end they append outputs and
- * timings and copy the finished event into the thread's current chunk. Full chunks go to a
- * queue that the writer thread drains, turning each event into one JSON node.
+ * Recording threads never format JSON. At begin they encode the op (names and tensors by
+ * reference to the thread's tables when seen before, other values as raw bytes, ids already
+ * resolved) into a per-thread arena; at end they add the timing and outputs and copy the
+ * finished *compact event* into the thread's current chunk. Full chunks go to a queue that
+ * the writer thread drains: it decodes each compact event (cev.c) into a *full event*
+ * (etr__ev and its payload, every reference resolved) and turns that into a JSON node, keeps
+ * it in the flight recorder's ring, or, for a binary log, writes the compact events as they
+ * are (`etr convert` decodes them later with the same code).
  */
 #ifndef ETR_OBSERVER_TRACE_INTERNAL_H
 #define ETR_OBSERVER_TRACE_INTERNAL_H
@@ -41,7 +45,8 @@ enum {
   ETR__EVF_COLLECTIVE = 8,
   ETR__EVF_TRACEBACK = 16,
   ETR__EVF_FAILED = 32,
-  ETR__EVF_TBINDEX = 64 /* binary log: tb_gen holds the traceback's index, tb_n is 0 */
+  ETR__EVF_TBINDEX = 64, /* binary log: tb_gen holds the traceback's index, tb_n is 0 */
+  ETR__EVF_FW = 128      /* compact events only: fw_tid and fw_parent follow */
 };
 
 /* Value tags in the encoding. */
@@ -56,8 +61,35 @@ enum {
   ETR__V_LIST = 7,
   ETR__V_TUPLE = 8,
   ETR__V_OBJECT = 9,
-  ETR__V_CUT = 10 /* nested too deep */
+  ETR__V_CUT = 10, /* nested too deep */
+  ETR__V_TREF = 11 /* compact events only: u8 slot of the thread's tensor table */
 };
+
+/* ---- compact events (chunks and binary logs; docs/FORMAT.md) ----
+ * Each is: u8 type, u8 flags (ETR__EVF_*), a varint (LEB128) body length, the body. Numbers
+ * in the body are varints ("uv"), zigzag varints for signed ones ("zv"); raw values (the
+ * encoding above) keep their own layout. A string reference ("sref") is uv r: r >= 1 names
+ * slot r - 1 of the thread's string table, r = 0 is followed by uv length and the bytes.
+ *   OP      uv id, zv (id - parent), [TIMING: zv (ts - base), uv incl_ns, uv excl_us],
+ *           [TRACEBACK: uv tb_gen, uv words, words x 8 raw | TBINDEX: uv index],
+ *           sref name, sref schema, uv rf_id, zv seq, uv scope, [FW: uv fw_tid,
+ *           uv fw_parent], [KERNEL: uv len + backend, uv len + file, uv grid x 3,
+ *           zv stream], [COLLECTIVE: uv length + its block], uv n_in, inputs, uv n_out,
+ *           outputs (values may be V_TREF)
+ *   THREAD  uv id, uv tid, uv os_tid, the name (the rest of the body)
+ *   DEF_STR uv slot, the string (the rest): the thread's string table slot holds it now
+ *   DEF_TEN uv slot, one V_TENSOR value: the thread's tensor table slot holds it now
+ * A thread writes a definition into its stream before any event that names the slot, and
+ * never redefines a slot that an op still open names (those values are written whole), so
+ * a decoder that applies the definitions in stream order always resolves the references.
+ * base is the trace's clock at open (CLOCK_MONOTONIC ns). */
+enum { ETR__CEV_OP = 1, ETR__CEV_THREAD = 2, ETR__CEV_DEF_STR = 3, ETR__CEV_DEF_TEN = 4 };
+#define ETR__CSTR_SLOTS 256u
+#define ETR__CTEN_SLOTS 256u
+#define ETR__CTEN_NDIM 8u     /* a tensor of more dimensions is written whole */
+#define ETR__CTEN_NAME 15u    /* so is one whose dtype or device name is longer */
+#define ETR__FRAME_PINS 8u    /* tensor slots an open op may hold; more are written whole */
+#define ETR__CEV_HEAD_MAX 12u /* type, flags, body length */
 
 /* Event header; the payload follows: traceback frame words (tb_n x 8 bytes, first so they
  * are 8-aligned), name, schema, kernel backend, kernel file, collective block, inputs,
@@ -90,6 +122,7 @@ typedef struct etr__chunk {
   uint32_t nodes;                /* events inside, to count what is lost after a write error */
   uint32_t peeked, peeked_nodes; /* prefix the writer already wrote (writer only) */
   struct etr__tstate *owner;     /* the thread that filled it */
+  uint64_t tid;                  /* of that thread (a reused state gets another) */
   bool oversized;                /* made for one large event: freed after use, not pooled */
   _Alignas(8) uint8_t data[];
 } etr__chunk;
@@ -100,9 +133,36 @@ typedef struct etr__frame {
   uint64_t id;
   int64_t start_ns;
   int64_t child_us; /* inclusive time of finished children, in µs as written */
-  size_t off, len;  /* the frame's region in the arena (8-aligned start, padded length) */
-  size_t payload;   /* bytes of header + payload in the region, without the pad */
+  size_t off, len;  /* the frame's region in the arena: the compact event's begin part */
+  uint64_t parent;
+  uint8_t flags;                  /* ETR__EVF_* known at begin */
+  int16_t name_slot, schema_slot; /* string slots it holds, -1 none */
+  uint8_t n_pins;                 /* tensor slots it holds */
+  uint8_t pins[ETR__FRAME_PINS];
 } etr__frame;
+
+/* A recording thread's tables (the decoder keeps copies, from the definitions). */
+typedef struct etr__cstr {
+  const char *ptr; /* the string last defined here, as the runtime passed it */
+  char *copy;      /* its bytes, to check that ptr still holds them */
+  uint32_t len, cap;
+  uint32_t pins; /* open ops naming it: not redefined meanwhile */
+} etr__cstr;
+typedef struct etr__cten {
+  uint64_t id, sid;
+  const char *dtype_p, *dev_p;
+  int64_t off, numel, itemsize;
+  int64_t sizes[ETR__CTEN_NDIM], strides[ETR__CTEN_NDIM];
+  uint32_t pins;
+  uint8_t nd, dn, vn, valid;
+  char dtype[ETR__CTEN_NAME + 1], dev[ETR__CTEN_NAME + 1];
+} etr__cten;
+struct etr__cev_dec;
+/* A decoder's output: one full event (8-aligned), reused from event to event. */
+typedef struct etr__cev_out {
+  uint8_t *buf;
+  size_t cap;
+} etr__cev_out;
 
 typedef struct etr__tstate {
   struct etr_trace *trace;
@@ -111,8 +171,12 @@ typedef struct etr__tstate {
   uint64_t id_next, id_end; /* block of node/object ids */
   etr__chunk *chunk;        /* written by the owner with atomic stores: the writer peeks at it */
   uint32_t queued;          /* its chunks queued or being written (q_mutex): no peek meanwhile */
+  uint32_t stream;          /* this state's number in a binary log (kept when a thread reuses it) */
   uint8_t *arena;
   size_t arena_len, arena_cap;
+  etr__cstr *cstr;          /* ETR__CSTR_SLOTS, allocated on first use */
+  etr__cten *cten;          /* ETR__CTEN_SLOTS, allocated on first use */
+  struct etr__cev_dec *dec; /* the writer's decoder of this stream (writer only) */
   etr__frame *frames;
   uint32_t depth, frames_cap;
   bool finished; /* open ops and thread node written (thread exit or close) */
@@ -173,6 +237,8 @@ struct etr_trace {
   etr_observer_id obs;
   int64_t start_ms;
   _Atomic uint64_t next_id;
+  int64_t base_ns;    /* CLOCK_MONOTONIC at open: compact events' times are relative to it */
+  uint32_t n_streams; /* thread states made (threads_mutex) */
   etr__idmap *tensors, *storages;
   _Atomic int failed; /* a write error happened: recorders stop encoding */
 
@@ -219,6 +285,7 @@ struct etr_trace {
   /* Writer-thread state. */
   etr__jw jw;
   etr__jw scratch[4];           /* emit.c: a node's shapes, types and strides (and their key) */
+  etr__cev_out cev_out;         /* the full event decoded last */
   struct etr__shape_memo *memo; /* emit.c: the text of recent shapes, types and strides */
   bool any_node;
   bool sealed;         /* the file ends with a footer written at a fatal signal */
@@ -262,17 +329,55 @@ static inline void etr__bump(_Atomic uint64_t *c, uint64_t n) {
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
+/* ---- varints (compact events) ---- */
+
+static inline size_t etr__uv_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+static inline uint8_t *etr__put_uv(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+static inline uint64_t etr__zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static inline int64_t etr__unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+/* ---- trace.c, for the encoder's definitions ---- */
+
+/* Room for a compact event of size bytes in the thread's chunk; NULL when it cannot be
+ * written (a write error, memory exhausted), counted as a dropped node when node is true. */
+uint8_t *etr__event_room(etr__tstate *ts, size_t size, bool node);
+/* The event written at etr__event_room's pointer is complete. */
+void etr__event_commit(etr__tstate *ts, size_t size, bool node);
+
 /* ---- encode.c (recording threads) ---- */
 
 /* Grow the thread's arena to hold n more bytes; false when memory is exhausted. */
 bool etr__arena_reserve(etr__tstate *ts, size_t n);
 
-/* Encode n values at the end of the arena (ids resolved); returns the bytes written and
- * the number of top-level values kept in *kept. */
-size_t etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, uint32_t *kept);
+/* Append to the arena: a value count and the values kept of vals[0..n) (tensors seen before
+ * by reference; the slots they take are held by pin, the open op, when not NULL); raw bytes;
+ * a varint; a string as uv length and bytes, cut at max. False when memory is exhausted. */
+bool etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin);
+bool etr__encode_raw(etr__tstate *ts, const void *p, size_t n);
+bool etr__encode_uv(etr__tstate *ts, uint64_t v);
+bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max);
 
-/* Append s (NUL-terminated, or len bytes when len != 0) cut at max; returns bytes. */
-size_t etr__encode_str(etr__tstate *ts, const char *s, size_t len, size_t max);
+/* Append a string reference (sref) to s (NULL or "" for none): by slot when the thread's
+ * table has it or it can take one (defining it first), the slot then held in *held until
+ * etr__unpin; else inline. False when memory is exhausted. */
+bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held);
+
+/* Let go of the slots the op of f holds. */
+void etr__unpin(etr__tstate *ts, etr__frame *f);
 
 /* Encode a collective block; returns bytes. */
 size_t etr__encode_collective(etr__tstate *ts, const etr_collective_info *c);
@@ -315,10 +420,32 @@ void etr__bin_emit_header(struct etr_trace *tr);
  * once it holds max_bytes; returns the events appended. */
 uint32_t etr__bin_emit_events(struct etr_trace *tr, const uint8_t *data, uint32_t *off, uint32_t to,
                               size_t max_bytes);
+/* Append the compact events of one stream in data from *off (advanced) up to `to` as one
+ * CEVENTS record, ending it once it holds max_bytes; returns the nodes among them. */
+uint32_t etr__bin_emit_cevents(struct etr_trace *tr, const uint8_t *data, uint32_t stream,
+                               uint64_t tid, uint32_t *off, uint32_t to, size_t max_bytes);
 /* The TRAILER record (at close, or at a fatal signal with its number). */
 void etr__bin_emit_trailer(struct etr_trace *tr, int fatal_sig);
 /* The process node alone (no separator) into buf; its length, 0 if it does not fit. */
 size_t etr__emit_process_text(struct etr_trace *tr, char *buf, size_t cap);
+
+/* ---- cev.c (writer thread, etr convert): compact events to full events ---- */
+
+typedef struct etr__cev_dec etr__cev_dec;
+etr__cev_dec *etr__cev_dec_new(void);
+void etr__cev_dec_free(etr__cev_dec *d); /* NULL is a no-op */
+
+/* Decode the compact event at p (avail bytes from it) of the stream d decodes, written by
+ * thread tid (the registry's) of a trace whose clock started at base_ns. Returns its size,
+ * or 0 when it is cut or malformed (*why then says how, when why is not NULL). *ev is the
+ * full event of a node (in out, valid until the next call), NULL after a definition. */
+size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, size_t avail,
+                       uint64_t tid, int64_t base_ns, const etr__ev **ev, const char **why);
+
+/* The size of the compact event at p, 0 when cut or malformed; its type, flags and where
+ * its body starts. */
+size_t etr__cev_size(const uint8_t *p, size_t avail, uint8_t *type, uint8_t *flags,
+                     size_t *body_at);
 
 /* ---- fatal.c ---- */
 

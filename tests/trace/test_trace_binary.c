@@ -364,9 +364,13 @@ static void test_damaged_logs(void **state) {
   /* not a log */
   write_file(bad, "{\"schema\": \"1.1.1\"}", 20);
   assert_int_equal(convert(bad, out), 1);
-  /* a later format version */
+  /* a later format version, and version 1 (full events only, before compact events) */
+  assert_int_equal(good[8], 2);
   memcpy(b, good, len);
-  b[8] = 2;
+  b[8] = 3;
+  write_file(bad, b, len);
+  assert_int_equal(convert(bad, out), 1);
+  b[8] = 1;
   write_file(bad, b, len);
   assert_int_equal(convert(bad, out), 1);
   /* another event layout */

@@ -1,0 +1,379 @@
+/* Compact events to full events (the format is in trace_internal.h and docs/FORMAT.md). The
+ * writer thread decodes each thread's stream as it takes its chunks; `etr convert` decodes a
+ * binary log's streams. A decoder keeps the copies of its stream's string and tensor tables
+ * that the definitions give. Every read is bounds-checked: a log may be damaged or hostile.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "observer/trace_internal.h"
+
+/* A full event larger than this is malformed: the recorder's budget keeps a node's values to
+ * about ETR__NODE_BUDGET, its strings to a few times ETR__STRING_MAX. */
+#define DECODED_MAX (64u << 20)
+
+typedef struct dstr {
+  char *s;
+  uint32_t len, cap;
+  bool set;
+} dstr;
+
+typedef struct dten {
+  uint8_t *b; /* one V_TENSOR value; NULL = never defined */
+  uint32_t len, cap;
+} dten;
+
+struct etr__cev_dec {
+  dstr str[ETR__CSTR_SLOTS];
+  dten ten[ETR__CTEN_SLOTS];
+};
+
+etr__cev_dec *etr__cev_dec_new(void) { return calloc(1, sizeof(etr__cev_dec)); }
+
+void etr__cev_dec_free(etr__cev_dec *d) {
+  if (!d) return;
+  for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(d->str[i].s);
+  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) free(d->ten[i].b);
+  free(d);
+}
+
+/* ---- reading the compact event ---- */
+
+typedef struct rd {
+  const uint8_t *p, *end;
+  const char *bad; /* why it is malformed, NULL while it is not */
+} rd;
+
+static uint64_t get_uv(rd *r) {
+  uint64_t v = 0;
+  for (unsigned sh = 0; sh < 64; sh += 7) {
+    if (r->p >= r->end) break;
+    uint8_t b = *r->p++;
+    v |= (uint64_t)(b & 0x7f) << sh;
+    if (!(b & 0x80)) return v;
+  }
+  if (!r->bad) r->bad = "a number runs past the event's end";
+  return 0;
+}
+
+static const uint8_t *take(rd *r, uint64_t n) {
+  if (r->bad) return NULL;
+  if (n > (uint64_t)(r->end - r->p)) {
+    r->bad = "a field runs past the event's end";
+    return NULL;
+  }
+  const uint8_t *p = r->p;
+  r->p += n;
+  return p;
+}
+
+/* ---- writing the full event ---- */
+
+typedef struct wr {
+  etr__cev_out *o;
+  size_t len;
+  bool bad; /* out of memory, or beyond DECODED_MAX */
+} wr;
+
+static uint8_t *room(wr *w, size_t n) {
+  if (w->bad || n > DECODED_MAX - w->len) {
+    w->bad = true;
+    return NULL;
+  }
+  if (w->len + n > w->o->cap) {
+    size_t cap = w->o->cap ? w->o->cap : 4096;
+    while (cap < w->len + n) cap *= 2;
+    uint8_t *b = realloc(w->o->buf, cap); /* (malloc's alignment is at least 8) */
+    if (!b) {
+      w->bad = true;
+      return NULL;
+    }
+    w->o->buf = b;
+    w->o->cap = cap;
+  }
+  uint8_t *p = w->o->buf + w->len;
+  w->len += n;
+  return p;
+}
+
+static void put(wr *w, const void *p, size_t n) {
+  uint8_t *d = room(w, n);
+  if (d && n) memcpy(d, p, n);
+}
+
+/* ---- values ---- */
+
+/* The length of the V_TENSOR value at v (left bytes from it), 0 when it does not fit. */
+static size_t tensor_len(const uint8_t *v, size_t left) {
+  if (left < 45) return 0;
+  size_t need = 45;
+  if (v[1]) need += (size_t)v[3] + v[4] + (size_t)v[2] * 16;
+  return need <= left ? need : 0;
+}
+
+/* Copy one value, a tensor reference replaced by the tensor. */
+static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
+  if (r->bad || w->bad) return;
+  if (r->p >= r->end) {
+    r->bad = "a value runs past the event's end";
+    return;
+  }
+  const uint8_t *v = r->p;
+  size_t left = (size_t)(r->end - r->p), n = 0;
+  switch (v[0]) {
+    case ETR__V_NONE:
+    case ETR__V_CUT:
+      n = 1;
+      break;
+    case ETR__V_BOOL:
+      n = 2;
+      break;
+    case ETR__V_INT:
+    case ETR__V_DOUBLE:
+      n = 9;
+      break;
+    case ETR__V_STRING:
+    case ETR__V_DEVICE:
+    case ETR__V_OBJECT:
+      n = left >= 5 && etr__rd32(v + 1) <= left - 5 ? 5 + (size_t)etr__rd32(v + 1) : left + 1;
+      break;
+    case ETR__V_TENSOR:
+      n = tensor_len(v, left);
+      if (!n) n = left + 1;
+      break;
+    case ETR__V_TREF: {
+      const dten *t = left >= 2 ? &d->ten[v[1]] : NULL;
+      if (!t || !t->b) {
+        r->bad = "a tensor reference to a slot never defined";
+        return;
+      }
+      put(w, t->b, t->len);
+      r->p += 2;
+      return;
+    }
+    case ETR__V_LIST:
+    case ETR__V_TUPLE: {
+      if (left < 5 || depth > ETR__DEPTH_MAX) {
+        r->bad = "a malformed list";
+        return;
+      }
+      put(w, v, 5);
+      r->p += 5;
+      uint32_t count = etr__rd32(v + 1);
+      for (uint32_t i = 0; i < count && !r->bad && !w->bad; i++) value(d, r, w, depth + 1);
+      return;
+    }
+    default:
+      r->bad = "a value of an unknown kind";
+      return;
+  }
+  if (n > left) {
+    r->bad = "a value runs past the event's end";
+    return;
+  }
+  put(w, v, n);
+  r->p += n;
+}
+
+/* uv count, then the values; their length in *len. */
+static uint32_t values(const etr__cev_dec *d, rd *r, wr *w, uint32_t *len) {
+  uint64_t n = get_uv(r);
+  if (n > UINT32_MAX && !r->bad) r->bad = "a value count out of range";
+  size_t at = w->len;
+  for (uint64_t i = 0; i < n && !r->bad && !w->bad; i++) value(d, r, w, 0);
+  *len = (uint32_t)(w->len - at);
+  return (uint32_t)n;
+}
+
+/* A string reference: its bytes copied, their length. */
+static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w) {
+  uint64_t k = get_uv(r);
+  if (r->bad) return 0;
+  if (k == 0) {
+    uint64_t n = get_uv(r);
+    const uint8_t *s = take(r, n);
+    if (s) put(w, s, (size_t)n);
+    return s ? (uint32_t)n : 0;
+  }
+  if (k > ETR__CSTR_SLOTS || !d->str[k - 1].set) {
+    r->bad = "a string reference to a slot never defined";
+    return 0;
+  }
+  put(w, d->str[k - 1].s, d->str[k - 1].len);
+  return d->str[k - 1].len;
+}
+
+/* uv length and the bytes, copied. */
+static uint32_t inline_str(rd *r, wr *w) {
+  uint64_t n = get_uv(r);
+  const uint8_t *s = take(r, n);
+  if (s) put(w, s, (size_t)n);
+  return s ? (uint32_t)n : 0;
+}
+
+/* ---- events ---- */
+
+size_t etr__cev_size(const uint8_t *p, size_t avail, uint8_t *type, uint8_t *flags,
+                     size_t *body_at) {
+  if (avail < 3) return 0;
+  rd r = {p + 2, p + avail, NULL};
+  uint64_t body = get_uv(&r);
+  if (r.bad) return 0;
+  size_t at = (size_t)(r.p - p);
+  if (body > avail - at) return 0;
+  *type = p[0];
+  *flags = p[1];
+  *body_at = at;
+  return at + (size_t)body;
+}
+
+static bool define_str(etr__cev_dec *d, rd *r) {
+  uint64_t k = get_uv(r);
+  if (r->bad || k >= ETR__CSTR_SLOTS) return false;
+  dstr *s = &d->str[k];
+  size_t n = (size_t)(r->end - r->p);
+  if (n > ETR__STRING_MAX) return false;
+  if (n + 1 > s->cap) {
+    char *b = realloc(s->s, n + 1);
+    if (!b) return false;
+    s->s = b;
+    s->cap = (uint32_t)(n + 1);
+  }
+  memcpy(s->s, r->p, n);
+  s->len = (uint32_t)n;
+  s->set = true;
+  r->p = r->end;
+  return true;
+}
+
+static bool define_tensor(etr__cev_dec *d, rd *r) {
+  uint64_t k = get_uv(r);
+  if (r->bad || k >= ETR__CTEN_SLOTS) return false;
+  size_t n = (size_t)(r->end - r->p);
+  if (n == 0 || r->p[0] != ETR__V_TENSOR || tensor_len(r->p, n) != n) return false;
+  dten *t = &d->ten[k];
+  if (n > t->cap) {
+    uint8_t *b = realloc(t->b, n);
+    if (!b) return false;
+    t->b = b;
+    t->cap = (uint32_t)n;
+  }
+  memcpy(t->b, r->p, n);
+  t->len = (uint32_t)n;
+  r->p = r->end;
+  return true;
+}
+
+static void decode_thread(rd *r, wr *w, etr__ev *h) {
+  h->type = ETR__EV_THREAD;
+  h->id = get_uv(r);
+  h->parent = 1;
+  h->tid = get_uv(r);
+  h->rf_id = get_uv(r);
+  h->kstream = -1;
+  size_t n = (size_t)(r->end - r->p);
+  if (r->bad || n > ETR__STRING_MAX) {
+    if (!r->bad) r->bad = "a thread name too long";
+    return;
+  }
+  put(w, r->p, n);
+  h->name_len = (uint32_t)n;
+  r->p = r->end;
+}
+
+static void decode_op(const etr__cev_dec *d, rd *r, wr *w, etr__ev *h, uint8_t flags,
+                      int64_t base_ns) {
+  h->type = ETR__EV_OP;
+  h->flags = (uint8_t)(flags & ~ETR__EVF_FW);
+  h->id = get_uv(r);
+  h->parent = h->id - (uint64_t)etr__unzz(get_uv(r));
+  h->kstream = -1;
+  if (flags & ETR__EVF_TIMING) { /* (unsigned sums: a damaged log is caught by the caller) */
+    h->ts_ns = (int64_t)((uint64_t)base_ns + (uint64_t)etr__unzz(get_uv(r)));
+    h->incl_ns = (int64_t)get_uv(r);
+    h->excl_us = (int64_t)get_uv(r);
+  }
+  if (flags & ETR__EVF_TBINDEX) {
+    h->tb_gen = get_uv(r);
+  } else if (flags & ETR__EVF_TRACEBACK) {
+    const uint8_t *g = take(r, 12);
+    if (!g) return;
+    h->tb_gen = etr__rd64(g);
+    h->tb_n = etr__rd32(g + 8);
+    const uint8_t *words = take(r, (uint64_t)h->tb_n * 8);
+    if (words) put(w, words, (size_t)h->tb_n * 8);
+  }
+  h->name_len = sref(d, r, w);
+  h->schema_len = sref(d, r, w);
+  h->rf_id = get_uv(r);
+  h->seq = etr__unzz(get_uv(r));
+  h->scope = (uint32_t)get_uv(r);
+  if (flags & ETR__EVF_FW) {
+    h->fw_tid = get_uv(r);
+    h->fw_parent = get_uv(r);
+  }
+  if (flags & ETR__EVF_KERNEL) {
+    h->kback_len = inline_str(r, w);
+    h->kfile_len = inline_str(r, w);
+    for (int i = 0; i < 3; i++) h->kgrid[i] = (uint32_t)get_uv(r);
+    h->kstream = etr__unzz(get_uv(r));
+  }
+  if (flags & ETR__EVF_COLLECTIVE) {
+    const uint8_t *l = take(r, 4);
+    const uint8_t *c = l ? take(r, etr__rd32(l)) : NULL;
+    if (c) {
+      h->coll_len = etr__rd32(l);
+      put(w, c, h->coll_len);
+    }
+  }
+  h->n_in = values(d, r, w, &h->in_len);
+  h->n_out = values(d, r, w, &h->out_len);
+}
+
+size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, size_t avail,
+                       uint64_t tid, int64_t base_ns, const etr__ev **ev, const char **why) {
+  *ev = NULL;
+  uint8_t type, flags;
+  size_t at;
+  size_t size = etr__cev_size(p, avail, &type, &flags, &at);
+  if (!size) {
+    if (why) *why = "an event cut short";
+    return 0;
+  }
+  rd r = {p + at, p + size, NULL};
+  if (type == ETR__CEV_DEF_STR || type == ETR__CEV_DEF_TEN) {
+    bool ok = type == ETR__CEV_DEF_STR ? define_str(d, &r) : define_tensor(d, &r);
+    if (!ok && why) *why = "a malformed definition (or memory exhausted)";
+    return ok ? size : 0;
+  }
+  if (type != ETR__CEV_OP && type != ETR__CEV_THREAD) {
+    if (why) *why = "an event of an unknown type";
+    return 0;
+  }
+  etr__ev h;
+  memset(&h, 0, sizeof h);
+  h.tid = tid;
+  wr w = {out, 0, false};
+  room(&w, sizeof h); /* the header, written last */
+  if (type == ETR__CEV_THREAD)
+    decode_thread(&r, &w, &h);
+  else
+    decode_op(d, &r, &w, &h, flags, base_ns);
+  if (!r.bad && r.p != r.end) r.bad = "bytes after the event's last field";
+  if (r.bad || w.bad) {
+    if (why) *why = r.bad ? r.bad : "a decoded event too large (or memory exhausted)";
+    return 0;
+  }
+  static const uint8_t zeros[8] = {0};
+  put(&w, zeros, ((w.len + 7) & ~(size_t)7) - w.len);
+  if (w.bad) {
+    if (why) *why = "a decoded event too large (or memory exhausted)";
+    return 0;
+  }
+  h.size = (uint32_t)w.len;
+  memcpy(out->buf, &h, sizeof h);
+  *ev = (const etr__ev *)(const void *)out->buf;
+  return size;
+}

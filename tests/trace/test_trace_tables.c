@@ -1,0 +1,281 @@
+/* tests/trace/test_trace_tables.c — the recording thread names strings and tensors it has
+ * seen before by a slot of its own tables (compact events, docs/FORMAT.md). Whatever the
+ * runtime does with its buffers and tensors, every node must hold what was recorded for it:
+ * slots taken over while an op that names them is still open, a name buffer reused with
+ * other bytes, a tensor whose metadata changes under the same identity, a dtype string
+ * rewritten in place, more tensors than an op may hold slots for. Checked in the JSON trace
+ * and, through etr convert, in a binary log's. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "trace_util.h"
+
+#define CHILDREN 1500 /* several times the tables' 256 slots */
+
+static char *dump(const json_t *v) {
+  return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+}
+
+static void expect_json(const json_t *v, const char *text, const char *what, int i) {
+  char *d = v ? dump(v) : NULL;
+  if (!d || strcmp(d, text) != 0)
+    fail_msg("%s %d: got %s, expected %s", what, i, d ? d : "(missing)", text);
+  free(d);
+}
+
+typedef struct world {
+  char impls[CHILDREN + 8];
+  char storages[CHILDREN + 8];
+  int64_t sizes[CHILDREN][3];
+  etr_tensor t[CHILDREN];
+  char names[CHILDREN][24]; /* distinct buffers */
+  char reused[24];          /* one buffer, other bytes each time */
+  etr_tensor outer_t[4];
+  int64_t outer_sizes[4][2];
+} world;
+
+static void tensor_init(etr_tensor *t, const void *impl, const void *storage, const int64_t *sizes,
+                        int32_t nd, const char *dtype) {
+  memset(t, 0, sizeof *t);
+  t->impl = impl;
+  t->storage = storage;
+  t->numel = 1;
+  for (int32_t i = 0; i < nd; i++) t->numel *= sizes[i];
+  t->itemsize = 4;
+  t->dtype = dtype;
+  t->device = "cpu";
+  t->ndim = nd;
+  t->sizes = sizes;
+}
+
+/* An op left open while CHILDREN ops with new tensors and names run inside it: the slots
+ * it holds must not be taken over, and every child must get its own name and shapes. */
+static void record_world(world *w) {
+  for (int k = 0; k < 4; k++) {
+    w->outer_sizes[k][0] = 100 + k;
+    w->outer_sizes[k][1] = 7;
+    tensor_init(&w->outer_t[k], &w->impls[CHILDREN + k], &w->storages[CHILDREN + k],
+                w->outer_sizes[k], 2, "double");
+  }
+  etr_value oin[4];
+  for (int k = 0; k < 4; k++) oin[k] = etr_value_tensor(&w->outer_t[k]);
+  for (int i = 0; i < CHILDREN; i++) {
+    w->sizes[i][0] = i + 1;
+    w->sizes[i][1] = 3;
+    w->sizes[i][2] = i % 5 + 1;
+    tensor_init(&w->t[i], &w->impls[i], &w->storages[i], w->sizes[i], 3, "float");
+  }
+  etr_record outer;
+  tu_begin(&outer, "tables::outer", oin, 4);
+  for (int i = 0; i < CHILDREN; i++) {
+    const char *name;
+    if (i % 2) {
+      snprintf(w->names[i], sizeof w->names[i], "tables::child%d", i);
+      name = w->names[i];
+    } else {
+      snprintf(w->reused, sizeof w->reused, "tables::child%d", i);
+      name = w->reused;
+    }
+    /* the child's own tensor, and one of the outer op's (a slot both hold) */
+    etr_value in[2] = {etr_value_tensor(&w->t[i]), etr_value_tensor(&w->outer_t[i % 4])};
+    etr_value out = etr_value_tensor(&w->t[(i + 1) % CHILDREN]);
+    if (i + 1 == CHILDREN) out = etr_value_tensor(&w->t[0]);
+    tu_op(name, in, 2, &out, 1);
+  }
+  etr_value oout = etr_value_tensor(&w->outer_t[3]);
+  tu_end(&outer, &oout, 1);
+}
+
+static void check_world(const tu_trace *t, const world *w) {
+  json_t *outer = tu_node(t, "tables::outer");
+  char want[128];
+  for (int k = 0; k < 4; k++) {
+    snprintf(want, sizeof want, "[%d,7]", 100 + k);
+    expect_json(tu_in(outer, "inputs", "shapes", (size_t)k), want, "outer input", k);
+    expect_json(tu_in(outer, "inputs", "types", (size_t)k), "\"Tensor(double)\"", "outer type",
+                k);
+  }
+  expect_json(tu_in(outer, "outputs", "shapes", 0), "[103,7]", "outer output", 0);
+  json_int_t outer_ids[4];
+  for (int k = 0; k < 4; k++)
+    outer_ids[k] = json_integer_value(json_array_get(tu_in(outer, "inputs", "values", (size_t)k), 0));
+  for (int i = 0; i < CHILDREN; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tables::child%d", i);
+    json_t *n = tu_node(t, name);
+    snprintf(want, sizeof want, "[%d,3,%d]", i + 1, i % 5 + 1);
+    expect_json(tu_in(n, "inputs", "shapes", 0), want, "child input", i);
+    expect_json(tu_in(n, "inputs", "types", 0), "\"Tensor(float)\"", "child type", i);
+    snprintf(want, sizeof want, "[%d,7]", 100 + i % 4);
+    expect_json(tu_in(n, "inputs", "shapes", 1), want, "child's outer input", i);
+    json_int_t id = json_integer_value(json_array_get(tu_in(n, "inputs", "values", 1), 0));
+    if (id != outer_ids[i % 4]) fail_msg("child %d: the outer tensor's id %lld, not %lld", i,
+                                          (long long)id, (long long)outer_ids[i % 4]);
+    int o = (i + 1) % CHILDREN;
+    snprintf(want, sizeof want, "[%d,3,%d]", o + 1, o % 5 + 1);
+    expect_json(tu_in(n, "outputs", "shapes", 0), want, "child output", i);
+    if (tu_ctrl_deps(n) != tu_id(outer)) fail_msg("child %d: not the outer op's child", i);
+  }
+  (void)w;
+}
+
+static void test_slots_held_by_an_open_op(void **state) {
+  (void)state;
+  world *w = calloc(1, sizeof *w);
+  assert_non_null(w);
+  tu_trace t;
+  tu_open(&t, NULL);
+  record_world(w);
+  tu_close_ok(&t);
+  check_world(&t, w);
+  tu_free(&t);
+  free(w);
+}
+
+/* The same tensor identity with new metadata, a dtype buffer rewritten in place, a device
+ * string at another address: never the bytes of an earlier op. */
+static void test_metadata_changes_under_one_identity(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  static char impl, storage;
+  char dtype[16] = "float";
+  char dev_a[8] = "cpu", dev_b[8] = "cuda:1";
+  int64_t sizes[3] = {2, 3, 4};
+  int64_t strides[3] = {12, 4, 1};
+  etr_tensor x;
+  tensor_init(&x, &impl, &storage, sizes, 3, dtype);
+  x.strides = strides;
+  etr_value in = etr_value_tensor(&x);
+  tu_op("meta::a", &in, 1, NULL, 0);
+  sizes[1] = 5; /* resized in place */
+  tu_op("meta::b", &in, 1, NULL, 0);
+  strides[0] = 1; /* made non-contiguous */
+  tu_op("meta::c", &in, 1, NULL, 0);
+  strcpy(dtype, "c10::Half"); /* the dtype buffer rewritten */
+  tu_op("meta::d", &in, 1, NULL, 0);
+  x.device = dev_b;
+  tu_op("meta::e", &in, 1, NULL, 0);
+  x.device = dev_a;
+  x.storage_offset = 9;
+  tu_op("meta::f", &in, 1, NULL, 0);
+  x.ndim = 1;
+  tu_op("meta::g", &in, 1, NULL, 0);
+  tu_close_ok(&t);
+  expect_json(tu_in(tu_node(&t, "meta::a"), "inputs", "shapes", 0), "[2,3,4]", "a", 0);
+  expect_json(tu_in(tu_node(&t, "meta::b"), "inputs", "shapes", 0), "[2,5,4]", "b", 0);
+  expect_json(tu_in(tu_node(&t, "meta::b"), "inputs", "strides", 0), "[12,4,1]", "b", 0);
+  expect_json(tu_in(tu_node(&t, "meta::c"), "inputs", "strides", 0), "[1,4,1]", "c", 0);
+  expect_json(tu_in(tu_node(&t, "meta::c"), "inputs", "types", 0), "\"Tensor(float)\"", "c", 0);
+  expect_json(tu_in(tu_node(&t, "meta::d"), "inputs", "types", 0), "\"Tensor(c10::Half)\"", "d",
+              0);
+  json_t *e = tu_in(tu_node(&t, "meta::e"), "inputs", "values", 0);
+  expect_json(json_array_get(e, 5), "\"cuda:1\"", "e device", 0);
+  json_t *f = tu_in(tu_node(&t, "meta::f"), "inputs", "values", 0);
+  expect_json(json_array_get(f, 5), "\"cpu\"", "f device", 0);
+  expect_json(json_array_get(f, 2), "9", "f offset", 0);
+  expect_json(tu_in(tu_node(&t, "meta::g"), "inputs", "shapes", 0), "[2]", "g", 0);
+  tu_free(&t);
+}
+
+/* More tensors than an op may hold slots for, the same tensor twice, tensors in nested
+ * lists, a tensor of many dimensions and one with a long dtype: all written as recorded. */
+static void test_many_and_unusual_tensors(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  static char impls[40], storages[40];
+  int64_t sizes[40][12];
+  etr_tensor ts[40];
+  for (int i = 0; i < 40; i++) {
+    for (int d = 0; d < 12; d++) sizes[i][d] = i + d + 1;
+    tensor_init(&ts[i], &impls[i], &storages[i], sizes[i], i == 30 ? 12 : 2,
+                i == 31 ? "a.dtype.name.longer.than.fifteen" : "float");
+  }
+  for (int round = 0; round < 3; round++) { /* first seen, then by slot */
+    etr_value items[20], inner[2], in[24];
+    for (int i = 0; i < 20; i++) items[i] = etr_value_tensor(&ts[i]);
+    inner[0] = etr_value_tensor(&ts[20]);
+    inner[1] = etr_value_list(items + 18, 2);
+    uint32_t n = 0;
+    in[n++] = etr_value_tensor(&ts[21]);
+    in[n++] = etr_value_tensor(&ts[21]);
+    in[n++] = etr_value_list(items, 20);
+    in[n++] = etr_value_tuple(inner, 2);
+    in[n++] = etr_value_tensor(&ts[30]);
+    in[n++] = etr_value_tensor(&ts[31]);
+    for (int i = 22; i < 30; i++) in[n++] = etr_value_tensor(&ts[i]);
+    char name[32];
+    snprintf(name, sizeof name, "many::%d", round);
+    tu_op(name, in, n, NULL, 0);
+  }
+  tu_close_ok(&t);
+  for (int round = 0; round < 3; round++) {
+    char name[32];
+    snprintf(name, sizeof name, "many::%d", round);
+    json_t *n = tu_node(&t, name);
+    expect_json(tu_in(n, "inputs", "shapes", 0), "[22,23]", "twice, first", round);
+    expect_json(tu_in(n, "inputs", "shapes", 1), "[22,23]", "twice, second", round);
+    char want[512];
+    size_t o = (size_t)snprintf(want, sizeof want, "[");
+    for (int i = 0; i < 20; i++)
+      o += (size_t)snprintf(want + o, sizeof want - o, "%s[%d,%d]", i ? "," : "", i + 1, i + 2);
+    snprintf(want + o, sizeof want - o, "]");
+    expect_json(tu_in(n, "inputs", "shapes", 2), want, "list", round);
+    expect_json(tu_in(n, "inputs", "shapes", 3), "[[21,22],[[19,20],[20,21]]]", "tuple", round);
+    expect_json(tu_in(n, "inputs", "shapes", 4), "[31,32,33,34,35,36,37,38,39,40,41,42]",
+                "12 dims", round);
+    expect_json(tu_in(n, "inputs", "types", 5), "\"Tensor(a.dtype.name.longer.than.fifteen)\"",
+                "long dtype", round);
+    for (int i = 22; i < 30; i++) {
+      snprintf(want, sizeof want, "[%d,%d]", i + 1, i + 2);
+      expect_json(tu_in(n, "inputs", "shapes", (size_t)(i - 16)), want, "tail", i);
+    }
+  }
+  tu_free(&t);
+}
+
+#ifdef ETR_TOOL
+/* The binary log holds the same references: etr convert resolves them alike. */
+static void test_binary_log(void **state) {
+  (void)state;
+  world *w = calloc(1, sizeof *w);
+  assert_non_null(w);
+  char dir[256], bin[300], json[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/w.etr", dir);
+  snprintf(json, sizeof json, "%s/w.json", dir);
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(bin, NULL, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  record_world(w);
+  assert_int_equal(etr_trace_close(tr), 0);
+  const char *args[] = {"convert", bin, "-o", json, NULL};
+  int st = tu_run(ETR_TOOL, args, NULL, NULL);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  tu_trace t;
+  tu_load_path(&t, json);
+  check_world(&t, w);
+  tu_free(&t);
+  unlink(bin);
+  unlink(json);
+  tu_rmdir(dir);
+  free(w);
+}
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      TU_TEST(test_slots_held_by_an_open_op),
+      TU_TEST(test_metadata_changes_under_one_identity),
+      TU_TEST(test_many_and_unusual_tensors),
+#ifdef ETR_TOOL
+      TU_TEST(test_binary_log),
+#endif
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
