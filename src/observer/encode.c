@@ -165,15 +165,41 @@ static void contiguous_strides(const int64_t *sizes, int32_t nd, int64_t *out) {
   }
 }
 
-/* Whether slot c holds exactly what put_tensor_whole would write for t. */
-static bool tensor_same(const etr__cten *c, const etr_tensor *t, int32_t nd, const uint64_t f[5],
-                        const char *dev, const int64_t *strides) {
-  if (!c->valid || c->id != f[0] || c->sid != f[1] || c->nd != nd || c->off != (int64_t)f[2] ||
-      c->numel != (int64_t)f[3] || c->itemsize != (int64_t)f[4])
+/* Whether slot c holds exactly what put_tensor_whole would write for t (defined, nd
+ * dimensions with sizes, ids id and sid). */
+static inline bool tensor_same(const etr__cten *c, const etr_tensor *t, uint32_t nd, uint64_t id,
+                               uint64_t sid, const char *dev, const int64_t *strides) {
+  if (!c->valid || c->id != id || c->sid != sid || c->nd != nd || c->off != t->storage_offset ||
+      c->numel != t->numel || c->itemsize != t->itemsize)
     return false;
-  for (int32_t i = 0; i < nd; i++)
+  for (uint32_t i = 0; i < nd; i++)
     if (c->sizes[i] != t->sizes[i] || c->strides[i] != strides[i]) return false;
   return same_str(t->dtype, c->dtype, c->dn) && same_str(dev, c->dev, c->vn);
+}
+
+/* The slot's reference (V_TREF) at the arena's end; the open op holds the slot. */
+static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
+  etr__tstate *ts = e->ts;
+  c->used = ++ts->table_clock;
+  if (!etr__arena_reserve(ts, 2)) {
+    e->failed = true;
+    return;
+  }
+  ts->arena[ts->arena_len++] = ETR__V_TREF;
+  ts->arena[ts->arena_len++] = (uint8_t)k;
+  e->expanded += 45 + (size_t)c->dn + c->vn + (size_t)c->nd * 16 - 2;
+  if (e->pin) {
+    c->pins++;
+    e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
+  }
+}
+
+/* The two candidate slots of a tensor id (a model's live tensors collide less than in one). */
+static inline void tensor_slots(uint64_t id, uint32_t *k0, uint32_t *k1) {
+  uint64_t h = id * 0x9e3779b97f4a7c15ull;
+  *k0 = (uint32_t)(h >> 56);
+  *k1 = (uint32_t)(h >> 48) & (ETR__CTEN_SLOTS - 1);
+  if (*k1 == *k0) *k1 ^= 1;
 }
 
 /* A DEF_TEN event for slot k: the tensor whole, as just encoded at the arena's end from
@@ -193,7 +219,10 @@ static bool define_tensor(etr__tstate *ts, uint32_t k, size_t at) {
   return true;
 }
 
-static void put_tensor(enc *e, const etr_tensor *t) {
+/* Everything but a tensor found in the table: a new one takes the least recently used of
+ * its two slots that no open op holds (defined first); else, and when it is unusual (many
+ * dimensions, long names) or the op already holds as many slots as it may, it is whole. */
+static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *t) {
   etr__tstate *ts = e->ts;
   etr_trace *tr = ts->trace;
   bool defined = t && t->dtype != NULL;
@@ -204,23 +233,18 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     etr__bump(&ts->lists_cut, 1);
   }
   uint64_t f[5] = {0, 0, 0, 0, 0};
-  if (t) f[0] = etr__idmap_get(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
+  if (t) f[0] = etr__idmap_get_cached(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
   if (defined) {
-    f[1] =
-        t->storage ? etr__idmap_get(tr->storages, t->storage, id_source, ts, &ts->storage_ids) : 0;
+    f[1] = t->storage
+               ? etr__idmap_get_cached(tr->storages, t->storage, id_source, ts, &ts->storage_ids)
+               : 0;
     f[2] = (uint64_t)t->storage_offset;
     f[3] = (uint64_t)t->numel;
     f[4] = (uint64_t)t->itemsize;
   }
-  /* A tensor seen before is named by its slot in the thread's table (two bytes); one not
-   * seen takes a slot that no open op holds. Whole otherwise, and when it is unusual (many
-   * dimensions, long names) or the op already holds as many slots as it may. */
   if (!defined || !f[0] || (unsigned)nd > ETR__CTEN_NDIM || e->failed ||
-      (e->pin && e->pin->n_pins >= ETR__FRAME_PINS)) {
-    put_tensor_whole(e, t, defined, nd, f);
-    return;
-  }
-  if (!ts->cten && !(ts->cten = calloc(ETR__CTEN_SLOTS, sizeof *ts->cten))) {
+      (e->pin && e->pin->n_pins >= ETR__FRAME_PINS) ||
+      (!ts->cten && !(ts->cten = calloc(ETR__CTEN_SLOTS, sizeof *ts->cten)))) {
     put_tensor_whole(e, t, defined, nd, f);
     return;
   }
@@ -231,47 +255,69 @@ static void put_tensor(enc *e, const etr_tensor *t) {
     contiguous_strides(t->sizes, nd, cstrides);
     strides = cstrides;
   }
-  uint32_t k = (uint32_t)((f[0] * 0x9e3779b97f4a7c15ull) >> 56) & (ETR__CTEN_SLOTS - 1);
-  etr__cten *c = &ts->cten[k];
-  size_t at = ts->arena_len;
-  if (!tensor_same(c, t, nd, f, dev, strides)) {
-    size_t dn = short_len(t->dtype, ETR__CTEN_NAME), vn = short_len(dev, ETR__CTEN_NAME);
-    if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME) {
-      put_tensor_whole(e, t, defined, nd, f);
-      return;
-    }
-    put_tensor_whole(e, t, defined, nd, f);
-    if (e->failed) return;
-    c->valid = 0;
-    if (!define_tensor(ts, k, at)) return; /* (stays whole) */
-    ts->arena_len = at;
-    c->valid = 1;
-    c->id = f[0];
-    c->sid = f[1];
-    c->off = (int64_t)f[2];
-    c->numel = (int64_t)f[3];
-    c->itemsize = (int64_t)f[4];
-    c->nd = (uint8_t)nd;
-    c->dn = (uint8_t)dn;
-    c->vn = (uint8_t)vn;
-    memcpy(c->dtype, t->dtype, dn + 1);
-    memcpy(c->dev, dev, vn + 1);
-    if (nd) {
-      memcpy(c->sizes, t->sizes, (size_t)nd * 8);
-      memcpy(c->strides, strides, (size_t)nd * 8);
-    }
-  }
-  if (!etr__arena_reserve(ts, 2)) {
-    e->failed = true;
+  uint32_t k, k1;
+  tensor_slots(f[0], &k, &k1);
+  etr__cten *c = &ts->cten[k], *c1 = &ts->cten[k1];
+  if (tensor_same(c, t, (uint32_t)nd, f[0], f[1], dev, strides)) {
+    put_tref(e, c, k);
     return;
   }
-  ts->arena[ts->arena_len++] = ETR__V_TREF;
-  ts->arena[ts->arena_len++] = (uint8_t)k;
-  e->expanded += 45 + (size_t)c->dn + c->vn + (size_t)nd * 16 - 2;
-  if (e->pin) {
-    c->pins++;
-    e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
+  if (tensor_same(c1, t, (uint32_t)nd, f[0], f[1], dev, strides)) {
+    put_tref(e, c1, k1);
+    return;
   }
+  if (c->pins || (!c1->pins && (int32_t)(c1->used - c->used) < 0)) {
+    k = k1;
+    c = c1;
+  }
+  size_t dn = short_len(t->dtype, ETR__CTEN_NAME), vn = short_len(dev, ETR__CTEN_NAME);
+  size_t at = ts->arena_len;
+  put_tensor_whole(e, t, defined, nd, f);
+  if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME || e->failed) return;
+  c->valid = 0;
+  if (!define_tensor(ts, k, at)) return; /* (stays whole) */
+  ts->arena_len = at;
+  c->valid = 1;
+  c->id = f[0];
+  c->sid = f[1];
+  c->off = (int64_t)f[2];
+  c->numel = (int64_t)f[3];
+  c->itemsize = (int64_t)f[4];
+  c->nd = (uint8_t)nd;
+  c->dn = (uint8_t)dn;
+  c->vn = (uint8_t)vn;
+  memcpy(c->dtype, t->dtype, dn + 1);
+  memcpy(c->dev, dev, vn + 1);
+  if (nd) {
+    memcpy(c->sizes, t->sizes, (size_t)nd * 8);
+    memcpy(c->strides, strides, (size_t)nd * 8);
+  }
+  put_tref(e, c, k);
+}
+
+/* A tensor: by reference when the thread's table has it (the common case, kept short). */
+static inline void put_tensor(enc *e, const etr_tensor *t) {
+  etr__tstate *ts = e->ts;
+  if (t && t->dtype && t->strides && ts->cten && (uint32_t)t->ndim <= ETR__CTEN_NDIM &&
+      (t->ndim == 0 || t->sizes) && (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
+    etr_trace *tr = ts->trace;
+    uint64_t id = etr__idmap_get_cached(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
+    uint64_t sid = t->storage ? etr__idmap_get_cached(tr->storages, t->storage, id_source, ts,
+                                                      &ts->storage_ids)
+                              : 0;
+    const char *dev = t->device ? t->device : "";
+    uint32_t k, k1;
+    tensor_slots(id, &k, &k1);
+    if (id && tensor_same(&ts->cten[k], t, (uint32_t)t->ndim, id, sid, dev, t->strides)) {
+      put_tref(e, &ts->cten[k], k);
+      return;
+    }
+    if (id && tensor_same(&ts->cten[k1], t, (uint32_t)t->ndim, id, sid, dev, t->strides)) {
+      put_tref(e, &ts->cten[k1], k1);
+      return;
+    }
+  }
+  put_tensor_rest(e, t);
 }
 
 static void put_value(enc *e, const etr_value *v, unsigned depth);
@@ -402,12 +448,25 @@ bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
   if (!s || !s[0]) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, 0);
   if (!ts->cstr && !(ts->cstr = calloc(ETR__CSTR_SLOTS, sizeof *ts->cstr)))
     return etr__encode_uv(ts, 0) && etr__encode_inline_str(ts, s, ETR__STRING_MAX);
-  uintptr_t a = (uintptr_t)s;
-  uint32_t k = (uint32_t)((a >> 3) ^ (a >> 11) ^ (a >> 19)) & (ETR__CSTR_SLOTS - 1);
+  uint64_t h = (uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull;
+  uint32_t k = (uint32_t)(h >> 56), k1 = (uint32_t)(h >> 48) & (ETR__CSTR_SLOTS - 1);
+  if (k1 == k) k1 ^= 1;
   etr__cstr *c = &ts->cstr[k];
-  /* Runtimes pass the same few name strings again and again: the pointer finds the slot,
-   * the bytes confirm it (a buffer may be reused for another name). */
-  if (!(c->ptr == s && same_str(s, c->copy, c->len))) {
+  /* Runtimes pass the same few name strings again and again: the pointer finds the slot
+   * (one of two), the bytes confirm it (a buffer may be reused for another name). */
+  if (!(c->ptr == s && strncmp(s, c->copy, (size_t)c->len + 1) == 0)) {
+    etr__cstr *c1 = &ts->cstr[k1];
+    if (c1->ptr == s && strncmp(s, c1->copy, (size_t)c1->len + 1) == 0) {
+      c1->used = ++ts->table_clock;
+      if (!etr__encode_uv(ts, k1 + 1)) return false;
+      c1->pins++;
+      *held = (int16_t)k1;
+      return true;
+    }
+    if (c->pins || (!c1->pins && (int32_t)(c1->used - c->used) < 0)) {
+      k = k1;
+      c = c1;
+    }
     size_t n = cut_len(ts, s, 0, ETR__STRING_MAX);
     if (c->pins || s[n] != '\0') /* held by an open op, or cut: written in the op */
       return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
@@ -425,6 +484,7 @@ bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
     c->len = (uint32_t)n;
     c->ptr = s;
   }
+  c->used = ++ts->table_clock;
   if (!etr__encode_uv(ts, k + 1)) return false;
   c->pins++;
   *held = (int16_t)k;

@@ -64,13 +64,7 @@ static inline void write_end(shard *s) {
                         memory_order_release);
 }
 
-static inline uint64_t mix(uintptr_t k) {
-  uint64_t x = (uint64_t)k;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
+static inline uint64_t mix(uintptr_t k) { return etr__idmap_mix(k); }
 
 static inline uintptr_t key_at(const table *t, uint32_t j) {
   return atomic_load_explicit(&t->e[j].key, memory_order_acquire);
@@ -156,7 +150,7 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
     uint64_t id = probe(atomic_load_explicit(&s->tab, memory_order_acquire), k, h);
     if (atomic_load_explicit(&s->seq, memory_order_relaxed) == s0) {
       if (!id) break;
-      if (c) *c = (etr__idcache_entry){k, id, s0};
+      if (c) *c = (etr__idcache_entry){k, id, s0, &s->seq};
       return id;
     }
   }
@@ -165,7 +159,9 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   table *t = atomic_load_explicit(&s->tab, memory_order_relaxed);
   uint64_t id = probe(t, k, h);
   if (id) {
-    if (c) *c = (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed)};
+    if (c)
+      *c =
+          (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed), &s->seq};
     shard_unlock(s);
     return id;
   }
@@ -185,7 +181,8 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   put_entry(t, j, k, id);
   s->count++;
   write_end(s);
-  if (c) *c = (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed)};
+  if (c)
+    *c = (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed), &s->seq};
   shard_unlock(s);
   return id;
 }

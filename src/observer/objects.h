@@ -8,6 +8,7 @@
 #ifndef ETR_OBSERVER_OBJECTS_H
 #define ETR_OBSERVER_OBJECTS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -27,6 +28,7 @@ typedef struct etr__idcache_entry {
   uintptr_t key;
   uint64_t id;
   uint64_t seq;
+  const _Atomic uint64_t *shard_seq; /* where the shard's number is (NULL: entry unused) */
 } etr__idcache_entry;
 typedef struct etr__idcache {
   etr__idcache_entry e[ETR__IDCACHE_SIZE];
@@ -37,6 +39,26 @@ typedef struct etr__idcache {
  * (may be NULL) must be the calling thread's. */
 uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void *ctx,
                         etr__idcache *cache);
+
+/* The hash both the map and the caches use. */
+static inline uint64_t etr__idmap_mix(uintptr_t k) {
+  uint64_t x = (uint64_t)k;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+/* etr__idmap_get with the cache's hit inline (the recording thread's common case: a
+ * model's tensors are seen again and again). */
+static inline uint64_t etr__idmap_get_cached(etr__idmap *m, const void *key, etr__id_source src,
+                                             void *ctx, etr__idcache *cache) {
+  uintptr_t k = (uintptr_t)key;
+  const etr__idcache_entry *c = &cache->e[(etr__idmap_mix(k) >> 40) & (ETR__IDCACHE_SIZE - 1)];
+  if (k && c->key == k && c->shard_seq && c->seq == __atomic_load_n(c->shard_seq, __ATOMIC_ACQUIRE))
+    return c->id;
+  return etr__idmap_get(m, key, src, ctx, cache);
+}
 
 /* Forget key; true when it was present. Any thread. */
 bool etr__idmap_remove(etr__idmap *m, const void *key);

@@ -147,13 +147,14 @@ typedef struct etr__cstr {
   char *copy;      /* its bytes, to check that ptr still holds them */
   uint32_t len, cap;
   uint32_t pins; /* open ops naming it: not redefined meanwhile */
+  uint32_t used; /* the thread's table_clock at its last use */
 } etr__cstr;
 typedef struct etr__cten {
   uint64_t id, sid;
   const char *dtype_p, *dev_p;
   int64_t off, numel, itemsize;
   int64_t sizes[ETR__CTEN_NDIM], strides[ETR__CTEN_NDIM];
-  uint32_t pins;
+  uint32_t pins, used;
   uint8_t nd, dn, vn, valid;
   char dtype[ETR__CTEN_NAME + 1], dev[ETR__CTEN_NAME + 1];
 } etr__cten;
@@ -176,6 +177,7 @@ typedef struct etr__tstate {
   size_t arena_len, arena_cap;
   etr__cstr *cstr;          /* ETR__CSTR_SLOTS, allocated on first use */
   etr__cten *cten;          /* ETR__CTEN_SLOTS, allocated on first use */
+  uint32_t table_clock;     /* counts uses of the tables: the least recently used slot goes */
   struct etr__cev_dec *dec; /* the writer's decoder of this stream (writer only) */
   etr__frame *frames;
   uint32_t depth, frames_cap;
