@@ -55,7 +55,8 @@ static inline uint64_t etr__idmap_get_cached(etr__idmap *m, const void *key, etr
                                              void *ctx, etr__idcache *cache) {
   uintptr_t k = (uintptr_t)key;
   const etr__idcache_entry *c = &cache->e[(etr__idmap_mix(k) >> 40) & (ETR__IDCACHE_SIZE - 1)];
-  if (k && c->key == k && c->shard_seq && c->seq == __atomic_load_n(c->shard_seq, __ATOMIC_ACQUIRE))
+  if (k && c->key == k && c->shard_seq &&
+      c->seq == atomic_load_explicit(c->shard_seq, memory_order_acquire))
     return c->id;
   return etr__idmap_get(m, key, src, ctx, cache);
 }

@@ -36,8 +36,6 @@ static etr_trace *g_forked_trace; /* in a forked child: the parent's trace, unti
 
 static inline int64_t now_ns(void) { return etr__now_ns(); }
 
-static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
-
 static pid_t my_tid(void) { return etr__gettid(); }
 
 /* How long the file stays as finalized while a host's signal handler runs (one that _exits
@@ -1241,7 +1239,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   if (plen > 7 && strcmp(path + plen - 7, ".etr.gz") == 0) {
     /* JSON under a binary log's name, or a log etr convert cannot read: neither */
     etr__log(ETR_LOG_ERROR,
-             "%s: a binary log is written uncompressed (.etr, about half "
+             "%s: a binary log is written uncompressed (.etr, about a tenth of "
              "the JSON's size); .json.gz is compressed JSON",
              path);
     rc = ETR_EINVAL;

@@ -96,13 +96,13 @@ static void check_world(const tu_trace *t, const world *w) {
   for (int k = 0; k < 4; k++) {
     snprintf(want, sizeof want, "[%d,7]", 100 + k);
     expect_json(tu_in(outer, "inputs", "shapes", (size_t)k), want, "outer input", k);
-    expect_json(tu_in(outer, "inputs", "types", (size_t)k), "\"Tensor(double)\"", "outer type",
-                k);
+    expect_json(tu_in(outer, "inputs", "types", (size_t)k), "\"Tensor(double)\"", "outer type", k);
   }
   expect_json(tu_in(outer, "outputs", "shapes", 0), "[103,7]", "outer output", 0);
   json_int_t outer_ids[4];
   for (int k = 0; k < 4; k++)
-    outer_ids[k] = json_integer_value(json_array_get(tu_in(outer, "inputs", "values", (size_t)k), 0));
+    outer_ids[k] =
+        json_integer_value(json_array_get(tu_in(outer, "inputs", "values", (size_t)k), 0));
   for (int i = 0; i < CHILDREN; i++) {
     char name[32];
     snprintf(name, sizeof name, "tables::child%d", i);
@@ -113,8 +113,9 @@ static void check_world(const tu_trace *t, const world *w) {
     snprintf(want, sizeof want, "[%d,7]", 100 + i % 4);
     expect_json(tu_in(n, "inputs", "shapes", 1), want, "child's outer input", i);
     json_int_t id = json_integer_value(json_array_get(tu_in(n, "inputs", "values", 1), 0));
-    if (id != outer_ids[i % 4]) fail_msg("child %d: the outer tensor's id %lld, not %lld", i,
-                                          (long long)id, (long long)outer_ids[i % 4]);
+    if (id != outer_ids[i % 4])
+      fail_msg("child %d: the outer tensor's id %lld, not %lld", i, (long long)id,
+               (long long)outer_ids[i % 4]);
     int o = (i + 1) % CHILDREN;
     snprintf(want, sizeof want, "[%d,3,%d]", o + 1, o % 5 + 1);
     expect_json(tu_in(n, "outputs", "shapes", 0), want, "child output", i);
@@ -171,8 +172,7 @@ static void test_metadata_changes_under_one_identity(void **state) {
   expect_json(tu_in(tu_node(&t, "meta::b"), "inputs", "strides", 0), "[12,4,1]", "b", 0);
   expect_json(tu_in(tu_node(&t, "meta::c"), "inputs", "strides", 0), "[1,4,1]", "c", 0);
   expect_json(tu_in(tu_node(&t, "meta::c"), "inputs", "types", 0), "\"Tensor(float)\"", "c", 0);
-  expect_json(tu_in(tu_node(&t, "meta::d"), "inputs", "types", 0), "\"Tensor(c10::Half)\"", "d",
-              0);
+  expect_json(tu_in(tu_node(&t, "meta::d"), "inputs", "types", 0), "\"Tensor(c10::Half)\"", "d", 0);
   json_t *e = tu_in(tu_node(&t, "meta::e"), "inputs", "values", 0);
   expect_json(json_array_get(e, 5), "\"cuda:1\"", "e device", 0);
   json_t *f = tu_in(tu_node(&t, "meta::f"), "inputs", "values", 0);
@@ -227,8 +227,8 @@ static void test_many_and_unusual_tensors(void **state) {
     snprintf(want + o, sizeof want - o, "]");
     expect_json(tu_in(n, "inputs", "shapes", 2), want, "list", round);
     expect_json(tu_in(n, "inputs", "shapes", 3), "[[21,22],[[19,20],[20,21]]]", "tuple", round);
-    expect_json(tu_in(n, "inputs", "shapes", 4), "[31,32,33,34,35,36,37,38,39,40,41,42]",
-                "12 dims", round);
+    expect_json(tu_in(n, "inputs", "shapes", 4), "[31,32,33,34,35,36,37,38,39,40,41,42]", "12 dims",
+                round);
     expect_json(tu_in(n, "inputs", "types", 5), "\"Tensor(a.dtype.name.longer.than.fifteen)\"",
                 "long dtype", round);
     for (int i = 22; i < 30; i++) {
