@@ -458,7 +458,8 @@ bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
     etr__cstr *c1 = &ts->cstr[k1];
     if (c1->ptr == s && strncmp(s, c1->copy, (size_t)c1->len + 1) == 0) {
       c1->used = ++ts->table_clock;
-      if (!etr__encode_uv(ts, k1 + 1)) return false;
+      if (!etr__arena_reserve(ts, 2)) return false;
+      ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k1 + 1) - ts->arena);
       c1->pins++;
       *held = (int16_t)k1;
       return true;
@@ -485,7 +486,8 @@ bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
     c->ptr = s;
   }
   c->used = ++ts->table_clock;
-  if (!etr__encode_uv(ts, k + 1)) return false;
+  if (!etr__arena_reserve(ts, 2)) return false;
+  ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k + 1) - ts->arena);
   c->pins++;
   *held = (int16_t)k;
   return true;

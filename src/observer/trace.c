@@ -298,9 +298,14 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
     *dst++ = ETR__CEV_OP;
     *dst++ = flags;
     dst = etr__put_uv(dst, body);
-    memcpy(dst, head, fixed);
-    memcpy(dst + fixed, ts->arena + f->off, f->len);
-    memcpy(dst + fixed + f->len, ts->arena + out_off, out_len);
+    for (size_t i = 0; i < fixed; i++) dst[i] = head[i]; /* (a few bytes: no call) */
+    dst += fixed;
+    if (out_off == f->off + f->len) { /* the begin part and the outputs are one run */
+      memcpy(dst, ts->arena + f->off, f->len + out_len);
+    } else {
+      memcpy(dst, ts->arena + f->off, f->len);
+      memcpy(dst + f->len, ts->arena + out_off, out_len);
+    }
     etr__event_commit(ts, size, true);
     etr__bump(&ts->ops_recorded, 1);
   } else if (!out_len) {
@@ -449,10 +454,18 @@ static void trace_enter(const etr_record *rec, void *user) {
       capture_traceback(ts, cfg, thr->begin_ra))
     flags |= ETR__EVF_TRACEBACK;
   bool ok = etr__encode_sref(ts, rec->name, &f->name_slot) &&
-            etr__encode_sref(ts, rec->schema, &f->schema_slot) && etr__encode_uv(ts, rec->_rf_id) &&
-            etr__encode_uv(ts, etr__zz(rec->seq_nr)) && etr__encode_uv(ts, rec->scope);
-  if (ok && (flags & ETR__EVF_FW))
-    ok = etr__encode_uv(ts, rec->fw_tid) && etr__encode_uv(ts, fw_parent);
+            etr__encode_sref(ts, rec->schema, &f->schema_slot) && etr__arena_reserve(ts, 50);
+  if (ok) { /* the fixed numbers, in one reservation */
+    uint8_t *p = ts->arena + ts->arena_len;
+    p = etr__put_uv(p, rec->_rf_id);
+    p = etr__put_uv(p, etr__zz(rec->seq_nr));
+    p = etr__put_uv(p, rec->scope);
+    if (flags & ETR__EVF_FW) {
+      p = etr__put_uv(p, rec->fw_tid);
+      p = etr__put_uv(p, fw_parent);
+    }
+    ts->arena_len = (size_t)(p - ts->arena);
+  }
   if (ok && rec->kernel) {
     const etr_kernel_info *k = rec->kernel;
     flags |= ETR__EVF_KERNEL;
