@@ -1,19 +1,19 @@
 /* Fatal signals: on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and SIGINT the open trace is written
- * out and finalized (trace.c: etr__trace_fatal), then the signal goes on to whatever handler
+ * out and finalized (etr__trace_fatal, below), then the signal goes on to whatever handler
  * was installed before ours, or to its default action, so the host's own crash handling
  * (core dumps, crash reporters, Python's KeyboardInterrupt) still happens.
  *
  * The handler only uses async-signal-safe calls: atomics, sem_post, nanosleep, pwrite,
  * sigaction, raise. The formatting is done by the writer thread, which is not the thread
  * that received the signal; if the writer does not answer in time, the handler writes a
- * minimal footer itself (trace.c: seal_direct).
+ * minimal footer itself (seal_direct, below).
  *
  * Signals belong to the host (docs/RELIABILITY.md): this is opt-in, and where the host has a
  * handler of its own, ours takes that handler's flags and mask, so the host's blocking
  * calls are interrupted (or restarted) exactly as before: CPython's SIGINT handler has no
  * SA_RESTART, and Ctrl-C must still interrupt a read(2). The host's handler is called from
  * ours; if it leaves by siglongjmp we never learn whether it returned, so the writer's hold
- * on the finalized file expires by itself (trace.c: FATAL_HOLD_MS) and holds no lock.
+ * on the finalized file expires by itself (writer_thread.c: FATAL_HOLD_MS) and holds no lock.
  */
 #include <errno.h>
 #include <signal.h>

@@ -276,7 +276,7 @@ struct etr_trace {
   /* Fatal signals (fatal.c): a handler asks the writer to finalize the file and waits. */
   _Atomic uint32_t fatal_req, fatal_ack;
   _Atomic uint32_t fatal_hold;   /* handlers between their request and the host's return */
-  _Atomic int64_t fatal_hold_ns; /* when the latest hold began (it expires: trace.c) */
+  _Atomic int64_t fatal_hold_ns; /* when the latest hold began (it expires: writer_thread.c) */
   _Atomic int fatal_sig;
   _Atomic int io_state;
   _Atomic pid_t writer_tid;
@@ -352,7 +352,7 @@ static inline uint8_t *etr__put_uv(uint8_t *p, uint64_t v) {
 static inline uint64_t etr__zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 static inline int64_t etr__unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
-/* ---- trace.c, for the encoder's definitions ---- */
+/* ---- recorder.c, for the encoder's definitions ---- */
 
 /* Room for a compact event of size bytes in the thread's chunk; NULL when it cannot be
  * written (a write error, memory exhausted), counted as a dropped node when node is true. */
@@ -448,6 +448,33 @@ size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, siz
  * its body starts. */
 size_t etr__cev_size(const uint8_t *p, size_t avail, uint8_t *type, uint8_t *flags,
                      size_t *body_at);
+
+/* ---- recorder.c (recording threads) ---- */
+
+/* The trace observer's begin and end callbacks (user: the trace). */
+void etr__trace_enter(const etr_record *rec, void *user);
+void etr__trace_exit(const etr_record *rec, void *user);
+/* Write the thread's open ops (innermost first, marked incomplete) and hand its chunk over;
+ * its memory is freed. The owner thread must not be inside our callbacks. */
+void etr__finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter);
+/* Push the thread's partly filled chunk to the writer. */
+void etr__hand_over(etr__tstate *ts);
+/* The slot of the state of thread tid in the trace's pages (made when create), or NULL. */
+_Atomic(etr__tstate *) *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool create);
+
+/* ---- writer_thread.c ---- */
+
+/* The writer thread's body (arg: the trace). */
+void *etr__writer_main(void *arg);
+/* Write out the JSON/record buffer; `buffered` nodes are counted written (or dropped after
+ * a write error, which also stops recording). Writer thread, or the closing thread once the
+ * writer has ended. */
+void etr__writer_flush(struct etr_trace *tr, uint64_t *buffered);
+/* Whether the descriptor still refers to the file the trace created. */
+bool etr__fd_is_ours(const struct etr_trace *tr);
+/* An empty or written chunk goes back to the pool, or is freed if it was made for one large
+ * event (q_mutex held). */
+void etr__chunk_recycle_locked(struct etr_trace *tr, etr__chunk *c);
 
 /* ---- fatal.c ---- */
 

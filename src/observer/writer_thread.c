@@ -1,0 +1,430 @@
+/* The writer thread: it takes the chunks the recording threads fill (trace.c) and makes the
+ * output of their events — JSON nodes (emit.c), a binary log's records (binlog.c), or the
+ * flight recorder's ring (ring.c) and its dumps — and finalizes the file when a fatal signal
+ * asks for it (fatal.c). Only this thread writes to the file, but for a signal handler that
+ * finds it unresponsive.
+ */
+#include <errno.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "observer/internal.h"
+#include "observer/ring.h"
+#include "observer/tbtable.h"
+#include "observer/trace_internal.h"
+
+/* How long the file stays as finalized while a host's signal handler runs (one that _exits
+ * soon leaves it finalized; one that leaves by siglongjmp cannot stall the writer longer). */
+#define FATAL_HOLD_MS 2000
+
+/* The JSON buffer only ever holds whole nodes and is written out between nodes, so a write
+ * error loses exactly the nodes counted in `buffered`, and the file always holds the header
+ * and whole nodes: a prefix `etr repair` completes (only a kill during a write(2) can cut
+ * a node). */
+
+static inline bool fatal_pending(etr_trace *tr) {
+  return atomic_load(&tr->fatal_req) != atomic_load(&tr->fatal_ack);
+}
+
+/* New output after a footer written at a fatal signal the process survived: that footer is
+ * cut off at the next write, and nodes go on after the last one. */
+static void unseal(etr_trace *tr) {
+  if (!tr->sealed) return;
+  tr->sealed = false;
+  tr->unseal_pending = true;
+  tr->any_node = tr->seal_any_node;
+}
+
+/* Whether the descriptor still refers to the file we created: the host may close it and
+ * open another file that gets the same number, which must never receive our output. */
+bool etr__fd_is_ours(const etr_trace *tr) {
+  struct stat st;
+  return fstat(tr->fd, &st) == 0 && st.st_dev == tr->file_dev && st.st_ino == tr->file_ino;
+}
+
+void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
+  if (tr->jw.len && !tr->jw.err) {
+    int idle = ETR__IO_IDLE;
+    if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_BUSY)) {
+      /* A signal handler finalized the file and owns it now. */
+      tr->jw.len = 0;
+      atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered, memory_order_relaxed);
+      *buffered = 0;
+      return;
+    }
+    if (!etr__fd_is_ours(tr)) {
+      tr->jw.err = EBADF;
+    } else if (tr->restart_pending) { /* a flight-recorder dump replaces the file */
+      if (ftruncate(tr->fd, 0) != 0 || lseek(tr->fd, 0, SEEK_SET) < 0)
+        tr->jw.err = errno;
+      else
+        tr->jw.written = 0;
+      tr->restart_pending = false;
+    } else if (tr->unseal_pending) {
+      if (ftruncate(tr->fd, (off_t)tr->seal_off) != 0 ||
+          lseek(tr->fd, (off_t)tr->seal_off, SEEK_SET) < 0)
+        tr->jw.err = errno;
+      else
+        tr->jw.written = tr->seal_off;
+      tr->unseal_pending = false;
+    }
+    etr__jw_flush(&tr->jw); /* after an error it only discards */
+    atomic_store(&tr->io_state, ETR__IO_IDLE);
+  }
+  tr->jw.len = 0;
+  if (tr->jw.err)
+    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered, memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(&tr->nodes_written, *buffered, memory_order_relaxed);
+  *buffered = 0;
+  atomic_store_explicit(&tr->bytes_written, tr->jw.written, memory_order_relaxed);
+  atomic_store_explicit(&tr->utf8_replaced, tr->jw.replaced, memory_order_relaxed);
+  atomic_store_explicit(&tr->values_fixed, tr->jw.fixed, memory_order_relaxed);
+  if (tr->jw.err && !atomic_load(&tr->failed)) {
+    atomic_store(&tr->write_error, tr->jw.err);
+    atomic_store(&tr->failed, 1);
+    if (tr->jw.err == EBADF)
+      etr__log(ETR_LOG_ERROR,
+               "the trace file descriptor was closed or replaced under the "
+               "recorder; recording stopped");
+    else
+      etr__log(ETR_LOG_ERROR, "trace write failed (%s); recording stopped", strerror(tr->jw.err));
+    /* Stop paying for ops that cannot be written; ops in flight still end normally. */
+    etr_observer_disable(tr->obs);
+  }
+}
+
+/* The footer: JSON text, or a binary log's trailer record. */
+static void emit_footer(etr_trace *tr, int sig) {
+  if (tr->binary)
+    etr__bin_emit_trailer(tr, sig);
+  else
+    etr__emit_footer(tr, sig);
+}
+
+/* The events in [from, to) of c: a binary log takes them as they are; otherwise each is
+ * decoded and its node written or kept in the ring. Returns the nodes among them. */
+static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, uint32_t to,
+                           uint64_t *buffered, bool may_flush) {
+  unseal(tr);
+  uint32_t off = from, n = 0;
+  etr__tstate *owner = c->owner;
+  if (tr->binary && !tr->ring) { /* in records of at most flush_bytes */
+    while (off < to) {
+      uint32_t at = off;
+      uint32_t k =
+          etr__bin_emit_cevents(tr, c->data, owner->stream, c->tid, &off, to, tr->flush_bytes);
+      *buffered += k;
+      n += k;
+      if (off == at) break; /* (no progress: out of memory) */
+      if (may_flush && tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, buffered);
+    }
+    return n;
+  }
+  if (!owner->dec && !(owner->dec = etr__cev_dec_new())) {
+    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes, memory_order_relaxed);
+    return 0;
+  }
+  while (off < to) {
+    const etr__ev *ev;
+    const char *why = NULL;
+    size_t size = etr__cev_decode(owner->dec, &tr->cev_out, c->data + off, to - off, c->tid,
+                                  tr->base_ns, &ev, &why);
+    if (!size) { /* memory exhausted (our own events are well-formed): the rest is lost */
+      etr__log(ETR_LOG_ERROR, "cannot decode a thread's events (%s): %u bytes dropped",
+               why ? why : "?", (unsigned)(to - off));
+      break;
+    }
+    off += (uint32_t)size;
+    if (!ev) continue; /* a definition */
+    n++;
+    if (tr->ring) { /* kept in memory until a dump */
+      if (!etr__ring_add(tr->ring, ev))
+        atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed);
+      continue;
+    }
+    etr__emit_event(tr, ev);
+    (*buffered)++;
+    if (may_flush && tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, buffered);
+  }
+  if (tr->ring)
+    atomic_store_explicit(&tr->ring_dropped, etr__ring_dropped(tr->ring), memory_order_relaxed);
+  return n;
+}
+
+/* ---- flight recorder: a dump replaces the file with a trace of the ring ---- */
+
+typedef struct dump_ctx {
+  etr_trace *tr;
+  uint64_t buffered;
+} dump_ctx;
+
+static void dump_put(void *ctx, const etr__ev *ev) {
+  dump_ctx *d = ctx;
+  etr_trace *tr = d->tr;
+  if (tr->binary) {
+    uint32_t off = 0;
+    etr__bin_emit_events(tr, (const uint8_t *)ev, &off, ev->size, tr->flush_bytes);
+  } else {
+    etr__emit_event(tr, ev);
+  }
+  d->buffered++;
+  if (tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, &d->buffered);
+}
+
+/* The caller has added the queued chunks and the threads' current events to the ring. */
+static void ring_dump(etr_trace *tr, int sig) {
+  uint64_t none = 0;
+  etr__writer_flush(tr, &none);
+  if (atomic_load(&tr->failed)) return;
+  atomic_store(&tr->nodes_written, 0); /* of the trace the file holds from now on */
+  tr->restart_pending = true;
+  tr->any_node = false;
+  if (tr->tbtab) etr__tbtab_rewind(tr->tbtab); /* the new file gets the whole tables */
+  if (tr->binary)
+    etr__bin_emit_header(tr);
+  else
+    etr__emit_header(tr);
+  dump_ctx d = {tr, 0};
+  if (etr__ring_write(tr->ring, dump_put, &d) == UINT64_MAX)
+    etr__log(ETR_LOG_WARN,
+             "flight recorder: out of memory: ops still open at the dump have no "
+             "node (their children name them)");
+  etr__writer_flush(tr, &d.buffered);
+  emit_footer(tr, sig);
+  d.buffered = 1; /* the process node */
+  etr__writer_flush(tr, &d.buffered);
+  if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
+}
+
+static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {
+  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes - c->peeked_nodes,
+                              memory_order_relaxed);
+    return;
+  }
+  emit_range(tr, c, c->peeked, c->len, buffered, true);
+}
+
+/* A written chunk of the queue goes back to the pool (q_mutex held). */
+static void written_locked(etr_trace *tr, etr__chunk *c) {
+  if (c->owner && c->owner->queued) c->owner->queued--;
+  etr__chunk_recycle_locked(tr, c);
+}
+
+/* Every written chunk of the list *spare goes back (q_mutex held). */
+static void put_back_locked(etr_trace *tr, etr__chunk **spare) {
+  while (*spare) {
+    etr__chunk *c = *spare;
+    *spare = c->next;
+    written_locked(tr, c);
+  }
+}
+
+/* A timed flush (or etr_trace_flush): the complete events in every thread's current chunk,
+ * which its thread keeps filling meanwhile (q_mutex held: no chunk changes hands). A thread
+ * that records nothing more would otherwise keep them until it exits. A thread with a
+ * chunk still queued is left for the next flush: its older events must go first (an op
+ * comes after the ops it encloses). */
+static void peek_threads_locked(etr_trace *tr, uint64_t *buffered) {
+  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) return;
+  for (etr__tstate *ts = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); ts; ts = ts->next) {
+    etr__chunk *c = __atomic_load_n(&ts->chunk, __ATOMIC_ACQUIRE);
+    if (!c || ts->queued) continue;
+    uint32_t len = __atomic_load_n(&c->len, __ATOMIC_ACQUIRE);
+    if (len <= c->peeked) continue;
+    c->peeked_nodes += emit_range(tr, c, c->peeked, len, buffered, false);
+    c->peeked = len;
+  }
+}
+
+/* The queue lock, unless a fatal signal is pending while another thread (perhaps the one
+ * that crashed) holds it: then false, after at most about 20 ms. */
+static bool writer_lock(etr_trace *tr) {
+  for (;;) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 20 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000;
+    }
+    if (pthread_mutex_timedlock(&tr->q_mutex, &dl) == 0) return true;
+    if (fatal_pending(tr)) return false;
+  }
+}
+
+/* Sleep until posted or until the monotonic deadline. */
+static void writer_sleep(etr_trace *tr, int64_t deadline) {
+  if (deadline == INT64_MAX) {
+    sem_wait(&tr->wake);
+  } else {
+    int64_t left = deadline - etr__now_ns();
+    if (left > 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t ns = ts.tv_nsec + left;
+      ts.tv_sec += (time_t)(ns / 1000000000);
+      ts.tv_nsec = (long)(ns % 1000000000);
+      sem_timedwait(&tr->wake, &ts);
+    }
+  }
+  while (sem_trywait(&tr->wake) == 0) {
+  } /* posts since are covered: the state is checked next */
+}
+
+static int64_t next_deadline(const etr_trace *tr) {
+  return tr->flush_ns == INT64_MAX ? INT64_MAX : etr__now_ns() + tr->flush_ns;
+}
+
+/* A fatal signal: everything complete goes to the file, then the process node and a footer.
+ * With the queue lock, the queued chunks and every thread's current chunk are written
+ * first; without it only what the writer holds. */
+static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig) {
+  if (locked) {
+    etr__chunk *list = tr->q_head;
+    tr->q_head = tr->q_tail = NULL;
+    while (list) {
+      etr__chunk *c = list;
+      list = c->next;
+      process_chunk(tr, c, buffered);
+      written_locked(tr, c);
+      tr->q_done++;
+    }
+    pthread_cond_broadcast(&tr->space_cond);
+    peek_threads_locked(tr, buffered);
+    pthread_mutex_unlock(&tr->q_mutex); /* (the caller takes it again) */
+  }
+  if (tr->ring) { /* the flight recorder's trace replaces the file; nothing to cut later */
+    ring_dump(tr, sig);
+    return;
+  }
+  unseal(tr);
+  etr__writer_flush(tr, buffered);
+  if (atomic_load(&tr->failed)) return;
+  uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
+  tr->seal_any_node = tr->any_node;
+  emit_footer(tr, sig);
+  uint64_t process_node = 0; /* not counted: cut off again if the process goes on */
+  etr__writer_flush(tr, &process_node);
+  tr->seal_off = off;
+  tr->sealed = !tr->jw.err;
+}
+
+/* Returns with q_mutex released. */
+static void serve_fatal(etr_trace *tr, uint64_t *buffered, bool locked) {
+  uint32_t req = atomic_load(&tr->fatal_req);
+  writer_seal(tr, buffered, locked, atomic_load(&tr->fatal_sig));
+  atomic_store(&tr->fatal_ack, req);
+}
+
+void *etr__writer_main(void *arg) {
+  etr_trace *tr = arg;
+  /* Signals are for the host's threads, not ours. */
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  atomic_store(&tr->writer_tid, etr__gettid());
+  uint64_t buffered = 0;
+  int64_t deadline = next_deadline(tr);
+  unsigned flush_rounds = 0;
+  etr__chunk *spare = NULL; /* written chunks not yet back in the pool */
+  uint64_t done_pending = 0;
+  bool locked = writer_lock(tr);
+  for (;;) {
+    if (!locked || fatal_pending(tr)) {
+      serve_fatal(tr, &buffered, locked);
+      locked = writer_lock(tr);
+      continue;
+    }
+    put_back_locked(tr, &spare);
+    if (atomic_load(&tr->fatal_hold) && !tr->stop &&
+        etr__now_ns() - atomic_load(&tr->fatal_hold_ns) < (int64_t)FATAL_HOLD_MS * 1000000) {
+      /* The file was finalized at a fatal signal whose outcome is not known yet: leave
+       * it whole (recorders wait once the queue is full). A host handler that left by
+       * siglongjmp never ends the hold: it expires, and recording goes on. */
+      pthread_mutex_unlock(&tr->q_mutex);
+      struct timespec ms = {0, 5000000};
+      nanosleep(&ms, NULL);
+      locked = writer_lock(tr);
+      continue;
+    }
+    if (tr->q_head) {
+      etr__chunk *list = tr->q_head;
+      tr->q_head = tr->q_tail = NULL;
+      pthread_mutex_unlock(&tr->q_mutex);
+      uint64_t n = 0;
+      while (list) {
+        etr__chunk *c = list;
+        list = c->next;
+        process_chunk(tr, c, &buffered);
+        n++;
+        c->next = spare;
+        spare = c;
+      }
+      done_pending += n;
+      if (!(locked = writer_lock(tr))) continue;
+      put_back_locked(tr, &spare); /* before a peek: the queued counts must be current */
+      tr->q_done += done_pending;
+      done_pending = 0;
+      pthread_cond_broadcast(&tr->space_cond);
+      /* Under steady load the queue never empties: the timed flush must still come. */
+      if (tr->flush_done == tr->flush_gen && etr__now_ns() < deadline) continue;
+    }
+    bool flush_req = tr->flush_done != tr->flush_gen;
+    /* A flush waits for the chunks queued before it, and (a few rounds) for those queued
+     * since, which may hold nodes completed before it. */
+    if (flush_req && tr->q_head && (tr->q_done < tr->flush_target || flush_rounds++ < 8)) continue;
+    if (flush_req || etr__now_ns() >= deadline) {
+      flush_rounds = 0;
+      uint64_t gen = tr->flush_gen;
+      peek_threads_locked(tr, &buffered);
+      pthread_mutex_unlock(&tr->q_mutex);
+      if (tr->ring) {
+        if (flush_req) ring_dump(tr, 0); /* a flush of a flight recorder is a dump */
+      } else {
+        etr__writer_flush(tr, &buffered);
+        if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
+      }
+      /* An explicit flush is where deferred symbolization happens (besides close). */
+      if (flush_req && tr->tbtab) {
+        etr__tbtab_symbolize(tr->tbtab);
+        atomic_store_explicit(&tr->tb_frames, etr__tbtab_frames(tr->tbtab), memory_order_relaxed);
+      }
+      deadline = next_deadline(tr);
+      if (!(locked = writer_lock(tr))) continue;
+      tr->flush_done = gen;
+      pthread_cond_broadcast(&tr->done_cond);
+      continue;
+    }
+    if (tr->jw.len) { /* the queue is empty: put what we have on disk */
+      pthread_mutex_unlock(&tr->q_mutex);
+      etr__writer_flush(tr, &buffered);
+      locked = writer_lock(tr);
+      continue;
+    }
+    if (tr->q_head) continue;
+    if (tr->stop) break;
+    pthread_mutex_unlock(&tr->q_mutex);
+    writer_sleep(tr, deadline);
+    locked = writer_lock(tr);
+  }
+  put_back_locked(tr, &spare);
+  tr->flush_done = tr->flush_gen;
+  pthread_cond_broadcast(&tr->done_cond);
+  pthread_mutex_unlock(&tr->q_mutex);
+  if (tr->ring) {
+    ring_dump(tr, 0);
+    return NULL;
+  }
+  unseal(tr);
+  emit_footer(tr, 0);
+  buffered++; /* the process node */
+  etr__writer_flush(tr, &buffered);
+  return NULL;
+}
