@@ -46,7 +46,8 @@ typedef struct rd {
   const char *bad; /* why it is malformed, NULL while it is not */
 } rd;
 
-static uint64_t get_uv(rd *r) {
+static inline uint64_t get_uv(rd *r) {
+  if (r->p < r->end && *r->p < 0x80) return *r->p++; /* (most numbers are small) */
   uint64_t v = 0;
   for (unsigned sh = 0; sh < 64; sh += 7) {
     if (r->p >= r->end) break;
@@ -77,7 +78,7 @@ typedef struct wr {
   bool bad; /* out of memory, or beyond DECODED_MAX */
 } wr;
 
-static uint8_t *room(wr *w, size_t n) {
+static uint8_t *room_slow(wr *w, size_t n) {
   if (w->bad || n > DECODED_MAX - w->len) {
     w->bad = true;
     return NULL;
@@ -98,7 +99,16 @@ static uint8_t *room(wr *w, size_t n) {
   return p;
 }
 
-static void put(wr *w, const void *p, size_t n) {
+static inline uint8_t *room(wr *w, size_t n) {
+  if (w->len + n <= w->o->cap && w->len + n <= DECODED_MAX && !w->bad) {
+    uint8_t *p = w->o->buf + w->len;
+    w->len += n;
+    return p;
+  }
+  return room_slow(w, n);
+}
+
+static inline void put(wr *w, const void *p, size_t n) {
   uint8_t *d = room(w, n);
   if (d && n) memcpy(d, p, n);
 }
