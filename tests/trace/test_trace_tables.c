@@ -6,6 +6,7 @@
  * rewritten in place, more tensors than an op may hold slots for. Checked in the JSON trace
  * and, through etr convert, in a binary log's. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +240,56 @@ static void test_many_and_unusual_tensors(void **state) {
   tu_free(&t);
 }
 
+/* Threads that start after others ended take over their state and stream: the new thread's
+ * tables start empty (the decoder's copies of the old ones must never answer for it), even
+ * when its name buffer and tensors sit at the addresses the previous thread used. */
+#define CHURN 40
+typedef struct churn_arg {
+  int k;
+  char *impl;
+} churn_arg;
+
+static void *churn_thread(void *p) {
+  churn_arg *a = p;
+  char name[32]; /* on the stack: the same address in thread after thread */
+  int64_t sizes[2] = {a->k + 1, 2};
+  etr_tensor x;
+  tensor_init(&x, a->impl, a->impl + 1, sizes, 2, a->k % 2 ? "float" : "double");
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "churn::%d.%d", a->k, i);
+    etr_value in = etr_value_tensor(&x);
+    tu_op(name, &in, 1, &in, 1);
+  }
+  return NULL;
+}
+
+static void test_thread_churn(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  static char impl[2];
+  for (int k = 0; k < CHURN; k++) {
+    churn_arg a = {k, impl}; /* one tensor address for all, a new tensor each time */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, churn_thread, &a), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    etr_tensor_died(impl);
+    etr_storage_died(impl + 1);
+  }
+  tu_close_ok(&t);
+  for (int k = 0; k < CHURN; k++)
+    for (int i = 0; i < 3; i++) {
+      char name[32], want[64];
+      snprintf(name, sizeof name, "churn::%d.%d", k, i);
+      json_t *n = tu_node(&t, name);
+      snprintf(want, sizeof want, "[%d,2]", k + 1);
+      expect_json(tu_in(n, "inputs", "shapes", 0), want, "churn shape", k);
+      expect_json(tu_in(n, "outputs", "types", 0),
+                  k % 2 ? "\"Tensor(float)\"" : "\"Tensor(double)\"", "churn type", k);
+    }
+  tu_free(&t);
+}
+
 #ifdef ETR_TOOL
 /* The binary log holds the same references: etr convert resolves them alike. */
 static void test_binary_log(void **state) {
@@ -273,6 +324,7 @@ int main(void) {
       TU_TEST(test_slots_held_by_an_open_op),
       TU_TEST(test_metadata_changes_under_one_identity),
       TU_TEST(test_many_and_unusual_tensors),
+      TU_TEST(test_thread_churn),
 #ifdef ETR_TOOL
       TU_TEST(test_binary_log),
 #endif
