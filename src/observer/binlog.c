@@ -56,7 +56,7 @@ static void put_record(etr__jw *w, uint32_t type, const void *p, size_t n) {
   etr__jw_raw(w, zeros, round8(n) - n);
 }
 
-void etr__bin_emit_header(etr_trace *tr) {
+void etr__bin_header_of(const etr_trace *tr, etr__bin_header *hp) {
   etr__bin_header h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, ETR__BIN_MAGIC, 8);
@@ -69,21 +69,26 @@ void etr__bin_emit_header(etr_trace *tr) {
   h.flags = tr->opt.ns_timing ? ETR__BINF_NS_TIMING : 0;
   memcpy(h.time, tr->when, sizeof h.time);
   strncpy(h.version_s, ETR_VERSION_STRING, sizeof h.version_s);
+  *hp = h;
+}
+
+void etr__bin_emit_header(etr_trace *tr) {
+  etr__bin_header h;
+  etr__bin_header_of(tr, &h);
   etr__jw_raw(&tr->jw, (const char *)&h, sizeof h);
   char layout[1024];
   put_record(&tr->jw, ETR__BIN_LAYOUT, layout, layout_text(layout, sizeof layout));
 }
 
-/* A TABLES record with the tracebacks (and their frames) made since the last one: in the
- * same buffer as the EVENTS record that named them, so they reach the file with it. */
-static void put_new_tables(etr_trace *tr) {
+bool etr__bin_new_tables(etr_trace *tr, etr__jw *out) {
+  if (!tr->tbtab) return false;
   for (int i = 0; i < 2; i++)
-    if (!tr->scratch[i].buf && etr__jw_init(&tr->scratch[i], -1, 0) != 0) return;
+    if (!tr->scratch[i].buf && etr__jw_init(&tr->scratch[i], -1, 0) != 0) return false;
   etr__jw *f = &tr->scratch[0], *t = &tr->scratch[1];
   f->len = t->len = 0;
   etr__bin_tables h = {0, 0, 0, 0, 0, 0};
   etr__tbtab_emit_new(tr->tbtab, f, t, &h.n_frames, &h.n_tbs);
-  if (!h.n_frames && !h.n_tbs) return;
+  if (!h.n_frames && !h.n_tbs) return false;
   h.frames_len = (uint32_t)f->len;
   h.tbs_len = (uint32_t)t->len;
   uLong crc = crc32(0L, (const Bytef *)f->buf, (uInt)f->len);
@@ -91,13 +96,17 @@ static void put_new_tables(etr_trace *tr) {
   size_t len = sizeof h + f->len + t->len;
   etr__bin_record r = {ETR__BIN_TABLES, (uint32_t)len};
   static const char zeros[8] = {0};
-  etr__jw *w = &tr->jw;
-  etr__jw_raw(w, (const char *)&r, sizeof r);
-  etr__jw_raw(w, (const char *)&h, sizeof h);
-  etr__jw_raw(w, f->buf, f->len);
-  etr__jw_raw(w, t->buf, t->len);
-  etr__jw_raw(w, zeros, round8(len) - len);
+  etr__jw_raw(out, (const char *)&r, sizeof r);
+  etr__jw_raw(out, (const char *)&h, sizeof h);
+  etr__jw_raw(out, f->buf, f->len);
+  etr__jw_raw(out, t->buf, t->len);
+  etr__jw_raw(out, zeros, round8(len) - len);
+  return true;
 }
+
+/* A TABLES record with the tracebacks (and their frames) made since the last one: in the
+ * same buffer as the EVENTS record that named them, so they reach the file with it. */
+static void put_new_tables(etr_trace *tr) { etr__bin_new_tables(tr, &tr->jw); }
 
 /* The index of ev's traceback in the tables (interned here, in the process that captured
  * it), UINT64_MAX when there is none or memory ran out. */
@@ -582,6 +591,53 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
   }
   const char *tables = (const char *)p + sizeof t + t.n_stats * sizeof *s;
   etr__emit_footer_with(tr, true, t.finish_ms, t.signal, tables, t.tables_len, st, t.n_stats);
+  return 0;
+}
+
+int etr__bin_read_tables(int fd, int64_t pid, int64_t start_ms, etr__jw *frames, etr__jw *tbs,
+                         uint64_t *n_tbs, const char **stop) {
+  reader r = {fd, 0, NULL, 0};
+  etr__bin_header h;
+  int err = 0;
+  *n_tbs = 0;
+  *stop = NULL;
+  size_t got = read_full(&r, &h, sizeof h, &err);
+  if (got < sizeof h || !etr__bin_is_log(&h, got) || h.byte_order != ETR__BIN_BYTE_ORDER ||
+      h.version != ETR__BIN_VERSION || h.header_size != sizeof h)
+    return -1;
+  if ((pid >= 0 && h.pid != pid) || (start_ms >= 0 && h.start_ms != start_ms)) return -1;
+  recovered rc;
+  memset(&rc, 0, sizeof rc);
+  rc.frames = *frames;
+  rc.tbs = *tbs;
+  for (;;) {
+    etr__bin_record rec;
+    got = read_full(&r, &rec, sizeof rec, &err);
+    if (got == 0 && !err) break;
+    if (got < sizeof rec || rec.type != ETR__BIN_TABLES || rec.len > ETR__BIN_RECORD_MAX) {
+      *stop = "a cut or damaged record";
+      break;
+    }
+    size_t want = round8(rec.len);
+    if (want > r.cap) {
+      uint8_t *nb = NULL;
+      if (posix_memalign((void **)&nb, 8, want) != 0) {
+        *stop = "out of memory";
+        break;
+      }
+      free(r.buf);
+      r.buf = nb;
+      r.cap = want;
+    }
+    if (read_full(&r, r.buf, want, &err) != want || !take_tables(&rc, r.buf, rec.len)) {
+      *stop = "a cut or damaged record";
+      break;
+    }
+  }
+  *frames = rc.frames;
+  *tbs = rc.tbs;
+  *n_tbs = rc.n_tbs;
+  free(r.buf);
   return 0;
 }
 

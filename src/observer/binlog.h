@@ -130,4 +130,14 @@ static inline bool etr__bin_is_log(const void *head, size_t n) {
  * layout or version this etr does not read, an I/O error). Memory: one record at a time. */
 int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res);
 
+/* The traceback tables a JSON trace's writer kept beside it (`<trace>.tables`: a binary log
+ * header, then TABLES records; trace.c), for `etr repair` of a trace cut short: the
+ * elements of the frames and tracebacks tables appended to *frames and *tbs (comma-
+ * separated, in index order), the count of tracebacks in *n_tbs. pid and start_ms (< 0: not
+ * checked) must be the trace's header's. 0, with *stop saying why the file ended early when
+ * it did (what precedes is kept); -1 when the file is not such tables or not this trace's. */
+struct etr__jw;
+int etr__bin_read_tables(int fd, int64_t pid, int64_t start_ms, struct etr__jw *frames,
+                         struct etr__jw *tbs, uint64_t *n_tbs, const char **stop);
+
 #endif

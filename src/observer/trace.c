@@ -233,6 +233,11 @@ static void trace_free(etr_trace *tr, bool in_child) {
   etr__emit_free(tr);
   free(tr->cev_out.buf);
   tr->cev_out.buf = NULL;
+  if (tr->tables_fd >= 0) close(tr->tables_fd); /* (a forked child's copy: never removed) */
+  tr->tables_fd = -1;
+  free(tr->tables_path);
+  tr->tables_path = NULL;
+  etr__jw_free(&tr->tables_out);
   tr->q_head = tr->free_chunks = NULL;
   tr->threads = NULL;
   tr->tid_pages = NULL;
@@ -300,6 +305,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
   tr->storages = etr__idmap_new();
   int rc = 0, open_errno = 0;
   tr->fd = -1;
+  tr->tables_fd = -1;
   tr->tid_pages = calloc(ETR__TID_PAGES, sizeof *tr->tid_pages);
   if (!tr->tensors || !tr->storages || !tr->tid_pages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0)
     rc = ETR_ENOMEM;
@@ -334,9 +340,19 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     if (!(tr->ring = etr__ring_new(mb << 20))) rc = ETR_ENOMEM;
     tr->flush_ns = INT64_MAX;
   }
+  if (rc == 0 && !tr->binary && !tr->ring) {
+    /* path.tables: the traceback tables as they grow (writer_thread.c). One left by an
+     * earlier run that was cut short would be taken for this trace's: removed now. */
+    if (!(tr->tables_path = malloc(plen + sizeof ".tables"))) rc = ETR_ENOMEM;
+    if (rc == 0) {
+      memcpy(tr->tables_path, path, plen);
+      memcpy(tr->tables_path + plen, ".tables", sizeof ".tables");
+    }
+  }
   if (rc == 0) {
     /* O_NONBLOCK: opening a FIFO with no reader must not block the host (ENXIO instead). */
     tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (tr->fd >= 0 && tr->tables_path) unlink(tr->tables_path);
     if (tr->fd < 0) {
       open_errno = errno;
       etr__log(ETR_LOG_ERROR, "cannot open trace file %s: %s", path,
@@ -350,6 +366,10 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
     struct stat st;
     bool stream = fstat(tr->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
     if (!stream) fcntl(tr->fd, F_SETFL, fcntl(tr->fd, F_GETFL) & ~O_NONBLOCK);
+    if (tr->tables_path && !S_ISREG(st.st_mode)) { /* a pipe or device: no file beside it */
+      free(tr->tables_path);
+      tr->tables_path = NULL;
+    }
     tr->jw.stall_ms = o.stall_ms == ETR_FLUSH_NEVER ? -1
                       : o.stall_ms ? (int)(o.stall_ms > INT32_MAX ? INT32_MAX : o.stall_ms)
                                    : 10000;
@@ -507,6 +527,11 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   if (etr__fd_is_ours(tr) && close(tr->fd) != 0 && !atomic_load(&tr->write_error))
     atomic_store(&tr->write_error, errno);
   if (atomic_load(&tr->write_error)) rc = ETR_EIO;
+  if (tr->tables_fd >= 0) { /* the footer holds the whole tables now (unless it failed) */
+    close(tr->tables_fd);
+    tr->tables_fd = -1;
+    if (rc == 0) unlink(tr->tables_path);
+  }
   etr__trace_collect_stats(tr, &tr->final_stats);
   if (out) etr_trace_stats_get(tr, out);
   trace_free(tr, false);

@@ -296,7 +296,14 @@ struct etr_trace {
   uint64_t seal_off; /* where the process node of that footer starts */
   struct etr__tbtab *tbtab;
   struct etr__ring *ring; /* the flight recorder's (ring.h), NULL when off */
-  bool restart_pending;   /* a ring dump starts: cut the file to nothing at the next write */
+  /* A JSON trace's traceback tables as they grow, in `<path>.tables` (created with the
+   * first entries, removed when the footer holds them all): a trace cut short (kill -9)
+   * then keeps the frames of the nodes it holds (`etr repair` reads it). */
+  char *tables_path; /* NULL: none kept (a binary log has its own, a ring is dumped whole) */
+  int tables_fd;     /* -1 until created */
+  bool tables_failed;
+  etr__jw tables_out;
+  bool restart_pending; /* a ring dump starts: cut the file to nothing at the next write */
 
   /* Counters shared by many threads (rare events) or written by the writer. */
   _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,
@@ -422,6 +429,12 @@ void etr__bin_emit_header(struct etr_trace *tr);
  * once it holds max_bytes; returns the events appended. */
 uint32_t etr__bin_emit_events(struct etr_trace *tr, const uint8_t *data, uint32_t *off, uint32_t to,
                               size_t max_bytes);
+/* The binary log's file header of this trace. */
+struct etr__bin_header;
+void etr__bin_header_of(const struct etr_trace *tr, struct etr__bin_header *h);
+/* Append a TABLES record with the traceback-table entries made since the last call to out;
+ * false when there are none. */
+bool etr__bin_new_tables(struct etr_trace *tr, etr__jw *out);
 /* Append the compact events of one stream in data from *off (advanced) up to `to` as one
  * CEVENTS record, ending it once it holds max_bytes; returns the nodes among them. */
 uint32_t etr__bin_emit_cevents(struct etr_trace *tr, const uint8_t *data, uint32_t stream,

@@ -5,6 +5,7 @@
  * finds it unresponsive.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "observer/binlog.h"
 #include "observer/internal.h"
 #include "observer/ring.h"
 #include "observer/tbtable.h"
@@ -47,7 +49,52 @@ bool etr__fd_is_ours(const etr_trace *tr) {
   return fstat(tr->fd, &st) == 0 && st.st_dev == tr->file_dev && st.st_ino == tr->file_ino;
 }
 
+/* All of buf to fd; false on an error. */
+static bool write_all(int fd, const char *buf, size_t n) {
+  while (n) {
+    ssize_t k = write(fd, buf, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    buf += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
+/* The traceback-table entries the buffered nodes made go to `<path>.tables` before the
+ * nodes go to the trace, so that a trace cut anywhere has the tables of the nodes it holds.
+ * A failure here loses only that (logged once): the trace itself goes on. */
+static void write_tables_beside(etr_trace *tr) {
+  if (!tr->tables_path || tr->tables_failed || !tr->tbtab) return;
+  etr__jw *o = &tr->tables_out;
+  if (!o->buf && etr__jw_init(o, -1, 0) != 0) return;
+  o->len = 0;
+  if (tr->tables_fd < 0) {
+    tr->tables_fd = open(tr->tables_path,
+                         O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (tr->tables_fd < 0) {
+      tr->tables_failed = true;
+      etr__log(ETR_LOG_WARN,
+               "cannot create %s (%s): a trace cut short will lack its traceback "
+               "frames",
+               tr->tables_path, strerror(errno));
+      return;
+    }
+    etr__bin_header h;
+    etr__bin_header_of(tr, &h);
+    etr__jw_raw(o, (const char *)&h, sizeof h);
+  }
+  if (!etr__bin_new_tables(tr, o) && o->len == 0) return;
+  if (o->err || !write_all(tr->tables_fd, o->buf, o->len)) {
+    tr->tables_failed = true;
+    etr__log(ETR_LOG_WARN, "cannot write %s: a trace cut short will lack its traceback frames",
+             tr->tables_path);
+  }
+  o->len = 0;
+}
+
 void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
+  if (tr->jw.len && !tr->jw.err) write_tables_beside(tr);
   if (tr->jw.len && !tr->jw.err) {
     int idle = ETR__IO_IDLE;
     if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_BUSY)) {

@@ -214,6 +214,12 @@ static void *kill_worker(void *p) {
 static int kill_main(const char *path, int threads) {
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.flush_ms = 20;
+  /* tracebacks on some ops: a trace cut short must keep their frames (path.tables) */
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  tb.enabled = true;
+  tb.every = 4;
+  tb.max_depth = 16;
+  opt.traceback = &tb;
   etr_trace *t;
   if (etr_trace_open(path, &opt, &t) != 0 || etr_trace_enable(t) != 0) return 2;
   for (int i = 0; i < threads; i++) {
