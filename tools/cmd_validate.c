@@ -232,6 +232,35 @@ static bool span_starts(span a, const char *lit) {
   return a.n >= n && !memcmp(a.s, lit, n);
 }
 
+/* The length strcmp sees of a string of node n: its decoded length, unless a string of the
+ * node holds a NUL byte (from a \u0000 escape), which ends it for strcmp. Comparing that many
+ * bytes with memcmp then agrees with strcmp, without a call per compare. */
+static inline size_t cstr_len(const rd_rnode *n, const char *s, size_t len) {
+  return n->has_nul_strings ? strlen(s) : len;
+}
+
+/* n bytes of a and b are equal. With n a constant and b a literal this is two loads and
+ * compares with immediates (the first and the last 4 or 8 bytes, overlapping when n is not a
+ * multiple), where gcc would call memcmp for lengths such as 5 and 6. */
+static inline bool bytes_eq(const char *a, const char *b, size_t n) {
+  if (n >= 4 && n <= 8) {
+    uint32_t x0, x1, y0, y1;
+    memcpy(&x0, a, 4), memcpy(&x1, a + n - 4, 4);
+    memcpy(&y0, b, 4), memcpy(&y1, b + n - 4, 4);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  if (n >= 8 && n <= 16) {
+    uint64_t x0, x1, y0, y1;
+    memcpy(&x0, a, 8), memcpy(&x1, a + n - 8, 8);
+    memcpy(&y0, b, 8), memcpy(&y1, b + n - 8, 8);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  return !memcmp(a, b, n);
+}
+
+/* s (n bytes as cstr_len gives them) equals the literal lit. */
+#define STR_IS(s, n, lit) ((n) == sizeof(lit) - 1 && bytes_eq((s), (lit), sizeof(lit) - 1))
+
 /* Element types of "GenericList[A,B]" / "Tuple[A,B]" (the part inside the brackets split at
  * top-level commas). Returns the count (may exceed max: only max are stored). */
 static size_t split_types(span inner, span *out, size_t max) {
@@ -342,9 +371,11 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
       VPROB(c, SEV_ERROR, "an Int value is not an integer within int64", c->where, c->index);
   } else if (span_is(type, "Double")) {
     bool ok = val->kind == ETR_J_DOUBLE || val->kind == ETR_J_INT || val->kind == ETR_J_UINT;
-    if (val->kind == ETR_J_STRING)
-      ok = !strcmp(val->v.str.s, "nan") || !strcmp(val->v.str.s, "inf") ||
-           !strcmp(val->v.str.s, "-inf");
+    if (val->kind == ETR_J_STRING) {
+      const char *vs = val->v.str.s;
+      size_t vn = cstr_len(c->node, vs, val->v.str.len);
+      ok = STR_IS(vs, vn, "nan") || STR_IS(vs, vn, "inf") || STR_IS(vs, vn, "-inf");
+    }
     if (!ok) VPROB(c, SEV_ERROR, "a Double value is not a number", c->where, c->index);
   } else if (span_is(type, "Bool")) {
     if (val->kind != ETR_J_BOOL)
@@ -353,7 +384,8 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
     if (val->kind != ETR_J_STRING)
       VPROB(c, SEV_ERROR, "a %.*s value is not a string", c->where, c->index, (int)type.n, type.s);
   } else if (span_is(type, "None")) {
-    if (val->kind != ETR_J_STRING || strcmp(val->v.str.s, "<None>"))
+    if (val->kind != ETR_J_STRING ||
+        !STR_IS(val->v.str.s, cstr_len(c->node, val->v.str.s, val->v.str.len), "<None>"))
       VPROB(c, SEV_WARN, "a None value is not \"<None>\"", c->where, c->index);
   } else if (type.n == 0) {
     VPROB(c, SEV_ERROR, "empty type name", c->where, c->index);
@@ -362,27 +394,19 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
 
 static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char *where) {
   if (!io) return; /* the reader has warned */
-  static const char *const order[4] = {"values", "shapes", "types", "strides"};
   const rd_jval *part[4] = {NULL, NULL, NULL, NULL};
   int k = 0;
   for (size_t i = 0; i < io->v.obj.n; i++) {
     const char *key = io->v.obj.items[i].key;
-    int j;
-    switch (key[0]) {
-      case 'v':
-        j = 0;
-        break;
-      case 's':
-        j = key[1] == 'h' ? 1 : 3;
-        break;
-      case 't':
-        j = 2;
-        break;
-      default:
-        j = -1;
-        break;
-    }
-    if (j >= 0 && strcmp(key, order[j])) j = -1;
+    size_t kn = cstr_len(n, key, io->v.obj.items[i].key_len);
+    int j = -1;
+    /* by length, then one fixed-size compare */
+    if (kn == 6)
+      j = STR_IS(key, kn, "values") ? 0 : STR_IS(key, kn, "shapes") ? 1 : -1;
+    else if (kn == 5)
+      j = STR_IS(key, kn, "types") ? 2 : -1;
+    else if (kn == 7)
+      j = STR_IS(key, kn, "strides") ? 3 : -1;
     if (j >= 0 && !part[j]) part[j] = &io->v.obj.items[i].val;
     if (j < k) {
       problem(v, SEV_ERROR, K_IO, n->offset, n->id,
@@ -417,10 +441,6 @@ static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char
 
 /* ---- per node ---- */
 
-static const char *const node_order[9] = {"id",      "name", "ctrl_deps",     "inputs",
-                                          "outputs", "ts",   "inclusive_dur", "exclusive_dur",
-                                          "attrs"};
-
 /* A node's fw_parent, checked once every id is known (only nodes that have one). */
 typedef struct fwref {
   int64_t id, fw_parent;
@@ -441,21 +461,19 @@ typedef struct vrun {
   bool any_tb;
 } vrun;
 
-/* True for the attr names Chakra would copy over node fields. */
-static bool is_forbidden(const char *nm) {
-  switch (nm[0]) {
-    case 'c':
-      return !strcmp(nm, "cat");
-    case 's':
-      return !strcmp(nm, "stream");
-    case 'n':
-      return !strcmp(nm, "name");
-    case 'i':
-      return !strcmp(nm, "id") || !strcmp(nm, "inputs");
-    case 'o':
-      return !strcmp(nm, "outputs");
-    case 'p':
-      return !strcmp(nm, "parent");
+/* True for the attr names Chakra would copy over node fields (nm: n bytes, as cstr_len). */
+static bool is_forbidden(const char *nm, size_t n) {
+  switch (n) {
+    case 2:
+      return STR_IS(nm, n, "id");
+    case 3:
+      return STR_IS(nm, n, "cat");
+    case 4:
+      return STR_IS(nm, n, "name");
+    case 6:
+      return STR_IS(nm, n, "stream") || STR_IS(nm, n, "inputs") || STR_IS(nm, n, "parent");
+    case 7:
+      return STR_IS(nm, n, "outputs");
     default:
       return false;
   }
@@ -463,26 +481,32 @@ static bool is_forbidden(const char *nm) {
 
 static void check_attrs(vstate *v, const rd_rnode *n) {
   const rd_jval *attrs = NULL;
-  for (size_t i = n->raw->v.obj.n; i-- > 0;) /* "attrs" comes last */
-    if (n->raw->v.obj.items[i].key[0] == 'a' && !strcmp(n->raw->v.obj.items[i].key, "attrs")) {
-      attrs = &n->raw->v.obj.items[i].val;
+  for (size_t i = n->raw->v.obj.n; i-- > 0;) { /* "attrs" comes last */
+    const rd_jmember *m = &n->raw->v.obj.items[i];
+    if (m->key[0] == 'a' && STR_IS(m->key, cstr_len(n, m->key, m->key_len), "attrs")) {
+      attrs = &m->val;
       break;
     }
+  }
   if (!attrs || attrs->kind != ETR_J_ARRAY) return; /* the reader has warned */
   int last_base = -1;
   bool seen_other = false;
   const char *seen[32];
   size_t seen_len[32];
   size_t n_seen = 0;
+  static const char *const want[9] = {"uint64", "uint64", "int64",  "uint64", "uint64",
+                                      "uint64", "string", "string", "string"};
   for (size_t i = 0; i < attrs->v.arr.n; i++) {
     const rd_jval *a = &attrs->v.arr.items[i];
     if (a->kind != ETR_J_OBJECT) continue; /* the reader has warned */
     const rd_jval *nm, *ty, *val;
-    if (a->v.obj.n == 3 && !strcmp(a->v.obj.items[0].key, "name") &&
-        !strcmp(a->v.obj.items[1].key, "type") && !strcmp(a->v.obj.items[2].key, "value")) {
-      nm = &a->v.obj.items[0].val;
-      ty = &a->v.obj.items[1].val;
-      val = &a->v.obj.items[2].val;
+    const rd_jmember *km = a->v.obj.items;
+    if (a->v.obj.n == 3 && STR_IS(km[0].key, cstr_len(n, km[0].key, km[0].key_len), "name") &&
+        STR_IS(km[1].key, cstr_len(n, km[1].key, km[1].key_len), "type") &&
+        STR_IS(km[2].key, cstr_len(n, km[2].key, km[2].key_len), "value")) {
+      nm = &km[0].val;
+      ty = &km[1].val;
+      val = &km[2].val;
     } else {
       problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
               "attr %zu: keys are not exactly \"name\", \"type\", \"value\" in this order", i);
@@ -492,16 +516,19 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     }
     if (!nm || nm->kind != ETR_J_STRING || !val) continue;
     const char *name = nm->v.str.s;
-    const char *type = ty && ty->kind == ETR_J_STRING ? ty->v.str.s : "";
-    if (!ty || ty->kind != ETR_J_STRING)
+    size_t name_n = cstr_len(n, name, nm->v.str.len);
+    bool ty_ok = ty && ty->kind == ETR_J_STRING;
+    const char *type = ty_ok ? ty->v.str.s : "";
+    size_t type_n = ty_ok ? cstr_len(n, type, ty->v.str.len) : 0;
+    if (!ty_ok)
       problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": \"type\" is not a string",
               name);
-    if (is_forbidden(name))
+    if (is_forbidden(name, name_n))
       problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
               "attr named \"%s\" (Chakra copies attrs over node fields)", name);
     size_t len = nm->v.str.len;
     for (size_t j = 0; j < n_seen; j++)
-      if (seen_len[j] == len && !memcmp(seen[j], name, len)) {
+      if (seen_len[j] == len && seen[j][0] == name[0] && !memcmp(seen[j], name, len)) {
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\" appears twice", name);
         break;
       }
@@ -509,7 +536,7 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
       seen[n_seen] = name;
       seen_len[n_seen++] = len;
     }
-    int b = rd_base_attr(name);
+    int b = rd_base_attr_n(name, name_n);
     if (b >= 0) {
       if (b < last_base || seen_other)
         problem(
@@ -517,27 +544,27 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
             "attr \"%s\" out of order (rf_id .. kernel_file come first, in docs/FORMAT.md order)",
             name);
       last_base = b;
-      static const char *const want[9] = {"uint64", "uint64", "int64",  "uint64", "uint64",
-                                          "uint64", "string", "string", "string"};
-      if (strcmp(type, want[b]))
+      if (!(b == 2  ? STR_IS(type, type_n, "int64")
+            : b < 6 ? STR_IS(type, type_n, "uint64")
+                    : STR_IS(type, type_n, "string")))
         problem(v, SEV_ERROR, K_BASE, n->offset, n->id, "attr \"%s\" has type \"%s\", not \"%s\"",
                 name, type, want[b]);
     } else {
       seen_other = true;
     }
     /* value against type */
-    if (type[0] == 'u' && !strcmp(type, "uint64")) {
+    if (STR_IS(type, type_n, "uint64")) {
       if (val->kind == ETR_J_UINT)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": %" PRIu64 " does not fit int64", name, val->v.u);
       else if (val->kind != ETR_J_INT || val->v.i < 0)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": a uint64 value that is not a non-negative integer", name);
-    } else if (type[0] == 'i' && !strcmp(type, "int64")) {
+    } else if (STR_IS(type, type_n, "int64")) {
       if (val->kind != ETR_J_INT)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": an int64 value that is not an integer within int64", name);
-    } else if (type[0] == 's' && !strcmp(type, "string")) {
+    } else if (STR_IS(type, type_n, "string")) {
       if (val->kind != ETR_J_STRING)
         problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                 "attr \"%s\": a string value that is not a string", name);
@@ -545,35 +572,27 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
   }
 }
 
-/* Index of a node key in node_order, or -1. */
-static int node_key(const char *k) {
-  int c;
-  switch (k[0]) {
-    case 'i':
-      c = k[1] == 'd' ? 0 : (k[1] && k[2] == 'p') ? 3 : 6;
-      break;
-    case 'n':
-      c = 1;
-      break;
-    case 'c':
-      c = 2;
-      break;
-    case 'o':
-      c = 4;
-      break;
-    case 't':
-      c = 5;
-      break;
-    case 'e':
-      c = 7;
-      break;
-    case 'a':
-      c = 8;
-      break;
+/* Index of a node key (k: n bytes, as cstr_len) in node_order, or -1: by length, then one
+ * fixed-size compare. */
+static int node_key(const char *k, size_t n) {
+  switch (n) {
+    case 2:
+      return STR_IS(k, n, "id") ? 0 : STR_IS(k, n, "ts") ? 5 : -1;
+    case 4:
+      return STR_IS(k, n, "name") ? 1 : -1;
+    case 5:
+      return STR_IS(k, n, "attrs") ? 8 : -1;
+    case 6:
+      return STR_IS(k, n, "inputs") ? 3 : -1;
+    case 7:
+      return STR_IS(k, n, "outputs") ? 4 : -1;
+    case 9:
+      return STR_IS(k, n, "ctrl_deps") ? 2 : -1;
+    case 13:
+      return STR_IS(k, n, "inclusive_dur") ? 6 : STR_IS(k, n, "exclusive_dur") ? 7 : -1;
     default:
       return -1;
   }
-  return strcmp(k, node_order[c]) ? -1 : c;
 }
 
 static void check_node(vrun *w, const rd_rnode *n) {
@@ -583,7 +602,7 @@ static void check_node(vrun *w, const rd_rnode *n) {
   bool present[9] = {false};
   for (size_t i = 0; i < n->raw->v.obj.n; i++) {
     const char *key = n->raw->v.obj.items[i].key;
-    int j = node_key(key);
+    int j = node_key(key, cstr_len(n, key, n->raw->v.obj.items[i].key_len));
     if (j >= 0) present[j] = true;
     if (j < k) {
       if (j >= 0)
@@ -615,7 +634,8 @@ static void check_node(vrun *w, const rd_rnode *n) {
   check_io(v, n, n->outputs, "outputs");
 
   int nk = NK_OP;
-  if (!strcmp(n->name, PROCESS_NAME)) {
+  size_t name_n = cstr_len(n, n->name, n->name_len);
+  if (STR_IS(n->name, name_n, PROCESS_NAME)) {
     nk = NK_PROCESS;
     if (n->id != 1)
       problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id, "process node with id %" PRId64 ", not 1",
@@ -623,7 +643,7 @@ static void check_node(vrun *w, const rd_rnode *n) {
     if (n->ctrl_deps != 1)
       problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id,
               "process node with ctrl_deps %" PRId64 ", not 1", n->ctrl_deps);
-  } else if (!strcmp(n->name, THREAD_NAME)) {
+  } else if (STR_IS(n->name, name_n, THREAD_NAME)) {
     nk = NK_THREAD;
     w->threads++;
     if (n->ctrl_deps != 1)

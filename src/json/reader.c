@@ -427,6 +427,8 @@ static int base_attr_n(const char *nm, size_t n, bool nul) {
 #undef IS
 }
 
+int rd_base_attr_n(const char *name, size_t len) { return base_attr_n(name, len, false); }
+
 static bool as_u64(const rd_jval *v, uint64_t *out) {
   if (v->kind == ETR_J_INT) {
     *out = (uint64_t)v->v.i;
@@ -505,6 +507,7 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
   n->name = "";
   n->seq_id = 0;
   n->missing_attrs = 0x1ff;
+  n->has_nul_strings = r->nul_str;
   bool has_id = false, has_name = false, has_ts = false, has_inc = false, has_exc = false;
   const rd_jval *attrs = NULL;
   bool nul = r->nul_str;

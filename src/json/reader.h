@@ -94,6 +94,10 @@ typedef struct rd_rnode {
   const rd_rattr *attrs; /* every attr in file order, base ones included */
   size_t n_attrs;
   const rd_jval *raw; /* the whole node object, keys in file order */
+  /* A string of the node (a key, a name, a value) holds a NUL byte, from a \u0000 escape:
+   * its C-string length (strlen) is then shorter than its length, so compare names with
+   * strcmp; otherwise length and memcmp give the same answer faster. */
+  bool has_nul_strings;
 } rd_rnode;
 
 /* ---- the file ---- */
@@ -172,6 +176,9 @@ const char *const *rd_top_keys(const rd_reader *r, size_t *n);
 /* Index 0..8 of a base attr name in docs/FORMAT.md order (rf_id=0 .. kernel_file=8), or -1.
  * A few character compares, no loop over the names. */
 int rd_base_attr(const char *name);
+/* rd_base_attr of a name of len bytes (with no NUL among them): by its length, then one
+ * fixed-size compare. */
+int rd_base_attr_n(const char *name, size_t len);
 
 /* Bytes of memory the reader holds now (buffers, arenas, stacks, queue): for tests and
  * benchmarks checking that memory stays bounded. */

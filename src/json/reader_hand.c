@@ -101,6 +101,15 @@ static inline int h_string(rd_reader *r, const unsigned char **pp, const unsigne
     size_t raw = (size_t)(p - start);
     *pp = p + 1;
     *len = raw;
+    if (a == &r->nodes) {
+      /* A node's string is left where it is, its closing quote turned into its NUL: the
+       * node is valid until the next rd_next, and the window keeps its bytes until then. A
+       * step undone is given its quotes back (h_restore_quotes). */
+      r->h_nul_end = (size_t)(p - r->hb) + 1;
+      *(unsigned char *)(uintptr_t)p = '\0';
+      *s = (const char *)start;
+      return H_OK;
+    }
     unsigned char *o = arena_alloc(a, raw + 1);
     if (!o) {
       etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
@@ -542,6 +551,17 @@ static int h_skip(rd_reader *r) {
   return H_OK;
 }
 
+/* Give back the closing quotes that an undone step, parsed from hb[start], turned into NULs
+ * (h_string). Every NUL byte before r->h_nul_end is one of them: a NUL of the input before the
+ * point the step reached would have ended it in an error, never in an undo. */
+static void h_restore_quotes(rd_reader *r, size_t start) {
+  if (r->h_nul_end > start) {
+    unsigned char *p = r->hb + start, *end = r->hb + r->h_nul_end;
+    while ((p = memchr(p, '\0', (size_t)(end - p))) != NULL) *p++ = '"';
+  }
+  r->h_nul_end = 0;
+}
+
 /* One step of the top-level state machine on hb[hpos..hb_len). */
 static int h_step(rd_reader *r) {
   if (!r->hb) return H_MORE; /* nothing read yet (and NULL + 0 is undefined behaviour) */
@@ -685,11 +705,13 @@ int etr__rd_hand_feed(rd_reader *r) {
     if (r->hb) r->hpos = (size_t)(h_ws(r->hb + r->hpos, r->hb + r->hb_len) - r->hb);
     size_t start = r->hpos;
     amark mn = arena_save(&r->nodes), mk = arena_save(&r->keep);
+    r->h_nul_end = 0;
     int st = r->skipping ? h_skip(r) : h_step(r);
     r->consumed = r->hb_base + r->hpos;
     if (st == H_OK) return 1;
     if (st == H_ERR) return -1;
     /* ran off the end of the window, or over the limit: undo the step */
+    h_restore_quotes(r, start);
     r->redone += r->hb_len - start;
     etr__rd_arena_restore(&r->nodes, mn);
     etr__rd_arena_restore(&r->keep, mk);

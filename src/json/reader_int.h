@@ -190,7 +190,10 @@ struct rd_reader {
   /* a top-level value over the limit is skipped: brackets and strings are followed */
   bool skip_next, skipping, sk_started, sk_str, sk_esc;
   uint64_t sk_depth;
-  uint64_t redone;   /* bytes of steps undone to be parsed again (rd_redone) */
+  uint64_t redone; /* bytes of steps undone to be parsed again (rd_redone) */
+  /* hb[..h_nul_end) holds the NULs the current step wrote over closing quotes (strings of a
+   * node are read in place): an undone step gives them back before it is redone */
+  size_t h_nul_end;
   int read_err;      /* an input error met while reading ahead, reported when reached */
   bool discard;      /* yajl: passing over a top-level value over the limit */
   amark disc_mark;   /* r->keep before that value */
