@@ -18,8 +18,9 @@
 
 #include "etr/common.h"
 
-/* H_BIG: the step needs more memory than r->limit (its text, or the values it builds) */
-enum { H_OK = 0, H_MORE = 1, H_ERR = 2, H_BIG = 3 };
+/* H_BIG: the step needs more memory than r->limit (its text, or the values it builds);
+ * H_MISS: a fast path does not apply, nothing was done (h_attr) */
+enum { H_OK = 0, H_MORE = 1, H_ERR = 2, H_BIG = 3, H_MISS = 4 };
 #define H_MAX_DEPTH 1024
 /* Zero bytes kept after the window's data (hb[hb_len..hb_len + H_PAD)): a NUL stops every
  * scanning loop at the end (it is not whitespace, a digit or a plain string byte), so the
@@ -318,6 +319,74 @@ static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char
                      const char *lit, size_t n);
 
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                       int depth, rd_jval *v);
+
+/* The NULs that strings read in place wrote over closing quotes in [p, end) turned back into
+ * quotes (a value is read again by the general path). */
+static void h_unnul(unsigned char *p, unsigned char *end) {
+  while (p < end && (p = memchr(p, '\0', (size_t)(end - p))) != NULL) *p++ = '"';
+}
+
+/* Keys of an attr object, pointed to by the trees h_attr builds. */
+static const char h_key_name[] = "name", h_key_type[] = "type", h_key_value[] = "value";
+
+/* An attr object of a node, {"name": "N", "type": "T", "value": V}, written with ", " and ": "
+ * as our writer and PyTorch's json.dump write it and with N and T plain ASCII: read without
+ * the general object loop (no key strings, no member stack), about half of a node's values
+ * being in attrs. *pp at the '{', depth that of the array holding it. H_OK with *v built; H_MISS
+ * when the text is any other shape, with nothing done (the general path then reads it, with
+ * its own errors); or the value's H_MORE, H_ERR or H_BIG, which the general path would give as
+ * well, at the same byte, since everything before the value is well formed. */
+static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                  int depth, rd_jval *v) {
+  /* every compare below reads at most 12 bytes past a byte before end: in the padding */
+  const unsigned char *p = *pp;
+  if (depth + 1 >= H_MAX_DEPTH || memcmp(p, "{\"name\": \"", 10)) return H_MISS;
+  const unsigned char *name = p + 10, *name_end = scan_plain(name);
+  if (*name_end != '"' || memcmp(name_end + 1, ", \"type\": \"", 11)) return H_MISS;
+  const unsigned char *type = name_end + 12, *type_end = scan_plain(type);
+  if (*type_end != '"' || memcmp(type_end + 1, ", \"value\": ", 11)) return H_MISS;
+  const unsigned char *q = type_end + 12;
+  if (q >= end) return H_MISS;
+  rd_jmember *items = arena_alloc(a, 3 * sizeof *items);
+  if (!items) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return H_ERR;
+  }
+  int st = h_value(r, &q, end, a, depth + 2, &items[2].val);
+  if (st) return st;
+  const unsigned char *after = q;
+  if (*q != '}') q = h_ws(q, end);
+  if (q >= end) return H_MORE;
+  if (*q != '}') {
+    h_unnul((unsigned char *)(uintptr_t)type_end, (unsigned char *)(uintptr_t)after);
+    return H_MISS;
+  }
+  /* in place, as h_string does for a node's strings */
+  *(unsigned char *)(uintptr_t)name_end = '\0';
+  *(unsigned char *)(uintptr_t)type_end = '\0';
+  size_t type_off = (size_t)(type_end - r->hb) + 1;
+  if (r->h_nul_end < type_off) r->h_nul_end = type_off;
+  items[0].key = h_key_name;
+  items[0].key_len = 4;
+  items[0].val.kind = ETR_J_STRING;
+  items[0].val.v.str.s = (const char *)name;
+  items[0].val.v.str.len = (size_t)(name_end - name);
+  items[1].key = h_key_type;
+  items[1].key_len = 4;
+  items[1].val.kind = ETR_J_STRING;
+  items[1].val.v.str.s = (const char *)type;
+  items[1].val.v.str.len = (size_t)(type_end - type);
+  items[2].key = h_key_value;
+  items[2].key_len = 5;
+  v->kind = ETR_J_OBJECT;
+  v->v.obj.items = items;
+  v->v.obj.n = 3;
+  *pp = q + 1;
+  return H_OK;
+}
+
+static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v) {
   const unsigned char *p = *pp;
   bool is_obj = *p == '{';
@@ -387,8 +456,11 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         st = H_OK;
       } else if (c == '{' || c == '[') {
         rd_jval item;
-        st = h_container(r, &p, end, a, depth + 1, &item);
-        r->stk[slot].val = item; /* the stack may have moved */
+        st = H_MISS;
+        if (c == '{' && p[1] == '"' && p[2] == 'n' && a == &r->nodes)
+          st = h_attr(r, &p, end, a, depth, &item);
+        if (st == H_MISS) st = h_container(r, &p, end, a, depth + 1, &item);
+        if (st == H_OK) r->stk[slot].val = item; /* the stack may have moved */
       } else if (c == 't') {
         m->val.kind = ETR_J_BOOL;
         m->val.v.b = true;
