@@ -683,163 +683,39 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
 
 static const char *display_path(const char *path) { return strcmp(path, "-") ? path : "<stdin>"; }
 
-/* Fill r->in when it is empty. Returns bytes available, 0 at EOF, -1 on error. */
-static ssize_t fill_raw(rd_reader *r) {
-  if (r->in_pos < r->in_len) return (ssize_t)(r->in_len - r->in_pos);
-  if (r->eof) return 0;
-  for (;;) {
-    ssize_t k = read(r->fd, r->in, IN_BLOCK);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      etr__rd_set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(errno));
-      return -1;
-    }
-    r->in_pos = 0;
-    r->in_len = (size_t)k;
-    r->in_consumed += (uint64_t)k;
-    if (k == 0) r->eof = true;
-    return k;
+/* A byte source's answer k as the parsers take it: the bytes, 0 at the end of the input, or
+ * -1 with the error set, an input that ends early (a cut or corrupt compressed stream) being
+ * one: its last bytes are dropped with it, the offset of the message counting them. */
+static ssize_t source_answer(rd_reader *r, ssize_t k) {
+  if (k < 0) {
+    int e = rd_source_errno(r->src);
+    if (e == ENOMEM)
+      etr__rd_set_error(r, ETR_ENOMEM, r->consumed, "cannot start decompression: out of memory");
+    else
+      etr__rd_set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(e));
+    return -1;
   }
+  const char *detail = NULL;
+  rd_source_end end = rd_source_ended(r->src, &detail);
+  if (end == RD_SRC_OPEN || end == RD_SRC_DONE) return k;
+  const char *z = rd_source_is_gzip(r->src) ? "gzip" : "zstd";
+  if (end == RD_SRC_CUT)
+    etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "%s: the compressed stream is truncated", z);
+  else if (end == RD_SRC_CORRUPT)
+    etr__rd_set_error(r, ETR_EFORMAT, r->consumed + (uint64_t)k, "%s: %s", z, detail);
+  else
+    etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: cannot reset");
+  return -1;
 }
 
 /* Next block of decompressed bytes: *p and length; 0 at EOF, -1 on error. */
 ssize_t etr__rd_next_block(rd_reader *r, const unsigned char **p) {
-  if (!r->sniffed) {
-    r->sniffed = true;
-    /* gather at least four bytes to look for the gzip (2 bytes) and zstd (4) magic */
-    ssize_t k = fill_raw(r);
-    if (k < 0) return -1;
-    while (r->in_len < 4 && !r->eof) {
-      ssize_t m = read(r->fd, r->in + r->in_len, IN_BLOCK - r->in_len);
-      if (m < 0 && errno == EINTR) continue;
-      if (m < 0) {
-        etr__rd_set_error(r, ETR_EIO, 0, "read error: %s", strerror(errno));
-        return -1;
-      }
-      if (m == 0) r->eof = true;
-      r->in_len += (size_t)m;
-      r->in_consumed += (uint64_t)m;
-    }
-    if (r->in_len >= 4 && r->in[0] == 0x28 && r->in[1] == 0xb5 && r->in[2] == 0x2f &&
-        r->in[3] == 0xfd) {
-      r->zst = ZSTD_createDStream();
-      r->out = malloc(IN_BLOCK);
-      if (!r->zst || !r->out || ZSTD_isError(ZSTD_initDStream(r->zst))) {
-        etr__rd_set_error(r, ETR_ENOMEM, 0, "cannot start zstd decompression");
-        return -1;
-      }
-      r->zst_last = 1;
-    } else if (r->in_len >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b) {
-      r->gz = true;
-      memset(&r->zs, 0, sizeof r->zs);
-      if (inflateInit2(&r->zs, 15 + 32) != Z_OK) {
-        etr__rd_set_error(r, ETR_ENOMEM, 0, "cannot start gzip decompression");
-        return -1;
-      }
-      r->gz_init = true;
-      r->out = malloc(IN_BLOCK);
-      if (!r->out) {
-        etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
-        return -1;
-      }
-    }
-  }
-  if (r->zst) {
-    /* frames one after the other (zstd -c a b > c) are read as one stream */
-    for (;;) {
-      ssize_t k = fill_raw(r);
-      if (k < 0) return -1;
-      if (k == 0) {
-        if (r->zst_last != 0) {
-          etr__rd_set_error(r, ETR_EFORMAT, r->consumed,
-                            "zstd: the compressed stream is truncated");
-          return -1;
-        }
-        return 0;
-      }
-      ZSTD_inBuffer in = {r->in + r->in_pos, r->in_len - r->in_pos, 0};
-      ZSTD_outBuffer out = {r->out, FEED_BLOCK, 0};
-      size_t z = ZSTD_decompressStream(r->zst, &out, &in);
-      r->in_pos += in.pos;
-      if (ZSTD_isError(z)) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->consumed + out.pos, "zstd: %s", ZSTD_getErrorName(z));
-        return -1;
-      }
-      r->zst_last = z;
-      if (out.pos) {
-        *p = r->out;
-        return (ssize_t)out.pos;
-      }
-    }
-  }
-  if (!r->gz) {
-    ssize_t k = fill_raw(r);
-    if (k <= 0) return k;
-    size_t n = k > (ssize_t)FEED_BLOCK ? FEED_BLOCK : (size_t)k;
-    *p = r->in + r->in_pos;
-    r->in_pos += n;
-    return (ssize_t)n;
-  }
-  for (;;) {
-    if (r->gz_end) {
-      /* a member ended: another one may follow (concatenated gzip) */
-      ssize_t k = fill_raw(r);
-      if (k <= 0) return k;
-      if (inflateReset(&r->zs) != Z_OK) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: cannot reset");
-        return -1;
-      }
-      r->gz_end = false;
-    }
-    ssize_t k = fill_raw(r);
-    if (k < 0) return -1;
-    if (k == 0) {
-      etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: the compressed stream is truncated");
-      return -1;
-    }
-    r->zs.next_in = r->in + r->in_pos;
-    r->zs.avail_in = (uInt)(r->in_len - r->in_pos);
-    r->zs.next_out = r->out;
-    r->zs.avail_out = FEED_BLOCK;
-    int zr = inflate(&r->zs, Z_NO_FLUSH);
-    r->in_pos = r->in_len - r->zs.avail_in;
-    if (zr == Z_STREAM_END) {
-      r->gz_end = true;
-    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-      etr__rd_set_error(r, ETR_EFORMAT, r->consumed + (FEED_BLOCK - r->zs.avail_out), "gzip: %s",
-                        r->zs.msg ? r->zs.msg : "corrupt data");
-      return -1;
-    }
-    size_t produced = FEED_BLOCK - r->zs.avail_out;
-    if (produced) {
-      *p = r->out;
-      return (ssize_t)produced;
-    }
-  }
+  return source_answer(r, rd_source_read(r->src, p));
 }
 
-/* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. Plain input
- * is read straight into dst once the bytes read to sniff its magic are used up, not through
- * r->in (one copy of every byte less). */
+/* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. */
 ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n) {
-  if (r->sniffed && !r->zst && !r->gz && r->in_pos == r->in_len) {
-    if (r->eof) return 0;
-    for (;;) {
-      ssize_t k = read(r->fd, dst, n);
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) {
-        etr__rd_set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(errno));
-        return -1;
-      }
-      r->in_consumed += (uint64_t)k;
-      if (k == 0) r->eof = true;
-      return k;
-    }
-  }
-  const unsigned char *blk = NULL;
-  ssize_t k = etr__rd_next_block(r, &blk);
-  if (k > 0) memcpy(dst, blk, (size_t)k);
-  return k;
+  return source_answer(r, rd_source_read_into(r->src, dst, n));
 }
 
 static int feed(rd_reader *r) { return r->hand ? etr__rd_hand_feed(r) : etr__rd_yajl_feed(r); }
@@ -869,8 +745,7 @@ int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
   r->hdr.start_ts = -1;
   r->finish_ts = -1;
   r->path = strdup(display_path(path ? path : "-"));
-  r->in = malloc(IN_BLOCK);
-  if (!r->path || !r->in) {
+  if (!r->path) {
     snprintf(r->msg, sizeof r->msg, "%s: byte 0: out of memory", path);
     return r->err = ETR_ENOMEM;
   }
@@ -892,6 +767,10 @@ int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
 #ifdef POSIX_FADV_SEQUENTIAL
     posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
+  }
+  if (rd_source_open(r->fd, 0, false, IN_BLOCK, &r->src)) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return r->err;
   }
   const char *be = getenv("ETR_READER_BACKEND");
   r->hand = !be || strcmp(be, "yajl") != 0;
@@ -977,12 +856,12 @@ const char *rd_error(const rd_reader *r) { return r && r->err ? r->msg : ""; }
 uint64_t rd_warnings(const rd_reader *r) { return r->warnings; }
 uint64_t rd_offset(const rd_reader *r) { return r->consumed; }
 uint64_t rd_input_size(const rd_reader *r) { return r->in_size; }
-uint64_t rd_input_consumed(const rd_reader *r) { return r->in_consumed; }
+uint64_t rd_input_consumed(const rd_reader *r) { return r->src ? rd_source_input_read(r->src) : 0; }
 const char *rd_path(const rd_reader *r) { return r->path; }
 const char *rd_backend(const rd_reader *r) { return r->hand ? "hand" : "yajl"; }
 
 uint64_t rd_memory(const rd_reader *r) {
-  uint64_t m = sizeof *r + IN_BLOCK + (r->out ? IN_BLOCK : 0);
+  uint64_t m = sizeof *r + rd_source_memory(r->src);
   m += r->nodes.live + r->keep.live + (uint64_t)r->nodes.n_spare * ARENA_BLOCK;
   m += r->stk_cap * sizeof *r->stk + r->frames_cap * sizeof *r->frames;
   m += r->q_cap * sizeof *r->q + r->extras_cap * sizeof *r->extras;
@@ -993,8 +872,7 @@ uint64_t rd_memory(const rd_reader *r) {
 void rd_close(rd_reader *r) {
   if (!r) return;
   etr__rd_yajl_close(r);
-  if (r->gz_init) inflateEnd(&r->zs);
-  if (r->zst) ZSTD_freeDStream(r->zst);
+  rd_source_close(r->src);
   if (r->own_fd && r->fd >= 0) close(r->fd);
   etr__rd_arena_destroy(&r->nodes);
   etr__rd_arena_destroy(&r->keep);
@@ -1004,8 +882,6 @@ void rd_close(rd_reader *r) {
   free(r->extras);
   free(r->top_keys);
   free(r->skipped);
-  free(r->in);
-  free(r->out);
   free(r->hb);
   free(r->path);
   free(r);

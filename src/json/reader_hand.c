@@ -327,6 +327,18 @@ static void h_unnul(unsigned char *p, unsigned char *end) {
   while (p < end && (p = memchr(p, '\0', (size_t)(end - p))) != NULL) *p++ = '"';
 }
 
+/* The n bytes at p (8 <= n <= 16) are those of the literal lit: two overlapping 8-byte loads
+ * and compares with constants, where memcmp would be a call for n = 10 or 11. */
+static inline bool h_lit_eq(const unsigned char *p, const char *lit, size_t n) {
+  uint64_t x0, x1, y0, y1;
+  memcpy(&x0, p, 8);
+  memcpy(&x1, p + n - 8, 8);
+  memcpy(&y0, lit, 8);
+  memcpy(&y1, lit + n - 8, 8);
+  return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+}
+#define H_LIT_EQ(p, lit) h_lit_eq((p), (lit), sizeof(lit) - 1)
+
 /* Keys of an attr object, pointed to by the trees h_attr builds. */
 static const char h_key_name[] = "name", h_key_type[] = "type", h_key_value[] = "value";
 
@@ -341,11 +353,11 @@ static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *e
                   int depth, rd_jval *v) {
   /* every compare below reads at most 12 bytes past a byte before end: in the padding */
   const unsigned char *p = *pp;
-  if (depth + 1 >= H_MAX_DEPTH || memcmp(p, "{\"name\": \"", 10)) return H_MISS;
+  if (depth + 1 >= H_MAX_DEPTH || !H_LIT_EQ(p, "{\"name\": \"")) return H_MISS;
   const unsigned char *name = p + 10, *name_end = scan_plain(name);
-  if (*name_end != '"' || memcmp(name_end + 1, ", \"type\": \"", 11)) return H_MISS;
+  if (*name_end != '"' || !H_LIT_EQ(name_end + 1, ", \"type\": \"")) return H_MISS;
   const unsigned char *type = name_end + 12, *type_end = scan_plain(type);
-  if (*type_end != '"' || memcmp(type_end + 1, ", \"value\": ", 11)) return H_MISS;
+  if (*type_end != '"' || !H_LIT_EQ(type_end + 1, ", \"value\": ")) return H_MISS;
   const unsigned char *q = type_end + 12;
   if (q >= end) return H_MISS;
   rd_jmember *items = arena_alloc(a, 3 * sizeof *items);
@@ -353,7 +365,21 @@ static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *e
     etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
     return H_ERR;
   }
-  int st = h_value(r, &q, end, a, depth + 2, &items[2].val);
+  /* the usual values inline: a string, a one-digit integer ("value": 0}) */
+  rd_jval *val = &items[2].val;
+  int st;
+  unsigned c = *q;
+  if (c == '"') {
+    val->kind = ETR_J_STRING;
+    st = h_string(r, &q, end, a, &val->v.str.s, &val->v.str.len);
+  } else if ((unsigned)(c - '0') < 10 && q[1] == '}') {
+    val->kind = ETR_J_INT;
+    val->v.i = (int64_t)(c - '0');
+    q++;
+    st = H_OK;
+  } else {
+    st = h_value(r, &q, end, a, depth + 2, val);
+  }
   if (st) return st;
   const unsigned char *after = q;
   if (*q != '}') q = h_ws(q, end);

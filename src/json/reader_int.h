@@ -15,8 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include "json/reader.h"
 
@@ -123,20 +121,8 @@ struct rd_reader {
   char *path; /* for messages */
   int fd;
   bool own_fd;
-  bool eof;
-  /* raw input */
-  unsigned char *in;
-  size_t in_len, in_pos;
-  uint64_t in_consumed, in_size;
-  /* gzip */
-  bool gz, gz_init, gz_end;
-  /* zstd */
-  ZSTD_DStream *zst;
-  size_t zst_last; /* ZSTD_decompressStream's last answer: 0 = a frame just ended */
-  z_stream zs;
-  unsigned char *out; /* decompressed bytes */
-  size_t out_len, out_pos;
-  bool sniffed;
+  rd_source *src;   /* the input's (decompressed) bytes */
+  uint64_t in_size; /* file size; 0 if unknown */
   /* parser */
   struct yajl_handle_t *yh; /* yajl_handle */
   bool yajl_eof;            /* yajl_complete_parse is running: the input has ended */

@@ -89,8 +89,8 @@ static size_t assert_backends_same(const char *path) {
   for (;;) {
     const rd_rnode *a, *b;
     int ra = rd_next(h, &a), rb = rd_next(y, &b);
-    if (ra != rb) fail_msg("node %zu: hand %d (%s), yajl %d (%s)", nodes, ra, rd_error(h), rb,
-                           rd_error(y));
+    if (ra != rb)
+      fail_msg("node %zu: hand %d (%s), yajl %d (%s)", nodes, ra, rd_error(h), rb, rd_error(y));
     if (ra != 1) break;
     assert_same(a->raw, b->raw, "node");
     assert_string_equal(a->name, b->name);
@@ -170,9 +170,9 @@ static const char *hand_error(const char *doc) {
 static void test_errors_inside_attr_shortcut(void **state) {
   (void)state;
   static const char *const bad_values[] = {
-      "0x",       "tru",          "nul",         "\"a\x01\"", "\"\\q\"",      "[1,]",
-      "{\"k\" 1}", "-",            "1.e5",        "[1 2]",     "\"abc",        "}",
-      "[[[[",     "{\"k\": [1,}", "\"\\u12G4\"", "01",        "\"x\" \"y\""};
+      "0x",          "tru",  "nul",        "\"a\x01\"", "\"\\q\"", "[1,]", "{\"k\" 1}",
+      "-",           "1.e5", "[1 2]",      "\"abc",     "}",       "[[[[", "{\"k\": [1,}",
+      "\"\\u12G4\"", "01",   "\"x\" \"y\""};
   for (size_t i = 0; i < sizeof bad_values / sizeof *bad_values; i++) {
     char fast[400], general[400];
     /* the value starts at the same byte in both documents */
