@@ -2,8 +2,9 @@
  * (docs/RELIABILITY.md), streaming.
  *
  * Two streams over the same input: the reader (json/reader.h) parses it and hands over each
- * complete node with its byte offset; a second, raw stream (the same bytes, decompressed
- * the same way when the input is gzip) copies those bytes to OUT unchanged. So the output is
+ * complete node with its byte offset; a second, raw stream (the same bytes, through the
+ * reader's own byte source, rd_source: gzip and zstd decompressed by the one implementation)
+ * copies those bytes to OUT unchanged. So the output is
  * the input's bytes up to the end of the last complete node — header, separators and nodes
  * byte for byte — followed by what repair adds: a placeholder node for each parent that
  * kept nodes name but the file lacks (ops still open at the crash), the process node, and
@@ -30,8 +31,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include "cli.h"
 #include "etr/common.h"
@@ -93,36 +92,35 @@ static void usage(FILE *f) {
 
 /* ------------------------------------------------------------ raw stream ---- */
 
-/* The input's bytes, decompressed like the reader does (gzip or zstd by magic bytes,
- * concatenated members or frames), read with pread from `fd` so that it never disturbs the reader's
- * file offset. */
+/* The input's bytes, decompressed as the reader decompresses them: read through the reader's
+ * own byte source (json/reader.h, rd_source), with pread from `fd` so that it never disturbs
+ * the reader's file offset. How the source says the input ended (a cut or corrupt gzip or
+ * zstd stream) is where the raw stream stops, `stop` saying why; the bytes decompressed
+ * before that point are copied. */
 typedef struct rawsrc {
   int fd;
-  uint64_t base;     /* file offset of the input's first byte */
-  uint64_t file_off; /* next file offset to read, relative to base */
-  bool sniffed, gz, gz_init, gz_end, eof;
-  z_stream zs;
-  ZSTD_DStream *zst; /* zstd input (frames one after the other) */
-  size_t zst_last;   /* 0 when a frame just ended */
-  unsigned char *in; /* compressed bytes (gzip) */
-  size_t in_len, in_pos;
-  unsigned char *buf; /* the window of (decompressed) input */
+  uint64_t base; /* file offset of the input's first byte */
+  rd_source *src;
+  const unsigned char *buf; /* the source's current block */
   size_t len, pos;
-  uint64_t off;     /* offset of buf[0] in the (decompressed) input */
+  uint64_t off; /* offset of buf[0] in the (decompressed) input */
+  bool eof;
   const char *stop; /* why the raw stream ended early (corrupt or cut gzip), or NULL */
   int err;          /* errno of a read error, 0 if none */
 } rawsrc;
 
-static ssize_t pread_full(rawsrc *s, unsigned char *dst, size_t n) {
-  for (;;) {
-    ssize_t k = pread(s->fd, dst, n, (off_t)(s->base + s->file_off));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      s->err = errno;
-      return -1;
-    }
-    s->file_off += (uint64_t)k;
-    return k;
+/* Why the raw stream stops where the source ended, or NULL at the end of a whole input. */
+static const char *raw_stop_reason(const rawsrc *s, rd_source_end end) {
+  bool gz = rd_source_is_gzip(s->src);
+  switch (end) {
+    case RD_SRC_CUT:
+      return gz ? "the gzip stream is cut short" : "the zstd stream is cut short";
+    case RD_SRC_CORRUPT:
+      return gz ? "the gzip data is corrupt" : "the zstd data is corrupt";
+    case RD_SRC_NO_RESET:
+      return "gzip: cannot reset";
+    default:
+      return NULL;
   }
 }
 
@@ -132,103 +130,20 @@ static ssize_t raw_fill(rawsrc *s) {
   if (s->eof) return 0;
   s->off += s->len;
   s->len = s->pos = 0;
-  if (!s->sniffed) {
-    s->sniffed = true;
-    unsigned char m[4];
-    ssize_t k = pread(s->fd, m, 4, (off_t)s->base);
-    if (k < 0) {
-      s->err = errno;
-      return -1;
-    }
-    if (k == 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) {
-      s->zst = ZSTD_createDStream();
-      s->in = malloc(RAW_BLOCK);
-      if (!s->zst || !s->in || ZSTD_isError(ZSTD_initDStream(s->zst))) {
-        s->err = ENOMEM;
-        return -1;
-      }
-      s->zst_last = 1;
-    } else if (k >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
-      s->gz = true;
-      s->in = malloc(RAW_BLOCK);
-      if (!s->in || inflateInit2(&s->zs, 15 + 32) != Z_OK) {
-        s->err = ENOMEM;
-        return -1;
-      }
-      s->gz_init = true;
-    }
+  const unsigned char *p = NULL;
+  ssize_t k = rd_source_read(s->src, &p);
+  if (k < 0) {
+    s->err = rd_source_errno(s->src);
+    return -1;
   }
-  while (s->zst) {
-    if (s->in_pos == s->in_len) {
-      ssize_t k = pread_full(s, s->in, RAW_BLOCK);
-      if (k < 0) return -1;
-      s->in_len = (size_t)k;
-      s->in_pos = 0;
-      if (k == 0) {
-        if (s->zst_last != 0) s->stop = "the zstd stream is cut short";
-        s->eof = true;
-        return 0;
-      }
-    }
-    ZSTD_inBuffer in = {s->in + s->in_pos, s->in_len - s->in_pos, 0};
-    ZSTD_outBuffer out = {s->buf, RAW_BLOCK, 0};
-    size_t z = ZSTD_decompressStream(s->zst, &out, &in);
-    s->in_pos += in.pos;
-    if (ZSTD_isError(z)) {
-      s->stop = "the zstd data is corrupt";
-      s->eof = true;
-    } else {
-      s->zst_last = z;
-    }
-    s->len = out.pos;
-    if (s->len) return (ssize_t)s->len;
-    if (s->eof) return 0;
+  rd_source_end end = rd_source_ended(s->src, NULL);
+  if (end != RD_SRC_OPEN) {
+    s->eof = true;
+    s->stop = raw_stop_reason(s, end);
   }
-  if (!s->gz) {
-    ssize_t k = pread_full(s, s->buf, RAW_BLOCK);
-    if (k <= 0) {
-      if (k == 0) s->eof = true;
-      return k;
-    }
-    s->len = (size_t)k;
-    return k;
-  }
-  for (;;) {
-    if (s->in_pos == s->in_len) {
-      ssize_t k = pread_full(s, s->in, RAW_BLOCK);
-      if (k < 0) return -1;
-      s->in_len = (size_t)k;
-      s->in_pos = 0;
-      if (k == 0) {
-        if (!s->gz_end) s->stop = "the gzip stream is cut short";
-        s->eof = true;
-        return 0;
-      }
-    }
-    if (s->gz_end) { /* another member may follow */
-      if (inflateReset(&s->zs) != Z_OK) {
-        s->stop = "gzip: cannot reset";
-        s->eof = true;
-        return 0;
-      }
-      s->gz_end = false;
-    }
-    s->zs.next_in = s->in + s->in_pos;
-    s->zs.avail_in = (uInt)(s->in_len - s->in_pos);
-    s->zs.next_out = s->buf;
-    s->zs.avail_out = RAW_BLOCK;
-    int zr = inflate(&s->zs, Z_NO_FLUSH);
-    s->in_pos = s->in_len - s->zs.avail_in;
-    if (zr == Z_STREAM_END) {
-      s->gz_end = true;
-    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-      s->stop = "the gzip data is corrupt";
-      s->eof = true;
-    }
-    s->len = RAW_BLOCK - s->zs.avail_out;
-    if (s->len) return (ssize_t)s->len;
-    if (s->eof) return 0;
-  }
+  s->buf = p;
+  s->len = (size_t)k;
+  return k;
 }
 
 static uint64_t raw_at(const rawsrc *s) { return s->off + s->pos; }
@@ -365,12 +280,7 @@ static uint64_t raw_copy_header(rawsrc *s, an_out *o) {
   }
 }
 
-static void raw_free(rawsrc *s) {
-  if (s->gz_init) inflateEnd(&s->zs);
-  if (s->zst) ZSTD_freeDStream(s->zst);
-  free(s->in);
-  free(s->buf);
-}
+static void raw_free(rawsrc *s) { rd_source_close(s->src); }
 
 /* ------------------------------------------------------------- id tables ---- */
 
@@ -656,7 +566,8 @@ static void put_repair_member(repair *w) {
              ", \"tracebacks_lost\": %" PRIu64 ", \"source_bytes\": %" PRIu64
              ", \"source_json_bytes\": %" PRIu64 "}",
              w->kept, w->dropped, w->last_end, w->placeholders, w->threads_added,
-             w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, w->input_bytes);
+             w->process_added ? 1 : 0, w->tracebacks_lost, rd_source_input_read(w->raw.src),
+             w->input_bytes);
 }
 
 /* The footer: "]", finish_ts, the tables written whole, "etr". */
@@ -827,11 +738,11 @@ static int report(const repair *w, bool json) {
                ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
                ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
                ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64 ", \"reason\": ",
-               w->intact ? "true" : "false", w->raw.gz ? "true" : "false", w->kept, w->dropped,
-               w->intact ? w->input_bytes : w->last_end, w->placeholders, w->threads_added,
-               w->process_added ? "true" : "false", w->tracebacks_lost,
-               w->intact ? rd_finish_ts(w->r) : w->finish_ts, w->raw.file_off, w->input_bytes,
-               w->reason_at);
+               w->intact ? "true" : "false", rd_source_is_gzip(w->raw.src) ? "true" : "false",
+               w->kept, w->dropped, w->intact ? w->input_bytes : w->last_end, w->placeholders,
+               w->threads_added, w->process_added ? "true" : "false", w->tracebacks_lost,
+               w->intact ? rd_finish_ts(w->r) : w->finish_ts, rd_source_input_read(w->raw.src),
+               w->input_bytes, w->reason_at);
     if (w->reason)
       an_out_jstr(&jo, w->reason, strlen(w->reason));
     else
@@ -860,7 +771,7 @@ static int report(const repair *w, bool json) {
   }
   if (w->intact) {
     fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", w->file,
-            w->kept, w->raw.gz ? " (decompressed)" : "");
+            w->kept, rd_source_is_gzip(w->raw.src) ? " (decompressed)" : "");
     return ETR_CLI_OK;
   }
   char added[160] = "nothing";
@@ -1050,8 +961,7 @@ int cmd_repair(int argc, char **argv) {
     status = open_failed(&w, rc);
     goto done;
   }
-  w.raw.buf = malloc(RAW_BLOCK);
-  if (w.raw.fd < 0 || !w.raw.buf) {
+  if (w.raw.fd < 0 || rd_source_open(w.raw.fd, w.raw.base, true, RAW_BLOCK, &w.raw.src)) {
     cli_error(CMD, "%s: %s", w.file, w.raw.fd < 0 ? strerror(open_errno) : "out of memory");
     status = ETR_CLI_FAIL;
     goto done;

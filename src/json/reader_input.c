@@ -63,8 +63,8 @@ int rd_source_open(int fd, uint64_t base, bool positional, size_t block, rd_sour
 /* Up to n input bytes to dst: bytes read, 0 at the end of the file, -1 on a read error. */
 static ssize_t src_read(rd_source *s, unsigned char *dst, size_t n) {
   for (;;) {
-    ssize_t k = s->positional ? pread(s->fd, dst, n, (off_t)(s->base + s->file_off))
-                              : read(s->fd, dst, n);
+    ssize_t k =
+        s->positional ? pread(s->fd, dst, n, (off_t)(s->base + s->file_off)) : read(s->fd, dst, n);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
       s->err = errno;
