@@ -1,6 +1,9 @@
-/* Internals of the streaming trace reader (reader.h), shared by its three files:
- *  - reader.c        input (files, gzip, zstd), arenas, the top-level keys and the node
- *                    builder (node_done) both parsers hand their trees to, and the API;
+/* Internals of the streaming trace reader (reader.h), shared by its files:
+ *  - reader.c        arenas, errors, UTF-8 checks, the top-level keys and header values, the
+ *                    byte source's answers as the parsers take them, and the API;
+ *  - reader_input.c  the byte source: files, pipes, gzip, zstd (rd_source in reader.h, also
+ *                    read by `etr repair`);
+ *  - reader_node.c   the node builder (etr__rd_node_done) both parsers hand their trees to;
  *  - reader_hand.c   the hand parser (the default): a pull parser over an input window;
  *  - reader_yajl.c   the yajl backend (ETR_READER_BACKEND=yajl): callbacks building the
  *                    same trees.
