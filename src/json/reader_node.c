@@ -348,4 +348,3 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
   r->q_len++;
   return 1;
 }
-
