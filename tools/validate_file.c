@@ -89,13 +89,14 @@ void vd_check_tree(vrun *w, uint64_t end_off) {
   vstate *v = &w->v;
   idtab *t = &w->ids;
   if (!w->have_process)
-    vd_problem(v, SEV_ERROR, K_SPECIAL, end_off, -1, "no process node (id 1, name " PROCESS_NAME ")");
+    vd_problem(v, SEV_ERROR, K_SPECIAL, end_off, -1,
+               "no process node (id 1, name " PROCESS_NAME ")");
   /* fw_parent names a node of the file, as ctrl_deps does (a trace cut by kill -9 can lose
    * the forward op a backward op points to: etr repair adds a placeholder for it) */
   for (size_t i = 0; i < w->n_fw; i++)
     if (tab_find(t, w->fw[i].fw_parent) < 0)
       vd_problem(v, SEV_ERROR, K_PARENT, w->fw[i].offset, w->fw[i].id,
-              "fw_parent %" PRId64 " does not exist", w->fw[i].fw_parent);
+                 "fw_parent %" PRId64 " does not exist", w->fw[i].fw_parent);
   /* pass 1: parent ids -> indexes */
   for (size_t i = 0; i < t->n; i++) {
     nrec *r = rec_at(t, i);
@@ -107,7 +108,7 @@ void vd_check_tree(vrun *w, uint64_t end_off) {
     int64_t p = tab_find(t, r->parent);
     if (p < 0) {
       vd_problem(v, SEV_ERROR, K_PARENT, (uint64_t)r->offset, r->id,
-              "parent %" PRId64 " (ctrl_deps) does not exist", r->parent);
+                 "parent %" PRId64 " (ctrl_deps) does not exist", r->parent);
       r->state = ST_BAD;
       r->parent = -1;
       continue;
@@ -166,8 +167,9 @@ void vd_check_tree(vrun *w, uint64_t end_off) {
         nrec *th = rec_at(t, (size_t)result);
         if (c->tid != th->tid)
           vd_problem(v, SEV_ERROR, K_REACH, c->offset, c->id,
-                  "tid %" PRIu64 ", but it hangs under the thread node %" PRId64 " of tid %" PRIu64,
-                  (uint64_t)c->tid, th->id, (uint64_t)th->tid);
+                     "tid %" PRIu64 ", but it hangs under the thread node %" PRId64
+                     " of tid %" PRIu64,
+                     (uint64_t)c->tid, th->id, (uint64_t)th->tid);
       } else {
         c->state = ST_BAD;
       }
@@ -197,9 +199,10 @@ void vd_check_top(vstate *v, rd_reader *r, uint64_t end_off) {
     if (w < 0) continue;
     seen[w] = true;
     if (w < last)
-      vd_problem(v, SEV_ERROR, K_TOP, 0, -1,
-              "top-level key \"%s\" out of order (schema, pid, time, start_ts, nodes, finish_ts)",
-              keys[i]);
+      vd_problem(
+          v, SEV_ERROR, K_TOP, 0, -1,
+          "top-level key \"%s\" out of order (schema, pid, time, start_ts, nodes, finish_ts)",
+          keys[i]);
     last = w;
   }
   for (int q = 0; q < 6; q++)
@@ -210,7 +213,8 @@ void vd_check_top(vstate *v, rd_reader *r, uint64_t end_off) {
     int Y, M, D, hh, mm, ss, n = 0;
     if (sscanf(h->time, "%4d-%2d-%2d %2d:%2d:%2d%n", &Y, &M, &D, &hh, &mm, &ss, &n) != 6 ||
         h->time[n] || strlen(h->time) != 19)
-      vd_problem(v, SEV_WARN, K_HEADER, 0, -1, "\"time\" \"%s\" is not YYYY-MM-DD HH:MM:SS", h->time);
+      vd_problem(v, SEV_WARN, K_HEADER, 0, -1, "\"time\" \"%s\" is not YYYY-MM-DD HH:MM:SS",
+                 h->time);
   }
 }
 
@@ -236,7 +240,7 @@ void vd_check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
         if (f->kind != ETR_J_OBJECT || !nm || nm->kind != ETR_J_STRING || !fn ||
             fn->kind != ETR_J_STRING || !ln || ln->kind != ETR_J_INT)
           vd_problem(v, SEV_ERROR, K_TB, end_off, -1,
-                  "frame %zu is not {\"name\": string, \"filename\": string, \"line\": int}", i);
+                     "frame %zu is not {\"name\": string, \"filename\": string, \"line\": int}", i);
       }
     }
   }
@@ -257,8 +261,8 @@ void vd_check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
           const rd_jval *x = &t->v.arr.items[j];
           if (x->kind != ETR_J_INT || x->v.i < 0 || (uint64_t)x->v.i >= n_frames) {
             vd_problem(v, SEV_ERROR, K_TB, end_off, -1,
-                    "traceback %zu: entry %zu is not an index into \"frames\" (%zu entries)", i, j,
-                    n_frames);
+                       "traceback %zu: entry %zu is not an index into \"frames\" (%zu entries)", i,
+                       j, n_frames);
             break;
           }
         }
@@ -269,11 +273,11 @@ void vd_check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
     size_t n_tbs = tbs ? tbs->v.arr.n : 0;
     if (!tbs)
       vd_problem(v, SEV_ERROR, K_TB, w->max_tb_off, w->max_tb_node,
-              "nodes carry a \"traceback\" attr but the file has no \"tracebacks\" table");
+                 "nodes carry a \"traceback\" attr but the file has no \"tracebacks\" table");
     else if (w->max_tb >= n_tbs)
       vd_problem(v, SEV_ERROR, K_TB, w->max_tb_off, w->max_tb_node,
-              "traceback %" PRIu64 " is beyond the \"tracebacks\" table (%zu entries)", w->max_tb,
-              n_tbs);
+                 "traceback %" PRIu64 " is beyond the \"tracebacks\" table (%zu entries)",
+                 w->max_tb, n_tbs);
   }
   const rd_jval *etr = rd_trailer(r, "etr");
   if (etr) {
@@ -287,7 +291,7 @@ void vd_check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
         for (size_t i = 0; i < st->v.obj.n; i++)
           if (st->v.obj.items[i].val.kind != ETR_J_INT)
             vd_problem(v, SEV_ERROR, K_FOOTER, end_off, -1, "stat \"%s\" is not an integer",
-                    st->v.obj.items[i].key);
+                       st->v.obj.items[i].key);
         /* What the recorder repaired or lost on the way: the trace is valid, but the runtime
          * misused begin/end, or nodes are missing. Said once, as a note. */
         static const char *const misuse[] = {
@@ -309,10 +313,9 @@ void vd_check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
         if (nw && nw->kind == ETR_J_INT && (uint64_t)nw->v.i != w->nodes &&
             (uint64_t)nw->v.i != w->nodes + 1)
           vd_problem(v, SEV_WARN, K_FOOTER, end_off, -1,
-                  "the footer says %" PRId64 " nodes written, the file has %" PRIu64, nw->v.i,
-                  w->nodes);
+                     "the footer says %" PRId64 " nodes written, the file has %" PRIu64, nw->v.i,
+                     w->nodes);
       }
     }
   }
 }
-

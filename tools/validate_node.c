@@ -207,9 +207,9 @@ static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char
     if (j >= 0 && !part[j]) part[j] = &io->v.obj.items[i].val;
     if (j < k) {
       vd_problem(v, SEV_ERROR, K_IO, n->offset, n->id,
-              j >= 0 ? "%s: key \"%s\" out of order (values, shapes, types, strides)"
-                     : "%s: unknown key \"%s\"",
-              where, key);
+                 j >= 0 ? "%s: key \"%s\" out of order (values, shapes, types, strides)"
+                        : "%s: unknown key \"%s\"",
+                 where, key);
       continue;
     }
     k = j + 1;
@@ -217,7 +217,7 @@ static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char
   const rd_jval *vals = part[0], *shapes = part[1], *types = part[2], *strides = part[3];
   if (!strides && v->has_strides_schema)
     vd_problem(v, SEV_WARN, K_IO, n->offset, n->id, "%s: no \"strides\" (schema %s)", where,
-            v->hdr->schema);
+               v->hdr->schema);
   if (!vals || vals->kind != ETR_J_ARRAY || !types || types->kind != ETR_J_ARRAY) return;
   size_t nv = vals->v.arr.n;
   if (shapes && (shapes->kind != ETR_J_ARRAY || shapes->v.arr.n != nv)) shapes = NULL;
@@ -284,7 +284,7 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
       val = &km[2].val;
     } else {
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-              "attr %zu: keys are not exactly \"name\", \"type\", \"value\" in this order", i);
+                 "attr %zu: keys are not exactly \"name\", \"type\", \"value\" in this order", i);
       nm = rd_jobj_get(a, "name");
       ty = rd_jobj_get(a, "type");
       val = rd_jobj_get(a, "value");
@@ -297,10 +297,10 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     size_t type_n = ty_ok ? cstr_len(n, type, ty->v.str.len) : 0;
     if (!ty_ok)
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": \"type\" is not a string",
-              name);
+                 name);
     if (is_forbidden(name, name_n))
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-              "attr named \"%s\" (Chakra copies attrs over node fields)", name);
+                 "attr named \"%s\" (Chakra copies attrs over node fields)", name);
     size_t len = nm->v.str.len;
     for (size_t j = 0; j < n_seen; j++)
       if (seen_len[j] == len && seen[j][0] == name[0] && !memcmp(seen[j], name, len)) {
@@ -322,8 +322,8 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
       if (!(b == 2  ? STR_IS(type, type_n, "int64")
             : b < 6 ? STR_IS(type, type_n, "uint64")
                     : STR_IS(type, type_n, "string")))
-        vd_problem(v, SEV_ERROR, K_BASE, n->offset, n->id, "attr \"%s\" has type \"%s\", not \"%s\"",
-                name, type, want[b]);
+        vd_problem(v, SEV_ERROR, K_BASE, n->offset, n->id,
+                   "attr \"%s\" has type \"%s\", not \"%s\"", name, type, want[b]);
     } else {
       seen_other = true;
     }
@@ -331,18 +331,18 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     if (STR_IS(type, type_n, "uint64")) {
       if (val->kind == ETR_J_UINT)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-                "attr \"%s\": %" PRIu64 " does not fit int64", name, val->v.u);
+                   "attr \"%s\": %" PRIu64 " does not fit int64", name, val->v.u);
       else if (val->kind != ETR_J_INT || val->v.i < 0)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-                "attr \"%s\": a uint64 value that is not a non-negative integer", name);
+                   "attr \"%s\": a uint64 value that is not a non-negative integer", name);
     } else if (STR_IS(type, type_n, "int64")) {
       if (val->kind != ETR_J_INT)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-                "attr \"%s\": an int64 value that is not an integer within int64", name);
+                   "attr \"%s\": an int64 value that is not an integer within int64", name);
     } else if (STR_IS(type, type_n, "string")) {
       if (val->kind != ETR_J_STRING)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
-                "attr \"%s\": a string value that is not a string", name);
+                   "attr \"%s\": a string value that is not a string", name);
     }
   }
 }
@@ -382,9 +382,9 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
     if (j < k) {
       if (j >= 0)
         vd_problem(v, SEV_ERROR, K_KEYS, n->offset, n->id,
-                "key \"%s\" out of order (id, name, ctrl_deps, inputs, outputs, [ts, "
-                "inclusive_dur, exclusive_dur], attrs)",
-                key);
+                   "key \"%s\" out of order (id, name, ctrl_deps, inputs, outputs, [ts, "
+                   "inclusive_dur, exclusive_dur], attrs)",
+                   key);
       else
         vd_problem(v, SEV_ERROR, K_KEYS, n->offset, n->id, "unknown key \"%s\"", key);
       continue;
@@ -395,12 +395,12 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   if (present[5] || present[6] || present[7]) {
     if (!n->has_timing)
       vd_problem(v, SEV_ERROR, K_TIMING, n->offset, n->id,
-              "ts, inclusive_dur and exclusive_dur must all be integers, or all absent");
+                 "ts, inclusive_dur and exclusive_dur must all be integers, or all absent");
     else if (n->inclusive_dur < 0 || n->exclusive_dur < 0 || n->exclusive_dur > n->inclusive_dur)
       vd_problem(v, SEV_ERROR, K_TIMING, n->offset, n->id,
-              "durations inclusive %" PRId64 ", exclusive %" PRId64
-              " (want 0 <= exclusive <= inclusive)",
-              n->inclusive_dur, n->exclusive_dur);
+                 "durations inclusive %" PRId64 ", exclusive %" PRId64
+                 " (want 0 <= exclusive <= inclusive)",
+                 n->inclusive_dur, n->exclusive_dur);
   }
   if (n->id <= 0 && present[0])
     vd_problem(v, SEV_ERROR, K_FIELD, n->offset, n->id, "id %" PRId64 " is not positive", n->id);
@@ -413,17 +413,17 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   if (STR_IS(n->name, name_n, PROCESS_NAME)) {
     nk = NK_PROCESS;
     if (n->id != 1)
-      vd_problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id, "process node with id %" PRId64 ", not 1",
-              n->id);
+      vd_problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id,
+                 "process node with id %" PRId64 ", not 1", n->id);
     if (n->ctrl_deps != 1)
       vd_problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id,
-              "process node with ctrl_deps %" PRId64 ", not 1", n->ctrl_deps);
+                 "process node with ctrl_deps %" PRId64 ", not 1", n->ctrl_deps);
   } else if (STR_IS(n->name, name_n, THREAD_NAME)) {
     nk = NK_THREAD;
     w->threads++;
     if (n->ctrl_deps != 1)
       vd_problem(v, SEV_ERROR, K_SPECIAL, n->offset, n->id,
-              "thread node with ctrl_deps %" PRId64 ", not 1 (the process node)", n->ctrl_deps);
+                 "thread node with ctrl_deps %" PRId64 ", not 1 (the process node)", n->ctrl_deps);
   } else {
     w->ops++;
     if (n->id == 1)
@@ -442,12 +442,13 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   nrec *r = vd_tab_add(&w->ids, n->id, &dup);
   if (!r) {
     vd_problem(v, SEV_ERROR, K_DUPID, n->offset, n->id,
-            "out of memory for the id table: parents are not checked");
+               "out of memory for the id table: parents are not checked");
     return;
   }
   if (dup) {
     vd_problem(v, SEV_ERROR, K_DUPID, n->offset, n->id,
-            "id %" PRId64 " already used by the node at byte %" PRIu64, n->id, (uint64_t)r->offset);
+               "id %" PRId64 " already used by the node at byte %" PRIu64, n->id,
+               (uint64_t)r->offset);
     return;
   }
   r->parent = n->ctrl_deps;
@@ -459,7 +460,7 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
       if (f == NULL) {
         w->fw_oom = true;
         vd_problem(v, SEV_WARN, K_PARENT, n->offset, n->id,
-                "out of memory for fw_parent references: they are not checked");
+                   "out of memory for fw_parent references: they are not checked");
       } else {
         w->fw = f;
         w->cap_fw = cap;
