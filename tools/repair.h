@@ -29,7 +29,6 @@
 
 /* ---- the raw stream (repair_raw.c) ---- */
 
-
 /* The input's bytes, decompressed as the reader decompresses them: read through the reader's
  * own byte source (json/reader.h, rd_source), with pread from `fd` so that it never disturbs
  * the reader's file offset. How the source says the input ended (a cut or corrupt gzip or
@@ -65,7 +64,6 @@ int rp_raw_source(int in_fd, const char *file, uint64_t *base, bool *spooled);
 
 /* ---- what repair notes and adds (repair_add.c) ---- */
 
-
 /* A set of ids: 512-bit (64-byte) bitmap pages, only where ids occur, allocated in slabs
  * of 256 pages. Dense ids (a counter shared with tensor ids) cost about 1.5 bits an id;
  * scattered ones at worst a page and its index slots (~150 bytes) each. */
@@ -85,7 +83,6 @@ typedef struct pend {
   bool timed, live;
   size_t next_free;
 } pend;
-
 
 typedef struct repair {
   const char *file; /* as messages give it */

@@ -52,7 +52,6 @@ void rp_idset_free(idset *s) {
   an_u64map_free(&s->index);
 }
 
-
 /* a + b and a - b, saturated (timing values come from the file: no overflow on any input) */
 static int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -320,4 +319,3 @@ void rp_put_footer(repair *w) {
   put_repair_member(w);
   an_out_cstr(o, "}\n}\n");
 }
-

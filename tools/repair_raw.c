@@ -21,7 +21,6 @@
 
 #define CMD "repair"
 
-
 /* Why the raw stream stops where the source ended, or NULL at the end of a whole input. */
 static const char *raw_stop_reason(const rawsrc *s, rd_source_end end) {
   bool gz = rd_source_is_gzip(s->src);
@@ -257,4 +256,3 @@ fail:
   close(fd);
   return -1;
 }
-

@@ -32,9 +32,7 @@ static bool span_starts(span a, const char *lit) {
 /* The length strcmp sees of a string of node n: its decoded length, unless a string of the
  * node holds a NUL byte (from a \u0000 escape), which ends it for strcmp. Comparing that many
  * bytes with memcmp then agrees with strcmp, without a call per compare. */
-static inline size_t cstr_len(const rd_rnode *n, const char *s, size_t len) {
-  return n->has_nul_strings ? strlen(s) : len;
-}
+static inline size_t cstr_len(bool nul, const char *s, size_t len) { return nul ? strlen(s) : len; }
 
 /* n bytes of a and b are equal. With n a constant and b a literal this is two loads and
  * compares with immediates (the first and the last 4 or 8 bytes, overlapping when n is not a
@@ -170,7 +168,7 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
     bool ok = val->kind == ETR_J_DOUBLE || val->kind == ETR_J_INT || val->kind == ETR_J_UINT;
     if (val->kind == ETR_J_STRING) {
       const char *vs = val->v.str.s;
-      size_t vn = cstr_len(c->node, vs, val->v.str.len);
+      size_t vn = cstr_len(c->node->has_nul_strings, vs, val->v.str.len);
       ok = STR_IS(vs, vn, "nan") || STR_IS(vs, vn, "inf") || STR_IS(vs, vn, "-inf");
     }
     if (!ok) VPROB(c, SEV_ERROR, "a Double value is not a number", c->where, c->index);
@@ -182,7 +180,8 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
       VPROB(c, SEV_ERROR, "a %.*s value is not a string", c->where, c->index, (int)type.n, type.s);
   } else if (span_is(type, "None")) {
     if (val->kind != ETR_J_STRING ||
-        !STR_IS(val->v.str.s, cstr_len(c->node, val->v.str.s, val->v.str.len), "<None>"))
+        !STR_IS(val->v.str.s, cstr_len(c->node->has_nul_strings, val->v.str.s, val->v.str.len),
+                "<None>"))
       VPROB(c, SEV_WARN, "a None value is not \"<None>\"", c->where, c->index);
   } else if (type.n == 0) {
     VPROB(c, SEV_ERROR, "empty type name", c->where, c->index);
@@ -195,7 +194,7 @@ static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char
   int k = 0;
   for (size_t i = 0; i < io->v.obj.n; i++) {
     const char *key = io->v.obj.items[i].key;
-    size_t kn = cstr_len(n, key, io->v.obj.items[i].key_len);
+    size_t kn = cstr_len(n->has_nul_strings, key, io->v.obj.items[i].key_len);
     int j = -1;
     /* by length, then one fixed-size compare */
     if (kn == 6)
@@ -256,9 +255,10 @@ static bool is_forbidden(const char *nm, size_t n) {
 
 static void check_attrs(vstate *v, const rd_rnode *n) {
   const rd_jval *attrs = NULL;
+  bool nul = n->has_nul_strings;
   for (size_t i = n->raw->v.obj.n; i-- > 0;) { /* "attrs" comes last */
     const rd_jmember *m = &n->raw->v.obj.items[i];
-    if (m->key[0] == 'a' && STR_IS(m->key, cstr_len(n, m->key, m->key_len), "attrs")) {
+    if (m->key[0] == 'a' && STR_IS(m->key, cstr_len(nul, m->key, m->key_len), "attrs")) {
       attrs = &m->val;
       break;
     }
@@ -269,6 +269,10 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
   const char *seen[32];
   size_t seen_len[32];
   size_t n_seen = 0;
+  uint64_t seen_bits = 0; /* a bit per length and first byte seen: most names need no loop */
+  /* the reader's attr list matches the array one for one when it dropped none: the base attr
+   * index it found for each then serves here */
+  const rd_rattr *ra = n->n_attrs == attrs->v.arr.n ? n->attrs : NULL;
   static const char *const want[9] = {"uint64", "uint64", "int64",  "uint64", "uint64",
                                       "uint64", "string", "string", "string"};
   for (size_t i = 0; i < attrs->v.arr.n; i++) {
@@ -276,9 +280,9 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     if (a->kind != ETR_J_OBJECT) continue; /* the reader has warned */
     const rd_jval *nm, *ty, *val;
     const rd_jmember *km = a->v.obj.items;
-    if (a->v.obj.n == 3 && STR_IS(km[0].key, cstr_len(n, km[0].key, km[0].key_len), "name") &&
-        STR_IS(km[1].key, cstr_len(n, km[1].key, km[1].key_len), "type") &&
-        STR_IS(km[2].key, cstr_len(n, km[2].key, km[2].key_len), "value")) {
+    if (a->v.obj.n == 3 && STR_IS(km[0].key, cstr_len(nul, km[0].key, km[0].key_len), "name") &&
+        STR_IS(km[1].key, cstr_len(nul, km[1].key, km[1].key_len), "type") &&
+        STR_IS(km[2].key, cstr_len(nul, km[2].key, km[2].key_len), "value")) {
       nm = &km[0].val;
       ty = &km[1].val;
       val = &km[2].val;
@@ -291,10 +295,10 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     }
     if (!nm || nm->kind != ETR_J_STRING || !val) continue;
     const char *name = nm->v.str.s;
-    size_t name_n = cstr_len(n, name, nm->v.str.len);
+    size_t name_n = cstr_len(nul, name, nm->v.str.len);
     bool ty_ok = ty && ty->kind == ETR_J_STRING;
     const char *type = ty_ok ? ty->v.str.s : "";
-    size_t type_n = ty_ok ? cstr_len(n, type, ty->v.str.len) : 0;
+    size_t type_n = ty_ok ? cstr_len(nul, type, ty->v.str.len) : 0;
     if (!ty_ok)
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": \"type\" is not a string",
                  name);
@@ -302,16 +306,20 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                  "attr named \"%s\" (Chakra copies attrs over node fields)", name);
     size_t len = nm->v.str.len;
-    for (size_t j = 0; j < n_seen; j++)
-      if (seen_len[j] == len && seen[j][0] == name[0] && !memcmp(seen[j], name, len)) {
-        vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\" appears twice", name);
-        break;
-      }
+    uint64_t bit = 1ull << ((len * 7u + (unsigned char)name[0]) & 63);
+    if (seen_bits & bit) {
+      for (size_t j = 0; j < n_seen; j++)
+        if (seen_len[j] == len && !memcmp(seen[j], name, len)) {
+          vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\" appears twice", name);
+          break;
+        }
+    }
+    seen_bits |= bit;
     if (n_seen < 32) {
       seen[n_seen] = name;
       seen_len[n_seen++] = len;
     }
-    int b = rd_base_attr_n(name, name_n);
+    int b = ra ? ra[i].base : rd_base_attr_n(name, name_n);
     if (b >= 0) {
       if (b < last_base || seen_other)
         vd_problem(
@@ -377,7 +385,7 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   bool present[9] = {false};
   for (size_t i = 0; i < n->raw->v.obj.n; i++) {
     const char *key = n->raw->v.obj.items[i].key;
-    int j = node_key(key, cstr_len(n, key, n->raw->v.obj.items[i].key_len));
+    int j = node_key(key, cstr_len(n->has_nul_strings, key, n->raw->v.obj.items[i].key_len));
     if (j >= 0) present[j] = true;
     if (j < k) {
       if (j >= 0)
@@ -409,7 +417,7 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   check_io(v, n, n->outputs, "outputs");
 
   int nk = NK_OP;
-  size_t name_n = cstr_len(n, n->name, n->name_len);
+  size_t name_n = cstr_len(n->has_nul_strings, n->name, n->name_len);
   if (STR_IS(n->name, name_n, PROCESS_NAME)) {
     nk = NK_PROCESS;
     if (n->id != 1)

@@ -72,6 +72,7 @@ typedef struct rd_rattr {
   const char *name;
   const char *type; /* "uint64", "int64", "string", ... as written */
   rd_jval value;
+  int base; /* 0..8: a base attr (rd_base_attr of its name), -1: another attr */
 } rd_rattr;
 
 typedef struct rd_rnode {

@@ -339,8 +339,8 @@ static inline bool h_lit_eq(const unsigned char *p, const char *lit, size_t n) {
 }
 #define H_LIT_EQ(p, lit) h_lit_eq((p), (lit), sizeof(lit) - 1)
 
-/* Keys of an attr object, pointed to by the trees h_attr builds. */
-static const char h_key_name[] = "name", h_key_type[] = "type", h_key_value[] = "value";
+/* Keys of an attr object, pointed to by the trees h_attr builds (reader_int.h). */
+const char etr__rd_key_name[] = "name", etr__rd_key_type[] = "type", etr__rd_key_value[] = "value";
 
 /* An attr object of a node, {"name": "N", "type": "T", "value": V}, written with ", " and ": "
  * as our writer and PyTorch's json.dump write it and with N and T plain ASCII: read without
@@ -393,17 +393,17 @@ static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *e
   *(unsigned char *)(uintptr_t)type_end = '\0';
   size_t type_off = (size_t)(type_end - r->hb) + 1;
   if (r->h_nul_end < type_off) r->h_nul_end = type_off;
-  items[0].key = h_key_name;
+  items[0].key = etr__rd_key_name;
   items[0].key_len = 4;
   items[0].val.kind = ETR_J_STRING;
   items[0].val.v.str.s = (const char *)name;
   items[0].val.v.str.len = (size_t)(name_end - name);
-  items[1].key = h_key_type;
+  items[1].key = etr__rd_key_type;
   items[1].key_len = 4;
   items[1].val.kind = ETR_J_STRING;
   items[1].val.v.str.s = (const char *)type;
   items[1].val.v.str.len = (size_t)(type_end - type);
-  items[2].key = h_key_value;
+  items[2].key = etr__rd_key_value;
   items[2].key_len = 5;
   v->kind = ETR_J_OBJECT;
   v->v.obj.items = items;

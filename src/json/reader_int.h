@@ -265,6 +265,10 @@ ssize_t etr__rd_next_block(rd_reader *r, const unsigned char **p);
 /* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. */
 ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n);
 
+/* The keys of the attr objects the hand parser reads by its shortcut: the node builder knows
+ * such an attr by their addresses, without comparing names. */
+extern const char etr__rd_key_name[], etr__rd_key_type[], etr__rd_key_value[];
+
 /* One more step of the hand parser (reader_hand.c), or one more block through yajl
  * (reader_yajl.c): 1 = progress, 0 = parse complete, -1 = error (set). */
 int etr__rd_hand_feed(rd_reader *r);

@@ -253,9 +253,12 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
       const rd_jval *a = &attrs->v.arr.items[i];
       const rd_jval *an, *at, *av;
       const rd_jmember *am = a->kind == ETR_J_OBJECT ? a->v.obj.items : NULL;
-      if (am && a->v.obj.n == 3 && NAME_IS(am[0].key, am[0].key_len, "name", nul) &&
-          NAME_IS(am[1].key, am[1].key_len, "type", nul) &&
-          NAME_IS(am[2].key, am[2].key_len, "value", nul)) {
+      if (am && a->v.obj.n == 3 &&
+          ((am[0].key == etr__rd_key_name && am[1].key == etr__rd_key_type &&
+            am[2].key == etr__rd_key_value) ||
+           (NAME_IS(am[0].key, am[0].key_len, "name", nul) &&
+            NAME_IS(am[1].key, am[1].key_len, "type", nul) &&
+            NAME_IS(am[2].key, am[2].key_len, "value", nul)))) {
         an = &a->v.obj.items[0].val;
         at = &a->v.obj.items[1].val;
         av = &a->v.obj.items[2].val;
@@ -276,6 +279,7 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
       const char *nm = x->name;
       size_t nm_len = an->v.str.len;
       int b = base_attr_n(nm, nm_len, nul);
+      x->base = b;
       if (b >= 0) {
         bool ok = true;
         switch (b) {
