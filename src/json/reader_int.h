@@ -4,7 +4,8 @@
  *  - reader_input.c  the byte source: files, pipes, gzip, zstd (rd_source in reader.h, also
  *                    read by `etr repair`);
  *  - reader_node.c   the node builder (etr__rd_node_done) both parsers hand their trees to;
- *  - reader_hand.c   the hand parser (the default): a pull parser over an input window;
+ *  - reader_hand.c   the hand parser (the default), its values; reader_hand_step.c its
+ *                    input window and top-level steps (reader_hand.h between them);
  *  - reader_yajl.c   the yajl backend (ETR_READER_BACKEND=yajl): callbacks building the
  *                    same trees.
  * Not installed; nothing here is part of any API. Functions shared between the files are
@@ -269,7 +270,7 @@ ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n);
  * such an attr by their addresses, without comparing names. */
 extern const char etr__rd_key_name[], etr__rd_key_type[], etr__rd_key_value[];
 
-/* One more step of the hand parser (reader_hand.c), or one more block through yajl
+/* One more step of the hand parser (reader_hand_step.c), or one more block through yajl
  * (reader_yajl.c): 1 = progress, 0 = parse complete, -1 = error (set). */
 int etr__rd_hand_feed(rd_reader *r);
 int etr__rd_yajl_feed(rd_reader *r);
