@@ -428,8 +428,12 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
           if (p >= end) return H_MORE;
           if (*p != ':') return etr__rd_h_fail(r, p, "expected ':'");
         }
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
+        /* ": " as writers put it: one space, then no loop */
+        p += 1 + (p[1] == ' ');
+        if (ETR_RD_UNLIKELY(*p <= ' ')) {
+          p = h_ws(p, end);
+          if (p >= end) return H_MORE;
+        }
       } else {
         m->key = NULL;
         m->key_len = 0;
@@ -493,8 +497,11 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         return H_BIG;
       if (*p != ',') p = h_ws(p, end); /* the NUL after the window ends it (H_PAD) */
       if (*p == ',') {
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
+        p += 1 + (p[1] == ' '); /* ", " or "," as writers put them: no loop */
+        if (ETR_RD_UNLIKELY(*p <= ' ')) {
+          p = h_ws(p, end);
+          if (p >= end) return H_MORE;
+        }
         continue;
       }
       if (p >= end) return H_MORE;

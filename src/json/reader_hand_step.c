@@ -322,4 +322,3 @@ int etr__rd_hand_feed(rd_reader *r) {
     memset(r->hb + r->hb_len, 0, H_PAD);
   }
 }
-
