@@ -2,13 +2,18 @@
  * (docs/RELIABILITY.md), streaming.
  *
  * Two streams over the same input: the reader (json/reader.h) parses it and hands over each
- * complete node with its byte offset; a second, raw stream (the same bytes, decompressed
- * the same way when the input is gzip) copies those bytes to OUT unchanged. So the output is
+ * complete node with its byte offset; a second, raw stream (the same bytes, through the
+ * reader's own byte source, rd_source: gzip and zstd decompressed by the one implementation)
+ * copies those bytes to OUT unchanged. So the output is
  * the input's bytes up to the end of the last complete node — header, separators and nodes
  * byte for byte — followed by what repair adds: a placeholder node for each parent that
  * kept nodes name but the file lacks (ops still open at the crash), the process node, and
  * the footer (finish_ts, traceback tables, an "etr" object with a "repair" member).
  * An intact input is copied unchanged (decompressed when it was gzip).
+ *
+ * This file is the command: options, the input and output, the two streams side by side
+ * (copy_nodes), the report. The raw stream is repair_raw.c, what repair notes of each node
+ * and adds after them is repair_add.c (repair.h says why they are apart).
  *
  * Memory: a bitset of the node ids seen (64-byte pages only where ids occur: ~1.5 bits an
  * id when ids are dense, ~150 bytes when scattered), one entry per parent referenced but
@@ -30,23 +35,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include "cli.h"
 #include "etr/common.h"
 #include "lib_an_util.h"
+#include "repair.h"
 
 #define CMD "repair"
-#define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
-#define THREAD_NAME "[pytorch|profiler|execution_trace|thread]"
-#define PLACEHOLDER_NAME "[etr|repair|unfinished]"
-#define RAW_BLOCK (64u << 10)   /* bytes read / inflated at once by the raw stream */
-#define MAX_TB_TABLE (1u << 24) /* largest empty tracebacks table written for lost frames */
-
-#ifndef ETR_TOOL_VERSION
-#define ETR_TOOL_VERSION "unknown"
-#endif
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -91,652 +86,6 @@ static void usage(FILE *f) {
           "written).\n");
 }
 
-/* ------------------------------------------------------------ raw stream ---- */
-
-/* The input's bytes, decompressed like the reader does (gzip or zstd by magic bytes,
- * concatenated members or frames), read with pread from `fd` so that it never disturbs the reader's
- * file offset. */
-typedef struct rawsrc {
-  int fd;
-  uint64_t base;     /* file offset of the input's first byte */
-  uint64_t file_off; /* next file offset to read, relative to base */
-  bool sniffed, gz, gz_init, gz_end, eof;
-  z_stream zs;
-  ZSTD_DStream *zst; /* zstd input (frames one after the other) */
-  size_t zst_last;   /* 0 when a frame just ended */
-  unsigned char *in; /* compressed bytes (gzip) */
-  size_t in_len, in_pos;
-  unsigned char *buf; /* the window of (decompressed) input */
-  size_t len, pos;
-  uint64_t off;     /* offset of buf[0] in the (decompressed) input */
-  const char *stop; /* why the raw stream ended early (corrupt or cut gzip), or NULL */
-  int err;          /* errno of a read error, 0 if none */
-} rawsrc;
-
-static ssize_t pread_full(rawsrc *s, unsigned char *dst, size_t n) {
-  for (;;) {
-    ssize_t k = pread(s->fd, dst, n, (off_t)(s->base + s->file_off));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      s->err = errno;
-      return -1;
-    }
-    s->file_off += (uint64_t)k;
-    return k;
-  }
-}
-
-/* Makes buf[pos..len) non-empty. Returns bytes available, 0 at the end, -1 on read error. */
-static ssize_t raw_fill(rawsrc *s) {
-  if (s->pos < s->len) return (ssize_t)(s->len - s->pos);
-  if (s->eof) return 0;
-  s->off += s->len;
-  s->len = s->pos = 0;
-  if (!s->sniffed) {
-    s->sniffed = true;
-    unsigned char m[4];
-    ssize_t k = pread(s->fd, m, 4, (off_t)s->base);
-    if (k < 0) {
-      s->err = errno;
-      return -1;
-    }
-    if (k == 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) {
-      s->zst = ZSTD_createDStream();
-      s->in = malloc(RAW_BLOCK);
-      if (!s->zst || !s->in || ZSTD_isError(ZSTD_initDStream(s->zst))) {
-        s->err = ENOMEM;
-        return -1;
-      }
-      s->zst_last = 1;
-    } else if (k >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
-      s->gz = true;
-      s->in = malloc(RAW_BLOCK);
-      if (!s->in || inflateInit2(&s->zs, 15 + 32) != Z_OK) {
-        s->err = ENOMEM;
-        return -1;
-      }
-      s->gz_init = true;
-    }
-  }
-  while (s->zst) {
-    if (s->in_pos == s->in_len) {
-      ssize_t k = pread_full(s, s->in, RAW_BLOCK);
-      if (k < 0) return -1;
-      s->in_len = (size_t)k;
-      s->in_pos = 0;
-      if (k == 0) {
-        if (s->zst_last != 0) s->stop = "the zstd stream is cut short";
-        s->eof = true;
-        return 0;
-      }
-    }
-    ZSTD_inBuffer in = {s->in + s->in_pos, s->in_len - s->in_pos, 0};
-    ZSTD_outBuffer out = {s->buf, RAW_BLOCK, 0};
-    size_t z = ZSTD_decompressStream(s->zst, &out, &in);
-    s->in_pos += in.pos;
-    if (ZSTD_isError(z)) {
-      s->stop = "the zstd data is corrupt";
-      s->eof = true;
-    } else {
-      s->zst_last = z;
-    }
-    s->len = out.pos;
-    if (s->len) return (ssize_t)s->len;
-    if (s->eof) return 0;
-  }
-  if (!s->gz) {
-    ssize_t k = pread_full(s, s->buf, RAW_BLOCK);
-    if (k <= 0) {
-      if (k == 0) s->eof = true;
-      return k;
-    }
-    s->len = (size_t)k;
-    return k;
-  }
-  for (;;) {
-    if (s->in_pos == s->in_len) {
-      ssize_t k = pread_full(s, s->in, RAW_BLOCK);
-      if (k < 0) return -1;
-      s->in_len = (size_t)k;
-      s->in_pos = 0;
-      if (k == 0) {
-        if (!s->gz_end) s->stop = "the gzip stream is cut short";
-        s->eof = true;
-        return 0;
-      }
-    }
-    if (s->gz_end) { /* another member may follow */
-      if (inflateReset(&s->zs) != Z_OK) {
-        s->stop = "gzip: cannot reset";
-        s->eof = true;
-        return 0;
-      }
-      s->gz_end = false;
-    }
-    s->zs.next_in = s->in + s->in_pos;
-    s->zs.avail_in = (uInt)(s->in_len - s->in_pos);
-    s->zs.next_out = s->buf;
-    s->zs.avail_out = RAW_BLOCK;
-    int zr = inflate(&s->zs, Z_NO_FLUSH);
-    s->in_pos = s->in_len - s->zs.avail_in;
-    if (zr == Z_STREAM_END) {
-      s->gz_end = true;
-    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-      s->stop = "the gzip data is corrupt";
-      s->eof = true;
-    }
-    s->len = RAW_BLOCK - s->zs.avail_out;
-    if (s->len) return (ssize_t)s->len;
-    if (s->eof) return 0;
-  }
-}
-
-static uint64_t raw_at(const rawsrc *s) { return s->off + s->pos; }
-
-/* Copies the input up to offset `to` (or the end) to o (NULL: skips). Returns the offset
- * reached, or UINT64_MAX after a read error. */
-static uint64_t raw_copy(rawsrc *s, an_out *o, uint64_t to) {
-  while (raw_at(s) < to) {
-    ssize_t k = raw_fill(s);
-    if (k < 0) return UINT64_MAX;
-    if (k == 0) break;
-    uint64_t want = to - raw_at(s);
-    size_t n = want < (uint64_t)k ? (size_t)want : (size_t)k;
-    if (o) an_out_raw(o, (const char *)s->buf + s->pos, n);
-    s->pos += n;
-  }
-  return raw_at(s);
-}
-
-/* Copies one JSON object starting at the current byte (a '{') to o and returns the offset
- * just past its closing '}'; 0 when the input does not hold one there (which the reader,
- * having parsed it, rules out), UINT64_MAX after a read error. */
-static uint64_t raw_copy_object(rawsrc *s, an_out *o) {
-  size_t depth = 0;
-  bool in_str = false, esc = false, started = false;
-  for (;;) {
-    ssize_t k = raw_fill(s);
-    if (k < 0) return UINT64_MAX;
-    if (k == 0) return 0;
-    const unsigned char *p = s->buf + s->pos, *e = s->buf + s->len, *start = p;
-    if (!started) {
-      if (*p != '{') return 0;
-      started = true;
-    }
-    bool done = false;
-    while (p < e) {
-      if (esc) {
-        esc = false;
-        p++;
-      } else if (in_str) {
-        while (p < e && *p != '"' && *p != '\\') p++;
-        if (p == e) break;
-        if (*p == '\\')
-          esc = true;
-        else
-          in_str = false;
-        p++;
-      } else {
-        unsigned char c = *p++;
-        if (c == '"') {
-          in_str = true;
-        } else if (c == '{' || c == '[') {
-          depth++;
-        } else if (c == '}' || c == ']') {
-          if (--depth == 0) {
-            done = true;
-            break;
-          }
-        }
-      }
-    }
-    an_out_raw(o, (const char *)start, (size_t)(p - start));
-    s->pos += (size_t)(p - start);
-    if (done) return raw_at(s);
-  }
-}
-
-/* Copies the header to o: the input up to and including the '[' that opens the top-level
- * "nodes" array. Returns the offset after it; 0 when there is none (which the reader, having
- * read the header, rules out), UINT64_MAX after a read error. */
-static uint64_t raw_copy_header(rawsrc *s, an_out *o) {
-  size_t depth = 0, klen = 0;
-  bool in_str = false, esc = false, str_top = false;
-  int st = 0; /* 1: a top-level string "nodes" was read, 2: then its ':' */
-  char key[6];
-  for (;;) {
-    ssize_t k = raw_fill(s);
-    if (k < 0) return UINT64_MAX;
-    if (k == 0) return 0;
-    const unsigned char *p = s->buf + s->pos, *e = s->buf + s->len, *start = p;
-    bool done = false;
-    while (p < e && !done) {
-      unsigned char c = *p++;
-      if (in_str) {
-        if (esc || c == '\\') {
-          esc = !esc;
-          klen = sizeof key; /* an escape: not the plain key "nodes" */
-        } else if (c == '"') {
-          in_str = false;
-          if (str_top) st = klen == 5 && !memcmp(key, "nodes", 5) ? 1 : 0;
-        } else if (klen < sizeof key) {
-          key[klen++] = (char)c;
-        } else {
-          klen = sizeof key;
-        }
-        continue;
-      }
-      switch (c) {
-        case '"':
-          in_str = true;
-          str_top = depth == 1;
-          klen = 0;
-          break;
-        case ':':
-          st = depth == 1 && st == 1 ? 2 : 0;
-          break;
-        case '[':
-          if (depth == 1 && st == 2) done = true;
-          depth++;
-          st = 0;
-          break;
-        case '{':
-          depth++;
-          st = 0;
-          break;
-        case '}':
-        case ']':
-          if (depth) depth--;
-          st = 0;
-          break;
-        case ' ':
-        case '\t':
-        case '\n':
-        case '\r':
-          break;
-        default:
-          st = 0;
-          break;
-      }
-    }
-    an_out_raw(o, (const char *)start, (size_t)(p - start));
-    s->pos += (size_t)(p - start);
-    if (done) return raw_at(s);
-  }
-}
-
-static void raw_free(rawsrc *s) {
-  if (s->gz_init) inflateEnd(&s->zs);
-  if (s->zst) ZSTD_freeDStream(s->zst);
-  free(s->in);
-  free(s->buf);
-}
-
-/* ------------------------------------------------------------- id tables ---- */
-
-/* A set of ids: 512-bit (64-byte) bitmap pages, only where ids occur, allocated in slabs
- * of 256 pages. Dense ids (a counter shared with tensor ids) cost about 1.5 bits an id;
- * scattered ones at worst a page and its index slots (~150 bytes) each. */
-#define PAGE_BITS 9
-#define PAGE_WORDS ((1u << PAGE_BITS) / 64)
-#define SLAB_PAGES 256u
-typedef struct idset {
-  an_u64map index; /* id >> PAGE_BITS -> page number */
-  uint64_t **slabs;
-  size_t n_pages, n_slabs;
-} idset;
-
-static uint64_t *idset_page(idset *s, uint64_t id, bool create) {
-  uint64_t pg;
-  if (!an_u64map_get(&s->index, id >> PAGE_BITS, &pg)) {
-    if (!create) return NULL;
-    if (s->n_pages == s->n_slabs * SLAB_PAGES) {
-      uint64_t **ns = realloc(s->slabs, (s->n_slabs + 1) * sizeof *ns);
-      if (!ns) return NULL;
-      s->slabs = ns;
-      if (!(ns[s->n_slabs] = calloc(SLAB_PAGES * PAGE_WORDS, sizeof(uint64_t)))) return NULL;
-      s->n_slabs++;
-    }
-    pg = s->n_pages;
-    if (!an_u64map_put(&s->index, id >> PAGE_BITS, pg)) return NULL;
-    s->n_pages++;
-  }
-  return s->slabs[pg / SLAB_PAGES] + (pg % SLAB_PAGES) * PAGE_WORDS;
-}
-
-static bool idset_add(idset *s, uint64_t id) {
-  uint64_t *p = idset_page(s, id, true);
-  if (!p) return false;
-  uint64_t bit = id & ((1u << PAGE_BITS) - 1);
-  p[bit >> 6] |= 1ull << (bit & 63);
-  return true;
-}
-
-static bool idset_has(idset *s, uint64_t id) {
-  uint64_t *p = idset_page(s, id, false);
-  uint64_t bit = id & ((1u << PAGE_BITS) - 1);
-  return p && (p[bit >> 6] >> (bit & 63) & 1);
-}
-
-static void idset_free(idset *s) {
-  for (size_t i = 0; i < s->n_slabs; i++) free(s->slabs[i]);
-  free(s->slabs);
-  an_u64map_free(&s->index);
-}
-
-/* A parent named by a kept node but not read (yet). */
-typedef struct pend {
-  uint64_t id, tid;
-  int64_t ts_min, end_max; /* span of its timed children, when `timed` */
-  bool timed, live;
-  size_t next_free;
-} pend;
-
-/* ---------------------------------------------------------------- repair ---- */
-
-typedef struct repair {
-  const char *file; /* as messages give it */
-  const char *out_path;
-  an_out o;
-  rd_reader *r;
-  rawsrc raw;
-  bool strides; /* schema >= 1.1.1: empty inputs/outputs carry "strides" */
-  /* what was read */
-  uint64_t kept, last_end;
-  bool any_node_out; /* a node is in the output (for the separator) */
-  bool have_process;
-  idset seen;
-  an_u64map threads; /* tid -> thread node id */
-  an_u64map pend_ix; /* id -> index in pends */
-  pend *pends;
-  size_t n_pends, cap_pends, free_head; /* free list through next_free; SIZE_MAX ends */
-  uint64_t max_id;                      /* the largest id a kept node has or names as its parent */
-  bool timed_any;
-  int64_t end_us_max;
-  uint64_t tb_nodes, tb_max;
-  /* what was added */
-  uint64_t placeholders, threads_added;
-  bool process_added;
-  uint64_t tracebacks_lost;
-  int64_t finish_ts;
-  /* the outcome */
-  bool intact;
-  bool intact_fixed; /* complete, but placeholders were added for nodes it names */
-  uint64_t input_bytes, dropped;
-  const char *reason; /* why the input stops (NULL when intact) */
-  uint64_t reason_at;
-  char why[600];
-} repair;
-
-/* a + b and a - b, saturated (timing values come from the file: no overflow on any input) */
-static int64_t sat_add(int64_t a, int64_t b) {
-  if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
-  if (b < 0 && a < INT64_MIN - b) return INT64_MIN;
-  return a + b;
-}
-
-static int64_t sat_sub(int64_t a, int64_t b) {
-  if (b < 0 && a > INT64_MAX + b) return INT64_MAX;
-  if (b > 0 && a < INT64_MIN + b) return INT64_MIN;
-  return a - b;
-}
-
-/* A reference to id from node n (its ctrl_deps parent, or with fw its fw_parent, an op of
- * the forward thread fw_tid); the referenced node's thread and, for a parent, the time span
- * it must cover are remembered in case it never comes. */
-static bool pend_ref_as(repair *w, uint64_t id, const rd_rnode *n, bool fw) {
-  uint64_t ix;
-  pend *p;
-  if (an_u64map_get(&w->pend_ix, id, &ix)) {
-    p = &w->pends[ix];
-  } else {
-    if (w->free_head != SIZE_MAX) {
-      ix = w->free_head;
-      w->free_head = w->pends[ix].next_free;
-    } else {
-      if (w->n_pends == w->cap_pends) {
-        size_t cap = w->cap_pends ? w->cap_pends * 2 : 64;
-        pend *np = realloc(w->pends, cap * sizeof *np);
-        if (!np) return false;
-        w->pends = np;
-        w->cap_pends = cap;
-      }
-      ix = w->n_pends++;
-    }
-    if (!an_u64map_put(&w->pend_ix, id, ix)) return false;
-    p = &w->pends[ix];
-    memset(p, 0, sizeof *p);
-    p->id = id;
-    p->tid = fw && n->fw_tid ? n->fw_tid : n->tid;
-    p->live = true;
-  }
-  if (n->has_timing && !fw) {
-    int64_t end = sat_add(n->ts, n->inclusive_dur);
-    if (!p->timed || n->ts < p->ts_min) p->ts_min = n->ts;
-    if (!p->timed || end > p->end_max) p->end_max = end;
-    p->timed = true;
-  }
-  return true;
-}
-
-static bool pend_ref(repair *w, uint64_t id, const rd_rnode *n) {
-  return pend_ref_as(w, id, n, false);
-}
-
-static void pend_done(repair *w, uint64_t id) {
-  uint64_t ix;
-  if (!an_u64map_get(&w->pend_ix, id, &ix)) return;
-  an_u64map_del(&w->pend_ix, id);
-  w->pends[ix].live = false;
-  w->pends[ix].next_free = w->free_head;
-  w->free_head = ix;
-}
-
-/* Bookkeeping of one kept node. false when memory ran out. */
-static bool note_node(repair *w, const rd_rnode *n) {
-  if (n->id > 0 && (uint64_t)n->id > w->max_id) w->max_id = (uint64_t)n->id;
-  if (n->ctrl_deps > 0 && (uint64_t)n->ctrl_deps > w->max_id) w->max_id = (uint64_t)n->ctrl_deps;
-  if (n->id > 0) {
-    if (!idset_add(&w->seen, (uint64_t)n->id)) return false;
-    pend_done(w, (uint64_t)n->id);
-  }
-  if (an_is_process_node(n)) {
-    w->have_process = true;
-  } else if (an_is_thread_node(n)) {
-    if (n->id > 0 && !an_u64map_put(&w->threads, n->tid, (uint64_t)n->id)) return false;
-  } else if (n->ctrl_deps > 0 && !idset_has(&w->seen, (uint64_t)n->ctrl_deps)) {
-    if (!pend_ref(w, (uint64_t)n->ctrl_deps, n)) return false;
-  }
-  /* The forward op a backward op names may come later (it was still open), or never (cut
-   * off): a reference like the parent's, resolved by a placeholder on the forward thread. */
-  if (n->fw_parent > 0 && n->fw_parent > w->max_id) w->max_id = n->fw_parent;
-  if (n->fw_parent > 0 && !idset_has(&w->seen, n->fw_parent) &&
-      !pend_ref_as(w, n->fw_parent, n, true))
-    return false;
-  if (n->has_timing) {
-    int64_t end = sat_add(n->ts, n->inclusive_dur);
-    if (!w->timed_any || end > w->end_us_max) w->end_us_max = end;
-    w->timed_any = true;
-  }
-  if (n->has_traceback) {
-    if (!w->tb_nodes || n->traceback > w->tb_max) w->tb_max = n->traceback;
-    w->tb_nodes++;
-  }
-  return true;
-}
-
-/* ---- writing what repair adds ---- */
-
-static void put_attr_u64(an_out *o, const char *name, uint64_t v, bool first) {
-  an_out_fmt(o, "%s{\"name\": \"%s\", \"type\": \"uint64\", \"value\": %" PRIu64 "}",
-             first ? "" : ",", name, v);
-}
-
-/* A node in the recorder's layout (emit.c): empty inputs/outputs, the nine base attrs. */
-static void put_node(repair *w, uint64_t id, const char *name, uint64_t parent, uint64_t tid,
-                     uint64_t scope, const pend *timing, bool incomplete) {
-  an_out *o = &w->o;
-  an_out_fmt(o, "%s\n    {\"id\": %" PRIu64 ", \"name\": \"%s\", \"ctrl_deps\": %" PRIu64 ", ",
-             w->any_node_out ? "," : "", id, name, parent);
-  w->any_node_out = true;
-  const char *io = w->strides ? "{\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}"
-                              : "{\"values\": [], \"shapes\": [], \"types\": []}";
-  an_out_fmt(o, "\"inputs\": %s, \"outputs\": %s, ", io, io);
-  if (timing && timing->timed)
-    an_out_fmt(o, "\"ts\": %" PRId64 ", \"inclusive_dur\": %" PRId64 ", \"exclusive_dur\": 0, ",
-               timing->ts_min, sat_sub(timing->end_max, timing->ts_min));
-  an_out_cstr(o, "\"attrs\": [");
-  put_attr_u64(o, "rf_id", 0, true);
-  put_attr_u64(o, "fw_parent", 0, false);
-  an_out_cstr(o, ",{\"name\": \"seq_id\", \"type\": \"int64\", \"value\": -1}");
-  put_attr_u64(o, "scope", scope, false);
-  put_attr_u64(o, "tid", tid, false);
-  put_attr_u64(o, "fw_tid", 0, false);
-  an_out_cstr(o,
-              ",{\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}"
-              ",{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": \"\"}"
-              ",{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": \"\"}");
-  if (incomplete) put_attr_u64(o, "etr_incomplete", 1, false);
-  an_out_cstr(o, "]}");
-}
-
-static int cmp_pend(const void *a, const void *b) {
-  const pend *x = *(const pend *const *)a, *y = *(const pend *const *)b;
-  if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
-  return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static size_t live_pends(const repair *w) {
-  size_t n = 0;
-  for (size_t i = 0; i < w->n_pends; i++)
-    if (w->pends[i].live && w->pends[i].id != 1) n++;
-  return n;
-}
-
-/* Placeholders for the missing parents, thread nodes a thread lacks, the process node.
- * false when memory ran out. */
-static bool add_nodes(repair *w) {
-  size_t n = 0;
-  pend **v = malloc((w->n_pends ? w->n_pends : 1) * sizeof *v);
-  if (!v) return false;
-  for (size_t i = 0; i < w->n_pends; i++)
-    if (w->pends[i].live && w->pends[i].id != 1) v[n++] = &w->pends[i];
-  qsort(v, n, sizeof *v, cmp_pend); /* by tid, then id */
-  for (size_t i = 0; i < n; i++) {
-    pend *p = v[i];
-    uint64_t th;
-    if (!an_u64map_get(&w->threads, p->tid, &th)) {
-      /* no thread node for this tid (one written at thread exit): a new one, with an id
-       * above every id the file names */
-      th = ++w->max_id;
-      if (!an_u64map_put(&w->threads, p->tid, th)) {
-        free(v);
-        return false;
-      }
-      put_node(w, th, THREAD_NAME, 1, p->tid, 7, NULL, false);
-      w->threads_added++;
-    }
-    put_node(w, p->id, PLACEHOLDER_NAME, th, p->tid, 0, p, true);
-    w->placeholders++;
-  }
-  free(v);
-  if (!w->have_process) {
-    put_node(w, 1, PROCESS_NAME, 1, 0, 7, NULL, false);
-    w->process_added = true;
-  }
-  return true;
-}
-
-static void put_repair_member(repair *w) {
-  an_out_fmt(&w->o,
-             "\"repair\": {\"nodes_kept\": %" PRIu64 ", \"bytes_dropped\": %" PRIu64
-             ", \"cut_at\": %" PRIu64 ", \"placeholders_added\": %" PRIu64
-             ", \"thread_nodes_added\": %" PRIu64
-             ", \"process_node_added\": %d"
-             ", \"tracebacks_lost\": %" PRIu64 ", \"source_bytes\": %" PRIu64
-             ", \"source_json_bytes\": %" PRIu64 "}",
-             w->kept, w->dropped, w->last_end, w->placeholders, w->threads_added,
-             w->process_added ? 1 : 0, w->tracebacks_lost, w->raw.file_off, w->input_bytes);
-}
-
-/* The footer: "]", finish_ts, the tables written whole, "etr". */
-static void put_footer(repair *w) {
-  an_out *o = &w->o;
-  rd_reader *r = w->r;
-  const rd_rheader *h = rd_header(r);
-  int64_t fin = rd_finish_ts(r);
-  if (fin < 0) {
-    fin = h->start_ts > 0 ? h->start_ts : 0;
-    if (w->timed_any && w->end_us_max > 0) {
-      int64_t ms = w->end_us_max / 1000 + (w->end_us_max % 1000 != 0);
-      if (ms > fin) fin = ms;
-    }
-  }
-  w->finish_ts = fin;
-  an_out_fmt(o, "\n  ],\n  \"finish_ts\": %" PRId64 ",\n  ", fin);
-  /* other keys of the trailer read whole, in file order */
-  size_t nk;
-  const char *const *keys = rd_top_keys(r, &nk);
-  bool after = false;
-  for (size_t i = 0; i < nk; i++) {
-    const char *k = keys[i];
-    if (!strcmp(k, "nodes")) {
-      after = true;
-      continue;
-    }
-    if (!after || !strcmp(k, "finish_ts") || !strcmp(k, "frames") || !strcmp(k, "tracebacks") ||
-        !strcmp(k, "etr"))
-      continue;
-    const rd_jval *v = rd_trailer(r, k);
-    if (!v) continue;
-    an_out_jstr(o, k, strlen(k));
-    an_out_cstr(o, ": ");
-    an_out_jval(o, v);
-    an_out_cstr(o, ",\n  ");
-  }
-  const rd_jval *frames = rd_trailer(r, "frames");
-  const rd_jval *tbs = rd_trailer(r, "tracebacks");
-  if (tbs || (w->tb_nodes && w->tb_max < MAX_TB_TABLE) || frames) {
-    an_out_cstr(o, "\"frames\": ");
-    if (frames)
-      an_out_jval(o, frames);
-    else
-      an_out_cstr(o, "[]");
-    if (tbs) {
-      an_out_cstr(o, ",\n  \"tracebacks\": ");
-      an_out_jval(o, tbs);
-    } else if (w->tb_nodes && w->tb_max < MAX_TB_TABLE) {
-      /* the frames of these tracebacks were never written: each id maps to [] (unknown) */
-      w->tracebacks_lost = w->tb_nodes;
-      an_out_cstr(o, ",\n  \"tracebacks\": [");
-      for (uint64_t i = 0; i <= w->tb_max; i++) an_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
-      an_out_cstr(o, "]");
-    }
-    an_out_cstr(o, ",\n  ");
-  }
-  const rd_jval *etr = rd_trailer(r, "etr");
-  const rd_jval *ver = etr ? rd_jobj_get(etr, "version") : NULL;
-  an_out_cstr(o, "\"etr\": {\"version\": ");
-  if (ver && ver->kind == ETR_J_STRING)
-    an_out_jval(o, ver);
-  else
-    an_out_cstr(o, "\"" ETR_TOOL_VERSION "\"");
-  if (etr && etr->kind == ETR_J_OBJECT)
-    for (size_t i = 0; i < etr->v.obj.n; i++) {
-      const rd_jmember *m = &etr->v.obj.items[i];
-      if (!strcmp(m->key, "version") || !strcmp(m->key, "repair")) continue;
-      an_out_cstr(o, ", ");
-      an_out_jstr(o, m->key, m->key_len);
-      an_out_cstr(o, ": ");
-      an_out_jval(o, &m->val);
-    }
-  an_out_cstr(o, ", ");
-  put_repair_member(w);
-  an_out_cstr(o, "}\n}\n");
-}
-
-/* ------------------------------------------------------------------ input ---- */
-
 /* Splits the reader's "FILE: byte N: reason" into N and reason. */
 static const char *split_error(rd_reader *r, uint64_t *at) {
   const char *m = rd_error(r);
@@ -746,69 +95,6 @@ static const char *split_error(rd_reader *r, uint64_t *at) {
   char *end;
   *at = strtoull(p + 7, &end, 10);
   return !strncmp(end, ": ", 2) ? end + 2 : end;
-}
-
-/* The raw stream's source for an input that is open on in_fd (stdin, or FILE opened here):
- * a regular file is read again with pread from its current offset; anything else (a pipe,
- * a FIFO, <(...)) is first copied to an unlinked temporary file, which is then put on
- * stdin for the reader ("-"). Returns the fd for the raw stream (its base offset in *base;
- * *spooled says the reader must read "-"), or -1 after printing the error. */
-static int raw_source(int in_fd, const char *file, uint64_t *base, bool *spooled) {
-  struct stat st;
-  *spooled = false;
-  if (fstat(in_fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    off_t at = lseek(in_fd, 0, SEEK_CUR);
-    if (at >= 0) {
-      *base = (uint64_t)at;
-      return in_fd;
-    }
-  }
-  const char *dir = getenv("TMPDIR");
-  if (!dir || !*dir) dir = "/tmp";
-  char tmpl[4096];
-  snprintf(tmpl, sizeof tmpl, "%s/etr-repair-XXXXXX", dir);
-  int fd = mkstemp(tmpl);
-  if (fd < 0) {
-    cli_error(CMD, "%s: cannot create a temporary copy in %s: %s", file, dir, strerror(errno));
-    return -1;
-  }
-  unlink(tmpl);
-  char *buf = malloc(RAW_BLOCK);
-  if (!buf) {
-    cli_error(CMD, "%s: out of memory", file);
-    goto fail;
-  }
-  for (;;) {
-    ssize_t k = read(in_fd, buf, RAW_BLOCK);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      cli_error(CMD, "%s: read error: %s", file, strerror(errno));
-      goto fail;
-    }
-    if (k == 0) break;
-    for (ssize_t done = 0; done < k;) {
-      ssize_t m = write(fd, buf + done, (size_t)(k - done));
-      if (m < 0 && errno == EINTR) continue;
-      if (m < 0) {
-        cli_error(CMD, "%s: cannot write the temporary copy in %s: %s", file, dir, strerror(errno));
-        goto fail;
-      }
-      done += m;
-    }
-  }
-  free(buf);
-  buf = NULL;
-  if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, STDIN_FILENO) < 0) {
-    cli_error(CMD, "%s: cannot read back the temporary copy: %s", file, strerror(errno));
-    goto fail;
-  }
-  *base = 0;
-  *spooled = true;
-  return fd;
-fail:
-  free(buf);
-  close(fd);
-  return -1;
 }
 
 /* ----------------------------------------------------------------- report ---- */
@@ -827,11 +113,11 @@ static int report(const repair *w, bool json) {
                ", \"process_node_added\": %s, \"tracebacks_lost\": %" PRIu64
                ", \"finish_ts\": %" PRId64 ", \"source_bytes\": %" PRIu64
                ", \"source_json_bytes\": %" PRIu64 ", \"stopped_at\": %" PRIu64 ", \"reason\": ",
-               w->intact ? "true" : "false", w->raw.gz ? "true" : "false", w->kept, w->dropped,
-               w->intact ? w->input_bytes : w->last_end, w->placeholders, w->threads_added,
-               w->process_added ? "true" : "false", w->tracebacks_lost,
-               w->intact ? rd_finish_ts(w->r) : w->finish_ts, w->raw.file_off, w->input_bytes,
-               w->reason_at);
+               w->intact ? "true" : "false", rd_source_is_gzip(w->raw.src) ? "true" : "false",
+               w->kept, w->dropped, w->intact ? w->input_bytes : w->last_end, w->placeholders,
+               w->threads_added, w->process_added ? "true" : "false", w->tracebacks_lost,
+               w->intact ? rd_finish_ts(w->r) : w->finish_ts, rd_source_input_read(w->raw.src),
+               w->input_bytes, w->reason_at);
     if (w->reason)
       an_out_jstr(&jo, w->reason, strlen(w->reason));
     else
@@ -860,7 +146,7 @@ static int report(const repair *w, bool json) {
   }
   if (w->intact) {
     fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", w->file,
-            w->kept, w->raw.gz ? " (decompressed)" : "");
+            w->kept, rd_source_is_gzip(w->raw.src) ? " (decompressed)" : "");
     return ETR_CLI_OK;
   }
   char added[160] = "nothing";
@@ -915,14 +201,14 @@ static int copy_nodes(repair *w) {
   const rd_rnode *n;
   int rc = 0;
   bool raw_bad = false;
-  w->last_end = raw_copy_header(&w->raw, &w->o);
+  w->last_end = rp_raw_copy_header(&w->raw, &w->o);
   if (w->last_end == 0 || w->last_end == UINT64_MAX) raw_bad = true;
   while (!raw_bad && (rc = rd_next(w->r, &n)) == 1) {
-    if (raw_copy(&w->raw, &w->o, n->offset) != n->offset) {
+    if (rp_raw_copy(&w->raw, &w->o, n->offset) != n->offset) {
       raw_bad = true;
       break;
     }
-    uint64_t end = raw_copy_object(&w->raw, &w->o);
+    uint64_t end = rp_raw_copy_object(&w->raw, &w->o);
     if (end == 0 || end == UINT64_MAX) {
       raw_bad = true;
       break;
@@ -930,7 +216,7 @@ static int copy_nodes(repair *w) {
     w->last_end = end;
     w->kept++;
     w->any_node_out = true;
-    if (!note_node(w, n)) {
+    if (!rp_note_node(w, n)) {
       cli_error(CMD, "%s: out of memory", w->file);
       return ETR_CLI_FAIL;
     }
@@ -940,7 +226,7 @@ static int copy_nodes(repair *w) {
       cli_error(CMD, "%s: read error: %s", w->file, strerror(w->raw.err));
     else
       cli_error(CMD, "%s: byte %" PRIu64 ": the input changed while it was read", w->file,
-                raw_at(&w->raw));
+                rp_raw_at(&w->raw));
     return ETR_CLI_FAIL;
   }
   if (rc == 0) {
@@ -1035,7 +321,7 @@ int cmd_repair(int argc, char **argv) {
   }
   if (in_fd >= 0) {
     bool spooled;
-    w.raw.fd = raw_source(in_fd, w.file, &w.raw.base, &spooled);
+    w.raw.fd = rp_raw_source(in_fd, w.file, &w.raw.base, &spooled);
     if (in_fd != STDIN_FILENO && w.raw.fd != in_fd) close(in_fd);
     if (w.raw.fd < 0) return ETR_CLI_FAIL;
     if (w.raw.fd != STDIN_FILENO) own_fd = w.raw.fd;
@@ -1050,8 +336,7 @@ int cmd_repair(int argc, char **argv) {
     status = open_failed(&w, rc);
     goto done;
   }
-  w.raw.buf = malloc(RAW_BLOCK);
-  if (w.raw.fd < 0 || !w.raw.buf) {
+  if (w.raw.fd < 0 || rd_source_open(w.raw.fd, w.raw.base, true, RAW_BLOCK, &w.raw.src)) {
     cli_error(CMD, "%s: %s", w.file, w.raw.fd < 0 ? strerror(open_errno) : "out of memory");
     status = ETR_CLI_FAIL;
     goto done;
@@ -1082,8 +367,8 @@ int cmd_repair(int argc, char **argv) {
   /* A complete file can still name nodes it lacks: finalized at a crash while an op was
    * open (its children name it), or its forward op never written. The placeholders go in
    * before the file's own end, which is kept as it is (tables, stats). */
-  if (w.intact && (live_pends(&w) > 0 || !w.have_process)) { /* (etr convert's cut logs) */
-    if (!add_nodes(&w)) {
+  if (w.intact && (rp_live_pends(&w) > 0 || !w.have_process)) { /* (etr convert's cut logs) */
+    if (!rp_add_nodes(&w)) {
       cli_error(CMD, "%s: out of memory", w.file);
       status = ETR_CLI_FAIL;
       goto done;
@@ -1091,20 +376,20 @@ int cmd_repair(int argc, char **argv) {
     w.intact_fixed = true;
   }
   /* the rest: copied when intact, else counted as dropped and the trace completed */
-  w.input_bytes = raw_copy(&w.raw, w.intact ? &w.o : NULL, UINT64_MAX);
+  w.input_bytes = rp_raw_copy(&w.raw, w.intact ? &w.o : NULL, UINT64_MAX);
   if (w.input_bytes == UINT64_MAX) {
     cli_error(CMD, "%s: read error: %s", w.file, strerror(w.raw.err));
     status = ETR_CLI_FAIL;
     goto done;
   }
   if (!w.intact) {
-    if (!add_nodes(&w)) {
+    if (!rp_add_nodes(&w)) {
       cli_error(CMD, "%s: out of memory", w.file);
       status = ETR_CLI_FAIL;
       goto done;
     }
     w.dropped = w.input_bytes - w.last_end;
-    put_footer(&w);
+    rp_put_footer(&w);
     if (w.raw.stop) {
       w.reason = w.raw.stop;
       w.reason_at = w.input_bytes;
@@ -1131,9 +416,9 @@ done:
     }
   }
   rd_close(w.r);
-  raw_free(&w.raw);
+  rp_raw_free(&w.raw);
   if (own_fd >= 0) close(own_fd);
-  idset_free(&w.seen);
+  rp_idset_free(&w.seen);
   an_u64map_free(&w.threads);
   an_u64map_free(&w.pend_ix);
   free(w.pends);

@@ -1,15 +1,17 @@
-/* Streaming trace reader (reader.h), with two parsers behind one node builder.
+/* Streaming trace reader (reader.h): the parts both parsers share, and the API.
  *
- * Input: a file descriptor read in large blocks, inflated by zlib when it starts with the
- * gzip magic bytes. Parsing, either
+ * Input comes from the byte source (reader_input.c: files, pipes, gzip, zstd). Parsing,
+ * either
  *  - the hand parser (default, reader_hand.c): pulls one step at a time (a top-level member
  *    or one node) from an input window, building the value tree directly in an arena; a
  *    step that runs off the window is rolled back and redone after a refill;
  *  - or yajl (ETR_READER_BACKEND=yajl, reader_yajl.c): yajl calls us back token by token and
  *    the callbacks build the same trees. yajl is a push parser and one block holds many
  *    nodes, so the completed nodes of a block wait in a queue until rd_next hands them over.
- * This file: the input, the arenas, the top-level keys, the node builder both parsers hand
- * their trees to (etr__rd_node_done), and the API. reader_int.h holds what they share.
+ * Both hand each node's tree to the node builder (reader_node.c, etr__rd_node_done).
+ * This file: the arenas, errors and warnings, UTF-8 checks, the top-level keys and header
+ * values, the source's answers as the parsers take them, and the API. reader_int.h holds
+ * what the files share.
  * Node trees live in a FIFO arena whose blocks are recycled once every node in them has been
  * handed over, so memory stays bounded by one input block's worth of nodes plus the largest
  * node. Header values and the tables after "nodes" live in a second arena until close.
@@ -345,498 +347,43 @@ int etr__rd_skip_note(rd_reader *r, uint64_t off) {
   return 1;
 }
 
-/* ---- node extraction ---- */
-
-static const char *const base_attrs[9] = {"rf_id",      "fw_parent", "seq_id",    "scope",
-                                          "tid",        "fw_tid",    "op_schema", "kernel_backend",
-                                          "kernel_file"};
-
-const rd_jval *rd_jobj_get(const rd_jval *obj, const char *key) {
-  if (!obj || obj->kind != ETR_J_OBJECT) return NULL;
-  for (size_t i = 0; i < obj->v.obj.n; i++)
-    if (!strcmp(obj->v.obj.items[i].key, key)) return &obj->v.obj.items[i].val;
-  return NULL;
-}
-
-int rd_base_attr(const char *nm) {
-  int b = -1;
-  switch (nm[0]) {
-    case 'r':
-      b = 0;
-      break;
-    case 'f':
-      b = nm[1] == 'w' && nm[2] == '_' && nm[3] == 'p' ? 1 : 5;
-      break;
-    case 's':
-      b = nm[1] == 'e' ? 2 : 3;
-      break;
-    case 't':
-      b = 4;
-      break;
-    case 'o':
-      b = 6;
-      break;
-    case 'k':
-      b = strncmp(nm, "kernel_b", 8) ? 8 : 7;
-      break;
-    default:
-      return -1;
-  }
-  return strcmp(nm, base_attrs[b]) ? -1 : b;
-}
-
-/* True when name s (n bytes, NUL-terminated) equals lit as strcmp compares them: by length
- * and memcmp, unless a string of the node holds a NUL (nul: r->nul_str). */
-static inline bool name_is(const char *s, size_t n, const char *lit, size_t lit_len, bool nul) {
-  if (ETR_RD_UNLIKELY(nul)) return !strcmp(s, lit);
-  return n == lit_len && !memcmp(s, lit, lit_len);
-}
-#define NAME_IS(s, n, lit, nul) name_is(s, n, lit, sizeof lit - 1, nul)
-
-/* rd_jobj_get by name_is. */
-static const rd_jval *obj_get(const rd_jval *obj, const char *key, size_t key_len, bool nul) {
-  if (!obj || obj->kind != ETR_J_OBJECT) return NULL;
-  for (size_t i = 0; i < obj->v.obj.n; i++) {
-    const rd_jmember *m = &obj->v.obj.items[i];
-    if (name_is(m->key, m->key_len, key, key_len, nul)) return &m->val;
-  }
-  return NULL;
-}
-
-/* rd_base_attr of a name of n bytes: by its length, then memcmp of a constant length (a
- * compare or two, no call). */
-static int base_attr_n(const char *nm, size_t n, bool nul) {
-  if (ETR_RD_UNLIKELY(nul)) return rd_base_attr(nm);
-#define IS(lit) !memcmp(nm, lit, sizeof lit - 1)
-  switch (n) {
-    case 3:
-      return IS("tid") ? 4 : -1;
-    case 5:
-      return IS("rf_id") ? 0 : IS("scope") ? 3 : -1;
-    case 6:
-      return IS("seq_id") ? 2 : IS("fw_tid") ? 5 : -1;
-    case 9:
-      return IS("fw_parent") ? 1 : IS("op_schema") ? 6 : -1;
-    case 11:
-      return IS("kernel_file") ? 8 : -1;
-    case 14:
-      return IS("kernel_backend") ? 7 : -1;
-    default:
-      return -1;
-  }
-#undef IS
-}
-
-static bool as_u64(const rd_jval *v, uint64_t *out) {
-  if (v->kind == ETR_J_INT) {
-    *out = (uint64_t)v->v.i;
-    return true;
-  }
-  if (v->kind == ETR_J_UINT) {
-    *out = v->v.u;
-    return true;
-  }
-  return false;
-}
-
-static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *which) {
-  if (!io) {
-    etr__rd_warn(r, n->offset, n->id, "node has no \"%s\"", which);
-    return;
-  }
-  if (io->kind != ETR_J_OBJECT) {
-    etr__rd_warn(r, n->offset, n->id, "\"%s\" is not an object", which);
-    return;
-  }
-  /* one pass over the members: values, shapes, types, strides (the first of each, as
-   * rd_jobj_get finds them) */
-  static const char *const parts[4] = {"values", "shapes", "types", "strides"};
-  const rd_jval *got[4] = {NULL, NULL, NULL, NULL};
-  bool nul = r->nul_str;
-  for (size_t i = 0; i < io->v.obj.n; i++) {
-    const rd_jmember *m = &io->v.obj.items[i];
-    int w = -1;
-    if (ETR_RD_UNLIKELY(nul)) {
-      for (int j = 0; j < 4 && w < 0; j++)
-        if (!strcmp(m->key, parts[j])) w = j;
-    } else if (m->key_len == 6) {
-      w = !memcmp(m->key, "values", 6) ? 0 : !memcmp(m->key, "shapes", 6) ? 1 : -1;
-    } else if (m->key_len == 5) {
-      w = !memcmp(m->key, "types", 5) ? 2 : -1;
-    } else if (m->key_len == 7) {
-      w = !memcmp(m->key, "strides", 7) ? 3 : -1;
-    }
-    if (w >= 0 && !got[w]) got[w] = &m->val;
-  }
-  const rd_jval *vals = got[0];
-  if (!vals || vals->kind != ETR_J_ARRAY) {
-    etr__rd_warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
-    return;
-  }
-  for (int i = 1; i < 4; i++) {
-    const rd_jval *p = got[i];
-    if (!p) {
-      if (i < 3) /* "strides" is optional (schemas before 1.1.1 have none) */
-        etr__rd_warn(r, n->offset, n->id, "%s: \"%s\" is missing", which, parts[i]);
-      continue;
-    }
-    if (p->kind != ETR_J_ARRAY) {
-      etr__rd_warn(r, n->offset, n->id, "%s: \"%s\" is not an array", which, parts[i]);
-    } else if (p->v.arr.n != vals->v.arr.n) {
-      etr__rd_warn(r, n->offset, n->id, "%s: \"%s\" has %zu entries, \"values\" %zu", which,
-                   parts[i], p->v.arr.n, vals->v.arr.n);
-    }
-  }
-}
-
-int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
-  rd_rnode *n = arena_alloc(&r->nodes, sizeof *n);
-  rd_jval *raw = arena_alloc(&r->nodes, sizeof *raw);
-  if (!n || !raw) {
-    etr__rd_set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
-    return 0;
-  }
-  memset(n, 0, sizeof *n);
-  *raw = *root;
-  n->raw = raw;
-  n->offset = r->node_off;
-  n->id = -1;
-  n->ctrl_deps = -1;
-  n->name = "";
-  n->seq_id = 0;
-  n->missing_attrs = 0x1ff;
-  bool has_id = false, has_name = false, has_ts = false, has_inc = false, has_exc = false;
-  const rd_jval *attrs = NULL;
-  bool nul = r->nul_str;
-  for (size_t i = 0; i < root->v.obj.n; i++) {
-    const rd_jmember *m = &root->v.obj.items[i];
-    const char *k = m->key;
-    size_t kl = m->key_len;
-    const rd_jval *v = &m->val;
-    switch (k[0]) {
-      case 'i':
-        if (NAME_IS(k, kl, "id", nul)) {
-          if (v->kind == ETR_J_INT) {
-            n->id = v->v.i;
-            has_id = true;
-          }
-        } else if (NAME_IS(k, kl, "inputs", nul)) {
-          n->inputs = v;
-        } else if (NAME_IS(k, kl, "inclusive_dur", nul) && v->kind == ETR_J_INT) {
-          n->inclusive_dur = v->v.i;
-          has_inc = true;
-        }
-        break;
-      case 'n':
-        if (NAME_IS(k, kl, "name", nul) && v->kind == ETR_J_STRING) {
-          n->name = v->v.str.s;
-          n->name_len = v->v.str.len;
-          has_name = true;
-        }
-        break;
-      case 'c':
-        if (NAME_IS(k, kl, "ctrl_deps", nul) && v->kind == ETR_J_INT) n->ctrl_deps = v->v.i;
-        break;
-      case 'o':
-        if (NAME_IS(k, kl, "outputs", nul)) n->outputs = v;
-        break;
-      case 't':
-        if (NAME_IS(k, kl, "ts", nul) && v->kind == ETR_J_INT) {
-          n->ts = v->v.i;
-          has_ts = true;
-        }
-        break;
-      case 'e':
-        if (NAME_IS(k, kl, "exclusive_dur", nul) && v->kind == ETR_J_INT) {
-          n->exclusive_dur = v->v.i;
-          has_exc = true;
-        }
-        break;
-      case 'a':
-        if (NAME_IS(k, kl, "attrs", nul)) attrs = v;
-        break;
-      default:
-        break;
-    }
-  }
-  n->has_timing = has_ts && has_inc && has_exc;
-  if (!has_id) etr__rd_warn(r, n->offset, -1, "node has no integer \"id\"");
-  if (!has_name) etr__rd_warn(r, n->offset, n->id, "node has no string \"name\"");
-  if (n->ctrl_deps < 0) etr__rd_warn(r, n->offset, n->id, "node has no integer \"ctrl_deps\"");
-  check_io(r, n, n->inputs, "inputs");
-  check_io(r, n, n->outputs, "outputs");
-  if (n->inputs && n->inputs->kind != ETR_J_OBJECT) n->inputs = NULL;
-  if (n->outputs && n->outputs->kind != ETR_J_OBJECT) n->outputs = NULL;
-
-  if (attrs && attrs->kind == ETR_J_ARRAY) {
-    size_t na = attrs->v.arr.n;
-    rd_rattr *ra = na ? arena_alloc(&r->nodes, na * sizeof *ra) : NULL;
-    if (na && !ra) {
-      etr__rd_set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
-      return 0;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < na; i++) {
-      const rd_jval *a = &attrs->v.arr.items[i];
-      const rd_jval *an, *at, *av;
-      const rd_jmember *am = a->kind == ETR_J_OBJECT ? a->v.obj.items : NULL;
-      if (am && a->v.obj.n == 3 && NAME_IS(am[0].key, am[0].key_len, "name", nul) &&
-          NAME_IS(am[1].key, am[1].key_len, "type", nul) &&
-          NAME_IS(am[2].key, am[2].key_len, "value", nul)) {
-        an = &a->v.obj.items[0].val;
-        at = &a->v.obj.items[1].val;
-        av = &a->v.obj.items[2].val;
-      } else {
-        an = obj_get(a, "name", 4, nul);
-        at = obj_get(a, "type", 4, nul);
-        av = obj_get(a, "value", 5, nul);
-      }
-      if (!an || an->kind != ETR_J_STRING || !av) {
-        etr__rd_warn(r, n->offset, n->id,
-                     "attr %zu is not a {\"name\", \"type\", \"value\"} object", i);
-        continue;
-      }
-      rd_rattr *x = &ra[k++];
-      x->name = an->v.str.s;
-      x->type = at && at->kind == ETR_J_STRING ? at->v.str.s : "";
-      x->value = *av;
-      const char *nm = x->name;
-      size_t nm_len = an->v.str.len;
-      int b = base_attr_n(nm, nm_len, nul);
-      if (b >= 0) {
-        bool ok = true;
-        switch (b) {
-          case 0:
-            ok = as_u64(av, &n->rf_id);
-            break;
-          case 1:
-            ok = as_u64(av, &n->fw_parent);
-            break;
-          case 2:
-            ok = av->kind == ETR_J_INT;
-            if (ok) n->seq_id = av->v.i;
-            break;
-          case 3:
-            ok = as_u64(av, &n->scope);
-            break;
-          case 4:
-            ok = as_u64(av, &n->tid);
-            break;
-          case 5:
-            ok = as_u64(av, &n->fw_tid);
-            break;
-          default:
-            ok = av->kind == ETR_J_STRING;
-            if (ok) {
-              if (b == 6)
-                n->op_schema = av->v.str.s;
-              else if (b == 7)
-                n->kernel_backend = av->v.str.s;
-              else
-                n->kernel_file = av->v.str.s;
-            }
-            break;
-        }
-        if (ok)
-          n->missing_attrs &= ~(1u << b);
-        else
-          etr__rd_warn(r, n->offset, n->id, "attr \"%s\" has a value of the wrong kind", nm);
-      }
-      if (nm[0] == 't' && NAME_IS(nm, nm_len, "traceback", nul))
-        n->has_traceback = as_u64(av, &n->traceback);
-    }
-    n->attrs = ra;
-    n->n_attrs = k;
-  } else {
-    etr__rd_warn(r, n->offset, n->id, "node has no \"attrs\" array");
-  }
-  if (n->missing_attrs & 0x7f) {
-    for (int b = 0; b < 7; b++)
-      if (n->missing_attrs & (1u << b))
-        etr__rd_warn(r, n->offset, n->id, ETR_READER_WARN_MISSING_ATTR " \"%s\"", base_attrs[b]);
-  }
-  /* queue it */
-  if (r->q_len == r->q_cap) {
-    size_t cap = r->q_cap ? r->q_cap * 2 : 64;
-    qent *q = malloc(cap * sizeof *q);
-    if (!q) {
-      etr__rd_set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
-      return 0;
-    }
-    for (size_t i = 0; i < r->q_len; i++) q[i] = r->q[(r->q_head + i) % r->q_cap];
-    free(r->q);
-    r->q = q;
-    r->q_cap = cap;
-    r->q_head = 0;
-  }
-  qent *e = &r->q[(r->q_head + r->q_len) % r->q_cap];
-  e->node = n;
-  e->mark = r->node_mark;
-  r->q_len++;
-  return 1;
-}
-
 /* ---- input ---- */
 
 static const char *display_path(const char *path) { return strcmp(path, "-") ? path : "<stdin>"; }
 
-/* Fill r->in when it is empty. Returns bytes available, 0 at EOF, -1 on error. */
-static ssize_t fill_raw(rd_reader *r) {
-  if (r->in_pos < r->in_len) return (ssize_t)(r->in_len - r->in_pos);
-  if (r->eof) return 0;
-  for (;;) {
-    ssize_t k = read(r->fd, r->in, IN_BLOCK);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      etr__rd_set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(errno));
-      return -1;
-    }
-    r->in_pos = 0;
-    r->in_len = (size_t)k;
-    r->in_consumed += (uint64_t)k;
-    if (k == 0) r->eof = true;
-    return k;
+/* A byte source's answer k as the parsers take it: the bytes, 0 at the end of the input, or
+ * -1 with the error set, an input that ends early (a cut or corrupt compressed stream) being
+ * one: its last bytes are dropped with it, the offset of the message counting them. */
+static ssize_t source_answer(rd_reader *r, ssize_t k) {
+  if (k < 0) {
+    int e = rd_source_errno(r->src);
+    if (e == ENOMEM)
+      etr__rd_set_error(r, ETR_ENOMEM, r->consumed, "cannot start decompression: out of memory");
+    else
+      etr__rd_set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(e));
+    return -1;
   }
+  const char *detail = NULL;
+  rd_source_end end = rd_source_ended(r->src, &detail);
+  if (end == RD_SRC_OPEN || end == RD_SRC_DONE) return k;
+  const char *z = rd_source_is_gzip(r->src) ? "gzip" : "zstd";
+  if (end == RD_SRC_CUT)
+    etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "%s: the compressed stream is truncated", z);
+  else if (end == RD_SRC_CORRUPT)
+    etr__rd_set_error(r, ETR_EFORMAT, r->consumed + (uint64_t)k, "%s: %s", z, detail);
+  else
+    etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: cannot reset");
+  return -1;
 }
 
 /* Next block of decompressed bytes: *p and length; 0 at EOF, -1 on error. */
 ssize_t etr__rd_next_block(rd_reader *r, const unsigned char **p) {
-  if (!r->sniffed) {
-    r->sniffed = true;
-    /* gather at least four bytes to look for the gzip (2 bytes) and zstd (4) magic */
-    ssize_t k = fill_raw(r);
-    if (k < 0) return -1;
-    while (r->in_len < 4 && !r->eof) {
-      ssize_t m = read(r->fd, r->in + r->in_len, IN_BLOCK - r->in_len);
-      if (m < 0 && errno == EINTR) continue;
-      if (m < 0) {
-        etr__rd_set_error(r, ETR_EIO, 0, "read error: %s", strerror(errno));
-        return -1;
-      }
-      if (m == 0) r->eof = true;
-      r->in_len += (size_t)m;
-      r->in_consumed += (uint64_t)m;
-    }
-    if (r->in_len >= 4 && r->in[0] == 0x28 && r->in[1] == 0xb5 && r->in[2] == 0x2f &&
-        r->in[3] == 0xfd) {
-      r->zst = ZSTD_createDStream();
-      r->out = malloc(IN_BLOCK);
-      if (!r->zst || !r->out || ZSTD_isError(ZSTD_initDStream(r->zst))) {
-        etr__rd_set_error(r, ETR_ENOMEM, 0, "cannot start zstd decompression");
-        return -1;
-      }
-      r->zst_last = 1;
-    } else if (r->in_len >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b) {
-      r->gz = true;
-      memset(&r->zs, 0, sizeof r->zs);
-      if (inflateInit2(&r->zs, 15 + 32) != Z_OK) {
-        etr__rd_set_error(r, ETR_ENOMEM, 0, "cannot start gzip decompression");
-        return -1;
-      }
-      r->gz_init = true;
-      r->out = malloc(IN_BLOCK);
-      if (!r->out) {
-        etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
-        return -1;
-      }
-    }
-  }
-  if (r->zst) {
-    /* frames one after the other (zstd -c a b > c) are read as one stream */
-    for (;;) {
-      ssize_t k = fill_raw(r);
-      if (k < 0) return -1;
-      if (k == 0) {
-        if (r->zst_last != 0) {
-          etr__rd_set_error(r, ETR_EFORMAT, r->consumed,
-                            "zstd: the compressed stream is truncated");
-          return -1;
-        }
-        return 0;
-      }
-      ZSTD_inBuffer in = {r->in + r->in_pos, r->in_len - r->in_pos, 0};
-      ZSTD_outBuffer out = {r->out, FEED_BLOCK, 0};
-      size_t z = ZSTD_decompressStream(r->zst, &out, &in);
-      r->in_pos += in.pos;
-      if (ZSTD_isError(z)) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->consumed + out.pos, "zstd: %s", ZSTD_getErrorName(z));
-        return -1;
-      }
-      r->zst_last = z;
-      if (out.pos) {
-        *p = r->out;
-        return (ssize_t)out.pos;
-      }
-    }
-  }
-  if (!r->gz) {
-    ssize_t k = fill_raw(r);
-    if (k <= 0) return k;
-    size_t n = k > (ssize_t)FEED_BLOCK ? FEED_BLOCK : (size_t)k;
-    *p = r->in + r->in_pos;
-    r->in_pos += n;
-    return (ssize_t)n;
-  }
-  for (;;) {
-    if (r->gz_end) {
-      /* a member ended: another one may follow (concatenated gzip) */
-      ssize_t k = fill_raw(r);
-      if (k <= 0) return k;
-      if (inflateReset(&r->zs) != Z_OK) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: cannot reset");
-        return -1;
-      }
-      r->gz_end = false;
-    }
-    ssize_t k = fill_raw(r);
-    if (k < 0) return -1;
-    if (k == 0) {
-      etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: the compressed stream is truncated");
-      return -1;
-    }
-    r->zs.next_in = r->in + r->in_pos;
-    r->zs.avail_in = (uInt)(r->in_len - r->in_pos);
-    r->zs.next_out = r->out;
-    r->zs.avail_out = FEED_BLOCK;
-    int zr = inflate(&r->zs, Z_NO_FLUSH);
-    r->in_pos = r->in_len - r->zs.avail_in;
-    if (zr == Z_STREAM_END) {
-      r->gz_end = true;
-    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-      etr__rd_set_error(r, ETR_EFORMAT, r->consumed + (FEED_BLOCK - r->zs.avail_out), "gzip: %s",
-                        r->zs.msg ? r->zs.msg : "corrupt data");
-      return -1;
-    }
-    size_t produced = FEED_BLOCK - r->zs.avail_out;
-    if (produced) {
-      *p = r->out;
-      return (ssize_t)produced;
-    }
-  }
+  return source_answer(r, rd_source_read(r->src, p));
 }
 
-/* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. Plain input
- * is read straight into dst once the bytes read to sniff its magic are used up, not through
- * r->in (one copy of every byte less). */
+/* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. */
 ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n) {
-  if (r->sniffed && !r->zst && !r->gz && r->in_pos == r->in_len) {
-    if (r->eof) return 0;
-    for (;;) {
-      ssize_t k = read(r->fd, dst, n);
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) {
-        etr__rd_set_error(r, ETR_EIO, r->consumed, "read error: %s", strerror(errno));
-        return -1;
-      }
-      r->in_consumed += (uint64_t)k;
-      if (k == 0) r->eof = true;
-      return k;
-    }
-  }
-  const unsigned char *blk = NULL;
-  ssize_t k = etr__rd_next_block(r, &blk);
-  if (k > 0) memcpy(dst, blk, (size_t)k);
-  return k;
+  return source_answer(r, rd_source_read_into(r->src, dst, n));
 }
 
 static int feed(rd_reader *r) { return r->hand ? etr__rd_hand_feed(r) : etr__rd_yajl_feed(r); }
@@ -866,8 +413,7 @@ int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
   r->hdr.start_ts = -1;
   r->finish_ts = -1;
   r->path = strdup(display_path(path ? path : "-"));
-  r->in = malloc(IN_BLOCK);
-  if (!r->path || !r->in) {
+  if (!r->path) {
     snprintf(r->msg, sizeof r->msg, "%s: byte 0: out of memory", path);
     return r->err = ETR_ENOMEM;
   }
@@ -889,6 +435,10 @@ int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
 #ifdef POSIX_FADV_SEQUENTIAL
     posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
+  }
+  if (rd_source_open(r->fd, 0, false, IN_BLOCK, &r->src)) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return r->err;
   }
   const char *be = getenv("ETR_READER_BACKEND");
   r->hand = !be || strcmp(be, "yajl") != 0;
@@ -974,12 +524,12 @@ const char *rd_error(const rd_reader *r) { return r && r->err ? r->msg : ""; }
 uint64_t rd_warnings(const rd_reader *r) { return r->warnings; }
 uint64_t rd_offset(const rd_reader *r) { return r->consumed; }
 uint64_t rd_input_size(const rd_reader *r) { return r->in_size; }
-uint64_t rd_input_consumed(const rd_reader *r) { return r->in_consumed; }
+uint64_t rd_input_consumed(const rd_reader *r) { return r->src ? rd_source_input_read(r->src) : 0; }
 const char *rd_path(const rd_reader *r) { return r->path; }
 const char *rd_backend(const rd_reader *r) { return r->hand ? "hand" : "yajl"; }
 
 uint64_t rd_memory(const rd_reader *r) {
-  uint64_t m = sizeof *r + IN_BLOCK + (r->out ? IN_BLOCK : 0);
+  uint64_t m = sizeof *r + rd_source_memory(r->src);
   m += r->nodes.live + r->keep.live + (uint64_t)r->nodes.n_spare * ARENA_BLOCK;
   m += r->stk_cap * sizeof *r->stk + r->frames_cap * sizeof *r->frames;
   m += r->q_cap * sizeof *r->q + r->extras_cap * sizeof *r->extras;
@@ -990,8 +540,7 @@ uint64_t rd_memory(const rd_reader *r) {
 void rd_close(rd_reader *r) {
   if (!r) return;
   etr__rd_yajl_close(r);
-  if (r->gz_init) inflateEnd(&r->zs);
-  if (r->zst) ZSTD_freeDStream(r->zst);
+  rd_source_close(r->src);
   if (r->own_fd && r->fd >= 0) close(r->fd);
   etr__rd_arena_destroy(&r->nodes);
   etr__rd_arena_destroy(&r->keep);
@@ -1001,8 +550,6 @@ void rd_close(rd_reader *r) {
   free(r->extras);
   free(r->top_keys);
   free(r->skipped);
-  free(r->in);
-  free(r->out);
   free(r->hb);
   free(r->path);
   free(r);

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* ---- generic JSON values (an arena-backed tree for one node or one table) ---- */
 
@@ -71,6 +72,7 @@ typedef struct rd_rattr {
   const char *name;
   const char *type; /* "uint64", "int64", "string", ... as written */
   rd_jval value;
+  int base; /* 0..8: a base attr (rd_base_attr of its name), -1: another attr */
 } rd_rattr;
 
 typedef struct rd_rnode {
@@ -94,6 +96,10 @@ typedef struct rd_rnode {
   const rd_rattr *attrs; /* every attr in file order, base ones included */
   size_t n_attrs;
   const rd_jval *raw; /* the whole node object, keys in file order */
+  /* A string of the node (a key, a name, a value) holds a NUL byte, from a \u0000 escape:
+   * its C-string length (strlen) is then shorter than its length, so compare names with
+   * strcmp; otherwise length and memcmp give the same answer faster. */
+  bool has_nul_strings;
 } rd_rnode;
 
 /* ---- the file ---- */
@@ -172,6 +178,9 @@ const char *const *rd_top_keys(const rd_reader *r, size_t *n);
 /* Index 0..8 of a base attr name in docs/FORMAT.md order (rf_id=0 .. kernel_file=8), or -1.
  * A few character compares, no loop over the names. */
 int rd_base_attr(const char *name);
+/* rd_base_attr of a name of len bytes (with no NUL among them): by its length, then one
+ * fixed-size compare. */
+int rd_base_attr_n(const char *name, size_t len);
 
 /* Bytes of memory the reader holds now (buffers, arenas, stacks, queue): for tests and
  * benchmarks checking that memory stays bounded. */
@@ -185,5 +194,41 @@ const char *rd_backend(const rd_reader *r);
 
 /* The input's name as messages give it ("<stdin>" for "-"). */
 const char *rd_path(const rd_reader *r);
+
+/* ---- the byte source (reader_input.c) ----
+ * An input's bytes, gzip and zstd decompressed by magic bytes (concatenated members and frames
+ * as one stream), as the reader reads them; `etr repair` reads its raw copy through it too.
+ * It holds `block` input bytes and, for compressed input, 64 KiB of output. */
+
+typedef struct rd_source rd_source;
+
+/* How the input ended (rd_source_ended): not yet, at its end, or early. */
+typedef enum rd_source_end {
+  RD_SRC_OPEN = 0,    /* not ended yet */
+  RD_SRC_DONE = 1,    /* the end of the file (and of the last gzip member or zstd frame) */
+  RD_SRC_CUT = 2,     /* the file ends inside a gzip member or a zstd frame */
+  RD_SRC_CORRUPT = 3, /* the compressed data is corrupt (the decompressor's words in detail) */
+  RD_SRC_NO_RESET = 4 /* zlib cannot start the gzip member that follows another */
+} rd_source_end;
+
+/* A source reading fd, which it does not close: with pread from file offset base on when
+ * positional (another reader of the same open file is then undisturbed), else with read
+ * from the current offset (pipes). block: input bytes read at once (0: 256 KiB). 0, or
+ * ETR_ENOMEM (then *out is NULL). */
+int rd_source_open(int fd, uint64_t base, bool positional, size_t block, rd_source **out);
+/* The next bytes of the (decompressed) input, at most 64 KiB, in *p until the next call:
+ * their count, 0 once the input has ended (rd_source_ended says how), -1 on a read error or
+ * when memory ran out (rd_source_errno). A stream ending early hands over the bytes it had
+ * decompressed first: the call giving the last ones already reports the end. */
+ssize_t rd_source_read(rd_source *s, const unsigned char **p);
+/* rd_source_read into dst (up to n bytes; plain input is read straight into it). */
+ssize_t rd_source_read_into(rd_source *s, unsigned char *dst, size_t n);
+rd_source_end rd_source_ended(const rd_source *s, const char **detail);
+int rd_source_errno(const rd_source *s);          /* errno of the failure of a -1 */
+bool rd_source_is_compressed(const rd_source *s); /* gzip or zstd (known after the 1st read) */
+bool rd_source_is_gzip(const rd_source *s);
+uint64_t rd_source_input_read(const rd_source *s); /* file bytes read (compressed) */
+uint64_t rd_source_memory(const rd_source *s);     /* bytes it holds */
+void rd_source_close(rd_source *s);                /* NULL is a no-op; fd stays open */
 
 #endif /* ETR_JSON_READER_H */

@@ -1,15 +1,17 @@
-/* The hand parser of the trace reader (the default; reader_int.h): a pull parser specialised for
- * traces. The input sits in one buffer that always holds the current step (the top-level
- * '{', one top-level member, or one node) whole; a step that runs off the end of the buffer
- * is undone (arenas rolled back) and redone after the buffer is refilled, so no parser state
- * spans a refill. Values are built directly into the arenas: no callback per token, no
+/* The hand parser of the trace reader (the default; reader_int.h), its values: a parser
+ * specialised for traces reading JSON values from the input window that reader_hand_step.c
+ * keeps (reader_hand.h), building them directly into the arenas: no callback per token, no
  * intermediate copies. It accepts exactly RFC 8259 JSON, strings checked to be UTF-8.
+ * Shortcuts for what traces hold most: plain strings scanned 16 bytes at a time and, in a
+ * node, left in place in the window (their closing quote made their NUL); one-digit
+ * integers and empty containers without the general paths; attr objects of the usual shape
+ * without the general object loop (h_attr).
  */
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "json/reader_int.h"
+#include "json/reader_hand.h"
 
 #include <string.h>
 #if defined(__SSE2__)
@@ -18,25 +20,10 @@
 
 #include "etr/common.h"
 
-/* H_BIG: the step needs more memory than r->limit (its text, or the values it builds) */
-enum { H_OK = 0, H_MORE = 1, H_ERR = 2, H_BIG = 3 };
-#define H_MAX_DEPTH 1024
-/* Zero bytes kept after the window's data (hb[hb_len..hb_len + H_PAD)): a NUL stops every
- * scanning loop at the end (it is not whitespace, a digit or a plain string byte), so the
- * loops need no bounds check, and the string scanner may load 16 bytes from any position up
- * to the end. Whatever stops at the end then checks p >= end and asks for more input. */
-#define H_PAD 64
-
-static int h_fail(rd_reader *r, const unsigned char *at, const char *what) {
+int etr__rd_h_fail(rd_reader *r, const unsigned char *at, const char *what) {
   uint64_t off = r->hb_base + (uint64_t)(at - r->hb);
   etr__rd_set_error(r, ETR_EFORMAT, off, "invalid JSON (%s)", what);
   return H_ERR;
-}
-
-static inline const unsigned char *h_ws(const unsigned char *p, const unsigned char *end) {
-  (void)end; /* the NUL after the window stops the loop (H_PAD) */
-  while (*p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
-  return p;
 }
 
 static int hex4(const unsigned char *p, uint32_t *out) {
@@ -101,6 +88,15 @@ static inline int h_string(rd_reader *r, const unsigned char **pp, const unsigne
     size_t raw = (size_t)(p - start);
     *pp = p + 1;
     *len = raw;
+    if (a == &r->nodes) {
+      /* A node's string is left where it is, its closing quote turned into its NUL: the
+       * node is valid until the next rd_next, and the window keeps its bytes until then. A
+       * step undone is given its quotes back (h_restore_quotes). */
+      r->h_nul_end = (size_t)(p - r->hb) + 1;
+      *(unsigned char *)(uintptr_t)p = '\0';
+      *s = (const char *)start;
+      return H_OK;
+    }
     unsigned char *o = arena_alloc(a, raw + 1);
     if (!o) {
       etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
@@ -130,7 +126,7 @@ static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
     if (p >= end) return H_MORE;
     unsigned c = *p;
     if (c == '"') break;
-    if (c < 0x20) return h_fail(r, p, "control character in a string");
+    if (c < 0x20) return etr__rd_h_fail(r, p, "control character in a string");
     simple = false;
     if (c == '\\') {
       if (end - p < 2) return H_MORE;
@@ -138,13 +134,13 @@ static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
       if (e == 'u') {
         if (end - p < 6) return H_MORE;
         uint32_t u;
-        if (!hex4(p + 2, &u)) return h_fail(r, p, "bad \\u escape");
+        if (!hex4(p + 2, &u)) return etr__rd_h_fail(r, p, "bad \\u escape");
         p += 6;
       } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
                  e == 'r' || e == 't') {
         p += 2;
       } else {
-        return h_fail(r, p, "bad escape in a string");
+        return etr__rd_h_fail(r, p, "bad escape in a string");
       }
     } else {
       size_t n = etr__rd_utf8_len(p, end);
@@ -251,7 +247,7 @@ static inline int h_number(rd_reader *r, const unsigned char **pp, const unsigne
     do acc = acc * 10 + (unsigned)(*p++ - '0');
     while ((unsigned)(*p - '0') < 10); /* the NUL after the window stops it */
   } else {
-    return h_fail(r, p, "bad number");
+    return etr__rd_h_fail(r, p, "bad number");
   }
   size_t n_digits = (size_t)(p - digits);
   bool is_int = true;
@@ -259,7 +255,7 @@ static inline int h_number(rd_reader *r, const unsigned char **pp, const unsigne
     is_int = false;
     p++;
     if (p >= end) return H_MORE;
-    if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
+    if (*p < '0' || *p > '9') return etr__rd_h_fail(r, p, "bad number");
     while ((unsigned)(*p - '0') < 10) p++;
   }
   if (*p == 'e' || *p == 'E') {
@@ -267,7 +263,7 @@ static inline int h_number(rd_reader *r, const unsigned char **pp, const unsigne
     p++;
     if (p < end && (*p == '+' || *p == '-')) p++;
     if (p >= end) return H_MORE;
-    if (*p < '0' || *p > '9') return h_fail(r, p, "bad number");
+    if (*p < '0' || *p > '9') return etr__rd_h_fail(r, p, "bad number");
     while ((unsigned)(*p - '0') < 10) p++;
   }
   if (p >= end) return H_MORE; /* the number may go on */
@@ -309,11 +305,105 @@ static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char
                      const char *lit, size_t n);
 
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                       int depth, rd_jval *v);
+
+/* The NULs that strings read in place wrote over closing quotes in [p, end) turned back into
+ * quotes (a value is read again by the general path). */
+static void h_unnul(unsigned char *p, unsigned char *end) {
+  while (p < end && (p = memchr(p, '\0', (size_t)(end - p))) != NULL) *p++ = '"';
+}
+
+/* The n bytes at p (8 <= n <= 16) are those of the literal lit: two overlapping 8-byte loads
+ * and compares with constants, where memcmp would be a call for n = 10 or 11. */
+static inline bool h_lit_eq(const unsigned char *p, const char *lit, size_t n) {
+  uint64_t x0, x1, y0, y1;
+  memcpy(&x0, p, 8);
+  memcpy(&x1, p + n - 8, 8);
+  memcpy(&y0, lit, 8);
+  memcpy(&y1, lit + n - 8, 8);
+  return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+}
+#define H_LIT_EQ(p, lit) h_lit_eq((p), (lit), sizeof(lit) - 1)
+
+/* Keys of an attr object, pointed to by the trees h_attr builds (reader_int.h). */
+const char etr__rd_key_name[] = "name", etr__rd_key_type[] = "type", etr__rd_key_value[] = "value";
+
+/* An attr object of a node, {"name": "N", "type": "T", "value": V}, written with ", " and ": "
+ * as our writer and PyTorch's json.dump write it and with N and T plain ASCII: read without
+ * the general object loop (no key strings, no member stack), about half of a node's values
+ * being in attrs. *pp at the '{', depth that of the array holding it. H_OK with *v built; H_MISS
+ * when the text is any other shape, with nothing done (the general path then reads it, with
+ * its own errors); or the value's H_MORE, H_ERR or H_BIG, which the general path would give as
+ * well, at the same byte, since everything before the value is well formed. */
+static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                  int depth, rd_jval *v) {
+  /* every compare below reads at most 12 bytes past a byte before end: in the padding */
+  const unsigned char *p = *pp;
+  if (depth + 1 >= H_MAX_DEPTH || !H_LIT_EQ(p, "{\"name\": \"")) return H_MISS;
+  const unsigned char *name = p + 10, *name_end = scan_plain(name);
+  if (*name_end != '"' || !H_LIT_EQ(name_end + 1, ", \"type\": \"")) return H_MISS;
+  const unsigned char *type = name_end + 12, *type_end = scan_plain(type);
+  if (*type_end != '"' || !H_LIT_EQ(type_end + 1, ", \"value\": ")) return H_MISS;
+  const unsigned char *q = type_end + 12;
+  if (q >= end) return H_MISS;
+  rd_jmember *items = arena_alloc(a, 3 * sizeof *items);
+  if (!items) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return H_ERR;
+  }
+  /* the usual values inline: a string, a one-digit integer ("value": 0}) */
+  rd_jval *val = &items[2].val;
+  int st;
+  unsigned c = *q;
+  if (c == '"') {
+    val->kind = ETR_J_STRING;
+    st = h_string(r, &q, end, a, &val->v.str.s, &val->v.str.len);
+  } else if ((unsigned)(c - '0') < 10 && q[1] == '}') {
+    val->kind = ETR_J_INT;
+    val->v.i = (int64_t)(c - '0');
+    q++;
+    st = H_OK;
+  } else {
+    st = h_value(r, &q, end, a, depth + 2, val);
+  }
+  if (st) return st;
+  const unsigned char *after = q;
+  if (*q != '}') q = h_ws(q, end);
+  if (q >= end) return H_MORE;
+  if (*q != '}') {
+    h_unnul((unsigned char *)(uintptr_t)type_end, (unsigned char *)(uintptr_t)after);
+    return H_MISS;
+  }
+  /* in place, as h_string does for a node's strings */
+  *(unsigned char *)(uintptr_t)name_end = '\0';
+  *(unsigned char *)(uintptr_t)type_end = '\0';
+  size_t type_off = (size_t)(type_end - r->hb) + 1;
+  if (r->h_nul_end < type_off) r->h_nul_end = type_off;
+  items[0].key = etr__rd_key_name;
+  items[0].key_len = 4;
+  items[0].val.kind = ETR_J_STRING;
+  items[0].val.v.str.s = (const char *)name;
+  items[0].val.v.str.len = (size_t)(name_end - name);
+  items[1].key = etr__rd_key_type;
+  items[1].key_len = 4;
+  items[1].val.kind = ETR_J_STRING;
+  items[1].val.v.str.s = (const char *)type;
+  items[1].val.v.str.len = (size_t)(type_end - type);
+  items[2].key = etr__rd_key_value;
+  items[2].key_len = 5;
+  v->kind = ETR_J_OBJECT;
+  v->v.obj.items = items;
+  v->v.obj.n = 3;
+  *pp = q + 1;
+  return H_OK;
+}
+
+static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v) {
   const unsigned char *p = *pp;
   bool is_obj = *p == '{';
   unsigned char close = is_obj ? '}' : ']';
-  if (depth >= H_MAX_DEPTH) return h_fail(r, p, "nesting too deep");
+  if (depth >= H_MAX_DEPTH) return etr__rd_h_fail(r, p, "nesting too deep");
   p = h_ws(p + 1, end);
   if (p >= end) return H_MORE;
   size_t start = r->stk_len;
@@ -330,16 +420,20 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
       rd_jmember *m = &r->stk[slot];
       int st;
       if (is_obj) {
-        if (*p != '"') return h_fail(r, p, "expected a key");
+        if (*p != '"') return etr__rd_h_fail(r, p, "expected a key");
         st = h_string(r, &p, end, a, &m->key, &m->key_len);
         if (st) return st;
         if (*p != ':') {
           p = h_ws(p, end);
           if (p >= end) return H_MORE;
-          if (*p != ':') return h_fail(r, p, "expected ':'");
+          if (*p != ':') return etr__rd_h_fail(r, p, "expected ':'");
         }
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
+        /* ": " as writers put it: one space, then no loop */
+        p += 1 + (p[1] == ' ');
+        if (ETR_RD_UNLIKELY(*p <= ' ')) {
+          p = h_ws(p, end);
+          if (p >= end) return H_MORE;
+        }
       } else {
         m->key = NULL;
         m->key_len = 0;
@@ -378,8 +472,11 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         st = H_OK;
       } else if (c == '{' || c == '[') {
         rd_jval item;
-        st = h_container(r, &p, end, a, depth + 1, &item);
-        r->stk[slot].val = item; /* the stack may have moved */
+        st = H_MISS;
+        if (c == '{' && p[1] == '"' && p[2] == 'n' && a == &r->nodes)
+          st = h_attr(r, &p, end, a, depth, &item);
+        if (st == H_MISS) st = h_container(r, &p, end, a, depth + 1, &item);
+        if (st == H_OK) r->stk[slot].val = item; /* the stack may have moved */
       } else if (c == 't') {
         m->val.kind = ETR_J_BOOL;
         m->val.v.b = true;
@@ -392,7 +489,7 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         m->val.kind = ETR_J_NULL;
         st = h_literal(r, &p, end, "null", 4);
       } else {
-        return h_fail(r, p, "unexpected character");
+        return etr__rd_h_fail(r, p, "unexpected character");
       }
       if (st) return st;
       /* a few hundred thousand tiny values build a tree far larger than their text */
@@ -400,13 +497,16 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         return H_BIG;
       if (*p != ',') p = h_ws(p, end); /* the NUL after the window ends it (H_PAD) */
       if (*p == ',') {
-        p = h_ws(p + 1, end);
-        if (p >= end) return H_MORE;
+        p += 1 + (p[1] == ' '); /* ", " or "," as writers put them: no loop */
+        if (ETR_RD_UNLIKELY(*p <= ' ')) {
+          p = h_ws(p, end);
+          if (p >= end) return H_MORE;
+        }
         continue;
       }
       if (p >= end) return H_MORE;
       if (*p == close) break;
-      return h_fail(r, p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+      return etr__rd_h_fail(r, p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
     }
   }
   size_t n = r->stk_len - start;
@@ -444,7 +544,7 @@ static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char
                      const char *lit, size_t n) {
   const unsigned char *p = *pp;
   size_t have = (size_t)(end - p) < n ? (size_t)(end - p) : n;
-  if (memcmp(p, lit, have)) return h_fail(r, p, "invalid literal");
+  if (memcmp(p, lit, have)) return etr__rd_h_fail(r, p, "invalid literal");
   if (have < n) return H_MORE;
   *pp = p + n;
   return H_OK;
@@ -474,301 +574,16 @@ static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *
       return h_literal(r, pp, end, "null", 4);
     default:
       if (*p == '-' || (*p >= '0' && *p <= '9')) return h_number(r, pp, end, v);
-      return h_fail(r, p, "unexpected character");
+      return etr__rd_h_fail(r, p, "unexpected character");
   }
 }
 
-/* The value of the top-level key r->tkey (at p) needs more than the limit: note it, warn, and
- * pass over it in later steps without building it. */
-static int h_skip_start(rd_reader *r, const unsigned char *p) {
-  r->skip_next = false;
-  r->have_key = false;
-  r->hpos = (size_t)(p - r->hb);
-  if (!etr__rd_skip_note(r, r->hb_base + r->hpos)) return H_ERR;
-  r->skipping = true;
-  r->sk_started = r->sk_str = r->sk_esc = false;
-  r->sk_depth = 0;
-  r->h_first = false;
-  r->need_item = false;
-  return H_OK;
+int etr__rd_h_string(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                     const char **s, size_t *len) {
+  return h_string(r, pp, end, a, s, len);
 }
 
-/* Pass over the skipped value in hb[hpos..hb_len): strings and bracket depth only. */
-static int h_skip(rd_reader *r) {
-  const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
-  if (p >= end) return H_MORE;
-  bool done = true;
-  for (;; p++) {
-    if (p >= end) {
-      done = false;
-      break;
-    }
-    unsigned c = *p;
-    if (r->sk_str) {
-      if (r->sk_esc) {
-        r->sk_esc = false;
-      } else if (c == '\\') {
-        r->sk_esc = true;
-      } else if (c == '"') {
-        r->sk_str = false;
-        if (r->sk_depth == 0) {
-          p++;
-          break;
-        }
-      }
-      continue;
-    }
-    bool ws = c == ' ' || c == '\n' || c == '\r' || c == '\t';
-    if (!r->sk_started) {
-      if (ws) continue;
-      r->sk_started = true;
-    }
-    if (c == '"') {
-      r->sk_str = true;
-    } else if (c == '[' || c == '{') {
-      r->sk_depth++;
-    } else if (c == ']' || c == '}') {
-      if (r->sk_depth == 0) break; /* the end of a scalar: the top-level object's '}' */
-      if (--r->sk_depth == 0) {
-        p++;
-        break;
-      }
-    } else if (r->sk_depth == 0 && (ws || c == ',')) {
-      break; /* the end of a scalar */
-    }
-  }
-  r->hpos = (size_t)(p - r->hb);
-  if (done) r->skipping = false;
-  return H_OK;
-}
-
-/* One step of the top-level state machine on hb[hpos..hb_len). */
-static int h_step(rd_reader *r) {
-  if (!r->hb) return H_MORE; /* nothing read yet (and NULL + 0 is undefined behaviour) */
-  const unsigned char *p = r->hb + r->hpos, *end = r->hb + r->hb_len;
-  p = h_ws(p, end);
-  if (p >= end) {
-    if (r->ph == PH_END) {
-      r->hpos = r->hb_len;
-      return H_MORE; /* the caller sees EOF: done */
-    }
-    return H_MORE;
-  }
-  switch (r->ph) {
-    case PH_START:
-      if (*p != '{') {
-        r->hpos = (size_t)(p - r->hb);
-        etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos, "the trace is not a JSON object");
-        return H_ERR;
-      }
-      r->ph = PH_HEADER;
-      r->h_first = true;
-      r->hpos = (size_t)(p + 1 - r->hb);
-      return H_OK;
-    case PH_HEADER:
-    case PH_TRAILER: {
-      if (*p == '}' && !r->need_item) {
-        r->ph = PH_END;
-        r->hpos = (size_t)(p + 1 - r->hb);
-        return H_OK;
-      }
-      if (!r->h_first && !r->need_item) {
-        /* a step of its own, so that whitespace after it is never held */
-        if (*p != ',') return h_fail(r, p, "expected ',' or '}'");
-        r->need_item = true;
-        r->hpos = (size_t)(p + 1 - r->hb);
-        return H_OK;
-      }
-      if (!r->have_key) {
-        /* the key and its ':' are a step of their own: whitespace after them is never held */
-        if (*p != '"') return h_fail(r, p, "expected a key");
-        const char *key;
-        size_t klen;
-        int st = h_string(r, &p, end, &r->keep, &key, &klen);
-        if (st) return st;
-        const unsigned char *q = h_ws(p, end);
-        if (q >= end) return H_MORE;
-        if (*q != ':') return h_fail(r, q, "expected ':'");
-        r->hpos = (size_t)(p - r->hb); /* offsets of top_key's messages: after the key */
-        if (!etr__rd_top_key(r, (const unsigned char *)key, klen)) return H_ERR;
-        r->have_key = true;
-        r->hpos = (size_t)(q + 1 - r->hb);
-        return H_OK;
-      }
-      if (!strcmp(r->tkey, "nodes")) {
-        if (r->ph != PH_HEADER || *p != '[') {
-          etr__rd_set_error(
-              r, ETR_EFORMAT, r->hb_base + r->hpos,
-              r->ph == PH_HEADER ? "\"nodes\" is not an array" : "a second \"nodes\" key");
-          return H_ERR;
-        }
-        r->ph = PH_NODES;
-        r->nodes_seen = true;
-        r->n_first = true;
-        r->h_first = false;
-        r->need_item = false;
-        r->have_key = false;
-        r->hpos = (size_t)(p + 1 - r->hb);
-        return H_OK;
-      }
-      if (r->skip_next) return h_skip_start(r, p);
-      rd_jval v;
-      r->stk_len = 0;
-      int st = h_value(r, &p, end, &r->keep, 0, &v);
-      if (st) return st;
-      r->hpos = (size_t)(p - r->hb);
-      if (!etr__rd_top_value_done(r, &v)) return H_ERR;
-      r->h_first = false;
-      r->need_item = false;
-      r->have_key = false;
-      return H_OK;
-    }
-    case PH_NODES: {
-      if (*p == ']' && !r->need_item) {
-        r->ph = PH_TRAILER;
-        r->nodes_done = true;
-        r->hpos = (size_t)(p + 1 - r->hb);
-        return H_OK;
-      }
-      if (!r->n_first && !r->need_item) {
-        if (*p != ',') return h_fail(r, p, "expected ',' or ']'");
-        r->need_item = true;
-        r->hpos = (size_t)(p + 1 - r->hb);
-        return H_OK;
-      }
-      if (*p != '{') {
-        if (*p == '[' || *p == '"' || *p == '-' || (*p >= '0' && *p <= '9') || *p == 't' ||
-            *p == 'f' || *p == 'n') {
-          etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + (uint64_t)(p - r->hb),
-                            "an element of \"nodes\" is not an object");
-          return H_ERR;
-        }
-        return h_fail(r, p, "expected a node");
-      }
-      r->node_off = r->hb_base + (uint64_t)(p - r->hb);
-      if (!r->nodes.tail && !arena_alloc(&r->nodes, 0)) {
-        etr__rd_set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
-        return H_ERR;
-      }
-      r->node_mark = r->nodes.tail;
-      r->stk_len = 0;
-      r->nul_str = false;
-      const unsigned char *node_start = p;
-      rd_jval v;
-      int st = h_value(r, &p, end, &r->nodes, 0, &v);
-      if (st) return st;
-      if ((size_t)(p - node_start) > r->opt.max_node_bytes) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "node larger than %zu bytes",
-                          r->opt.max_node_bytes);
-        return H_ERR;
-      }
-      r->hpos = (size_t)(p - r->hb);
-      if (!etr__rd_node_done(r, &v)) return H_ERR;
-      r->n_first = false;
-      r->need_item = false;
-      return H_OK;
-    }
-    default:
-      return h_fail(r, p, "trailing garbage");
-  }
-}
-
-/* feed() of the hand backend: one step. 1 = progress, 0 = parse complete, -1 = error.
- * Linear in the input whatever its shape: whitespace between steps is consumed before the
- * step (never held), and a step that runs off the end of the window is redone only after
- * the window has at least doubled; a step needing more than r->limit ends in an error (a
- * node) or is skipped (a top-level value). */
-int etr__rd_hand_feed(rd_reader *r) {
-  if (r->parse_done) return 0;
-  for (;;) {
-    if (r->err) return -1;
-    if (r->hb) r->hpos = (size_t)(h_ws(r->hb + r->hpos, r->hb + r->hb_len) - r->hb);
-    size_t start = r->hpos;
-    amark mn = arena_save(&r->nodes), mk = arena_save(&r->keep);
-    int st = r->skipping ? h_skip(r) : h_step(r);
-    r->consumed = r->hb_base + r->hpos;
-    if (st == H_OK) return 1;
-    if (st == H_ERR) return -1;
-    /* ran off the end of the window, or over the limit: undo the step */
-    r->redone += r->hb_len - start;
-    etr__rd_arena_restore(&r->nodes, mn);
-    etr__rd_arena_restore(&r->keep, mk);
-    r->stk_len = 0;
-    if (r->stk_cap > 4096) { /* give back what a large step took */
-      free(r->stk);
-      r->stk = NULL;
-      r->stk_cap = 0;
-    }
-    if (r->ph != PH_END) r->hpos = start;
-    if (st == H_MORE && r->heof) {
-      if (r->ph == PH_END) {
-        r->parse_done = true;
-        return 0;
-      }
-      etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hb_len,
-                        "unexpected end of input (truncated file?)");
-      return -1;
-    }
-    if (st == H_BIG || (st == H_MORE && r->hb_len - r->hpos > r->limit)) {
-      if (r->ph == PH_NODES || r->ph == PH_START) {
-        etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
-                          "node needs more than %zu MiB to read (its text, or the values it holds; "
-                          "ETR_READER_LIMIT_MB raises the limit)",
-                          r->limit >> 20);
-        return -1;
-      }
-      if (r->skip_next || !r->have_key) { /* a key, not a value, is over the limit */
-        etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
-                          "a top-level key needs more than %zu MiB (ETR_READER_LIMIT_MB raises the "
-                          "limit)",
-                          r->limit >> 20);
-        return -1;
-      }
-      r->skip_next = true; /* redo the step: it skips the value */
-      continue;
-    }
-    if (r->read_err) { /* met while reading ahead: the data before it has been parsed now */
-      r->err = r->read_err;
-      return -1;
-    }
-    /* keep hb[hpos..): shift it to the front, then read until the window has doubled */
-    if (r->hpos) {
-      memmove(r->hb, r->hb + r->hpos, r->hb_len - r->hpos);
-      r->hb_base += r->hpos;
-      r->hb_len -= r->hpos;
-      r->hpos = 0;
-    }
-    size_t want = r->hb_len + (r->hb_len > FEED_BLOCK ? r->hb_len : FEED_BLOCK);
-    if (want > r->limit + FEED_BLOCK) want = r->limit + FEED_BLOCK;
-    if (want < r->hb_len + 1) want = r->hb_len + 1;
-    if (r->hb_cap < want + FEED_BLOCK + H_PAD) {
-      size_t cap = r->hb_cap ? r->hb_cap : 4 * FEED_BLOCK;
-      while (cap < want + FEED_BLOCK + H_PAD) cap *= 2;
-      unsigned char *nb = realloc(r->hb, cap);
-      if (!nb) {
-        etr__rd_set_error(r, ETR_ENOMEM, r->hb_base + r->hb_len, "out of memory");
-        return -1;
-      }
-      r->hb = nb;
-      r->hb_cap = cap;
-    }
-    memset(r->hb + r->hb_len, 0, H_PAD);
-    size_t had = r->hb_len;
-    while (r->hb_len < want) {
-      /* at most FEED_BLOCK at once: the window has room for want + FEED_BLOCK */
-      ssize_t k = etr__rd_read_into(r, r->hb + r->hb_len, FEED_BLOCK);
-      if (k < 0 && r->hb_len == had) return -1;
-      if (k < 0) { /* parse what was read first (a cut gzip stream still yields its nodes) */
-        r->read_err = r->err;
-        r->err = 0;
-        break;
-      }
-      if (k == 0) {
-        r->heof = true;
-        break;
-      }
-      r->hb_len += (size_t)k;
-    }
-    memset(r->hb + r->hb_len, 0, H_PAD);
-  }
+int etr__rd_h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                    int depth, rd_jval *v) {
+  return h_value(r, pp, end, a, depth, v);
 }

@@ -1,7 +1,11 @@
-/* Internals of the streaming trace reader (reader.h), shared by its three files:
- *  - reader.c        input (files, gzip, zstd), arenas, the top-level keys and the node
- *                    builder (node_done) both parsers hand their trees to, and the API;
- *  - reader_hand.c   the hand parser (the default): a pull parser over an input window;
+/* Internals of the streaming trace reader (reader.h), shared by its files:
+ *  - reader.c        arenas, errors, UTF-8 checks, the top-level keys and header values, the
+ *                    byte source's answers as the parsers take them, and the API;
+ *  - reader_input.c  the byte source: files, pipes, gzip, zstd (rd_source in reader.h, also
+ *                    read by `etr repair`);
+ *  - reader_node.c   the node builder (etr__rd_node_done) both parsers hand their trees to;
+ *  - reader_hand.c   the hand parser (the default), its values; reader_hand_step.c its
+ *                    input window and top-level steps (reader_hand.h between them);
  *  - reader_yajl.c   the yajl backend (ETR_READER_BACKEND=yajl): callbacks building the
  *                    same trees.
  * Not installed; nothing here is part of any API. Functions shared between the files are
@@ -15,8 +19,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include "json/reader.h"
 
@@ -123,20 +125,8 @@ struct rd_reader {
   char *path; /* for messages */
   int fd;
   bool own_fd;
-  bool eof;
-  /* raw input */
-  unsigned char *in;
-  size_t in_len, in_pos;
-  uint64_t in_consumed, in_size;
-  /* gzip */
-  bool gz, gz_init, gz_end;
-  /* zstd */
-  ZSTD_DStream *zst;
-  size_t zst_last; /* ZSTD_decompressStream's last answer: 0 = a frame just ended */
-  z_stream zs;
-  unsigned char *out; /* decompressed bytes */
-  size_t out_len, out_pos;
-  bool sniffed;
+  rd_source *src;   /* the input's (decompressed) bytes */
+  uint64_t in_size; /* file size; 0 if unknown */
   /* parser */
   struct yajl_handle_t *yh; /* yajl_handle */
   bool yajl_eof;            /* yajl_complete_parse is running: the input has ended */
@@ -190,7 +180,10 @@ struct rd_reader {
   /* a top-level value over the limit is skipped: brackets and strings are followed */
   bool skip_next, skipping, sk_started, sk_str, sk_esc;
   uint64_t sk_depth;
-  uint64_t redone;   /* bytes of steps undone to be parsed again (rd_redone) */
+  uint64_t redone; /* bytes of steps undone to be parsed again (rd_redone) */
+  /* hb[..h_nul_end) holds the NULs the current step wrote over closing quotes (strings of a
+   * node are read in place): an undone step gives them back before it is redone */
+  size_t h_nul_end;
   int read_err;      /* an input error met while reading ahead, reported when reached */
   bool discard;      /* yajl: passing over a top-level value over the limit */
   amark disc_mark;   /* r->keep before that value */
@@ -273,7 +266,11 @@ ssize_t etr__rd_next_block(rd_reader *r, const unsigned char **p);
 /* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. */
 ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n);
 
-/* One more step of the hand parser (reader_hand.c), or one more block through yajl
+/* The keys of the attr objects the hand parser reads by its shortcut: the node builder knows
+ * such an attr by their addresses, without comparing names. */
+extern const char etr__rd_key_name[], etr__rd_key_type[], etr__rd_key_value[];
+
+/* One more step of the hand parser (reader_hand_step.c), or one more block through yajl
  * (reader_yajl.c): 1 = progress, 0 = parse complete, -1 = error (set). */
 int etr__rd_hand_feed(rd_reader *r);
 int etr__rd_yajl_feed(rd_reader *r);

@@ -1,0 +1,240 @@
+/* Unit tests of the hand reader's two shortcuts for nodes (src/json/reader_hand.c):
+ *  - plain strings of a node are read in place, their closing quote turned into their NUL
+ *    and given back when a step is undone (it ran off the end of the input window);
+ *  - attr objects written as {"name": "N", "type": "T", "value": V} are read without the
+ *    general object loop, and any other shape falls back to it.
+ * Each test would fail if a shortcut broke: the nodes must equal what yajl (the other
+ * backend, no shortcuts) gives, byte for byte, and malformed input inside a shortcut must be
+ * reported with the error and byte offset the general path gives. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "etr/common.h"
+#include "json/reader.h"
+
+static char tmpdir[] = "/tmp/etr-reader-inplace-XXXXXX";
+
+static const char *tmp_path(const char *name) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
+  return buf;
+}
+
+static void write_file(const char *path, const char *data) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, strlen(data), f), strlen(data));
+  assert_int_equal(fclose(f), 0);
+}
+
+static rd_reader *open_with(const char *path, const char *backend) {
+  setenv("ETR_READER_BACKEND", backend, 1);
+  rd_reader *r = NULL;
+  int rc = rd_open(path, NULL, &r);
+  unsetenv("ETR_READER_BACKEND");
+  if (rc) fail_msg("%s: %s", backend, rd_error(r));
+  return r;
+}
+
+/* Two values are the same, recursively: kinds, numbers, string bytes, keys in order. */
+static void assert_same(const rd_jval *a, const rd_jval *b, const char *where) {
+  if (a->kind != b->kind) fail_msg("%s: kind %d vs %d", where, a->kind, b->kind);
+  switch (a->kind) {
+    case ETR_J_STRING:
+      if (a->v.str.len != b->v.str.len || memcmp(a->v.str.s, b->v.str.s, a->v.str.len) ||
+          a->v.str.s[a->v.str.len] || b->v.str.s[b->v.str.len])
+        fail_msg("%s: \"%s\" vs \"%s\"", where, a->v.str.s, b->v.str.s);
+      break;
+    case ETR_J_ARRAY:
+      assert_int_equal(a->v.arr.n, b->v.arr.n);
+      for (size_t i = 0; i < a->v.arr.n; i++)
+        assert_same(&a->v.arr.items[i], &b->v.arr.items[i], where);
+      break;
+    case ETR_J_OBJECT:
+      assert_int_equal(a->v.obj.n, b->v.obj.n);
+      for (size_t i = 0; i < a->v.obj.n; i++) {
+        const rd_jmember *x = &a->v.obj.items[i], *y = &b->v.obj.items[i];
+        if (x->key_len != y->key_len || memcmp(x->key, y->key, x->key_len) || x->key[x->key_len])
+          fail_msg("%s: key \"%s\" vs \"%s\"", where, x->key, y->key);
+        assert_same(&x->val, &y->val, x->key);
+      }
+      break;
+    case ETR_J_BOOL:
+      assert_int_equal(a->v.b, b->v.b);
+      break;
+    case ETR_J_INT:
+    case ETR_J_UINT:
+      assert_true(a->v.u == b->v.u);
+      break;
+    case ETR_J_DOUBLE:
+      assert_true(a->v.d == b->v.d);
+      break;
+    case ETR_J_NULL:
+      break;
+  }
+}
+
+/* Both backends over path: the same nodes (whole trees, names, attrs), the same count. */
+static size_t assert_backends_same(const char *path) {
+  rd_reader *h = open_with(path, "hand"), *y = open_with(path, "yajl");
+  size_t nodes = 0;
+  for (;;) {
+    const rd_rnode *a, *b;
+    int ra = rd_next(h, &a), rb = rd_next(y, &b);
+    if (ra != rb)
+      fail_msg("node %zu: hand %d (%s), yajl %d (%s)", nodes, ra, rd_error(h), rb, rd_error(y));
+    if (ra != 1) break;
+    assert_same(a->raw, b->raw, "node");
+    assert_string_equal(a->name, b->name);
+    assert_int_equal(a->n_attrs, b->n_attrs);
+    for (size_t i = 0; i < a->n_attrs; i++) {
+      assert_string_equal(a->attrs[i].name, b->attrs[i].name);
+      assert_string_equal(a->attrs[i].type, b->attrs[i].type);
+      assert_same(&a->attrs[i].value, &b->attrs[i].value, a->attrs[i].name);
+    }
+    assert_true(a->tid == b->tid && a->rf_id == b->rf_id && a->seq_id == b->seq_id);
+    assert_true(a->op_schema == NULL ? b->op_schema == NULL : !strcmp(a->op_schema, b->op_schema));
+    nodes++;
+  }
+  rd_close(h);
+  rd_close(y);
+  return nodes;
+}
+
+/* Enough nodes (a few MB) that many steps run off the end of the window and are redone, at
+ * every kind of place in a node: strings of every length, escaped ones, attr objects in the
+ * shortcut's shape and in others, attr values of every kind. */
+static void test_redone_steps_keep_their_strings(void **state) {
+  (void)state;
+  const char *p = tmp_path("many.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  const size_t n = 12000;
+  for (size_t i = 0; i < n; i++) {
+    char name[80];
+    size_t len = i % 61;
+    for (size_t k = 0; k < len; k++) name[k] = (char)('a' + (i + k) % 26);
+    name[len] = '\0';
+    fprintf(f,
+            "%s{\"id\": %zu, \"name\": \"%s\", \"ctrl_deps\": 1, \"inputs\": {\"values\": "
+            "[\"%s\", 3, [1, \"x\"]], \"shapes\": [[], [], [[], []]], \"types\": [\"String\", "
+            "\"Int\", \"GenericList[Int,String]\"]}, \"outputs\": {\"values\": [], \"shapes\": "
+            "[], \"types\": []}, \"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", "
+            "\"value\": %zu}, {\"name\": \"tid\", \"type\": \"uint64\", \"value\": 7}, "
+            "{\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"%s\\n\"}, "
+            "{\"name\": \"l%zu\", \"type\": \"list\", \"value\": [\"%s\", {\"k\": \"%s\"}]}, "
+            "{\"name\": \"e\\u00e9\", \"type\": \"string\", \"value\": \"\"}, "
+            "{\"name\": \"four\", \"type\": \"string\", \"value\": \"v%s\", \"more\": \"m\"}, "
+            "{\"type\": \"string\", \"name\": \"swapped\", \"value\": \"s\"}, "
+            "{\"name\":\"tight\",\"type\":\"bool\",\"value\":true}]}",
+            i ? ",\n" : "", i + 2, name, name, i, name, i, name, name, name);
+  }
+  fputs("], \"finish_ts\": 9}\n", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(assert_backends_same(p), n);
+}
+
+/* The error the hand reader gives for doc, "FILE: byte N: reason" cut to "byte N: reason". */
+static const char *hand_error(const char *doc) {
+  static char buf[600];
+  const char *p = tmp_path("bad.json");
+  write_file(p, doc);
+  setenv("ETR_READER_BACKEND", "hand", 1);
+  rd_reader *r = NULL;
+  int rc = rd_open(p, NULL, &r);
+  const rd_rnode *n;
+  while (rc == 0 && (rc = rd_next(r, &n)) == 1) {
+  }
+  if (rc == 0) rc = rd_finish(r);
+  unsetenv("ETR_READER_BACKEND");
+  assert_true(rc < 0);
+  const char *e = strstr(rd_error(r), "byte ");
+  assert_non_null(e);
+  snprintf(buf, sizeof buf, "%s", e);
+  rd_close(r);
+  return buf;
+}
+
+/* Malformed values inside an attr object of the shortcut's shape are reported as the general
+ * path reports them in an object of another shape (here: the keys in another order, so the
+ * shortcut does not apply), at the same byte of the value. */
+static void test_errors_inside_attr_shortcut(void **state) {
+  (void)state;
+  static const char *const bad_values[] = {
+      "0x",          "tru",  "nul",        "\"a\x01\"", "\"\\q\"", "[1,]", "{\"k\" 1}",
+      "-",           "1.e5", "[1 2]",      "\"abc",     "}",       "[[[[", "{\"k\": [1,}",
+      "\"\\u12G4\"", "01",   "\"x\" \"y\""};
+  for (size_t i = 0; i < sizeof bad_values / sizeof *bad_values; i++) {
+    char fast[400], general[400];
+    /* the value starts at the same byte in both documents */
+    snprintf(fast, sizeof fast,
+             "{\"nodes\": [{\"id\": 2, \"attrs\": [{\"name\": \"ab\", \"type\": \"int64\", "
+             "\"value\": %s}]}]}",
+             bad_values[i]);
+    snprintf(general, sizeof general,
+             "{\"nodes\": [{\"id\": 2, \"attrs\": [{\"type\": \"ab\", \"name\": \"int64\", "
+             "\"value\": %s}]}]}",
+             bad_values[i]);
+    char want[600];
+    snprintf(want, sizeof want, "%s", hand_error(general));
+    const char *got = hand_error(fast);
+    if (strcmp(got, want)) fail_msg("value %s: \"%s\", want \"%s\"", bad_values[i], got, want);
+  }
+  /* a cut inside the shortcut's value: the end of input, as anywhere else */
+  assert_non_null(strstr(hand_error("{\"nodes\": [{\"attrs\": [{\"name\": \"a\", \"type\": "
+                                    "\"s\", \"value\": \"abc"),
+                         "end of input"));
+}
+
+/* An attr object that matches the shortcut up to its value and then goes on (a fourth key, a
+ * missing '}') falls back to the general path with the value's strings intact. */
+static void test_attr_shortcut_falls_back(void **state) {
+  (void)state;
+  const char *p = tmp_path("fallback.json");
+  write_file(p,
+             "{\"nodes\": [{\"id\": 2, \"name\": \"n\", \"attrs\": [{\"name\": \"a\", \"type\": "
+             "\"string\", \"value\": \"vv\", \"x\": \"y\"}, {\"name\": \"b\", \"type\": "
+             "\"list\", \"value\": [\"p\", \"q\"] , \"z\": 1}]}]}");
+  assert_int_equal(assert_backends_same(p), 1);
+  rd_reader *r = open_with(p, "hand");
+  const rd_rnode *n;
+  assert_int_equal(rd_next(r, &n), 1);
+  assert_int_equal(n->n_attrs, 2);
+  assert_string_equal(n->attrs[0].value.v.str.s, "vv");
+  assert_string_equal(n->attrs[1].value.v.arr.items[1].v.str.s, "q");
+  rd_close(r);
+  /* the trailing garbage after the value is still an error */
+  assert_non_null(strstr(hand_error("{\"nodes\": [{\"attrs\": [{\"name\": \"a\", \"type\": "
+                                    "\"s\", \"value\": \"v\" x}]}]}"),
+                         "expected ',' or '}'"));
+}
+
+static int setup(void **state) {
+  (void)state;
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_redone_steps_keep_their_strings),
+      cmocka_unit_test(test_errors_inside_attr_shortcut),
+      cmocka_unit_test(test_attr_shortcut_falls_back),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
