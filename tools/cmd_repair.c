@@ -342,6 +342,8 @@ int cmd_repair(int argc, char **argv) {
     goto done;
   }
   const rd_rheader *h = rd_header(w.r);
+  /* before the nodes are read: they are counted against what the tables hold */
+  if (!from_stdin) rp_read_side_tables(&w, path, h->pid, h->start_ts);
   w.strides = h->schema_major > 1 ||
               (h->schema_major == 1 &&
                (h->schema_minor > 1 || (h->schema_minor == 1 && h->schema_patch >= 1)));
@@ -416,6 +418,7 @@ done:
     }
   }
   rd_close(w.r);
+  rp_side_tables_free(&w);
   rp_raw_free(&w.raw);
   if (own_fd >= 0) close(own_fd);
   rp_idset_free(&w.seen);

@@ -104,6 +104,13 @@ typedef struct repair {
   bool timed_any;
   int64_t end_us_max;
   uint64_t tb_nodes, tb_max;
+  /* The traceback tables the recorder kept beside the trace (`FILE.tables`, when the trace
+   * was cut before its footer): their elements, and how many tracebacks they hold. */
+  char *side_frames, *side_tbs;
+  size_t side_frames_len, side_tbs_len;
+  uint64_t side_n_tbs;
+  bool side;
+  uint64_t tb_unresolved; /* nodes whose traceback the tables beside do not hold */
   /* what was added */
   uint64_t placeholders, threads_added;
   bool process_added;
@@ -117,6 +124,11 @@ typedef struct repair {
   uint64_t reason_at;
   char why[600];
 } repair;
+
+/* Reads `path`.tables when it is the recorder's tables of this trace (its header's pid and
+ * start_ts); false when there is none (or it is another trace's). */
+bool rp_read_side_tables(repair *w, const char *path, int64_t pid, int64_t start_ts);
+void rp_side_tables_free(repair *w);
 
 /* Notes kept node n (its id, parent, fw_parent, thread, timing, traceback); false when
  * memory ran out. */

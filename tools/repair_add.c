@@ -8,10 +8,14 @@
 #define _GNU_SOURCE
 #endif
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "json/writer.h"
+#include "observer/binlog.h"
 #include "repair.h"
 
 static uint64_t *idset_page(idset *s, uint64_t id, bool create) {
@@ -145,8 +149,49 @@ bool rp_note_node(repair *w, const rd_rnode *n) {
   if (n->has_traceback) {
     if (!w->tb_nodes || n->traceback > w->tb_max) w->tb_max = n->traceback;
     w->tb_nodes++;
+    if (!w->side || n->traceback >= w->side_n_tbs) w->tb_unresolved++;
   }
   return true;
+}
+
+/* ---- the tables the recorder kept beside the trace ---- */
+
+bool rp_read_side_tables(repair *w, const char *path, int64_t pid, int64_t start_ts) {
+  size_t n = strlen(path);
+  char *side = malloc(n + sizeof ".tables");
+  if (!side) return false;
+  memcpy(side, path, n);
+  memcpy(side + n, ".tables", sizeof ".tables");
+  int fd = open(side, O_RDONLY | O_CLOEXEC);
+  free(side);
+  if (fd < 0) return false;
+  etr__jw f, t;
+  bool ok = etr__jw_init(&f, -1, 0) == 0 && etr__jw_init(&t, -1, 0) == 0;
+  const char *stop = NULL;
+  uint64_t n_tbs = 0;
+  /* (pid and start_ts < 0, absent from the trace: the file must not be taken on trust) */
+  ok = ok && pid >= 0 && start_ts >= 0 &&
+       etr__bin_read_tables(fd, pid, start_ts, &f, &t, &n_tbs, &stop) == 0 && !f.err && !t.err;
+  close(fd);
+  if (ok) {
+    w->side_frames = f.buf; /* (the buffers change hands) */
+    w->side_frames_len = f.len;
+    w->side_tbs = t.buf;
+    w->side_tbs_len = t.len;
+    w->side_n_tbs = n_tbs;
+    w->side = true;
+  } else {
+    etr__jw_free(&f);
+    etr__jw_free(&t);
+  }
+  return ok;
+}
+
+void rp_side_tables_free(repair *w) {
+  free(w->side_frames);
+  free(w->side_tbs);
+  w->side_frames = w->side_tbs = NULL;
+  w->side = false;
 }
 
 /* ---- writing what repair adds ---- */
@@ -281,7 +326,19 @@ void rp_put_footer(repair *w) {
   }
   const rd_jval *frames = rd_trailer(r, "frames");
   const rd_jval *tbs = rd_trailer(r, "tracebacks");
-  if (tbs || (w->tb_nodes && w->tb_max < MAX_TB_TABLE) || frames) {
+  bool named = w->tb_nodes && w->tb_max < MAX_TB_TABLE;
+  if (!tbs && !frames && named && w->side) {
+    /* the tables the recorder kept beside the trace: the tracebacks the trace names beyond
+     * them (their nodes written after the last entries reached that file) map to [] */
+    w->tracebacks_lost = w->tb_unresolved;
+    an_out_cstr(o, "\"frames\": [");
+    an_out_raw(o, w->side_frames, w->side_frames_len);
+    an_out_cstr(o, "\n  ],\n  \"tracebacks\": [");
+    an_out_raw(o, w->side_tbs, w->side_tbs_len);
+    for (uint64_t i = w->side_n_tbs; i <= w->tb_max; i++)
+      an_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
+    an_out_cstr(o, "\n  ],\n  ");
+  } else if (tbs || named || frames) {
     an_out_cstr(o, "\"frames\": ");
     if (frames)
       an_out_jval(o, frames);
@@ -290,7 +347,7 @@ void rp_put_footer(repair *w) {
     if (tbs) {
       an_out_cstr(o, ",\n  \"tracebacks\": ");
       an_out_jval(o, tbs);
-    } else if (w->tb_nodes && w->tb_max < MAX_TB_TABLE) {
+    } else if (named) {
       /* the frames of these tracebacks were never written: each id maps to [] (unknown) */
       w->tracebacks_lost = w->tb_nodes;
       an_out_cstr(o, ",\n  \"tracebacks\": [");

@@ -546,6 +546,21 @@ static void kill_round(const char *dir, int round, int delay_ms, uint64_t *repor
     if (keys[i] == keys[i - 1])
       fail_msg("round %d: op %llx written twice", round, (unsigned long long)keys[i]);
   free(keys);
+  /* Tracebacks: the repaired trace has the frames of every traceback its nodes name (a JSON
+   * trace's tables are kept beside it as they grow, a binary log's in its records). */
+  size_t with_tb = 0;
+  for (size_t i = 0; i < n; i++)
+    if (tu_attr(json_array_get(t.nodes, i), "traceback")) with_tb++;
+  json_t *tbs = json_object_get(t.root, "tracebacks");
+  json_t *etr = json_object_get(t.root, "etr");
+  json_t *rep = json_object_get(etr, binary ? "stats" : "repair");
+  json_t *lost = json_object_get(rep, "tracebacks_lost");
+  if (with_tb && (!json_is_array(tbs) || json_integer_value(lost) != 0))
+    fail_msg("round %d: %zu nodes with a traceback, tracebacks_lost %lld", round, with_tb,
+             (long long)json_integer_value(lost));
+  for (size_t i = 0; with_tb && i < json_array_size(tbs); i++)
+    if (json_array_size(json_array_get(tbs, i)) == 0)
+      fail_msg("round %d: traceback %zu has no frames", round, i);
   if (recovered < reported)
     fail_msg("round %d: %llu nodes reported written, %llu recovered", round,
              (unsigned long long)reported, (unsigned long long)recovered);

@@ -290,6 +290,41 @@ static void test_thread_churn(void **state) {
   tu_free(&t);
 }
 
+/* A JSON trace with tracebacks keeps its tables beside it (path.tables) only while it may
+ * be cut short: a clean close removes the file, and one left by an earlier run of the same
+ * path goes at open (it would be taken for the new trace's). */
+static void test_tables_beside_json(void **state) {
+  (void)state;
+  char dir[256], path[300], side[320];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/tb.json", dir);
+  snprintf(side, sizeof side, "%s/tb.json.tables", dir);
+  FILE *stale = fopen(side, "w");
+  assert_non_null(stale);
+  fputs("stale", stale);
+  fclose(stale);
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  tb.enabled = true;
+  o.traceback = &tb;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(path, &o, &tr), 0);
+  assert_int_equal(access(side, F_OK), -1); /* the stale one is gone */
+  assert_int_equal(etr_trace_enable(tr), 0);
+  tu_op("beside::a", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_flush(tr), 0);
+  assert_int_equal(access(side, F_OK), 0); /* written with the node that named it */
+  tu_op("beside::b", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_close(tr), 0);
+  assert_int_equal(access(side, F_OK), -1); /* the footer holds the tables */
+  tu_trace t;
+  tu_load_path(&t, path);
+  assert_non_null(tu_attr(tu_node(&t, "beside::a"), "traceback"));
+  tu_free(&t);
+  unlink(path);
+  tu_rmdir(dir);
+}
+
 #ifdef ETR_TOOL
 /* The binary log holds the same references: etr convert resolves them alike. */
 static void test_binary_log(void **state) {
@@ -325,6 +360,7 @@ int main(void) {
       TU_TEST(test_metadata_changes_under_one_identity),
       TU_TEST(test_many_and_unusual_tensors),
       TU_TEST(test_thread_churn),
+      TU_TEST(test_tables_beside_json),
 #ifdef ETR_TOOL
       TU_TEST(test_binary_log),
 #endif
