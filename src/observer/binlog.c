@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "etr/version.h"
+#include "json/check.h"
 #include "observer/tbtable.h"
 #include "observer/trace_internal.h"
 
@@ -435,6 +436,8 @@ static bool take_tables(recovered *rc, const uint8_t *p, size_t len) {
   const char *f = (const char *)p + sizeof h, *t = f + h.frames_len;
   uLong crc = crc32(0L, (const Bytef *)f, (uInt)h.frames_len);
   if ((uint32_t)crc32(crc, (const Bytef *)t, (uInt)h.tbs_len) != h.crc) return false;
+  /* copied into the JSON as they are: made to break it, they are refused like damage */
+  if (!etr__json_elements_ok(f, h.frames_len) || !etr__json_elements_ok(t, h.tbs_len)) return false;
   if (h.frames_len) {
     if (rc->frames.len) etr__jw_char(&rc->frames, ',');
     etr__jw_raw(&rc->frames, f, h.frames_len);
@@ -576,6 +579,8 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
       (uint64_t)t.n_stats * sizeof(etr__bin_stat) + t.tables_len > len - sizeof t)
     return -1;
   if ((uint32_t)crc32(0L, p + sizeof t, (uInt)(len - sizeof t)) != t.crc) return -1;
+  const char *tables_text = (const char *)p + sizeof t + t.n_stats * sizeof(etr__bin_stat);
+  if (!etr__json_members_ok(tables_text, t.tables_len)) return -1;
   etr__stat_pair st[ETR__STATS_MAX];
   etr__bin_stat s[ETR__STATS_MAX];
   memcpy(s, p + sizeof t, t.n_stats * sizeof *s);
