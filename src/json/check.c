@@ -13,16 +13,14 @@ typedef struct ck {
 } ck;
 
 static void ws(ck *c) {
-  while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
-    c->p++;
+  while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
 }
 
 static bool hex4(ck *c) {
   if (c->end - c->p < 4) return false;
   for (int i = 0; i < 4; i++) {
     unsigned char h = c->p[i];
-    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-      return false;
+    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F'))) return false;
   }
   c->p += 4;
   return true;

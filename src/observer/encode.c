@@ -202,19 +202,18 @@ static inline void tensor_slots(uint64_t id, uint32_t *k0, uint32_t *k1) {
   if (*k1 == *k0) *k1 ^= 1;
 }
 
-/* A DEF_TEN event for slot k: the tensor whole, as just encoded at the arena's end from
- * `at`. False when it could not be written (the value then stays whole where it is). */
-static bool define_tensor(etr__tstate *ts, uint32_t k, size_t at) {
-  size_t vlen = ts->arena_len - at;
-  size_t body = etr__uv_len(k) + vlen;
+/* A definition (type DEF_STR or DEF_TEN) of slot k holding p[0..n) into the thread's stream;
+ * false when it could not be written (the value is then written whole where it is used). */
+static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v, size_t n) {
+  size_t body = etr__uv_len(k) + n;
   size_t size = 2 + etr__uv_len(body) + body;
   uint8_t *p = etr__event_room(ts, size, false);
   if (!p) return false;
-  *p++ = ETR__CEV_DEF_TEN;
+  *p++ = type;
   *p++ = 0;
   p = etr__put_uv(p, body);
   p = etr__put_uv(p, k);
-  memcpy(p, ts->arena + at, vlen);
+  memcpy(p, v, n);
   etr__event_commit(ts, size, false);
   return true;
 }
@@ -275,7 +274,9 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
   put_tensor_whole(e, t, defined, nd, f);
   if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME || e->failed) return;
   c->valid = 0;
-  if (!define_tensor(ts, k, at)) return; /* (stays whole) */
+  /* the tensor whole, as just encoded at the arena's end, is the definition */
+  if (!define_slot(ts, ETR__CEV_DEF_TEN, k, ts->arena + at, ts->arena_len - at))
+    return; /* (stays whole) */
   ts->arena_len = at;
   c->valid = 1;
   c->id = f[0];
@@ -428,21 +429,6 @@ bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max) {
   return etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
 }
 
-/* A DEF_STR event for slot k holding s[0..n); false when it could not be written. */
-static bool define_str(etr__tstate *ts, uint32_t k, const char *s, size_t n) {
-  size_t body = etr__uv_len(k) + n;
-  size_t size = 2 + etr__uv_len(body) + body;
-  uint8_t *p = etr__event_room(ts, size, false);
-  if (!p) return false;
-  *p++ = ETR__CEV_DEF_STR;
-  *p++ = 0;
-  p = etr__put_uv(p, body);
-  p = etr__put_uv(p, k);
-  memcpy(p, s, n);
-  etr__event_commit(ts, size, false);
-  return true;
-}
-
 bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
   *held = -1;
   if (!s || !s[0]) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, 0);
@@ -478,7 +464,7 @@ bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
       c->cap = (uint32_t)(n + 1);
     }
     c->ptr = NULL;
-    if (!define_str(ts, k, s, n))
+    if (!define_slot(ts, ETR__CEV_DEF_STR, k, s, n))
       return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
     memcpy(c->copy, s, n);
     c->copy[n] = '\0';
