@@ -238,7 +238,12 @@ struct etr_trace {
   etr_trace_options opt;
   etr_observer_id obs;
   int64_t start_ms;
+  /* Every op of every thread draws its id here: padded to a cache line of its own (the
+   * struct is calloc'ed, so padding rather than alignment), so that the fields recorders
+   * only read do not move between cores with it. */
+  char pad_before_id[64];
   _Atomic uint64_t next_id;
+  char pad_after_id[64 - sizeof(uint64_t)];
   int64_t base_ns;    /* CLOCK_MONOTONIC at open: compact events' times are relative to it */
   uint32_t n_streams; /* thread states made (threads_mutex) */
   etr__idmap *tensors, *storages;
