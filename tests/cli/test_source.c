@@ -178,8 +178,8 @@ static int setup(void **state) {
   text = malloc(400000);
   if (!text) return -1;
   for (unsigned i = 0; text_len + 100 < 400000; i++)
-    text_len += (size_t)snprintf((char *)text + text_len, 100, "{\"id\": %u, \"name\": \"op%u\"},\n",
-                                 i, i * 7919u % 1000u);
+    text_len += (size_t)snprintf((char *)text + text_len, 100,
+                                 "{\"id\": %u, \"name\": \"op%u\"},\n", i, i * 7919u % 1000u);
   return 0;
 }
 
