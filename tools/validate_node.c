@@ -270,8 +270,8 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
   size_t seen_len[32];
   size_t n_seen = 0;
   uint64_t seen_bits = 0; /* a bit per length and first byte seen: most names need no loop */
-  /* the reader's attr list matches the array one for one when it dropped none: the base attr
-   * index it found for each then serves here */
+  /* the reader's attr list matches the array one for one when it dropped none: what it found
+   * of each (exact keys, the base attr index) then serves here */
   const rd_rattr *ra = n->n_attrs == attrs->v.arr.n ? n->attrs : NULL;
   static const char *const want[9] = {"uint64", "uint64", "int64",  "uint64", "uint64",
                                       "uint64", "string", "string", "string"};
@@ -280,9 +280,11 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     if (a->kind != ETR_J_OBJECT) continue; /* the reader has warned */
     const rd_jval *nm, *ty, *val;
     const rd_jmember *km = a->v.obj.items;
-    if (a->v.obj.n == 3 && STR_IS(km[0].key, cstr_len(nul, km[0].key, km[0].key_len), "name") &&
-        STR_IS(km[1].key, cstr_len(nul, km[1].key, km[1].key_len), "type") &&
-        STR_IS(km[2].key, cstr_len(nul, km[2].key, km[2].key_len), "value")) {
+    if (ra ? ra[i].exact_keys
+           : a->v.obj.n == 3 &&
+                 STR_IS(km[0].key, cstr_len(nul, km[0].key, km[0].key_len), "name") &&
+                 STR_IS(km[1].key, cstr_len(nul, km[1].key, km[1].key_len), "type") &&
+                 STR_IS(km[2].key, cstr_len(nul, km[2].key, km[2].key_len), "value")) {
       nm = &km[0].val;
       ty = &km[1].val;
       val = &km[2].val;

@@ -72,7 +72,8 @@ typedef struct rd_rattr {
   const char *name;
   const char *type; /* "uint64", "int64", "string", ... as written */
   rd_jval value;
-  int base; /* 0..8: a base attr (rd_base_attr of its name), -1: another attr */
+  int base;        /* 0..8: a base attr (rd_base_attr of its name), -1: another attr */
+  bool exact_keys; /* its object is exactly {"name", "type", "value"}, in this order */
 } rd_rattr;
 
 typedef struct rd_rnode {

@@ -307,12 +307,6 @@ static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v);
 
-/* The NULs that strings read in place wrote over closing quotes in [p, end) turned back into
- * quotes (a value is read again by the general path). */
-static void h_unnul(unsigned char *p, unsigned char *end) {
-  while (p < end && (p = memchr(p, '\0', (size_t)(end - p))) != NULL) *p++ = '"';
-}
-
 /* The n bytes at p (8 <= n <= 16) are those of the literal lit: two overlapping 8-byte loads
  * and compares with constants, where memcmp would be a call for n = 10 or 11. */
 static inline bool h_lit_eq(const unsigned char *p, const char *lit, size_t n) {
@@ -329,12 +323,14 @@ static inline bool h_lit_eq(const unsigned char *p, const char *lit, size_t n) {
 const char etr__rd_key_name[] = "name", etr__rd_key_type[] = "type", etr__rd_key_value[] = "value";
 
 /* An attr object of a node, {"name": "N", "type": "T", "value": V}, written with ", " and ": "
- * as our writer and PyTorch's json.dump write it and with N and T plain ASCII: read without
- * the general object loop (no key strings, no member stack), about half of a node's values
- * being in attrs. *pp at the '{', depth that of the array holding it. H_OK with *v built; H_MISS
- * when the text is any other shape, with nothing done (the general path then reads it, with
- * its own errors); or the value's H_MORE, H_ERR or H_BIG, which the general path would give as
- * well, at the same byte, since everything before the value is well formed. */
+ * as our writer and PyTorch's json.dump write it, N and T plain ASCII, V a plain ASCII
+ * string, a number, true, false or null: read without the general object loop (no key
+ * strings, no member stack), about half of a node's values being in attrs. *pp at the '{',
+ * depth that of the array holding it. H_OK with *v built; H_MISS when the text is any other
+ * shape, with nothing done that shows (no warning, no NUL written, nothing kept: the general
+ * path then reads it, with its own warnings and errors); or the value's H_MORE or H_ERR,
+ * which the general path would give as well, at the same byte, everything before the value
+ * being well formed. */
 static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                   int depth, rd_jval *v) {
   /* every compare below reads at most 12 bytes past a byte before end: in the padding */
@@ -344,41 +340,52 @@ static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *e
   if (*name_end != '"' || !H_LIT_EQ(name_end + 1, ", \"type\": \"")) return H_MISS;
   const unsigned char *type = name_end + 12, *type_end = scan_plain(type);
   if (*type_end != '"' || !H_LIT_EQ(type_end + 1, ", \"value\": ")) return H_MISS;
-  const unsigned char *q = type_end + 12;
+  const unsigned char *q = type_end + 12, *str_end = NULL;
   if (q >= end) return H_MISS;
+  rd_jval val;
+  int st = H_OK;
+  unsigned c = *q;
+  if (c == '"') {
+    /* only a plain string: another one (escapes, non-ASCII) may warn, and a value read twice
+     * (after H_MISS) would warn twice */
+    const unsigned char *s = q + 1;
+    str_end = scan_plain(s);
+    if (*str_end != '"') return H_MISS;
+    val.kind = ETR_J_STRING;
+    val.v.str.s = (const char *)s;
+    val.v.str.len = (size_t)(str_end - s);
+    q = str_end + 1;
+  } else if ((unsigned)(c - '0') < 10 && q[1] == '}') {
+    val.kind = ETR_J_INT; /* "value": 0} */
+    val.v.i = (int64_t)(c - '0');
+    q++;
+  } else if ((unsigned)(c - '0') < 10 || c == '-') {
+    st = h_number(r, &q, end, &val);
+  } else if (c == 't' || c == 'f' || c == 'n') {
+    val.kind = c == 'n' ? ETR_J_NULL : ETR_J_BOOL;
+    val.v.b = c == 't';
+    st = c == 't'   ? h_literal(r, &q, end, "true", 4)
+         : c == 'f' ? h_literal(r, &q, end, "false", 5)
+                    : h_literal(r, &q, end, "null", 4);
+  } else {
+    return H_MISS; /* a container: the general path */
+  }
+  if (st) return st;
+  if (*q != '}') q = h_ws(q, end);
+  if (q >= end) return H_MORE;
+  if (*q != '}') return H_MISS;
   rd_jmember *items = arena_alloc(a, 3 * sizeof *items);
   if (!items) {
     etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
     return H_ERR;
   }
-  /* the usual values inline: a string, a one-digit integer ("value": 0}) */
-  rd_jval *val = &items[2].val;
-  int st;
-  unsigned c = *q;
-  if (c == '"') {
-    val->kind = ETR_J_STRING;
-    st = h_string(r, &q, end, a, &val->v.str.s, &val->v.str.len);
-  } else if ((unsigned)(c - '0') < 10 && q[1] == '}') {
-    val->kind = ETR_J_INT;
-    val->v.i = (int64_t)(c - '0');
-    q++;
-    st = H_OK;
-  } else {
-    st = h_value(r, &q, end, a, depth + 2, val);
-  }
-  if (st) return st;
-  const unsigned char *after = q;
-  if (*q != '}') q = h_ws(q, end);
-  if (q >= end) return H_MORE;
-  if (*q != '}') {
-    h_unnul((unsigned char *)(uintptr_t)type_end, (unsigned char *)(uintptr_t)after);
-    return H_MISS;
-  }
   /* in place, as h_string does for a node's strings */
+  const unsigned char *last = str_end ? str_end : type_end;
   *(unsigned char *)(uintptr_t)name_end = '\0';
   *(unsigned char *)(uintptr_t)type_end = '\0';
-  size_t type_off = (size_t)(type_end - r->hb) + 1;
-  if (r->h_nul_end < type_off) r->h_nul_end = type_off;
+  *(unsigned char *)(uintptr_t)last = '\0';
+  size_t last_off = (size_t)(last - r->hb) + 1;
+  if (r->h_nul_end < last_off) r->h_nul_end = last_off;
   items[0].key = etr__rd_key_name;
   items[0].key_len = 4;
   items[0].val.kind = ETR_J_STRING;
@@ -391,6 +398,7 @@ static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *e
   items[1].val.v.str.len = (size_t)(type_end - type);
   items[2].key = etr__rd_key_value;
   items[2].key_len = 5;
+  items[2].val = val;
   v->kind = ETR_J_OBJECT;
   v->v.obj.items = items;
   v->v.obj.n = 3;

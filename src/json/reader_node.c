@@ -253,6 +253,7 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
       const rd_jval *a = &attrs->v.arr.items[i];
       const rd_jval *an, *at, *av;
       const rd_jmember *am = a->kind == ETR_J_OBJECT ? a->v.obj.items : NULL;
+      bool exact = false;
       if (am && a->v.obj.n == 3 &&
           ((am[0].key == etr__rd_key_name && am[1].key == etr__rd_key_type &&
             am[2].key == etr__rd_key_value) ||
@@ -262,6 +263,7 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
         an = &a->v.obj.items[0].val;
         at = &a->v.obj.items[1].val;
         av = &a->v.obj.items[2].val;
+        exact = true;
       } else {
         an = obj_get(a, "name", 4, nul);
         at = obj_get(a, "type", 4, nul);
@@ -280,6 +282,7 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
       size_t nm_len = an->v.str.len;
       int b = base_attr_n(nm, nm_len, nul);
       x->base = b;
+      x->exact_keys = exact;
       if (b >= 0) {
         bool ok = true;
         switch (b) {
