@@ -21,7 +21,8 @@ static void agrees(const char *s) {
   json_error_t e;
   snprintf(buf, sizeof buf, "[%s]", s);
   json_t *a = json_loads(buf, JSON_DECODE_ANY, &e);
-  if ((a != NULL) != elements(s)) fail_msg("elements %s: jansson %d, ours %d", s, a != NULL, elements(s));
+  if ((a != NULL) != elements(s))
+    fail_msg("elements %s: jansson %d, ours %d", s, a != NULL, elements(s));
   json_decref(a);
   snprintf(buf, sizeof buf, "{%s \"z\": 0}", s);
   json_t *o = json_loads(buf, 0, &e);
@@ -37,9 +38,11 @@ static void test_elements(void **state) {
   assert_true(elements("\n    {\"name\": \"f\", \"filename\": \"a.c\", \"line\": 3}"));
   assert_true(elements("[0,1,2],\n    [],[3]"));
   assert_true(elements("\"a\\u00e9\\n\", -1.5e3, true, false, null"));
-  const char *bad[] = {"]", "[1,2]]", "[1,2],", ",[1]", "{\"a\": 1", "\"abc", "[1 2]",
-                       "01", "1.", "-", "tru", "{\"a\" 1}", "{1: 2}", "\"\\x\"", "\"\\u12\"",
-                       "[1]]}, \"x\": [", "\"a\001\"", "{\"a\": 1,}", "[1,]"};
+  const char *bad[] = {"]",         "[1,2]]",      "[1,2],",    ",[1]",
+                       "{\"a\": 1", "\"abc",       "[1 2]",     "01",
+                       "1.",        "-",           "tru",       "{\"a\" 1}",
+                       "{1: 2}",    "\"\\x\"",     "\"\\u12\"", "[1]]}, \"x\": [",
+                       "\"a\001\"", "{\"a\": 1,}", "[1,]"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     if (elements(bad[i])) fail_msg("elements: took %s", bad[i]);
     agrees(bad[i]);
