@@ -291,11 +291,12 @@ struct ThreadState {
   // The values of one call: everything the etr_values point into lives here until the call
   // that reads them (begin or end) returns. The start and end callbacks of a thread never
   // run inside one another.
-  std::unique_ptr<etr_value[]> top;  // the call's inputs or outputs
+  std::unique_ptr<etr_value[]> top;           // the call's inputs or outputs
+  std::unique_ptr<etr_tensor[]> top_tensors;  // their tensors (top[i]'s is top_tensors[i])
   size_t n_top = 0, top_cap = 0;
-  Pool<etr_value> items;  // items of lists and tuples
-  Pool<etr_tensor> tensors;
-  std::deque<std::string> strings;  // opaque objects' kinds
+  Pool<etr_value> items;            // items of lists and tuples
+  Pool<etr_tensor> tensors;         // tensors in lists and tuples
+  std::deque<std::string> strings;  // opaque objects' kinds, odd dtypes' names
 
   Held *held = nullptr;  // registered in held_sets
   bool held_locked = false;
@@ -308,6 +309,8 @@ struct ThreadState {
     const char *name;
   };
   std::vector<DeviceName> device_names;
+  int last_device_key = -1;  // the last device looked up (no device has this key)
+  const char *last_device_name = nullptr;
   std::deque<std::string> names_;
 
   // Schema strings, made once per operator and thread (the name pointer is the operator's
@@ -336,24 +339,34 @@ struct ThreadState {
     if (!strings.empty()) strings.clear();
   }
 
-  const char *dtype_name(const c10::TensorImpl *t) {
-    int k = static_cast<int>(c10::typeMetaToScalarType(t->dtype()));
-    if (k < 0 || k >= static_cast<int>(c10::ScalarType::NumOptions)) return "";
-    const char *&n = dtype_names[k];
-    if (!n) {
-      names_.emplace_back(t->dtype().name());
-      n = names_.back().c_str();
+  // (as PyTorch names it: TypeMeta's name, "float", "c10::Half", ...)
+  const char *dtype_name(caffe2::TypeMeta m) {
+    if (C10_LIKELY(m.isScalarType())) {
+      const char *&n = dtype_names[static_cast<int>(m.toScalarType())];
+      if (C10_UNLIKELY(!n)) {
+        names_.emplace_back(m.name());
+        n = names_.back().c_str();
+      }
+      return n;
     }
-    return n;
+    strings.emplace_back(m.name());  // (not a ScalarType: kept for this walk only)
+    return strings.back().c_str();
   }
 
-  const char *device_name(const c10::Device &d) {
+  const char *device_name(const c10::Device d) {
     int k = static_cast<int>(d.type()) * 65536 + d.index() + 1;
+    if (C10_LIKELY(k == last_device_key)) return last_device_name;
+    const char *name = nullptr;
     for (const DeviceName &e : device_names)
-      if (e.key == k) return e.name;
-    names_.emplace_back(d.str());
-    device_names.push_back({k, names_.back().c_str()});
-    return names_.back().c_str();
+      if (e.key == k) name = e.name;
+    if (!name) {
+      names_.emplace_back(d.str());
+      name = names_.back().c_str();
+      device_names.push_back({k, name});
+    }
+    last_device_key = k;
+    last_device_name = name;
+    return name;
   }
 
   // (name: fn.name())
@@ -410,25 +423,24 @@ struct ThreadState {
     sweep_due = false;
   }
 
-  etr_value tensor(const at::Tensor &t) {
-    etr_tensor &e = *tensors.take(1);
+  // (e: where the tensor goes; the caller's slot, or one from the pool in a list)
+  etr_value tensor(const at::Tensor &t, etr_tensor &e) {
+    c10::TensorImpl *ti = t.unsafeGetTensorImpl();
     if (!t.defined()) {  // dtype NULL: an undefined tensor
       std::memset(&e, 0, sizeof e);
       return etr_value_tensor(&e);
     }
-    c10::TensorImpl *ti = t.unsafeGetTensorImpl();
-    c10::StorageImpl *si = nullptr;
-    e.storage_offset = 0;
-    if (ti->has_storage()) {
-      si = ti->storage().unsafeGetStorageImpl();
-      e.storage_offset = ti->storage_offset();
-    }
+    // (unsafe_storage, not has_storage()/storage(): those two are virtual calls; the
+    // storage pointer is null for a tensor without one, as has_storage() says)
+    c10::StorageImpl *si = ti->unsafe_storage().unsafeGetStorageImpl();
+    e.storage_offset = si ? ti->storage_offset() : 0;
     hold(ti, si);
     e.impl = ti;
     e.storage = si;
     e.numel = ti->numel();
-    e.itemsize = static_cast<int64_t>(ti->dtype().itemsize());
-    e.dtype = dtype_name(ti);
+    caffe2::TypeMeta m = ti->dtype();
+    e.itemsize = static_cast<int64_t>(m.itemsize());
+    e.dtype = dtype_name(m);
     e.device = device_name(ti->device());
     e.ndim = static_cast<int32_t>(ti->dim());
     e.sizes = ti->sizes().data();
@@ -438,7 +450,7 @@ struct ThreadState {
   }
 
   etr_value of(const c10::IValue &v, int depth) {
-    if (v.isTensor()) return tensor(v.toTensor());
+    if (v.isTensor()) return tensor(v.toTensor(), *tensors.take(1));
     if (v.isNone()) return etr_value_none();
     if (v.isBool()) return etr_value_bool(v.toBool());
     if (v.isInt()) return etr_value_int(v.toInt());
@@ -469,10 +481,27 @@ struct ThreadState {
     } done{this};
     if (n > top_cap) {
       top.reset(new etr_value[n]);
+      top_tensors.reset(new etr_tensor[n]);
       top_cap = n;
     }
-    for (size_t i = 0; i < n; i++)  // (tensors first: most values are)
-      top[i] = vs[i].isTensor() ? tensor(vs[i].toTensor()) : of(vs[i], 0);
+    // (the usual kinds here, without a call: most values are tensors, then scalars)
+    for (size_t i = 0; i < n; i++) {
+      const c10::IValue &v = vs[i];
+      etr_value &out = top[i];
+      if (v.isTensor()) {
+        out = tensor(v.toTensor(), top_tensors[i]);
+      } else if (v.isNone()) {
+        out = etr_value_none();
+      } else if (v.isInt()) {
+        out = etr_value_int(v.toInt());
+      } else if (v.isDouble()) {
+        out = etr_value_double(v.toDouble());
+      } else if (v.isBool()) {
+        out = etr_value_bool(v.toBool());
+      } else {
+        out = of(v, 0);
+      }
+    }
     n_top = n;
   }
 };
