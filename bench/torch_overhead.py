@@ -4,6 +4,7 @@ the same run (docs/BENCHMARKS.md). A benchmark, not a test: it never fails on th
 
 usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/torch_overhead.py [--reps N]
            [--iters N] [--pt-iters N] [--workload ops|mlp] [--one MODE] [--json FILE]
+           [--phases SECONDS]
 
 A loop of small CPU ops (the case where per-op overhead shows) runs under each mode:
   baseline      no observer
@@ -32,6 +33,10 @@ preemption by other processes excluded) are both given; for etr, "+close" includ
 end of the with block (the writer draining what is still queued), which the loop time
 alone leaves out. Python's GC is off while timing. The load average is printed at start
 and end.
+
+--phases SECONDS shows the machine's phases: the untraced loop (500 iterations) back to
+back for that long, GC off, pinned to one CPU, printing each loop's thread CPU time in order
+with the kernel's steal time and how busy the other CPUs were meanwhile.
 
 Wall time on a shared machine is noisy; instruction counts are not. --one MODE runs one
 warm-up and one loop of MODE (baseline, attached, etr, etrbin, pytorch) with os.getppid()
@@ -178,6 +183,49 @@ def fmt(v, scale=1.0, f="%.0f"):
     return ("%s [%s-%s] (%s-%s)" % (f, f, f, f, f)) % (m, a, b, lo, hi)
 
 
+def cpu_times():
+    """per CPU (busy, idle) jiffies, and steal jiffies over all CPUs"""
+    busy, steal = {}, 0
+    with open("/proc/stat") as f:
+        for line in f:
+            w = line.split()
+            if w[0] == "cpu":
+                steal = int(w[8])
+            elif w[0].startswith("cpu"):
+                v = [int(x) for x in w[1:]]
+                busy[w[0]] = (sum(v[:3]) + sum(v[5:8]), v[3] + v[4])
+    return busy, steal
+
+
+def phases(loop, seconds):
+    mine = sorted(os.sched_getaffinity(0))[0]
+    os.sched_setaffinity(0, {mine})
+    gc.disable()
+    loop(100)
+    rows = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        b0, s0 = cpu_times()
+        c0 = time.thread_time()
+        loop(500)
+        c1 = time.thread_time()
+        b1, s1 = cpu_times()
+        others = [c for c in b1 if c != "cpu%d" % mine]
+        db = sum(b1[c][0] - b0[c][0] for c in others)
+        di = sum(b1[c][1] - b0[c][1] for c in others)
+        rows.append((c1 - c0, s1 - s0, db / (db + di) if db + di else 0.0))
+    print("thread CPU ms per loop of 500 iterations, in order (pinned to CPU %d; "
+          "steal jiffies; other CPUs busy %%):" % mine)
+    print(" ".join("%.1f" % (r[0] * 1e3) for r in rows))
+    print("steal jiffies in all: %d; median %.2f ms, min %.2f, max %.2f; other CPUs busy "
+          "during the fastest quarter %.0f%%, the slowest quarter %.0f%%" % (
+              sum(r[1] for r in rows), statistics.median(r[0] for r in rows) * 1e3,
+              min(r[0] for r in rows) * 1e3, max(r[0] for r in rows) * 1e3,
+              100 * statistics.mean(r[2] for r in sorted(rows)[:max(1, len(rows) // 4)]),
+              100 * statistics.mean(r[2] for r in sorted(rows)[-max(1, len(rows) // 4):])))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=21)
@@ -187,8 +235,11 @@ def main():
     p.add_argument("--workload", choices=["ops", "mlp"], default="ops")
     p.add_argument("--one", choices=["baseline", "attached", "etr", "etrbin", "pytorch"])
     p.add_argument("--json", metavar="FILE", help="also write every measurement there")
+    p.add_argument("--phases", type=float, metavar="SECONDS")
     a = p.parse_args()
     loop = {"ops": ops_workload, "mlp": mlp_workload}[a.workload]()
+    if a.phases:
+        return phases(loop, a.phases)
     if a.workload == "mlp" and a.iters == 1500 and not a.one:
         a.iters = 300
     pt_iters = a.pt_iters or max(1, a.iters // 8)
