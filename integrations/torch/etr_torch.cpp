@@ -49,6 +49,8 @@ namespace {
 // alive, to the registry as an orphan, swept by other threads' whole sweeps and at detach.
 class Held {
  public:
+  Held() : slots_(kMinSlots, 0), spare_(kMinSlots, 0), mask_(kMinSlots - 1) {}
+
   // The owner around each walk of values; detach and orphan sweeps around theirs.
   void lock() {
     while (busy_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
@@ -99,6 +101,7 @@ class Held {
   static constexpr size_t kYoungAge = 3;
   static constexpr size_t kYoung = kYoungSweep * (kYoungAge + 1);  // room for all ages
   static constexpr size_t kMinSweep = 1024;
+  static constexpr size_t kMinSlots = 256;
 
   static size_t hash(uintptr_t k, size_t mask) {
     return static_cast<size_t>(((k >> 4) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
@@ -133,7 +136,7 @@ class Held {
 
   // (the set has room) k is not in it
   void insert(uintptr_t k) {
-    size_t mask = slots_.size() - 1;
+    size_t mask = mask_;
     size_t i = hash(k, mask);
     while (slots_[i]) i = (i + 1) & mask;
     slots_[i] = k;
@@ -142,7 +145,7 @@ class Held {
 
   // (k is in the set) Backward-shift deletion: no tombstones.
   void erase(uintptr_t k) {
-    size_t mask = slots_.size() - 1;
+    size_t mask = mask_;
     size_t i = hash(k, mask);
     while (slots_[i] != k) i = (i + 1) & mask;
     for (size_t j = (i + 1) & mask; slots_[j]; j = (j + 1) & mask) {
@@ -176,12 +179,11 @@ class Held {
   }
 
   bool add(uintptr_t k) {
-    if (!slots_.empty()) {
-      size_t mask = slots_.size() - 1;
-      for (size_t i = hash(k, mask); slots_[i]; i = (i + 1) & mask)
-        if (slots_[i] == k) return false;
-    }
-    if ((count_ + 1) * 2 > slots_.size()) grow();
+    const uintptr_t *s = slots_.data();
+    size_t mask = mask_;
+    for (size_t i = hash(k, mask); s[i]; i = (i + 1) & mask)
+      if (s[i] == k) return false;
+    if (count_ > mask >> 1) grow();  // (at most half full)
     c10::raw::weak_intrusive_ptr::incref(target(k));
     insert(k);
     young_age_[n_young_] = 0;
@@ -191,10 +193,11 @@ class Held {
   }
 
   C10_NOINLINE void grow() {
-    size_t cap = slots_.empty() ? 256 : slots_.size() * 2;
+    size_t cap = slots_.size() * 2;
     std::vector<uintptr_t> bigger(cap, 0);
     spare_.resize(cap);  // (first, so that a failure leaves the set as it was)
     bigger.swap(slots_);
+    mask_ = cap - 1;
     count_ = 0;
     for (uintptr_t k : bigger)
       if (k) insert(k);
@@ -203,6 +206,7 @@ class Held {
   std::atomic<bool> busy_{false};
   std::vector<uintptr_t> slots_;  // open addressing, power-of-two size; 0 = empty
   std::vector<uintptr_t> spare_;  // as large, for sweeps
+  size_t mask_;                   // slots_.size() - 1
   size_t count_ = 0;
   uintptr_t young_[kYoung] = {};    // the last added, oldest first
   uint8_t young_age_[kYoung] = {};  // young sweeps each lived through
@@ -297,6 +301,7 @@ struct ThreadState {
   Pool<etr_value> items;            // items of lists and tuples
   Pool<etr_tensor> tensors;         // tensors in lists and tuples
   std::deque<std::string> strings;  // opaque objects' kinds, odd dtypes' names
+  bool pooled = false;              // items, tensors or strings used since clear()
 
   Held *held = nullptr;  // registered in held_sets
   bool held_locked = false;
@@ -334,6 +339,8 @@ struct ThreadState {
 
   void clear() {
     n_top = 0;
+    if (!pooled) return;
+    pooled = false;
     items.clear();
     tensors.clear();
     if (!strings.empty()) strings.clear();
@@ -349,6 +356,7 @@ struct ThreadState {
       }
       return n;
     }
+    pooled = true;
     strings.emplace_back(m.name());  // (not a ScalarType: kept for this walk only)
     return strings.back().c_str();
   }
@@ -450,6 +458,7 @@ struct ThreadState {
   }
 
   etr_value of(const c10::IValue &v, int depth) {
+    pooled = true;
     if (v.isTensor()) return tensor(v.toTensor(), *tensors.take(1));
     if (v.isNone()) return etr_value_none();
     if (v.isBool()) return etr_value_bool(v.toBool());
