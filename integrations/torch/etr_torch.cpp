@@ -552,7 +552,7 @@ ThreadState::ThreadState() {
   held_sets.push_back(held);
 }
 
-struct Context : at::ObserverContext {
+struct Context final : at::ObserverContext {
   etr_record rec;
   Context *next_free;
 
@@ -568,10 +568,13 @@ struct Context : at::ObserverContext {
     }
     return ::new (p) Context;
   }
-  // (the deleting thread keeps it: usually the thread that made it)
-  static void operator delete(void *p, size_t n) {
-    ThreadState *s = tls_state;
-    if (n == sizeof(Context) && s && s->n_free_contexts < 256) {
+  // Destroys c and keeps its memory in s's free list (or frees it when that is full).
+  static void recycle(ThreadState *s, Context *c) {
+    c->~Context();
+    put(s, c);
+  }
+  static void put(ThreadState *s, void *p) {
+    if (s && s->n_free_contexts < 256) {
       Context *c = static_cast<Context *>(p);
       c->next_free = s->free_contexts;
       s->free_contexts = c;
@@ -579,6 +582,14 @@ struct Context : at::ObserverContext {
       return;
     }
     ::operator delete(p);
+  }
+  // (the deleting thread keeps it: usually the thread that made it)
+  static void operator delete(void *p, size_t n) {
+    if (n == sizeof(Context)) {
+      put(tls_state, p);
+    } else {
+      ::operator delete(p);
+    }
   }
 };
 
@@ -609,7 +620,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   const char *name = fn.name();
   // (PyTorch's RecordScope numbers are etr_scope's)
   etr_record_init(&ctx->rec, name, static_cast<etr_scope>(scope < ETR_SCOPE_COUNT ? scope : 0));
-  if (!etr_record_is_active(&ctx->rec)) return nullptr;  // nothing observes: nothing to end
+  if (!etr_record_is_active(&ctx->rec)) {  // nothing observes: nothing to end
+    Context::recycle(st, ctx.release());   // (straight back: no TLS lookup in delete)
+    return nullptr;
+  }
   st->note_thread();
   etr_record &r = ctx->rec;
   r.seq_nr = fn.seqNr();
