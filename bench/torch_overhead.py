@@ -110,6 +110,7 @@ class Bench:
         self.json_path = os.path.join(tmp, "x.json")
         self.bin_path = os.path.join(tmp, "x.etr")
         self.pt_path = os.path.join(tmp, "pt.json")
+        self.waits = {"etr": [], "etr .etr": []}  # buffer_waits of each etr run
 
     # Each returns (wall s, thread CPU s, wall s including the close) for `iters`.
     @staticmethod
@@ -130,7 +131,7 @@ class Bench:
             _torch.detach()
         return w, c, w
 
-    def _etr(self, path, iters):
+    def _etr(self, path, iters, mode):
         t = etr.torch.trace(path)
         t.__enter__()
         try:
@@ -138,13 +139,14 @@ class Bench:
             w, c = self._timed(self.loop, iters)
         finally:
             t.__exit__(None, None, None)
+        self.waits[mode].append(t.stats.get("buffer_waits", 0))
         return w, c, time.perf_counter() - t0
 
     def etr_json(self, iters):
-        return self._etr(self.json_path, iters)
+        return self._etr(self.json_path, iters, "etr")
 
     def etr_bin(self, iters):
-        return self._etr(self.bin_path, iters)
+        return self._etr(self.bin_path, iters, "etr .etr")
 
     def pytorch(self, iters):
         ob = PtObserver()
@@ -290,6 +292,7 @@ def run(a, loop, pt_iters, tmp):
         reps.append(rep)
     gc.enable()
     load1 = os.getloadavg()
+    waits = {m: v[1:] for m, v in b.waits.items()}  # (the reps' runs, not the warm-up)
 
     # per rep: ns per op of each mode, and added ns per op against the rep's own baseline
     def per_rep(rep, k):  # k: 0 wall, 1 thread CPU, 2 wall with close
@@ -304,7 +307,10 @@ def run(a, loop, pt_iters, tmp):
           "%d iterations), %d reps, load average %.2f at start, %.2f at end" % (
               torch.__version__, a.workload, ops, a.iters, pt_ops, pt_iters, a.reps, load0[0],
               load1[0]))
-    out = {"torch": torch.__version__, "workload": a.workload, "ops": ops, "pt_ops": pt_ops,
+    print("the recording thread waited for etr's writer (buffer_waits, median per loop): "
+          "JSON %g, binary log %g" % (statistics.median(waits["etr"]),
+                                      statistics.median(waits["etr .etr"])))
+    out = {"buffer_waits": waits, "torch": torch.__version__, "workload": a.workload, "ops": ops, "pt_ops": pt_ops,
            "iters": a.iters, "pt_iters": pt_iters, "reps": a.reps, "load_start": load0,
            "load_end": load1}
     for k, what in ((0, "wall"), (1, "thread CPU"), (2, "wall, etr/pytorch through close")):
