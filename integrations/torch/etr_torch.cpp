@@ -49,6 +49,8 @@ namespace {
 // alive, to the registry as an orphan, swept by other threads' whole sweeps and at detach.
 class Held {
  public:
+  Held() : slots_(kMinSlots, 0), spare_(kMinSlots, 0), mask_(kMinSlots - 1) {}
+
   // The owner around each walk of values; detach and orphan sweeps around theirs.
   void lock() {
     while (busy_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
@@ -99,6 +101,7 @@ class Held {
   static constexpr size_t kYoungAge = 3;
   static constexpr size_t kYoung = kYoungSweep * (kYoungAge + 1);  // room for all ages
   static constexpr size_t kMinSweep = 1024;
+  static constexpr size_t kMinSlots = 256;
 
   static size_t hash(uintptr_t k, size_t mask) {
     return static_cast<size_t>(((k >> 4) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
@@ -133,7 +136,7 @@ class Held {
 
   // (the set has room) k is not in it
   void insert(uintptr_t k) {
-    size_t mask = slots_.size() - 1;
+    size_t mask = mask_;
     size_t i = hash(k, mask);
     while (slots_[i]) i = (i + 1) & mask;
     slots_[i] = k;
@@ -142,7 +145,7 @@ class Held {
 
   // (k is in the set) Backward-shift deletion: no tombstones.
   void erase(uintptr_t k) {
-    size_t mask = slots_.size() - 1;
+    size_t mask = mask_;
     size_t i = hash(k, mask);
     while (slots_[i] != k) i = (i + 1) & mask;
     for (size_t j = (i + 1) & mask; slots_[j]; j = (j + 1) & mask) {
@@ -176,12 +179,11 @@ class Held {
   }
 
   bool add(uintptr_t k) {
-    if (!slots_.empty()) {
-      size_t mask = slots_.size() - 1;
-      for (size_t i = hash(k, mask); slots_[i]; i = (i + 1) & mask)
-        if (slots_[i] == k) return false;
-    }
-    if ((count_ + 1) * 2 > slots_.size()) grow();
+    const uintptr_t *s = slots_.data();
+    size_t mask = mask_;
+    for (size_t i = hash(k, mask); s[i]; i = (i + 1) & mask)
+      if (s[i] == k) return false;
+    if (count_ > mask >> 1) grow();  // (at most half full)
     c10::raw::weak_intrusive_ptr::incref(target(k));
     insert(k);
     young_age_[n_young_] = 0;
@@ -191,10 +193,11 @@ class Held {
   }
 
   C10_NOINLINE void grow() {
-    size_t cap = slots_.empty() ? 256 : slots_.size() * 2;
+    size_t cap = slots_.size() * 2;
     std::vector<uintptr_t> bigger(cap, 0);
     spare_.resize(cap);  // (first, so that a failure leaves the set as it was)
     bigger.swap(slots_);
+    mask_ = cap - 1;
     count_ = 0;
     for (uintptr_t k : bigger)
       if (k) insert(k);
@@ -203,6 +206,7 @@ class Held {
   std::atomic<bool> busy_{false};
   std::vector<uintptr_t> slots_;  // open addressing, power-of-two size; 0 = empty
   std::vector<uintptr_t> spare_;  // as large, for sweeps
+  size_t mask_;                   // slots_.size() - 1
   size_t count_ = 0;
   uintptr_t young_[kYoung] = {};    // the last added, oldest first
   uint8_t young_age_[kYoung] = {};  // young sweeps each lived through
@@ -291,11 +295,13 @@ struct ThreadState {
   // The values of one call: everything the etr_values point into lives here until the call
   // that reads them (begin or end) returns. The start and end callbacks of a thread never
   // run inside one another.
-  std::unique_ptr<etr_value[]> top;  // the call's inputs or outputs
+  std::unique_ptr<etr_value[]> top;           // the call's inputs or outputs
+  std::unique_ptr<etr_tensor[]> top_tensors;  // their tensors (top[i]'s is top_tensors[i])
   size_t n_top = 0, top_cap = 0;
-  Pool<etr_value> items;  // items of lists and tuples
-  Pool<etr_tensor> tensors;
-  std::deque<std::string> strings;  // opaque objects' kinds
+  Pool<etr_value> items;            // items of lists and tuples
+  Pool<etr_tensor> tensors;         // tensors in lists and tuples
+  std::deque<std::string> strings;  // opaque objects' kinds, odd dtypes' names
+  bool pooled = false;              // items, tensors or strings used since clear()
 
   Held *held = nullptr;  // registered in held_sets
   bool held_locked = false;
@@ -308,6 +314,8 @@ struct ThreadState {
     const char *name;
   };
   std::vector<DeviceName> device_names;
+  int last_device_key = -1;  // the last device looked up (no device has this key)
+  const char *last_device_name = nullptr;
   std::deque<std::string> names_;
 
   // Schema strings, made once per operator and thread (the name pointer is the operator's
@@ -331,29 +339,42 @@ struct ThreadState {
 
   void clear() {
     n_top = 0;
+    if (!pooled) return;
+    pooled = false;
     items.clear();
     tensors.clear();
     if (!strings.empty()) strings.clear();
   }
 
-  const char *dtype_name(const c10::TensorImpl *t) {
-    int k = static_cast<int>(c10::typeMetaToScalarType(t->dtype()));
-    if (k < 0 || k >= static_cast<int>(c10::ScalarType::NumOptions)) return "";
-    const char *&n = dtype_names[k];
-    if (!n) {
-      names_.emplace_back(t->dtype().name());
-      n = names_.back().c_str();
+  // (as PyTorch names it: TypeMeta's name, "float", "c10::Half", ...)
+  const char *dtype_name(caffe2::TypeMeta m) {
+    if (C10_LIKELY(m.isScalarType())) {
+      const char *&n = dtype_names[static_cast<int>(m.toScalarType())];
+      if (C10_UNLIKELY(!n)) {
+        names_.emplace_back(m.name());
+        n = names_.back().c_str();
+      }
+      return n;
     }
-    return n;
+    pooled = true;
+    strings.emplace_back(m.name());  // (not a ScalarType: kept for this walk only)
+    return strings.back().c_str();
   }
 
-  const char *device_name(const c10::Device &d) {
+  const char *device_name(const c10::Device d) {
     int k = static_cast<int>(d.type()) * 65536 + d.index() + 1;
+    if (C10_LIKELY(k == last_device_key)) return last_device_name;
+    const char *name = nullptr;
     for (const DeviceName &e : device_names)
-      if (e.key == k) return e.name;
-    names_.emplace_back(d.str());
-    device_names.push_back({k, names_.back().c_str()});
-    return names_.back().c_str();
+      if (e.key == k) name = e.name;
+    if (!name) {
+      names_.emplace_back(d.str());
+      name = names_.back().c_str();
+      device_names.push_back({k, name});
+    }
+    last_device_key = k;
+    last_device_name = name;
+    return name;
   }
 
   // (name: fn.name())
@@ -410,25 +431,24 @@ struct ThreadState {
     sweep_due = false;
   }
 
-  etr_value tensor(const at::Tensor &t) {
-    etr_tensor &e = *tensors.take(1);
+  // (e: where the tensor goes; the caller's slot, or one from the pool in a list)
+  etr_value tensor(const at::Tensor &t, etr_tensor &e) {
+    c10::TensorImpl *ti = t.unsafeGetTensorImpl();
     if (!t.defined()) {  // dtype NULL: an undefined tensor
       std::memset(&e, 0, sizeof e);
       return etr_value_tensor(&e);
     }
-    c10::TensorImpl *ti = t.unsafeGetTensorImpl();
-    c10::StorageImpl *si = nullptr;
-    e.storage_offset = 0;
-    if (ti->has_storage()) {
-      si = ti->storage().unsafeGetStorageImpl();
-      e.storage_offset = ti->storage_offset();
-    }
+    // (unsafe_storage, not has_storage()/storage(): those two are virtual calls; the
+    // storage pointer is null for a tensor without one, as has_storage() says)
+    c10::StorageImpl *si = ti->unsafe_storage().unsafeGetStorageImpl();
+    e.storage_offset = si ? ti->storage_offset() : 0;
     hold(ti, si);
     e.impl = ti;
     e.storage = si;
     e.numel = ti->numel();
-    e.itemsize = static_cast<int64_t>(ti->dtype().itemsize());
-    e.dtype = dtype_name(ti);
+    caffe2::TypeMeta m = ti->dtype();
+    e.itemsize = static_cast<int64_t>(m.itemsize());
+    e.dtype = dtype_name(m);
     e.device = device_name(ti->device());
     e.ndim = static_cast<int32_t>(ti->dim());
     e.sizes = ti->sizes().data();
@@ -438,7 +458,8 @@ struct ThreadState {
   }
 
   etr_value of(const c10::IValue &v, int depth) {
-    if (v.isTensor()) return tensor(v.toTensor());
+    pooled = true;
+    if (v.isTensor()) return tensor(v.toTensor(), *tensors.take(1));
     if (v.isNone()) return etr_value_none();
     if (v.isBool()) return etr_value_bool(v.toBool());
     if (v.isInt()) return etr_value_int(v.toInt());
@@ -469,10 +490,27 @@ struct ThreadState {
     } done{this};
     if (n > top_cap) {
       top.reset(new etr_value[n]);
+      top_tensors.reset(new etr_tensor[n]);
       top_cap = n;
     }
-    for (size_t i = 0; i < n; i++)  // (tensors first: most values are)
-      top[i] = vs[i].isTensor() ? tensor(vs[i].toTensor()) : of(vs[i], 0);
+    // (the usual kinds here, without a call: most values are tensors, then scalars)
+    for (size_t i = 0; i < n; i++) {
+      const c10::IValue &v = vs[i];
+      etr_value &out = top[i];
+      if (v.isTensor()) {
+        out = tensor(v.toTensor(), top_tensors[i]);
+      } else if (v.isNone()) {
+        out = etr_value_none();
+      } else if (v.isInt()) {
+        out = etr_value_int(v.toInt());
+      } else if (v.isDouble()) {
+        out = etr_value_double(v.toDouble());
+      } else if (v.isBool()) {
+        out = etr_value_bool(v.toBool());
+      } else {
+        out = of(v, 0);
+      }
+    }
     n_top = n;
   }
 };
@@ -514,7 +552,7 @@ ThreadState::ThreadState() {
   held_sets.push_back(held);
 }
 
-struct Context : at::ObserverContext {
+struct Context final : at::ObserverContext {
   etr_record rec;
   Context *next_free;
 
@@ -530,10 +568,13 @@ struct Context : at::ObserverContext {
     }
     return ::new (p) Context;
   }
-  // (the deleting thread keeps it: usually the thread that made it)
-  static void operator delete(void *p, size_t n) {
-    ThreadState *s = tls_state;
-    if (n == sizeof(Context) && s && s->n_free_contexts < 256) {
+  // Destroys c and keeps its memory in s's free list (or frees it when that is full).
+  static void recycle(ThreadState *s, Context *c) {
+    c->~Context();
+    put(s, c);
+  }
+  static void put(ThreadState *s, void *p) {
+    if (s && s->n_free_contexts < 256) {
       Context *c = static_cast<Context *>(p);
       c->next_free = s->free_contexts;
       s->free_contexts = c;
@@ -541,6 +582,14 @@ struct Context : at::ObserverContext {
       return;
     }
     ::operator delete(p);
+  }
+  // (the deleting thread keeps it: usually the thread that made it)
+  static void operator delete(void *p, size_t n) {
+    if (n == sizeof(Context)) {
+      put(tls_state, p);
+    } else {
+      ::operator delete(p);
+    }
   }
 };
 
@@ -571,7 +620,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   const char *name = fn.name();
   // (PyTorch's RecordScope numbers are etr_scope's)
   etr_record_init(&ctx->rec, name, static_cast<etr_scope>(scope < ETR_SCOPE_COUNT ? scope : 0));
-  if (!etr_record_is_active(&ctx->rec)) return nullptr;  // nothing observes: nothing to end
+  if (!etr_record_is_active(&ctx->rec)) {  // nothing observes: nothing to end
+    Context::recycle(st, ctx.release());   // (straight back: no TLS lookup in delete)
+    return nullptr;
+  }
   st->note_thread();
   etr_record &r = ctx->rec;
   r.seq_nr = fn.seqNr();
