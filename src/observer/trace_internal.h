@@ -151,7 +151,6 @@ typedef struct etr__cstr {
 } etr__cstr;
 typedef struct etr__cten {
   uint64_t id, sid;
-  const char *dtype_p, *dev_p;
   int64_t off, numel, itemsize;
   int64_t sizes[ETR__CTEN_NDIM], strides[ETR__CTEN_NDIM];
   uint32_t pins, used;
@@ -434,6 +433,8 @@ void etr__bin_emit_header(struct etr_trace *tr);
  * once it holds max_bytes; returns the events appended. */
 uint32_t etr__bin_emit_events(struct etr_trace *tr, const uint8_t *data, uint32_t *off, uint32_t to,
                               size_t max_bytes);
+/* The full event header's layout as text (the LAYOUT record); its length. */
+size_t etr__bin_layout_text(char *buf, size_t cap);
 /* The binary log's file header of this trace. */
 struct etr__bin_header;
 void etr__bin_header_of(const struct etr_trace *tr, struct etr__bin_header *h);
