@@ -54,6 +54,17 @@ typedef struct etr_tensor {
 /* Dimensions beyond this are cut (and counted). */
 #define ETR_MAX_NDIM 64
 
+/* A copy of the NUL-terminated string s that etr owns and never changes or frees (it lasts
+ * until the process ends). Pass it as a record's name or schema, or a tensor's dtype or
+ * device: etr then knows the string by its address and skips comparing its bytes on every
+ * call, which it must do for a string the runtime owns (whose buffer may be reused). Intern
+ * each distinct string once (op names, dtype and device names) and keep the pointer; the
+ * same bytes always give the same pointer. NULL when s is NULL, longer than ETR_INTERN_MAX
+ * bytes, or when the copies would pass 4 MiB in all or memory is exhausted: pass s itself
+ * then. Any thread; not from a signal handler. */
+#define ETR_INTERN_MAX 4096
+ETR_API const char *etr_intern(const char *s);
+
 /* One value. For LIST and TUPLE, items points to count values (nested values allowed). For
  * OBJECT, str is the kind name written as "<Kind>". STRING and DEVICE take a NUL-terminated
  * str, or str + len when len != 0 (then embedded NULs are allowed and escaped). */

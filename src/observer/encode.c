@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "observer/internal.h"
 #include "observer/trace_internal.h"
 
 #define ID_BLOCK 64
@@ -165,6 +166,12 @@ static void contiguous_strides(const int64_t *sizes, int32_t nd, int64_t *out) {
   }
 }
 
+/* Whether s holds the string of a slot: the same interned pointer (bytes that cannot have
+ * changed), else the same bytes. */
+static inline bool slot_str(const char *s, const char *fixed, const char *copy, size_t n) {
+  return s == fixed || same_str(s, copy, n);
+}
+
 /* Whether slot c holds exactly what put_tensor_whole would write for t (defined, nd
  * dimensions with sizes, ids id and sid). */
 static inline bool tensor_same(const etr__cten *c, const etr_tensor *t, uint32_t nd, uint64_t id,
@@ -174,7 +181,38 @@ static inline bool tensor_same(const etr__cten *c, const etr_tensor *t, uint32_t
     return false;
   for (uint32_t i = 0; i < nd; i++)
     if (c->sizes[i] != t->sizes[i] || c->strides[i] != strides[i]) return false;
-  return same_str(t->dtype, c->dtype, c->dn) && same_str(dev, c->dev, c->vn);
+  return slot_str(t->dtype, c->dtp, c->dtype, c->dn) && slot_str(dev, c->dvp, c->dev, c->vn);
+}
+
+/* tensor_same without the ids: the identities are the slot's and the id-map shards they
+ * map in have not changed since the slot's ids were read, so the ids are the slot's. For a
+ * tensor with strides and at most ETR__CTEN_NDIM dimensions. */
+static inline bool tensor_hit(const etr__cten *c, const etr_tensor *t, const char *dev) {
+  if (c->impl != t->impl || c->storage != t->storage || !c->iseq_p ||
+      c->iseq != atomic_load_explicit(c->iseq_p, memory_order_acquire) ||
+      (c->sseq_p && c->sseq != atomic_load_explicit(c->sseq_p, memory_order_acquire)) ||
+      c->nd != (uint32_t)t->ndim || c->off != t->storage_offset || c->numel != t->numel ||
+      c->itemsize != t->itemsize)
+    return false;
+  for (uint32_t i = 0; i < c->nd; i++)
+    if (c->sizes[i] != t->sizes[i] || c->strides[i] != t->strides[i]) return false;
+  return slot_str(t->dtype, c->dtp, c->dtype, c->dn) && slot_str(dev, c->dvp, c->dev, c->vn);
+}
+
+/* Notes in slot c the identities of t and the shard numbers its ids f[0] and f[1] were
+ * just read at (from the thread's id caches), so that the next hit needs no lookup. */
+static void note_identity(etr__tstate *ts, etr__cten *c, const etr_tensor *t) {
+  const etr__idcache_entry *ie = etr__idcache_find(&ts->tensor_ids, t->impl);
+  const etr__idcache_entry *se =
+      t->storage ? etr__idcache_find(&ts->storage_ids, t->storage) : NULL;
+  c->impl = t->impl;
+  c->storage = t->storage;
+  c->iseq_p = NULL;
+  if (!ie || ie->id != c->id || (t->storage && (!se || se->id != c->sid))) return;
+  c->iseq_p = ie->shard_seq;
+  c->iseq = ie->seq;
+  c->sseq_p = se ? se->shard_seq : NULL;
+  c->sseq = se ? se->seq : 0;
 }
 
 /* The slot's reference (V_TREF) at the arena's end; the open op holds the slot. */
@@ -187,16 +225,17 @@ static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
   }
   ts->arena[ts->arena_len++] = ETR__V_TREF;
   ts->arena[ts->arena_len++] = (uint8_t)k;
-  e->expanded += 45 + (size_t)c->dn + c->vn + (size_t)c->nd * 16 - 2;
+  e->expanded += c->expand;
   if (e->pin) {
     c->pins++;
     e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
   }
 }
 
-/* The two candidate slots of a tensor id (a model's live tensors collide less than in one). */
-static inline void tensor_slots(uint64_t id, uint32_t *k0, uint32_t *k1) {
-  uint64_t h = id * 0x9e3779b97f4a7c15ull;
+/* The two candidate slots of a tensor identity (a model's live tensors collide less than in
+ * one). */
+static inline void tensor_slots(const void *impl, uint32_t *k0, uint32_t *k1) {
+  uint64_t h = (uint64_t)(uintptr_t)impl * 0x9e3779b97f4a7c15ull;
   *k0 = (uint32_t)(h >> 56);
   *k1 = (uint32_t)(h >> 48) & (ETR__CTEN_SLOTS - 1);
   if (*k1 == *k0) *k1 ^= 1;
@@ -218,9 +257,11 @@ static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v
   return true;
 }
 
-/* Everything but a tensor found in the table: a new one takes the least recently used of
- * its two slots that no open op holds (defined first); else, and when it is unusual (many
- * dimensions, long names) or the op already holds as many slots as it may, it is whole. */
+/* Everything but a tensor found by tensor_hit: its ids are looked up and compared with its
+ * two slots (a shard that changed since, for another object, is only a slower hit); a new
+ * tensor takes the least recently used of its slots that no open op holds (defined first);
+ * else, and when it is unusual (many dimensions, long names) or the op already holds as
+ * many slots as it may, it is whole. */
 static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *t) {
   etr__tstate *ts = e->ts;
   etr_trace *tr = ts->trace;
@@ -255,14 +296,14 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     strides = cstrides;
   }
   uint32_t k, k1;
-  tensor_slots(f[0], &k, &k1);
+  tensor_slots(t->impl, &k, &k1);
   etr__cten *c = &ts->cten[k], *c1 = &ts->cten[k1];
-  if (tensor_same(c, t, (uint32_t)nd, f[0], f[1], dev, strides)) {
-    put_tref(e, c, k);
-    return;
-  }
-  if (tensor_same(c1, t, (uint32_t)nd, f[0], f[1], dev, strides)) {
-    put_tref(e, c1, k1);
+  uint32_t hk = tensor_same(c, t, (uint32_t)nd, f[0], f[1], dev, strides)    ? k
+                : tensor_same(c1, t, (uint32_t)nd, f[0], f[1], dev, strides) ? k1
+                                                                             : UINT32_MAX;
+  if (hk != UINT32_MAX) {
+    if (t->strides) note_identity(ts, &ts->cten[hk], t); /* (tensor_hit reads its strides) */
+    put_tref(e, &ts->cten[hk], hk);
     return;
   }
   if (c->pins || (!c1->pins && (int32_t)(c1->used - c->used) < 0)) {
@@ -274,6 +315,8 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
   put_tensor_whole(e, t, defined, nd, f);
   if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME || e->failed) return;
   c->valid = 0;
+  c->impl = NULL;
+  c->iseq_p = NULL; /* (an unused slot: no identity, not even NULL, can hit it) */
   /* the tensor whole, as just encoded at the arena's end, is the definition */
   if (!define_slot(ts, ETR__CEV_DEF_TEN, k, ts->arena + at, ts->arena_len - at))
     return; /* (stays whole) */
@@ -289,31 +332,33 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
   c->vn = (uint8_t)vn;
   memcpy(c->dtype, t->dtype, dn + 1);
   memcpy(c->dev, dev, vn + 1);
+  c->expand = 45u + dn + vn + (uint32_t)nd * 16u - 2u;
+  c->dtp = etr__interned(t->dtype) ? t->dtype : NULL;
+  c->dvp = etr__interned(dev) ? dev : NULL;
   if (nd) {
     memcpy(c->sizes, t->sizes, (size_t)nd * 8);
     memcpy(c->strides, strides, (size_t)nd * 8);
   }
+  if (t->strides) note_identity(ts, c, t);
   put_tref(e, c, k);
 }
 
-/* A tensor: by reference when the thread's table has it (the common case, kept short). */
+/* A tensor: by reference when the thread's table has it (the common case, kept short: no
+ * id lookup, see tensor_hit). */
 static inline void put_tensor(enc *e, const etr_tensor *t) {
   etr__tstate *ts = e->ts;
-  if (t && t->dtype && t->strides && ts->cten && (uint32_t)t->ndim <= ETR__CTEN_NDIM &&
-      (t->ndim == 0 || t->sizes) && (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
-    etr_trace *tr = ts->trace;
-    uint64_t id = etr__idmap_get_cached(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
-    uint64_t sid = t->storage ? etr__idmap_get_cached(tr->storages, t->storage, id_source, ts,
-                                                      &ts->storage_ids)
-                              : 0;
+  /* (an unused slot has no iseq_p, and a slot's nd is at most ETR__CTEN_NDIM: tensor_hit
+   * checks those) */
+  if (ts->cten && t && t->dtype && t->strides && (t->sizes || t->ndim == 0) &&
+      (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
     const char *dev = t->device ? t->device : "";
     uint32_t k, k1;
-    tensor_slots(id, &k, &k1);
-    if (id && tensor_same(&ts->cten[k], t, (uint32_t)t->ndim, id, sid, dev, t->strides)) {
+    tensor_slots(t->impl, &k, &k1);
+    if (tensor_hit(&ts->cten[k], t, dev)) {
       put_tref(e, &ts->cten[k], k);
       return;
     }
-    if (id && tensor_same(&ts->cten[k1], t, (uint32_t)t->ndim, id, sid, dev, t->strides)) {
+    if (tensor_hit(&ts->cten[k1], t, dev)) {
       put_tref(e, &ts->cten[k1], k1);
       return;
     }
@@ -333,7 +378,10 @@ static uint32_t put_values(enc *e, const etr_value *vals, uint32_t n, unsigned d
       kept = i;
       break;
     }
-    put_value(e, &vals[i], depth);
+    if (vals[i].kind == ETR_VALUE_TENSOR)
+      put_tensor(e, vals[i].u.tensor);
+    else
+      put_value(e, &vals[i], depth);
   }
   if (kept < n) etr__bump(&e->ts->lists_cut, 1);
   return kept;
@@ -429,6 +477,53 @@ bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max) {
   return etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
 }
 
+/* Whether slot c holds s: the same pointer, and the same bytes unless it is interned
+ * (runtimes pass the same few name strings again and again, but a buffer may be reused for
+ * another name). */
+static inline bool sref_hit(const etr__cstr *c, const char *s) {
+  return c->ptr == s && (c->fixed || strncmp(s, c->copy, (size_t)c->len + 1) == 0);
+}
+
+/* The reference to string slot k (held by the op being encoded). */
+static inline bool put_sref_slot(etr__tstate *ts, uint32_t k, int16_t *held) {
+  etr__cstr *c = &ts->cstr[k];
+  c->used = ++ts->table_clock;
+  if (!etr__arena_reserve(ts, 2)) return false;
+  ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k + 1) - ts->arena);
+  c->pins++;
+  *held = (int16_t)k;
+  return true;
+}
+
+/* A string not in its slots: it takes the least recently used one that no open op holds
+ * (defined first), else it is written in the op. */
+static __attribute__((noinline)) bool sref_new(etr__tstate *ts, const char *s, uint32_t k,
+                                               uint32_t k1, int16_t *held) {
+  etr__cstr *c = &ts->cstr[k], *c1 = &ts->cstr[k1];
+  if (c->pins || (!c1->pins && (int32_t)(c1->used - c->used) < 0)) {
+    k = k1;
+    c = c1;
+  }
+  size_t n = cut_len(ts, s, 0, ETR__STRING_MAX);
+  if (c->pins || s[n] != '\0') /* held by an open op, or cut: written in the op */
+    return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+  if (n + 1 > c->cap) {
+    char *nc = realloc(c->copy, n + 1);
+    if (!nc) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+    c->copy = nc;
+    c->cap = (uint32_t)(n + 1);
+  }
+  c->ptr = NULL;
+  if (!define_slot(ts, ETR__CEV_DEF_STR, k, s, n))
+    return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
+  memcpy(c->copy, s, n);
+  c->copy[n] = '\0';
+  c->len = (uint32_t)n;
+  c->ptr = s;
+  c->fixed = etr__interned(s);
+  return put_sref_slot(ts, k, held);
+}
+
 bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
   *held = -1;
   if (!s || !s[0]) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, 0);
@@ -437,46 +532,9 @@ bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
   uint64_t h = (uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull;
   uint32_t k = (uint32_t)(h >> 56), k1 = (uint32_t)(h >> 48) & (ETR__CSTR_SLOTS - 1);
   if (k1 == k) k1 ^= 1;
-  etr__cstr *c = &ts->cstr[k];
-  /* Runtimes pass the same few name strings again and again: the pointer finds the slot
-   * (one of two), the bytes confirm it (a buffer may be reused for another name). */
-  if (!(c->ptr == s && strncmp(s, c->copy, (size_t)c->len + 1) == 0)) {
-    etr__cstr *c1 = &ts->cstr[k1];
-    if (c1->ptr == s && strncmp(s, c1->copy, (size_t)c1->len + 1) == 0) {
-      c1->used = ++ts->table_clock;
-      if (!etr__arena_reserve(ts, 2)) return false;
-      ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k1 + 1) - ts->arena);
-      c1->pins++;
-      *held = (int16_t)k1;
-      return true;
-    }
-    if (c->pins || (!c1->pins && (int32_t)(c1->used - c->used) < 0)) {
-      k = k1;
-      c = c1;
-    }
-    size_t n = cut_len(ts, s, 0, ETR__STRING_MAX);
-    if (c->pins || s[n] != '\0') /* held by an open op, or cut: written in the op */
-      return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
-    if (n + 1 > c->cap) {
-      char *nc = realloc(c->copy, n + 1);
-      if (!nc) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
-      c->copy = nc;
-      c->cap = (uint32_t)(n + 1);
-    }
-    c->ptr = NULL;
-    if (!define_slot(ts, ETR__CEV_DEF_STR, k, s, n))
-      return etr__encode_uv(ts, 0) && etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
-    memcpy(c->copy, s, n);
-    c->copy[n] = '\0';
-    c->len = (uint32_t)n;
-    c->ptr = s;
-  }
-  c->used = ++ts->table_clock;
-  if (!etr__arena_reserve(ts, 2)) return false;
-  ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k + 1) - ts->arena);
-  c->pins++;
-  *held = (int16_t)k;
-  return true;
+  if (sref_hit(&ts->cstr[k], s)) return put_sref_slot(ts, k, held);
+  if (sref_hit(&ts->cstr[k1], s)) return put_sref_slot(ts, k1, held);
+  return sref_new(ts, s, k, k1, held);
 }
 
 void etr__unpin(etr__tstate *ts, etr__frame *f) {

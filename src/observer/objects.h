@@ -9,6 +9,7 @@
 #define ETR_OBSERVER_OBJECTS_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -59,6 +60,15 @@ static inline uint64_t etr__idmap_get_cached(etr__idmap *m, const void *key, etr
       c->seq == atomic_load_explicit(c->shard_seq, memory_order_acquire))
     return c->id;
   return etr__idmap_get(m, key, src, ctx, cache);
+}
+
+/* The cache's entry for key (its id and the shard number it was read at), NULL when the
+ * cache does not hold key. */
+static inline const etr__idcache_entry *etr__idcache_find(const etr__idcache *cache,
+                                                          const void *key) {
+  uintptr_t k = (uintptr_t)key;
+  const etr__idcache_entry *c = &cache->e[(etr__idmap_mix(k) >> 40) & (ETR__IDCACHE_SIZE - 1)];
+  return k && c->key == k && c->shard_seq ? c : NULL;
 }
 
 /* Forget key; true when it was present. Any thread. */

@@ -148,13 +148,22 @@ typedef struct etr__cstr {
   uint32_t len, cap;
   uint32_t pins; /* open ops naming it: not redefined meanwhile */
   uint32_t used; /* the thread's table_clock at its last use */
+  bool fixed;    /* ptr is an interned string (etr_intern): its bytes cannot have changed */
 } etr__cstr;
+/* A tensor slot, found by the tensor's identity pointer. The fields a hit compares come
+ * first: the identities and, instead of the ids, the id-map shard numbers they were read
+ * at (an unchanged number means the identity still has the slot's id, with no lookup). */
 typedef struct etr__cten {
-  uint64_t id, sid;
+  const void *impl, *storage;              /* NULL impl: the slot is unused */
+  const _Atomic uint64_t *iseq_p, *sseq_p; /* the shards' numbers; NULL: compare the ids */
+  uint64_t iseq, sseq;
   int64_t off, numel, itemsize;
-  int64_t sizes[ETR__CTEN_NDIM], strides[ETR__CTEN_NDIM];
-  uint32_t pins, used;
+  const char *dtp, *dvp; /* dtype and device when interned (known by address), else NULL */
   uint8_t nd, dn, vn, valid;
+  uint32_t pins, used;
+  uint32_t expand; /* bytes a reference stands for beyond its own two (the op's budget) */
+  uint64_t id, sid;
+  int64_t sizes[ETR__CTEN_NDIM], strides[ETR__CTEN_NDIM];
   char dtype[ETR__CTEN_NAME + 1], dev[ETR__CTEN_NAME + 1];
 } etr__cten;
 struct etr__cev_dec;

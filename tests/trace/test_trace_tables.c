@@ -183,6 +183,116 @@ static void test_metadata_changes_under_one_identity(void **state) {
   tu_free(&t);
 }
 
+/* A tensor's slot is found without an id lookup while the id map has not changed (the
+ * thread notes where its ids were read): after the runtime says the tensor or its storage
+ * died, the same identity with the same metadata must still get a new id. */
+static void test_identity_reused_after_death(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  static char impl, storage;
+  int64_t sizes[2] = {3, 4};
+  int64_t strides[2] = {4, 1};
+  etr_tensor x;
+  tensor_init(&x, &impl, &storage, sizes, 2, "float");
+  x.strides = strides;
+  etr_value in = etr_value_tensor(&x);
+  tu_op("life::a", &in, 1, NULL, 0);
+  tu_op("life::a2", &in, 1, NULL, 0); /* a hit */
+  etr_tensor_died(&impl);
+  tu_op("life::b", &in, 1, NULL, 0);
+  etr_storage_died(&storage);
+  tu_op("life::c", &in, 1, NULL, 0);
+  tu_close_ok(&t);
+  json_t *a = tu_in(tu_node(&t, "life::a"), "inputs", "values", 0);
+  json_t *a2 = tu_in(tu_node(&t, "life::a2"), "inputs", "values", 0);
+  json_t *b = tu_in(tu_node(&t, "life::b"), "inputs", "values", 0);
+  json_t *c = tu_in(tu_node(&t, "life::c"), "inputs", "values", 0);
+  assert_non_null(a);
+  assert_non_null(a2);
+  assert_non_null(b);
+  assert_non_null(c);
+  json_int_t ta = json_integer_value(json_array_get(a, 0));
+  json_int_t sa = json_integer_value(json_array_get(a, 1));
+  assert_int_equal(json_integer_value(json_array_get(a2, 0)), ta);
+  assert_int_equal(json_integer_value(json_array_get(a2, 1)), sa);
+  json_int_t tb = json_integer_value(json_array_get(b, 0));
+  assert_true(tb != ta); /* the tensor died: a new one */
+  assert_int_equal(json_integer_value(json_array_get(b, 1)), sa);
+  assert_int_equal(json_integer_value(json_array_get(c, 0)), tb);
+  assert_true(json_integer_value(json_array_get(c, 1)) != sa); /* the storage died */
+  tu_free(&t);
+}
+
+/* Interned strings (etr_intern) are known by address: one pointer per distinct string, and
+ * a trace made with them holds the same names, types and devices as with the runtime's own
+ * buffers, also when a buffer of the runtime holds the same bytes at another address. */
+static void test_interned_strings(void **state) {
+  (void)state;
+  const char *mm = etr_intern("intern::mm");
+  assert_non_null(mm);
+  char buf[32] = "intern::mm";
+  assert_ptr_equal(etr_intern(buf), mm); /* same bytes, same pointer */
+  assert_ptr_not_equal(mm, buf);
+  assert_string_equal(mm, "intern::mm");
+  const char *f32 = etr_intern("float"), *f16 = etr_intern("c10::Half");
+  assert_ptr_not_equal(f32, f16);
+  assert_null(etr_intern(NULL));
+  char *big = malloc(ETR_INTERN_MAX + 2);
+  assert_non_null(big);
+  memset(big, 'x', ETR_INTERN_MAX + 1);
+  big[ETR_INTERN_MAX + 1] = '\0';
+  assert_null(etr_intern(big)); /* too long */
+  big[ETR_INTERN_MAX] = '\0';
+  assert_non_null(etr_intern(big)); /* at the limit */
+  free(big);
+
+  tu_trace t;
+  tu_open(&t, NULL);
+  static char impl, storage;
+  int64_t sizes[2] = {3, 4};
+  int64_t strides[2] = {4, 1};
+  etr_tensor x;
+  tensor_init(&x, &impl, &storage, sizes, 2, f32);
+  x.strides = strides;
+  x.device = etr_intern("cuda:0");
+  etr_value in = etr_value_tensor(&x);
+  tu_op(mm, &in, 1, NULL, 0);
+  tu_op(mm, &in, 1, NULL, 0);
+  x.dtype = f16; /* another interned dtype under the same identity */
+  tu_op("intern::half", &in, 1, NULL, 0);
+  strcpy(buf, "float");
+  x.dtype = buf; /* the runtime's buffer, same bytes as an interned string */
+  tu_op("intern::buf", &in, 1, NULL, 0);
+  strcpy(buf, "bfloat16"); /* bytes no slot holds: the buffer's own slot */
+  tu_op("intern::buf1", &in, 1, NULL, 0);
+  strcpy(buf, "double"); /* rewritten: known by bytes, never by the address */
+  tu_op("intern::buf2", &in, 1, NULL, 0);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "intern::mm"), 2);
+  int mms = 0;
+  for (size_t i = 0; i < json_array_size(t.nodes); i++) {
+    json_t *node = json_array_get(t.nodes, i);
+    const char *name = tu_name(node);
+    if (name && strcmp(name, "intern::mm") == 0) {
+      mms++;
+      expect_json(tu_in(node, "inputs", "types", 0), "\"Tensor(float)\"", "mm", mms);
+      json_t *v = tu_in(node, "inputs", "values", 0);
+      expect_json(json_array_get(v, 5), "\"cuda:0\"", "mm device", mms);
+    }
+  }
+  assert_int_equal(mms, 2);
+  expect_json(tu_in(tu_node(&t, "intern::half"), "inputs", "types", 0), "\"Tensor(c10::Half)\"",
+              "half", 0);
+  expect_json(tu_in(tu_node(&t, "intern::buf"), "inputs", "types", 0), "\"Tensor(float)\"", "buf",
+              0);
+  expect_json(tu_in(tu_node(&t, "intern::buf1"), "inputs", "types", 0), "\"Tensor(bfloat16)\"",
+              "buf1", 0);
+  expect_json(tu_in(tu_node(&t, "intern::buf2"), "inputs", "types", 0), "\"Tensor(double)\"",
+              "buf2", 0);
+  tu_free(&t);
+}
+
 /* More tensors than an op may hold slots for, the same tensor twice, tensors in nested
  * lists, a tensor of many dimensions and one with a long dtype: all written as recorded. */
 static void test_many_and_unusual_tensors(void **state) {
@@ -358,6 +468,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_slots_held_by_an_open_op),
       TU_TEST(test_metadata_changes_under_one_identity),
+      TU_TEST(test_identity_reused_after_death),
+      TU_TEST(test_interned_strings),
       TU_TEST(test_many_and_unusual_tensors),
       TU_TEST(test_thread_churn),
       TU_TEST(test_tables_beside_json),
