@@ -16,7 +16,9 @@
  *                       do), untraced and traced: the wall time tracing adds per op when
  *                       the writer thread keeps up (1 and 2 recording threads)
  *   binary_*            the same with the binary event log (ETR_TRACE=x.etr): the writer
- *                       writes the events as they are, no JSON
+ *                       writes the events as they are, no JSON; binary_interned_* with the
+ *                       op's name, schema, dtype and device from etr_intern (known by
+ *                       address: no bytes compared per op)
  *   baseline_*          the same workload through a PyTorch-style observer (pt_baseline.c)
  * The last line of output is one JSON object with every figure. The benchmark never fails
  * a build: it exits 0 unless an etr call fails (then 1, with a message).
@@ -63,6 +65,9 @@ static unsigned op_work;
 static const char OP_NAME[] = "aten::mm";
 static const char OP_SCHEMA[] = "aten::mm(Tensor self, Tensor mat2) -> Tensor";
 static const int64_t SIZES[2] = {64, 128};
+/* The name and schema the ops pass: the literals, or their interned copies (etr_intern) in
+ * the binary_interned phase. */
+static const char *g_op_name = OP_NAME, *g_op_schema = OP_SCHEMA;
 static const int64_t STRIDES[2] = {128, 1};
 
 typedef struct pool {
@@ -88,15 +93,28 @@ static void pool_init(pool *p) {
   }
 }
 
+/* The strings the ops pass: the runtime's own literals, or interned copies. */
+static void use_strings(pool *pools, int n, bool interned) {
+  const char *dtype = interned ? etr_intern("float") : "float";
+  const char *device = interned ? etr_intern("cpu") : "cpu";
+  g_op_name = interned ? etr_intern(OP_NAME) : OP_NAME;
+  g_op_schema = interned ? etr_intern(OP_SCHEMA) : OP_SCHEMA;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < POOL; k++) {
+      pools[i].t[k].dtype = dtype;
+      pools[i].t[k].device = device;
+    }
+}
+
 /* One operator call as a runtime writes it: inputs and the schema are filled only when
  * someone observes, outputs only when someone needs them. Inlined in every loop. */
 static inline void run_op(const pool *p, uint64_t i) {
   etr_record r;
   etr_value in[2];
   etr_value out[1];
-  etr_record_init(&r, OP_NAME, ETR_SCOPE_FUNCTION);
+  etr_record_init(&r, g_op_name, ETR_SCOPE_FUNCTION);
   if (etr_record_is_active(&r)) {
-    r.schema = OP_SCHEMA;
+    r.schema = g_op_schema;
     if (etr_record_needs_inputs(&r)) {
       in[0] = etr_value_tensor(&p->t[(i * 5) % POOL]);
       in[1] = etr_value_tensor(&p->t[(i * 11 + 7) % POOL]);
@@ -637,12 +655,15 @@ int main(int argc, char **argv) {
   if (run & RUN_DEVNULL) dn = run_phase(PH_TRACE, "/dev/null", pools, 1, warm, ops, nreps);
   if (run & RUN_2T) en2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, ops, nreps);
   /* The binary event log (ETR_TRACE=x.etr): the same ops, events written as they are. */
-  phase_result bin = none, bin2 = none;
+  phase_result bin = none, bin2 = none, bini = none;
   bytes_result bin_byt = {NAN, NAN, 0};
   if (run & RUN_BINARY) {
     bin_byt = bench_bytes(bin_bytes_path, &pools[0], warm, ops);
     bin = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
     bin2 = run_phase(PH_TRACE, bin_path, pools, 2, warm, ops, nreps);
+    use_strings(pools, 2, true);
+    bini = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
+    use_strings(pools, 2, false);
   }
   if (run & RUN_BASELINE) bl = run_phase(PH_BASELINE, base_path, pools, 1, warm, ops, nreps);
   if (run & RUN_BASELINE_2T) bl2 = run_phase(PH_BASELINE, base_path, pools, 2, warm, ops, nreps);
@@ -735,6 +756,9 @@ int main(int argc, char **argv) {
   row("binary_cpu_ns", bin.cpu, "ns/op of process CPU, binary log (<= 150)");
   row("binary_2t_ns", bin2.per_op, "ns/op per recording thread, 2 threads, binary");
   row1("binary_bytes_per_op", bin_byt.bytes_per_node, "bytes/op in the binary log (<= 64)");
+  row("binary_interned_ns", bini.per_op, "ns/op, binary, name/schema/dtype/device interned");
+  row("binary_interned_rec_cpu_ns", bini.rec_cpu, "ns/op of the recording thread's CPU, interned");
+  row("binary_interned_cpu_ns", bini.cpu, "ns/op of process CPU, binary, interned");
   row("baseline_ns", bl.per_op, "ns/op, PyTorch-style observer (global mutex)");
   row("baseline_rec_cpu_ns", bl.rec_cpu, "ns/op of the recording thread's own CPU, baseline");
   row("baseline_cpu_ns", bl.cpu, "ns/op of process CPU, baseline");
@@ -807,6 +831,9 @@ int main(int argc, char **argv) {
   json_spread("binary_cpu_ns", bin.cpu);
   json_spread("binary_2t_ns", bin2.per_op);
   json_num("binary_bytes_per_op", bin_byt.bytes_per_node);
+  json_spread("binary_interned_ns", bini.per_op);
+  json_spread("binary_interned_rec_cpu_ns", bini.rec_cpu);
+  json_spread("binary_interned_cpu_ns", bini.cpu);
   json_spread("baseline_ns", bl.per_op);
   json_spread("baseline_rec_cpu_ns", bl.rec_cpu);
   json_spread("baseline_cpu_ns", bl.cpu);

@@ -307,7 +307,8 @@ struct ThreadState {
   bool held_locked = false;
   bool sweep_due = false;
 
-  // dtype and device names, made once per thread (names_ keeps them)
+  // dtype and device names, made once per thread and interned (names_ keeps them when
+  // etr_intern cannot)
   const char *dtype_names[static_cast<int>(c10::ScalarType::NumOptions)] = {};
   struct DeviceName {
     int key;
@@ -325,7 +326,11 @@ struct ThreadState {
     const char *schema;
   };
   SchemaSlot schema_slots[256] = {};
-  std::unordered_map<const void *, std::string> schemas;
+  struct Schema {
+    std::string copy;
+    const char *text;  // interned, else copy's
+  };
+  std::unordered_map<const void *, Schema> schemas;
 
   // Freed op contexts, kept for the next ops.
   Context *free_contexts = nullptr;
@@ -350,9 +355,10 @@ struct ThreadState {
   const char *dtype_name(caffe2::TypeMeta m) {
     if (C10_LIKELY(m.isScalarType())) {
       const char *&n = dtype_names[static_cast<int>(m.toScalarType())];
-      if (C10_UNLIKELY(!n)) {
+      if (C10_UNLIKELY(!n)) {  // interned: etr knows it by address (no bytes compared)
         names_.emplace_back(m.name());
-        n = names_.back().c_str();
+        n = etr_intern(names_.back().c_str());
+        if (!n) n = names_.back().c_str();
       }
       return n;
     }
@@ -369,7 +375,8 @@ struct ThreadState {
       if (e.key == k) name = e.name;
     if (!name) {
       names_.emplace_back(d.str());
-      name = names_.back().c_str();
+      name = etr_intern(names_.back().c_str());
+      if (!name) name = names_.back().c_str();
       device_names.push_back({k, name});
     }
     last_device_key = k;
@@ -389,9 +396,11 @@ struct ThreadState {
         o << *sc;
         s = o.str();
       }
-      it = schemas.emplace(name, std::move(s)).first;
+      it = schemas.emplace(name, Schema{std::move(s), nullptr}).first;
+      it->second.text = etr_intern(it->second.copy.c_str());  // (known by address)
+      if (!it->second.text) it->second.text = it->second.copy.c_str();
     }
-    slot = {name, it->second.c_str()};
+    slot = {name, it->second.text};
     return slot.schema;
   }
 

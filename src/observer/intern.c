@@ -113,8 +113,7 @@ bool etr__interned(const char *p) {
   for (unsigned i = 0; i < nb; i++) {
     const block *b = &g_blocks[i];
     size_t used = atomic_load_explicit(&b->used, memory_order_acquire);
-    if ((uintptr_t)p >= (uintptr_t)b->base && (uintptr_t)p < (uintptr_t)b->base + used)
-      return true;
+    if ((uintptr_t)p >= (uintptr_t)b->base && (uintptr_t)p < (uintptr_t)b->base + used) return true;
   }
   return false;
 }
