@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "trace_util.h"
@@ -340,11 +339,8 @@ static void test_binary_log(void **state) {
   assert_int_equal(etr_trace_enable(tr), 0);
   record_world(w);
   assert_int_equal(etr_trace_close(tr), 0);
-  const char *args[] = {"convert", bin, "-o", json, NULL};
-  int st = tu_run(ETR_TOOL, args, NULL, NULL);
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   tu_trace t;
-  tu_load_path(&t, json);
+  tu_convert_load(&t, ETR_TOOL, bin, json);
   check_world(&t, w);
   tu_free(&t);
   unlink(bin);

@@ -63,6 +63,14 @@ int tu_run(const char *exe, const char *const *args, const char *const *extra_en
  * -1; else 0 with the wait status in *status. */
 int tu_wait(pid_t pid, int timeout_s, int *status);
 
+/* ---- the etr command (tests built with ETR_TOOL pass it as tool) ---- */
+
+/* Run the etr command at tool with args (NULL-terminated, without argv[0]); its exit status,
+ * 128 when it did not exit. */
+int tu_etr(const char *tool, const char *const *args);
+/* Fail the test unless `etr validate --strict` accepts the trace at path. */
+void tu_assert_valid(const char *tool, const char *path);
+
 /* ---- trace life cycle ---- */
 
 /* Make a temp dir, open a trace at <dir>/trace.json with opt (may be NULL) and enable it. */
@@ -77,6 +85,9 @@ void tu_close_ok(tu_trace *t);
 void tu_load(tu_trace *t);
 /* Parse a file somewhere else into t (no temp dir). */
 void tu_load_path(tu_trace *t, const char *path);
+/* `etr convert bin -o json` (asserts it succeeds and that `etr validate --strict` accepts
+ * json), then tu_load_path(t, json). */
+void tu_convert_load(tu_trace *t, const char *tool, const char *bin, const char *json);
 /* Free the text and tree and remove the temp dir. */
 void tu_free(tu_trace *t);
 /* cmocka teardown: close and free what tu_traces of a failed test still hold (so the next
