@@ -99,11 +99,10 @@ static void record_ops(int rounds) {
 }
 
 static void record_to(const char *path, int rounds, bool timing) {
-  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  etr_trace_options o;
+  etr_traceback_options o_tb;
+  tu_traceback_options(&o, &o_tb);
   o.no_timing = !timing;
-  etr_traceback_options o_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  o.traceback = &o_tb;
-  o_tb.enabled = true;
   o_tb.pattern = "aten::*";
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open(path, &o, &tr), 0);
@@ -291,11 +290,10 @@ static void test_cut_anywhere(void **state) {
   snprintf(bin, sizeof bin, "%s/full.etr", dir);
   snprintf(cut, sizeof cut, "%s/cut.etr", dir);
   snprintf(out, sizeof out, "%s/cut.json", dir);
-  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  etr_trace_options o;
+  etr_traceback_options o_tb;
+  tu_traceback_options(&o, &o_tb);
   o.flush_kb = 4; /* many records */
-  etr_traceback_options o_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  o.traceback = &o_tb;
-  o_tb.enabled = true;
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open(bin, &o, &tr), 0);
   assert_int_equal(etr_trace_enable(tr), 0);

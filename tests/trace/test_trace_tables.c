@@ -302,10 +302,9 @@ static void test_tables_beside_json(void **state) {
   assert_non_null(stale);
   fputs("stale", stale);
   fclose(stale);
-  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
-  tb.enabled = true;
-  o.traceback = &tb;
+  etr_trace_options o;
+  etr_traceback_options tb;
+  tu_traceback_options(&o, &tb);
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open(path, &o, &tr), 0);
   assert_int_equal(access(side, F_OK), -1); /* the stale one is gone */

@@ -277,6 +277,13 @@ void tu_load(tu_trace *t) {
   tu_check_tree(t);
 }
 
+void tu_traceback_options(etr_trace_options *opt, etr_traceback_options *tb) {
+  *opt = (etr_trace_options)ETR_TRACE_OPTIONS_INIT;
+  *tb = (etr_traceback_options)ETR_TRACEBACK_OPTIONS_INIT;
+  tb->enabled = true;
+  opt->traceback = tb;
+}
+
 void tu_load_path(tu_trace *t, const char *path) {
   memset(t, 0, sizeof *t);
   snprintf(t->path, sizeof t->path, "%s", path);

@@ -73,6 +73,9 @@ void tu_assert_valid(const char *tool, const char *path);
 
 /* ---- trace life cycle ---- */
 
+/* Options for a traceback on every op: *opt and *tb set to their defaults, tb enabled and
+ * hung on opt (so tb must live until the trace is open). Change either before opening. */
+void tu_traceback_options(etr_trace_options *opt, etr_traceback_options *tb);
 /* Make a temp dir, open a trace at <dir>/trace.json with opt (may be NULL) and enable it. */
 void tu_open(tu_trace *t, const etr_trace_options *opt);
 /* Same without enabling. */
