@@ -284,6 +284,15 @@ void tu_traceback_options(etr_trace_options *opt, etr_traceback_options *tb) {
   opt->traceback = tb;
 }
 
+void tu_open_traceback(tu_trace *t, const etr_traceback_options *tb) {
+  etr_trace_options opt;
+  etr_traceback_options on;
+  tu_traceback_options(&opt, &on);
+  if (tb != NULL) on = *tb;
+  on.enabled = true;
+  tu_open(t, &opt);
+}
+
 void tu_load_path(tu_trace *t, const char *path) {
   memset(t, 0, sizeof *t);
   snprintf(t->path, sizeof t->path, "%s", path);

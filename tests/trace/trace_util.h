@@ -78,6 +78,8 @@ void tu_assert_valid(const char *tool, const char *path);
 void tu_traceback_options(etr_trace_options *opt, etr_traceback_options *tb);
 /* Make a temp dir, open a trace at <dir>/trace.json with opt (may be NULL) and enable it. */
 void tu_open(tu_trace *t, const etr_trace_options *opt);
+/* tu_open with a traceback on every op: tb's settings (NULL: the defaults), enabled. */
+void tu_open_traceback(tu_trace *t, const etr_traceback_options *tb);
 /* Same without enabling. */
 void tu_open_disabled(tu_trace *t, const etr_trace_options *opt);
 /* Close (recording close_rc), then load and parse the file and check the tree invariants. */
