@@ -22,6 +22,9 @@
  *   was open when the backward op began: start-to-start, not finish-to-start).
  * - thread (replay only): the ops of one thread run in start order, one at a time.
  * Start order is (ts, id) when every op has timing, else id (ids are drawn at op start).
+ *
+ * Files: lib_an_ops.c (the table and the dependency graph), lib_an_model.c (the cost model),
+ * lib_an_sched.c (the scheduler and the critical path).
  */
 #ifndef ETR_TOOLS_LIB_AN_OPS_H
 #define ETR_TOOLS_LIB_AN_OPS_H
@@ -112,6 +115,9 @@ bool an_optab_add_rnode(an_optab *t, const rd_rnode *n);
 /* Resolve parents, fw_parents, the start order and the recorded span. false on OOM. */
 bool an_optab_finish(an_optab *t);
 const char *an_optab_name(const an_optab *t, uint32_t op_ix);
+/* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER), whose cost the model's FLOP rate sets;
+ * called by an_optab_finish. */
+void an_optab_mark_flops(an_optab *t);
 
 /* Read a whole trace into t (then finishes it), with the progress line of command cmd.
  * ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error. */
@@ -126,7 +132,7 @@ double an_flops(const char *name, const rd_jval *inputs, const rd_jval *outputs)
 double an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems, uint64_t out_nelems,
                      uint64_t pg_size);
 
-/* ---- dependency graph ---- */
+/* ---- dependency graph (lib_an_ops.c) ---- */
 
 enum { ETR_DEP_DATA = 1, ETR_DEP_FW = 2 };
 
@@ -149,7 +155,7 @@ typedef struct an_deps {
 bool an_deps_build(const an_optab *t, an_deps *d);
 void an_deps_free(an_deps *d);
 
-/* ---- cost model ---- */
+/* ---- cost model (lib_an_model.c) ---- */
 
 typedef struct an_speedup {
   char *pattern; /* exact name, or a prefix when it ends with '*' ("*" = every op) */
@@ -174,10 +180,8 @@ int an_model_line(an_model *m, const char *line, char *err, size_t errlen);
 /* Cost (µs) of every op under the model into cost[t->n] (the recorded exclusive duration,
  * divided by its speed-up, when no FLOP or link rule applies). false on OOM. */
 bool an_model_costs(const an_model *m, const an_optab *t, double *cost);
-/* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER); called by an_optab_finish. */
-void an_optab_mark_flops(an_optab *t);
 
-/* ---- schedule (simulation / longest path) ---- */
+/* ---- schedule: simulation / longest path (lib_an_sched.c) ---- */
 
 /* What set an op's start: nothing (time 0), the end of the previous op of its thread,
  * the end of a data source, the start of its fw_parent, recorded idle time after the

@@ -70,17 +70,6 @@ typedef struct rk_set {
   const char *rank_source;
 } rk_set;
 
-static bool grow(void **p, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return true;
-  size_t c = *cap ? *cap * 2 : 16;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * size);
-  if (!q) return false;
-  *p = q;
-  *cap = c;
-  return true;
-}
-
 static const char *attr_str(const rd_rnode *n, const char *name) {
   const rd_rattr *a = an_attr(n, name);
   return a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : "";
@@ -119,7 +108,7 @@ static void parse_groups(rk_rank *rk, const rd_rnode *n) {
 }
 
 static bool add_coll(rk_set *s, rk_rank *rk, const rd_rnode *n, const char *coll) {
-  if (!grow((void **)&rk->c, &rk->cap, rk->n + 1, sizeof *rk->c)) return false;
+  if (!an_grow((void **)&rk->c, &rk->cap, rk->n + 1, sizeof *rk->c)) return false;
   const char *pg = attr_str(n, "pg_name");
   rk_coll *c = &rk->c[rk->n];
   memset(c, 0, sizeof *c);
@@ -249,8 +238,8 @@ static bool match(rk_set *s) {
                "process group \"%s\": %zu collectives on one rank, %zu on another",
                cli_term(s->pgs.strs[p]), lo, hi);
     for (size_t k = 0; k < lo; k++) {
-      if (!grow((void **)&s->inst, &s->capinst, s->ninst + 1, sizeof *s->inst) ||
-          !grow((void **)&s->mem, &s->capmem, s->nmem + nm, sizeof *s->mem))
+      if (!an_grow((void **)&s->inst, &s->capinst, s->ninst + 1, sizeof *s->inst) ||
+          !an_grow((void **)&s->mem, &s->capmem, s->nmem + nm, sizeof *s->mem))
         return false;
       rk_inst *in = &s->inst[s->ninst];
       memset(in, 0, sizeof *in);

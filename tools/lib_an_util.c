@@ -399,6 +399,19 @@ void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, cha
   }
 }
 
+/* ---- growable arrays ---- */
+
+bool an_grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  size_t ncap = *cap ? *cap * 2 : 16;
+  while (ncap < need) ncap *= 2;
+  void *np = realloc(*p, ncap * elem);
+  if (np == NULL) return false;
+  *p = np;
+  *cap = ncap;
+  return true;
+}
+
 /* ---- trace helpers ---- */
 
 bool an_is_thread_node(const rd_rnode *n) {

@@ -92,6 +92,12 @@ void an_out_jval(an_out *o, const rd_jval *v);
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl);
 
+/* ---- growable arrays ---- */
+
+/* Make room for `need` elements of `elem` bytes in the array *p of capacity *cap (both
+ * updated; the capacity doubles, from 16). false, the array untouched, when memory ran out. */
+bool an_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 /* ---- trace helpers ---- */
 
 /* The node is a thread / process node (by its name). */

@@ -3,7 +3,7 @@
  * Built once per module from the ELF's .symtab (or .dynsym when the file is stripped) and
  * searched by binary search: about 15 comparisons for 20k functions, no allocation. Names are
  * not copied: entries hold offsets into the ELF string table, which stays mapped while the
- * Elf handle is open. Used by symbolize.c only; one thread at a time.
+ * Elf handle is open. Used by symbolize_file.c only; one thread at a time.
  */
 #ifndef ETR_UNWIND_SYMTAB_H
 #define ETR_UNWIND_SYMTAB_H

@@ -3,7 +3,8 @@
  * and benchmarks reach these through the static library.
  *
  * Ownership: capture.c + modules.c (native capture, unwind-rule cache, module map),
- * symbolize.c (+ symtab.c) (addresses to function/file/line), script.c (script unwinder).
+ * symbolize.c + symbolize_file.c (+ symtab.c) (addresses to function/file/line), script.c
+ * (script unwinder).
  */
 #ifndef ETR_UNWIND_H
 #define ETR_UNWIND_H
@@ -55,7 +56,7 @@ const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip);
 /* The current generation (bumped when libraries are loaded or unloaded). */
 uint64_t etr__modules_generation(void);
 
-/* ---- symbolization (symbolize.c) ---- */
+/* ---- symbolization (symbolize.c: caches and fallbacks; symbolize_file.c: ELF, DWARF) ---- */
 
 typedef struct etr__symbol {
   const char *name;     /* demangled function name, "" when unknown */

@@ -20,15 +20,10 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from etr_checks import check, finish  # noqa: E402
+
 CMDS = ["chrome", "graph", "replay", "flame"]
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
 
 
 def run(args, etr, stdin=None, env=None):
@@ -451,10 +446,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     rc = {"ours": group_ours, "fixtures": group_fixtures, "real": group_real,
           "damaged": group_damaged}[a.group](a)
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    return rc
+    return finish(rc=rc)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,21 @@ static void test_model_parse(void **state) {
 
 /* ---- a hand-built trace ---- */
 
+/* A timed op with no tensors, FLOPs or collective (the tests add those where they need
+ * them). */
+static an_op_desc op_desc(int64_t id, int64_t parent, uint64_t tid, const char *name, int64_t ts,
+                          int64_t incl, int64_t excl) {
+  return (an_op_desc){.id = id,
+                      .parent = parent,
+                      .tid = tid,
+                      .name = name,
+                      .timed = true,
+                      .ts = ts,
+                      .incl = incl,
+                      .excl = excl,
+                      .coll_bytes = -1};
+}
+
 /* The trace of tests/analysis/data/replay_small.json:
  *   thread 1: producer #10 [100,110) writes t50 (storage 51)
  *             outer #11 [115,135) excl 8, child aten::mm #12 [118,130) reads t50, writes t70
@@ -213,57 +228,23 @@ static void build_small(an_optab *t, bool timed) {
   static const an_tref t50 = {50, 51}, mm_in[2] = {{50, 51}, {52, 53}}, t70 = {70, 71},
                        t72 = {72, 71};
   an_op_desc d[5] = {
-      {.id = 10,
-       .parent = 2,
-       .tid = 1,
-       .name = "producer",
-       .ts = 100,
-       .incl = 10,
-       .excl = 10,
-       .out = &t50,
-       .n_out = 1,
-       .coll_bytes = -1},
-      {.id = 12,
-       .parent = 11,
-       .tid = 1,
-       .name = "aten::mm",
-       .ts = 118,
-       .incl = 12,
-       .excl = 12,
-       .in = mm_in,
-       .n_in = 2,
-       .out = &t70,
-       .n_out = 1,
-       .flops = 48,
-       .coll_bytes = -1},
-      {.id = 11,
-       .parent = 2,
-       .tid = 1,
-       .name = "outer",
-       .ts = 115,
-       .incl = 20,
-       .excl = 8,
-       .coll_bytes = -1},
-      {.id = 20,
-       .parent = 3,
-       .tid = 2,
-       .name = "consumer",
-       .ts = 140,
-       .incl = 6,
-       .excl = 6,
-       .in = &t72,
-       .n_in = 1,
-       .coll_bytes = -1},
-      {.id = 21,
-       .parent = 3,
-       .tid = 2,
-       .name = "bw",
-       .fw_parent = 11,
-       .ts = 150,
-       .incl = 4,
-       .excl = 4,
-       .coll_bytes = -1},
+      /* id, parent, tid, name, ts, incl, excl */
+      op_desc(10, 2, 1, "producer", 100, 10, 10),  /* d[0] */
+      op_desc(12, 11, 1, "aten::mm", 118, 12, 12), /* d[1] */
+      op_desc(11, 2, 1, "outer", 115, 20, 8),      /* d[2] */
+      op_desc(20, 3, 2, "consumer", 140, 6, 6),    /* d[3] */
+      op_desc(21, 3, 2, "bw", 150, 4, 4),          /* d[4] */
   };
+  d[0].out = &t50;
+  d[0].n_out = 1;
+  d[1].in = mm_in;
+  d[1].n_in = 2;
+  d[1].out = &t70;
+  d[1].n_out = 1;
+  d[1].flops = 48;
+  d[3].in = &t72;
+  d[3].n_in = 1;
+  d[4].fw_parent = 11;
   for (int i = 0; i < 5; i++) {
     d[i].timed = timed;
     assert_true(an_optab_add_op(t, &d[i]));
@@ -420,44 +401,13 @@ static void test_damaged(void **state) {
   an_optab t;
   an_optab_init(&t);
   an_op_desc d[4] = {
-      {.id = 5,
-       .parent = 6,
-       .tid = 1,
-       .name = "a",
-       .timed = true,
-       .ts = 10,
-       .incl = 5,
-       .excl = 5,
-       .coll_bytes = -1},
-      {.id = 6,
-       .parent = 5,
-       .tid = 1,
-       .name = "b",
-       .timed = true,
-       .ts = 12,
-       .incl = 1,
-       .excl = 1,
-       .coll_bytes = -1},
-      {.id = 7,
-       .parent = 5,
-       .tid = 2,
-       .name = "c",
-       .fw_parent = 8,
-       .timed = true,
-       .ts = 11,
-       .incl = 3,
-       .excl = 3,
-       .coll_bytes = -1},
-      {.id = 8,
-       .parent = 8,
-       .tid = 2,
-       .name = "d",
-       .timed = true,
-       .ts = 30,
-       .incl = 1,
-       .excl = 1,
-       .coll_bytes = -1},
+      /* id, parent, tid, name, ts, incl, excl */
+      op_desc(5, 6, 1, "a", 10, 5, 5), /* d[0]: parent cycle 5 <-> 6 */
+      op_desc(6, 5, 1, "b", 12, 1, 1), /* d[1] */
+      op_desc(7, 5, 2, "c", 11, 3, 3), /* d[2]: parent on another thread, fw_parent 8 later */
+      op_desc(8, 8, 2, "d", 30, 1, 1), /* d[3]: its own parent */
   };
+  d[2].fw_parent = 8;
   for (int i = 0; i < 4; i++) assert_true(an_optab_add_op(&t, &d[i]));
   d[3].ts = 40;
   assert_true(an_optab_add_op(&t, &d[3])); /* duplicate id */

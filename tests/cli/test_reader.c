@@ -20,11 +20,11 @@
 #include "etr/common.h"
 #include "json/reader.h"
 
+#include "cli_test_util.h"
+
 #ifndef ETR_GOLDEN
 #error "ETR_GOLDEN must name tests/trace/golden/basic.json"
 #endif
-
-static char tmpdir[] = "/tmp/etr-reader-test-XXXXXX";
 
 static char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -39,19 +39,6 @@ static char *slurp(const char *path, size_t *len) {
   fclose(f);
   *len = (size_t)n;
   return b;
-}
-
-static const char *tmp_path(const char *name) {
-  static char p[256];
-  snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-  return p;
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, len, f), len);
-  fclose(f);
 }
 
 /* ---- collected results of reading a whole file ---- */
@@ -261,8 +248,8 @@ static void test_value_kinds(void **state) {
       "\"value\": 0}, {\"name\": \"op_schema\", \"type\": \"string\", \"value\": \"\"}, {\"name\": "
       "\"traceback\", \"type\": \"uint64\", \"value\": 4}]}],\n \"finish_ts\": 11, \"frames\": [], "
       "\"tracebacks\": [[0, 1]]}";
-  const char *p = tmp_path("kinds.json");
-  write_file(p, doc, strlen(doc));
+  const char *p = ct_tmp_path("kinds.json");
+  ct_write_file(p, doc, strlen(doc));
   rd_reader *r = NULL;
   assert_int_equal(rd_open(p, NULL, &r), 0);
   assert_string_equal(rd_header(r)->time, "2024-01-02 03:04:05");
@@ -338,7 +325,7 @@ static void test_gzip(void **state) {
   (void)state;
   result plain = read_all(ETR_GOLDEN, 0);
   assert_int_equal(plain.rc, 0);
-  const char *p = tmp_path("golden.gz"); /* no .json in the name: found by magic bytes */
+  const char *p = ct_tmp_path("golden.gz"); /* no .json in the name: found by magic bytes */
   gzip_file(ETR_GOLDEN, p, 1);
   result gz = read_all(p, 0);
   assert_int_equal(gz.rc, 0);
@@ -351,14 +338,14 @@ static void test_gzip(void **state) {
   /* a cut gzip stream is an error naming the file */
   size_t len;
   char *b = slurp(p, &len);
-  const char *q = tmp_path("cut.gz");
-  write_file(q, b, len - 30);
+  const char *q = ct_tmp_path("cut.gz");
+  ct_write_file(q, b, len - 30);
   result cut = read_all(q, 0);
   assert_error_names(&cut, q, 100000);
   /* corrupt compressed bytes */
   b[len / 2] ^= 0x55;
   b[len / 2 + 1] ^= 0x55;
-  write_file(q, b, len);
+  ct_write_file(q, b, len);
   cut = read_all(q, 0);
   assert_error_names(&cut, q, 100000);
   free(b);
@@ -380,20 +367,20 @@ static void test_zstd(void **state) {
   assert_false(ZSTD_isError(a));
   size_t b = ZSTD_compress(z + a, cap - a, src + len / 2, len - len / 2, 3);
   assert_false(ZSTD_isError(b));
-  const char *p = tmp_path("golden.zst");
-  write_file(p, z, a + b);
+  const char *p = ct_tmp_path("golden.zst");
+  ct_write_file(p, z, a + b);
   result zr = read_all(p, 0);
   assert_int_equal(zr.rc, 0);
   assert_int_equal(zr.nodes, plain.nodes);
   assert_int_equal(zr.id_sum, plain.id_sum);
-  const char *q = tmp_path("cut.zst");
-  write_file(q, z, a + b - 20);
+  const char *q = ct_tmp_path("cut.zst");
+  ct_write_file(q, z, a + b - 20);
   result cut = read_all(q, 0);
   assert_error_names(&cut, q, 100000);
   assert_non_null(strstr(cut.err, "zstd"));
   z[a + b / 2] ^= 0x55;
   z[a + b / 2 + 1] ^= 0x55;
-  write_file(q, z, a + b);
+  ct_write_file(q, z, a + b);
   cut = read_all(q, 0);
   assert_error_names(&cut, q, 100000);
   free(z);
@@ -449,11 +436,11 @@ static void test_truncated(void **state) {
   (void)state;
   size_t len;
   char *b = slurp(ETR_GOLDEN, &len);
-  const char *p = tmp_path("cut.json");
+  const char *p = ct_tmp_path("cut.json");
   size_t end = len;
   while (end > 0 && (b[end - 1] == '\n' || b[end - 1] == ' ')) end--;
   for (size_t cut = 0; cut < end; cut += cut < 200 ? 1 : 13) {
-    write_file(p, b, cut);
+    ct_write_file(p, b, cut);
     result res = read_both(p);
     assert_error_names(&res, p, cut);
     assert_true(res.nodes <= 10);
@@ -468,7 +455,7 @@ static void test_mangled(void **state) {
   size_t len;
   char *orig = slurp(ETR_GOLDEN, &len);
   char *b = malloc(len);
-  const char *p = tmp_path("mangled.json");
+  const char *p = ct_tmp_path("mangled.json");
   static const char subst[] = {'{',  '}',  '[',        ']',        '"', ',', ':', 'x',
                                '\0', '\\', (char)0xff, (char)0xc3, '9', '-', ' '};
   size_t errors = 0, runs = 0;
@@ -477,7 +464,7 @@ static void test_mangled(void **state) {
       memcpy(b, orig, len);
       if (b[pos] == subst[k]) continue;
       b[pos] = subst[k];
-      write_file(p, b, len);
+      ct_write_file(p, b, len);
       result res = read_both(p);
       runs++;
       if (res.rc < 0) {
@@ -494,7 +481,7 @@ static void test_mangled(void **state) {
   assert_non_null(at);
   size_t pos = (size_t)(at - orig) + 12;
   b[pos] = 'x';
-  write_file(p, b, len);
+  ct_write_file(p, b, len);
   result res = read_all(p, 0);
   assert_error_names(&res, p, pos + 1);
   const char *off = strstr(res.err, ": byte ");
@@ -504,8 +491,8 @@ static void test_mangled(void **state) {
 }
 
 static void expect_error(const char *doc, const char *reason) {
-  const char *p = tmp_path("bad.json");
-  write_file(p, doc, strlen(doc));
+  const char *p = ct_tmp_path("bad.json");
+  ct_write_file(p, doc, strlen(doc));
   result res = read_all(p, 0);
   assert_error_names(&res, p, strlen(doc));
   if (!strstr(res.err, reason)) fail_msg("error \"%s\" lacks \"%s\"", res.err, reason);
@@ -518,8 +505,8 @@ static void test_number_cut_at_end(void **state) {
   static const char doc[] =
       "{\"schema\": \"1.1.1\", \"pid\": 7, \"time\": \"t\", "
       "\"start_ts\": 5, \"nodes\": [], \"finish_ts\": 12";
-  const char *p = tmp_path("cutnum.json");
-  write_file(p, doc, strlen(doc));
+  const char *p = ct_tmp_path("cutnum.json");
+  ct_write_file(p, doc, strlen(doc));
   for (int b = 0; b < 2; b++) {
     setenv("ETR_READER_BACKEND", b ? "yajl" : "hand", 1);
     rd_reader *r = NULL;
@@ -531,11 +518,11 @@ static void test_number_cut_at_end(void **state) {
     assert_non_null(strstr(rd_error(r), "end of input"));
     rd_close(r);
     /* the same in the header: cut right after "start_ts": 5 */
-    write_file(p, doc, (size_t)(strstr(doc, "5,") - doc) + 1);
+    ct_write_file(p, doc, (size_t)(strstr(doc, "5,") - doc) + 1);
     assert_true(rd_open(p, NULL, &r) < 0);
     assert_int_equal(rd_header(r)->start_ts, -1);
     rd_close(r);
-    write_file(p, doc, strlen(doc));
+    ct_write_file(p, doc, strlen(doc));
   }
   unsetenv("ETR_READER_BACKEND");
 }
@@ -550,8 +537,8 @@ static void test_backends_agree(void **state) {
       " \n{ \"schema\" :\"1.1.1\" , \"nodes\" : [ { \"id\" : 2 , \"name\" : \"a\\\"\\\\\\/\\b\\f\\n"
       "\\r\\t\\u0041\\ud834\\udd1e\\udc00\" , \"x\" : [ 1e5 , -0 , 0.25E-2 , true , false , null , "
       "[ [ [ ] ] ] , { } ] } , {\"id\":3} ] , \"finish_ts\" : -7 } \t\n";
-  const char *p = tmp_path("odd.json");
-  write_file(p, doc, strlen(doc));
+  const char *p = ct_tmp_path("odd.json");
+  ct_write_file(p, doc, strlen(doc));
   r = read_both(p);
   assert_int_equal(r.rc, 0);
   assert_int_equal(r.nodes, 2);
@@ -589,7 +576,7 @@ static void test_backends_agree(void **state) {
       /* an unterminated string after the object (yajl took it for a token still coming) */
       "{\"nodes\": []}\n\"val", "{\"nodes\": []} \"", "{\"nodes\": []}x", "{\"nodes\": []}{}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    write_file(p, bad[i], strlen(bad[i]));
+    ct_write_file(p, bad[i], strlen(bad[i]));
     r = read_both(p);
     if (r.rc >= 0) fail_msg("accepted: %s", bad[i]);
     assert_error_names(&r, p, strlen(bad[i]));
@@ -608,7 +595,7 @@ static void test_backends_agree(void **state) {
       {"{\"nodes\": [{\"a\": \"\xc0\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd"},
       {"{\"nodes\": [{\"\xff\": \"\xe0\x80\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}};
   for (size_t i = 0; i < sizeof bad_utf8 / sizeof *bad_utf8; i++) {
-    write_file(p, bad_utf8[i].doc, strlen(bad_utf8[i].doc));
+    ct_write_file(p, bad_utf8[i].doc, strlen(bad_utf8[i].doc));
     r = read_both(p);
     if (r.rc < 0) fail_msg("rejected: %s (%s)", bad_utf8[i].doc, r.err);
     assert_int_equal(r.nodes, 1);
@@ -684,7 +671,7 @@ static first_node read_first(const char *path, const char *backend) {
  * the general ones, and yajl, give. */
 static void test_fast_paths(void **state) {
   (void)state;
-  const char *p = tmp_path("fast.json");
+  const char *p = ct_tmp_path("fast.json");
   static const char *const backends[2] = {"hand", "yajl"};
   /* strings of every length around the 16-byte blocks, plain or with an escape or a
    * two-byte character at every position */
@@ -708,7 +695,7 @@ static void test_fast_paths(void **state) {
         text[t] = want[w] = '\0';
         snprintf(doc, sizeof doc, "{\"nodes\": [{\"id\": 3, \"name\": \"%s\", \"%s\": 1}]}", text,
                  text);
-        write_file(p, doc, strlen(doc));
+        ct_write_file(p, doc, strlen(doc));
         for (int b = 0; b < 2; b++) {
           first_node f = read_first(p, backends[b]);
           assert_int_equal(f.rc, 0);
@@ -745,7 +732,7 @@ static void test_fast_paths(void **state) {
   for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
     char doc[160];
     snprintf(doc, sizeof doc, "{\"nodes\": [{\"id\": 3, \"x\": %s}]}", nums[i].text);
-    write_file(p, doc, strlen(doc));
+    ct_write_file(p, doc, strlen(doc));
     for (int b = 0; b < 2; b++) {
       first_node f = read_first(p, backends[b]);
       assert_int_equal(f.rc, 0);
@@ -761,7 +748,7 @@ static void test_fast_paths(void **state) {
   const char *nul_doc =
       "{\"nodes\": [{\"id\\u0000x\": 5, \"name\": \"n\", \"attrs\": [{\"name\": \"tid\\u0000y\", "
       "\"type\": \"uint64\", \"value\": 9}]}]}";
-  write_file(p, nul_doc, strlen(nul_doc));
+  ct_write_file(p, nul_doc, strlen(nul_doc));
   for (int b = 0; b < 2; b++) {
     first_node f = read_first(p, backends[b]);
     assert_int_equal(f.rc, 0);
@@ -801,16 +788,16 @@ static void test_shape_errors(void **state) {
   /* a node larger than max_node_bytes */
   const char *doc =
       "{\"nodes\": [{\"id\": 2, \"name\": \"0123456789012345678901234567890123456789\"}]}";
-  const char *p = tmp_path("big.json");
-  write_file(p, doc, strlen(doc));
+  const char *p = ct_tmp_path("big.json");
+  ct_write_file(p, doc, strlen(doc));
   result res = read_all(p, 32);
   assert_error_names(&res, p, 20);
   assert_non_null(strstr(res.err, "node larger than"));
   /* reading a directory, a missing file */
-  res = read_all(tmpdir, 0);
+  res = read_all(ct_tmpdir(), 0);
   assert_true(res.rc < 0);
-  assert_non_null(strstr(res.err, tmpdir));
-  res = read_all(tmp_path("does-not-exist.json"), 0);
+  assert_non_null(strstr(res.err, ct_tmpdir()));
+  res = read_all(ct_tmp_path("does-not-exist.json"), 0);
   assert_int_equal(res.rc, ETR_EOPEN);
   assert_non_null(strstr(res.err, "does-not-exist.json: byte 0: cannot open"));
 }
@@ -824,8 +811,8 @@ static void test_warnings(void **state) {
       "{\"values\": [], \"shapes\": [], \"types\": []}, \"attrs\": [{\"name\": \"rf_id\", "
       "\"type\": "
       "\"uint64\", \"value\": 0}]}], \"finish_ts\": 1}";
-  const char *p = tmp_path("warn.json");
-  write_file(p, doc, strlen(doc));
+  const char *p = ct_tmp_path("warn.json");
+  ct_write_file(p, doc, strlen(doc));
   result res = read_all(p, 0);
   assert_int_equal(res.rc, 0);
   assert_int_equal(res.nodes, 1);
@@ -844,7 +831,7 @@ static void test_bounded_memory(void **state) {
   const char *stop = strstr(b, "  {\"id\":1,");
   assert_non_null(start);
   assert_non_null(stop);
-  const char *p = tmp_path("long.json");
+  const char *p = ct_tmp_path("long.json");
   FILE *f = fopen(p, "wb");
   assert_non_null(f);
   fwrite(b, 1, (size_t)(start - b), f);
@@ -939,7 +926,7 @@ static void test_hostile_shapes(void **state) {
 
   /* a 6 MiB name: linear (each byte parsed at most ~3 times; it was once per 64 KiB read,
    * 48 times on average here), or a clear error under a smaller limit */
-  const char *p = tmp_path("bigname.json");
+  const char *p = ct_tmp_path("bigname.json");
   FILE *f = fopen(p, "wb");
   assert_non_null(f);
   fputs(hdr, f);
@@ -960,7 +947,7 @@ static void test_hostile_shapes(void **state) {
   if (s.max_memory > (4u << 20)) fail_msg("held %llu bytes", (unsigned long long)s.max_memory);
 
   /* a node of 1.5M tiny values: its tree, not its 3 MiB of text, is over a 16 MiB limit */
-  p = tmp_path("bigvalues.json");
+  p = ct_tmp_path("bigvalues.json");
   f = fopen(p, "wb");
   assert_non_null(f);
   fputs(hdr, f);
@@ -974,7 +961,7 @@ static void test_hostile_shapes(void **state) {
 
   /* a traceback table of 4M entries (8 MiB of text, ~250 MB as a tree) is skipped, with a
    * warning; the key after it is still read */
-  p = tmp_path("bigtable.json");
+  p = ct_tmp_path("bigtable.json");
   f = fopen(p, "wb");
   assert_non_null(f);
   fputs(hdr, f);
@@ -1004,7 +991,7 @@ static void test_hostile_shapes(void **state) {
 
   /* 24 MiB of whitespace before the first key, after a ',' between nodes, after a ':' and
    * before the closing '}': read in full with a 1 MiB limit, never held */
-  p = tmp_path("space.json");
+  p = ct_tmp_path("space.json");
   f = fopen(p, "wb");
   assert_non_null(f);
   fill(f, ' ', 6u << 20);
@@ -1034,18 +1021,6 @@ static void test_hostile_shapes(void **state) {
     unsetenv("ETR_READER_BACKEND");
 }
 
-static int setup(void **state) {
-  (void)state;
-  return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden),
@@ -1063,5 +1038,5 @@ int main(void) {
       cmocka_unit_test(test_number_cut_at_end),
       cmocka_unit_test(test_fast_paths),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, ct_tmpdir_setup, ct_tmpdir_teardown);
 }

@@ -20,20 +20,7 @@
 #include "etr/common.h"
 #include "json/reader.h"
 
-static char tmpdir[] = "/tmp/etr-reader-inplace-XXXXXX";
-
-static const char *tmp_path(const char *name) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
-  return buf;
-}
-
-static void write_file(const char *path, const char *data) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, strlen(data), f), strlen(data));
-  assert_int_equal(fclose(f), 0);
-}
+#include "cli_test_util.h"
 
 static rd_reader *open_with(const char *path, const char *backend) {
   setenv("ETR_READER_BACKEND", backend, 1);
@@ -119,7 +106,7 @@ static size_t assert_backends_same(const char *path) {
  * shortcut's shape and in others, attr values of every kind. */
 static void test_redone_steps_keep_their_strings(void **state) {
   (void)state;
-  const char *p = tmp_path("many.json");
+  const char *p = ct_tmp_path("many.json");
   FILE *f = fopen(p, "wb");
   assert_non_null(f);
   fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
@@ -151,8 +138,8 @@ static void test_redone_steps_keep_their_strings(void **state) {
 /* The error the hand reader gives for doc, "FILE: byte N: reason" cut to "byte N: reason". */
 static const char *hand_error(const char *doc) {
   static char buf[600];
-  const char *p = tmp_path("bad.json");
-  write_file(p, doc);
+  const char *p = ct_tmp_path("bad.json");
+  ct_write_text(p, doc);
   setenv("ETR_READER_BACKEND", "hand", 1);
   rd_reader *r = NULL;
   int rc = rd_open(p, NULL, &r);
@@ -204,14 +191,14 @@ static void test_errors_inside_attr_shortcut(void **state) {
  * missing '}') falls back to the general path with the value's strings intact. */
 static void test_attr_shortcut_falls_back(void **state) {
   (void)state;
-  const char *p = tmp_path("fallback.json");
-  write_file(p,
-             "{\"nodes\": [{\"id\": 2, \"name\": \"n\", \"attrs\": [{\"name\": \"a\", \"type\": "
-             "\"string\", \"value\": \"vv\", \"x\": \"y\"}, {\"name\": \"b\", \"type\": "
-             "\"list\", \"value\": [\"p\", \"q\"] , \"z\": 1}, {\"name\": \"c\", "
-             "\"type\": \"string\", \"value\": \"bad \xff utf-8\", \"w\": 2}, {\"name\": "
-             "\"d\", \"type\": \"string\", \"value\": \"esc\\n\"}, {\"name\": \"e\", "
-             "\"type\": \"int64\", \"value\": -12 , \"v\": true}]}]}");
+  const char *p = ct_tmp_path("fallback.json");
+  ct_write_text(p,
+                "{\"nodes\": [{\"id\": 2, \"name\": \"n\", \"attrs\": [{\"name\": \"a\", \"type\": "
+                "\"string\", \"value\": \"vv\", \"x\": \"y\"}, {\"name\": \"b\", \"type\": "
+                "\"list\", \"value\": [\"p\", \"q\"] , \"z\": 1}, {\"name\": \"c\", "
+                "\"type\": \"string\", \"value\": \"bad \xff utf-8\", \"w\": 2}, {\"name\": "
+                "\"d\", \"type\": \"string\", \"value\": \"esc\\n\"}, {\"name\": \"e\", "
+                "\"type\": \"int64\", \"value\": -12 , \"v\": true}]}]}");
   assert_int_equal(assert_backends_same(p), 1);
   rd_reader *r = open_with(p, "hand");
   const rd_rnode *n;
@@ -226,23 +213,11 @@ static void test_attr_shortcut_falls_back(void **state) {
                          "expected ',' or '}'"));
 }
 
-static int setup(void **state) {
-  (void)state;
-  return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_redone_steps_keep_their_strings),
       cmocka_unit_test(test_errors_inside_attr_shortcut),
       cmocka_unit_test(test_attr_shortcut_falls_back),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, ct_tmpdir_setup, ct_tmpdir_teardown);
 }

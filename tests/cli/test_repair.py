@@ -45,6 +45,13 @@ def run(args, stdin=None, input_bytes=None):
 
 # ---- an independent view of a trace: where each node's text starts and ends ----
 
+def skip_space(text, i, also=""):
+    """The first index from i of a character that is neither JSON white space nor in also."""
+    while text[i] in " \t\r\n" or text[i] in also:
+        i += 1
+    return i
+
+
 class Layout:
     """Byte offsets of a complete trace's parts, found with Python's json module (bytes are
     decoded as latin-1 so that string offsets are byte offsets)."""
@@ -60,8 +67,7 @@ class Layout:
         self.nodes = []
         self.thread_ids = set()
         while True:
-            while text[i] in " \t\r\n,":
-                i += 1
+            i = skip_space(text, i, ",")
             if text[i] == "]":
                 break
             node, end = dec.raw_decode(text, i)
@@ -75,14 +81,12 @@ class Layout:
         self.trailer_ends = {}
         i += 1
         while True:
-            while text[i] in " \t\r\n,":
-                i += 1
+            i = skip_space(text, i, ",")
             if text[i] == "}":
                 break
             key, i = dec.raw_decode(text, i)
             i = text.index(":", i) + 1
-            while text[i] in " \t\r\n":
-                i += 1
+            i = skip_space(text, i)
             _, i = dec.raw_decode(text, i)
             self.trailer_ends[key] = i
         self.json_end = i + 1  # after the top-level '}': what follows is whitespace

@@ -18,22 +18,10 @@
 
 #include "json/reader.h"
 
-static char tmpdir[] = "/tmp/etr-source-test-XXXXXX";
+#include "cli_test_util.h"
+
 static unsigned char *text; /* what every input decompresses to */
 static size_t text_len;
-
-static const char *tmp_path(const char *name) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
-  return buf;
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, len, f), len);
-  assert_int_equal(fclose(f), 0);
-}
 
 /* What a source over path (from byte base, positional or not) hands over, and how it ends. */
 typedef struct drained {
@@ -102,12 +90,12 @@ static unsigned char *zstd_text(size_t *len) {
 
 static void test_plain(void **state) {
   (void)state;
-  const char *p = tmp_path("plain.json");
+  const char *p = ct_tmp_path("plain.json");
   /* four bytes before the input: a positional source starts after them */
   unsigned char *b = malloc(text_len + 4);
   memcpy(b, "XXXX", 4);
   memcpy(b + 4, text, text_len);
-  write_file(p, b, text_len + 4);
+  ct_write_file(p, b, text_len + 4);
   drained d = drain(p, 4, true);
   assert_int_equal(d.len, text_len);
   assert_memory_equal(d.data, text, text_len);
@@ -121,8 +109,8 @@ static void test_gzip_whole_and_cut(void **state) {
   (void)state;
   size_t n;
   unsigned char *gz = gzip_text(&n);
-  const char *p = tmp_path("t.json.gz");
-  write_file(p, gz, n);
+  const char *p = ct_tmp_path("t.json.gz");
+  ct_write_file(p, gz, n);
   drained d = drain(p, 0, false);
   assert_int_equal(d.len, text_len); /* both members */
   assert_memory_equal(d.data, text, text_len);
@@ -130,7 +118,7 @@ static void test_gzip_whole_and_cut(void **state) {
   assert_true(d.gzip);
   free(d.data);
   for (size_t cut = 10; cut < n - 8; cut += n / 7) {
-    write_file(p, gz, cut);
+    ct_write_file(p, gz, cut);
     d = drain(p, 0, true);
     assert_int_equal(d.end, RD_SRC_CUT);
     assert_true(d.len < text_len);
@@ -139,7 +127,7 @@ static void test_gzip_whole_and_cut(void **state) {
   }
   /* corrupt from the middle on: the bytes before, then the end, with zlib's words */
   memset(gz + n / 2, 0xA5, n / 4);
-  write_file(p, gz, n);
+  ct_write_file(p, gz, n);
   d = drain(p, 0, false);
   assert_int_equal(d.end, RD_SRC_CORRUPT);
   assert_non_null(d.detail);
@@ -152,8 +140,8 @@ static void test_zstd_whole_and_cut(void **state) {
   (void)state;
   size_t n;
   unsigned char *z = zstd_text(&n);
-  const char *p = tmp_path("t.json.zst");
-  write_file(p, z, n);
+  const char *p = ct_tmp_path("t.json.zst");
+  ct_write_file(p, z, n);
   drained d = drain(p, 0, false);
   assert_int_equal(d.len, text_len);
   assert_memory_equal(d.data, text, text_len);
@@ -161,7 +149,7 @@ static void test_zstd_whole_and_cut(void **state) {
   assert_true(d.compressed && !d.gzip);
   free(d.data);
   for (size_t cut = 8; cut < n; cut += n / 5) {
-    write_file(p, z, cut);
+    ct_write_file(p, z, cut);
     d = drain(p, 0, true);
     assert_int_equal(d.end, RD_SRC_CUT);
     assert_memory_equal(d.data, text, d.len);
@@ -171,8 +159,7 @@ static void test_zstd_whole_and_cut(void **state) {
 }
 
 static int setup(void **state) {
-  (void)state;
-  if (!mkdtemp(tmpdir)) return -1;
+  if (ct_tmpdir_setup(state) != 0) return -1;
   /* a few hundred KB of trace-like text: several blocks of the source */
   text_len = 0;
   text = malloc(400000);
@@ -184,11 +171,8 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-  (void)state;
   free(text);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
+  return ct_tmpdir_teardown(state);
 }
 
 int main(void) {

@@ -28,15 +28,8 @@ static int g_fd = -1;
 static char g_path[64];
 static char g_dir[64];
 
-#define CHECK(cond, ...)                                           \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      fprintf(stderr, "fuzz_commands: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                                \
-      fprintf(stderr, "\n");                                       \
-      abort();                                                     \
-    }                                                              \
-  } while (0)
+#define FUZZ_TARGET "fuzz_commands"
+#include "fuzz_check.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;

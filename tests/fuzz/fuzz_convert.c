@@ -19,15 +19,8 @@
 
 #include "observer/binlog.h"
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "fuzz_convert: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      abort();                                                    \
-    }                                                             \
-  } while (0)
+#define FUZZ_TARGET "fuzz_convert"
+#include "fuzz_check.h"
 
 static int g_in = -1, g_out = -1;
 static unsigned char g_prefix[4096];

@@ -26,15 +26,8 @@
 
 #include "json/writer.h"
 
-#define CHECK(cond, ...)                                         \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      fprintf(stderr, "fuzz_escape: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, "\n");                                     \
-      abort();                                                   \
-    }                                                            \
-  } while (0)
+#define FUZZ_TARGET "fuzz_escape"
+#include "fuzz_check.h"
 
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 (reference: decode, then range-check
  * the code point). */

@@ -31,15 +31,8 @@ int cmd_validate(int argc, char **argv);
 static int g_fd = -1;
 static char g_path[64];
 
-#define CHECK(cond, ...)                                         \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      fprintf(stderr, "fuzz_reader: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, "\n");                                     \
-      abort();                                                   \
-    }                                                            \
-  } while (0)
+#define FUZZ_TARGET "fuzz_reader"
+#include "fuzz_check.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;

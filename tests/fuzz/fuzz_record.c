@@ -45,15 +45,9 @@
 
 int cmd_validate(int argc, char **argv);
 
-#define CHECK(cond, ...)                                         \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      fprintf(stderr, "fuzz_record: check failed: %s: ", #cond); \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, "\n");                                     \
-      fail_dump();                                               \
-    }                                                            \
-  } while (0)
+#define FUZZ_TARGET "fuzz_record"
+#define FUZZ_FAIL() fail_dump() /* keeps the trace, prints why, aborts */
+#include "fuzz_check.h"
 
 static char g_dir[200];  /* this process's own temp directory */
 static char g_path[256]; /* the trace file in it */

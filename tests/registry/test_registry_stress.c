@@ -31,15 +31,11 @@
 
 #include <etr/etr.h>
 
-enum { NREC = 4, DEPTH = 3, STACK = 8, MAXLIVE = 8 };
+#include "record_nesting.h"
+
+enum { NREC = 4, DEPTH = 3, MAXLIVE = 8 };
 #define MAGIC_ALIVE 0xa11ce5u
 #define MAGIC_DEAD 0xdeadu
-
-typedef struct per_thread {
-  uint64_t enters, exits, violations;
-  const etr_record *stack[STACK];
-  int depth;
-} per_thread;
 
 typedef struct sobs {
   unsigned magic;
@@ -47,7 +43,7 @@ typedef struct sobs {
   bool thread_local;
   bool enabled;
   int owner; /* recording thread index of a thread-local observer */
-  per_thread t[NREC];
+  rec_nesting t[NREC];
 } sobs;
 
 static _Thread_local int tls_idx = -1;
@@ -55,44 +51,29 @@ static _Atomic uint64_t g_bad_magic;  /* callback on poisoned user data */
 static _Atomic uint64_t g_bad_thread; /* callback on a thread it must not see */
 static atomic_int g_stop;
 
-static void s_enter(const etr_record *rec, void *user) {
-  sobs *o = user;
+/* The calling thread's nesting check in observer o, or NULL (counted) when o is poisoned
+ * or the thread is one o must not see. */
+static rec_nesting *s_nesting(sobs *o) {
   if (o->magic != MAGIC_ALIVE) {
     atomic_fetch_add(&g_bad_magic, 1);
-    return;
+    return NULL;
   }
   int i = tls_idx;
   if (i < 0 || i >= NREC || (o->thread_local && o->owner != i)) {
     atomic_fetch_add(&g_bad_thread, 1);
-    return;
+    return NULL;
   }
-  per_thread *p = &o->t[i];
-  p->enters++;
-  if (p->depth < STACK)
-    p->stack[p->depth++] = rec;
-  else
-    p->violations++;
+  return &o->t[i];
+}
+
+static void s_enter(const etr_record *rec, void *user) {
+  rec_nesting *p = s_nesting(user);
+  if (p != NULL) rec_nesting_enter(p, rec);
 }
 
 static void s_exit(const etr_record *rec, void *user) {
-  sobs *o = user;
-  if (o->magic != MAGIC_ALIVE) {
-    atomic_fetch_add(&g_bad_magic, 1);
-    return;
-  }
-  int i = tls_idx;
-  if (i < 0 || i >= NREC || (o->thread_local && o->owner != i)) {
-    atomic_fetch_add(&g_bad_thread, 1);
-    return;
-  }
-  per_thread *p = &o->t[i];
-  p->exits++;
-  if (p->depth == 0) {
-    p->violations++; /* exit without an enter */
-    return;
-  }
-  if (p->stack[p->depth - 1] != rec) p->violations++; /* exit for another record */
-  p->depth--;
+  rec_nesting *p = s_nesting(user);
+  if (p != NULL) rec_nesting_exit(p, rec);
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -157,7 +138,7 @@ static void *recorder(void *arg) {
   }
 
   /* The thread-local observer saw every record of this thread and nothing else. */
-  per_thread *p = &c->mine->t[c->idx];
+  rec_nesting *p = &c->mine->t[c->idx];
   c->mine_enters = p->enters;
   c->mine_exits = p->exits;
   c->mine_ok = p->enters == c->iterations * DEPTH && p->exits == p->enters && p->depth == 0 &&
@@ -183,7 +164,7 @@ typedef struct ctl_ctx {
  * per thread, exactly the ones on its stack); never more exits than enters. */
 static bool consistent_at_remove(const sobs *o) {
   for (int i = 0; i < NREC; i++) {
-    const per_thread *p = &o->t[i];
+    const rec_nesting *p = &o->t[i];
     if (p->violations != 0 || p->exits > p->enters) return false;
     if (p->enters - p->exits > DEPTH) return false;
     if ((uint64_t)p->depth != p->enters - p->exits) return false;
@@ -193,7 +174,7 @@ static bool consistent_at_remove(const sobs *o) {
 
 static bool balanced(const sobs *o) {
   for (int i = 0; i < NREC; i++) {
-    const per_thread *p = &o->t[i];
+    const rec_nesting *p = &o->t[i];
     if (p->violations != 0 || p->exits != p->enters || p->depth != 0) return false;
   }
   return true;

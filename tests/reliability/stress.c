@@ -38,11 +38,13 @@
 
 #include <etr/etr.h>
 
+#include "record_nesting.h"
+
 #ifndef ETR_TOOL
 #define ETR_TOOL "etr"
 #endif
 
-enum { MAX_THREADS = 64, SLOTS = 8, STACK = 8, POOL = 8, GRAVE = 256, STEP = 512 };
+enum { MAX_THREADS = 64, SLOTS = 8, POOL = 8, GRAVE = 256, STEP = 512 };
 #define MAGIC_ALIVE 0x5eedf00du
 #define MAGIC_DEAD 0xdeadbeefu
 
@@ -56,67 +58,46 @@ static _Thread_local int tls_idx = -1;
 
 /* ---- extra observers ---- */
 
-typedef struct per_thread {
-  uint64_t enters, exits, violations; /* written by recording thread idx only */
-  const etr_record *stack[STACK];
-  int depth;
-} per_thread;
-
 typedef struct xobs {
   unsigned magic;
   etr_observer_id id;
   bool enabled;
   atomic_int removed; /* set right after etr_observer_remove returned */
   _Atomic uint64_t enters, exits;
-  per_thread t[MAX_THREADS];
+  rec_nesting t[MAX_THREADS]; /* each written by recording thread idx only */
 } xobs;
 
 static _Atomic uint64_t g_late;      /* callbacks after remove returned */
 static _Atomic uint64_t g_bad_magic; /* callbacks on poisoned memory */
 static _Atomic uint64_t g_bad_thread;
 
-static void x_enter(const etr_record *rec, void *user) {
-  xobs *o = user;
+/* Counts one callback of observer o (enter or exit) and gives the calling thread's nesting
+ * check in o, or NULL (counted) when o is poisoned or the thread is not a recording one. */
+static rec_nesting *x_callback(xobs *o, _Atomic uint64_t *calls) {
   if (o->magic != MAGIC_ALIVE) {
     atomic_fetch_add(&g_bad_magic, 1);
-    return;
+    return NULL;
   }
   if (atomic_load(&o->removed)) atomic_fetch_add(&g_late, 1);
-  atomic_fetch_add_explicit(&o->enters, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
   int i = tls_idx;
   if (i < 0 || i >= g_threads) {
     atomic_fetch_add(&g_bad_thread, 1);
-    return;
+    return NULL;
   }
-  per_thread *p = &o->t[i];
-  p->enters++;
-  if (p->depth < STACK)
-    p->stack[p->depth++] = rec;
-  else
-    p->violations++;
+  return &o->t[i];
+}
+
+static void x_enter(const etr_record *rec, void *user) {
+  xobs *o = user;
+  rec_nesting *p = x_callback(o, &o->enters);
+  if (p != NULL) rec_nesting_enter(p, rec);
 }
 
 static void x_exit(const etr_record *rec, void *user) {
   xobs *o = user;
-  if (o->magic != MAGIC_ALIVE) {
-    atomic_fetch_add(&g_bad_magic, 1);
-    return;
-  }
-  if (atomic_load(&o->removed)) atomic_fetch_add(&g_late, 1);
-  atomic_fetch_add_explicit(&o->exits, 1, memory_order_relaxed);
-  int i = tls_idx;
-  if (i < 0 || i >= g_threads) {
-    atomic_fetch_add(&g_bad_thread, 1);
-    return;
-  }
-  per_thread *p = &o->t[i];
-  p->exits++;
-  if (p->depth == 0) {
-    p->violations++; /* an exit without an enter */
-    return;
-  }
-  if (p->stack[p->depth - 1] != rec) p->violations++; /* the exit of another record */
-  p->depth--;
+  rec_nesting *p = x_callback(o, &o->exits);
+  if (p != NULL) rec_nesting_exit(p, rec);
 }
 
 /* ---- recording threads ---- */

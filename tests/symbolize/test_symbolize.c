@@ -125,6 +125,21 @@ __attribute__((noinline)) static void capture_chain(void *lib, capture *c) {
   for (int i = 0; i < c->n; i++) assert_true(find_module(c->ip[i], &c->mod[i]));
 }
 
+/* The test library at path (libsymchain, libsymcxx, libsym20k: known functions and lines),
+ * loaded. */
+static void *load_lib(const char *path) {
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(lib);
+  return lib;
+}
+
+/* A new symbolizer (asserts it was made). */
+static etr__symbolizer *new_symbolizer(void) {
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  return s;
+}
+
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcmp(s + n - k, suffix) == 0;
@@ -141,8 +156,7 @@ static int symbolize_frame(etr__symbolizer *s, const capture *c, int i, int live
 /* The captured chain, symbolized, is capture_cb, symchain_c, symchain_b, symchain_a with
  * their files and call lines (read from the library while it is loaded: lines[3]). */
 static void check_chain(const capture *c, const int lines[3], int live) {
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   etr__symbol sym;
   int i0 = -1;
   for (int i = 0; i < c->n; i++) {
@@ -184,8 +198,7 @@ static void read_lines(void *lib, int lines[3]) {
 /* A library opened with dlopen: frames resolve live (with dladdr available). */
 static void test_chain_dlopen(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   capture c;
   capture_chain(lib, &c);
   int lines[3];
@@ -202,15 +215,13 @@ static void test_chain_closed(void **state) {
   assert_non_null(c1);
   assert_non_null(c2);
   int lines[3];
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   capture_chain(lib, c1);
   read_lines(lib, lines);
   assert_int_equal(dlclose(lib), 0);
   /* Really gone (nothing else holds it). */
   assert_null(dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_NOLOAD));
-  lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  lib = load_lib(SYMCHAIN_PATH);
   capture_chain(lib, c2);
   assert_int_equal(dlclose(lib), 0);
   /* Not live: the main program has a path only while live, so give it its real path. */
@@ -241,14 +252,12 @@ static void chain_b_address(void *lib, modinfo *m, uint64_t *vaddr, uintptr_t *l
 /* A matching build-id resolves; a different one is not trusted (fallbacks). */
 static void test_build_id(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   modinfo m;
   uint64_t vaddr;
   uintptr_t live;
   chain_b_address(lib, &m, &vaddr, &live);
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   etr__symbol sym;
   assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, vaddr, 0, &sym), 0);
   assert_string_equal(sym.name, "symchain_b");
@@ -275,8 +284,7 @@ static void test_build_id(void **state) {
 /* Missing files fall back to dladdr (live) or module+offset; "" without a live address. */
 static void test_fallbacks(void **state) {
   (void)state;
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   etr__symbol sym;
   assert_int_equal(etr__symbolize(s, "/nonexistent/libfoo.so", NULL, 0, 0x1234, 0, &sym), 1);
   assert_string_equal(sym.name, "libfoo.so+0x1234");
@@ -298,8 +306,7 @@ static void test_fallbacks(void **state) {
   assert_int_equal(etr__symbolize(s, "/", NULL, 0, 0x20, 0, &sym), 1);
   assert_string_equal(sym.name, "[unknown]+0x20");
   /* dladdr on a live address of a loaded library. */
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   uintptr_t a = (uintptr_t)dlsym(lib, "symchain_a");
   assert_int_equal(etr__symbolize(s, "/nonexistent/libbar.so", NULL, 0, 0x10, a + 2, &sym), 1);
   assert_string_equal(sym.name, "symchain_a");
@@ -321,14 +328,12 @@ static etr_traceback_stats stats_now(void) {
 /* One resolution per unique (module, address); repeats come from the cache. */
 static void test_cache(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   modinfo m;
   uint64_t vaddr;
   uintptr_t live;
   chain_b_address(lib, &m, &vaddr, &live);
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   etr_traceback_stats st0 = stats_now();
   etr__symbol a, b, c;
   assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, vaddr, 0, &a), 0);
@@ -368,15 +373,13 @@ static void test_cache(void **state) {
 /* C++ names are demangled (the test program itself has no C++ runtime). */
 static void test_demangle(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCXX_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCXX_PATH);
   void *(*addr)(void) = (void *(*)(void))dlsym(lib, "symcxx_addr");
   assert_non_null(addr);
   uintptr_t f = (uintptr_t)addr();
   modinfo m;
   assert_true(find_module(f, &m));
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   etr__symbol sym, sym2;
   assert_int_equal(etr__symbolize(s, m.path, m.bid, m.bid_len, f - m.bias, 0, &sym), 0);
   assert_string_equal(sym.name, "etrtest::Box<long>::twice(long)");
@@ -391,8 +394,7 @@ static void test_demangle(void **state) {
 
 /* vaddr of the functions symchain_b (exported) and symchain_hidden (local) in the file. */
 static void chain_vaddrs(uint64_t *b, uint64_t *hidden, int *hidden_line) {
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   modinfo m;
   uintptr_t live;
   chain_b_address(lib, &m, b, &live);
@@ -410,8 +412,7 @@ static void test_stripped(void **state) {
   uint64_t b, hidden;
   int hidden_line;
   chain_vaddrs(&b, &hidden, &hidden_line);
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   etr__symbol sym;
 
   const char *nodebug = SYMCHAIN_DIR "/libsymchain-nodebug.so";
@@ -446,8 +447,7 @@ static void test_stripped(void **state) {
  * search directory (as `etr symbolize` does on another machine). */
 static void test_search_dirs(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   modinfo m;
   uint64_t vaddr;
   uintptr_t live;
@@ -455,8 +455,7 @@ static void test_search_dirs(void **state) {
   dlclose(lib);
 
   /* By basename, build-id checked. */
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   assert_int_equal(etr__symbolizer_add_search_dir(s, "/nonexistent-dir"), 0);
   assert_int_equal(etr__symbolizer_add_search_dir(s, SYMCHAIN_DIR), 0);
   etr__symbol sym;
@@ -477,8 +476,7 @@ static void test_search_dirs(void **state) {
   assert_int_equal(mkdir(sub, 0700), 0);
   snprintf(file, sizeof file, "%s/%s.debug", sub, hex + 2);
   assert_int_equal(symlink(SYMCHAIN_PATH, file), 0);
-  s = etr__symbolizer_new();
-  assert_non_null(s);
+  s = new_symbolizer();
   assert_int_equal(etr__symbolizer_add_search_dir(s, dir), 0);
   assert_int_equal(etr__symbolize(s, "/elsewhere/libother.so", m.bid, m.bid_len, vaddr, 0, &sym),
                    0);
@@ -496,11 +494,9 @@ static void test_search_dirs(void **state) {
 /* The 20k-function library: names and lines of functions across its 8 compile units. */
 static void test_20k(void **state) {
   (void)state;
-  void *lib = dlopen(SYM20K_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYM20K_PATH);
   static const int idx[] = {0, 1, 2499, 2500, 9999, 12345, 17500, 19999};
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   for (size_t k = 0; k < sizeof idx / sizeof idx[0]; k++) {
     char name[64], file[64];
     snprintf(name, sizeof name, "etr_sym20k_f%d", idx[k]);
@@ -533,8 +529,7 @@ static int count_fds(void) {
 /* A symbolizer keeps no file descriptor open per module (files stay mapped). */
 static void test_no_fd_per_module(void **state) {
   (void)state;
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   int before = count_fds();
   static const char *const libs[] = {SYMCHAIN_PATH, SYMCXX_PATH, SYM20K_PATH,
                                      SYMCHAIN_DIR "/libsymchain-dbglink.so",
@@ -584,23 +579,20 @@ static void check_frame(const etr__symbol *f, const char *name, const char *file
  * still gives the outermost one only; max cuts the inner ones, never the real function. */
 static void test_inline_frames(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCHAIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCHAIN_PATH);
   capture c;
   capture_chain(lib, &c);
   int lines[3], inl[2];
   read_lines(lib, lines);
   memcpy(inl, dlsym(lib, "symchain_inl_lines"), sizeof inl);
   assert_true(inl[1] > 0 && inl[0] > inl[1] && lines[2] > inl[0]);
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   int i0 = find_frame(s, &c, "capture_cb");
   assert_true(i0 >= 0 && i0 + 2 < c.n);
   etr__symbolizer_free(s);
 
   /* Frames first, in a new symbolizer; then the outermost frame from the cache. */
-  s = etr__symbolizer_new();
-  assert_non_null(s);
+  s = new_symbolizer();
   etr_traceback_stats st0 = stats_now();
   etr__symbol fr[8], one;
   memset(fr, 0, sizeof fr);
@@ -650,8 +642,7 @@ static void test_inline_frames(void **state) {
   etr__symbolizer_free(s);
 
   /* etr__symbolize first, in a new symbolizer: the same outermost frame. */
-  s = etr__symbolizer_new();
-  assert_non_null(s);
+  s = new_symbolizer();
   assert_int_equal(symbolize_frame(s, &c, i0 + 1, 0, &one), 0);
   check_frame(&one, "symchain_c", "/symchain.c", lines[2]);
   assert_int_equal(frames_of(s, &c, i0 + 1, fr, 8), 3);
@@ -675,8 +666,7 @@ __attribute__((noinline)) long capture_cb_long(long x) {
  * (reached through the abstract origin and the declaration in its class). */
 static void test_inline_frames_cxx(void **state) {
   (void)state;
-  void *lib = dlopen(SYMCXX_PATH, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(lib);
+  void *lib = load_lib(SYMCXX_PATH);
   long (*run)(long, long (*)(long)) = (long (*)(long, long (*)(long)))dlsym(lib, "symcxx_run");
   const int *lines = dlsym(lib, "symcxx_lines");
   assert_non_null(run);
@@ -686,8 +676,7 @@ static void test_inline_frames_cxx(void **state) {
   assert_int_equal(run(4, capture_cb_long), (4 + 1 + 1) * 2 + 3);
   for (int i = 0; i < c.n; i++) assert_true(find_module(c.ip[i], &c.mod[i]));
   assert_true(lines[0] > lines[1] && lines[1] > 0);
-  etr__symbolizer *s = etr__symbolizer_new();
-  assert_non_null(s);
+  etr__symbolizer *s = new_symbolizer();
   int i0 = find_frame(s, &c, "capture_cb_long");
   assert_true(i0 >= 0 && i0 + 1 < c.n);
   etr__symbol fr[4];

@@ -99,11 +99,10 @@ static void record_ops(int rounds) {
 }
 
 static void record_to(const char *path, int rounds, bool timing) {
-  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  etr_trace_options o;
+  etr_traceback_options o_tb;
+  tu_traceback_options(&o, &o_tb);
   o.no_timing = !timing;
-  etr_traceback_options o_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  o.traceback = &o_tb;
-  o_tb.enabled = true;
   o_tb.pattern = "aten::*";
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open(path, &o, &tr), 0);
@@ -115,10 +114,7 @@ static void record_to(const char *path, int rounds, bool timing) {
 
 /* ---- helpers ---- */
 
-static int run_etr(const char *const *args) {
-  int st = tu_run(ETR_TOOL, args, NULL, NULL);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+static int run_etr(const char *const *args) { return tu_etr(ETR_TOOL, args); }
 
 /* The number after `"key": ` becomes 0 (times that differ between two recordings). */
 static void zero_number(char *text, const char *key) {
@@ -192,10 +188,7 @@ static int convert(const char *in, const char *out) {
   return run_etr(args);
 }
 
-static void assert_valid(const char *path) {
-  const char *args[] = {"validate", "--strict", "--quiet", path, NULL};
-  if (run_etr(args) != 0) fail_msg("etr validate --strict rejects %s", path);
-}
+static void assert_valid(const char *path) { tu_assert_valid(ETR_TOOL, path); }
 
 /* ---- tests ---- */
 
@@ -297,11 +290,10 @@ static void test_cut_anywhere(void **state) {
   snprintf(bin, sizeof bin, "%s/full.etr", dir);
   snprintf(cut, sizeof cut, "%s/cut.etr", dir);
   snprintf(out, sizeof out, "%s/cut.json", dir);
-  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  etr_trace_options o;
+  etr_traceback_options o_tb;
+  tu_traceback_options(&o, &o_tb);
   o.flush_kb = 4; /* many records */
-  etr_traceback_options o_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  o.traceback = &o_tb;
-  o_tb.enabled = true;
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open(bin, &o, &tr), 0);
   assert_int_equal(etr_trace_enable(tr), 0);
@@ -424,10 +416,8 @@ static void test_ring_as_binary_log(void **state) {
   etr_record_begin(&outer);
   record_ops(1500); /* more than the ring holds */
   assert_int_equal(etr_trace_dump(tr), 0);
-  assert_int_equal(convert(bin, out), 0);
-  assert_valid(out);
   tu_trace t;
-  tu_load_path(&t, out);
+  tu_convert_load(&t, ETR_TOOL, bin, out);
   assert_non_null(tu_find(&t, "[etr|ring|unfinished]"));
   assert_true(tu_stat(&t, "ring_dropped") > 0);
   tu_free(&t);
@@ -449,10 +439,8 @@ static void test_fatal_signal(void **state) {
   const char *args[] = {"signal", bin, "ABRT", "default", NULL};
   int st = tu_run(TRACE_HELPER, args, NULL, NULL);
   assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
-  assert_int_equal(convert(bin, out), 0);
-  assert_valid(out);
   tu_trace t;
-  tu_load_path(&t, out);
+  tu_convert_load(&t, ETR_TOOL, bin, out);
   assert_int_equal(tu_count(&t, "before_signal"), 100);
   json_t *etr = json_object_get(t.root, "etr");
   assert_int_equal(json_integer_value(json_object_get(etr, "signal")), SIGABRT);

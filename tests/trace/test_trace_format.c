@@ -41,6 +41,16 @@ static const char *attrs_str(const json_t *node, char *buf, size_t n) {
   return buf;
 }
 
+/* The attrs of node that follow the attr `after` (as attrs_str writes it, "name:type:value;")
+ * read exactly expect. */
+static void assert_attrs_after(const json_t *node, const char *after, const char *expect) {
+  char buf[4096];
+  const char *s = attrs_str(node, buf, sizeof buf);
+  const char *tail = strstr(s, after);
+  if (tail == NULL) fail_msg("%s: no %s in %s", tu_name(node), after, s);
+  assert_string_equal(tail + strlen(after), expect);
+}
+
 /* Every attr object has keys name,type,value in that order (raw text of node i), the first
  * nine are the base attrs with their types, integers where the type says so. */
 static void check_attrs_shape(const tu_trace *t, size_t idx) {
@@ -586,31 +596,24 @@ static void test_collective_attrs(void **state) {
 
   n_huge_check(&t);
 
-  char buf[4096];
   json_t *n = tu_node(&t, "record_param_comms");
-  const char *s = attrs_str(n, buf, sizeof buf);
-  const char *tail = strstr(s, "kernel_file:string:\"\";");
-  assert_non_null(tail);
-  assert_string_equal(tail + strlen("kernel_file:string:\"\";"),
-                      "collective_name:string:\"allreduce\";dtype:string:\"Float\";"
-                      "in_msg_nelems:uint64:100;out_msg_nelems:uint64:200;"
-                      "in_split_size:string:\"[1, 2]\";out_split_size:string:\"[3, 40, -5]\";"
-                      "global_rank_start:uint64:0;global_rank_stride:uint64:1;"
-                      "pg_name:string:\"0\";pg_desc:string:\"default_pg\";pg_size:uint64:8;"
-                      "is_asynchronized_op:uint64:1");
+  assert_attrs_after(n, "kernel_file:string:\"\";",
+                     "collective_name:string:\"allreduce\";dtype:string:\"Float\";"
+                     "in_msg_nelems:uint64:100;out_msg_nelems:uint64:200;"
+                     "in_split_size:string:\"[1, 2]\";out_split_size:string:\"[3, 40, -5]\";"
+                     "global_rank_start:uint64:0;global_rank_stride:uint64:1;"
+                     "pg_name:string:\"0\";pg_desc:string:\"default_pg\";pg_size:uint64:8;"
+                     "is_asynchronized_op:uint64:1");
   assert_int_equal(tu_attr_int(n, "scope"), 7);
   check_attrs_shape(&t, tu_node_index(&t, n));
 
   n = tu_node(&t, "comms2");
-  s = attrs_str(n, buf, sizeof buf);
-  tail = strstr(s, "kernel_file:string:\"\";");
-  assert_non_null(tail);
-  assert_string_equal(tail + strlen("kernel_file:string:\"\";"),
-                      "collective_name:string:\"broadcast\";dtype:string:\"Int\";"
-                      "in_msg_nelems:uint64:0;out_msg_nelems:uint64:0;"
-                      "in_split_size:string:\"[]\";out_split_size:string:\"[]\";"
-                      "pg_name:string:\"1\";pg_desc:string:\"sub\";pg_size:uint64:2;"
-                      "is_asynchronized_op:uint64:0");
+  assert_attrs_after(n, "kernel_file:string:\"\";",
+                     "collective_name:string:\"broadcast\";dtype:string:\"Int\";"
+                     "in_msg_nelems:uint64:0;out_msg_nelems:uint64:0;"
+                     "in_split_size:string:\"[]\";out_split_size:string:\"[]\";"
+                     "pg_name:string:\"1\";pg_desc:string:\"sub\";pg_size:uint64:2;"
+                     "is_asynchronized_op:uint64:0");
   n = tu_node(&t, "comms3");
   assert_int_equal(tu_attr_int(n, "global_rank_start"), 4);
   assert_null(tu_attr(n, "global_rank_stride"));
@@ -657,15 +660,11 @@ static void test_kernel_attrs(void **state) {
   etr_record_end(&r);
   tu_close_ok(&t);
 
-  char buf[4096];
   json_t *n = tu_node(&t, "triton_kernel");
-  const char *s = attrs_str(n, buf, sizeof buf);
-  const char *tail = strstr(s, "op_schema:string:\"\";");
-  assert_non_null(tail);
-  assert_string_equal(tail + strlen("op_schema:string:\"\";"),
-                      "kernel_backend:string:\"triton\";kernel_file:string:\"k1.py\";"
-                      "tensor_range:string:\"\";kernel_grid:string:\"[128, 2, 1]\";"
-                      "kernel_stream:uint64:7");
+  assert_attrs_after(n, "op_schema:string:\"\";",
+                     "kernel_backend:string:\"triton\";kernel_file:string:\"k1.py\";"
+                     "tensor_range:string:\"\";kernel_grid:string:\"[128, 2, 1]\";"
+                     "kernel_stream:uint64:7");
   check_attrs_shape(&t, tu_node_index(&t, n));
   n = tu_node(&t, "cuda_kernel");
   assert_string_equal(tu_attr_str(n, "kernel_backend"), "cuda");

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "trace_util.h"
@@ -413,10 +412,9 @@ static void test_tables_beside_json(void **state) {
   assert_non_null(stale);
   fputs("stale", stale);
   fclose(stale);
-  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
-  tb.enabled = true;
-  o.traceback = &tb;
+  etr_trace_options o;
+  etr_traceback_options tb;
+  tu_traceback_options(&o, &tb);
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open(path, &o, &tr), 0);
   assert_int_equal(access(side, F_OK), -1); /* the stale one is gone */
@@ -450,11 +448,8 @@ static void test_binary_log(void **state) {
   assert_int_equal(etr_trace_enable(tr), 0);
   record_world(w);
   assert_int_equal(etr_trace_close(tr), 0);
-  const char *args[] = {"convert", bin, "-o", json, NULL};
-  int st = tu_run(ETR_TOOL, args, NULL, NULL);
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   tu_trace t;
-  tu_load_path(&t, json);
+  tu_convert_load(&t, ETR_TOOL, bin, json);
   check_world(&t, w);
   tu_free(&t);
   unlink(bin);

@@ -100,11 +100,7 @@ static void check_tables_unique(const tu_trace *t) {
 static void test_known_chain(void **state) {
   (void)state;
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, NULL);
   tb_root("tb::chain");
   tu_close_ok(&t);
   json_t *node = tu_node(&t, "tb::chain");
@@ -130,11 +126,7 @@ static void test_known_chain(void **state) {
 static void test_identical_stacks_share(void **state) {
   (void)state;
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, NULL);
   for (int i = 0; i < 50; i++) tb_root("tb::same"); /* one call site: one stack */
   tb_mid("tb::other");                              /* a different stack */
   tu_close_ok(&t);
@@ -158,13 +150,10 @@ static void test_identical_stacks_share(void **state) {
 static void test_pattern_and_every(void **state) {
   (void)state;
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
   opt_tb.pattern = "tb::pick*";
   opt_tb.every = 4;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, &opt_tb);
   for (int i = 0; i < 40; i++) {
     tb_leaf("tb::picked");
     tb_leaf("tb::skipped");
@@ -188,11 +177,7 @@ static void test_pattern_and_every(void **state) {
 static void test_same_line_sites_share(void **state) {
   (void)state;
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
-  tb.enabled = true;
-  opt.traceback = &tb;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, NULL);
   (tb_leaf("tb::twin"), tb_leaf("tb::twin")); /* two return addresses, one line */
   tu_close_ok(&t);
   json_int_t first = -1;
@@ -261,12 +246,9 @@ static void test_pattern_on_huge_names(void **state) {
   memcpy(tail + big - 8, "tb::pick", 8); /* only past the cut */
   tail[big] = '\0';
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
   opt_tb.pattern = "*tb::pick*";
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, &opt_tb);
   for (int i = 0; i < 3; i++) {
     tb_leaf(head);
     tb_leaf(tail);
@@ -318,12 +300,9 @@ static void test_runtime_switch(void **state) {
 static void test_depth_limit(void **state) {
   (void)state;
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
   opt_tb.max_depth = 8;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, &opt_tb);
   tb_recurse(100);
   tu_close_ok(&t);
   json_t *fr = frames_of(&t, tu_node(&t, "tb::deep"));
@@ -338,12 +317,9 @@ static void test_depth_limit(void **state) {
 static void test_module_mode(void **state) {
   (void)state;
   tu_trace t;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
   opt_tb.symbolize = ETR_SYMBOLIZE_MODULE;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, &opt_tb);
   tb_root("tb::module");
   tu_close_ok(&t);
   json_t *fr = frames_of(&t, tu_node(&t, "tb::module"));
@@ -371,11 +347,7 @@ static void test_counters(void **state) {
   memset(&before, 0, sizeof before);
   memset(&after, 0, sizeof after);
   assert_int_equal(etr_traceback_stats_get(&before), 0);
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
-  tu_open(&t, &opt);
+  tu_open_traceback(&t, NULL);
   for (int i = 0; i < 20; i++) tb_root("tb::count");
   etr_trace_stats ts;
   memset(&ts, 0, sizeof ts);
@@ -395,10 +367,9 @@ static void test_counters(void **state) {
 
 static void test_bad_options(void **state) {
   (void)state;
-  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
-  opt.traceback = &opt_tb;
-  opt_tb.enabled = true;
+  etr_trace_options opt;
+  etr_traceback_options opt_tb;
+  tu_traceback_options(&opt, &opt_tb);
   opt_tb.max_depth = 1000;
   etr_trace *tr = NULL;
   assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);

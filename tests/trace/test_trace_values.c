@@ -34,6 +34,15 @@ static slot get_slot(const json_t *node, const char *io, size_t i) {
   return s;
 }
 
+/* Slot i of io, its value and type reading as these JSON texts; returned for more checks. */
+static slot slot_is(const json_t *node, const char *io, size_t i, const char *value,
+                    const char *type) {
+  slot s = get_slot(node, io, i);
+  assert_json(s.value, value);
+  assert_json(s.type, type);
+  return s;
+}
+
 static void assert_scalar_shape(slot s) {
   assert_json(s.shape, "[]");
   assert_json(s.strides, "[]");
@@ -64,9 +73,7 @@ static void test_scalars(void **state) {
                    TU_ARRAY_LEN(in));
   size_t i = 0;
   slot s;
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"<None>\"");
-  assert_json(s.type, "\"None\"");
+  s = slot_is(n, "inputs", i++, "\"<None>\"", "\"None\"");
   assert_scalar_shape(s);
   s = get_slot(n, "inputs", i++);
   assert_true(json_is_true(s.value));
@@ -99,42 +106,26 @@ static void test_scalars(void **state) {
     assert_json(s.type, "\"Double\"");
     assert_scalar_shape(s);
   }
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"nan\"");
-  assert_json(s.type, "\"Double\"");
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"inf\"");
-  assert_json(s.type, "\"Double\"");
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"-inf\"");
-  assert_json(s.type, "\"Double\"");
+  s = slot_is(n, "inputs", i++, "\"nan\"", "\"Double\"");
+  s = slot_is(n, "inputs", i++, "\"inf\"", "\"Double\"");
+  s = slot_is(n, "inputs", i++, "\"-inf\"", "\"Double\"");
   assert_scalar_shape(s);
   s = get_slot(n, "inputs", i++);
   assert_true(json_is_number(s.value) && json_number_value(s.value) == 3.0);
   assert_json(s.type, "\"Double\"");
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"hello\"");
-  assert_json(s.type, "\"String\"");
+  s = slot_is(n, "inputs", i++, "\"hello\"", "\"String\"");
   assert_scalar_shape(s);
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"\"");
-  assert_json(s.type, "\"String\"");
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"cuda:0\"");
-  assert_json(s.type, "\"Device\"");
+  s = slot_is(n, "inputs", i++, "\"\"", "\"String\"");
+  s = slot_is(n, "inputs", i++, "\"cuda:0\"", "\"Device\"");
   assert_scalar_shape(s);
-  s = get_slot(n, "inputs", i++);
-  assert_json(s.value, "\"cpu\"");
-  assert_json(s.type, "\"Device\"");
+  s = slot_is(n, "inputs", i++, "\"cpu\"", "\"Device\"");
   s = get_slot(n, "inputs", i++);
   assert_json(s.value, "\"<Generator>\"");
   /* As PyTorch writes it (value "<Object>", type "Object"); docs/FORMAT.md. */
   assert_json(s.type, "\"Generator\"");
   assert_scalar_shape(s);
 
-  s = get_slot(n, "outputs", 0);
-  assert_json(s.value, "7");
-  assert_json(s.type, "\"Int\"");
+  s = slot_is(n, "outputs", 0, "7", "\"Int\"");
   s = get_slot(n, "outputs", 1);
   assert_json(s.value, "\"done\"");
   tu_free(&t);
@@ -242,14 +233,10 @@ static void test_lists_tuples(void **state) {
   assert_json(s.type, "\"GenericList[Int,Int,Int]\"");
   assert_json(s.shape, "[[],[],[]]");
   assert_json(s.strides, "[[],[],[]]");
-  s = get_slot(n, "inputs", 1);
-  assert_json(s.value, "[]");
-  assert_json(s.type, "\"GenericList[]\"");
+  s = slot_is(n, "inputs", 1, "[]", "\"GenericList[]\"");
   assert_json(s.shape, "[]");
   assert_json(s.strides, "[]");
-  s = get_slot(n, "inputs", 2);
-  assert_json(s.value, "[\"a\",1]");
-  assert_json(s.type, "\"Tuple[String,Int]\"");
+  s = slot_is(n, "inputs", 2, "[\"a\",1]", "\"Tuple[String,Int]\"");
   assert_json(s.shape, "[[],[]]");
   assert_json(s.strides, "[[],[]]");
   s = get_slot(n, "inputs", 3);
@@ -266,18 +253,14 @@ static void test_lists_tuples(void **state) {
   assert_json(s.type, "\"GenericList[Tensor(float),Tensor(float)]\"");
   assert_json(s.shape, "[[2,3],[4]]");
   assert_json(s.strides, "[[3,1],[1]]");
-  s = get_slot(n, "inputs", 4);
-  assert_json(s.value, "[[1,2],[3]]");
-  assert_json(s.type, "\"GenericList[GenericList[Int,Int],GenericList[Int]]\"");
+  s = slot_is(n, "inputs", 4, "[[1,2],[3]]",
+              "\"GenericList[GenericList[Int,Int],GenericList[Int]]\"");
   assert_json(s.shape, "[[[],[]],[[]]]");
   assert_json(s.strides, "[[[],[]],[[]]]");
-  s = get_slot(n, "inputs", 5);
-  assert_json(s.value, "[\"<None>\",0.5,true,[\"a\",1]]");
-  assert_json(s.type, "\"GenericList[None,Double,Bool,Tuple[String,Int]]\"");
+  s = slot_is(n, "inputs", 5, "[\"<None>\",0.5,true,[\"a\",1]]",
+              "\"GenericList[None,Double,Bool,Tuple[String,Int]]\"");
   assert_json(s.shape, "[[],[],[],[[],[]]]");
-  s = get_slot(n, "inputs", 6);
-  assert_json(s.value, "[]");
-  assert_json(s.type, "\"Tuple[]\"");
+  s = slot_is(n, "inputs", 6, "[]", "\"Tuple[]\"");
   tu_free(&t);
 }
 

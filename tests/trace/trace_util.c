@@ -153,6 +153,16 @@ int tu_run(const char *exe, const char *const *args, const char *const *extra_en
   return status;
 }
 
+int tu_etr(const char *tool, const char *const *args) {
+  int st = tu_run(tool, args, NULL, NULL);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+void tu_assert_valid(const char *tool, const char *path) {
+  const char *args[] = {"validate", "--strict", "--quiet", path, NULL};
+  if (tu_etr(tool, args) != 0) fail_msg("etr validate --strict rejects %s", path);
+}
+
 int tu_wait(pid_t pid, int timeout_s, int *status) {
   int64_t deadline = tu_mono_ms() + (int64_t)timeout_s * 1000;
   for (;;) {
@@ -267,10 +277,34 @@ void tu_load(tu_trace *t) {
   tu_check_tree(t);
 }
 
+void tu_traceback_options(etr_trace_options *opt, etr_traceback_options *tb) {
+  *opt = (etr_trace_options)ETR_TRACE_OPTIONS_INIT;
+  *tb = (etr_traceback_options)ETR_TRACEBACK_OPTIONS_INIT;
+  tb->enabled = true;
+  opt->traceback = tb;
+}
+
+void tu_open_traceback(tu_trace *t, const etr_traceback_options *tb) {
+  etr_trace_options opt;
+  etr_traceback_options on;
+  tu_traceback_options(&opt, &on);
+  if (tb != NULL) on = *tb;
+  on.enabled = true;
+  tu_open(t, &opt);
+}
+
 void tu_load_path(tu_trace *t, const char *path) {
   memset(t, 0, sizeof *t);
   snprintf(t->path, sizeof t->path, "%s", path);
   tu_load(t);
+}
+
+void tu_convert_load(tu_trace *t, const char *tool, const char *bin, const char *json) {
+  const char *args[] = {"convert", bin, "-o", json, NULL};
+  int rc = tu_etr(tool, args);
+  if (rc != 0) fail_msg("etr convert %s -o %s: exit %d", bin, json, rc);
+  tu_assert_valid(tool, json);
+  tu_load_path(t, json);
 }
 
 void tu_free(tu_trace *t) {

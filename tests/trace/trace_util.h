@@ -63,10 +63,23 @@ int tu_run(const char *exe, const char *const *args, const char *const *extra_en
  * -1; else 0 with the wait status in *status. */
 int tu_wait(pid_t pid, int timeout_s, int *status);
 
+/* ---- the etr command (tests built with ETR_TOOL pass it as tool) ---- */
+
+/* Run the etr command at tool with args (NULL-terminated, without argv[0]); its exit status,
+ * 128 when it did not exit. */
+int tu_etr(const char *tool, const char *const *args);
+/* Fail the test unless `etr validate --strict` accepts the trace at path. */
+void tu_assert_valid(const char *tool, const char *path);
+
 /* ---- trace life cycle ---- */
 
+/* Options for a traceback on every op: *opt and *tb set to their defaults, tb enabled and
+ * hung on opt (so tb must live until the trace is open). Change either before opening. */
+void tu_traceback_options(etr_trace_options *opt, etr_traceback_options *tb);
 /* Make a temp dir, open a trace at <dir>/trace.json with opt (may be NULL) and enable it. */
 void tu_open(tu_trace *t, const etr_trace_options *opt);
+/* tu_open with a traceback on every op: tb's settings (NULL: the defaults), enabled. */
+void tu_open_traceback(tu_trace *t, const etr_traceback_options *tb);
 /* Same without enabling. */
 void tu_open_disabled(tu_trace *t, const etr_trace_options *opt);
 /* Close (recording close_rc), then load and parse the file and check the tree invariants. */
@@ -77,6 +90,9 @@ void tu_close_ok(tu_trace *t);
 void tu_load(tu_trace *t);
 /* Parse a file somewhere else into t (no temp dir). */
 void tu_load_path(tu_trace *t, const char *path);
+/* `etr convert bin -o json` (asserts it succeeds and that `etr validate --strict` accepts
+ * json), then tu_load_path(t, json). */
+void tu_convert_load(tu_trace *t, const char *tool, const char *bin, const char *json);
 /* Free the text and tree and remove the temp dir. */
 void tu_free(tu_trace *t);
 /* cmocka teardown: close and free what tu_traces of a failed test still hold (so the next

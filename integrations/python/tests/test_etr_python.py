@@ -13,13 +13,9 @@ import threading
 
 import etr
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tests", "pylib"))
+from etr_checks import check, finish, validate  # noqa: E402
 
 
 def nodes_by_name(path):
@@ -38,9 +34,14 @@ def attr(n, name):
     return None
 
 
-def validate(tool, path):
-    r = subprocess.run([tool, "validate", path], capture_output=True, text=True)
-    check(r.returncode == 0, "etr validate %s: %s%s" % (path, r.stdout[-400:], r.stderr[-400:]))
+def convert_valid(tool, log, out, when):
+    """`etr convert log -o out` succeeds (checked) and etr validate accepts out (checked);
+    whether out was written."""
+    r = subprocess.run([tool, "convert", log, "-o", out], capture_output=True, text=True)
+    if not check(r.returncode == 0, "etr convert %s: %s" % (when, r.stderr[-300:])):
+        return False
+    validate(tool, out)
+    return True
 
 
 @etr.annotate()
@@ -178,19 +179,13 @@ def main():
                     pass
             t.dump()
             conv = os.path.join(tmp, "ring-dump.json")
-            r = subprocess.run([tool, "convert", ring, "-o", conv], capture_output=True, text=True)
-            check(r.returncode == 0, "etr convert of the dump: %s" % r.stderr[-300:])
-            if r.returncode == 0:
-                validate(tool, conv)
+            if convert_valid(tool, ring, conv, "of the dump"):
                 d, by = nodes_by_name(conv)
                 check("[etr|ring|unfinished]" in by and "ring_outer" not in by,
                       "the open op is a placeholder in the dump")
     check(t.stats["ring_dropped"] > 0, "the ring dropped the oldest ops: %r" % t.stats)
     conv = os.path.join(tmp, "ring.json")
-    r = subprocess.run([tool, "convert", ring, "-o", conv], capture_output=True, text=True)
-    check(r.returncode == 0, "etr convert at the end: %s" % r.stderr[-300:])
-    if r.returncode == 0:
-        validate(tool, conv)
+    if convert_valid(tool, ring, conv, "at the end"):
         d, by = nodes_by_name(conv)
         ops = by.get("ring_op", [])
         last = [n["inputs"]["values"][0] for n in ops]
@@ -198,11 +193,7 @@ def main():
               "the latest ring_op kept, in order: %d of them" % len(ops))
         check(len(by.get("ring_outer", [])) == 1, "the outer op is a real node at the end")
 
-    if failures:
-        print("%d check(s) failed" % len(failures), file=sys.stderr)
-        return 1
-    print("python package: all checks passed")
-    return 0
+    return finish("python package: all checks passed")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ usage: test_held.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skip
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,13 +22,9 @@ except ImportError as e:
     print("skipped: %s" % e)
     sys.exit(77)
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tests", "pylib"))
+from etr_checks import check, finish, validate  # noqa: E402
 
 
 def churn(n):
@@ -67,8 +62,7 @@ def main():
           "no misuse: %r" % t.stats)
     check(float(cat.sum()) == sum(2 * (1.0 + i) for i in range(5)), "values unchanged")
     check(st.shape == (4, 2), "stack shape")
-    r = subprocess.run([tool, "validate", path], capture_output=True, text=True)
-    check(r.returncode == 0, "etr validate: %s%s" % (r.stdout[-500:], r.stderr[-500:]))
+    validate(tool, path)
 
     with open(path) as f:
         nodes = json.load(f)["nodes"]
@@ -88,12 +82,8 @@ def main():
     if cats:
         ids = [v[0] for v in cats[0]["inputs"]["values"][0]]
         check(ids == [o[0] for o in outs[:5]], "the list holds the same tensors: %r" % ids)
-    if failures:
-        print("%d check(s) failed" % len(failures), file=sys.stderr)
-        return 1
-    print("held: %d living tensors with distinct ids, lists and attach without a trace fine"
-          % n_live)
-    return 0
+    return finish("held: %d living tensors with distinct ids, lists and attach without a trace "
+                  "fine" % n_live)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ usage: test_side_by_side.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 7
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,13 +27,9 @@ except ImportError as e:
     print("skipped: %s" % e)
     sys.exit(77)
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tests", "pylib"))
+from etr_checks import check, finish, validate  # noqa: E402
 
 
 def make_worker(seed):
@@ -132,8 +127,7 @@ def main():
         run_threads(steps)
     check(t.stats["ends_without_begin"] == 0 and t.stats["ops_open_at_close"] == 0,
           "no misuse: %r" % t.stats)
-    r = subprocess.run([tool, "validate", et_path], capture_output=True, text=True)
-    check(r.returncode == 0, "etr validate: %s%s" % (r.stdout[-500:], r.stderr[-500:]))
+    validate(tool, et_path)
 
     with open(eg_path) as f:
         eg_nodes = json.load(f)["nodes"]
@@ -170,11 +164,7 @@ def main():
     print("PyTorch's observer: %d of %d tensor ids stand for several tensors; etr: %d of %d" %
           (eg_aliased, len(eg_forms), len(aliased), len(et_forms)))
     check(any(x["name"].endswith("Backward0") for tb in b for x in tb), "backward ops recorded")
-    if failures:
-        print("%d check(s) failed" % len(failures), file=sys.stderr)
-        return 1
-    print("side by side: %d ops on 2 threads, %d tensors, identical" % (n_ops, len(fwd)))
-    return 0
+    return finish("side by side: %d ops on 2 threads, %d tensors, identical" % (n_ops, len(fwd)))
 
 
 if __name__ == "__main__":

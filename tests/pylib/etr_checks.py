@@ -1,0 +1,38 @@
+"""Checks shared by the Python tests (integrations/python/tests, integrations/torch/tests,
+tests/analysis): a failed check is reported and counted and the test goes on, so one run
+shows every failure; finish() turns the count into the exit status.
+
+A test finds this module through its own path (tests/pylib), not through PYTHONPATH:
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ..., "pylib"))
+"""
+import subprocess
+import sys
+
+failures = []
+
+
+def check(cond, what):
+    """Count `what` as a failure, and print it, unless cond; returns cond."""
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def validate(tool, path):
+    """check that `etr validate` (the etr command at tool) accepts the trace at path."""
+    r = subprocess.run([tool, "validate", path], capture_output=True, text=True)
+    return check(r.returncode == 0,
+                 "etr validate %s: %s%s" % (path, r.stdout[-500:], r.stderr[-500:]))
+
+
+def finish(passed=None, rc=0):
+    """The exit status: 1 after saying how many checks failed; else rc, after printing
+    `passed` when given."""
+    if failures:
+        print("%d check(s) failed" % len(failures), file=sys.stderr)
+        return 1
+    if passed is not None:
+        print(passed)
+    return rc
