@@ -98,6 +98,25 @@ etr_ensure_packages() {
 
 # etr_build NAME [cmake args...]: configure build/NAME with the given cache arguments and
 # build everything (or only the targets in ETR_BUILD_TARGETS, space separated).
+# The viewer test's importer (tests/cli/run_viewer_test.sh): Chrome DevTools' trace engine
+# from the npm registry, into build/npm, when npm is there and it is not installed yet.
+# Never fatal: without it the test is skipped.
+ETR_VIEWER_NPM="@paulirish/trace_engine@0.0.65"
+etr_npm_viewer() {
+  local dir="$ETR_ROOT/build/npm"
+  [ -f "$dir/node_modules/@paulirish/trace_engine/analyze-trace.mjs" ] && return 0
+  if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    etr_say "no node/npm: the viewer test (cli.viewer_devtools) will be skipped"
+    return 0
+  fi
+  mkdir -p "$dir" || return 0
+  etr_say "npm install $ETR_VIEWER_NPM into build/npm (for cli.viewer_devtools)"
+  timeout 300 npm install --prefix "$dir" --no-audit --no-fund --no-save "$ETR_VIEWER_NPM" \
+    >"$dir/install.log" 2>&1 ||
+    etr_warn "npm install failed (see build/npm/install.log): cli.viewer_devtools will be skipped"
+  return 0
+}
+
 etr_build() {
   local name=$1
   shift

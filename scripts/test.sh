@@ -101,6 +101,7 @@ clang_args=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 
 stage_gcc() {
   ./scripts/format.sh --check >/dev/null || { ./scripts/format.sh --check; return 1; }
+  etr_npm_viewer
   etr_build gcc "${gcc_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_WERROR=ON &&
     run_ctest build/gcc
 }
