@@ -73,6 +73,7 @@ static void give_up_locked(etr_trace *tr, etr__chunk *c) {
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   etr_trace *tr = ts->trace;
   bool oversized = need > tr->chunk_size; /* one large event: a chunk of its own */
+  etr__clock_tick();                      /* (now and then: the clock's scale is adjusted) */
   pthread_mutex_lock(&tr->q_mutex);
   if (ts->chunk) give_up_locked(tr, ts->chunk);
   set_chunk(ts, NULL);

@@ -381,6 +381,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
       tr->file_ino = st.st_ino;
     }
     tr->jw.fd = tr->fd;
+    etr__clock_start();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     tr->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;

@@ -27,6 +27,7 @@
 #include "etr/observer.h"
 #include "etr/trace.h"
 #include "json/writer.h"
+#include "observer/clock.h"
 #include "observer/objects.h"
 
 /* Limits of docs/FORMAT.md and our own. */
@@ -338,12 +339,9 @@ static inline uint64_t etr__rd64(const uint8_t *p) {
   return v;
 }
 
-/* CLOCK_MONOTONIC in ns; the kernel's id of the calling thread (async-signal-safe both). */
-static inline int64_t etr__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+/* CLOCK_MONOTONIC in ns (from the time-stamp counter where it can be: clock.h); the kernel's
+ * id of the calling thread (async-signal-safe both). */
+static inline int64_t etr__now_ns(void) { return etr__clock_now(); }
 static inline pid_t etr__gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 /* Single-writer counter bump: a plain load and store, no locked instruction. */

@@ -390,6 +390,7 @@ void *etr__writer_main(void *arg) {
       continue;
     }
     put_back_locked(tr, &spare);
+    etr__clock_tick();
     if (atomic_load(&tr->fatal_hold) && !tr->stop &&
         etr__now_ns() - atomic_load(&tr->fatal_hold_ns) < (int64_t)FATAL_HOLD_MS * 1000000) {
       /* The file was finalized at a fatal signal whose outcome is not known yet: leave
