@@ -84,7 +84,9 @@ static void publish(uint64_t tsc0, int64_t ns0, uint64_t mult) {
 void etr__clock_start(void) {
 #if ETR__HAVE_TSC
   if (atomic_load_explicit(&g_state, memory_order_acquire) != 0) return;
-  pthread_mutex_lock(&g_lock);
+  /* (trylock: a child forked while another thread held the lock must not wait for ever;
+   * it keeps clock_gettime, and a later start tries again) */
+  if (pthread_mutex_trylock(&g_lock) != 0) return;
   if (atomic_load_explicit(&g_state, memory_order_relaxed) == 0) {
     const char *env = getenv("ETR_TSC");
     bool off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0);
