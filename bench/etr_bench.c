@@ -431,7 +431,8 @@ static const struct {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: etr-bench [--quick] [--ops N] [--reps N] [--only LIST] [--keep] [--help]\n"
+          "usage: etr-bench [--quick] [--ops N] [--reps N] [--only LIST] [--keep] [--interned]\n"
+          "                 [--help]\n"
           "  --ops N      ops per repetition in the enabled phases (default 200000); the\n"
           "               disabled phase runs 100x as many (at least 1000000)\n"
           "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
@@ -443,6 +444,8 @@ static void usage(FILE *f) {
           "               etr-bench-symbolize and etr-bench-lttng from etr-bench's own\n"
           "               directory; lttng needs lttng-tools and liblttng-ust); the figures\n"
           "               of the others are printed as '-' and null\n"
+          "  --interned   every phase passes the op's strings interned (etr_intern), not only\n"
+          "               binary_interned (to count instructions of that path alone)\n"
           "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
           "               baseline.json) in the temporary directory\n"
           "Prints a table, then one JSON line with every figure. Trace files go to a\n"
@@ -560,7 +563,7 @@ static void json_spread(const char *name, spread s) {
 
 int main(int argc, char **argv) {
   uint64_t ops = 200000, reps = 11;
-  bool quick = false, ops_set = false, reps_set = false, keep = false;
+  bool quick = false, ops_set = false, reps_set = false, keep = false, interned = false;
   unsigned run = RUN_ALL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -568,6 +571,8 @@ int main(int argc, char **argv) {
       return 0;
     } else if (strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (strcmp(argv[i], "--interned") == 0) {
+      interned = true;
     } else if (strcmp(argv[i], "--keep") == 0) {
       keep = true;
     } else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
@@ -624,6 +629,7 @@ int main(int argc, char **argv) {
   static pool pools[2];
   pool_init(&pools[0]);
   pool_init(&pools[1]);
+  if (interned) use_strings(pools, 2, true);
 
   int np = nproc();
   double load[3] = {NAN, NAN, NAN};
@@ -663,7 +669,7 @@ int main(int argc, char **argv) {
     bin2 = run_phase(PH_TRACE, bin_path, pools, 2, warm, ops, nreps);
     use_strings(pools, 2, true);
     bini = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
-    use_strings(pools, 2, false);
+    use_strings(pools, 2, interned);
   }
   if (run & RUN_BASELINE) bl = run_phase(PH_BASELINE, base_path, pools, 1, warm, ops, nreps);
   if (run & RUN_BASELINE_2T) bl2 = run_phase(PH_BASELINE, base_path, pools, 2, warm, ops, nreps);

@@ -12,14 +12,14 @@ etr__clock_map etr__clock_maps[ETR__CLOCK_SLOTS];
 #define FIRST_AFTER_NS 20000000LL /* first mapping: 20 ms after the first reading */
 #define ADJUST_EVERY_NS 1000000000LL
 #define HORIZON_NS 1000000000LL /* an offset is steered away over this time */
-#define READ_MAX_TICKS 2000u     /* a reading whose clock_gettime took longer is retried */
+#define READ_MAX_TICKS 2000u    /* a reading whose clock_gettime took longer is retried */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int g_state;       /* 0 not decided, 1 counter usable, -1 not usable */
-static uint64_t g_anchor_tsc;     /* the first reading (lock held) */
+static _Atomic int g_state;   /* 0 not decided, 1 counter usable, -1 not usable */
+static uint64_t g_anchor_tsc; /* the first reading (lock held) */
 static int64_t g_anchor_ns;
 static _Atomic uint64_t g_due_tsc; /* counter value from which a tick does something */
-static uint64_t g_ticks_per_s;    /* estimate, for the due times (lock held) */
+static uint64_t g_ticks_per_s;     /* estimate, for the due times (lock held) */
 
 #if ETR__HAVE_TSC
 /* Whether the kernel keeps time with the counter (it then checked that it is invariant and
@@ -94,8 +94,7 @@ void etr__clock_start(void) {
     if (!off && kernel_uses_tsc() && reading(&g_anchor_tsc, &g_anchor_ns)) {
       state = 1;
       /* (a due time in ticks before the rate is known: at least 1 ms at up to 10 GHz) */
-      atomic_store_explicit(&g_due_tsc, g_anchor_tsc + 1000000u,
-                            memory_order_relaxed);
+      atomic_store_explicit(&g_due_tsc, g_anchor_tsc + 1000000u, memory_order_relaxed);
     }
     atomic_store_explicit(&g_state, state, memory_order_release);
   }

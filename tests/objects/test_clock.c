@@ -34,7 +34,7 @@ static void test_adjust_continuous_and_converges(void **state) {
   int64_t n0;
   etr__clock_adjust(old_t0, old_n0, old_mult, tsc, truth, RATE, H, &t0, &n0, &mult);
   assert_int_equal(at(tsc, t0, n0, mult), mapped); /* continuous: no step */
-  assert_true(mult > 0 && mult < RATE); /* slower, to let true time catch up */
+  assert_true(mult > 0 && mult < RATE);            /* slower, to let true time catch up */
   uint64_t later = tsc + (uint64_t)(H / 0.4);
   int64_t want = truth + H, got = at(later, t0, n0, mult);
   assert_true(got - want < 1000 && want - got < 1000); /* met within 1 µs after 1 s */
@@ -91,9 +91,10 @@ static void test_live(void **state) {
     /* within 200 µs of the readings around it: a wrong scale or origin is off by far more
      * within the run, the calibration's own error (a few ppm) by far less */
     if (b < a - 200000 || b > c + 200000)
-      fail_msg("reading %d: %lld not within [%lld, %lld] +- 200 us", i, (long long)b,
-               (long long)a, (long long)c);
-    if (b < prev) fail_msg("reading %d went back: %lld after %lld", i, (long long)b, (long long)prev);
+      fail_msg("reading %d: %lld not within [%lld, %lld] +- 200 us", i, (long long)b, (long long)a,
+               (long long)c);
+    if (b < prev)
+      fail_msg("reading %d went back: %lld after %lld", i, (long long)b, (long long)prev);
     prev = b;
     if (i % 1000 == 0) etr__clock_tick();
   }
