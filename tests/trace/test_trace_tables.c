@@ -182,6 +182,17 @@ static void test_metadata_changes_under_one_identity(void **state) {
   tu_free(&t);
 }
 
+/* A 3x4 tensor with explicit strides (arrays owned by the caller, which keeps them). */
+static void small_tensor(etr_tensor *x, const void *impl, const void *storage, int64_t sizes[2],
+                         int64_t strides[2], const char *dtype) {
+  sizes[0] = 3;
+  sizes[1] = 4;
+  strides[0] = 4;
+  strides[1] = 1;
+  tensor_init(x, impl, storage, sizes, 2, dtype);
+  x->strides = strides;
+}
+
 /* A tensor's slot is found without an id lookup while the id map has not changed (the
  * thread notes where its ids were read): after the runtime says the tensor or its storage
  * died, the same identity with the same metadata must still get a new id. */
@@ -190,11 +201,9 @@ static void test_identity_reused_after_death(void **state) {
   tu_trace t;
   tu_open(&t, NULL);
   static char impl, storage;
-  int64_t sizes[2] = {3, 4};
-  int64_t strides[2] = {4, 1};
+  int64_t sizes[2], strides[2];
   etr_tensor x;
-  tensor_init(&x, &impl, &storage, sizes, 2, "float");
-  x.strides = strides;
+  small_tensor(&x, &impl, &storage, sizes, strides, "float");
   etr_value in = etr_value_tensor(&x);
   tu_op("life::a", &in, 1, NULL, 0);
   tu_op("life::a2", &in, 1, NULL, 0); /* a hit */
@@ -249,11 +258,9 @@ static void test_interned_strings(void **state) {
   tu_trace t;
   tu_open(&t, NULL);
   static char impl, storage;
-  int64_t sizes[2] = {3, 4};
-  int64_t strides[2] = {4, 1};
+  int64_t sizes[2], strides[2];
   etr_tensor x;
-  tensor_init(&x, &impl, &storage, sizes, 2, f32);
-  x.strides = strides;
+  small_tensor(&x, &impl, &storage, sizes, strides, f32);
   x.device = etr_intern("cuda:0");
   etr_value in = etr_value_tensor(&x);
   tu_op(mm, &in, 1, NULL, 0);
