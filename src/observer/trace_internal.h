@@ -411,6 +411,8 @@ uint64_t etr__next_id(etr__tstate *ts);
 void etr__emit_event(struct etr_trace *tr, const etr__ev *ev);
 /* Free the emitter's own buffers (not jw). */
 void etr__emit_free(struct etr_trace *tr);
+/* The inputs or outputs object of a node: n values encoded in p[0..len) (emit_values.c). */
+void etr__emit_values(struct etr_trace *tr, const uint8_t *p, uint32_t n, size_t len);
 /* Write the file's header, and the process node plus the footer. */
 void etr__emit_header(struct etr_trace *tr);
 void etr__emit_footer(struct etr_trace *tr, int fatal_sig);

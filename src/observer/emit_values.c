@@ -1,0 +1,426 @@
+/* The writer thread's side, values: an op's inputs or outputs (encoded values, as in a
+ * full event) to the JSON object {"values", "shapes", "types"[, "strides"]} of its node
+ * (docs/FORMAT.md), with the renderings of shapes and types seen before kept (emit.c writes
+ * the rest of the node). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "observer/trace_internal.h"
+
+/* ---- values ---- */
+
+/* Writes n encoded int64s as a JSON array. */
+static void int_array(etr__jw *w, const uint8_t *p, uint32_t n) {
+  char *o = etr__jw_begin(w, 2 + (size_t)n * (ETR__I64_MAX_LEN + 1));
+  if (!o) return;
+  *o++ = '[';
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    o = etr__put_i64(o, (int64_t)etr__rd64(p + (size_t)i * 8));
+  }
+  *o++ = ']';
+  etr__jw_end(w, o);
+}
+
+/* Characters that would change the structure of a type string ("Tensor(x)",
+ * "GenericList[a,b]") when they appear in a dtype or an object kind. */
+static bool type_char_ok(unsigned char c) {
+  return c != '(' && c != ')' && c != '[' && c != ']' && c != ',' && c != '<' && c != '>';
+}
+
+/* A dtype or object kind as it goes into a type name: escaped as any string, with the
+ * characters above as '_'. */
+static char *put_type_name(etr__jw *w, char *o, const char *s, size_t n) {
+  /* The usual dtype ("float", "c10::Half") needs neither escaping nor '_': one copy. */
+  size_t k = 0;
+  while (k < n && etr__json_plain[(unsigned char)s[k]] && type_char_ok((unsigned char)s[k])) k++;
+  if (k == n) {
+    memcpy(o, s, n);
+    return o + n;
+  }
+  bool fixed = false;
+  size_t run = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i < n && type_char_ok((unsigned char)s[i])) continue;
+    o = etr__put_str_body(o, s + run, i - run, &w->replaced);
+    if (i < n) {
+      *o++ = '_';
+      fixed = true;
+    }
+    run = i + 1;
+  }
+  if (fixed) w->fixed++;
+  return o;
+}
+
+/* An object's kind as written: built-in type names and an empty kind become "Object"
+ * (the kind then tells nothing, but the type stays an object's). */
+static bool kind_is_reserved(const char *s, size_t n) {
+  static const char *const names[] = {"Int",  "Double", "Bool",        "String", "Device",
+                                      "None", "Tensor", "GenericList", "Tuple"};
+  if (n == 0) return true;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    size_t k = strlen(names[i]);
+    if (n >= k && memcmp(s, names[i], k) == 0 &&
+        (n == k || !((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z'))))
+      return true;
+  }
+  return false;
+}
+
+/* count: whether a change is counted in values_fixed (once per value: with its type). */
+static void put_kind(etr__jw *w, const char *s, size_t n, bool count) {
+  uint64_t fixed = w->fixed;
+  if (kind_is_reserved(s, n)) {
+    w->fixed++;
+    ETR__JW_LIT(w, "Object");
+  } else {
+    char *o = etr__jw_begin(w, ETR__ESCAPED_MAX(n));
+    if (o) etr__jw_end(w, put_type_name(w, o, s, n));
+  }
+  if (!count) w->fixed = fixed;
+}
+
+/* One walk over the encoded values writes their four renderings at once: w[V] the values,
+ * w[S] the shapes, w[T] the types, w[ST] the strides (NULL in schema 1.1.0). Walking the
+ * encoding once, not once per rendering, is a quarter of the decoding (the writer's
+ * largest cost per node). */
+enum { V = 0, S = 1, T = 2, ST = 3 };
+typedef etr__jw *const quad[4];
+
+#define LIT(w, lit) ETR__JW_LIT((w), lit)
+/* The rendering of a value without a shape (scalars, strings, none): "[]" for both shapes
+ * and strides. */
+static inline void no_shape(quad w) {
+  if (w[S]) LIT(w[S], "[]");
+  if (w[ST]) LIT(w[ST], "[]");
+}
+
+static const uint8_t *tensor(quad w, const uint8_t *p) {
+  bool defined = p[1];
+  uint32_t nd = p[2], dn = p[3], vn = p[4];
+  const uint8_t *f = p + 5;
+  const uint8_t *dtype = f + 40;
+  const uint8_t *dev = dtype + dn;
+  const uint8_t *sizes = dev + vn;
+  const uint8_t *strides = sizes + (size_t)nd * 8;
+  const uint8_t *end = defined ? strides + (size_t)nd * 8 : f + 40;
+  char *o = etr__jw_begin(w[V], 16 + 5 * ETR__I64_MAX_LEN + ETR__ESCAPED_MAX(vn));
+  if (o) {
+    *o++ = '[';
+    o = etr__put_u64(o, etr__rd64(f));
+    *o++ = ',';
+    o = etr__put_u64(o, etr__rd64(f + 8));
+    for (int i = 2; i < 5; i++) { /* offset, numel, itemsize: never negative */
+      *o++ = ',';
+      int64_t v = (int64_t)etr__rd64(f + i * 8);
+      if (v < 0) {
+        v = 0;
+        w[V]->fixed++;
+      }
+      o = etr__put_i64(o, v);
+    }
+    *o++ = ',';
+    o = etr__put_str(o, (const char *)dev, defined ? vn : 0, &w[V]->replaced);
+    *o++ = ']';
+    etr__jw_end(w[V], o);
+  }
+  if (w[S]) int_array(w[S], sizes, defined ? nd : 0);
+  if (w[ST]) int_array(w[ST], strides, defined ? nd : 0);
+  if (!w[T]) {
+  } else if (defined) {
+    o = etr__jw_begin(w[T], 8 + ETR__ESCAPED_MAX(dn));
+    if (o) {
+      o = ETR__PUT_LIT(o, "Tensor(");
+      o = put_type_name(w[T], o, (const char *)dtype, dn);
+      *o++ = ')';
+      etr__jw_end(w[T], o);
+    }
+  } else {
+    LIT(w[T], "Tensor(nullptr (uninitialized))");
+  }
+  return end;
+}
+
+static const uint8_t *value(quad w, const uint8_t *p) {
+  uint8_t tag = p[0];
+  switch (tag) {
+    case ETR__V_BOOL:
+      no_shape(w);
+      if (w[T]) LIT(w[T], "Bool");
+      if (p[1])
+        LIT(w[V], "true");
+      else
+        LIT(w[V], "false");
+      return p + 2;
+    case ETR__V_INT:
+    case ETR__V_DOUBLE:
+      no_shape(w);
+      if (tag == ETR__V_INT) {
+        if (w[T]) LIT(w[T], "Int");
+        etr__jw_i64(w[V], (int64_t)etr__rd64(p + 1));
+      } else {
+        if (w[T]) LIT(w[T], "Double");
+        double d;
+        memcpy(&d, p + 1, 8);
+        etr__jw_double(w[V], d);
+      }
+      return p + 9;
+    case ETR__V_STRING:
+    case ETR__V_DEVICE:
+    case ETR__V_OBJECT: {
+      uint32_t n = etr__rd32(p + 1);
+      const char *s = (const char *)p + 5;
+      no_shape(w);
+      if (tag == ETR__V_STRING) {
+        if (w[T]) LIT(w[T], "String");
+        etr__jw_str(w[V], s, n);
+      } else if (tag == ETR__V_DEVICE) {
+        if (w[T]) LIT(w[T], "Device");
+        etr__jw_str(w[V], s, n);
+      } else { /* PyTorch writes value "<Object>" with type "Object" */
+        if (w[T]) put_kind(w[T], s, n, true);
+        LIT(w[V], "\"<");
+        put_kind(w[V], s, n, false);
+        LIT(w[V], ">\"");
+      }
+      return p + 5 + n;
+    }
+    case ETR__V_TENSOR:
+      return tensor(w, p);
+    case ETR__V_LIST:
+    case ETR__V_TUPLE: {
+      uint32_t n = etr__rd32(p + 1);
+      const uint8_t *q = p + 5;
+      if (!w[T])
+        ;
+      else if (tag == ETR__V_LIST)
+        LIT(w[T], "GenericList[");
+      else
+        LIT(w[T], "Tuple[");
+      etr__jw_char(w[V], '[');
+      if (w[S]) etr__jw_char(w[S], '[');
+      if (w[ST]) etr__jw_char(w[ST], '[');
+      for (uint32_t i = 0; i < n; i++) {
+        if (i)
+          for (int k = 0; k < 4; k++)
+            if (w[k]) etr__jw_char(w[k], ',');
+        q = value(w, q);
+      }
+      for (int k = 0; k < 4; k++)
+        if (w[k]) etr__jw_char(w[k], ']');
+      return q;
+    }
+    case ETR__V_CUT:
+      no_shape(w);
+      if (w[T]) LIT(w[T], "<...>");
+      LIT(w[V], "\"<...>\"");
+      return p + 1;
+    case ETR__V_NONE:
+    default:
+      no_shape(w);
+      if (w[T]) LIT(w[T], "None");
+      LIT(w[V], "\"<None>\"");
+      return p + 1;
+  }
+}
+#undef LIT
+
+/* The writer's scratch outputs for the shapes, types and strides of one values object. */
+static etr__jw *scratch(etr_trace *tr, int i) {
+  etr__jw *w = &tr->scratch[i];
+  if (!w->buf && etr__jw_init(w, -1, 0) != 0) return NULL;
+  w->len = 0;
+  return w;
+}
+
+/* ---- the shapes, types and strides of ops seen before ----
+ *
+ * A training loop runs the same ops on tensors of the same shapes again and again: their
+ * shapes, types and strides text is the same each time while their ids change. The writer
+ * keeps the text of recent values objects, keyed by the bytes it depends on (tags, list
+ * lengths, object kinds, dtypes, sizes and strides), and writes only the values anew. */
+
+#define MEMO_SLOTS 256u
+#define MEMO_MAX (16u << 10) /* a larger values object is not kept */
+
+struct etr__shape_memo {
+  uint64_t hash;
+  uint32_t key_len, sh_len, ty_len, st_len;
+  uint64_t fixed, replaced; /* what writing the text counted */
+  char *buf;                /* key, then the three texts */
+  size_t cap;
+};
+
+/* The bytes of one encoded value that its shapes, types and strides depend on, copied to *o
+ * (room for them reserved: they are fewer than the value's encoded bytes). */
+static const uint8_t *shape_key(const uint8_t *p, char **o) {
+  switch (p[0]) {
+    case ETR__V_BOOL:
+      *(*o)++ = (char)p[0];
+      return p + 2;
+    case ETR__V_INT:
+    case ETR__V_DOUBLE:
+      *(*o)++ = (char)p[0];
+      return p + 9;
+    case ETR__V_STRING:
+    case ETR__V_DEVICE:
+      *(*o)++ = (char)p[0];
+      return p + 5 + etr__rd32(p + 1);
+    case ETR__V_OBJECT: { /* its kind is its type */
+      size_t n = 5 + (size_t)etr__rd32(p + 1);
+      memcpy(*o, p, n);
+      *o += n;
+      return p + n;
+    }
+    case ETR__V_TENSOR: {
+      bool defined = p[1];
+      uint32_t nd = p[2], dn = p[3], vn = p[4];
+      const uint8_t *dtype = p + 45;
+      memcpy(*o, p, 5);
+      *o += 5;
+      if (!defined) return p + 45;
+      memcpy(*o, dtype, dn);
+      *o += dn;
+      memcpy(*o, dtype + dn + vn, (size_t)nd * 16); /* sizes, strides */
+      *o += (size_t)nd * 16;
+      return dtype + dn + vn + (size_t)nd * 16;
+    }
+    case ETR__V_LIST:
+    case ETR__V_TUPLE: {
+      uint32_t n = etr__rd32(p + 1);
+      memcpy(*o, p, 5);
+      *o += 5;
+      const uint8_t *q = p + 5;
+      for (uint32_t i = 0; i < n; i++) q = shape_key(q, o);
+      return q;
+    }
+    default: /* none, a nesting cut (and unknown tags, written as none) */
+      *(*o)++ = (char)p[0];
+      return p + 1;
+  }
+}
+
+static uint64_t key_hash(const char *s, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, s + i, 8);
+    h = (h ^ v) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+/* n values encoded in len bytes at p. */
+void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
+  etr__jw *w = &tr->jw;
+  bool strides = tr->opt.schema != ETR_SCHEMA_1_1_0;
+  etr__jw *sh = scratch(tr, 0), *ty = scratch(tr, 1), *key = scratch(tr, 3);
+  etr__jw *st = strides ? scratch(tr, 2) : NULL;
+  if (!tr->memo) tr->memo = calloc(MEMO_SLOTS, sizeof *tr->memo);
+  if (!sh || !ty || !key || (strides && !st) || !tr->memo) {
+    w->err = w->err ? w->err : ENOMEM; /* (out of memory: the trace stops, as on a write error) */
+    return;
+  }
+  char *ko = etr__jw_begin(key, sizeof n + len);
+  if (!ko) {
+    w->err = w->err ? w->err : ENOMEM;
+    return;
+  }
+  memcpy(ko, &n, sizeof n);
+  ko += sizeof n;
+  const uint8_t *q = p;
+  for (uint32_t i = 0; i < n; i++) q = shape_key(q, &ko);
+  etr__jw_end(key, ko);
+  uint64_t h = key_hash(key->buf, key->len);
+  struct etr__shape_memo *m = &tr->memo[h & (MEMO_SLOTS - 1)];
+  bool hit =
+      m->buf && m->hash == h && m->key_len == key->len && memcmp(m->buf, key->buf, key->len) == 0;
+  quad qd = {w, hit ? NULL : sh, hit ? NULL : ty, hit ? NULL : st};
+  ETR__JW_LIT(w, "{\"values\": [");
+  if (!hit) {
+    etr__jw_char(sh, '[');
+    etr__jw_char(ty, '[');
+    if (st) etr__jw_char(st, '[');
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if (i)
+      for (int k = 0; k < 4; k++)
+        if (qd[k]) etr__jw_char(qd[k], ',');
+    if (!hit) etr__jw_char(ty, '"');
+    p = value(qd, p);
+    if (!hit) etr__jw_char(ty, '"');
+  }
+  const char *sh_s, *ty_s, *st_s;
+  size_t sh_n, ty_n, st_n;
+  if (hit) {
+    sh_s = m->buf + m->key_len;
+    ty_s = sh_s + m->sh_len;
+    st_s = ty_s + m->ty_len;
+    sh_n = m->sh_len;
+    ty_n = m->ty_len;
+    st_n = m->st_len;
+    w->fixed += m->fixed;
+    w->replaced += m->replaced;
+  } else {
+    sh_s = sh->buf;
+    ty_s = ty->buf;
+    st_s = st ? st->buf : "";
+    sh_n = sh->len;
+    ty_n = ty->len;
+    st_n = st ? st->len : 0;
+    uint64_t fixed = 0, replaced = 0;
+    for (int k = 1; k < 4; k++) { /* what the scratch outputs counted is the trace's */
+      if (!qd[k]) continue;
+      fixed += qd[k]->fixed;
+      replaced += qd[k]->replaced;
+      qd[k]->replaced = qd[k]->fixed = 0;
+    }
+    w->fixed += fixed;
+    w->replaced += replaced;
+    size_t need = key->len + sh_n + ty_n + st_n;
+    if (need <= MEMO_MAX && need > m->cap) {
+      char *nb = realloc(m->buf, need);
+      if (nb) { /* (else the slot keeps what it held) */
+        m->buf = nb;
+        m->cap = need;
+      }
+    }
+    if (need <= m->cap) {
+      memcpy(m->buf, key->buf, key->len);
+      memcpy(m->buf + key->len, sh_s, sh_n);
+      memcpy(m->buf + key->len + sh_n, ty_s, ty_n);
+      memcpy(m->buf + key->len + sh_n + ty_n, st_s, st_n);
+      m->hash = h;
+      m->key_len = (uint32_t)key->len;
+      m->sh_len = (uint32_t)sh_n;
+      m->ty_len = (uint32_t)ty_n;
+      m->st_len = (uint32_t)st_n;
+      m->fixed = fixed;
+      m->replaced = replaced;
+    }
+  }
+  ETR__JW_LIT(w, "], \"shapes\": ");
+  etr__jw_raw(w, sh_s, sh_n);
+  ETR__JW_LIT(w, "], \"types\": ");
+  etr__jw_raw(w, ty_s, ty_n);
+  etr__jw_char(w, ']');
+  if (strides) {
+    ETR__JW_LIT(w, ", \"strides\": ");
+    etr__jw_raw(w, st_s, st_n);
+    etr__jw_char(w, ']');
+  }
+  etr__jw_char(w, '}');
+}
+
+void etr__emit_free(etr_trace *tr) {
+  for (int i = 0; i < 4; i++) etr__jw_free(&tr->scratch[i]);
+  if (tr->memo)
+    for (unsigned i = 0; i < MEMO_SLOTS; i++) free(tr->memo[i].buf);
+  free(tr->memo);
+  tr->memo = NULL;
+}
