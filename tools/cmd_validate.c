@@ -38,7 +38,9 @@ void vd_problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const char *
     v->errors++;
   else
     v->warnings++;
-  if (v->quiet || n > v->max_per_kind) return;
+  (void)n;
+  if (v->quiet || v->listed[s][k] >= v->max_per_kind) return;
+  v->listed[s][k]++;
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -50,6 +52,15 @@ void vd_problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const char *
   else
     printf("%s: byte %" PRIu64 ": %s: %s\n", v->file, off, s == SEV_ERROR ? "error" : "warning",
            msg);
+}
+
+void vd_unlisted(vstate *v, sev s, kind k, uint64_t n) {
+  if (v->strict) s = SEV_ERROR;
+  v->count[s][k] += n;
+  if (s == SEV_ERROR)
+    v->errors += n;
+  else
+    v->warnings += n;
 }
 
 /* Reader warnings: most are quirks of real traces (warnings); the ones that break a rule
@@ -142,7 +153,15 @@ int cmd_validate(int argc, char **argv) {
   ro.user = &w.v;
   cli_input in;
   w.v.file = strcmp(path, "-") ? path : "<stdin>";
-  if (cli_open(&in, CMD, path, &ro)) return ETR_CLI_FAIL;
+  if (vd_tree_init(&w)) {
+    vd_tree_free(&w);
+    cli_error(CMD, "out of memory");
+    return ETR_CLI_FAIL;
+  }
+  if (cli_open(&in, CMD, path, &ro)) {
+    vd_tree_free(&w);
+    return ETR_CLI_FAIL;
+  }
   w.v.hdr = rd_header(in.r);
   w.v.has_strides_schema =
       w.v.hdr->schema_major > 1 ||
@@ -158,33 +177,34 @@ int cmd_validate(int argc, char **argv) {
   if (rc < 0) {
     fflush(stdout);
     cli_close(&in);
-    vd_tab_free(&w.ids);
-    free(w.fw);
+    vd_tree_free(&w);
     return ETR_CLI_FAIL;
   }
   uint64_t end = rd_offset(in.r);
   vd_check_top(&w.v, in.r, end);
   vd_check_trailer(&w, in.r, end);
-  vd_check_tree(&w, end);
+  vd_tree_finish(&w, end);
   char schema[128];
   snprintf(schema, sizeof schema, "%s", w.v.hdr->schema ? w.v.hdr->schema : "?");
+  char unchecked[256];
+  bool partial = vd_tree_unchecked(&w, unchecked, sizeof unchecked);
   cli_close(&in);
-  vd_tab_free(&w.ids);
-  free(w.fw);
+  vd_tree_free(&w);
 
   vstate *v = &w.v;
   for (int s = 1; s >= 0; s--)
     for (int k = 0; k < K_COUNT; k++)
-      if (!v->quiet && v->count[s][k] > v->max_per_kind)
-        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file, v->count[s][k] - v->max_per_kind,
+      if (!v->quiet && v->count[s][k] > v->listed[s][k])
+        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file, v->count[s][k] - v->listed[s][k],
                s ? "errors" : "warnings", kind_names[k]);
   if (v->errors)
-    printf("%s: INVALID: %" PRIu64 " errors, %" PRIu64 " warnings (%" PRIu64 " nodes)\n", v->file,
-           v->errors, v->warnings, w.nodes);
+    printf("%s: INVALID: %" PRIu64 " errors, %" PRIu64 " warnings (%" PRIu64 " nodes)%s%s\n",
+           v->file, v->errors, v->warnings, w.nodes, partial ? "; " : "", partial ? unchecked : "");
   else
     printf("%s: valid: %" PRIu64 " nodes (%" PRIu64 " ops, %" PRIu64 " threads), %" PRIu64
-           " warnings, schema %s\n",
-           v->file, w.nodes, w.ops, w.threads, v->warnings, schema);
+           " warnings, schema %s%s%s\n",
+           v->file, w.nodes, w.ops, w.threads, v->warnings, schema, partial ? "; " : "",
+           partial ? unchecked : "");
   if (fflush(stdout) != 0) {
     cli_error(CMD, "<stdout>: write error");
     return ETR_CLI_FAIL;
