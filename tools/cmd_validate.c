@@ -2,13 +2,14 @@
  *
  * Per node, as it streams by: key order, types, the base attrs and their order, attr names
  * and value kinds, inputs/outputs (equal lengths, each value well formed for its type).
- * Kept for the end (bounded: about 30 bytes per node, no node data): each node's id,
- * parent, tid, kind and offset, to check id uniqueness, that parents exist and that every
- * op reaches its thread node; the largest traceback index, checked against the tables.
+ * The tree, as nodes stream by, in memory bounded whatever their number (validate_tree.c):
+ * ids unique, parents that exist, every op reaching its thread node; what the bounds leave
+ * unchecked is said in the verdict. Kept for the end: the largest traceback index, checked
+ * against the tables.
  *
- * The checks live in validate_node.c (per node) and validate_file.c (at the end; validate.h
- * says why they are split so); this file is the command: options, the reader, the mapping
- * of the reader's warnings, reporting.
+ * The checks live in validate_node.c (per node), validate_tree.c (the tree) and
+ * validate_file.c (at the end; validate.h says why they are split so); this file is the command:
+ * options, the reader, the mapping of the reader's warnings, reporting.
  *
  * Problems are errors or warnings. Warnings are what real PyTorch traces do that our
  * stricter rules do not allow (a strides array shorter than values, ...): the command exits
@@ -109,6 +110,9 @@ static void usage(FILE *f) {
       "  --max N    list at most N problems of each kind (default 50; the rest are counted)\n"
       "  --quiet    print only the verdict line\n"
       "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
+      "\n"
+      "Memory is bounded whatever the number of nodes (docs/CLI.md); a trace past the\n"
+      "bounds is checked in part, and the verdict says what was not checked.\n"
       "\n"
       "exit status: 0 valid, 1 errors found (or warnings with --strict) or unreadable\n"
       "input, 2 usage error.\n");

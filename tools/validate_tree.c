@@ -99,6 +99,7 @@ struct vtree {
   uint64_t *last_bits;
   special *sp;
   size_t sp_mask, n_sp;
+  bool sp_full; /* a thread node could not be kept: a chain that seems broken may not be */
   pend *pd;
   size_t pd_mask, n_pd;
   vrec *rec;
@@ -300,6 +301,14 @@ static void group_free(vtree *t, group *g) {
   memset(g, 0, sizeof *g);
 }
 
+/* A group whose chain is broken (a missing parent, a cycle, the process node reached without a
+ * thread node: reported where it breaks). When a thread node could not be kept, the chain
+ * may have gone through it: its members are then counted as unchecked. */
+static void group_drop(vtree *t, group *g) {
+  if (t->sp_full) t->un_chains += g->n;
+  group_free(t, g);
+}
+
 /* Moves src's members into dst. */
 static void group_merge(vtree *t, group *dst, group *src) {
   dst->n += src->n;
@@ -465,7 +474,7 @@ static void follow(vrun *w, group *g, int64_t x, int64_t y) {
     special *s = special_get(t, cur);
     if (s) {
       if (s->is_process) /* the op right under it was reported when it came */
-        group_free(t, g);
+        group_drop(t, g);
       else
         group_resolve(w, g, cur, s->tid);
       return;
@@ -473,13 +482,13 @@ static void follow(vrun *w, group *g, int64_t x, int64_t y) {
     if (cur == x) {
       vd_problem(&w->v, SEV_ERROR, K_REACH, recent_get(t, x)->off1 - 1, x,
                  "does not reach a thread node: its chain of parents has a cycle");
-      group_free(t, g);
+      group_drop(t, g);
       return;
     }
     recent *c = recent_get(t, cur);
     if (!c) break;
     if (c->parent == cur) { /* a node its own parent: reported when it came */
-      group_free(t, g);
+      group_drop(t, g);
       return;
     }
     int seen = seen_test(t, c->parent);
@@ -493,7 +502,7 @@ static void follow(vrun *w, group *g, int64_t x, int64_t y) {
     }
     cur = c->parent;
     if (cur == mark) { /* a cycle above x, reported when it closed */
-      group_free(t, g);
+      group_drop(t, g);
       return;
     }
     if (steps == power) {
@@ -533,7 +542,7 @@ void vd_tree_node(vrun *w, const rd_rnode *n, int kind) {
   }
   if (kind == NK_PROCESS) {
     w->have_process = true;
-    if (!special_put(t, id, n->tid, true)) t->un_chains++;
+    if (!special_put(t, id, n->tid, true)) t->sp_full = true;
     if (had) { /* ops right under the process node */
       uint64_t listed = 0;
       for (uint32_t r = own.ctrl.head; r; r = t->rec[r - 1].next)
@@ -545,16 +554,17 @@ void vd_tree_node(vrun *w, const rd_rnode *n, int kind) {
         }
       vd_unlisted(v, SEV_ERROR, K_REACH, own.n_ctrl_ops - listed);
       list_free(t, &own.ctrl);
-      group_free(t, &g);
+      group_drop(t, &g);
     }
     return;
   }
   if (had) list_free(t, &own.ctrl);
   int64_t y = n->ctrl_deps;
   if (kind == NK_THREAD) {
-    if (special_put(t, id, n->tid, false))
+    if (special_put(t, id, n->tid, false)) {
       group_resolve(w, &g, id, n->tid);
-    else {
+    } else {
+      t->sp_full = true;
       t->un_chains += g.n;
       group_free(t, &g);
     }
@@ -565,7 +575,7 @@ void vd_tree_node(vrun *w, const rd_rnode *n, int kind) {
   if (y == id) {
     vd_problem(v, SEV_ERROR, K_REACH, n->offset, id,
                "does not reach a thread node: its chain of parents has a cycle");
-    group_free(t, &g);
+    group_drop(t, &g);
     return;
   }
   special *sp = special_get(t, y);
@@ -573,7 +583,7 @@ void vd_tree_node(vrun *w, const rd_rnode *n, int kind) {
     if (sp->is_process) {
       vd_problem(v, SEV_ERROR, K_REACH, n->offset, id,
                  "does not reach a thread node: reaches the process node without a thread node");
-      group_free(t, &g);
+      group_drop(t, &g);
     } else {
       group_resolve(w, &g, y, sp->tid);
     }
@@ -620,8 +630,10 @@ void vd_tree_finish(vrun *w, uint64_t end_off) {
     /* an id whose leaf was over the budget may have come: not known */
     if (seen_test(t, p->key) < 0) {
       t->un_refs += p->n_ctrl + p->n_fw;
+      t->un_chains += p->g.n;
       continue;
     }
+    if (t->sp_full) t->un_chains += p->g.n;
     for (int fw = 0; fw < 2; fw++) {
       rlist *l = fw ? &p->fw : &p->ctrl;
       uint64_t listed = 0;
