@@ -5,7 +5,9 @@
  *    general object loop, and any other shape falls back to it;
  *  - short arrays of integers and plain strings, and arrays of these (tensors, shapes,
  *    strides, types, values), are read without the general loop (h_flat), and any other
- *    shape falls back to it.
+ *    shape falls back to it;
+ *  - inputs/outputs objects of the usual shape, their four arrays in h_flat's shape, are
+ *    read without the general object loop (h_io), and any other shape falls back to it.
  * Each test would fail if a shortcut broke: the nodes must equal what yajl (the other
  * backend, no shortcuts) gives, byte for byte, and malformed input inside a shortcut must be
  * reported with the error and byte offset the general path gives. */
@@ -286,6 +288,46 @@ static void test_flat_arrays_like_yajl(void **state) {
   assert_int_equal(assert_backends_same(p), written);
 }
 
+/* inputs/outputs objects in and out of h_io's shape (keys, spacing, arrays), many nodes: the
+ * same values as yajl's. */
+static void test_io_shortcut_like_yajl(void **state) {
+  (void)state;
+  static const char *const ios[] = {
+      "{\"values\": [[1,2,0,4,4,\"cpu\"],\"s\"], \"shapes\": [[4],[]], \"types\": "
+      "[\"Tensor(float)\",\"String\"], \"strides\": [[1],[]]}",
+      "{\"values\": [], \"shapes\": [], \"types\": []}",
+      "{\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}",
+      "{\"values\": [1], \"shapes\": [[]], \"types\": [\"Int\"], \"strides\": [[]], "
+      "\"extra\": 1}",
+      "{\"values\":[1], \"shapes\": [[]], \"types\": [\"Int\"]}",
+      "{\"values\": [1], \"shapes\": [[]], \"types\": [\"Int\"] }",
+      "{\"values\": [1.5], \"shapes\": [[]], \"types\": [\"Double\"]}",
+      "{\"values\": [\"\\u00e9\"], \"shapes\": [[]], \"types\": [\"String\"]}",
+      "{\"values\": [1], \"types\": [\"Int\"], \"shapes\": [[]]}",
+      "{\"values\": [1], \"shapes\": [[]], \"types\": [\"Int\"], \"strides\": [[]], "
+      "\"strides\": [[]]}",
+      "{\"values\": [[[1]]], \"shapes\": [[[]]], \"types\": [\"GenericList[GenericList[Int]]\"]}",
+      "{\"values\": [true], \"shapes\": [[]], \"types\": [\"Bool\"]}",
+      "{\"values\": [1], \"shapes\": 2, \"types\": [\"Int\"]}",
+      "{\"vals\": [1]}",
+      "{}"};
+  const size_t n_ios = sizeof ios / sizeof *ios;
+  const char *p = tmp_path("io.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  const size_t n = 20000;
+  for (size_t i = 0; i < n; i++)
+    fprintf(f,
+            "%s{\"id\": %zu, \"name\": \"n%zu\", \"ctrl_deps\": 1, \"inputs\": %s, "
+            "\"outputs\": %s, \"attrs\": [{\"name\": \"l\", \"type\": \"x\", \"value\": %s}]}",
+            i ? ",\n" : "", i + 2, i, ios[i % n_ios], ios[(i * 5 + 1) % n_ios],
+            ios[(i + 3) % n_ios]);
+  fputs("], \"finish_ts\": 9}\n", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(assert_backends_same(p), n);
+}
+
 /* Malformed arrays that start as h_flat's shape are reported as the general path reports
  * them (here: the same text as a top-level value, outside a node, where h_flat does not
  * apply), at the same byte. */
@@ -325,6 +367,7 @@ int main(void) {
       cmocka_unit_test(test_attr_shortcut_falls_back),
       cmocka_unit_test(test_flat_arrays_like_yajl),
       cmocka_unit_test(test_errors_inside_flat),
+      cmocka_unit_test(test_io_shortcut_like_yajl),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
