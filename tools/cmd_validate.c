@@ -34,12 +34,11 @@ static const char *const kind_names[K_COUNT] = {
 
 void vd_problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const char *fmt, ...) {
   if (v->strict) s = SEV_ERROR;
-  uint64_t n = ++v->count[s][k];
+  v->count[s][k]++;
   if (s == SEV_ERROR)
     v->errors++;
   else
     v->warnings++;
-  (void)n;
   if (v->quiet || v->listed[s][k] >= v->max_per_kind) return;
   v->listed[s][k]++;
   char msg[512];
