@@ -17,7 +17,8 @@ their thread) and at the verdict.
   differs from its thread's, a cycle; and nothing in the same trace without them;
 - a parent written before its children (not what etr writes) is followed;
 - what the bounds leave unchecked (ids spread over more than the id bitmap's leaves, more
-  thread nodes than it keeps) is said in the verdict, and never reported as a problem.
+  thread nodes or pending parents than it keeps, a parent written before its children
+  and out of the recent ids) is said in the verdict, and never reported as a problem.
 Exit 0 when every check passes, 1 otherwise.
 """
 import os
@@ -236,6 +237,36 @@ def main():
     m = re.search(r"not checked .*, (\d+) ops reaching their thread", verdict)
     if not m or int(m.group(1)) == 0 or lines or more:
         fail("70,000 threads: %s %s %s" % (verdict, lines[:3], more))
+
+    # more parents pending at once than validate keeps (16,384): references said unchecked
+    def many_pending():
+        yield node(2, THREAD, 1, 1)
+        for i in range(20000):
+            yield node(100000 + i, "leaf", 200000 + i, 1)
+        for i in range(20000):
+            yield node(200000 + i, "op", 2, 1)
+        yield node(1, PROCESS, 1, 0)
+    rc, out, _ = run(etr, many_pending())
+    lines, more = tree_problems(out)
+    verdict = out.splitlines()[-1] if out else ""
+    m = re.search(r"not checked .*: \d+ ids for uniqueness, (\d+) references to a parent, "
+                  r"(\d+) ops reaching their thread", verdict)
+    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0 or lines or more:
+        fail("20,000 parents pending: %s %s %s" % (verdict, lines[:3], more))
+
+    # a parent written before its children and out of the recent ids: said unchecked
+    def old_parent():
+        yield node(2, THREAD, 1, 1)
+        yield node(10, "main", 2, 1)
+        for i in range(70000):
+            yield node(11 + i, "op", 10, 1)
+        yield node(1, PROCESS, 1, 0)
+    rc, out, _ = run(etr, old_parent())
+    lines, more = tree_problems(out)
+    verdict = out.splitlines()[-1] if out else ""
+    m = re.search(r"not checked .*, (\d+) ops reaching their thread", verdict)
+    if not m or int(m.group(1)) == 0 or lines or more:
+        fail("a parent before its children, long ago: %s %s %s" % (verdict, lines[:3], more))
 
     if fails:
         print("%d check(s) failed" % fails)
