@@ -445,11 +445,9 @@ void vd_tree_free(vrun *w) {
   w->tree = NULL;
 }
 
-/* A reference from node (id, off) to key as its parent (ctrl) or fw_parent: checked now when
- * key was seen, else kept pending. Returns key's pending entry (NULL when seen or over the
- * bounds). */
-static pend *refer(vtree *t, int64_t key, bool ctrl, bool is_op, int64_t id, uint64_t off) {
-  if (seen_test(t, key) == 1 || special_get(t, key)) return NULL;
+/* A reference from node (id, off) to key, not seen, as its parent (ctrl) or fw_parent: kept
+ * pending. Returns key's pending entry (NULL over the bounds). */
+static pend *refer_pending(vtree *t, int64_t key, bool ctrl, bool is_op, int64_t id, uint64_t off) {
   pend *p = pend_get(t, key);
   if (!p) {
     t->un_refs++;
@@ -464,6 +462,12 @@ static pend *refer(vtree *t, int64_t key, bool ctrl, bool is_op, int64_t id, uin
     list_add(t, &p->fw, id, off, 0, false);
   }
   return p;
+}
+
+/* The same, checked now when key was seen. */
+static pend *refer(vtree *t, int64_t key, bool ctrl, bool is_op, int64_t id, uint64_t off) {
+  if (seen_test(t, key) == 1 || special_get(t, key)) return NULL;
+  return refer_pending(t, key, ctrl, is_op, id, off);
 }
 
 /* Op x's group g (x included) goes up from x's parent y, a node seen before x. */
@@ -593,7 +597,7 @@ void vd_tree_node(vrun *w, const rd_rnode *n, int kind) {
     follow(w, &g, id, y);
     return;
   }
-  pend *p = refer(t, y, true, true, id, n->offset);
+  pend *p = refer_pending(t, y, true, true, id, n->offset); /* y is not seen (above) */
   if (p)
     group_merge(t, &p->g, &g);
   else {
