@@ -2,13 +2,14 @@
  *
  * Per node, as it streams by: key order, types, the base attrs and their order, attr names
  * and value kinds, inputs/outputs (equal lengths, each value well formed for its type).
- * Kept for the end (bounded: about 30 bytes per node, no node data): each node's id,
- * parent, tid, kind and offset, to check id uniqueness, that parents exist and that every
- * op reaches its thread node; the largest traceback index, checked against the tables.
+ * The tree, as nodes stream by, in memory bounded whatever their number (validate_tree.c):
+ * ids unique, parents that exist, every op reaching its thread node; what the bounds leave
+ * unchecked is said in the verdict. Kept for the end: the largest traceback index, checked
+ * against the tables.
  *
- * The checks live in validate_node.c (per node) and validate_file.c (at the end; validate.h
- * says why they are split so); this file is the command: options, the reader, the mapping
- * of the reader's warnings, reporting.
+ * The checks live in validate_node.c (per node), validate_tree.c (the tree) and
+ * validate_file.c (at the end; validate.h says why they are split so); this file is the command:
+ * options, the reader, the mapping of the reader's warnings, reporting.
  *
  * Problems are errors or warnings. Warnings are what real PyTorch traces do that our
  * stricter rules do not allow (a strides array shorter than values, ...): the command exits
@@ -33,12 +34,13 @@ static const char *const kind_names[K_COUNT] = {
 
 void vd_problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const char *fmt, ...) {
   if (v->strict) s = SEV_ERROR;
-  uint64_t n = ++v->count[s][k];
+  v->count[s][k]++;
   if (s == SEV_ERROR)
     v->errors++;
   else
     v->warnings++;
-  if (v->quiet || n > v->max_per_kind) return;
+  if (v->quiet || v->listed[s][k] >= v->max_per_kind) return;
+  v->listed[s][k]++;
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -50,6 +52,15 @@ void vd_problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const char *
   else
     printf("%s: byte %" PRIu64 ": %s: %s\n", v->file, off, s == SEV_ERROR ? "error" : "warning",
            msg);
+}
+
+void vd_unlisted(vstate *v, sev s, kind k, uint64_t n) {
+  if (v->strict) s = SEV_ERROR;
+  v->count[s][k] += n;
+  if (s == SEV_ERROR)
+    v->errors += n;
+  else
+    v->warnings += n;
 }
 
 /* Reader warnings: most are quirks of real traces (warnings); the ones that break a rule
@@ -99,6 +110,9 @@ static void usage(FILE *f) {
       "  --quiet    print only the verdict line\n"
       "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
       "\n"
+      "Memory is bounded whatever the number of nodes (docs/CLI.md); a trace past the\n"
+      "bounds is checked in part, and the verdict says what was not checked.\n"
+      "\n"
       "exit status: 0 valid, 1 errors found (or warnings with --strict) or unreadable\n"
       "input, 2 usage error.\n");
 }
@@ -142,7 +156,15 @@ int cmd_validate(int argc, char **argv) {
   ro.user = &w.v;
   cli_input in;
   w.v.file = strcmp(path, "-") ? path : "<stdin>";
-  if (cli_open(&in, CMD, path, &ro)) return ETR_CLI_FAIL;
+  if (vd_tree_init(&w)) {
+    vd_tree_free(&w);
+    cli_error(CMD, "out of memory");
+    return ETR_CLI_FAIL;
+  }
+  if (cli_open(&in, CMD, path, &ro)) {
+    vd_tree_free(&w);
+    return ETR_CLI_FAIL;
+  }
   w.v.hdr = rd_header(in.r);
   w.v.has_strides_schema =
       w.v.hdr->schema_major > 1 ||
@@ -158,33 +180,34 @@ int cmd_validate(int argc, char **argv) {
   if (rc < 0) {
     fflush(stdout);
     cli_close(&in);
-    vd_tab_free(&w.ids);
-    free(w.fw);
+    vd_tree_free(&w);
     return ETR_CLI_FAIL;
   }
   uint64_t end = rd_offset(in.r);
   vd_check_top(&w.v, in.r, end);
   vd_check_trailer(&w, in.r, end);
-  vd_check_tree(&w, end);
+  vd_tree_finish(&w, end);
   char schema[128];
   snprintf(schema, sizeof schema, "%s", w.v.hdr->schema ? w.v.hdr->schema : "?");
+  char unchecked[256];
+  bool partial = vd_tree_unchecked(&w, unchecked, sizeof unchecked);
   cli_close(&in);
-  vd_tab_free(&w.ids);
-  free(w.fw);
+  vd_tree_free(&w);
 
   vstate *v = &w.v;
   for (int s = 1; s >= 0; s--)
     for (int k = 0; k < K_COUNT; k++)
-      if (!v->quiet && v->count[s][k] > v->max_per_kind)
-        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file, v->count[s][k] - v->max_per_kind,
+      if (!v->quiet && v->count[s][k] > v->listed[s][k])
+        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file, v->count[s][k] - v->listed[s][k],
                s ? "errors" : "warnings", kind_names[k]);
   if (v->errors)
-    printf("%s: INVALID: %" PRIu64 " errors, %" PRIu64 " warnings (%" PRIu64 " nodes)\n", v->file,
-           v->errors, v->warnings, w.nodes);
+    printf("%s: INVALID: %" PRIu64 " errors, %" PRIu64 " warnings (%" PRIu64 " nodes)%s%s\n",
+           v->file, v->errors, v->warnings, w.nodes, partial ? "; " : "", partial ? unchecked : "");
   else
     printf("%s: valid: %" PRIu64 " nodes (%" PRIu64 " ops, %" PRIu64 " threads), %" PRIu64
-           " warnings, schema %s\n",
-           v->file, w.nodes, w.ops, w.threads, v->warnings, schema);
+           " warnings, schema %s%s%s\n",
+           v->file, w.nodes, w.ops, w.threads, v->warnings, schema, partial ? "; " : "",
+           partial ? unchecked : "");
   if (fflush(stdout) != 0) {
     cli_error(CMD, "<stdout>: write error");
     return ETR_CLI_FAIL;

@@ -1,7 +1,7 @@
 /* `etr validate`: the checks of one node, run as it streams by (validate.h): its keys and
  * their order, timing, attrs (shape, base attrs, types, values, names), inputs and outputs
- * (parts, lengths, each value against its type), the process and thread nodes; then ~32
- * bytes of it go into the id table for the checks at the end (validate_file.c).
+ * (parts, lengths, each value against its type), the process and thread nodes; then its id,
+ * parent and tid go on to the tree checks (validate_tree.c).
  *
  * This is validate's hot path (one call per node of files of many GB): names are compared
  * by length and fixed-size loads (STR_IS), not strcmp.
@@ -448,39 +448,5 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
     }
   }
   if (n->id < 0 && !present[0]) return; /* no id: the reader has warned */
-  bool dup;
-  nrec *r = vd_tab_add(&w->ids, n->id, &dup);
-  if (!r) {
-    vd_problem(v, SEV_ERROR, K_DUPID, n->offset, n->id,
-               "out of memory for the id table: parents are not checked");
-    return;
-  }
-  if (dup) {
-    vd_problem(v, SEV_ERROR, K_DUPID, n->offset, n->id,
-               "id %" PRId64 " already used by the node at byte %" PRIu64, n->id,
-               (uint64_t)r->offset);
-    return;
-  }
-  r->parent = n->ctrl_deps;
-  r->offset = n->offset;
-  if (n->fw_parent != 0 && !w->fw_oom) {
-    if (w->n_fw == w->cap_fw) {
-      size_t cap = w->cap_fw ? w->cap_fw * 2 : 256;
-      fwref *f = realloc(w->fw, cap * sizeof *f);
-      if (f == NULL) {
-        w->fw_oom = true;
-        vd_problem(v, SEV_WARN, K_PARENT, n->offset, n->id,
-                   "out of memory for fw_parent references: they are not checked");
-      } else {
-        w->fw = f;
-        w->cap_fw = cap;
-      }
-    }
-    if (!w->fw_oom) w->fw[w->n_fw++] = (fwref){n->id, (int64_t)n->fw_parent, n->offset};
-  }
-  r->tid = n->tid;
-  r->kind = (unsigned)nk & 3;
-  if (nk == NK_PROCESS) w->have_process = true;
+  vd_tree_node(w, n, nk);
 }
-
-/* After the last node: parents exist, and every op reaches its thread node. */

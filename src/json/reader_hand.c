@@ -406,6 +406,176 @@ static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *e
   return H_OK;
 }
 
+/* Short arrays of a node, [e, ...] with up to H_FLAT_MAX elements, each an integer of up to 18
+ * digits without fraction or exponent, a plain ASCII string, or (one level down) such an
+ * array, written with "," or ", ": a tensor [id, storage, offset, numel, itemsize,
+ * "device"], shapes and strides [[16, 8], [16], []], a list of types, a node's inputs
+ * "values". Read without the general loop, its stack and a call per element, most of a
+ * node's values being in such arrays. *pp at the '['. H_OK with *v built; H_MISS when the text
+ * is any other shape, with nothing done that shows (as h_attr: the NULs that end the strings
+ * in place are written on success only; what an abandoned array took of the node's arena is
+ * freed with the node). */
+#define H_FLAT_MAX 16
+#define H_FLAT_NULS 128
+
+typedef struct h_nuls {
+  unsigned char *at[H_FLAT_NULS];
+  size_t n;
+} h_nuls;
+
+static inline int h_flat_items(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                               arena *a, rd_jval *v, h_nuls *nuls, bool nested) {
+  rd_jval buf[H_FLAT_MAX];
+  size_t n = 0;
+  const unsigned char *p = *pp + 1;
+  if (*p == ']') {
+    v->kind = ETR_J_ARRAY;
+    v->v.arr.items = NULL;
+    v->v.arr.n = 0;
+    *pp = p + 1;
+    return H_OK;
+  }
+  for (;;) {
+    unsigned c = *p;
+    rd_jval *x = &buf[n];
+    if ((unsigned)(c - '0') < 10 || c == '-') {
+      const unsigned char *q = p + (c == '-'), *d = q;
+      uint64_t acc = 0;
+      if (*q == '0') {
+        q++;
+      } else if ((unsigned)(*q - '1') < 9) {
+        do acc = acc * 10 + (unsigned)(*q++ - '0');
+        while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
+      } else {
+        return H_MISS;
+      }
+      if (q - d > 18 || q >= end) return H_MISS;
+      x->kind = ETR_J_INT;
+      x->v.i = c == '-' ? -(int64_t)acc : (int64_t)acc;
+      p = q;
+    } else if (c == '"') {
+      const unsigned char *e = scan_plain(p + 1);
+      if (*e != '"' || nuls->n == H_FLAT_NULS) return H_MISS;
+      x->kind = ETR_J_STRING;
+      x->v.str.s = (const char *)p + 1;
+      x->v.str.len = (size_t)(e - p - 1);
+      nuls->at[nuls->n++] = (unsigned char *)(uintptr_t)e;
+      p = e + 1;
+    } else if (c == '[' && nested) {
+      int st = h_flat_items(r, &p, end, a, x, nuls, false);
+      if (st) return st;
+    } else {
+      return H_MISS;
+    }
+    n++;
+    if (*p == ',') {
+      p += 1 + (p[1] == ' ');
+      if (n == H_FLAT_MAX) return H_MISS;
+      continue;
+    }
+    if (*p != ']') return H_MISS; /* a fraction, whitespace, the end of the window, ... */
+    break;
+  }
+  rd_jval *items = arena_alloc(a, n * sizeof *items);
+  if (!items) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return H_ERR;
+  }
+  memcpy(items, buf, n * sizeof *items);
+  v->kind = ETR_J_ARRAY;
+  v->v.arr.items = items;
+  v->v.arr.n = n;
+  *pp = p + 1;
+  return H_OK;
+}
+
+/* depth: that of the array holding the one at *pp (its own is depth + 1, a nested one's
+ * depth + 2). */
+static inline int h_flat(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                         int depth, rd_jval *v) {
+  h_nuls nuls;
+  nuls.n = 0;
+  int st = h_flat_items(r, pp, end, a, v, &nuls, depth + 2 < H_MAX_DEPTH);
+  if (st) return st;
+  /* in place, as h_string does for a node's strings */
+  for (size_t i = 0; i < nuls.n; i++) *nuls.at[i] = '\0';
+  if (nuls.n) {
+    size_t last_off = (size_t)(nuls.at[nuls.n - 1] - r->hb) + 1;
+    if (r->h_nul_end < last_off) r->h_nul_end = last_off;
+  }
+  return H_OK;
+}
+
+/* Keys of an inputs/outputs object, pointed to by the trees h_io builds. */
+static const char h_key_values[] = "values", h_key_shapes[] = "shapes", h_key_types[] = "types",
+                  h_key_strides[] = "strides";
+
+/* A node's inputs or outputs, {"values": A, "shapes": A, "types": A[, "strides": A]} with
+ * each A in h_flat's shape, written with ", " and ": " as our writer and PyTorch's json.dump
+ * write them: read without the general object loop, most of a node's bytes being there.
+ * *pp at the '{', depth that of the object holding it. H_OK with *v built; H_MISS when the
+ * text is any other shape, with nothing done that shows (as h_flat); or H_ERR (out of
+ * memory). */
+static int h_io(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                int depth, rd_jval *v) {
+  static const char *const keys[4] = {h_key_values, h_key_shapes, h_key_types, h_key_strides};
+  static const size_t key_len[4] = {6, 6, 5, 7};
+  /* the object is at depth + 1, its arrays at depth + 2, theirs at depth + 3 */
+  if (depth + 3 >= H_MAX_DEPTH) return H_MISS;
+  const unsigned char *p = *pp;
+  rd_jval part[4];
+  h_nuls nuls;
+  nuls.n = 0;
+  size_t n = 0;
+  /* every compare reads at most 16 bytes from a byte at or before end: in the padding */
+  for (;;) {
+    size_t skip;
+    bool ok;
+    switch (n) {
+      case 0:
+        ok = H_LIT_EQ(p, "{\"values\": "), skip = 11;
+        break;
+      case 1:
+        ok = H_LIT_EQ(p, ", \"shapes\": "), skip = 12;
+        break;
+      case 2:
+        ok = H_LIT_EQ(p, ", \"types\": "), skip = 11;
+        break;
+      default:
+        ok = *p == ',' && H_LIT_EQ(p, ", \"strides\": "), skip = 13;
+        break;
+    }
+    if (!ok || p[skip] != '[') return H_MISS;
+    p += skip;
+    int st = h_flat_items(r, &p, end, a, &part[n], &nuls, true);
+    if (st) return st;
+    n++;
+    if (n >= 3 && *p == '}') break;
+    if (n == 4) return H_MISS;
+  }
+  rd_jmember *items = arena_alloc(a, n * sizeof *items);
+  if (!items) {
+    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
+    return H_ERR;
+  }
+  for (size_t i = 0; i < n; i++) {
+    items[i].key = keys[i];
+    items[i].key_len = key_len[i];
+    items[i].val = part[i];
+  }
+  /* in place, as h_string does for a node's strings */
+  for (size_t i = 0; i < nuls.n; i++) *nuls.at[i] = '\0';
+  if (nuls.n) {
+    size_t last_off = (size_t)(nuls.at[nuls.n - 1] - r->hb) + 1;
+    if (r->h_nul_end < last_off) r->h_nul_end = last_off;
+  }
+  v->kind = ETR_J_OBJECT;
+  v->v.obj.items = items;
+  v->v.obj.n = n;
+  *pp = p + 1;
+  return H_OK;
+}
+
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v) {
   const unsigned char *p = *pp;
@@ -483,6 +653,10 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
         st = H_MISS;
         if (c == '{' && p[1] == '"' && p[2] == 'n' && a == &r->nodes)
           st = h_attr(r, &p, end, a, depth, &item);
+        else if (c == '[' && a == &r->nodes && depth + 1 < H_MAX_DEPTH)
+          st = h_flat(r, &p, end, a, depth, &item);
+        else if (c == '{' && p[2] == 'v' && a == &r->nodes)
+          st = h_io(r, &p, end, a, depth, &item);
         if (st == H_MISS) st = h_container(r, &p, end, a, depth + 1, &item);
         if (st == H_OK) r->stk[slot].val = item; /* the stack may have moved */
       } else if (c == 't') {

@@ -1,8 +1,13 @@
-/* Unit tests of the hand reader's two shortcuts for nodes (src/json/reader_hand.c):
+/* Unit tests of the hand reader's shortcuts for nodes (src/json/reader_hand.c):
  *  - plain strings of a node are read in place, their closing quote turned into their NUL
  *    and given back when a step is undone (it ran off the end of the input window);
  *  - attr objects written as {"name": "N", "type": "T", "value": V} are read without the
- *    general object loop, and any other shape falls back to it.
+ *    general object loop, and any other shape falls back to it;
+ *  - short arrays of integers and plain strings, and arrays of these (tensors, shapes,
+ *    strides, types, values), are read without the general loop (h_flat), and any other
+ *    shape falls back to it;
+ *  - inputs/outputs objects of the usual shape, their four arrays in h_flat's shape, are
+ *    read without the general object loop (h_io), and any other shape falls back to it.
  * Each test would fail if a shortcut broke: the nodes must equal what yajl (the other
  * backend, no shortcuts) gives, byte for byte, and malformed input inside a shortcut must be
  * reported with the error and byte offset the general path gives. */
@@ -213,11 +218,131 @@ static void test_attr_shortcut_falls_back(void **state) {
                          "expected ',' or '}'"));
 }
 
+/* Arrays in and out of h_flat's shape, many nodes (steps redone at the window's end inside
+ * them): the same values as yajl's. */
+static void test_flat_arrays_like_yajl(void **state) {
+  (void)state;
+  static const char *const arrays[] = {"[1, -2, 0, 123456789012345678]",
+                                       "[1234567890123456789]",
+                                       "[-9223372036854775808]",
+                                       "[18446744073709551615]",
+                                       "[1.5, 2]",
+                                       "[1e3]",
+                                       "[1E3, 1]",
+                                       "[\"s\", \"\"]",
+                                       "[\"esc\\n\"]",
+                                       "[\"\\u00e9\", 1]",
+                                       "[\"\xc3\xa9\"]",
+                                       "[]",
+                                       "[[]]",
+                                       "[[], [1, 2]]",
+                                       "[[[1]]]",
+                                       "[ 1]",
+                                       "[1 ]",
+                                       "[1 ,2]",
+                                       "[1,2]",
+                                       "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]",
+                                       "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]",
+                                       "[true]",
+                                       "[null, 1]",
+                                       "[{\"k\": 1}]",
+                                       "[[1386,1387,0,4,4,\"cpu\"],[2,2],\"<Object>\",-1]",
+                                       "[[16, 8], [16], [], [4, 16]]",
+                                       "[\"Tensor(float)\",\"GenericList[Int,Int]\"]",
+                                       "[[1.5], [2]]",
+                                       "[[1], {\"a\": [2]}]",
+                                       "[-0, -01]"};
+  const size_t n_arrays = sizeof arrays / sizeof *arrays;
+  const char *p = ct_tmp_path("flat.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  const size_t n = 20000;
+  size_t written = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *x = arrays[i % n_arrays], *y = arrays[(i * 7 + 3) % n_arrays];
+    if (strstr(x, "-01") || strstr(y, "-01")) continue; /* invalid JSON: below */
+    fprintf(f,
+            "%s{\"id\": %zu, \"name\": \"n%zu\", \"ctrl_deps\": 1, \"inputs\": {\"values\": "
+            "[%s, %s], \"shapes\": %s, \"types\": [\"a%zu\", \"b\"]}, \"outputs\": {\"values\": "
+            "%s, \"shapes\": [], \"types\": []}, \"attrs\": [{\"name\": \"l\", \"type\": "
+            "\"list\", \"value\": %s}]}",
+            written ? ",\n" : "", i + 2, i, x, y, y, i, x, y);
+    written++;
+  }
+  fputs("], \"finish_ts\": 9}\n", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(assert_backends_same(p), written);
+}
+
+/* inputs/outputs objects in and out of h_io's shape (keys, spacing, arrays), many nodes: the
+ * same values as yajl's. */
+static void test_io_shortcut_like_yajl(void **state) {
+  (void)state;
+  static const char *const ios[] = {
+      "{\"values\": [[1,2,0,4,4,\"cpu\"],\"s\"], \"shapes\": [[4],[]], \"types\": "
+      "[\"Tensor(float)\",\"String\"], \"strides\": [[1],[]]}",
+      "{\"values\": [], \"shapes\": [], \"types\": []}",
+      "{\"values\": [], \"shapes\": [], \"types\": [], \"strides\": []}",
+      "{\"values\": [1], \"shapes\": [[]], \"types\": [\"Int\"], \"strides\": [[]], "
+      "\"extra\": 1}",
+      "{\"values\":[1], \"shapes\": [[]], \"types\": [\"Int\"]}",
+      "{\"values\": [1], \"shapes\": [[]], \"types\": [\"Int\"] }",
+      "{\"values\": [1.5], \"shapes\": [[]], \"types\": [\"Double\"]}",
+      "{\"values\": [\"\\u00e9\"], \"shapes\": [[]], \"types\": [\"String\"]}",
+      "{\"values\": [1], \"types\": [\"Int\"], \"shapes\": [[]]}",
+      "{\"values\": [1], \"shapes\": [[]], \"types\": [\"Int\"], \"strides\": [[]], "
+      "\"strides\": [[]]}",
+      "{\"values\": [[[1]]], \"shapes\": [[[]]], \"types\": [\"GenericList[GenericList[Int]]\"]}",
+      "{\"values\": [true], \"shapes\": [[]], \"types\": [\"Bool\"]}",
+      "{\"values\": [1], \"shapes\": 2, \"types\": [\"Int\"]}",
+      "{\"vals\": [1]}",
+      "{}"};
+  const size_t n_ios = sizeof ios / sizeof *ios;
+  const char *p = ct_tmp_path("io.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  const size_t n = 20000;
+  for (size_t i = 0; i < n; i++)
+    fprintf(f,
+            "%s{\"id\": %zu, \"name\": \"n%zu\", \"ctrl_deps\": 1, \"inputs\": %s, "
+            "\"outputs\": %s, \"attrs\": [{\"name\": \"l\", \"type\": \"x\", \"value\": %s}]}",
+            i ? ",\n" : "", i + 2, i, ios[i % n_ios], ios[(i * 5 + 1) % n_ios],
+            ios[(i + 3) % n_ios]);
+  fputs("], \"finish_ts\": 9}\n", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(assert_backends_same(p), n);
+}
+
+/* Malformed arrays that start as h_flat's shape are reported as the general path reports
+ * them (here: the same text as a top-level value, outside a node, where h_flat does not
+ * apply), at the same byte. */
+static void test_errors_inside_flat(void **state) {
+  (void)state;
+  static const char *const bad[] = {"[1,]",   "[1 2]",       "[01]", "[-]",    "[,1]",
+                                    "[1,,2]", "[\"a\x01\"]", "[1.]", "[[1,]]", "[1, [2 3]]",
+                                    "[1, -]", "[[1], [2,]]", "[1]]"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char fast[400], general[400];
+    /* the inner array starts at byte 18 of both */
+    snprintf(fast, sizeof fast, "{\"nodes\": [{\"a\": [%s]}]}", bad[i]);
+    snprintf(general, sizeof general, "{\"abcdefghijkl\": [%s], \"nodes\": []}", bad[i]);
+    char want[600];
+    snprintf(want, sizeof want, "%s", hand_error(general));
+    const char *got = hand_error(fast);
+    if (strcmp(got, want)) fail_msg("array %s: \"%s\", want \"%s\"", bad[i], got, want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_redone_steps_keep_their_strings),
       cmocka_unit_test(test_errors_inside_attr_shortcut),
       cmocka_unit_test(test_attr_shortcut_falls_back),
+      cmocka_unit_test(test_flat_arrays_like_yajl),
+      cmocka_unit_test(test_errors_inside_flat),
+      cmocka_unit_test(test_io_shortcut_like_yajl),
   };
   return cmocka_run_group_tests(tests, ct_tmpdir_setup, ct_tmpdir_teardown);
 }
