@@ -41,6 +41,7 @@
 
 #include <etr/etr.h>
 
+#include "bench_report.h"
 #include "pt_baseline.h"
 
 #ifndef ETR_BENCH_BUILD_TYPE
@@ -55,7 +56,7 @@
 #define BENCH_BARRIER() atomic_signal_fence(memory_order_seq_cst)
 #endif
 
-#define MAX_REPS 1001
+#define MAX_REPS BENCH_MAX_REPS
 
 /* Iterations of the operator body per op: 0 in the tight-loop phases, set for the paced
  * phases so that an op takes about a microsecond untraced. */
@@ -162,27 +163,7 @@ static void die_etr(const char *what, int rc) {
 
 /* ---- statistics ---- */
 
-typedef struct spread {
-  double med, min, max;
-} spread;
-
 static const spread SKIPPED = {NAN, NAN, NAN};
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static spread spread_of(const double *v, int n) {
-  double s[MAX_REPS];
-  memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  spread r;
-  r.min = s[0];
-  r.max = s[n - 1];
-  r.med = (n % 2) ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-  return r;
-}
 
 /* ---- disabled ---- */
 
@@ -479,86 +460,6 @@ static bool parse_phases(const char *s, unsigned *out) {
   }
   *out = m;
   return m != 0;
-}
-
-/* Run a sibling benchmark program (in etr-bench's own directory), pass its output through,
- * and read the numbers named in keys from its last line (a JSON object); NAN when absent. */
-static void run_sibling(const char *prog, bool quick, const char *const *keys, double *vals,
-                        size_t n) {
-  for (size_t i = 0; i < n; i++) vals[i] = NAN;
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) return;
-  self[len] = '\0';
-  char *slash = strrchr(self, '/');
-  if (!slash) return;
-  *slash = '\0';
-  char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s/%s'%s", self, prog, quick ? " --quick" : "");
-  fflush(stdout);
-  FILE *f = popen(cmd, "r");
-  if (!f) {
-    printf("  (%s: cannot run: %s)\n", prog, strerror(errno));
-    return;
-  }
-  char line[4096], last[4096] = "";
-  while (fgets(line, sizeof line, f)) {
-    if (line[0] == '{') {
-      snprintf(last, sizeof last, "%s", line);
-    } else {
-      fputs("  ", stdout);
-      fputs(line, stdout);
-    }
-  }
-  int st = pclose(f);
-  if (st != 0) printf("  (%s exited with status %d)\n", prog, st);
-  for (size_t i = 0; i < n; i++) {
-    char pat[128];
-    snprintf(pat, sizeof pat, "\"%s\": ", keys[i]);
-    const char *p = strstr(last, pat);
-    if (p) {
-      char *end;
-      double v = strtod(p + strlen(pat), &end);
-      if (end != p + strlen(pat)) vals[i] = v;
-    }
-  }
-}
-
-static int nproc(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
-static void row(const char *name, spread s, const char *unit) {
-  if (isnan(s.med))
-    printf("  %-26s %12s %12s %12s  %s\n", name, "-", "-", "-", unit);
-  else
-    printf("  %-26s %12.2f %12.2f %12.2f  %s\n", name, s.med, s.min, s.max, unit);
-}
-
-static void row1(const char *name, double v, const char *unit) {
-  if (isnan(v))
-    printf("  %-26s %12s  %s\n", name, "-", unit);
-  else
-    printf("  %-26s %12.2f  %s\n", name, v, unit);
-}
-
-static void json_num(const char *name, double v) {
-  if (isnan(v))
-    printf(", \"%s\": null", name);
-  else
-    printf(", \"%s\": %.3f", name, v);
-}
-
-static void json_spread(const char *name, spread s) {
-  char key[64];
-  json_num(name, s.med);
-  snprintf(key, sizeof key, "%s_min", name);
-  json_num(key, s.min);
-  snprintf(key, sizeof key, "%s_max", name);
-  json_num(key, s.max);
 }
 
 int main(int argc, char **argv) {
