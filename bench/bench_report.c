@@ -27,8 +27,7 @@ spread spread_of(const double *v, int n) {
   return r;
 }
 
-void run_sibling(const char *prog, bool quick, const char *const *keys, double *vals,
-                        size_t n) {
+void run_sibling(const char *prog, bool quick, const char *const *keys, double *vals, size_t n) {
   for (size_t i = 0; i < n; i++) vals[i] = NAN;
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -67,8 +67,8 @@ void etr__clock_adjust(uint64_t tsc0, int64_t ns0, uint64_t mult, uint64_t tsc, 
   }
   *out_ns0 = at; /* continuous */
   /* slope: rate * (horizon + off) / horizon, so that the line meets true time + horizon */
-  unsigned __int128 m = (unsigned __int128)rate * (uint64_t)(horizon + off) / (uint64_t)horizon;
-  *out_mult = m > 0 && m < UINT64_MAX ? (uint64_t)m : rate;
+  double m = (double)rate * (double)(horizon + off) / (double)horizon;
+  *out_mult = m > 0 && m < 1.8e19 ? (uint64_t)m : rate;
 }
 
 /* Publish a mapping (lock held). */
@@ -116,8 +116,12 @@ void etr__clock_tick(void) {
       atomic_store_explicit(&g_due_tsc, tsc + (tsc - g_anchor_tsc), memory_order_relaxed);
     } else if (span > 0) {
       uint64_t ticks = tsc - g_anchor_tsc;
-      uint64_t rate = (uint64_t)(((unsigned __int128)span << 32) / ticks);
-      g_ticks_per_s = (uint64_t)((unsigned __int128)ticks * 1000000000u / (uint64_t)span);
+      /* (span < 2^32 ns until 4 s after the first reading; then the rate's scale is kept
+       * by dividing in two steps) */
+      uint64_t rate = span < ((int64_t)1 << 31)
+                          ? ((uint64_t)span << 32) / ticks
+                          : (uint64_t)((double)span / (double)ticks * 4294967296.0);
+      g_ticks_per_s = (uint64_t)((double)ticks * 1e9 / (double)span);
       if (gen == 0) {
         publish(tsc, ns, rate);
       } else {

@@ -42,10 +42,20 @@ static inline int64_t etr__clock_mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* (a * b) >> 32, without overflow for any a and b whose result fits in 64 bits. */
+static inline uint64_t etr__mul_shr32(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+  return (uint64_t)(((unsigned __int128)a * b) >> 32);
+#else /* (a * b) / 2^32 from the 32-bit halves: exact, the low product's carry included */
+  uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
+  return ((ah * bh) << 32) + ah * bl + al * bh + ((al * bl) >> 32);
+#endif
+}
+
 /* ns of counter value tsc under mapping (tsc0, ns0, mult). */
 static inline int64_t etr__clock_apply(uint64_t tsc, uint64_t tsc0, int64_t ns0, uint64_t mult) {
-  if (tsc >= tsc0) return ns0 + (int64_t)(((unsigned __int128)(tsc - tsc0) * mult) >> 32);
-  return ns0 - (int64_t)(((unsigned __int128)(tsc0 - tsc) * mult) >> 32);
+  if (tsc >= tsc0) return ns0 + (int64_t)etr__mul_shr32(tsc - tsc0, mult);
+  return ns0 - (int64_t)etr__mul_shr32(tsc0 - tsc, mult);
 }
 
 /* CLOCK_MONOTONIC ns for a recorded timestamp. Async-signal-safe. */
