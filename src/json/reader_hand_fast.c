@@ -4,8 +4,8 @@
  * per value, key strings):
  *  - attr objects {"name": "N", "type": "T", "value": V} (h_attr), and a node's "attrs" array
  *    of them (h_attrs);
- *  - short arrays of integers and plain strings, and arrays of these (h_flat: tensors,
- *    shapes, strides, types, values);
+ *  - short arrays of numbers, literals and plain strings, and arrays of these, two levels
+ *    down (h_flat: tensors, shapes, strides, types, values);
  *  - inputs/outputs objects {"values": A, "shapes": A, "types": A[, "strides": A]} (h_io).
  * Each reads its value when the text has that shape, and otherwise returns H_MISS with
  * nothing done that shows: the NULs that end its strings in place (as h_string does for a
@@ -72,8 +72,9 @@ const char etr__rd_key_name[] = "name", etr__rd_key_type[] = "type", etr__rd_key
  * its strings added to nuls; H_MISS when the text is any other shape (or nuls is full); or
  * the value's H_MORE or H_ERR, which the general path would give as well, at the same byte,
  * everything before the value being well formed. */
-static inline int h_attr_at(rd_reader *r, const unsigned char **pp, const unsigned char *end,
-                            arena *a, int depth, rd_jval *v, h_nuls *nuls) {
+static ETR_RD_ALWAYS_INLINE int h_attr_at(rd_reader *r, const unsigned char **pp,
+                                          const unsigned char *end, arena *a, int depth, rd_jval *v,
+                                          h_nuls *nuls) {
   /* every compare below reads at most 12 bytes past a byte before end: in the padding */
   const unsigned char *p = *pp;
   if (depth + 1 >= H_MAX_DEPTH || nuls->n + 3 > H_NULS || !H_LIT_EQ(p, "{\"name\": \""))
@@ -187,11 +188,13 @@ int etr__rd_h_attrs(rd_reader *r, const unsigned char **pp, const unsigned char 
   return H_OK;
 }
 
-/* One element of a flat array at p: an integer of up to 18 digits without fraction or
- * exponent, or a plain ASCII string (its closing quote added to nuls). The byte after it, or
- * NULL when the text is any other shape. */
-static inline const unsigned char *h_flat_scalar(const unsigned char *p, const unsigned char *end,
-                                                 rd_jval *x, h_nuls *nuls) {
+/* One element of a flat array at p: an integer of up to 18 digits, another number without
+ * anything the general path would refuse (then read by it: the same value), true, false,
+ * null, or a plain ASCII string (its closing quote added to nuls). The byte after it, or NULL
+ * when the text is any other shape, or may go on past end. */
+static ETR_RD_ALWAYS_INLINE const unsigned char *h_flat_scalar(rd_reader *r, const unsigned char *p,
+                                                               const unsigned char *end, rd_jval *x,
+                                                               h_nuls *nuls) {
   unsigned c = *p;
   if ((unsigned)(c - '0') < 10 || c == '-') {
     const unsigned char *q = p + (c == '-'), *d = q;
@@ -203,6 +206,23 @@ static inline const unsigned char *h_flat_scalar(const unsigned char *p, const u
       while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
     } else {
       return NULL;
+    }
+    if (ETR_RD_UNLIKELY(*q == '.' || (*q | 0x20) == 'e')) {
+      /* a fraction or an exponent (-0.35, 1e-05): checked here, converted as the general
+       * path converts it */
+      if (*q == '.') {
+        if ((unsigned)(*++q - '0') >= 10) return NULL;
+        while ((unsigned)(*q - '0') < 10) q++;
+      }
+      if ((*q | 0x20) == 'e') {
+        q += 1 + (q[1] == '+' || q[1] == '-');
+        if ((unsigned)(*q - '0') >= 10) return NULL;
+        while ((unsigned)(*q - '0') < 10) q++;
+      }
+      if (q >= end) return NULL;
+      const unsigned char *s = p;
+      if (etr__rd_h_number(r, &s, end, x) != H_OK || s != q) return NULL; /* cannot happen */
+      return q;
     }
     if (q - d > 18 || q >= end) return NULL;
     x->kind = ETR_J_INT;
@@ -218,6 +238,21 @@ static inline const unsigned char *h_flat_scalar(const unsigned char *p, const u
     nuls->at[nuls->n++] = (unsigned char *)(uintptr_t)e;
     return e + 1;
   }
+  /* true, false, null: whole before end (the padding holds the bytes read past it) */
+  if (c == 't' && !memcmp(p, "true", 4) && p + 4 < end) {
+    x->kind = ETR_J_BOOL;
+    x->v.b = true;
+    return p + 4;
+  }
+  if (c == 'f' && !memcmp(p, "false", 5) && p + 5 < end) {
+    x->kind = ETR_J_BOOL;
+    x->v.b = false;
+    return p + 5;
+  }
+  if (c == 'n' && !memcmp(p, "null", 4) && p + 4 < end) {
+    x->kind = ETR_J_NULL;
+    return p + 4;
+  }
   return NULL;
 }
 
@@ -232,40 +267,14 @@ static inline int h_flat_next(const unsigned char **pp) {
   return *p == ']' ? 0 : -1;
 }
 
-/* An array of h_flat_scalar elements (the inner arrays of h_flat, inlined there: no call
- * for each). *pp at the '['. */
-static inline int h_flat_leaf(rd_reader *r, const unsigned char **pp, const unsigned char *end,
-                              arena *a, rd_jval *v, h_nuls *nuls) {
-  const unsigned char *p = *pp + 1;
-  v->kind = ETR_J_ARRAY;
-  if (*p == ']') {
-    v->v.arr.items = NULL;
-    v->v.arr.n = 0;
-    *pp = p + 1;
-    return H_OK;
-  }
-  rd_jval buf[H_FLAT_MAX];
-  size_t n = 0;
-  for (;;) {
-    p = h_flat_scalar(p, end, &buf[n], nuls);
-    if (!p) return H_MISS;
-    n++;
-    int next = h_flat_next(&p);
-    if (next < 0 || (next && n == H_FLAT_MAX)) return H_MISS;
-    if (!next) break;
-  }
-  if (!(v->v.arr.items = h_copy(r, a, buf, n))) return H_ERR;
-  v->v.arr.n = n;
-  *pp = p + 1;
-  return H_OK;
-}
+static int h_flat_deep(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
+                       rd_jval *v, h_nuls *nuls);
 
-/* Short arrays of a node, [e, ...] with up to H_FLAT_MAX elements, each a h_flat_scalar or
- * (when nested) a h_flat_leaf array, written with "," or ", ": a tensor [id, storage, offset,
- * numel, itemsize, "device"], shapes and strides [[16, 8], [16], []], a list of types, a
- * node's inputs "values". *pp at the '['. */
-static inline int h_flat_items(rd_reader *r, const unsigned char **pp, const unsigned char *end,
-                               arena *a, rd_jval *v, h_nuls *nuls, bool nested) {
+/* An array of h_flat_scalar elements, or when deeper of such arrays too (an inner array of
+ * h_flat, inlined there: no call for each). *pp at the '['. */
+static ETR_RD_ALWAYS_INLINE int h_flat_leaf(rd_reader *r, const unsigned char **pp,
+                                            const unsigned char *end, arena *a, rd_jval *v,
+                                            h_nuls *nuls, bool deeper) {
   const unsigned char *p = *pp + 1;
   v->kind = ETR_J_ARRAY;
   if (*p == ']') {
@@ -277,11 +286,12 @@ static inline int h_flat_items(rd_reader *r, const unsigned char **pp, const uns
   rd_jval buf[H_FLAT_MAX];
   size_t n = 0;
   for (;;) {
-    if (*p == '[' && nested) {
-      int st = h_flat_leaf(r, &p, end, a, &buf[n], nuls);
+    if (ETR_RD_UNLIKELY(*p == '[') && deeper) {
+      /* a third level (the shape of a GenericList[Int,Int] in "shapes": [[[], []]]) */
+      int st = h_flat_deep(r, &p, end, a, &buf[n], nuls);
       if (st) return st;
     } else {
-      p = h_flat_scalar(p, end, &buf[n], nuls);
+      p = h_flat_scalar(r, p, end, &buf[n], nuls);
       if (!p) return H_MISS;
     }
     n++;
@@ -295,13 +305,56 @@ static inline int h_flat_items(rd_reader *r, const unsigned char **pp, const uns
   return H_OK;
 }
 
-/* depth: that of the container holding the array at *pp (its own is depth + 1, a nested
- * one's depth + 2). */
+/* h_flat_leaf at the third level, out of line: one call for each such array. */
+static ETR_RD_NOINLINE int h_flat_deep(rd_reader *r, const unsigned char **pp,
+                                       const unsigned char *end, arena *a, rd_jval *v,
+                                       h_nuls *nuls) {
+  return h_flat_leaf(r, pp, end, a, v, nuls, false);
+}
+
+/* Short arrays of a node, [e, ...] with up to H_FLAT_MAX elements, each a h_flat_scalar or
+ * (levels > 0) a h_flat_leaf array (levels > 1: which may hold such arrays too), written with ","
+ * or ", ": a tensor [id, storage, offset, numel, itemsize, "device"], shapes and strides [[16, 8],
+ * [16], []], a list of types, a node's inputs "values". *pp at the '['. */
+static inline int h_flat_items(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                               arena *a, rd_jval *v, h_nuls *nuls, int levels) {
+  const unsigned char *p = *pp + 1;
+  v->kind = ETR_J_ARRAY;
+  if (*p == ']') {
+    v->v.arr.items = NULL;
+    v->v.arr.n = 0;
+    *pp = p + 1;
+    return H_OK;
+  }
+  rd_jval buf[H_FLAT_MAX];
+  size_t n = 0;
+  for (;;) {
+    if (*p == '[' && levels > 0) {
+      int st = h_flat_leaf(r, &p, end, a, &buf[n], nuls, levels > 1);
+      if (st) return st;
+    } else {
+      p = h_flat_scalar(r, p, end, &buf[n], nuls);
+      if (!p) return H_MISS;
+    }
+    n++;
+    int next = h_flat_next(&p);
+    if (next < 0 || (next && n == H_FLAT_MAX)) return H_MISS;
+    if (!next) break;
+  }
+  if (!(v->v.arr.items = h_copy(r, a, buf, n))) return H_ERR;
+  v->v.arr.n = n;
+  *pp = p + 1;
+  return H_OK;
+}
+
+/* depth: that of the container holding the array at *pp (its own is depth + 1, its inner
+ * arrays' depth + 2, theirs depth + 3). */
 int etr__rd_h_flat(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                    int depth, rd_jval *v) {
   h_nuls nuls;
   nuls.n = 0;
-  int st = h_flat_items(r, pp, end, a, v, &nuls, depth + 2 < H_MAX_DEPTH);
+  int levels = depth + 3 < H_MAX_DEPTH ? 2 : depth + 2 < H_MAX_DEPTH ? 1 : 0;
+  int st = h_flat_items(r, pp, end, a, v, &nuls, levels);
   if (st == H_OK) h_nuls_write(r, &nuls);
   return st;
 }
@@ -317,8 +370,9 @@ int etr__rd_h_io(rd_reader *r, const unsigned char **pp, const unsigned char *en
                  int depth, rd_jval *v) {
   static const char *const keys[4] = {h_key_values, h_key_shapes, h_key_types, h_key_strides};
   static const size_t key_len[4] = {6, 6, 5, 7};
-  /* the object is at depth + 1, its arrays at depth + 2, theirs at depth + 3 */
+  /* the object is at depth + 1, its arrays at depth + 2, theirs at depth + 3 and + 4 */
   if (depth + 3 >= H_MAX_DEPTH) return H_MISS;
+  int levels = depth + 4 < H_MAX_DEPTH ? 2 : 1;
   const unsigned char *p = *pp;
   rd_jval part[4];
   h_nuls nuls;
@@ -344,7 +398,7 @@ int etr__rd_h_io(rd_reader *r, const unsigned char **pp, const unsigned char *en
     }
     if (!ok || p[skip] != '[') return H_MISS;
     p += skip;
-    int st = h_flat_items(r, &p, end, a, &part[n], &nuls, true);
+    int st = h_flat_items(r, &p, end, a, &part[n], &nuls, levels);
     if (st) return st;
     n++;
     if (n >= 3 && *p == '}') break;

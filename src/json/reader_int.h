@@ -27,15 +27,17 @@
 #define ARENA_BLOCK (64u * 1024u)
 #define ARENA_SPARE 8 /* standard blocks kept for reuse */
 
-/* Compiler extensions, behind macros (STYLE.md): branch hints and bit scans. */
+/* Compiler extensions, behind macros (STYLE.md): branch hints, bit scans, inlining. */
 #if defined(__GNUC__) || defined(__clang__)
 #define ETR_RD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define ETR_RD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define ETR_RD_CTZ32(x) ((unsigned)__builtin_ctz(x))
 #define ETR_RD_CTZ64(x) ((unsigned)__builtin_ctzll(x))
 #define ETR_RD_NOINLINE __attribute__((noinline))
+#define ETR_RD_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define ETR_RD_NOINLINE
+#define ETR_RD_ALWAYS_INLINE inline
 #define ETR_RD_LIKELY(x) (x)
 #define ETR_RD_UNLIKELY(x) (x)
 static inline unsigned etr_rd_ctz64(uint64_t x) {
