@@ -359,16 +359,17 @@ int etr__rd_h_flat(rd_reader *r, const unsigned char **pp, const unsigned char *
   return st;
 }
 
-/* Keys of an inputs/outputs object, pointed to by the trees h_io builds. */
-static const char h_key_values[] = "values", h_key_shapes[] = "shapes", h_key_types[] = "types",
-                  h_key_strides[] = "strides";
+/* Keys of an inputs/outputs object, pointed to by the trees h_io builds (reader_int.h). */
+const char etr__rd_key_values[] = "values", etr__rd_key_shapes[] = "shapes",
+           etr__rd_key_types[] = "types", etr__rd_key_strides[] = "strides";
 
 /* A node's inputs or outputs, {"values": A, "shapes": A, "types": A[, "strides": A]} with
  * each A in h_flat's shape, written with ", " and ": ", most of a node's bytes being there.
  * *pp at the '{', depth that of the object holding it. */
 int etr__rd_h_io(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                  int depth, rd_jval *v) {
-  static const char *const keys[4] = {h_key_values, h_key_shapes, h_key_types, h_key_strides};
+  static const char *const keys[4] = {etr__rd_key_values, etr__rd_key_shapes, etr__rd_key_types,
+                                      etr__rd_key_strides};
   static const size_t key_len[4] = {6, 6, 5, 7};
   /* the object is at depth + 1, its arrays at depth + 2, theirs at depth + 3 and + 4 */
   if (depth + 3 >= H_MAX_DEPTH) return H_MISS;

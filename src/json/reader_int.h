@@ -271,6 +271,9 @@ ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n);
 /* The keys of the attr objects the hand parser reads by its shortcut: the node builder knows
  * such an attr by their addresses, without comparing names. */
 extern const char etr__rd_key_name[], etr__rd_key_type[], etr__rd_key_value[];
+/* The same for the inputs/outputs objects it reads by its shortcut. */
+extern const char etr__rd_key_values[], etr__rd_key_shapes[], etr__rd_key_types[],
+    etr__rd_key_strides[];
 
 /* One more step of the hand parser (reader_hand_step.c), or one more block through yajl
  * (reader_yajl.c): 1 = progress, 0 = parse complete, -1 = error (set). */

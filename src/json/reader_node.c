@@ -111,21 +111,35 @@ static bool as_u64(const rd_jval *v, uint64_t *out) {
   return false;
 }
 
-static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *which) {
+/* True when io's members are the parts values, shapes, types[, strides] in this order: their
+ * keys are h_io's (reader_hand_fast.c), or equal to them. */
+static bool io_exact(const rd_jval *io) {
+  const rd_jmember *m = io->v.obj.items;
+  return (io->v.obj.n == 3 || (io->v.obj.n == 4 && m[3].key == etr__rd_key_strides)) &&
+         m[0].key == etr__rd_key_values && m[1].key == etr__rd_key_shapes &&
+         m[2].key == etr__rd_key_types;
+}
+
+/* Warns about what is missing or of the wrong kind in io; true when its keys are exactly
+ * values, shapes, types[, strides] in this order (rd_rnode). */
+static bool check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *which) {
   if (!io) {
     etr__rd_warn(r, n->offset, n->id, "node has no \"%s\"", which);
-    return;
+    return false;
   }
   if (io->kind != ETR_J_OBJECT) {
     etr__rd_warn(r, n->offset, n->id, "\"%s\" is not an object", which);
-    return;
+    return false;
   }
   /* one pass over the members: values, shapes, types, strides (the first of each, as
    * rd_jobj_get finds them) */
   static const char *const parts[4] = {"values", "shapes", "types", "strides"};
   const rd_jval *got[4] = {NULL, NULL, NULL, NULL};
   bool nul = r->nul_str;
-  for (size_t i = 0; i < io->v.obj.n; i++) {
+  bool fast = io_exact(io), exact = io->v.obj.n == 3 || io->v.obj.n == 4;
+  if (fast) /* as h_io read them: no name to compare */
+    for (size_t i = 0; i < io->v.obj.n; i++) got[i] = &io->v.obj.items[i].val;
+  for (size_t i = 0; !fast && i < io->v.obj.n; i++) {
     const rd_jmember *m = &io->v.obj.items[i];
     int w = -1;
     if (ETR_RD_UNLIKELY(nul)) {
@@ -139,11 +153,12 @@ static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *w
       w = !memcmp(m->key, "strides", 7) ? 3 : -1;
     }
     if (w >= 0 && !got[w]) got[w] = &m->val;
+    if (w != (int)i) exact = false;
   }
   const rd_jval *vals = got[0];
   if (!vals || vals->kind != ETR_J_ARRAY) {
     etr__rd_warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
-    return;
+    return exact;
   }
   for (int i = 1; i < 4; i++) {
     const rd_jval *p = got[i];
@@ -159,6 +174,7 @@ static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *w
                    parts[i], p->v.arr.n, vals->v.arr.n);
     }
   }
+  return exact;
 }
 
 int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
@@ -236,8 +252,8 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
   if (!has_id) etr__rd_warn(r, n->offset, -1, "node has no integer \"id\"");
   if (!has_name) etr__rd_warn(r, n->offset, n->id, "node has no string \"name\"");
   if (n->ctrl_deps < 0) etr__rd_warn(r, n->offset, n->id, "node has no integer \"ctrl_deps\"");
-  check_io(r, n, n->inputs, "inputs");
-  check_io(r, n, n->outputs, "outputs");
+  n->inputs_exact_keys = check_io(r, n, n->inputs, "inputs");
+  n->outputs_exact_keys = check_io(r, n, n->outputs, "outputs");
   if (n->inputs && n->inputs->kind != ETR_J_OBJECT) n->inputs = NULL;
   if (n->outputs && n->outputs->kind != ETR_J_OBJECT) n->outputs = NULL;
 
