@@ -400,7 +400,9 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   /* key order */
   int k = 0;
   bool present[9] = {false};
-  for (size_t i = 0; i < n->raw->v.obj.n; i++) {
+  for (int j = 0; j < 9; j++) present[j] = n->key_bits >> j & 1;
+  /* the reader found every key known and in order: nothing to report */
+  for (size_t i = 0; !n->keys_in_order && i < n->raw->v.obj.n; i++) {
     const char *key = n->raw->v.obj.items[i].key;
     int j = node_key(key, cstr_len(n->has_nul_strings, key, n->raw->v.obj.items[i].key_len));
     if (j >= 0) present[j] = true;
