@@ -4,8 +4,9 @@
  *  - reader_input.c  the byte source: files, pipes, gzip, zstd (rd_source in reader.h, also
  *                    read by `etr repair`);
  *  - reader_node.c   the node builder (etr__rd_node_done) both parsers hand their trees to;
- *  - reader_hand.c   the hand parser (the default), its values; reader_hand_step.c its
- *                    input window and top-level steps (reader_hand.h between them);
+ *  - reader_hand.c   the hand parser (the default), its values; reader_hand_fast.c its
+ *                    shortcuts for what nodes hold most; reader_hand_step.c its input
+ *                    window and top-level steps (reader_hand.h between them);
  *  - reader_yajl.c   the yajl backend (ETR_READER_BACKEND=yajl): callbacks building the
  *                    same trees.
  * Not installed; nothing here is part of any API. Functions shared between the files are
