@@ -324,7 +324,11 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
           p++;
           st = H_OK;
         } else {
-          st = h_number(r, &p, end, &m->val);
+          const unsigned char *q = h_int18(p, end, &m->val);
+          if (q)
+            p = q, st = H_OK;
+          else
+            st = h_number(r, &p, end, &m->val);
         }
       } else if (((c == '[' && p[1] == ']') || (c == '{' && p[1] == '}')) &&
                  depth + 1 < H_MAX_DEPTH) {

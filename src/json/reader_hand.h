@@ -79,6 +79,23 @@ static inline const unsigned char *scan_plain(const unsigned char *p) {
 #endif
 }
 
+/* The number at p when it is an integer of 1 to 18 digits without fraction or exponent ("-"
+ * allowed, no leading zero) that ends before end: *v an ETR_J_INT, and the byte after it;
+ * else NULL, and the general number parser reads it (or refuses it). Inline, for the callers
+ * of the general parser where most numbers are such (a node's ids, times, attr values). */
+static inline const unsigned char *h_int18(const unsigned char *p, const unsigned char *end,
+                                           rd_jval *v) {
+  const unsigned char *q = p + (*p == '-'), *d = q;
+  uint64_t acc = 0;
+  if ((unsigned)(*q - '1') >= 9) return NULL; /* "0..." and "-0..." too: the general parser */
+  do acc = acc * 10 + (unsigned)(*q++ - '0');
+  while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
+  if (q - d > 18 || q >= end || *q == '.' || (*q | 0x20) == 'e') return NULL;
+  v->kind = ETR_J_INT;
+  v->v.i = *p == '-' ? -(int64_t)acc : (int64_t)acc;
+  return q;
+}
+
 /* A number at *pp into *v: H_OK and *pp after it, or H_MORE / H_ERR. */
 int etr__rd_h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end, rd_jval *v);
 /* The literal lit (n bytes: true, false, null) at *pp: H_OK and *pp after it, or H_MORE / H_ERR. */

@@ -103,7 +103,11 @@ static ETR_RD_ALWAYS_INLINE int h_attr_at(rd_reader *r, const unsigned char **pp
     val.v.i = (int64_t)(c - '0');
     q++;
   } else if ((unsigned)(c - '0') < 10 || c == '-') {
-    st = etr__rd_h_number(r, &q, end, &val);
+    const unsigned char *e = h_int18(q, end, &val);
+    if (e)
+      q = e;
+    else
+      st = etr__rd_h_number(r, &q, end, &val);
   } else if (c == 't' || c == 'f' || c == 'n') {
     val.kind = c == 'n' ? ETR_J_NULL : ETR_J_BOOL;
     val.v.b = c == 't';

@@ -482,6 +482,47 @@ static void test_key_notes(void **state) {
   }
 }
 
+/* Numbers of every form as a node's own values and as attr values (integers read inline by
+ * h_int18 up to 18 digits, the others by the general parser), many nodes: the same values as
+ * yajl's. */
+static void test_numbers_like_yajl(void **state) {
+  (void)state;
+  static const char *const nums[] = {"0",
+                                     "-0",
+                                     "7",
+                                     "-12",
+                                     "10",
+                                     "123456789012345678",
+                                     "-123456789012345678",
+                                     "1234567890123456789",
+                                     "9223372036854775807",
+                                     "-9223372036854775808",
+                                     "9223372036854775808",
+                                     "18446744073709551615",
+                                     "18446744073709551616",
+                                     "1.5",
+                                     "-0.0",
+                                     "1e3",
+                                     "12E-2",
+                                     "100000000000000000000000000000.5"};
+  const size_t n_nums = sizeof nums / sizeof *nums;
+  const char *p = ct_tmp_path("nums.json");
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  const size_t n = 20000;
+  for (size_t i = 0; i < n; i++)
+    fprintf(f,
+            "%s{\"id\": %zu, \"name\": \"n\", \"ctrl_deps\": %s, \"ts\": %s , \"x\": %s,"
+            "\"attrs\": [{\"name\": \"a\", \"type\": \"int64\", \"value\": %s}, {\"name\": \"b\", "
+            "\"type\": \"int64\", \"value\": %s }]}",
+            i ? ",\n" : "", i + 2, nums[i % n_nums], nums[(i + 1) % n_nums],
+            nums[(i * 7 + 2) % n_nums], nums[(i * 5 + 3) % n_nums], nums[(i + 4) % n_nums]);
+  fputs("], \"finish_ts\": 9}\n", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(assert_backends_same(p), n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_redone_steps_keep_their_strings),
@@ -493,6 +534,7 @@ int main(void) {
       cmocka_unit_test(test_attrs_array_like_yajl),
       cmocka_unit_test(test_errors_inside_attrs_array),
       cmocka_unit_test(test_key_notes),
+      cmocka_unit_test(test_numbers_like_yajl),
   };
   return cmocka_run_group_tests(tests, ct_tmpdir_setup, ct_tmpdir_teardown);
 }
