@@ -188,11 +188,14 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
   }
 }
 
-static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, const char *where) {
+static void check_io(vstate *v, const rd_rnode *n, const rd_jval *io, bool exact,
+                     const char *where) {
   if (!io) return; /* the reader has warned */
   const rd_jval *part[4] = {NULL, NULL, NULL, NULL};
   int k = 0;
-  for (size_t i = 0; i < io->v.obj.n; i++) {
+  if (exact) /* the reader found the keys in order, one of each: nothing to report */
+    for (size_t i = 0; i < io->v.obj.n; i++) part[i] = &io->v.obj.items[i].val;
+  for (size_t i = 0; !exact && i < io->v.obj.n; i++) {
     const char *key = io->v.obj.items[i].key;
     size_t kn = cstr_len(n->has_nul_strings, key, io->v.obj.items[i].key_len);
     int j = -1;
@@ -253,6 +256,15 @@ static bool is_forbidden(const char *nm, size_t n) {
   }
 }
 
+/* The attr types whose values are checked. */
+enum { T_UINT64 = 0, T_INT64 = 1, T_STRING = 2 };
+
+/* T_UINT64, T_INT64, T_STRING for a type name (n bytes, as cstr_len), else -1. */
+static inline int type_kind(const char *t, size_t n) {
+  if (n == 6) return STR_IS(t, n, "uint64") ? T_UINT64 : STR_IS(t, n, "string") ? T_STRING : -1;
+  return STR_IS(t, n, "int64") ? T_INT64 : -1;
+}
+
 static void check_attrs(vstate *v, const rd_rnode *n) {
   const rd_jval *attrs = NULL;
   bool nul = n->has_nul_strings;
@@ -304,7 +316,8 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
     if (!ty_ok)
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id, "attr \"%s\": \"type\" is not a string",
                  name);
-    if (is_forbidden(name, name_n))
+    int b = ra ? ra[i].base : rd_base_attr_n(name, name_n);
+    if (b < 0 && is_forbidden(name, name_n)) /* no base attr is */
       vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                  "attr named \"%s\" (Chakra copies attrs over node fields)", name);
     size_t len = nm->v.str.len;
@@ -321,7 +334,7 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
       seen[n_seen] = name;
       seen_len[n_seen++] = len;
     }
-    int b = ra ? ra[i].base : rd_base_attr_n(name, name_n);
+    int tk; /* the type: T_UINT64, T_INT64, T_STRING or -1 (another) */
     if (b >= 0) {
       if (b < last_base || seen_other)
         vd_problem(
@@ -329,27 +342,29 @@ static void check_attrs(vstate *v, const rd_rnode *n) {
             "attr \"%s\" out of order (rf_id .. kernel_file come first, in docs/FORMAT.md order)",
             name);
       last_base = b;
-      if (!(b == 2  ? STR_IS(type, type_n, "int64")
-            : b < 6 ? STR_IS(type, type_n, "uint64")
-                    : STR_IS(type, type_n, "string")))
+      tk = b == 2 ? T_INT64 : b < 6 ? T_UINT64 : T_STRING;
+      if (type_kind(type, type_n) != tk) {
         vd_problem(v, SEV_ERROR, K_BASE, n->offset, n->id,
                    "attr \"%s\" has type \"%s\", not \"%s\"", name, type, want[b]);
+        tk = type_kind(type, type_n);
+      }
     } else {
       seen_other = true;
+      tk = type_kind(type, type_n);
     }
     /* value against type */
-    if (STR_IS(type, type_n, "uint64")) {
+    if (tk == T_UINT64) {
       if (val->kind == ETR_J_UINT)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                    "attr \"%s\": %" PRIu64 " does not fit int64", name, val->v.u);
       else if (val->kind != ETR_J_INT || val->v.i < 0)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                    "attr \"%s\": a uint64 value that is not a non-negative integer", name);
-    } else if (STR_IS(type, type_n, "int64")) {
+    } else if (tk == T_INT64) {
       if (val->kind != ETR_J_INT)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                    "attr \"%s\": an int64 value that is not an integer within int64", name);
-    } else if (STR_IS(type, type_n, "string")) {
+    } else if (tk == T_STRING) {
       if (val->kind != ETR_J_STRING)
         vd_problem(v, SEV_ERROR, K_ATTR, n->offset, n->id,
                    "attr \"%s\": a string value that is not a string", name);
@@ -385,7 +400,9 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   /* key order */
   int k = 0;
   bool present[9] = {false};
-  for (size_t i = 0; i < n->raw->v.obj.n; i++) {
+  for (int j = 0; j < 9; j++) present[j] = n->key_bits >> j & 1;
+  /* the reader found every key known and in order: nothing to report */
+  for (size_t i = 0; !n->keys_in_order && i < n->raw->v.obj.n; i++) {
     const char *key = n->raw->v.obj.items[i].key;
     int j = node_key(key, cstr_len(n->has_nul_strings, key, n->raw->v.obj.items[i].key_len));
     if (j >= 0) present[j] = true;
@@ -415,8 +432,8 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   if (n->id <= 0 && present[0])
     vd_problem(v, SEV_ERROR, K_FIELD, n->offset, n->id, "id %" PRId64 " is not positive", n->id);
   check_attrs(v, n);
-  check_io(v, n, n->inputs, "inputs");
-  check_io(v, n, n->outputs, "outputs");
+  check_io(v, n, n->inputs, n->inputs_exact_keys, "inputs");
+  check_io(v, n, n->outputs, n->outputs_exact_keys, "outputs");
 
   int nk = NK_OP;
   size_t name_n = cstr_len(n->has_nul_strings, n->name, n->name_len);

@@ -84,7 +84,16 @@ typedef struct rd_rnode {
   int64_t ctrl_deps;      /* parent id; -1 when the key is missing */
   const rd_jval *inputs;  /* the "inputs" object ({values, shapes, types[, strides]}) or NULL */
   const rd_jval *outputs; /* the "outputs" object or NULL */
-  bool has_timing;        /* ts, inclusive_dur, exclusive_dur present */
+  /* inputs / outputs: its keys are exactly "values", "shapes", "types"[, "strides"] in this
+   * order (as strcmp compares them), so its members 0..n-1 are those parts */
+  bool inputs_exact_keys, outputs_exact_keys;
+  /* The node's keys (as strcmp compares them): a bit per one present, in the order id=bit 0,
+   * name, ctrl_deps, inputs, outputs, ts, inclusive_dur, exclusive_dur, attrs=bit 8
+   * (docs/FORMAT.md); keys_in_order: every key is one of these, each after the ones before
+   * it in that order (so none twice). */
+  uint32_t key_bits;
+  bool keys_in_order;
+  bool has_timing; /* ts, inclusive_dur, exclusive_dur present */
   int64_t ts, inclusive_dur, exclusive_dur;
   /* The base attrs (zero / NULL when absent; `missing_attrs` has a bit per absent one, in
    * the docs/FORMAT.md order rf_id=bit 0 .. kernel_file=bit 8). */

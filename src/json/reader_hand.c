@@ -4,8 +4,9 @@
  * intermediate copies. It accepts exactly RFC 8259 JSON, strings checked to be UTF-8.
  * Shortcuts for what traces hold most: plain strings scanned 16 bytes at a time and, in a
  * node, left in place in the window (their closing quote made their NUL); one-digit
- * integers and empty containers without the general paths; attr objects of the usual shape
- * without the general object loop (h_attr).
+ * integers and empty containers without the general paths; a node's attr objects, flat
+ * arrays and inputs/outputs objects of the usual shape by the shortcuts of
+ * reader_hand_fast.c.
  */
 
 #ifndef _GNU_SOURCE
@@ -14,9 +15,6 @@
 #include "json/reader_hand.h"
 
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "etr/common.h"
 
@@ -40,39 +38,6 @@ static int hex4(const unsigned char *p, uint32_t *out) {
   }
   *out = v;
   return 1;
-}
-
-/* The first byte at or after p that a string cannot simply copy: '"', '\\', a control byte
- * (< 0x20) or a non-ASCII one (>= 0x80). The window's NUL padding (H_PAD) stops it at the
- * end; it reads at most 15 bytes past that. 16 bytes at a time with SSE2 (every x86-64 has
- * it), 8 at a time on other little-endian machines (SWAR), else one at a time. */
-static inline const unsigned char *scan_plain(const unsigned char *p) {
-#if defined(__SSE2__)
-  const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
-                space = _mm_set1_epi8(0x20);
-  for (;; p += 16) {
-    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-    /* signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too */
-    __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
-                             _mm_cmplt_epi8(x, space));
-    unsigned bits = (unsigned)_mm_movemask_epi8(m);
-    if (bits) return p + ETR_RD_CTZ32(bits);
-  }
-#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
-    defined(__SIZEOF_POINTER__) && __SIZEOF_POINTER__ == 8
-  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-  for (;; p += 8) {
-    uint64_t w;
-    memcpy(&w, p, 8);
-    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
-    /* a borrow only carries into bytes above a flagged one: the lowest flag is exact */
-    uint64_t t = ((w - ones * 0x20) | w | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs;
-    if (t) return p + ETR_RD_CTZ64(t) / 8;
-  }
-#else
-  while (*p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) p++;
-  return p;
-#endif
 }
 
 static int h_string_slow(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
@@ -298,283 +263,11 @@ static inline int h_number(rd_reader *r, const unsigned char **pp, const unsigne
   return H_OK;
 }
 
-static int h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                   int depth, rd_jval *v);
-
 static int h_literal(rd_reader *r, const unsigned char **pp, const unsigned char *end,
                      const char *lit, size_t n);
 
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v);
-
-/* The n bytes at p (8 <= n <= 16) are those of the literal lit: two overlapping 8-byte loads
- * and compares with constants, where memcmp would be a call for n = 10 or 11. */
-static inline bool h_lit_eq(const unsigned char *p, const char *lit, size_t n) {
-  uint64_t x0, x1, y0, y1;
-  memcpy(&x0, p, 8);
-  memcpy(&x1, p + n - 8, 8);
-  memcpy(&y0, lit, 8);
-  memcpy(&y1, lit + n - 8, 8);
-  return ((x0 ^ y0) | (x1 ^ y1)) == 0;
-}
-#define H_LIT_EQ(p, lit) h_lit_eq((p), (lit), sizeof(lit) - 1)
-
-/* Keys of an attr object, pointed to by the trees h_attr builds (reader_int.h). */
-const char etr__rd_key_name[] = "name", etr__rd_key_type[] = "type", etr__rd_key_value[] = "value";
-
-/* An attr object of a node, {"name": "N", "type": "T", "value": V}, written with ", " and ": "
- * as our writer and PyTorch's json.dump write it, N and T plain ASCII, V a plain ASCII
- * string, a number, true, false or null: read without the general object loop (no key
- * strings, no member stack), about half of a node's values being in attrs. *pp at the '{',
- * depth that of the array holding it. H_OK with *v built; H_MISS when the text is any other
- * shape, with nothing done that shows (no warning, no NUL written, nothing kept: the general
- * path then reads it, with its own warnings and errors); or the value's H_MORE or H_ERR,
- * which the general path would give as well, at the same byte, everything before the value
- * being well formed. */
-static int h_attr(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                  int depth, rd_jval *v) {
-  /* every compare below reads at most 12 bytes past a byte before end: in the padding */
-  const unsigned char *p = *pp;
-  if (depth + 1 >= H_MAX_DEPTH || !H_LIT_EQ(p, "{\"name\": \"")) return H_MISS;
-  const unsigned char *name = p + 10, *name_end = scan_plain(name);
-  if (*name_end != '"' || !H_LIT_EQ(name_end + 1, ", \"type\": \"")) return H_MISS;
-  const unsigned char *type = name_end + 12, *type_end = scan_plain(type);
-  if (*type_end != '"' || !H_LIT_EQ(type_end + 1, ", \"value\": ")) return H_MISS;
-  const unsigned char *q = type_end + 12, *str_end = NULL;
-  if (q >= end) return H_MISS;
-  rd_jval val;
-  int st = H_OK;
-  unsigned c = *q;
-  if (c == '"') {
-    /* only a plain string: another one (escapes, non-ASCII) may warn, and a value read twice
-     * (after H_MISS) would warn twice */
-    const unsigned char *s = q + 1;
-    str_end = scan_plain(s);
-    if (*str_end != '"') return H_MISS;
-    val.kind = ETR_J_STRING;
-    val.v.str.s = (const char *)s;
-    val.v.str.len = (size_t)(str_end - s);
-    q = str_end + 1;
-  } else if ((unsigned)(c - '0') < 10 && q[1] == '}') {
-    val.kind = ETR_J_INT; /* "value": 0} */
-    val.v.i = (int64_t)(c - '0');
-    q++;
-  } else if ((unsigned)(c - '0') < 10 || c == '-') {
-    st = h_number(r, &q, end, &val);
-  } else if (c == 't' || c == 'f' || c == 'n') {
-    val.kind = c == 'n' ? ETR_J_NULL : ETR_J_BOOL;
-    val.v.b = c == 't';
-    st = c == 't'   ? h_literal(r, &q, end, "true", 4)
-         : c == 'f' ? h_literal(r, &q, end, "false", 5)
-                    : h_literal(r, &q, end, "null", 4);
-  } else {
-    return H_MISS; /* a container: the general path */
-  }
-  if (st) return st;
-  if (*q != '}') q = h_ws(q, end);
-  if (q >= end) return H_MORE;
-  if (*q != '}') return H_MISS;
-  rd_jmember *items = arena_alloc(a, 3 * sizeof *items);
-  if (!items) {
-    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
-    return H_ERR;
-  }
-  /* in place, as h_string does for a node's strings */
-  const unsigned char *last = str_end ? str_end : type_end;
-  *(unsigned char *)(uintptr_t)name_end = '\0';
-  *(unsigned char *)(uintptr_t)type_end = '\0';
-  *(unsigned char *)(uintptr_t)last = '\0';
-  size_t last_off = (size_t)(last - r->hb) + 1;
-  if (r->h_nul_end < last_off) r->h_nul_end = last_off;
-  items[0].key = etr__rd_key_name;
-  items[0].key_len = 4;
-  items[0].val.kind = ETR_J_STRING;
-  items[0].val.v.str.s = (const char *)name;
-  items[0].val.v.str.len = (size_t)(name_end - name);
-  items[1].key = etr__rd_key_type;
-  items[1].key_len = 4;
-  items[1].val.kind = ETR_J_STRING;
-  items[1].val.v.str.s = (const char *)type;
-  items[1].val.v.str.len = (size_t)(type_end - type);
-  items[2].key = etr__rd_key_value;
-  items[2].key_len = 5;
-  items[2].val = val;
-  v->kind = ETR_J_OBJECT;
-  v->v.obj.items = items;
-  v->v.obj.n = 3;
-  *pp = q + 1;
-  return H_OK;
-}
-
-/* Short arrays of a node, [e, ...] with up to H_FLAT_MAX elements, each an integer of up to 18
- * digits without fraction or exponent, a plain ASCII string, or (one level down) such an
- * array, written with "," or ", ": a tensor [id, storage, offset, numel, itemsize,
- * "device"], shapes and strides [[16, 8], [16], []], a list of types, a node's inputs
- * "values". Read without the general loop, its stack and a call per element, most of a
- * node's values being in such arrays. *pp at the '['. H_OK with *v built; H_MISS when the text
- * is any other shape, with nothing done that shows (as h_attr: the NULs that end the strings
- * in place are written on success only; what an abandoned array took of the node's arena is
- * freed with the node). */
-#define H_FLAT_MAX 16
-#define H_FLAT_NULS 128
-
-typedef struct h_nuls {
-  unsigned char *at[H_FLAT_NULS];
-  size_t n;
-} h_nuls;
-
-static inline int h_flat_items(rd_reader *r, const unsigned char **pp, const unsigned char *end,
-                               arena *a, rd_jval *v, h_nuls *nuls, bool nested) {
-  rd_jval buf[H_FLAT_MAX];
-  size_t n = 0;
-  const unsigned char *p = *pp + 1;
-  if (*p == ']') {
-    v->kind = ETR_J_ARRAY;
-    v->v.arr.items = NULL;
-    v->v.arr.n = 0;
-    *pp = p + 1;
-    return H_OK;
-  }
-  for (;;) {
-    unsigned c = *p;
-    rd_jval *x = &buf[n];
-    if ((unsigned)(c - '0') < 10 || c == '-') {
-      const unsigned char *q = p + (c == '-'), *d = q;
-      uint64_t acc = 0;
-      if (*q == '0') {
-        q++;
-      } else if ((unsigned)(*q - '1') < 9) {
-        do acc = acc * 10 + (unsigned)(*q++ - '0');
-        while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
-      } else {
-        return H_MISS;
-      }
-      if (q - d > 18 || q >= end) return H_MISS;
-      x->kind = ETR_J_INT;
-      x->v.i = c == '-' ? -(int64_t)acc : (int64_t)acc;
-      p = q;
-    } else if (c == '"') {
-      const unsigned char *e = scan_plain(p + 1);
-      if (*e != '"' || nuls->n == H_FLAT_NULS) return H_MISS;
-      x->kind = ETR_J_STRING;
-      x->v.str.s = (const char *)p + 1;
-      x->v.str.len = (size_t)(e - p - 1);
-      nuls->at[nuls->n++] = (unsigned char *)(uintptr_t)e;
-      p = e + 1;
-    } else if (c == '[' && nested) {
-      int st = h_flat_items(r, &p, end, a, x, nuls, false);
-      if (st) return st;
-    } else {
-      return H_MISS;
-    }
-    n++;
-    if (*p == ',') {
-      p += 1 + (p[1] == ' ');
-      if (n == H_FLAT_MAX) return H_MISS;
-      continue;
-    }
-    if (*p != ']') return H_MISS; /* a fraction, whitespace, the end of the window, ... */
-    break;
-  }
-  rd_jval *items = arena_alloc(a, n * sizeof *items);
-  if (!items) {
-    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
-    return H_ERR;
-  }
-  memcpy(items, buf, n * sizeof *items);
-  v->kind = ETR_J_ARRAY;
-  v->v.arr.items = items;
-  v->v.arr.n = n;
-  *pp = p + 1;
-  return H_OK;
-}
-
-/* depth: that of the array holding the one at *pp (its own is depth + 1, a nested one's
- * depth + 2). */
-static inline int h_flat(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                         int depth, rd_jval *v) {
-  h_nuls nuls;
-  nuls.n = 0;
-  int st = h_flat_items(r, pp, end, a, v, &nuls, depth + 2 < H_MAX_DEPTH);
-  if (st) return st;
-  /* in place, as h_string does for a node's strings */
-  for (size_t i = 0; i < nuls.n; i++) *nuls.at[i] = '\0';
-  if (nuls.n) {
-    size_t last_off = (size_t)(nuls.at[nuls.n - 1] - r->hb) + 1;
-    if (r->h_nul_end < last_off) r->h_nul_end = last_off;
-  }
-  return H_OK;
-}
-
-/* Keys of an inputs/outputs object, pointed to by the trees h_io builds. */
-static const char h_key_values[] = "values", h_key_shapes[] = "shapes", h_key_types[] = "types",
-                  h_key_strides[] = "strides";
-
-/* A node's inputs or outputs, {"values": A, "shapes": A, "types": A[, "strides": A]} with
- * each A in h_flat's shape, written with ", " and ": " as our writer and PyTorch's json.dump
- * write them: read without the general object loop, most of a node's bytes being there.
- * *pp at the '{', depth that of the object holding it. H_OK with *v built; H_MISS when the
- * text is any other shape, with nothing done that shows (as h_flat); or H_ERR (out of
- * memory). */
-static int h_io(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
-                int depth, rd_jval *v) {
-  static const char *const keys[4] = {h_key_values, h_key_shapes, h_key_types, h_key_strides};
-  static const size_t key_len[4] = {6, 6, 5, 7};
-  /* the object is at depth + 1, its arrays at depth + 2, theirs at depth + 3 */
-  if (depth + 3 >= H_MAX_DEPTH) return H_MISS;
-  const unsigned char *p = *pp;
-  rd_jval part[4];
-  h_nuls nuls;
-  nuls.n = 0;
-  size_t n = 0;
-  /* every compare reads at most 16 bytes from a byte at or before end: in the padding */
-  for (;;) {
-    size_t skip;
-    bool ok;
-    switch (n) {
-      case 0:
-        ok = H_LIT_EQ(p, "{\"values\": "), skip = 11;
-        break;
-      case 1:
-        ok = H_LIT_EQ(p, ", \"shapes\": "), skip = 12;
-        break;
-      case 2:
-        ok = H_LIT_EQ(p, ", \"types\": "), skip = 11;
-        break;
-      default:
-        ok = *p == ',' && H_LIT_EQ(p, ", \"strides\": "), skip = 13;
-        break;
-    }
-    if (!ok || p[skip] != '[') return H_MISS;
-    p += skip;
-    int st = h_flat_items(r, &p, end, a, &part[n], &nuls, true);
-    if (st) return st;
-    n++;
-    if (n >= 3 && *p == '}') break;
-    if (n == 4) return H_MISS;
-  }
-  rd_jmember *items = arena_alloc(a, n * sizeof *items);
-  if (!items) {
-    etr__rd_set_error(r, ETR_ENOMEM, 0, "out of memory");
-    return H_ERR;
-  }
-  for (size_t i = 0; i < n; i++) {
-    items[i].key = keys[i];
-    items[i].key_len = key_len[i];
-    items[i].val = part[i];
-  }
-  /* in place, as h_string does for a node's strings */
-  for (size_t i = 0; i < nuls.n; i++) *nuls.at[i] = '\0';
-  if (nuls.n) {
-    size_t last_off = (size_t)(nuls.at[nuls.n - 1] - r->hb) + 1;
-    if (r->h_nul_end < last_off) r->h_nul_end = last_off;
-  }
-  v->kind = ETR_J_OBJECT;
-  v->v.obj.items = items;
-  v->v.obj.n = n;
-  *pp = p + 1;
-  return H_OK;
-}
 
 static int h_container(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                        int depth, rd_jval *v) {
@@ -631,7 +324,11 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
           p++;
           st = H_OK;
         } else {
-          st = h_number(r, &p, end, &m->val);
+          const unsigned char *q = h_int18(p, end, &m->val);
+          if (q)
+            p = q, st = H_OK;
+          else
+            st = h_number(r, &p, end, &m->val);
         }
       } else if (((c == '[' && p[1] == ']') || (c == '{' && p[1] == '}')) &&
                  depth + 1 < H_MAX_DEPTH) {
@@ -651,12 +348,16 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
       } else if (c == '{' || c == '[') {
         rd_jval item;
         st = H_MISS;
-        if (c == '{' && p[1] == '"' && p[2] == 'n' && a == &r->nodes)
-          st = h_attr(r, &p, end, a, depth, &item);
-        else if (c == '[' && a == &r->nodes && depth + 1 < H_MAX_DEPTH)
-          st = h_flat(r, &p, end, a, depth, &item);
-        else if (c == '{' && p[2] == 'v' && a == &r->nodes)
-          st = h_io(r, &p, end, a, depth, &item);
+        if (a != &r->nodes)
+          ; /* a header or trailer value: the general path */
+        else if (c == '{' && p[1] == '"' && p[2] == 'n')
+          st = etr__rd_h_attr(r, &p, end, a, depth, &item);
+        else if (c == '[' && p[1] == '{')
+          st = etr__rd_h_attrs(r, &p, end, a, depth, &item);
+        else if (c == '[' && depth + 1 < H_MAX_DEPTH)
+          st = etr__rd_h_flat(r, &p, end, a, depth, &item);
+        else if (c == '{' && p[2] == 'v')
+          st = etr__rd_h_io(r, &p, end, a, depth, &item);
         if (st == H_MISS) st = h_container(r, &p, end, a, depth + 1, &item);
         if (st == H_OK) r->stk[slot].val = item; /* the stack may have moved */
       } else if (c == 't') {
@@ -768,4 +469,13 @@ int etr__rd_h_string(rd_reader *r, const unsigned char **pp, const unsigned char
 int etr__rd_h_value(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                     int depth, rd_jval *v) {
   return h_value(r, pp, end, a, depth, v);
+}
+
+int etr__rd_h_number(rd_reader *r, const unsigned char **pp, const unsigned char *end, rd_jval *v) {
+  return h_number(r, pp, end, v);
+}
+
+int etr__rd_h_literal(rd_reader *r, const unsigned char **pp, const unsigned char *end,
+                      const char *lit, size_t n) {
+  return h_literal(r, pp, end, lit, n);
 }

@@ -4,8 +4,9 @@
  *  - reader_input.c  the byte source: files, pipes, gzip, zstd (rd_source in reader.h, also
  *                    read by `etr repair`);
  *  - reader_node.c   the node builder (etr__rd_node_done) both parsers hand their trees to;
- *  - reader_hand.c   the hand parser (the default), its values; reader_hand_step.c its
- *                    input window and top-level steps (reader_hand.h between them);
+ *  - reader_hand.c   the hand parser (the default), its values; reader_hand_fast.c its
+ *                    shortcuts for what nodes hold most; reader_hand_step.c its input
+ *                    window and top-level steps (reader_hand.h between them);
  *  - reader_yajl.c   the yajl backend (ETR_READER_BACKEND=yajl): callbacks building the
  *                    same trees.
  * Not installed; nothing here is part of any API. Functions shared between the files are
@@ -27,15 +28,17 @@
 #define ARENA_BLOCK (64u * 1024u)
 #define ARENA_SPARE 8 /* standard blocks kept for reuse */
 
-/* Compiler extensions, behind macros (STYLE.md): branch hints and bit scans. */
+/* Compiler extensions, behind macros (STYLE.md): branch hints, bit scans, inlining. */
 #if defined(__GNUC__) || defined(__clang__)
 #define ETR_RD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define ETR_RD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define ETR_RD_CTZ32(x) ((unsigned)__builtin_ctz(x))
 #define ETR_RD_CTZ64(x) ((unsigned)__builtin_ctzll(x))
 #define ETR_RD_NOINLINE __attribute__((noinline))
+#define ETR_RD_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define ETR_RD_NOINLINE
+#define ETR_RD_ALWAYS_INLINE inline
 #define ETR_RD_LIKELY(x) (x)
 #define ETR_RD_UNLIKELY(x) (x)
 static inline unsigned etr_rd_ctz64(uint64_t x) {
@@ -269,6 +272,9 @@ ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n);
 /* The keys of the attr objects the hand parser reads by its shortcut: the node builder knows
  * such an attr by their addresses, without comparing names. */
 extern const char etr__rd_key_name[], etr__rd_key_type[], etr__rd_key_value[];
+/* The same for the inputs/outputs objects it reads by its shortcut. */
+extern const char etr__rd_key_values[], etr__rd_key_shapes[], etr__rd_key_types[],
+    etr__rd_key_strides[];
 
 /* One more step of the hand parser (reader_hand_step.c), or one more block through yajl
  * (reader_yajl.c): 1 = progress, 0 = parse complete, -1 = error (set). */

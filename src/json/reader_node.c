@@ -73,6 +73,34 @@ static const rd_jval *obj_get(const rd_jval *obj, const char *key, size_t key_le
   return NULL;
 }
 
+/* The node keys in docs/FORMAT.md order (rd_rnode.key_bits). */
+enum { K_ID, K_NAME, K_CTRL_DEPS, K_INPUTS, K_OUTPUTS, K_TS, K_INC, K_EXC, K_ATTRS };
+
+/* The K_* of a node key k of n bytes (its length as strcmp sees it), or -1: by its length,
+ * then a fixed-size compare. */
+static inline int node_key(const char *k, size_t n) {
+#define IS(lit) !memcmp(k, lit, sizeof lit - 1)
+  switch (n) {
+    case 2:
+      return IS("id") ? K_ID : IS("ts") ? K_TS : -1;
+    case 4:
+      return IS("name") ? K_NAME : -1;
+    case 5:
+      return IS("attrs") ? K_ATTRS : -1;
+    case 6:
+      return IS("inputs") ? K_INPUTS : -1;
+    case 7:
+      return IS("outputs") ? K_OUTPUTS : -1;
+    case 9:
+      return IS("ctrl_deps") ? K_CTRL_DEPS : -1;
+    case 13:
+      return IS("inclusive_dur") ? K_INC : IS("exclusive_dur") ? K_EXC : -1;
+    default:
+      return -1;
+  }
+#undef IS
+}
+
 /* rd_base_attr of a name of n bytes: by its length, then memcmp of a constant length (a
  * compare or two, no call). */
 static int base_attr_n(const char *nm, size_t n, bool nul) {
@@ -111,21 +139,35 @@ static bool as_u64(const rd_jval *v, uint64_t *out) {
   return false;
 }
 
-static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *which) {
+/* True when io's members are the parts values, shapes, types[, strides] in this order: their
+ * keys are h_io's (reader_hand_fast.c), or equal to them. */
+static bool io_exact(const rd_jval *io) {
+  const rd_jmember *m = io->v.obj.items;
+  return (io->v.obj.n == 3 || (io->v.obj.n == 4 && m[3].key == etr__rd_key_strides)) &&
+         m[0].key == etr__rd_key_values && m[1].key == etr__rd_key_shapes &&
+         m[2].key == etr__rd_key_types;
+}
+
+/* Warns about what is missing or of the wrong kind in io; true when its keys are exactly
+ * values, shapes, types[, strides] in this order (rd_rnode). */
+static bool check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *which) {
   if (!io) {
     etr__rd_warn(r, n->offset, n->id, "node has no \"%s\"", which);
-    return;
+    return false;
   }
   if (io->kind != ETR_J_OBJECT) {
     etr__rd_warn(r, n->offset, n->id, "\"%s\" is not an object", which);
-    return;
+    return false;
   }
   /* one pass over the members: values, shapes, types, strides (the first of each, as
    * rd_jobj_get finds them) */
   static const char *const parts[4] = {"values", "shapes", "types", "strides"};
   const rd_jval *got[4] = {NULL, NULL, NULL, NULL};
   bool nul = r->nul_str;
-  for (size_t i = 0; i < io->v.obj.n; i++) {
+  bool fast = io_exact(io), exact = io->v.obj.n == 3 || io->v.obj.n == 4;
+  if (fast) /* as h_io read them: no name to compare */
+    for (size_t i = 0; i < io->v.obj.n; i++) got[i] = &io->v.obj.items[i].val;
+  for (size_t i = 0; !fast && i < io->v.obj.n; i++) {
     const rd_jmember *m = &io->v.obj.items[i];
     int w = -1;
     if (ETR_RD_UNLIKELY(nul)) {
@@ -139,11 +181,12 @@ static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *w
       w = !memcmp(m->key, "strides", 7) ? 3 : -1;
     }
     if (w >= 0 && !got[w]) got[w] = &m->val;
+    if (w != (int)i) exact = false;
   }
   const rd_jval *vals = got[0];
   if (!vals || vals->kind != ETR_J_ARRAY) {
     etr__rd_warn(r, n->offset, n->id, "%s: \"values\" is missing or not an array", which);
-    return;
+    return exact;
   }
   for (int i = 1; i < 4; i++) {
     const rd_jval *p = got[i];
@@ -159,6 +202,7 @@ static void check_io(rd_reader *r, rd_rnode *n, const rd_jval *io, const char *w
                    parts[i], p->v.arr.n, vals->v.arr.n);
     }
   }
+  return exact;
 }
 
 int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
@@ -181,63 +225,71 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
   bool has_id = false, has_name = false, has_ts = false, has_inc = false, has_exc = false;
   const rd_jval *attrs = NULL;
   bool nul = r->nul_str;
+  int next = 0; /* the order index a key must have at least to be in order */
+  bool ordered = true;
+  uint32_t bits = 0;
   for (size_t i = 0; i < root->v.obj.n; i++) {
     const rd_jmember *m = &root->v.obj.items[i];
-    const char *k = m->key;
-    size_t kl = m->key_len;
     const rd_jval *v = &m->val;
-    switch (k[0]) {
-      case 'i':
-        if (NAME_IS(k, kl, "id", nul)) {
-          if (v->kind == ETR_J_INT) {
-            n->id = v->v.i;
-            has_id = true;
-          }
-        } else if (NAME_IS(k, kl, "inputs", nul)) {
-          n->inputs = v;
-        } else if (NAME_IS(k, kl, "inclusive_dur", nul) && v->kind == ETR_J_INT) {
-          n->inclusive_dur = v->v.i;
-          has_inc = true;
+    int j = node_key(m->key, ETR_RD_UNLIKELY(nul) ? strlen(m->key) : m->key_len);
+    if (j < next) ordered = false; /* unknown (-1), twice, or out of order */
+    if (j < 0) continue;
+    next = j + 1;
+    bits |= 1u << j;
+    switch (j) {
+      case K_ID:
+        if (v->kind == ETR_J_INT) {
+          n->id = v->v.i;
+          has_id = true;
         }
         break;
-      case 'n':
-        if (NAME_IS(k, kl, "name", nul) && v->kind == ETR_J_STRING) {
+      case K_NAME:
+        if (v->kind == ETR_J_STRING) {
           n->name = v->v.str.s;
           n->name_len = v->v.str.len;
           has_name = true;
         }
         break;
-      case 'c':
-        if (NAME_IS(k, kl, "ctrl_deps", nul) && v->kind == ETR_J_INT) n->ctrl_deps = v->v.i;
+      case K_CTRL_DEPS:
+        if (v->kind == ETR_J_INT) n->ctrl_deps = v->v.i;
         break;
-      case 'o':
-        if (NAME_IS(k, kl, "outputs", nul)) n->outputs = v;
+      case K_INPUTS:
+        n->inputs = v;
         break;
-      case 't':
-        if (NAME_IS(k, kl, "ts", nul) && v->kind == ETR_J_INT) {
+      case K_OUTPUTS:
+        n->outputs = v;
+        break;
+      case K_TS:
+        if (v->kind == ETR_J_INT) {
           n->ts = v->v.i;
           has_ts = true;
         }
         break;
-      case 'e':
-        if (NAME_IS(k, kl, "exclusive_dur", nul) && v->kind == ETR_J_INT) {
+      case K_INC:
+        if (v->kind == ETR_J_INT) {
+          n->inclusive_dur = v->v.i;
+          has_inc = true;
+        }
+        break;
+      case K_EXC:
+        if (v->kind == ETR_J_INT) {
           n->exclusive_dur = v->v.i;
           has_exc = true;
         }
         break;
-      case 'a':
-        if (NAME_IS(k, kl, "attrs", nul)) attrs = v;
-        break;
-      default:
+      default: /* K_ATTRS */
+        attrs = v;
         break;
     }
   }
+  n->key_bits = bits;
+  n->keys_in_order = ordered;
   n->has_timing = has_ts && has_inc && has_exc;
   if (!has_id) etr__rd_warn(r, n->offset, -1, "node has no integer \"id\"");
   if (!has_name) etr__rd_warn(r, n->offset, n->id, "node has no string \"name\"");
   if (n->ctrl_deps < 0) etr__rd_warn(r, n->offset, n->id, "node has no integer \"ctrl_deps\"");
-  check_io(r, n, n->inputs, "inputs");
-  check_io(r, n, n->outputs, "outputs");
+  n->inputs_exact_keys = check_io(r, n, n->inputs, "inputs");
+  n->outputs_exact_keys = check_io(r, n, n->outputs, "outputs");
   if (n->inputs && n->inputs->kind != ETR_J_OBJECT) n->inputs = NULL;
   if (n->outputs && n->outputs->kind != ETR_J_OBJECT) n->outputs = NULL;
 
