@@ -1,7 +1,7 @@
 #!/bin/sh
 # A 4-thread example run recorded with ns timing, exported by `etr chrome`, loaded by Chrome
 # DevTools' trace engine (viewer_devtools.mjs says what is checked). Skipped (77) when
-# node or the engine's npm package is missing: scripts/test.sh installs the package into
+# node or the engine's npm package is missing or the engine does not load: scripts/test.sh installs the package into
 # build/npm when npm is there.
 # usage: run_viewer_test.sh ETR EXAMPLE OUTDIR NODE_MODULES_DIR
 set -eu
