@@ -19,7 +19,6 @@ static _Atomic int g_state;   /* 0 not decided, 1 counter usable, -1 not usable 
 static uint64_t g_anchor_tsc; /* the first reading (lock held) */
 static int64_t g_anchor_ns;
 static _Atomic uint64_t g_due_tsc; /* counter value from which a tick does something */
-static uint64_t g_ticks_per_s;     /* estimate, for the due times (lock held) */
 
 #if ETR__HAVE_TSC
 /* Whether the kernel keeps time with the counter (it then checked that it is invariant and
@@ -121,7 +120,7 @@ void etr__clock_tick(void) {
       uint64_t rate = span < ((int64_t)1 << 31)
                           ? ((uint64_t)span << 32) / ticks
                           : (uint64_t)((double)span / (double)ticks * 4294967296.0);
-      g_ticks_per_s = (uint64_t)((double)ticks * 1e9 / (double)span);
+      uint64_t ticks_per_s = (uint64_t)((double)ticks * 1e9 / (double)span);
       if (gen == 0) {
         publish(tsc, ns, rate);
       } else {
@@ -134,7 +133,7 @@ void etr__clock_tick(void) {
                           HORIZON_NS, &t0, &n0, &mult);
         publish(t0, n0, mult);
       }
-      atomic_store_explicit(&g_due_tsc, tsc + g_ticks_per_s, memory_order_relaxed);
+      atomic_store_explicit(&g_due_tsc, tsc + ticks_per_s, memory_order_relaxed);
     }
   }
   pthread_mutex_unlock(&g_lock);

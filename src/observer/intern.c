@@ -38,9 +38,8 @@ static void fork_release(void) { pthread_mutex_unlock(&g_lock); }
 static void intern_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
 
 static uint64_t str_hash(const char *s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h ^ (h >> 29);
+  uint64_t h = etr__fnv1a(s, n);
+  return h ^ (h >> 29); /* (the table takes the low bits) */
 }
 
 static bool set_grow_locked(void) {

@@ -3,6 +3,8 @@
 #define ETR_OBSERVER_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "etr/common.h"
 
@@ -10,14 +12,18 @@
 #define ETR__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define ETR__PRINTF(a, b)
-/* Whether p points into a string etr_intern handed out (bytes that never change). Lock-free;
- * a few compares per block of copies. */
-bool etr__interned(const char *p);
-
 #endif
 
 /* Diagnostics through the log hook; never from a signal handler. */
 void etr__log(etr_log_level level, const char *fmt, ...) ETR__PRINTF(2, 3);
+
+/* FNV-1a of s[0..n): the observer's hash of name strings (intern.c, the traceback name
+ * cache). */
+static inline uint64_t etr__fnv1a(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
 
 /* Whether p points into a string etr_intern handed out (bytes that never change). Lock-free;
  * a few compares per block of copies. */

@@ -302,12 +302,6 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
 
 /* ---- tracebacks (recording side) ---- */
 
-static uint64_t name_hash(const char *s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h;
-}
-
 /* Whether this op gets a traceback under cfg: the name pattern (results cached per thread
  * by name pointer and hash, as runtimes pass the same few name strings again and again),
  * then 1 in N. */
@@ -322,7 +316,7 @@ static bool wants_traceback(etr__tstate *ts, const etr__tbcfg *cfg, const char *
     const char *n = name ? name : "";
     size_t len = strnlen(n, ETR__STRING_MAX + 4); /* a character across the cut, whole */
     if (len > ETR__STRING_MAX) len = etr__utf8_cut(n, len, ETR__STRING_MAX);
-    uint64_t h = name_hash(n, len);
+    uint64_t h = etr__fnv1a(n, len);
     size_t i = (size_t)((h ^ ((uintptr_t)n >> 4)) & 15);
     bool match;
     if (ts->tb_names[i].name == n && ts->tb_names[i].hash == h) {
