@@ -152,6 +152,18 @@ static inline char *etr__put_str(char *o, const char *s, size_t n, uint64_t *rep
   return o;
 }
 
+/* etr__put_str for a string the caller knows to need no escaping (plain: every byte in
+ * etr__json_plain), copied as it is; else escaped. */
+static inline char *etr__put_str_known(char *o, const char *s, size_t n, bool plain,
+                                       uint64_t *replaced) {
+  if (!plain) return etr__put_str(o, s, n, replaced);
+  *o++ = '"';
+  memcpy(o, s, n);
+  o += n;
+  *o++ = '"';
+  return o;
+}
+
 static inline void etr__jw_u64(etr__jw *w, uint64_t v) {
   char *o = etr__jw_begin(w, ETR__U64_MAX_LEN);
   if (o) etr__jw_end(w, etr__put_u64(o, v));

@@ -18,6 +18,7 @@ typedef struct dstr {
   char *s;
   uint32_t len, cap;
   bool set;
+  bool plain; /* no byte needs JSON escaping (etr__json_plain) */
 } dstr;
 
 typedef struct dten {
@@ -197,9 +198,11 @@ static uint32_t values(const etr__cev_dec *d, rd *r, wr *w, uint32_t *len) {
   return (uint32_t)n;
 }
 
-/* A string reference: its bytes copied, their length. */
-static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w) {
+/* A string reference: its bytes copied, their length; *plain tells whether its slot's
+ * bytes need no escaping (false for a string written in the op). */
+static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w, bool *plain) {
   uint64_t k = get_uv(r);
+  *plain = false;
   if (r->bad) return 0;
   if (k == 0) {
     uint64_t n = get_uv(r);
@@ -212,6 +215,7 @@ static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w) {
     return 0;
   }
   put(w, d->str[k - 1].s, d->str[k - 1].len);
+  *plain = d->str[k - 1].plain;
   return d->str[k - 1].len;
 }
 
@@ -254,6 +258,8 @@ static bool define_str(etr__cev_dec *d, rd *r) {
   memcpy(s->s, r->p, n);
   s->len = (uint32_t)n;
   s->set = true;
+  s->plain = true;
+  for (size_t i = 0; i < n && s->plain; i++) s->plain = etr__json_plain[(unsigned char)s->s[i]];
   r->p = r->end;
   return true;
 }
@@ -315,8 +321,10 @@ static void decode_op(const etr__cev_dec *d, rd *r, wr *w, etr__ev *h, uint8_t f
     const uint8_t *words = take(r, (uint64_t)h->tb_n * 8);
     if (words) put(w, words, (size_t)h->tb_n * 8);
   }
-  h->name_len = sref(d, r, w);
-  h->schema_len = sref(d, r, w);
+  bool name_plain, schema_plain;
+  h->name_len = sref(d, r, w, &name_plain);
+  h->schema_len = sref(d, r, w, &schema_plain);
+  h->plain = (uint16_t)((name_plain ? ETR__EVP_NAME : 0) | (schema_plain ? ETR__EVP_SCHEMA : 0));
   h->rf_id = get_uv(r);
   h->seq = etr__unzz(get_uv(r));
   h->scope = (uint32_t)get_uv(r);

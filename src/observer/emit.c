@@ -102,7 +102,8 @@ static void collective_attrs(etr__jw *w, const uint8_t *p) {
 /* The seven base attrs plus kernel_backend and kernel_file (docs/FORMAT.md). */
 static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t seq, uint64_t scope,
                        uint64_t tid, uint64_t fw_tid, const char *schema, size_t schema_n,
-                       const char *kback, size_t kback_n, const char *kfile, size_t kfile_n) {
+                       bool schema_plain, const char *kback, size_t kback_n, const char *kfile,
+                       size_t kfile_n) {
   char *o = etr__jw_begin(w, 600 + ETR__ESCAPED_MAX(schema_n + kback_n + kfile_n));
   if (!o) return;
   o = ETR__PUT_LIT(o, "\"attrs\": [{\"name\": \"rf_id\", \"type\": \"uint64\", \"value\": ");
@@ -118,7 +119,7 @@ static void base_attrs(etr__jw *w, uint64_t rf_id, uint64_t fw_parent, int64_t s
   o = ETR__PUT_LIT(o, "},{\"name\": \"fw_tid\", \"type\": \"uint64\", \"value\": ");
   o = etr__put_u64(o, fit_i64(fw_tid));
   o = ETR__PUT_LIT(o, "},{\"name\": \"op_schema\", \"type\": \"string\", \"value\": ");
-  o = etr__put_str(o, schema, schema_n, &w->replaced);
+  o = etr__put_str_known(o, schema, schema_n, schema_plain, &w->replaced);
   o = ETR__PUT_LIT(o, "},{\"name\": \"kernel_backend\", \"type\": \"string\", \"value\": ");
   o = etr__put_str(o, kback, kback_n, &w->replaced);
   o = ETR__PUT_LIT(o, "},{\"name\": \"kernel_file\", \"type\": \"string\", \"value\": ");
@@ -137,7 +138,7 @@ static void traceback_attr(etr_trace *tr, const etr__ev *ev, const uint64_t *wor
   attr_u64(&tr->jw, "traceback", idx);
 }
 
-static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name_n,
+static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name_n, bool plain,
                        uint64_t parent) {
   etr__jw *w = &tr->jw;
   char *o = etr__jw_begin(w, 64 + 2 * ETR__U64_MAX_LEN + ETR__ESCAPED_MAX(name_n));
@@ -147,7 +148,7 @@ static void node_start(etr_trace *tr, uint64_t id, const char *name, size_t name
   o = ETR__PUT_LIT(o, "\n    {\"id\": ");
   o = etr__put_u64(o, id);
   o = ETR__PUT_LIT(o, ", \"name\": ");
-  o = etr__put_str(o, name, name_n, &w->replaced);
+  o = etr__put_str_known(o, name, name_n, plain, &w->replaced);
   o = ETR__PUT_LIT(o, ", \"ctrl_deps\": ");
   o = etr__put_u64(o, parent);
   o = ETR__PUT_LIT(o, ", ");
@@ -168,9 +169,9 @@ static void empty_io(etr_trace *tr) {
 
 static void structural_node(etr_trace *tr, uint64_t id, const char *name, uint64_t tid) {
   etr__jw *w = &tr->jw;
-  node_start(tr, id, name, strlen(name), 1);
+  node_start(tr, id, name, strlen(name), true, 1);
   empty_io(tr);
-  base_attrs(w, 0, 0, -1, 7, tid, 0, "", 0, "", 0, "", 0);
+  base_attrs(w, 0, 0, -1, 7, tid, 0, "", 0, true, "", 0, "", 0);
   ETR__JW_LIT(w, "]}");
 }
 
@@ -178,9 +179,9 @@ static void structural_node(etr_trace *tr, uint64_t id, const char *name, uint64
  * (attrs of etr's; Chrome export and viewers name threads with them). */
 static void thread_node(etr_trace *tr, const etr__ev *ev) {
   etr__jw *w = &tr->jw;
-  node_start(tr, ev->id, THREAD_NAME, strlen(THREAD_NAME), 1);
+  node_start(tr, ev->id, THREAD_NAME, strlen(THREAD_NAME), true, 1);
   empty_io(tr);
-  base_attrs(w, 0, 0, -1, 7, ev->tid, 0, "", 0, "", 0, "", 0);
+  base_attrs(w, 0, 0, -1, 7, ev->tid, 0, "", 0, true, "", 0, "", 0);
   ETR__JW_LIT(w, ",");
   attr_u64(w, "os_tid", ev->rf_id);
   if (ev->name_len) {
@@ -210,7 +211,7 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
   const uint8_t *in = coll + ev->coll_len;
   const uint8_t *out = in + ev->in_len;
 
-  node_start(tr, ev->id, name, ev->name_len, ev->parent);
+  node_start(tr, ev->id, name, ev->name_len, ev->plain & ETR__EVP_NAME, ev->parent);
   ETR__JW_LIT(w, "\"inputs\": ");
   etr__emit_values(tr, in, ev->n_in, ev->in_len);
   ETR__JW_LIT(w, ", \"outputs\": ");
@@ -247,7 +248,7 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
     }
   }
   base_attrs(w, ev->rf_id, ev->fw_parent, ev->seq, ev->scope, ev->tid, ev->fw_tid, schema,
-             ev->schema_len, kback, ev->kback_len, kfile, kfile_len);
+             ev->schema_len, ev->plain & ETR__EVP_SCHEMA, kback, ev->kback_len, kfile, kfile_len);
   if (triton)
     ETR__JW_LIT(w, ",{\"name\": \"tensor_range\", \"type\": \"string\", \"value\": \"\"}");
   if (ev->flags & ETR__EVF_COLLECTIVE) collective_attrs(w, coll);

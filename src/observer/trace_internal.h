@@ -99,7 +99,7 @@ typedef struct etr__ev {
   uint32_t size; /* header + payload, rounded up to 8 */
   uint8_t type;
   uint8_t flags;
-  uint16_t pad;
+  uint16_t plain; /* ETR__EVP_*: strings known to need no JSON escaping */
   uint64_t id, parent, rf_id, fw_parent, fw_tid, tid;
   int64_t seq;
   int64_t ts_ns, incl_ns;
@@ -112,6 +112,10 @@ typedef struct etr__ev {
   uint32_t tb_n;   /* traceback frame words */
   uint64_t tb_gen; /* module-map generation of the native frames */
 } etr__ev;
+/* etr__ev.plain: the name (schema) is printable ASCII without '"' or '\\', so that it is
+ * written as it is (the decoder learns it once per string slot, not once per node). */
+#define ETR__EVP_NAME 1u
+#define ETR__EVP_SCHEMA 2u
 /* Payload after the header starts 8-aligned (the traceback words are read in place). */
 _Static_assert(sizeof(etr__ev) % 8 == 0, "etr__ev must keep the payload 8-aligned");
 
