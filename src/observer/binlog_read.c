@@ -18,8 +18,10 @@
 static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* One encoded value in [p, end) (encode.c, emit.c); the position after it, NULL when it is
- * malformed. Nesting is bounded as the recorder bounds it, so emit.c's recursion is too. */
-static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned depth) {
+ * malformed. Nesting is bounded as the recorder bounds it, so emit.c's recursion is too. A
+ * tensor reference is taken only with the decoder dec whose slot it names. */
+static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned depth,
+                                  etr__cev_dec *dec) {
   if (p >= end) return NULL;
   size_t left = (size_t)(end - p);
   switch (p[0]) {
@@ -45,12 +47,16 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
       if (p[1]) need += (size_t)p[3] + p[4] + (size_t)p[2] * 16;
       return need <= left ? p + need : NULL;
     }
+    case ETR__V_TREF: {
+      etr__tfrag *f;
+      return dec && left >= 2 && etr__cev_slot(dec, p[1], &f) ? p + 2 : NULL;
+    }
     case ETR__V_LIST:
     case ETR__V_TUPLE: {
       if (left < 5 || depth > ETR__DEPTH_MAX) return NULL;
       uint32_t n = etr__rd32(p + 1);
       const uint8_t *q = p + 5;
-      for (uint32_t i = 0; i < n && q; i++) q = check_value(q, end, depth + 1);
+      for (uint32_t i = 0; i < n && q; i++) q = check_value(q, end, depth + 1, dec);
       return q;
     }
     default:
@@ -58,9 +64,9 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
   }
 }
 
-static bool check_values(const uint8_t *p, size_t len, uint32_t n) {
+static bool check_values(const uint8_t *p, size_t len, uint32_t n, etr__cev_dec *dec) {
   const uint8_t *end = p + len;
-  for (uint32_t i = 0; i < n && p; i++) p = check_value(p, end, 0);
+  for (uint32_t i = 0; i < n && p; i++) p = check_value(p, end, 0, dec);
   return p != NULL;
 }
 
@@ -88,8 +94,8 @@ static bool check_collective(const uint8_t *p, size_t len) {
 }
 
 /* Whether the event at ev (avail bytes from it in the record) is whole and well-formed,
- * so that emit.c reads only inside it. */
-static bool event_ok(const etr__ev *ev, size_t avail) {
+ * so that emit.c reads only inside it (with dec, the decoder of its tensor references). */
+static bool event_ok(const etr__ev *ev, size_t avail, etr__cev_dec *dec) {
   if (ev->size < sizeof *ev || ev->size % 8 || ev->size > avail) return false;
   uint64_t payload = (uint64_t)ev->tb_n * 8 + ev->name_len + ev->schema_len + ev->kback_len +
                      ev->kfile_len + (uint64_t)ev->coll_len + ev->in_len + ev->out_len;
@@ -103,8 +109,8 @@ static bool event_ok(const etr__ev *ev, size_t avail) {
                      ev->schema_len + ev->kback_len + ev->kfile_len;
   if ((ev->flags & ETR__EVF_COLLECTIVE) && !check_collective(p, ev->coll_len)) return false;
   p += ev->coll_len;
-  return check_values(p, ev->in_len, ev->n_in) &&
-         check_values(p + ev->in_len, ev->out_len, ev->n_out);
+  return check_values(p, ev->in_len, ev->n_in, dec) &&
+         check_values(p + ev->in_len, ev->out_len, ev->n_out, dec);
 }
 
 typedef struct reader {
@@ -197,7 +203,8 @@ static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
 }
 
 /* One full event (checked) into the JSON trace, noting what a cut log's footer needs. */
-static void convert_one(etr_trace *tr, etr__ev *ev, etr__bin_result *res, recovered *rc) {
+static void convert_one(etr_trace *tr, etr__ev *ev, etr__bin_result *res, recovered *rc,
+                        etr__cev_dec *dec) {
   if ((ev->flags & ETR__EVF_TRACEBACK) && !(ev->flags & ETR__EVF_TBINDEX))
     ev->flags &= (uint8_t)~ETR__EVF_TRACEBACK; /* raw frames: meaningless out of process */
   if ((ev->flags & ETR__EVF_TBINDEX) && ev->tb_gen >= rc->tbs_named) rc->tbs_named = ev->tb_gen + 1;
@@ -206,7 +213,7 @@ static void convert_one(etr_trace *tr, etr__ev *ev, etr__bin_result *res, recove
     rc->end_ns = ev->ts_ns + ev->incl_ns;
     rc->timed = true;
   }
-  etr__emit_event(tr, ev);
+  etr__emit_event(tr, ev, dec);
   res->events++;
   if (tr->jw.len >= (1u << 20)) etr__jw_flush(&tr->jw);
 }
@@ -218,8 +225,8 @@ static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result
   while (off < len) {
     if (len - off < sizeof(etr__ev)) break;
     etr__ev *ev = (etr__ev *)(void *)(p + off);
-    if (!event_ok(ev, len - off)) break;
-    convert_one(tr, ev, res, rc);
+    if (!event_ok(ev, len - off, NULL)) break;
+    convert_one(tr, ev, res, rc, NULL);
     off += ev->size;
   }
   res->bytes_read = rec_off + sizeof(etr__bin_record) + off;
@@ -272,15 +279,15 @@ static int convert_cevents(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
   size_t off = sizeof h;
   while (off < len) {
     const etr__ev *ev;
-    size_t n = etr__cev_decode(d, &st->out, p + off, len - off, h.tid, h.base_ns, &ev, why);
+    size_t n = etr__cev_decode(d, &st->out, p + off, len - off, h.tid, h.base_ns, true, &ev, why);
     if (!n) break;
     if (ev) {
       etr__ev *e = (etr__ev *)(void *)st->out.buf;
-      if (!event_ok(e, e->size)) {
+      if (!event_ok(e, e->size, d)) {
         *why = "a malformed event: corrupt data";
         break;
       }
-      convert_one(tr, e, res, rc);
+      convert_one(tr, e, res, rc, d);
     }
     off += n;
     res->bytes_read = rec_off + sizeof(etr__bin_record) + off;

@@ -24,6 +24,7 @@ typedef struct dstr {
 typedef struct dten {
   uint8_t *b; /* one V_TENSOR value; NULL = never defined */
   uint32_t len, cap;
+  etr__tfrag frag; /* its JSON texts (emit_values.c) */
 } dten;
 
 struct etr__cev_dec {
@@ -36,8 +37,17 @@ etr__cev_dec *etr__cev_dec_new(void) { return calloc(1, sizeof(etr__cev_dec)); }
 void etr__cev_dec_free(etr__cev_dec *d) {
   if (!d) return;
   for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(d->str[i].s);
-  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) free(d->ten[i].b);
+  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) {
+    free(d->ten[i].b);
+    free(d->ten[i].frag.buf);
+  }
   free(d);
+}
+
+const uint8_t *etr__cev_slot(etr__cev_dec *d, uint32_t k, etr__tfrag **frag) {
+  if (k >= ETR__CTEN_SLOTS || !d->ten[k].b) return NULL;
+  *frag = &d->ten[k].frag;
+  return d->ten[k].b;
 }
 
 /* ---- reading the compact event ---- */
@@ -45,6 +55,7 @@ void etr__cev_dec_free(etr__cev_dec *d) {
 typedef struct rd {
   const uint8_t *p, *end;
   const char *bad; /* why it is malformed, NULL while it is not */
+  bool refs;       /* tensor references stay references (etr__cev_decode) */
 } rd;
 
 static inline uint64_t get_uv(rd *r) {
@@ -160,7 +171,10 @@ static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
         r->bad = "a tensor reference to a slot never defined";
         return;
       }
-      put(w, t->b, t->len);
+      if (r->refs)
+        put(w, v, 2);
+      else
+        put(w, t->b, t->len);
       r->p += 2;
       return;
     }
@@ -232,7 +246,7 @@ static uint32_t inline_str(rd *r, wr *w) {
 size_t etr__cev_size(const uint8_t *p, size_t avail, uint8_t *type, uint8_t *flags,
                      size_t *body_at) {
   if (avail < 3) return 0;
-  rd r = {p + 2, p + avail, NULL};
+  rd r = {p + 2, p + avail, NULL, false};
   uint64_t body = get_uv(&r);
   if (r.bad) return 0;
   size_t at = (size_t)(r.p - p);
@@ -278,6 +292,7 @@ static bool define_tensor(etr__cev_dec *d, rd *r) {
   }
   memcpy(t->b, r->p, n);
   t->len = (uint32_t)n;
+  t->frag.ok = false;
   r->p = r->end;
   return true;
 }
@@ -351,7 +366,8 @@ static void decode_op(const etr__cev_dec *d, rd *r, wr *w, etr__ev *h, uint8_t f
 }
 
 size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, size_t avail,
-                       uint64_t tid, int64_t base_ns, const etr__ev **ev, const char **why) {
+                       uint64_t tid, int64_t base_ns, bool refs, const etr__ev **ev,
+                       const char **why) {
   *ev = NULL;
   uint8_t type, flags;
   size_t at;
@@ -360,7 +376,7 @@ size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, siz
     if (why) *why = "an event cut short";
     return 0;
   }
-  rd r = {p + at, p + size, NULL};
+  rd r = {p + at, p + size, NULL, refs};
   if (type == ETR__CEV_DEF_STR || type == ETR__CEV_DEF_TEN) {
     bool ok = type == ETR__CEV_DEF_STR ? define_str(d, &r) : define_tensor(d, &r);
     if (!ok && why) *why = "a malformed definition (or memory exhausted)";

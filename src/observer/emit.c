@@ -196,7 +196,7 @@ static void thread_node(etr_trace *tr, const etr__ev *ev) {
   ETR__JW_LIT(w, "]}");
 }
 
-void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
+void etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   etr__jw *w = &tr->jw;
   if (ev->type == ETR__EV_THREAD) {
     thread_node(tr, ev);
@@ -213,9 +213,9 @@ void etr__emit_event(etr_trace *tr, const etr__ev *ev) {
 
   node_start(tr, ev->id, name, ev->name_len, ev->plain & ETR__EVP_NAME, ev->parent);
   ETR__JW_LIT(w, "\"inputs\": ");
-  etr__emit_values(tr, in, ev->n_in, ev->in_len);
+  etr__emit_values(tr, in, ev->n_in, ev->in_len, dec);
   ETR__JW_LIT(w, ", \"outputs\": ");
-  etr__emit_values(tr, out, ev->n_out, ev->out_len);
+  etr__emit_values(tr, out, ev->n_out, ev->out_len, dec);
   ETR__JW_LIT(w, ", ");
   if (ev->flags & ETR__EVF_TIMING) {
     char *o = etr__jw_begin(w, 64 + 3 * ETR__I64_MAX_LEN);

@@ -88,6 +88,12 @@ static void put_kind(etr__jw *w, const char *s, size_t n, bool count) {
  * largest cost per node). */
 enum { V = 0, S = 1, T = 2, ST = 3 };
 typedef etr__jw *const quad[4];
+/* What a value's writing needs besides its outputs: the trace (scratch outputs) and the
+ * decoder whose tensor slots V_TREF values name. */
+typedef struct vx {
+  etr_trace *tr;
+  etr__cev_dec *dec;
+} vx;
 
 #define LIT(w, lit) ETR__JW_LIT((w), lit)
 /* The rendering of a value without a shape (scalars, strings, none): "[]" for both shapes
@@ -143,7 +149,99 @@ static const uint8_t *tensor(quad w, const uint8_t *p) {
   return end;
 }
 
-static const uint8_t *value(quad w, const uint8_t *p) {
+/* The writer's scratch outputs for the shapes, types and strides of one values object. */
+static etr__jw *scratch(etr_trace *tr, int i) {
+  etr__jw *w = &tr->scratch[i];
+  if (!w->buf && etr__jw_init(w, -1, 0) != 0) return NULL;
+  w->len = 0;
+  return w;
+}
+
+#define FRAG_SLACK 32
+
+/* Renders the V_TENSOR value t of a slot into its texts f; false when memory is short. */
+static bool render_slot(etr_trace *tr, etr__tfrag *f, const uint8_t *t) {
+  uint32_t nd = t[2], dn = t[3], vn = t[4];
+  /* the most tensor() writes into each (then it cannot run out of room half-way) */
+  const size_t max[4] = {16 + 5 * ETR__I64_MAX_LEN + ETR__ESCAPED_MAX(vn),
+                         2 + (size_t)nd * (ETR__I64_MAX_LEN + 1), 32 + ETR__ESCAPED_MAX(dn),
+                         2 + (size_t)nd * (ETR__I64_MAX_LEN + 1)};
+  etr__jw *s[4];
+  for (int k = 0; k < 4; k++) {
+    s[k] = scratch(tr, 4 + k);
+    if (!s[k] || !etr__jw_reserve(s[k], max[k])) return false;
+    s[k]->fixed = s[k]->replaced = 0;
+  }
+  const quad q = {s[0], s[1], s[2], s[3]};
+  tensor(q, t);
+  /* (FRAG_SLACK more: copy_frag reads whole 16-byte blocks) */
+  size_t need = s[0]->len + s[1]->len + s[2]->len + s[3]->len + FRAG_SLACK;
+  if (need > f->cap) {
+    char *nb = realloc(f->buf, need);
+    if (!nb) return false;
+    f->buf = nb;
+    f->cap = (uint32_t)need;
+  }
+  size_t at = 0;
+  f->counted = false;
+  for (int k = 0; k < 4; k++) {
+    memcpy(f->buf + at, s[k]->buf, s[k]->len);
+    at += s[k]->len;
+    f->len[k] = (uint32_t)s[k]->len;
+    f->fixed[k] = (uint32_t)s[k]->fixed;
+    f->replaced[k] = (uint32_t)s[k]->replaced;
+    f->counted |= s[k]->fixed || s[k]->replaced;
+    s[k]->fixed = s[k]->replaced = 0;
+  }
+  memset(f->buf + at, 0, FRAG_SLACK); /* (copied past a text's end, never written out) */
+  f->ok = true;
+  return true;
+}
+
+/* n bytes of a slot's texts (which have FRAG_SLACK bytes after them) to w: the usual short
+ * text in two fixed-size copies, no call. */
+static inline void copy_frag(etr__jw *w, const char *s, size_t n) {
+  char *o = etr__jw_begin(w, n + FRAG_SLACK);
+  if (!o) return;
+  if (n <= FRAG_SLACK) {
+    memcpy(o, s, 16);
+    memcpy(o + 16, s + 16, 16);
+  } else {
+    memcpy(o, s, n);
+  }
+  w->len += n;
+}
+
+/* A tensor reference (V_TREF): the texts of its slot, rendered once per definition of the
+ * slot, then copied (a slot holds one tensor with its ids: its texts never change). */
+static const uint8_t *tensor_ref(quad w, const uint8_t *p, const vx *x) {
+  etr__tfrag *f = NULL;
+  const uint8_t *t = x->dec ? etr__cev_slot(x->dec, p[1], &f) : NULL;
+  if (!t) { /* (the decoder and etr convert's checks let none through) */
+    no_shape(w);
+    if (w[T]) ETR__JW_LIT(w[T], "None");
+    ETR__JW_LIT(w[V], "\"<None>\"");
+    return p + 2;
+  }
+  if (!f->ok && !render_slot(x->tr, f, t)) {
+    tensor(w, t);
+    return p + 2;
+  }
+  const char *b = f->buf;
+  for (int k = 0; k < 4; k++) {
+    if (w[k]) copy_frag(w[k], b, f->len[k]);
+    b += f->len[k];
+  }
+  if (f->counted)
+    for (int k = 0; k < 4; k++)
+      if (w[k]) {
+        w[k]->fixed += f->fixed[k];
+        w[k]->replaced += f->replaced[k];
+      }
+  return p + 2;
+}
+
+static const uint8_t *value(quad w, const uint8_t *p, const vx *x) {
   uint8_t tag = p[0];
   switch (tag) {
     case ETR__V_BOOL:
@@ -189,6 +287,8 @@ static const uint8_t *value(quad w, const uint8_t *p) {
     }
     case ETR__V_TENSOR:
       return tensor(w, p);
+    case ETR__V_TREF:
+      return tensor_ref(w, p, x);
     case ETR__V_LIST:
     case ETR__V_TUPLE: {
       uint32_t n = etr__rd32(p + 1);
@@ -206,7 +306,7 @@ static const uint8_t *value(quad w, const uint8_t *p) {
         if (i)
           for (int k = 0; k < 4; k++)
             if (w[k]) etr__jw_char(w[k], ',');
-        q = value(w, q);
+        q = value(w, q, x);
       }
       for (int k = 0; k < 4; k++)
         if (w[k]) etr__jw_char(w[k], ']');
@@ -227,14 +327,6 @@ static const uint8_t *value(quad w, const uint8_t *p) {
 }
 #undef LIT
 
-/* The writer's scratch outputs for the shapes, types and strides of one values object. */
-static etr__jw *scratch(etr_trace *tr, int i) {
-  etr__jw *w = &tr->scratch[i];
-  if (!w->buf && etr__jw_init(w, -1, 0) != 0) return NULL;
-  w->len = 0;
-  return w;
-}
-
 /* ---- the shapes, types and strides of ops seen before ----
  *
  * A training loop runs the same ops on tensors of the same shapes again and again: their
@@ -254,9 +346,13 @@ struct etr__shape_memo {
 };
 
 /* The bytes of one encoded value that its shapes, types and strides depend on, copied to *o
- * (room for them reserved: they are fewer than the value's encoded bytes). */
-static const uint8_t *shape_key(const uint8_t *p, char **o) {
+ * (room for them reserved: they are fewer than the value's encoded bytes). A tensor
+ * reference sets *refs instead: its texts are copies already, not worth a memo. */
+static const uint8_t *shape_key(const uint8_t *p, char **o, bool *refs) {
   switch (p[0]) {
+    case ETR__V_TREF:
+      *refs = true;
+      return p + 2;
     case ETR__V_BOOL:
       *(*o)++ = (char)p[0];
       return p + 2;
@@ -293,7 +389,7 @@ static const uint8_t *shape_key(const uint8_t *p, char **o) {
       memcpy(*o, p, 5);
       *o += 5;
       const uint8_t *q = p + 5;
-      for (uint32_t i = 0; i < n; i++) q = shape_key(q, o);
+      for (uint32_t i = 0; i < n; i++) q = shape_key(q, o, refs);
       return q;
     }
     default: /* none, a nesting cut (and unknown tags, written as none) */
@@ -316,7 +412,7 @@ static uint64_t key_hash(const char *s, size_t n) {
 }
 
 /* n values encoded in len bytes at p. */
-void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
+void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len, etr__cev_dec *dec) {
   etr__jw *w = &tr->jw;
   bool strides = tr->opt.schema != ETR_SCHEMA_1_1_0;
   etr__jw *sh = scratch(tr, 0), *ty = scratch(tr, 1), *key = scratch(tr, 3);
@@ -334,12 +430,15 @@ void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
   memcpy(ko, &n, sizeof n);
   ko += sizeof n;
   const uint8_t *q = p;
-  for (uint32_t i = 0; i < n; i++) q = shape_key(q, &ko);
+  bool refs = false;
+  for (uint32_t i = 0; i < n; i++) q = shape_key(q, &ko, &refs);
   etr__jw_end(key, ko);
-  uint64_t h = key_hash(key->buf, key->len);
-  struct etr__shape_memo *m = &tr->memo[h & (MEMO_SLOTS - 1)];
-  bool hit =
-      m->buf && m->hash == h && m->key_len == key->len && memcmp(m->buf, key->buf, key->len) == 0;
+  /* (with tensor references: no memo) */
+  uint64_t h = refs ? 0 : key_hash(key->buf, key->len);
+  struct etr__shape_memo *m = refs ? NULL : &tr->memo[h & (MEMO_SLOTS - 1)];
+  bool hit = m && m->buf && m->hash == h && m->key_len == key->len &&
+             memcmp(m->buf, key->buf, key->len) == 0;
+  const vx x = {tr, dec};
   quad qd = {w, hit ? NULL : sh, hit ? NULL : ty, hit ? NULL : st};
   ETR__JW_LIT(w, "{\"values\": [");
   if (!hit) {
@@ -352,7 +451,7 @@ void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
       for (int k = 0; k < 4; k++)
         if (qd[k]) etr__jw_char(qd[k], ',');
     if (!hit) etr__jw_char(ty, '"');
-    p = value(qd, p);
+    p = value(qd, p, &x);
     if (!hit) etr__jw_char(ty, '"');
   }
   const char *sh_s, *ty_s, *st_s;
@@ -383,14 +482,15 @@ void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
     w->fixed += fixed;
     w->replaced += replaced;
     size_t need = key->len + sh_n + ty_n + st_n;
-    if (need <= MEMO_MAX && need > m->cap) {
+    if (!m) {
+    } else if (need <= MEMO_MAX && need > m->cap) {
       char *nb = realloc(m->buf, need);
       if (nb) { /* (else the slot keeps what it held) */
         m->buf = nb;
         m->cap = need;
       }
     }
-    if (need <= m->cap) {
+    if (m && need <= m->cap) {
       memcpy(m->buf, key->buf, key->len);
       memcpy(m->buf + key->len, sh_s, sh_n);
       memcpy(m->buf + key->len + sh_n, ty_s, ty_n);
@@ -418,7 +518,7 @@ void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len) {
 }
 
 void etr__emit_free(etr_trace *tr) {
-  for (int i = 0; i < 4; i++) etr__jw_free(&tr->scratch[i]);
+  for (int i = 0; i < 8; i++) etr__jw_free(&tr->scratch[i]);
   if (tr->memo)
     for (unsigned i = 0; i < MEMO_SLOTS; i++) free(tr->memo[i].buf);
   free(tr->memo);

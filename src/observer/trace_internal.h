@@ -304,8 +304,9 @@ struct etr_trace {
 
   /* Writer-thread state. */
   etr__jw jw;
-  etr__jw scratch[4];           /* emit.c: a node's shapes, types and strides (and their key) */
-  etr__cev_out cev_out;         /* the full event decoded last */
+  etr__jw scratch[8];   /* emit_values.c: a node's shapes, types, strides and their key (0-3), a
+                           tensor slot's texts (4-7) */
+  etr__cev_out cev_out; /* the full event decoded last */
   struct etr__shape_memo *memo; /* emit.c: the text of recent shapes, types and strides */
   bool any_node;
   bool sealed;         /* the file ends with a footer written at a fatal signal */
@@ -411,12 +412,16 @@ uint64_t etr__next_id(etr__tstate *ts);
 
 /* ---- emit.c (writer thread) ---- */
 
-/* Write one event as a JSON node (with the separator before it). */
-void etr__emit_event(struct etr_trace *tr, const etr__ev *ev);
+/* Write one event as a JSON node (with the separator before it). dec: the decoder whose
+ * tensor slots the event's V_TREF values name (NULL when it has none: a full event kept by
+ * the flight recorder). */
+struct etr__cev_dec;
+void etr__emit_event(struct etr_trace *tr, const etr__ev *ev, struct etr__cev_dec *dec);
 /* Free the emitter's own buffers (not jw). */
 void etr__emit_free(struct etr_trace *tr);
 /* The inputs or outputs object of a node: n values encoded in p[0..len) (emit_values.c). */
-void etr__emit_values(struct etr_trace *tr, const uint8_t *p, uint32_t n, size_t len);
+void etr__emit_values(struct etr_trace *tr, const uint8_t *p, uint32_t n, size_t len,
+                      struct etr__cev_dec *dec);
 /* Write the file's header, and the process node plus the footer. */
 void etr__emit_header(struct etr_trace *tr);
 void etr__emit_footer(struct etr_trace *tr, int fatal_sig);
@@ -472,9 +477,29 @@ void etr__cev_dec_free(etr__cev_dec *d); /* NULL is a no-op */
 /* Decode the compact event at p (avail bytes from it) of the stream d decodes, written by
  * thread tid (the registry's) of a trace whose clock started at base_ns. Returns its size,
  * or 0 when it is cut or malformed (*why then says how, when why is not NULL). *ev is the
- * full event of a node (in out, valid until the next call), NULL after a definition. */
+ * full event of a node (in out, valid until the next call), NULL after a definition.
+ * refs: a tensor reference (V_TREF) stays one in the full event, to be written right away
+ * with d (etr__emit_event), else it is replaced by the tensor (an event kept for later). */
 size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, size_t avail,
-                       uint64_t tid, int64_t base_ns, const etr__ev **ev, const char **why);
+                       uint64_t tid, int64_t base_ns, bool refs, const etr__ev **ev,
+                       const char **why);
+
+/* The JSON texts of a tensor slot as emit_values.c writes a V_TENSOR value: its values,
+ * shapes, types (no quotes) and strides renderings one after another in buf, with what
+ * writing each counted (values_fixed, utf8_replaced). The decoder keeps them beside the
+ * slot and drops them when the slot is defined again. */
+typedef struct etr__tfrag {
+  char *buf;
+  uint32_t cap;
+  bool ok;      /* buf holds the texts of the slot's current tensor */
+  bool counted; /* some fixed or replaced count is not 0 */
+  uint32_t len[4];
+  uint32_t fixed[4], replaced[4];
+} etr__tfrag;
+
+/* Slot k of the tensor table of the stream d decodes: its V_TENSOR value (NULL when never
+ * defined) and its texts (*frag). */
+const uint8_t *etr__cev_slot(etr__cev_dec *d, uint32_t k, etr__tfrag **frag);
 
 /* The size of the compact event at p, 0 when cut or malformed; its type, flags and where
  * its body starts. */

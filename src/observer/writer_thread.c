@@ -181,7 +181,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
     const etr__ev *ev;
     const char *why = NULL;
     size_t size = etr__cev_decode(owner->dec, &tr->cev_out, c->data + off, to - off, c->tid,
-                                  tr->base_ns, &ev, &why);
+                                  tr->base_ns, !tr->ring, &ev, &why);
     if (!size) { /* memory exhausted (our own events are well-formed): the rest is lost */
       etr__log(ETR_LOG_ERROR, "cannot decode a thread's events (%s): %u bytes dropped",
                why ? why : "?", (unsigned)(to - off));
@@ -195,7 +195,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
         atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed);
       continue;
     }
-    etr__emit_event(tr, ev);
+    etr__emit_event(tr, ev, owner->dec);
     (*buffered)++;
     if (may_flush && tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, buffered);
   }
@@ -218,7 +218,7 @@ static void dump_put(void *ctx, const etr__ev *ev) {
     uint32_t off = 0;
     etr__bin_emit_events(tr, (const uint8_t *)ev, &off, ev->size, tr->flush_bytes);
   } else {
-    etr__emit_event(tr, ev);
+    etr__emit_event(tr, ev, NULL);
   }
   d->buffered++;
   if (tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, &d->buffered);

@@ -454,11 +454,86 @@ static void test_fatal_signal(void **state) {
   tu_rmdir(dir);
 }
 
+/* A tensor the writer has to mend (a negative offset, a '(' in its dtype, invalid UTF-8 in
+ * its device) written again and again, at the top level, in a list and as an output. The
+ * writer keeps the texts of a tensor slot once made; each node must still count what was
+ * mended in it. Live JSON, the converted binary log and a flight recorder's JSON (whose
+ * events are kept whole, not by slot) must agree. */
+static void record_mended(int rounds) {
+  static int impl[1], stor[1];
+  const int64_t sz[2] = {2, 3}, st[2] = {3, 1};
+  etr_tensor x = {&impl[0],
+                  &stor[0],
+                  -3,
+                  6,
+                  4,
+                  "fl(oat",
+                  "cu\xFF"
+                  "da",
+                  2,
+                  sz,
+                  st};
+  for (int i = 0; i < rounds; i++) {
+    etr_value inner[1] = {etr_value_tensor(&x)};
+    etr_value in[3] = {etr_value_tensor(&x), etr_value_int(i), etr_value_list(inner, 1)};
+    etr_value out[1] = {etr_value_tensor(&x)};
+    tu_op("mended", in, 3, out, 1);
+  }
+}
+
+static void test_tensor_texts_counted(void **state) {
+  (void)state;
+  enum { ROUNDS = 50 };
+  char dir[256], path[3][300], conv[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path[0], sizeof path[0], "%s/live.json", dir);
+  snprintf(path[1], sizeof path[1], "%s/log.etr", dir);
+  snprintf(path[2], sizeof path[2], "%s/ring.json", dir);
+  snprintf(conv, sizeof conv, "%s/log.json", dir);
+  for (int k = 0; k < 3; k++) {
+    etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+    o.ring_mb = k == 2 ? 4 : 0;
+    etr_trace *tr = NULL;
+    assert_int_equal(etr_trace_open(path[k], &o, &tr), 0);
+    assert_int_equal(etr_trace_enable(tr), 0);
+    record_mended(ROUNDS);
+    assert_int_equal(etr_trace_close(tr), 0);
+  }
+  assert_int_equal(convert(path[1], conv), 0);
+  const char *json[3] = {path[0], conv, path[2]};
+  for (int k = 0; k < 3; k++) {
+    tu_trace t;
+    tu_load_path(&t, json[k]);
+    assert_int_equal(tu_count(&t, "mended"), ROUNDS);
+    /* three tensors a node, each with its offset and dtype mended and its device repaired */
+    assert_int_equal(tu_stat(&t, "values_fixed"), 6 * ROUNDS);
+    assert_int_equal(tu_stat(&t, "utf8_replaced"), 3 * ROUNDS);
+    json_t *n = tu_find(&t, "mended");
+    assert_non_null(n);
+    json_t *v = tu_in(n, "inputs", "values", 0);
+    assert_int_equal(json_integer_value(json_array_get(v, 2)), 0);
+    assert_string_equal(json_string_value(json_array_get(v, 5)),
+                        "cu\xEF\xBF\xBD"
+                        "da");
+    assert_string_equal(json_string_value(tu_in(n, "inputs", "types", 0)), "Tensor(fl_oat)");
+    assert_string_equal(json_string_value(tu_in(n, "inputs", "types", 2)),
+                        "GenericList[Tensor(fl_oat)]");
+    assert_string_equal(json_string_value(tu_in(n, "outputs", "types", 0)), "Tensor(fl_oat)");
+    char *a = json_dumps(tu_in(n, "inputs", "strides", 2), JSON_COMPACT);
+    assert_string_equal(a, "[[3,1]]");
+    free(a);
+    tu_free(&t);
+    tu_assert_valid(ETR_TOOL, json[k]);
+  }
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_same_trace_as_json), TU_TEST(test_default_output_and_input_kept),
-      TU_TEST(test_cut_anywhere),       TU_TEST(test_damaged_logs),
-      TU_TEST(test_ring_as_binary_log), TU_TEST(test_fatal_signal),
+      TU_TEST(test_same_trace_as_json),   TU_TEST(test_default_output_and_input_kept),
+      TU_TEST(test_cut_anywhere),         TU_TEST(test_damaged_logs),
+      TU_TEST(test_ring_as_binary_log),   TU_TEST(test_fatal_signal),
+      TU_TEST(test_tensor_texts_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
