@@ -198,18 +198,22 @@ static bool render_slot(etr_trace *tr, etr__tfrag *f, const uint8_t *t) {
   return true;
 }
 
-/* n bytes of a slot's texts (which have FRAG_SLACK bytes after them) to w: the usual short
- * text in two fixed-size copies, no call. */
-static inline void copy_frag(etr__jw *w, const char *s, size_t n) {
-  char *o = etr__jw_begin(w, n + FRAG_SLACK);
-  if (!o) return;
+/* n bytes of a slot's texts to o, which has FRAG_SLACK bytes of room after them (the texts
+ * have as many after them in the slot): the usual short text in two fixed-size copies, no
+ * call. */
+static inline char *put_frag(char *o, const char *s, size_t n) {
   if (n <= FRAG_SLACK) {
     memcpy(o, s, 16);
     memcpy(o + 16, s + 16, 16);
   } else {
     memcpy(o, s, n);
   }
-  w->len += n;
+  return o + n;
+}
+
+static inline void copy_frag(etr__jw *w, const char *s, size_t n) {
+  char *o = etr__jw_begin(w, n + FRAG_SLACK);
+  if (o) etr__jw_end(w, put_frag(o, s, n));
 }
 
 /* A tensor reference (V_TREF): the texts of its slot, rendered once per definition of the
@@ -411,10 +415,130 @@ static uint64_t key_hash(const char *s, size_t n) {
   return h ^ (h >> 29);
 }
 
+/* ---- the usual values object, written directly ----
+ *
+ * An op's inputs and outputs are mostly tensors the thread's table knows (references) and
+ * small scalars. Their four sections are then written straight into the trace's output from
+ * the slots' texts, in one reservation: no key, no memo, no scratch outputs. */
+
+#define DIRECT_MAX 64 /* values of an object written this way, at most */
+
+/* Writes the values object of n values in p[0..len) when each is a tensor reference, an
+ * integer, a boolean or none; false (nothing written) when one is not. */
+static bool emit_direct(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len, etr__cev_dec *dec,
+                        bool strides) {
+  if (!dec || n > DIRECT_MAX) return false;
+  const etr__tfrag *fr[DIRECT_MAX];
+  uint8_t kind[DIRECT_MAX];
+  size_t need = 64 + FRAG_SLACK;
+  const uint8_t *q = p, *end = p + len;
+  for (uint32_t i = 0; i < n; i++) {
+    if (q >= end) return false;
+    kind[i] = q[0];
+    switch (q[0]) {
+      case ETR__V_TREF: {
+        etr__tfrag *f = NULL;
+        const uint8_t *t = end - q >= 2 ? etr__cev_slot(dec, q[1], &f) : NULL;
+        if (!t || (!f->ok && !render_slot(tr, f, t))) return false;
+        fr[i] = f;
+        need += (size_t)f->len[V] + f->len[S] + f->len[T] + f->len[ST] + 8;
+        q += 2;
+        break;
+      }
+      case ETR__V_INT:
+        need += ETR__I64_MAX_LEN + 16;
+        q += 9;
+        break;
+      case ETR__V_BOOL:
+      case ETR__V_NONE:
+        need += 24;
+        q += q[0] == ETR__V_BOOL ? 2 : 1;
+        break;
+      default:
+        return false;
+    }
+  }
+  etr__jw *w = &tr->jw;
+  char *o = etr__jw_begin(w, need);
+  if (!o) return false;
+  o = ETR__PUT_LIT(o, "{\"values\": [");
+  q = p;
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    switch (kind[i]) {
+      case ETR__V_TREF:
+        o = put_frag(o, fr[i]->buf, fr[i]->len[V]);
+        q += 2;
+        break;
+      case ETR__V_INT:
+        o = etr__put_i64(o, (int64_t)etr__rd64(q + 1));
+        q += 9;
+        break;
+      case ETR__V_BOOL:
+        o = q[1] ? ETR__PUT_LIT(o, "true") : ETR__PUT_LIT(o, "false");
+        q += 2;
+        break;
+      default:
+        o = ETR__PUT_LIT(o, "\"<None>\"");
+        q += 1;
+        break;
+    }
+  }
+  o = ETR__PUT_LIT(o, "], \"shapes\": [");
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    if (kind[i] == ETR__V_TREF)
+      o = put_frag(o, fr[i]->buf + fr[i]->len[V], fr[i]->len[S]);
+    else
+      o = ETR__PUT_LIT(o, "[]");
+  }
+  o = ETR__PUT_LIT(o, "], \"types\": [");
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    *o++ = '"';
+    switch (kind[i]) {
+      case ETR__V_TREF:
+        o = put_frag(o, fr[i]->buf + fr[i]->len[V] + fr[i]->len[S], fr[i]->len[T]);
+        break;
+      case ETR__V_INT:
+        o = ETR__PUT_LIT(o, "Int");
+        break;
+      case ETR__V_BOOL:
+        o = ETR__PUT_LIT(o, "Bool");
+        break;
+      default:
+        o = ETR__PUT_LIT(o, "None");
+        break;
+    }
+    *o++ = '"';
+  }
+  if (strides) {
+    o = ETR__PUT_LIT(o, "], \"strides\": [");
+    for (uint32_t i = 0; i < n; i++) {
+      if (i) *o++ = ',';
+      if (kind[i] == ETR__V_TREF)
+        o = put_frag(o, fr[i]->buf + fr[i]->len[V] + fr[i]->len[S] + fr[i]->len[T], fr[i]->len[ST]);
+      else
+        o = ETR__PUT_LIT(o, "[]");
+    }
+  }
+  o = ETR__PUT_LIT(o, "]}");
+  etr__jw_end(w, o);
+  for (uint32_t i = 0; i < n; i++) /* what writing each text counted, as in value() */
+    if (kind[i] == ETR__V_TREF && fr[i]->counted)
+      for (int k = 0; k < 4; k++)
+        if (k != ST || strides) {
+          w->fixed += fr[i]->fixed[k];
+          w->replaced += fr[i]->replaced[k];
+        }
+  return true;
+}
+
 /* n values encoded in len bytes at p. */
 void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len, etr__cev_dec *dec) {
   etr__jw *w = &tr->jw;
   bool strides = tr->opt.schema != ETR_SCHEMA_1_1_0;
+  if (emit_direct(tr, p, n, len, dec, strides)) return;
   etr__jw *sh = scratch(tr, 0), *ty = scratch(tr, 1), *key = scratch(tr, 3);
   etr__jw *st = strides ? scratch(tr, 2) : NULL;
   if (!tr->memo) tr->memo = calloc(MEMO_SLOTS, sizeof *tr->memo);
