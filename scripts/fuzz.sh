@@ -58,7 +58,7 @@ done
 
 # What the fuzz build needs (the rest of lib.sh's list is for the other builds).
 ETR_PACKAGES=(clang cmake pkg-config libclang-rt-14-dev libcmocka-dev libjansson-dev
-  zlib1g-dev libyajl-dev libdw-dev python3)
+  zlib1g-dev libisal-dev libyajl-dev libdw-dev python3)
 etr_ensure_packages
 
 build=${ETR_FUZZ_BUILD:-$ETR_ROOT/build-fuzz}

@@ -13,13 +13,14 @@ ETR_JOBS=${ETR_JOBS:-2}
 
 # Everything the build and the tests need: the compilers, cmocka and jansson for the tests,
 # libdw (symbolization) and libunwind (the capture's fallback, loaded at run time), yajl and
-# zlib for the etr command's reader, python3-dev for the CPython example, GNU time for the
-# reader benchmark's peak memory, libclang-rt-14-dev for clang's libFuzzer (tests/fuzz),
-# clang-format for the format check of scripts/test.sh, protobuf-c for `etr chakra`,
-# libtorch-dev and python3-torch for the PyTorch integration (docs/TORCH.md) and its test.
+# zlib for the etr command's reader, ISA-L (libisal-dev) for `.json.gz` output, python3-dev
+# for the CPython example, GNU time for the reader benchmark's peak memory, libclang-rt-14-dev
+# for clang's libFuzzer (tests/fuzz), clang-format for the format check of scripts/test.sh,
+# protobuf-c for `etr chakra`, libtorch-dev and python3-torch for the PyTorch integration (docs/TORCH.md) and its test.
 ETR_PACKAGES=(
   build-essential clang clang-format libclang-rt-14-dev cmake pkg-config
-  libcmocka-dev libjansson-dev zlib1g-dev libyajl-dev libprotobuf-c-dev protobuf-c-compiler
+  libcmocka-dev libjansson-dev zlib1g-dev libisal-dev libyajl-dev libprotobuf-c-dev
+  protobuf-c-compiler
   python3 python3-dev libunwind-dev libdw-dev
   valgrind git time
   libtorch-dev python3-torch libzstd-dev zstd

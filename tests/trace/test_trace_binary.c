@@ -528,12 +528,46 @@ static void test_tensor_texts_counted(void **state) {
   tu_rmdir(dir);
 }
 
+/* A `.json.gz` trace is one gzip member per flush of the writer: a run long enough for many
+ * flushes must read back whole, each member complete with its own gzip header. */
+static void test_gzip_members(void **state) {
+  (void)state;
+  char dir[256], gz[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(gz, sizeof gz, "%s/long.json.gz", dir);
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.flush_kb = 64;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(gz, &o, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  record_ops(200);
+  etr_trace_stats st;
+  assert_int_equal(etr_trace_close_stats(tr, &st), 0);
+  size_t members = tu_gz_members(gz);
+  if (members < 10) fail_msg("%zu gzip members in %s, expected one per 64 KiB flush", members, gz);
+  size_t len = 0;
+  char *text = tu_read_gz(gz, &len);
+  assert_non_null(text);
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &err);
+  if (!root) fail_msg("%s does not parse: %s", gz, err.text);
+  json_t *stats = json_object_get(json_object_get(root, "etr"), "stats");
+  size_t nodes = json_array_size(json_object_get(root, "nodes"));
+  assert_int_equal(nodes, json_integer_value(json_object_get(stats, "nodes_written")));
+  assert_int_equal(nodes, st.nodes_written);
+  assert_true(nodes > 1000);
+  json_decref(root);
+  free(text);
+  assert_valid(gz);
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_same_trace_as_json),   TU_TEST(test_default_output_and_input_kept),
       TU_TEST(test_cut_anywhere),         TU_TEST(test_damaged_logs),
       TU_TEST(test_ring_as_binary_log),   TU_TEST(test_fatal_signal),
-      TU_TEST(test_tensor_texts_counted),
+      TU_TEST(test_tensor_texts_counted), TU_TEST(test_gzip_members),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

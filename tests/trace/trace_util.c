@@ -94,6 +94,41 @@ char *tu_read_gz(const char *path, size_t *len) {
 #endif
 }
 
+size_t tu_gz_members(const char *path) {
+#ifdef ETR_TRACE_HAVE_ZLIB
+  size_t n = 0;
+  unsigned char *p = (unsigned char *)tu_read_file(path, &n);
+  if (p == NULL) return 0;
+  size_t members = 0, off = 0;
+  static unsigned char out[1 << 16];
+  while (off < n) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, 15 + 16) != Z_OK) break; /* gzip only, one member */
+    zs.next_in = p + off;
+    zs.avail_in = (uInt)(n - off);
+    int r;
+    do {
+      zs.next_out = out;
+      zs.avail_out = sizeof out;
+      r = inflate(&zs, Z_NO_FLUSH);
+    } while (r == Z_OK);
+    off = n - zs.avail_in;
+    inflateEnd(&zs);
+    if (r != Z_STREAM_END) {
+      members = 0;
+      break;
+    }
+    members++;
+  }
+  free(p);
+  return members;
+#else
+  (void)path;
+  return 0;
+#endif
+}
+
 int64_t tu_mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

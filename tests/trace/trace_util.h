@@ -48,6 +48,9 @@ void tu_rmdir(const char *dir);
 char *tu_read_file(const char *path, size_t *len);
 /* Read a gzip file (any file when zlib is available); NULL when unavailable or unreadable. */
 char *tu_read_gz(const char *path, size_t *len);
+/* The number of gzip members in the file at path, each checked whole (header, data, CRC and
+ * length); 0 when it cannot be read or a member is bad (or without zlib). */
+size_t tu_gz_members(const char *path);
 /* Monotonic clock in ms / us. */
 int64_t tu_mono_ms(void);
 int64_t tu_mono_us(void);
