@@ -1,0 +1,459 @@
+/* The hand parser of the trace reader (reader_int.h), its scan of a node for `etr validate`
+ * (rd_options.conform): a node whose text has the shape our writer writes is checked against
+ * the per-node rules of docs/FORMAT.md while it is scanned, and handed over without its tree
+ * when every rule holds (rd_rnode.conforms). Building a node's tree is most of what reading
+ * costs; a node that conforms needs none for validate.
+ *
+ * The scan accepts only what the general path reads the same way without a warning, and
+ * what validate's checks (tools/validate_node.c: key order, attrs, inputs/outputs, each value
+ * against its type) find nothing wrong with: the keys of a node, an attr and an
+ * inputs/outputs object exactly in docs/FORMAT.md order, written with ": " and ", " (", " or
+ * "," between array elements), no other whitespace; strings of plain printable ASCII
+ * (no escapes); integers of at most 18 digits where an integer is wanted; "strides" present.
+ * Anything else (another shape, a rule broken, a value it does not know) gives H_MISS with
+ * nothing done, and the general path reads the node, with its warnings, and validate checks
+ * its tree. The scan reads the window only up to its end: the NUL padding after it (H_PAD)
+ * stops every loop, and whatever stops there is a miss.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <string.h>
+
+#include "etr/common.h"
+#include "json/reader_hand.h"
+
+#define L_MAX_ITEMS 64 /* elements of an inputs/outputs array or of a list value */
+#define L_MAX_ATTRS 32 /* attrs of a node (validate compares names among its first 32) */
+#define L_MAX_DEPTH 8  /* arrays nested in a value */
+
+typedef const unsigned char uch;
+
+typedef struct lspan {
+  const char *s;
+  size_t n;
+} lspan;
+
+/* The n bytes at p (4 <= n <= 16) are those of lit: two overlapping loads and compares. */
+static inline bool l_eq(uch *p, const char *lit, size_t n) {
+  if (n <= 8) {
+    uint32_t x0, x1, y0, y1;
+    memcpy(&x0, p, 4), memcpy(&x1, p + n - 4, 4);
+    memcpy(&y0, lit, 4), memcpy(&y1, lit + n - 4, 4);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  uint64_t x0, x1, y0, y1;
+  memcpy(&x0, p, 8), memcpy(&x1, p + n - 8, 8);
+  memcpy(&y0, lit, 8), memcpy(&y1, lit + n - 8, 8);
+  return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+}
+#define L_EQ(p, lit) l_eq((p), (lit), sizeof(lit) - 1)
+#define L_IS(sp, lit) ((sp).n == sizeof(lit) - 1 && !memcmp((sp).s, (lit), sizeof(lit) - 1))
+#define L_STARTS(sp, lit) ((sp).n >= sizeof(lit) - 1 && !memcmp((sp).s, (lit), sizeof(lit) - 1))
+
+/* Past an element separator at p ("," or ", "). */
+static inline uch *l_sep(uch *p) { return p + 1 + (p[1] == ' '); }
+
+/* An integer the general path reads as ETR_J_INT with the same value: 1 to 18 digits ("0"
+ * alone, no leading zero, "-" allowed but not "-0"), not followed by a digit, a fraction or an
+ * exponent. The byte after it and *v, else NULL. */
+static inline uch *l_int(uch *p, int64_t *v) {
+  uch *q = p + (*p == '-'), *d = q;
+  uint64_t acc = 0;
+  if (*q == '0') {
+    if (q != p) return NULL;
+    q++;
+  } else if ((unsigned)(*q - '1') < 9) {
+    do acc = acc * 10 + (unsigned)(*q++ - '0');
+    while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
+    if (q - d > 18) return NULL;
+  } else {
+    return NULL;
+  }
+  if (*q == '.' || (*q | 0x20) == 'e' || (unsigned)(*q - '0') < 10) return NULL;
+  *v = q != d && *p == '-' ? -(int64_t)acc : (int64_t)acc;
+  return q;
+}
+
+/* Any JSON number (RFC 8259): the byte after it, else NULL. */
+static inline uch *l_num(uch *p) {
+  uch *q = p + (*p == '-');
+  if (*q == '0')
+    q++;
+  else if ((unsigned)(*q - '1') < 9)
+    while ((unsigned)(*++q - '0') < 10) continue;
+  else
+    return NULL;
+  if (*q == '.') {
+    if ((unsigned)(*++q - '0') >= 10) return NULL;
+    while ((unsigned)(*q - '0') < 10) q++;
+  }
+  if ((*q | 0x20) == 'e') {
+    q++;
+    if (*q == '+' || *q == '-') q++;
+    if ((unsigned)(*q - '0') >= 10) return NULL;
+    while ((unsigned)(*q - '0') < 10) q++;
+  }
+  return q;
+}
+
+/* A plain string at p (its '"'): its text in *s, the byte after its closing quote; else NULL. */
+static inline uch *l_str(uch *p, lspan *s) {
+  if (*p != '"') return NULL;
+  uch *e = scan_plain(p + 1);
+  if (*e != '"') return NULL;
+  s->s = (const char *)p + 1;
+  s->n = (size_t)(e - p - 1);
+  return e + 1;
+}
+
+/* A value of the shape the scan reads (a number, a plain string, true, false, null, or an
+ * array of these, depth arrays deep at most): the byte after it, else NULL. */
+static uch *l_skip(uch *p, int depth) {
+  unsigned c = *p;
+  if (c == '"') {
+    uch *e = scan_plain(p + 1);
+    return *e == '"' ? e + 1 : NULL;
+  }
+  if (c == '-' || c - '0' < 10) return l_num(p);
+  if (c == '[') {
+    p++;
+    if (*p == ']') return p + 1;
+    if (depth >= L_MAX_DEPTH) return NULL;
+    for (;;) {
+      p = l_skip(p, depth + 1);
+      if (!p) return NULL;
+      if (*p == ',') {
+        p = l_sep(p);
+        continue;
+      }
+      return *p == ']' ? p + 1 : NULL;
+    }
+  }
+  if (c == 't') return memcmp(p, "true", 4) ? NULL : p + 4;
+  if (c == 'f') return memcmp(p, "false", 5) ? NULL : p + 5;
+  if (c == 'n') return memcmp(p, "null", 4) ? NULL : p + 4;
+  return NULL;
+}
+
+/* An array of l_skip values at p: where each element starts (at most L_MAX_ITEMS) and their
+ * count; the byte after it, else NULL. */
+static uch *l_items(uch *p, uch **at, size_t *n, int depth) {
+  size_t k = 0;
+  if (*p != '[') return NULL;
+  p++;
+  if (*p != ']') {
+    for (;;) {
+      if (k == L_MAX_ITEMS) return NULL;
+      at[k++] = p;
+      p = l_skip(p, depth);
+      if (!p) return NULL;
+      if (*p == ',') {
+        p = l_sep(p);
+        continue;
+      }
+      if (*p != ']') return NULL;
+      break;
+    }
+  }
+  *n = k;
+  return p + 1;
+}
+
+/* An array of integers (as is_int of validate_node.c takes them; the text is well formed):
+ * its count, else -1. */
+static long l_int_array(uch *p) {
+  if (*p != '[') return -1;
+  p++;
+  if (*p == ']') return 0;
+  long k = 0;
+  for (;;) {
+    int64_t x;
+    p = l_int(p, &x);
+    if (!p) return -1;
+    k++;
+    if (*p != ',') return k; /* the ']' */
+    p = l_sep(p);
+  }
+}
+
+/* split_types of validate_node.c: the element types of a list type's inner part. */
+static size_t l_split_types(lspan inner, lspan *out, size_t max) {
+  size_t n = 0, start = 0;
+  int depth = 0;
+  if (inner.n == 0) return 0;
+  for (size_t i = 0; i <= inner.n; i++) {
+    char c = i < inner.n ? inner.s[i] : ',';
+    if (c == '[' || c == '(' || c == '<')
+      depth++;
+    else if (c == ']' || c == ')' || c == '>')
+      depth--;
+    else if (c == ',' && depth == 0) {
+      if (n < max) out[n] = (lspan){inner.s + start, i - start};
+      n++;
+      start = i + 1;
+    }
+  }
+  return n;
+}
+
+/* check_value of validate_node.c on text already found well formed (l_skip): true when it
+ * reports nothing for value v of type t with shape s and strides st (both present). */
+static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
+  if (L_STARTS(t, "Tensor(")) {
+    if (*v != '[') return false;
+    uch *p = v + 1;
+    for (int i = 0; i < 5; i++) {
+      int64_t x;
+      p = l_int(p, &x);
+      if (!p || x < 0 || *p != ',') return false;
+      p = l_sep(p);
+    }
+    if (*p != '"') return false;
+    p = scan_plain(p + 1) + 1; /* a plain string (l_skip) */
+    if (*p != ']') return false;
+    long ns = l_int_array(s);
+    return ns >= 0 && l_int_array(st) == ns;
+  }
+  bool list = L_STARTS(t, "GenericList[");
+  if (list || L_STARTS(t, "Tuple[")) {
+    size_t pre = list ? 12 : 6;
+    if (*v != '[' || t.n < pre + 1 || t.s[t.n - 1] != ']' || depth >= L_MAX_DEPTH) return false;
+    lspan el[L_MAX_ITEMS];
+    size_t nt = l_split_types((lspan){t.s + pre, t.n - pre - 1}, el, L_MAX_ITEMS);
+    uch *va[L_MAX_ITEMS], *sa[L_MAX_ITEMS], *sta[L_MAX_ITEMS];
+    size_t nv, ns, nst;
+    if (!l_items(v, va, &nv, depth) || !l_items(s, sa, &ns, depth) ||
+        !l_items(st, sta, &nst, depth) || ns != nv || nst != nv || nt != nv)
+      return false;
+    for (size_t i = 0; i < nv; i++)
+      if (!l_check(el[i], va[i], sa[i], sta[i], depth + 1)) return false;
+    return true;
+  }
+  /* scalars: shape [] and strides [] (no whitespace: l_skip) */
+  if (s[0] != '[' || s[1] != ']' || st[0] != '[' || st[1] != ']') return false;
+  if (L_IS(t, "Int")) {
+    int64_t x;
+    return l_int(v, &x) != NULL;
+  }
+  if (L_IS(t, "Double")) {
+    if (*v == '-' || (unsigned)(*v - '0') < 10) return true;
+    lspan x;
+    return l_str(v, &x) && (L_IS(x, "nan") || L_IS(x, "inf") || L_IS(x, "-inf"));
+  }
+  if (L_IS(t, "Bool")) return *v == 't' || *v == 'f';
+  if (L_IS(t, "String") || L_IS(t, "Device")) return *v == '"';
+  if (L_IS(t, "None")) {
+    lspan x;
+    return l_str(v, &x) && L_IS(x, "<None>");
+  }
+  return t.n != 0;
+}
+
+/* An inputs/outputs object {"values": A, "shapes": A, "types": A, "strides": A} at p, its
+ * arrays of one length, each type a string and each value conforming to it: the byte after
+ * it, else NULL. */
+static uch *l_io(uch *p) {
+  uch *va[L_MAX_ITEMS], *sa[L_MAX_ITEMS], *sta[L_MAX_ITEMS];
+  lspan ty[L_MAX_ITEMS];
+  size_t nv, ns, nst, nt = 0;
+  if (!L_EQ(p, "{\"values\": ") || !(p = l_items(p + 11, va, &nv, 3))) return NULL;
+  if (!L_EQ(p, ", \"shapes\": ") || !(p = l_items(p + 12, sa, &ns, 3))) return NULL;
+  if (!L_EQ(p, ", \"types\": ") || p[11] != '[') return NULL;
+  p += 12;
+  if (*p != ']') {
+    for (;;) {
+      if (nt == L_MAX_ITEMS || !(p = l_str(p, &ty[nt]))) return NULL;
+      nt++;
+      if (*p != ',') break;
+      p = l_sep(p);
+    }
+  }
+  if (*p != ']') return NULL;
+  p++;
+  if (!L_EQ(p, ", \"strides\": ") || !(p = l_items(p + 13, sta, &nst, 3))) return NULL;
+  if (*p != '}' || ns != nv || nt != nv || nst != nv) return NULL;
+  for (size_t i = 0; i < nv; i++)
+    if (!l_check(ty[i], va[i], sa[i], sta[i], 0)) return NULL;
+  return p + 1;
+}
+
+/* is_forbidden of validate_node.c: the attr names Chakra would copy over node fields. */
+static bool l_forbidden(lspan nm) {
+  return L_IS(nm, "id") || L_IS(nm, "cat") || L_IS(nm, "name") || L_IS(nm, "stream") ||
+         L_IS(nm, "inputs") || L_IS(nm, "parent") || L_IS(nm, "outputs");
+}
+
+/* The value of an attr: its kind (what the general path would make of it, as far as the
+ * checks need it) and the integer or string. */
+enum { LV_INT = 0, LV_NUM = 1, LV_STR = 2, LV_LIT = 3 };
+
+/* Where a string of the node ends: its closing quote becomes its NUL on success. */
+typedef struct lnuls {
+  unsigned char *at[4];
+  size_t n;
+} lnuls;
+
+/* A node's "attrs" at p, each {"name": N, "type": T, "value": V} with V a scalar: the base
+ * attrs rf_id .. op_schema all there, first and in order, with their types; every value
+ * matching its type; no name twice, none of the forbidden ones. Fills n's base attrs and
+ * traceback; the byte after the array, else NULL. */
+static uch *l_attrs(uch *p, rd_rnode *n, lnuls *nuls) {
+  static const uint8_t want[9] = {0, 0, 1, 0, 0, 0, 2, 2, 2}; /* uint64, int64, string */
+  lspan others[L_MAX_ATTRS];
+  size_t n_others = 0, k = 0;
+  int last = -1;
+  uint32_t have = 0;
+  if (*p != '[') return NULL;
+  p++;
+  for (;;) {
+    if (k++ == L_MAX_ATTRS || !L_EQ(p, "{\"name\": \"")) return NULL;
+    lspan nm, ty, sv = {NULL, 0};
+    uch *q = l_str(p + 9, &nm);
+    if (!q || !L_EQ(q, ", \"type\": \"") || !(q = l_str(q + 10, &ty)) || !L_EQ(q, ", \"value\": "))
+      return NULL;
+    q += 11;
+    int kind;
+    int64_t x = 0;
+    unsigned c = *q;
+    if (c == '"') {
+      kind = LV_STR;
+      q = l_str(q, &sv);
+    } else if (c == '-' || c - '0' < 10) {
+      uch *e = l_int(q, &x);
+      kind = e ? LV_INT : LV_NUM;
+      q = e ? e : l_num(q);
+    } else {
+      kind = LV_LIT;
+      q = c == 't' || c == 'f' || c == 'n' ? l_skip(q, 0) : NULL;
+    }
+    if (!q || *q != '}') return NULL;
+    p = q + 1;
+    int b = etr__rd_base_attr_len(nm.s, nm.n);
+    int tk; /* the type: 0 uint64, 1 int64, 2 string, -1 another */
+    if (L_IS(ty, "uint64"))
+      tk = 0;
+    else if (L_IS(ty, "int64"))
+      tk = 1;
+    else if (L_IS(ty, "string"))
+      tk = 2;
+    else
+      tk = -1;
+    if (b >= 0) {
+      if (b <= last || n_others || tk != want[b]) return NULL;
+      last = b;
+      have |= 1u << b;
+    } else {
+      if (l_forbidden(nm)) return NULL;
+      for (size_t j = 0; j < n_others; j++)
+        if (others[j].n == nm.n && !memcmp(others[j].s, nm.s, nm.n)) return NULL;
+      others[n_others++] = nm;
+    }
+    if ((tk == 0 && (kind != LV_INT || x < 0)) || (tk == 1 && kind != LV_INT) ||
+        (tk == 2 && kind != LV_STR))
+      return NULL;
+    switch (b) {
+      case 0:
+        n->rf_id = (uint64_t)x;
+        break;
+      case 1:
+        n->fw_parent = (uint64_t)x;
+        break;
+      case 2:
+        n->seq_id = x;
+        break;
+      case 3:
+        n->scope = (uint64_t)x;
+        break;
+      case 4:
+        n->tid = (uint64_t)x;
+        break;
+      case 5:
+        n->fw_tid = (uint64_t)x;
+        break;
+      case 6:
+      case 7:
+      case 8:
+        *(b == 6 ? &n->op_schema : b == 7 ? &n->kernel_backend : &n->kernel_file) = sv.s;
+        nuls->at[nuls->n++] = (unsigned char *)(uintptr_t)(sv.s + sv.n);
+        break;
+      default:
+        if (L_IS(nm, "traceback")) {       /* as_u64 of reader_node.c */
+          if (kind == LV_NUM) return NULL; /* maybe above INT64_MAX */
+          n->has_traceback = kind == LV_INT;
+          if (kind == LV_INT) n->traceback = (uint64_t)x;
+        }
+        break;
+    }
+    if (*p == ',') {
+      p = l_sep(p);
+      continue;
+    }
+    if (*p != ']') return NULL;
+    break;
+  }
+  if ((have & 0x7f) != 0x7f) return NULL;
+  n->missing_attrs = 0x1ffu & ~have;
+  return p + 1;
+}
+
+int etr__rd_h_lean(rd_reader *r, const unsigned char **pp, const unsigned char *end) {
+  uch *p = *pp, *start = p;
+  rd_rnode nd;
+  memset(&nd, 0, sizeof nd);
+  lnuls nuls;
+  nuls.n = 0;
+  lspan name;
+  int64_t ts = 0, inc = 0, exc = 0;
+  bool timing = false;
+  if (!L_EQ(p, "{\"id\": ") || !(p = l_int(p + 7, &nd.id))) return H_MISS;
+  if (!L_EQ(p, ", \"name\": ") || !(p = l_str(p + 10, &name))) return H_MISS;
+  if (!L_EQ(p, ", \"ctrl_deps\": ") || !(p = l_int(p + 15, &nd.ctrl_deps)) || nd.ctrl_deps < 0)
+    return H_MISS;
+  if (!L_EQ(p, ", \"inputs\": ") || !(p = l_io(p + 12))) return H_MISS;
+  if (!L_EQ(p, ", \"outputs\": ") || !(p = l_io(p + 13))) return H_MISS;
+  if (L_EQ(p, ", \"ts\": ")) {
+    if (!(p = l_int(p + 8, &ts)) || !L_EQ(p, ", \"inclusive") || !L_EQ(p + 12, "_dur\": ") ||
+        !(p = l_int(p + 19, &inc)) || !L_EQ(p, ", \"exclusive") || !L_EQ(p + 12, "_dur\": ") ||
+        !(p = l_int(p + 19, &exc)))
+      return H_MISS;
+    timing = true;
+  }
+  if (!L_EQ(p, ", \"attrs\": ") || !(p = l_attrs(p + 11, &nd, &nuls)) || *p != '}') return H_MISS;
+  p++;
+  /* the general path would refuse a node this large, or might find its tree over the limit
+   * (with the member stack, at most ~40 bytes per byte of text, plus a block): let it */
+  size_t len = (size_t)(p - start), room = 4 * (size_t)ARENA_BLOCK + r->nodes.live;
+  if (p > end || len > r->opt.max_node_bytes || r->limit < room || len > (r->limit - room) / 64)
+    return H_MISS;
+  rd_rnode *n = arena_alloc(&r->nodes, sizeof *n);
+  if (!n) {
+    etr__rd_set_error(r, ETR_ENOMEM, r->node_off, "out of memory");
+    return H_ERR;
+  }
+  *n = nd;
+  n->offset = r->node_off;
+  n->name = name.s;
+  n->name_len = name.n;
+  n->key_bits = timing ? 0x1ffu : 0x11fu;
+  n->keys_in_order = true;
+  n->inputs_exact_keys = n->outputs_exact_keys = true;
+  n->has_timing = timing;
+  n->ts = ts;
+  n->inclusive_dur = inc;
+  n->exclusive_dur = exc;
+  n->conforms = true;
+  /* NUL-terminate the strings the node points to, in place (as h_string does) */
+  unsigned char *last = (unsigned char *)(uintptr_t)(name.s + name.n);
+  *last = '\0';
+  for (size_t i = 0; i < nuls.n; i++) {
+    *nuls.at[i] = '\0';
+    if (nuls.at[i] > last) last = nuls.at[i];
+  }
+  size_t nul_end = (size_t)(last - r->hb) + 1;
+  if (r->h_nul_end < nul_end) r->h_nul_end = nul_end;
+  if (!etr__rd_node_queue(r, n)) return H_ERR;
+  *pp = p;
+  return H_OK;
+}
