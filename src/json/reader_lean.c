@@ -49,8 +49,46 @@ static inline bool l_eq(uch *p, const char *lit, size_t n) {
   return ((x0 ^ y0) | (x1 ^ y1)) == 0;
 }
 #define L_EQ(p, lit) l_eq((p), (lit), sizeof(lit) - 1)
-#define L_IS(sp, lit) ((sp).n == sizeof(lit) - 1 && !memcmp((sp).s, (lit), sizeof(lit) - 1))
-#define L_STARTS(sp, lit) ((sp).n >= sizeof(lit) - 1 && !memcmp((sp).s, (lit), sizeof(lit) - 1))
+/* The first n bytes of s are those of lit (n a constant: compares with immediates, where
+ * gcc calls memcmp for some lengths). */
+static inline bool l_head(const char *s, const char *lit, size_t n) {
+  if (n >= 4) return l_eq((uch *)s, lit, n);
+  return s[0] == lit[0] && (n < 2 || s[1] == lit[1]) && (n < 3 || s[2] == lit[2]);
+}
+#define L_IS(sp, lit) ((sp).n == sizeof(lit) - 1 && l_head((sp).s, (lit), sizeof(lit) - 1))
+#define L_STARTS(sp, lit) ((sp).n >= sizeof(lit) - 1 && l_head((sp).s, (lit), sizeof(lit) - 1))
+
+/* The text of each base attr up to its value, {"name": "N", "type": "T", "value": , as our
+ * writer writes it, zero-padded to 64 bytes; and its length (45 to 54 bytes). */
+#define L_PRE(name, type) "{\"name\": \"" name "\", \"type\": \"" type "\", \"value\": "
+static const char l_base_pre[9][64] = {
+    L_PRE("rf_id", "uint64"),      L_PRE("fw_parent", "uint64"),
+    L_PRE("seq_id", "int64"),      L_PRE("scope", "uint64"),
+    L_PRE("tid", "uint64"),        L_PRE("fw_tid", "uint64"),
+    L_PRE("op_schema", "string"),  L_PRE("kernel_backend", "string"),
+    L_PRE("kernel_file", "string")};
+static const uint8_t l_base_pre_len[9] = {
+    sizeof L_PRE("rf_id", "uint64") - 1,      sizeof L_PRE("fw_parent", "uint64") - 1,
+    sizeof L_PRE("seq_id", "int64") - 1,      sizeof L_PRE("scope", "uint64") - 1,
+    sizeof L_PRE("tid", "uint64") - 1,        sizeof L_PRE("fw_tid", "uint64") - 1,
+    sizeof L_PRE("op_schema", "string") - 1,  sizeof L_PRE("kernel_backend", "string") - 1,
+    sizeof L_PRE("kernel_file", "string") - 1};
+
+/* The n bytes at p (16 <= n <= 64) are those of pre: 16 bytes at a time, the last 16
+ * overlapping. Reads at most 64 bytes from p <= end: in the padding (H_PAD). */
+static inline bool l_eq_pre(uch *p, const char *pre, size_t n) {
+  uint64_t d = 0;
+  for (size_t i = 0; i + 16 <= n; i += 16) {
+    uint64_t a0, a1, b0, b1;
+    memcpy(&a0, p + i, 8), memcpy(&a1, p + i + 8, 8);
+    memcpy(&b0, pre + i, 8), memcpy(&b1, pre + i + 8, 8);
+    d |= (a0 ^ b0) | (a1 ^ b1);
+  }
+  uint64_t a0, a1, b0, b1;
+  memcpy(&a0, p + n - 16, 8), memcpy(&a1, p + n - 8, 8);
+  memcpy(&b0, pre + n - 16, 8), memcpy(&b1, pre + n - 8, 8);
+  return (d | (a0 ^ b0) | (a1 ^ b1)) == 0;
+}
 
 /* Past an element separator at p ("," or ", "). */
 static inline uch *l_sep(uch *p) { return p + 1 + (p[1] == ' '); }
@@ -295,6 +333,34 @@ typedef struct lnuls {
   size_t n;
 } lnuls;
 
+/* Base attr b of node n has value x (an integer) or sv (a string). */
+static inline void l_base_set(rd_rnode *n, int b, int64_t x, lspan sv, lnuls *nuls) {
+  switch (b) {
+    case 0:
+      n->rf_id = (uint64_t)x;
+      break;
+    case 1:
+      n->fw_parent = (uint64_t)x;
+      break;
+    case 2:
+      n->seq_id = x;
+      break;
+    case 3:
+      n->scope = (uint64_t)x;
+      break;
+    case 4:
+      n->tid = (uint64_t)x;
+      break;
+    case 5:
+      n->fw_tid = (uint64_t)x;
+      break;
+    default:
+      *(b == 6 ? &n->op_schema : b == 7 ? &n->kernel_backend : &n->kernel_file) = sv.s;
+      nuls->at[nuls->n++] = (unsigned char *)(uintptr_t)(sv.s + sv.n);
+      break;
+  }
+}
+
 /* A node's "attrs" at p, each {"name": N, "type": T, "value": V} with V a scalar: the base
  * attrs rf_id .. op_schema all there, first and in order, with their types; every value
  * matching its type; no name twice, none of the forbidden ones. Fills n's base attrs and
@@ -308,14 +374,36 @@ static uch *l_attrs(uch *p, rd_rnode *n, lnuls *nuls) {
   if (*p != '[') return NULL;
   p++;
   for (;;) {
-    if (k++ == L_MAX_ATTRS || !L_EQ(p, "{\"name\": \"")) return NULL;
-    lspan nm, ty, sv = {NULL, 0};
+    if (k++ == L_MAX_ATTRS) return NULL;
+    lspan sv = {NULL, 0};
+    int64_t x = 0;
+    int b = last + 1;
+    if (b < 9 && !n_others && l_eq_pre(p, l_base_pre[b], l_base_pre_len[b])) {
+      /* the next base attr as our writer writes it: its name and type need no look */
+      uch *q = p + l_base_pre_len[b];
+      if (b < 6)
+        q = l_int(q, &x);
+      else
+        q = l_str(q, &sv);
+      if (!q || *q != '}' || (b != 2 && b < 6 && x < 0)) return NULL;
+      p = q + 1;
+      have |= 1u << b;
+      last = b;
+      l_base_set(n, b, x, sv, nuls);
+      if (*p == ',') {
+        p = l_sep(p);
+        continue;
+      }
+      if (*p != ']') return NULL;
+      break;
+    }
+    if (!L_EQ(p, "{\"name\": \"")) return NULL;
+    lspan nm, ty;
     uch *q = l_str(p + 9, &nm);
     if (!q || !L_EQ(q, ", \"type\": \"") || !(q = l_str(q + 10, &ty)) || !L_EQ(q, ", \"value\": "))
       return NULL;
     q += 11;
     int kind;
-    int64_t x = 0;
     unsigned c = *q;
     if (c == '"') {
       kind = LV_STR;
@@ -330,7 +418,7 @@ static uch *l_attrs(uch *p, rd_rnode *n, lnuls *nuls) {
     }
     if (!q || *q != '}') return NULL;
     p = q + 1;
-    int b = etr__rd_base_attr_len(nm.s, nm.n);
+    b = etr__rd_base_attr_len(nm.s, nm.n);
     int tk; /* the type: 0 uint64, 1 int64, 2 string, -1 another */
     if (L_IS(ty, "uint64"))
       tk = 0;
@@ -353,38 +441,12 @@ static uch *l_attrs(uch *p, rd_rnode *n, lnuls *nuls) {
     if ((tk == 0 && (kind != LV_INT || x < 0)) || (tk == 1 && kind != LV_INT) ||
         (tk == 2 && kind != LV_STR))
       return NULL;
-    switch (b) {
-      case 0:
-        n->rf_id = (uint64_t)x;
-        break;
-      case 1:
-        n->fw_parent = (uint64_t)x;
-        break;
-      case 2:
-        n->seq_id = x;
-        break;
-      case 3:
-        n->scope = (uint64_t)x;
-        break;
-      case 4:
-        n->tid = (uint64_t)x;
-        break;
-      case 5:
-        n->fw_tid = (uint64_t)x;
-        break;
-      case 6:
-      case 7:
-      case 8:
-        *(b == 6 ? &n->op_schema : b == 7 ? &n->kernel_backend : &n->kernel_file) = sv.s;
-        nuls->at[nuls->n++] = (unsigned char *)(uintptr_t)(sv.s + sv.n);
-        break;
-      default:
-        if (L_IS(nm, "traceback")) {       /* as_u64 of reader_node.c */
-          if (kind == LV_NUM) return NULL; /* maybe above INT64_MAX */
-          n->has_traceback = kind == LV_INT;
-          if (kind == LV_INT) n->traceback = (uint64_t)x;
-        }
-        break;
+    if (b >= 0) {
+      l_base_set(n, b, x, sv, nuls);
+    } else if (L_IS(nm, "traceback")) { /* as_u64 of reader_node.c */
+      if (kind == LV_NUM) return NULL;  /* maybe above INT64_MAX */
+      n->has_traceback = kind == LV_INT;
+      if (kind == LV_INT) n->traceback = (uint64_t)x;
     }
     if (*p == ',') {
       p = l_sep(p);
