@@ -289,15 +289,135 @@ static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
   return t.n != 0;
 }
 
+/* One element of an inputs/outputs array, classed as it is read (l_elem): what the checks
+ * of a value, a shape or strides need of it without reading it again. */
+enum {
+  E_INT = 0,    /* an l_int integer */
+  E_NUM = 1,    /* another number */
+  E_STR = 2,    /* a plain string (str) */
+  E_BOOL = 3,   /* true, false */
+  E_NULL = 4,   /* null */
+  E_INTS = 5,   /* an array of l_int integers, cnt of them (0: []) */
+  E_TENSOR = 6, /* [5 l_int integers >= 0, a plain string] */
+  E_ARR = 7     /* another array (l_skip) */
+};
+
+typedef struct lelem {
+  uch *at; /* its text */
+  uint32_t tag, cnt;
+  lspan str;
+} lelem;
+
+/* The element at p into *e: the byte after it, else NULL. depth: as l_skip's. */
+static inline uch *l_elem(uch *p, lelem *e, int depth) {
+  unsigned c = *p;
+  e->at = p;
+  if (c == '"') {
+    e->tag = E_STR;
+    return l_str(p, &e->str);
+  }
+  if (c == '-' || c - '0' < 10) {
+    int64_t x;
+    uch *q = l_int(p, &x);
+    if (q) {
+      e->tag = E_INT;
+      return q;
+    }
+    e->tag = E_NUM;
+    return l_num(p);
+  }
+  if (c == '[') {
+    /* integers, and whether they start a tensor [id, storage, offset, numel, itemsize, "d"] */
+    uch *q = p + 1;
+    uint32_t n = 0;
+    bool neg = false, cut = false; /* cut: an element that is no l_int integer ends them */
+    if (*q != ']') {
+      for (;;) {
+        int64_t x;
+        uch *r = l_int(q, &x);
+        if (!r) {
+          cut = true;
+          break;
+        }
+        neg |= x < 0;
+        n++;
+        q = r;
+        if (*q != ',') break;
+        q = l_sep(q);
+      }
+    }
+    if (*q == ']' && !cut) {
+      e->tag = E_INTS;
+      e->cnt = n;
+      return q + 1;
+    }
+    if (n == 5 && !neg && *q == '"') {
+      uch *z = scan_plain(q + 1);
+      if (*z == '"' && z[1] == ']') {
+        e->tag = E_TENSOR;
+        return z + 2;
+      }
+    }
+    e->tag = E_ARR; /* anything else: read again, whole */
+    return l_skip(p, depth);
+  }
+  if (c == 't' || c == 'f') {
+    e->tag = E_BOOL;
+    return l_skip(p, depth);
+  }
+  e->tag = E_NULL;
+  return c == 'n' ? l_skip(p, depth) : NULL;
+}
+
+/* An array of l_elem elements at p (at most L_MAX_ITEMS): their count in *n; the byte after
+ * it, else NULL. */
+static uch *l_elems(uch *p, lelem *e, size_t *n) {
+  size_t k = 0;
+  if (*p != '[') return NULL;
+  p++;
+  if (*p != ']') {
+    for (;;) {
+      if (k == L_MAX_ITEMS || !(p = l_elem(p, &e[k++], 3))) return NULL;
+      if (*p == ',') {
+        p = l_sep(p);
+        continue;
+      }
+      if (*p != ']') return NULL;
+      break;
+    }
+  }
+  *n = k;
+  return p + 1;
+}
+
+/* l_check of a value of an inputs/outputs array, its shape and strides classed (l_elem). */
+static bool l_check_elem(lspan t, const lelem *v, const lelem *s, const lelem *st) {
+  if (L_STARTS(t, "Tensor("))
+    return v->tag == E_TENSOR && s->tag == E_INTS && st->tag == E_INTS && st->cnt == s->cnt;
+  if (L_STARTS(t, "GenericList[") || L_STARTS(t, "Tuple["))
+    return l_check(t, v->at, s->at, st->at, 0);
+  /* scalars: shape [] and strides [] */
+  if (s->tag != E_INTS || s->cnt || st->tag != E_INTS || st->cnt) return false;
+  if (L_IS(t, "Int")) return v->tag == E_INT;
+  if (L_IS(t, "Double"))
+    return v->tag == E_INT || v->tag == E_NUM ||
+           (v->tag == E_STR &&
+            (L_IS(v->str, "nan") || L_IS(v->str, "inf") || L_IS(v->str, "-inf")));
+  if (L_IS(t, "Bool")) return v->tag == E_BOOL;
+  if (L_IS(t, "String") || L_IS(t, "Device")) return v->tag == E_STR;
+  if (L_IS(t, "None")) return v->tag == E_STR && L_IS(v->str, "<None>");
+  return t.n != 0;
+}
+
 /* An inputs/outputs object {"values": A, "shapes": A, "types": A, "strides": A} at p, its
  * arrays of one length, each type a string and each value conforming to it: the byte after
  * it, else NULL. */
 static uch *l_io(uch *p) {
-  uch *va[L_MAX_ITEMS], *sa[L_MAX_ITEMS], *sta[L_MAX_ITEMS];
+  lelem ve[L_MAX_ITEMS], se[L_MAX_ITEMS], ste[L_MAX_ITEMS];
   lspan ty[L_MAX_ITEMS];
   size_t nv, ns, nst, nt = 0;
-  if (!L_EQ(p, "{\"values\": ") || !(p = l_items(p + 11, va, &nv, 3))) return NULL;
-  if (!L_EQ(p, ", \"shapes\": ") || !(p = l_items(p + 12, sa, &ns, 3))) return NULL;
+  if (!L_EQ(p, "{\"values\": ") || !(p = l_elems(p + 11, ve, &nv))) return NULL;
+  if (!L_EQ(p, ", \"shapes\": ") || !(p = l_elems(p + 12, se, &ns))) return NULL;
   if (!L_EQ(p, ", \"types\": ") || p[11] != '[') return NULL;
   p += 12;
   if (*p != ']') {
@@ -310,10 +430,10 @@ static uch *l_io(uch *p) {
   }
   if (*p != ']') return NULL;
   p++;
-  if (!L_EQ(p, ", \"strides\": ") || !(p = l_items(p + 13, sta, &nst, 3))) return NULL;
+  if (!L_EQ(p, ", \"strides\": ") || !(p = l_elems(p + 13, ste, &nst))) return NULL;
   if (*p != '}' || ns != nv || nt != nv || nst != nv) return NULL;
   for (size_t i = 0; i < nv; i++)
-    if (!l_check(ty[i], va[i], sa[i], sta[i], 0)) return NULL;
+    if (!l_check_elem(ty[i], &ve[i], &se[i], &ste[i])) return NULL;
   return p + 1;
 }
 
