@@ -100,8 +100,7 @@ static inline uch *l_int(uch *p, int64_t *v) {
   uch *q = p + (*p == '-'), *d = q;
   uint64_t acc = 0;
   if (*q == '0') {
-    if (q != p) return NULL;
-    q++;
+    if (q != p || (unsigned)(*++q - '0') < 10) return NULL;
   } else if ((unsigned)(*q - '1') < 9) {
     do acc = acc * 10 + (unsigned)(*q++ - '0');
     while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
@@ -109,8 +108,24 @@ static inline uch *l_int(uch *p, int64_t *v) {
   } else {
     return NULL;
   }
-  if (*q == '.' || (*q | 0x20) == 'e' || (unsigned)(*q - '0') < 10) return NULL;
-  *v = q != d && *p == '-' ? -(int64_t)acc : (int64_t)acc;
+  if (*q == '.' || (*q | 0x20) == 'e') return NULL;
+  *v = *p == '-' ? -(int64_t)acc : (int64_t)acc;
+  return q;
+}
+
+/* l_int without its value (negative when *p is '-'): the byte after it, else NULL. */
+static inline uch *l_is_int(uch *p) {
+  uch *q = p + (*p == '-'), *d = q;
+  if (*q == '0') {
+    if (q != p || (unsigned)(*++q - '0') < 10) return NULL;
+  } else if ((unsigned)(*q - '1') < 9) {
+    do q++;
+    while ((unsigned)(*q - '0') < 10); /* the NUL after the window stops it */
+    if (q - d > 18) return NULL;
+  } else {
+    return NULL;
+  }
+  if (*q == '.' || (*q | 0x20) == 'e') return NULL;
   return q;
 }
 
@@ -207,8 +222,7 @@ static long l_int_array(uch *p) {
   if (*p == ']') return 0;
   long k = 0;
   for (;;) {
-    int64_t x;
-    p = l_int(p, &x);
+    p = l_is_int(p);
     if (!p) return -1;
     k++;
     if (*p != ',') return k; /* the ']' */
@@ -243,9 +257,7 @@ static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
     if (*v != '[') return false;
     uch *p = v + 1;
     for (int i = 0; i < 5; i++) {
-      int64_t x;
-      p = l_int(p, &x);
-      if (!p || x < 0 || *p != ',') return false;
+      if (*p == '-' || !(p = l_is_int(p)) || *p != ',') return false;
       p = l_sep(p);
     }
     if (*p != '"') return false;
@@ -271,10 +283,7 @@ static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
   }
   /* scalars: shape [] and strides [] (no whitespace: l_skip) */
   if (s[0] != '[' || s[1] != ']' || st[0] != '[' || st[1] != ']') return false;
-  if (L_IS(t, "Int")) {
-    int64_t x;
-    return l_int(v, &x) != NULL;
-  }
+  if (L_IS(t, "Int")) return l_is_int(v) != NULL;
   if (L_IS(t, "Double")) {
     if (*v == '-' || (unsigned)(*v - '0') < 10) return true;
     lspan x;
@@ -317,8 +326,7 @@ static inline uch *l_elem(uch *p, lelem *e, int depth) {
     return l_str(p, &e->str);
   }
   if (c == '-' || c - '0' < 10) {
-    int64_t x;
-    uch *q = l_int(p, &x);
+    uch *q = l_is_int(p);
     if (q) {
       e->tag = E_INT;
       return q;
@@ -333,13 +341,12 @@ static inline uch *l_elem(uch *p, lelem *e, int depth) {
     bool neg = false, cut = false; /* cut: an element that is no l_int integer ends them */
     if (*q != ']') {
       for (;;) {
-        int64_t x;
-        uch *r = l_int(q, &x);
+        neg |= *q == '-';
+        uch *r = l_is_int(q);
         if (!r) {
           cut = true;
           break;
         }
-        neg |= x < 0;
         n++;
         q = r;
         if (*q != ',') break;
