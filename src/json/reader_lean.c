@@ -589,6 +589,7 @@ static uch *l_attrs(uch *p, rd_rnode *n, lnuls *nuls) {
 
 int etr__rd_h_lean(rd_reader *r, const unsigned char **pp, const unsigned char *end) {
   uch *p = *pp, *start = p;
+  if (!L_EQ(p, "{\"id\": ")) return H_MISS; /* another writer's shape: nothing to clear */
   rd_rnode nd;
   memset(&nd, 0, sizeof nd);
   lnuls nuls;
