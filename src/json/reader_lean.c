@@ -8,8 +8,9 @@
  * what validate's checks (tools/validate_node.c: key order, attrs, inputs/outputs, each value
  * against its type) find nothing wrong with: the keys of a node, an attr and an
  * inputs/outputs object exactly in docs/FORMAT.md order, written with ": " and ", " (", " or
- * "," between array elements), no other whitespace; strings of plain printable ASCII
- * (no escapes); integers of at most 18 digits where an integer is wanted; "strides" present.
+ * "," between array elements), other whitespace only around a node's keys (PyTorch puts
+ * newlines there); strings of plain printable ASCII (no escapes); integers of at most 18
+ * digits where an integer is wanted; "strides" present (optional before schema 1.1.1).
  * Anything else (another shape, a rule broken, a value it does not know) gives H_MISS with
  * nothing done, and the general path reads the node, with its warnings, and validate checks
  * its tree. The scan reads the window only up to its end: the NUL padding after it (H_PAD)
@@ -251,7 +252,8 @@ static size_t l_split_types(lspan inner, lspan *out, size_t max) {
 }
 
 /* check_value of validate_node.c on text already found well formed (l_skip): true when it
- * reports nothing for value v of type t with shape s and strides st (both present). */
+ * reports nothing for value v of type t with shape s and strides st (NULL: absent, in a
+ * schema without them). */
 static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
   if (L_STARTS(t, "Tensor(")) {
     if (*v != '[') return false;
@@ -264,7 +266,7 @@ static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
     p = scan_plain(p + 1) + 1; /* a plain string (l_skip) */
     if (*p != ']') return false;
     long ns = l_int_array(s);
-    return ns >= 0 && l_int_array(st) == ns;
+    return ns >= 0 && (!st || l_int_array(st) == ns);
   }
   bool list = L_STARTS(t, "GenericList[");
   if (list || L_STARTS(t, "Tuple[")) {
@@ -273,16 +275,16 @@ static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
     lspan el[L_MAX_ITEMS];
     size_t nt = l_split_types((lspan){t.s + pre, t.n - pre - 1}, el, L_MAX_ITEMS);
     uch *va[L_MAX_ITEMS], *sa[L_MAX_ITEMS], *sta[L_MAX_ITEMS];
-    size_t nv, ns, nst;
+    size_t nv, ns, nst = 0;
     if (!l_items(v, va, &nv, depth) || !l_items(s, sa, &ns, depth) ||
-        !l_items(st, sta, &nst, depth) || ns != nv || nst != nv || nt != nv)
+        (st && !l_items(st, sta, &nst, depth)) || ns != nv || (st && nst != nv) || nt != nv)
       return false;
     for (size_t i = 0; i < nv; i++)
-      if (!l_check(el[i], va[i], sa[i], sta[i], depth + 1)) return false;
+      if (!l_check(el[i], va[i], sa[i], st ? sta[i] : NULL, depth + 1)) return false;
     return true;
   }
   /* scalars: shape [] and strides [] (no whitespace: l_skip) */
-  if (s[0] != '[' || s[1] != ']' || st[0] != '[' || st[1] != ']') return false;
+  if (s[0] != '[' || s[1] != ']' || (st && (st[0] != '[' || st[1] != ']'))) return false;
   if (L_IS(t, "Int")) return l_is_int(v) != NULL;
   if (L_IS(t, "Double")) {
     if (*v == '-' || (unsigned)(*v - '0') < 10) return true;
@@ -397,14 +399,16 @@ static uch *l_elems(uch *p, lelem *e, size_t *n) {
   return p + 1;
 }
 
-/* l_check of a value of an inputs/outputs array, its shape and strides classed (l_elem). */
+/* l_check of a value of an inputs/outputs array, its shape and strides classed (l_elem; st
+ * NULL: no strides). */
 static bool l_check_elem(lspan t, const lelem *v, const lelem *s, const lelem *st) {
   if (L_STARTS(t, "Tensor("))
-    return v->tag == E_TENSOR && s->tag == E_INTS && st->tag == E_INTS && st->cnt == s->cnt;
+    return v->tag == E_TENSOR && s->tag == E_INTS &&
+           (!st || (st->tag == E_INTS && st->cnt == s->cnt));
   if (L_STARTS(t, "GenericList[") || L_STARTS(t, "Tuple["))
-    return l_check(t, v->at, s->at, st->at, 0);
+    return l_check(t, v->at, s->at, st ? st->at : NULL, 0);
   /* scalars: shape [] and strides [] */
-  if (s->tag != E_INTS || s->cnt || st->tag != E_INTS || st->cnt) return false;
+  if (s->tag != E_INTS || s->cnt || (st && (st->tag != E_INTS || st->cnt))) return false;
   if (L_IS(t, "Int")) return v->tag == E_INT;
   if (L_IS(t, "Double"))
     return v->tag == E_INT || v->tag == E_NUM ||
@@ -416,10 +420,10 @@ static bool l_check_elem(lspan t, const lelem *v, const lelem *s, const lelem *s
   return t.n != 0;
 }
 
-/* An inputs/outputs object {"values": A, "shapes": A, "types": A, "strides": A} at p, its
- * arrays of one length, each type a string and each value conforming to it: the byte after
- * it, else NULL. */
-static uch *l_io(uch *p) {
+/* An inputs/outputs object {"values": A, "shapes": A, "types": A, "strides": A} at p (without
+ * "strides" when no_strides: a schema before 1.1.1), its arrays of one length, each type a
+ * string and each value conforming to it: the byte after it, else NULL. */
+static uch *l_io(uch *p, bool no_strides) {
   lelem ve[L_MAX_ITEMS], se[L_MAX_ITEMS], ste[L_MAX_ITEMS];
   lspan ty[L_MAX_ITEMS];
   size_t nv, ns, nst, nt = 0;
@@ -437,10 +441,11 @@ static uch *l_io(uch *p) {
   }
   if (*p != ']') return NULL;
   p++;
-  if (!L_EQ(p, ", \"strides\": ") || !(p = l_elems(p + 13, ste, &nst))) return NULL;
-  if (*p != '}' || ns != nv || nt != nv || nst != nv) return NULL;
+  bool strides = !no_strides || *p != '}';
+  if (strides && (!L_EQ(p, ", \"strides\": ") || !(p = l_elems(p + 13, ste, &nst)))) return NULL;
+  if (*p != '}' || ns != nv || nt != nv || (strides && nst != nv)) return NULL;
   for (size_t i = 0; i < nv; i++)
-    if (!l_check_elem(ty[i], &ve[i], &se[i], &ste[i])) return NULL;
+    if (!l_check_elem(ty[i], &ve[i], &se[i], strides ? &ste[i] : NULL)) return NULL;
   return p + 1;
 }
 
@@ -587,9 +592,27 @@ static uch *l_attrs(uch *p, rd_rnode *n, lnuls *nuls) {
   return p + 1;
 }
 
+/* After a node's value at p, its ',' and whitespace, then key lit (n bytes, its ": " included,
+ * as l_eq compares them): the byte after it, else NULL. */
+static inline uch *l_key(uch *p, const char *lit, size_t n) {
+  if (*p != ',') return NULL;
+  if (p[1] == ' ' && p[2] == '"') /* ", " as our writer puts it: no loop */
+    p += 2;
+  else
+    p = h_ws(p + 1, NULL);
+  return l_eq(p, lit, n) ? p + n : NULL;
+}
+#define L_KEY(p, lit) l_key((p), (lit), sizeof(lit) - 1)
+
 int etr__rd_h_lean(rd_reader *r, const unsigned char **pp, const unsigned char *end) {
   uch *p = *pp, *start = p;
-  if (!L_EQ(p, "{\"id\": ")) return H_MISS; /* another writer's shape: nothing to clear */
+  p = h_ws(p + 1, end); /* after the '{' (h_step saw it) */
+  if (!L_EQ(p, "\"id\": ")) return H_MISS;
+  /* "strides" is optional in schemas before 1.1.1 (validate's has_strides_schema) */
+  const rd_rheader *h = &r->hdr;
+  bool no_strides = !(h->schema_major > 1 ||
+                      (h->schema_major == 1 &&
+                       (h->schema_minor > 1 || (h->schema_minor == 1 && h->schema_patch >= 1))));
   rd_rnode nd;
   memset(&nd, 0, sizeof nd);
   lnuls nuls;
@@ -597,20 +620,23 @@ int etr__rd_h_lean(rd_reader *r, const unsigned char **pp, const unsigned char *
   lspan name;
   int64_t ts = 0, inc = 0, exc = 0;
   bool timing = false;
-  if (!L_EQ(p, "{\"id\": ") || !(p = l_int(p + 7, &nd.id))) return H_MISS;
-  if (!L_EQ(p, ", \"name\": ") || !(p = l_str(p + 10, &name))) return H_MISS;
-  if (!L_EQ(p, ", \"ctrl_deps\": ") || !(p = l_int(p + 15, &nd.ctrl_deps)) || nd.ctrl_deps < 0)
+  if (!(p = l_int(p + 6, &nd.id))) return H_MISS;
+  if (!(p = L_KEY(p, "\"name\": ")) || !(p = l_str(p, &name))) return H_MISS;
+  if (!(p = L_KEY(p, "\"ctrl_deps\": ")) || !(p = l_int(p, &nd.ctrl_deps)) || nd.ctrl_deps < 0)
     return H_MISS;
-  if (!L_EQ(p, ", \"inputs\": ") || !(p = l_io(p + 12))) return H_MISS;
-  if (!L_EQ(p, ", \"outputs\": ") || !(p = l_io(p + 13))) return H_MISS;
-  if (L_EQ(p, ", \"ts\": ")) {
-    if (!(p = l_int(p + 8, &ts)) || !L_EQ(p, ", \"inclusive") || !L_EQ(p + 12, "_dur\": ") ||
-        !(p = l_int(p + 19, &inc)) || !L_EQ(p, ", \"exclusive") || !L_EQ(p + 12, "_dur\": ") ||
-        !(p = l_int(p + 19, &exc)))
+  if (!(p = L_KEY(p, "\"inputs\": ")) || !(p = l_io(p, no_strides))) return H_MISS;
+  if (!(p = L_KEY(p, "\"outputs\": ")) || !(p = l_io(p, no_strides))) return H_MISS;
+  uch *q = L_KEY(p, "\"ts\": ");
+  if (q) {
+    if (!(p = l_int(q, &ts)) || !(p = L_KEY(p, "\"inclusive")) || !L_EQ(p, "_dur\": ") ||
+        !(p = l_int(p + 7, &inc)) || !(p = L_KEY(p, "\"exclusive")) || !L_EQ(p, "_dur\": ") ||
+        !(p = l_int(p + 7, &exc)))
       return H_MISS;
     timing = true;
   }
-  if (!L_EQ(p, ", \"attrs\": ") || !(p = l_attrs(p + 11, &nd, &nuls)) || *p != '}') return H_MISS;
+  if (!(p = L_KEY(p, "\"attrs\": ")) || !(p = l_attrs(p, &nd, &nuls))) return H_MISS;
+  p = h_ws(p, end);
+  if (*p != '}') return H_MISS;
   p++;
   /* the general path would refuse a node this large, or might find its tree over the limit
    * (with the member stack, at most ~40 bytes per byte of text, plus a block): let it */

@@ -7,7 +7,8 @@ without it (every node read into its tree and checked there, as before the scan)
 print the same and exit the same on: our traces (default, with tracebacks, schema 1.1.0), the
 golden file, the real traces, and randomly mangled copies of ours (values, types, strings, attrs
 and keys changed, elements dropped or repeated, separators changed, bytes flipped, cut),
-with and without --strict and with a small --max.
+with and without --strict and with a small --max. The golden file and the uncompressed real
+traces are mangled too.
 
 usage: test_validate_conform.py ETR VALIDATE_GENERAL EXAMPLE_RUNTIME OUTDIR GOLDEN [REAL_DIR]
        [--count N] [--seed S]
@@ -242,7 +243,10 @@ def main():
     for f in files:
         compare(f, f)
     rnd = random.Random(seed)
-    texts = [open(b, 'rb').read() for b in bases]
+    # the golden file and the real traces too (PyTorch's shape: whitespace between a node's
+    # keys, no strides before schema 1.1.1; the real ones when they are there), uncompressed
+    texts = [open(b, 'rb').read() for b in bases + [f for f in files[len(bases):]
+                                                     if f.endswith('.json')]]
     mangled = os.path.join(out, 'mangled.json')
     for i in range(count):
         t = mutate(rnd, texts[rnd.randrange(len(texts))])
