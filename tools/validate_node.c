@@ -4,7 +4,11 @@
  * parent and tid go on to the tree checks (validate_tree.c).
  *
  * This is validate's hot path (one call per node of files of many GB): names are compared
- * by length and fixed-size loads (STR_IS), not strcmp.
+ * by length and fixed-size loads (STR_IS), not strcmp. Most nodes do not come here whole: the
+ * reader's scan (src/json/reader_lean.c, rd_options.conform) checks the same rules (keys,
+ * attrs, inputs/outputs, values against types) on a node's text and hands it over without its
+ * tree when all hold (rd_rnode.conforms). A rule changed here must change there too; tests
+ * cli.reader_conform and cli.validate_conform compare the two.
  */
 #include <inttypes.h>
 #include <stdlib.h>
