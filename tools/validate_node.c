@@ -4,7 +4,11 @@
  * parent and tid go on to the tree checks (validate_tree.c).
  *
  * This is validate's hot path (one call per node of files of many GB): names are compared
- * by length and fixed-size loads (STR_IS), not strcmp.
+ * by length and fixed-size loads (STR_IS), not strcmp. Most nodes do not come here whole: the
+ * reader's scan (src/json/reader_lean.c, rd_options.conform) checks the same rules (keys,
+ * attrs, inputs/outputs, values against types) on a node's text and hands it over without its
+ * tree when all hold (rd_rnode.conforms). A rule changed here must change there too; tests
+ * cli.reader_conform and cli.validate_conform compare the two.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -431,9 +435,11 @@ void vd_check_node(vrun *w, const rd_rnode *n) {
   }
   if (n->id <= 0 && present[0])
     vd_problem(v, SEV_ERROR, K_FIELD, n->offset, n->id, "id %" PRId64 " is not positive", n->id);
-  check_attrs(v, n);
-  check_io(v, n, n->inputs, n->inputs_exact_keys, "inputs");
-  check_io(v, n, n->outputs, n->outputs_exact_keys, "outputs");
+  if (!n->conforms) { /* else the reader found all of this to hold, and built no tree */
+    check_attrs(v, n);
+    check_io(v, n, n->inputs, n->inputs_exact_keys, "inputs");
+    check_io(v, n, n->outputs, n->outputs_exact_keys, "outputs");
+  }
 
   int nk = NK_OP;
   size_t name_n = cstr_len(n->has_nul_strings, n->name, n->name_len);

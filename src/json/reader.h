@@ -110,6 +110,12 @@ typedef struct rd_rnode {
    * its C-string length (strlen) is then shorter than its length, so compare names with
    * strcmp; otherwise length and memcmp give the same answer faster. */
   bool has_nul_strings;
+  /* The reader found the node to conform to docs/FORMAT.md (rd_options.conform): its text
+   * has the shape our writer (or PyTorch's) writes and every per-node rule `etr validate` checks
+   * holds (keys, attrs, inputs/outputs and each value against its type; timing, the id's sign and
+   * the process and thread nodes excepted), and it gave no warning. Its tree was not built:
+   * raw, inputs, outputs and attrs are NULL, n_attrs 0; every other field is set. */
+  bool conforms;
 } rd_rnode;
 
 /* ---- the file ---- */
@@ -136,9 +142,13 @@ typedef struct rd_options {
    * value over it is skipped with a warning (rd_skipped). 0 = the environment's
    * ETR_READER_LIMIT_MB, else 16 MiB. */
   size_t max_node_bytes;
+  /* For `etr validate`: a node whose text has the shape our writer (or PyTorch's) writes and
+   * which conforms to docs/FORMAT.md is handed over without its tree (rd_rnode.conforms),
+   * checked while it is scanned; any other node is read as usual. The hand backend only. */
+  bool conform;
 } rd_options;
 #define ETR_READER_OPTIONS_INIT \
-  { sizeof(rd_options), NULL, NULL, 0 }
+  { sizeof(rd_options), NULL, NULL, 0, false }
 
 /* Open path ("-" = stdin) and read up to the start of "nodes". 0, or a negative ETR_E*
  * code with the message in rd_error (of the reader returned in *out, which must

@@ -121,4 +121,10 @@ int etr__rd_h_flat(rd_reader *r, const unsigned char **pp, const unsigned char *
 int etr__rd_h_io(rd_reader *r, const unsigned char **pp, const unsigned char *end, arena *a,
                  int depth, rd_jval *v);
 
+/* The hand parser's scan of a node for rd_options.conform (reader_lean.c): at *pp (the
+ * node's '{'), a node whose text has our writer's (or PyTorch's) shape and conforms to
+ * docs/FORMAT.md is queued without its tree (rd_rnode.conforms): H_OK and *pp after it; any other,
+ * H_MISS with nothing done (the general path reads it); H_ERR when memory ran out. */
+int etr__rd_h_lean(rd_reader *r, const unsigned char **pp, const unsigned char *end);
+
 #endif /* ETR_JSON_READER_HAND_H */

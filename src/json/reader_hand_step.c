@@ -201,6 +201,17 @@ static int h_step(rd_reader *r) {
       r->node_mark = r->nodes.tail;
       r->stk_len = 0;
       r->nul_str = false;
+      if (r->opt.conform) { /* etr validate: a node that conforms needs no tree */
+        const unsigned char *q = p;
+        int lst = etr__rd_h_lean(r, &q, end);
+        if (lst == H_ERR) return H_ERR;
+        if (lst == H_OK) {
+          r->hpos = (size_t)(q - r->hb);
+          r->n_first = false;
+          r->need_item = false;
+          return H_OK;
+        }
+      }
       const unsigned char *node_start = p;
       rd_jval v;
       int st = etr__rd_h_value(r, &p, end, &r->nodes, 0, &v);

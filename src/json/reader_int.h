@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "json/reader.h"
@@ -268,6 +269,32 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root);
 ssize_t etr__rd_next_block(rd_reader *r, const unsigned char **p);
 /* Up to n decompressed bytes copied to dst: bytes read, 0 at EOF, -1 on error. */
 ssize_t etr__rd_read_into(rd_reader *r, unsigned char *dst, size_t n);
+
+/* Queue node n (its blocks from r->node_mark) for rd_next. 1, or 0 when memory ran out. */
+int etr__rd_node_queue(rd_reader *r, rd_rnode *n);
+
+/* rd_base_attr of a name of n bytes with no NUL among them: by its length, then memcmp of
+ * a constant length (a compare or two, no call). */
+static inline int etr__rd_base_attr_len(const char *nm, size_t n) {
+#define IS(lit) !memcmp(nm, lit, sizeof lit - 1)
+  switch (n) {
+    case 3:
+      return IS("tid") ? 4 : -1;
+    case 5:
+      return IS("rf_id") ? 0 : IS("scope") ? 3 : -1;
+    case 6:
+      return IS("seq_id") ? 2 : IS("fw_tid") ? 5 : -1;
+    case 9:
+      return IS("fw_parent") ? 1 : IS("op_schema") ? 6 : -1;
+    case 11:
+      return IS("kernel_file") ? 8 : -1;
+    case 14:
+      return IS("kernel_backend") ? 7 : -1;
+    default:
+      return -1;
+  }
+#undef IS
+}
 
 /* The keys of the attr objects the hand parser reads by its shortcut: the node builder knows
  * such an attr by their addresses, without comparing names. */

@@ -101,28 +101,11 @@ static inline int node_key(const char *k, size_t n) {
 #undef IS
 }
 
-/* rd_base_attr of a name of n bytes: by its length, then memcmp of a constant length (a
- * compare or two, no call). */
+/* rd_base_attr of a name of n bytes (etr__rd_base_attr_len), or by strcmp when a string of
+ * the node holds a NUL (nul: r->nul_str). */
 static int base_attr_n(const char *nm, size_t n, bool nul) {
   if (ETR_RD_UNLIKELY(nul)) return rd_base_attr(nm);
-#define IS(lit) !memcmp(nm, lit, sizeof lit - 1)
-  switch (n) {
-    case 3:
-      return IS("tid") ? 4 : -1;
-    case 5:
-      return IS("rf_id") ? 0 : IS("scope") ? 3 : -1;
-    case 6:
-      return IS("seq_id") ? 2 : IS("fw_tid") ? 5 : -1;
-    case 9:
-      return IS("fw_parent") ? 1 : IS("op_schema") ? 6 : -1;
-    case 11:
-      return IS("kernel_file") ? 8 : -1;
-    case 14:
-      return IS("kernel_backend") ? 7 : -1;
-    default:
-      return -1;
-  }
-#undef IS
+  return etr__rd_base_attr_len(nm, n);
 }
 
 int rd_base_attr_n(const char *name, size_t len) { return base_attr_n(name, len, false); }
@@ -387,7 +370,10 @@ int etr__rd_node_done(rd_reader *r, const rd_jval *root) {
       if (n->missing_attrs & (1u << b))
         etr__rd_warn(r, n->offset, n->id, ETR_READER_WARN_MISSING_ATTR " \"%s\"", base_attrs[b]);
   }
-  /* queue it */
+  return etr__rd_node_queue(r, n);
+}
+
+int etr__rd_node_queue(rd_reader *r, rd_rnode *n) {
   if (r->q_len == r->q_cap) {
     size_t cap = r->q_cap ? r->q_cap * 2 : 64;
     qent *q = malloc(cap * sizeof *q);
