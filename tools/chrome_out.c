@@ -207,40 +207,71 @@ static inline bool word_special(uint64_t w) {
 
 #define CH_STR_PIECE 4096 /* bytes of a string escaped per request for room */
 
-void ch_jstr(ch_buf *b, const char *str, size_t len) {
-  const unsigned char *s = (const unsigned char *)str;
-  size_t i = 0;
-  char *p = ch_room(b, 1);
-  if (p == NULL) return;
-  *p++ = '"';
-  ch_done(b, p);
-  while (i < len) {
-    size_t end = len - i > CH_STR_PIECE ? i + CH_STR_PIECE : len;
-    /* 6 bytes out per byte in at most; a UTF-8 sequence may run 3 bytes past `end` */
-    p = ch_room(b, 6 * (end - i) + 8);
-    if (p == NULL) return;
-    while (i < end && end - i >= 8) {
-      uint64_t w;
-      memcpy(&w, s + i, 8);
-      if (!word_special(w)) {
-        memcpy(p, s + i, 8);
-        p += 8;
-        i += 8;
-        continue;
-      }
-      for (size_t stop = i + 8; i < stop;) {
-        if (plain[s[i]])
-          *p++ = (char)s[i++];
-        else
-          i = jstr_special(s, len, i, &p);
-      }
+/* The bytes s[i..end) escaped at *pp (room: 6 bytes per byte); returns the index reached
+ * (`end`, or up to 3 bytes past it when a UTF-8 sequence runs on) and moves *pp. */
+static inline size_t jstr_run(const unsigned char *s, size_t len, size_t i, size_t end, char **pp) {
+  char *p = *pp;
+  const size_t start = i;
+  while (i < end && end - i >= 8) {
+    uint64_t w;
+    memcpy(&w, s + i, 8);
+    if (!word_special(w)) {
+      memcpy(p, s + i, 8);
+      p += 8;
+      i += 8;
+      continue;
     }
-    while (i < end) {
+    for (size_t stop = i + 8; i < stop;) {
       if (plain[s[i]])
         *p++ = (char)s[i++];
       else
         i = jstr_special(s, len, i, &p);
     }
+  }
+  if (i < end && end - start >= 8) {
+    /* The last word, which ends at `end`, when all of its bytes are plain: the ones before i
+     * were written as they are, just before p, so the word is written over them. */
+    uint64_t w;
+    memcpy(&w, s + end - 8, 8);
+    if (!word_special(w)) {
+      size_t back = i - (end - 8);
+      memcpy(p - back, s + end - 8, 8);
+      p += end - i;
+      i = end;
+    }
+  }
+  while (i < end) {
+    if (plain[s[i]])
+      *p++ = (char)s[i++];
+    else
+      i = jstr_special(s, len, i, &p);
+  }
+  *pp = p;
+  return i;
+}
+
+void ch_jstr(ch_buf *b, const char *str, size_t len) {
+  const unsigned char *s = (const unsigned char *)str;
+  char *p;
+  if (len <= CH_STR_PIECE) { /* one room for all: 6 bytes out per byte in at most */
+    p = ch_room(b, 6 * len + 2);
+    if (p == NULL) return;
+    *p++ = '"';
+    jstr_run(s, len, 0, len, &p);
+    *p++ = '"';
+    ch_done(b, p);
+    return;
+  }
+  p = ch_room(b, 1);
+  if (p == NULL) return;
+  *p++ = '"';
+  ch_done(b, p);
+  for (size_t i = 0; i < len;) {
+    size_t end = len - i > CH_STR_PIECE ? i + CH_STR_PIECE : len;
+    /* 6 bytes out per byte in at most; a UTF-8 sequence may run 3 bytes past `end` */
+    p = ch_room(b, 6 * (end - i) + 8);
+    if (p == NULL) return;
+    i = jstr_run(s, len, i, end, &p);
     ch_done(b, p);
   }
   p = ch_room(b, 1);
@@ -310,6 +341,9 @@ void ch_jval(ch_buf *b, const rd_jval *v) {
         if (i) *p++ = ',';
         if (it[i].kind == ETR_J_INT) {
           ch_done(b, ch_i64(p, it[i].v.i));
+        } else if (it[i].kind == ETR_J_STRING) {
+          ch_done(b, p);
+          ch_jstr(b, it[i].v.str.s, it[i].v.str.len);
         } else {
           ch_done(b, p);
           ch_jval(b, &it[i]);

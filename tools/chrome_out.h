@@ -95,16 +95,23 @@ static inline char *ch_u64(char *p, uint64_t v) {
     return p + 1;
   }
   char *end = p + ch_ndigits(v), *q = end;
-  while (v >= 100) {
+  while (v > UINT32_MAX) { /* 64-bit divisions only for the digits above 32 bits */
     unsigned r = (unsigned)(v % 100);
     v /= 100;
     q -= 2;
     memcpy(q, ch_digits2 + 2 * r, 2);
   }
-  if (v >= 10) {
-    memcpy(q - 2, ch_digits2 + 2 * v, 2);
+  uint32_t w = (uint32_t)v;
+  while (w >= 100) {
+    uint32_t r = w % 100;
+    w /= 100;
+    q -= 2;
+    memcpy(q, ch_digits2 + 2 * r, 2);
+  }
+  if (w >= 10) {
+    memcpy(q - 2, ch_digits2 + 2 * w, 2);
   } else {
-    q[-1] = (char)('0' + v);
+    q[-1] = (char)('0' + w);
   }
   return end;
 }

@@ -74,6 +74,8 @@ typedef struct chrome {
   bool out_of_memory;     /* an output buffer ran out of memory: bytes were dropped */
   an_u64map thread_nodes; /* ids of thread nodes seen */
   int64_t pid;
+  char pid_text[24]; /* pid in decimal (pid_len bytes), copied into every event */
+  size_t pid_len;
   bool args, flows;
   int mode; /* 0 unknown, 1 timed, 2 synthetic */
   bool first_event;
@@ -211,7 +213,8 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   p = PUT(p, ",\"dur\":");
   p = ch_us(p, dur);
   p = PUT(p, ",\"pid\":");
-  p = ch_i64(p, c->pid);
+  memcpy(p, c->pid_text, 20); /* (room for 24) */
+  p += c->pid_len;
   p = PUT(p, ",\"tid\":");
   p = ch_u64(p, n->tid);
   if (!c->args) {
@@ -222,7 +225,9 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   p = PUT(p, ",\"args\":{\"id\":");
   p = ch_i64(p, n->id);
   p = PUT(p, ",\"rf_id\":");
+  char *rf = p; /* copied twice below (20 bytes, the longest; 36 or more bytes back) */
   p = ch_u64(p, n->rf_id);
+  size_t rf_len = (size_t)(p - rf);
   p = PUT(p, ",\"seq_id\":");
   p = ch_i64(p, n->seq_id);
   p = PUT(p, ",\"scope\":");
@@ -240,9 +245,11 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
    * correlate host and device traces (and Kineto's own viewers) look for. */
   p = PUT(p, ",\"External id\":");
-  p = ch_u64(p, n->rf_id);
+  memcpy(p, rf, CH_U64_MAX);
+  p += rf_len;
   p = PUT(p, ",\"Record function id\":");
-  p = ch_u64(p, n->rf_id);
+  memcpy(p, rf, CH_U64_MAX);
+  p += rf_len;
   if (n->seq_id >= 0) {
     p = PUT(p, ",\"Sequence number\":");
     p = ch_i64(p, n->seq_id);
@@ -550,6 +557,7 @@ int cmd_chrome(int argc, char **argv) {
   c.first_event = true;
   const rd_rheader *h = rd_header(in.r);
   c.pid = h && h->pid >= 0 ? h->pid : 0;
+  c.pid_len = (size_t)(ch_i64(c.pid_text, c.pid) - c.pid_text);
   CH_LIT(&c.o, "{\"traceEvents\":[\n");
   sep(&c);
   ch_fmt(&c.o,
