@@ -196,13 +196,14 @@ static size_t jstr_special(const unsigned char *s, size_t len, size_t i, char **
   return i + 1;
 }
 
-/* A word of 8 bytes has one that is not plain: >= 0x80, < 0x20, '"' or '\\'. (Exact as to
- * whether there is one, which is all that is used.) */
+/* A word of 8 bytes has one that is not plain: >= 0x80, < 0x20, '"' or '\\'. A byte below
+ * 0x80 gets its high bit set by subtracting 0x20 when it is below 0x20, by subtracting 1 from
+ * it xor '"' (or '\\') when it is that character; a borrow into the next byte comes only
+ * from such a byte. So the answer is exact as to whether there is one (not which). */
 static inline bool word_special(uint64_t w) {
   const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
   uint64_t q = w ^ (ones * '"'), bs = w ^ (ones * '\\');
-  uint64_t t = w | ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((bs - ones) & ~bs);
-  return (t & highs) != 0;
+  return ((w | (w - ones * 0x20) | (q - ones) | (bs - ones)) & highs) != 0;
 }
 
 #define CH_STR_PIECE 4096 /* bytes of a string escaped per request for room */
