@@ -256,7 +256,7 @@ static rd_jval *random_value(int depth, char *strs, size_t *used) {
     }
     case 3:
       v->kind = ETR_J_UINT;
-      v->v.u = 9223372036854775808ULL + (next() >> (next() % 64 + 1));
+      v->v.u = 9223372036854775808ULL + (next() >> (next() % 63 + 1));
       break;
     case 4: {
       v->kind = ETR_J_DOUBLE;
