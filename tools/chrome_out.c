@@ -1,6 +1,7 @@
 /* etr chrome's output buffer and its JSON writers (chrome_out.h). */
 #include "chrome_out.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -20,9 +21,14 @@ const char ch_digits2[200] = {
 
 /* ---- the buffer ---- */
 
+static void write_out(ch_buf *b, const char *s, size_t len) {
+  errno = 0;
+  if (fwrite(s, 1, len, b->f) != len) b->write_err = errno ? errno : EIO; /* and ferror(f) */
+}
+
 void ch_flush(ch_buf *b) {
   if (b->f == NULL) return;
-  if (b->len) (void)fwrite(b->p, 1, b->len, b->f); /* a short write sets ferror(f) */
+  if (b->len) write_out(b, b->p, b->len);
   b->len = 0;
   b->flushes++;
 }
@@ -63,7 +69,7 @@ char *ch_room_slow(ch_buf *b, size_t n) {
 void ch_raw(ch_buf *b, const char *s, size_t len) {
   if (b->f != NULL && len > CH_MAX_ROOM) {
     ch_flush(b);
-    (void)fwrite(s, 1, len, b->f);
+    write_out(b, s, len);
     return;
   }
   char *p = ch_room(b, len);

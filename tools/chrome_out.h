@@ -32,6 +32,7 @@ typedef struct ch_buf {
   FILE *f;          /* NULL: a memory buffer that grows; else flushed to f when full */
   uint64_t flushes; /* times the bytes were written out to f (offsets from before are gone) */
   bool failed;      /* memory ran out: bytes were dropped */
+  int write_err;    /* errno of the last write to f that failed (0: none) */
 } ch_buf;
 
 /* Room for n more bytes (n <= CH_MAX_ROOM for a file buffer), at the buffer's end: a file
@@ -54,7 +55,7 @@ void ch_fmt(ch_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* A file buffer's bytes to its file (errors show in ferror of the file). */
+/* A file buffer's bytes to its file (errors show in ferror of the file and write_err). */
 void ch_flush(ch_buf *b);
 /* Free the memory (a file buffer is not flushed). */
 void ch_free(ch_buf *b);

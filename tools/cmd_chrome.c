@@ -607,7 +607,7 @@ int cmd_chrome(int argc, char **argv) {
   }
   if (status == ETR_CLI_OK) {
     ch_flush(&c.o);
-    status = cli_close_output(CMD, f, out_path);
+    status = cli_close_output_err(CMD, f, out_path, c.o.write_err);
     f = NULL;
   }
   if (f != NULL) {
