@@ -369,6 +369,15 @@ def group_damaged(a):
         subprocess.run([a.runtime, "--out", t, "--iters", "1"], capture_output=True, timeout=120)
         if os.path.exists(t):
             srcs.append(t)
+    # a full disk: chrome says so by its errno (its output goes out in large blocks, and the
+    # error is that of the write that failed, not of the final flush)
+    if os.path.exists("/dev/full"):
+        for args in (["-o", "/dev/full"], []):
+            p = subprocess.run([a.etr, "chrome", srcs[-1]] + args, stdout=open("/dev/full", "wb"),
+                               stderr=subprocess.PIPE, timeout=120)
+            err = p.stderr.decode("utf-8", "replace")
+            check(p.returncode == 1 and "write error: No space left on device" in err,
+                  f"chrome {' '.join(args)} to /dev/full: exit {p.returncode}: {err}")
     rnd = random.Random(1234)
     for src in srcs:
         data = open(src, "rb").read()
