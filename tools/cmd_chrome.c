@@ -4,7 +4,9 @@
  *
  * Memory: per thread a few words; per parent whose children were seen but which is not yet
  * read itself, one map entry (children come before parents, so this is bounded by nesting
- * depth times threads); for untimed traces, the flows still waiting for their fw_parent.
+ * depth times threads); for untimed traces, the flows still waiting for their fw_parent;
+ * per thread, its slices since its last top-level op (at most TBUF_MAX, see tbuf); the
+ * output buffer (CH_FILE_BUF, chrome_out.h), written out in large blocks as it fills.
  */
 #define _POSIX_C_SOURCE 200809L
 
