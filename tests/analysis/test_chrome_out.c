@@ -167,7 +167,7 @@ static size_t random_string(char *s, size_t max, size_t want, int plainness) {
   size_t n = 0;
   while (n < want) {
     size_t k = (size_t)(next() % 100) < (size_t)plainness ? 0 : (size_t)(next() % N_PIECES);
-    const char *pc = k == 0 ? "abcdefghijklmnop" + next() % 16 : pieces[k];
+    const char *pc = k == 0 ? &"abcdefghijklmnop"[next() % 16] : pieces[k];
     size_t pl = k == 0 ? 1 : piece_len[k];
     if (n + pl > max) break;
     memcpy(s + n, pc, pl);
