@@ -61,7 +61,7 @@ def timed():
     n.append(node(3, THREAD, 1, base(scope=7, tid=2) + [("thread_name", "string", "t" * 150)]))
     n.append(node(10, b'"leaf"', 11, base(rf=5, seq=0), ins=io1, timing=(0, 0, 0)))
     n.append(node(12, weird, 11, base(rf=18446744073709551615, seq=9223372036854775807, scope=1, fwp=10, fwt=1, schema="s\\u0005chema \u00e9", kb="cuda", kf="k.py"), ins=io_odd, outs=io_noshapes, timing=(5, 3, 2)))
-    n.append(node(13, words, 11, base(rf=7, seq=-9223372036854775808, scope=2) + [("ts_ns", "uint64", 5001001), ("dur_ns", "uint64", 999), ("dbl", "double", 2.5e-7 if False else b"2.5e-7"), ("big", "uint64", 18446744073709551615), ("neg", "int64", -9223372036854775808), ("obj", "json", b'{"a\\u0000b": [1, {"c": null}], "": false}'), ("nan", "string", "nan")], timing=(5, 1, 1)))
+    n.append(node(13, words, 11, base(rf=7, seq=-9223372036854775808, scope=2) + [("ts_ns", "uint64", 5001001), ("dur_ns", "uint64", 999), ("dbl", "double", b"2.5e-7"), ("big", "uint64", 18446744073709551615), ("neg", "int64", -9223372036854775808), ("obj", "json", b'{"a\\u0000b": [1, {"c": null}], "": false}'), ("nan", "string", "nan")], timing=(5, 1, 1)))
     n.append(node(14, long_name, 11, base(rf=8, scope=7) + [("ts_ns", "uint64", 6000000), ("dur_ns", "uint64", 1000)], timing=(6, 1, 1)))
     n.append(node(15, "neg ts", 11, base(rf=9, scope=99) + [("ts_ns", "int64", -5), ("dur_ns", "double", b"1.5")], timing=(-3, -4, 0)))
     n.append(node(16, "huge ts", 11, base(rf=10), timing=(9223372036854775807, 9223372036854775807, 0)))
