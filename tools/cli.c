@@ -330,6 +330,10 @@ void cli_discard_output(const char *path) {
 }
 
 int cli_close_output(const char *cmd, FILE *f, const char *path) {
+  return cli_close_output_err(cmd, f, path, 0);
+}
+
+int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_err) {
   if (!f) return ETR_CLI_FAIL;
   const char *name = (!path || !strcmp(path, "-")) ? "<stdout>" : path;
   bool bad = ferror(f) != 0;
@@ -343,6 +347,7 @@ int cli_close_output(const char *cmd, FILE *f, const char *path) {
     if (!err) err = errno;
   }
   if (bad) {
+    if (!err) err = write_err;
     cli_error(cmd, "%s: write error: %s", name, err ? strerror(err) : "I/O error");
     return ETR_CLI_FAIL;
   }

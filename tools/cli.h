@@ -106,6 +106,10 @@ FILE *cli_open_output(const char *cmd, const char *path);
 /* Flush and close an output from cli_open_output (stdout is flushed, not closed).
  * ETR_CLI_OK, or ETR_CLI_FAIL after printing the write error. */
 int cli_close_output(const char *cmd, FILE *f, const char *path);
+/* The same for an output written with fwrite in large blocks (nothing left in stdio's
+ * buffer to fail again at the flush): the error printed is `write_err` (the errno of the
+ * last write that failed, 0 if none) when the flush and close give none. */
+int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_err);
 /* Remove a half-written output, if it is a regular file: never a device such as /dev/null
  * or /dev/full (which, run as root, unlink would delete). */
 void cli_discard_output(const char *path);

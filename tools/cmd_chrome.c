@@ -4,7 +4,9 @@
  *
  * Memory: per thread a few words; per parent whose children were seen but which is not yet
  * read itself, one map entry (children come before parents, so this is bounded by nesting
- * depth times threads); for untimed traces, the flows still waiting for their fw_parent.
+ * depth times threads); for untimed traces, the flows still waiting for their fw_parent;
+ * per thread, its slices since its last top-level op (at most TBUF_MAX, see tbuf); the
+ * output buffer (CH_FILE_BUF, chrome_out.h), written out in large blocks as it fills.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chrome_out.h"
 #include "cli.h"
 #include "lib_an_util.h"
 
@@ -53,7 +56,7 @@ typedef struct flow {
  * after its parent's, which viewers need to nest slices that start at the same time. */
 typedef struct tbuf {
   uint64_t tid;
-  an_out out;   /* a memory output (out.f NULL): the slices' text back to back */
+  ch_buf out;   /* a memory buffer: the slices' text back to back */
   size_t *offs; /* where each slice starts */
   size_t n, cap;
 } tbuf;
@@ -63,12 +66,18 @@ typedef struct tbuf {
                */
 
 typedef struct chrome {
-  an_out o;
+  ch_buf o; /* the output (written to its file as it fills) */
   tbuf *tb; /* one per thread seen */
   size_t n_tb, cap_tb;
   an_u64map tb_ix;        /* tid -> index into tb */
+  size_t last_tb;         /* index of the last thread buffer used (n_tb: none) */
+  uint64_t last_meta_tid; /* a thread whose name was written (has_last_meta) */
+  bool has_last_meta;
+  bool out_of_memory;     /* an output buffer ran out of memory: bytes were dropped */
   an_u64map thread_nodes; /* ids of thread nodes seen */
   int64_t pid;
+  char pid_text[24]; /* pid in decimal (pid_len bytes), copied into every event */
+  size_t pid_len;
   bool args, flows;
   int mode; /* 0 unknown, 1 timed, 2 synthetic */
   bool first_event;
@@ -77,11 +86,11 @@ typedef struct chrome {
   an_u64map pending; /* parent id -> earliest child start (synthetic) / latest child end (timed) */
   flow *waiting;     /* synthetic: flows whose fw_parent is not read yet */
   size_t n_waiting, cap_waiting;
-  uint64_t n_ops, n_flows, n_skipped_untimed, n_flows_dropped;
+  uint64_t n_skipped_untimed, n_flows_dropped;
 } chrome;
 
 static void sep(chrome *c) {
-  if (!c->first_event) an_out_raw(&c->o, ",\n", 2);
+  if (!c->first_event) CH_LIT(&c->o, ",\n");
   c->first_event = false;
 }
 
@@ -97,184 +106,263 @@ static void thread_meta_named(chrome *c, uint64_t tid, const rd_rnode *thread_no
   if (known && (had == 2 || (!nm && !os))) return;
   an_u64map_put(&c->threads, tid, nm || os ? 2 : 1);
   sep(c);
-  an_out_fmt(&c->o, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,\"args\":{",
-             (long long)c->pid, (unsigned long long)tid);
+  ch_fmt(&c->o, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,\"args\":{",
+         (long long)c->pid, (unsigned long long)tid);
   char label[160];
   int64_t os_tid = os ? an_jint(&os->value, 0) : 0;
   if (nm && nm->value.kind == ETR_J_STRING && nm->value.v.str.len) {
-    an_out_cstr(&c->o, "\"name\":");
+    CH_LIT(&c->o, "\"name\":");
     snprintf(label, sizeof label, "%.*s",
              (int)(nm->value.v.str.len < 100 ? nm->value.v.str.len : 100), nm->value.v.str.s);
     size_t l = strlen(label);
     if (os_tid > 0) snprintf(label + l, sizeof label - l, " (os tid %lld)", (long long)os_tid);
-    an_out_jstr(&c->o, label, strlen(label));
+    ch_jstr(&c->o, label, strlen(label));
   } else if (os_tid > 0) {
-    an_out_fmt(&c->o, "\"name\":\"thread %llu (os tid %lld)\"", (unsigned long long)tid,
-               (long long)os_tid);
+    ch_fmt(&c->o, "\"name\":\"thread %llu (os tid %lld)\"", (unsigned long long)tid,
+           (long long)os_tid);
   } else {
-    an_out_fmt(&c->o, "\"name\":\"thread %llu\"", (unsigned long long)tid);
+    ch_fmt(&c->o, "\"name\":\"thread %llu\"", (unsigned long long)tid);
   }
-  an_out_fmt(&c->o,
-             "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
-             "\"args\":{\"sort_index\":%llu}}",
-             (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid);
+  ch_fmt(&c->o,
+         "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%llu,"
+         "\"args\":{\"sort_index\":%llu}}",
+         (long long)c->pid, (unsigned long long)tid, (unsigned long long)tid);
 }
 
-static void thread_meta(chrome *c, uint64_t tid) { thread_meta_named(c, tid, NULL); }
+/* Name the thread "thread <tid>" unless it is named already. */
+static void thread_meta(chrome *c, uint64_t tid) {
+  if (c->has_last_meta && c->last_meta_tid == tid) return; /* (entries are never removed) */
+  thread_meta_named(c, tid, NULL);
+  c->last_meta_tid = tid;
+  c->has_last_meta = true;
+}
 
-static const char *scope_cat(uint64_t scope) {
+/* Copy a string literal to p; the new end. */
+#define PUT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+
+/* ",\"cat\":\"<cat from the scope>\"" */
+static char *put_cat(char *p, uint64_t scope) {
   switch (scope) {
     case 1:
-      return "backward";
+      return PUT(p, ",\"cat\":\"backward\"");
     case 2:
-      return "torchscript";
+      return PUT(p, ",\"cat\":\"torchscript\"");
     case 7:
-      return "user_annotation";
+      return PUT(p, ",\"cat\":\"user_annotation\"");
     default:
-      return "cpu_op";
+      return PUT(p, ",\"cat\":\"cpu_op\"");
   }
 }
 
-/* Attrs the slice already shows (as args of their own, or as its ts and dur). */
-static bool shown_elsewhere(const char *n) {
-  return rd_base_attr(n) >= 0 || !strcmp(n, "ts_ns") || !strcmp(n, "dur_ns");
+/* The attr names ts_ns and dur_ns: shown as the slice's ts and dur. */
+static bool is_ns_time(const char *n) {
+  return (n[0] == 't' && !strcmp(n, "ts_ns")) || (n[0] == 'd' && !strcmp(n, "dur_ns"));
 }
 
-static void io_args(chrome *c, const char *prefix, const rd_jval *io) {
+/* The shapes and types of an inputs / outputs object, or NULL. */
+static void io_parts(const rd_jval *io, bool exact_keys, const rd_jval **shapes,
+                     const rd_jval **types) {
+  *shapes = *types = NULL;
   if (io == NULL || io->kind != ETR_J_OBJECT) return;
-  const rd_jval *shapes = rd_jobj_get(io, "shapes");
-  const rd_jval *types = rd_jobj_get(io, "types");
-  if (shapes) {
-    AN_OUT_LIT(&c->o, ",\"");
-    an_out_cstr(&c->o, prefix);
-    AN_OUT_LIT(&c->o, "_shapes\":");
-    an_out_jval(&c->o, shapes);
-  }
-  if (types) {
-    AN_OUT_LIT(&c->o, ",\"");
-    an_out_cstr(&c->o, prefix);
-    AN_OUT_LIT(&c->o, "_types\":");
-    an_out_jval(&c->o, types);
+  if (exact_keys && io->v.obj.n >= 3) { /* values, shapes, types[, strides] */
+    *shapes = &io->v.obj.items[1].val;
+    *types = &io->v.obj.items[2].val;
+  } else {
+    *shapes = rd_jobj_get(io, "shapes");
+    *types = rd_jobj_get(io, "types");
   }
 }
 
-static void str_arg(chrome *c, const char *key, const char *v) {
+/* A value written a second time: the bytes of the first time (from `start` to `end` of b,
+ * when b was not written out to its file since, `flushes`), else written again. */
+static void jval_again(ch_buf *b, const rd_jval *v, size_t start, size_t end, uint64_t flushes) {
+  size_t len = end - start;
+  if (b->flushes == flushes && len <= CH_MAX_ROOM) {
+    char *p = ch_room(b, len);
+    if (p == NULL) return;
+    if (b->flushes == flushes) {
+      memcpy(p, b->p + start, len);
+      b->len += len;
+      return;
+    }
+  }
+  ch_jval(b, v);
+}
+
+static void str_arg(ch_buf *b, const char *key, size_t key_len, const char *v) {
   if (v == NULL || v[0] == '\0') return;
-  AN_OUT_LIT(&c->o, ",\"");
-  an_out_cstr(&c->o, key);
-  AN_OUT_LIT(&c->o, "\":");
-  an_out_jstr(&c->o, v, strlen(v));
+  char *p = ch_room(b, key_len + 4);
+  if (p == NULL) return;
+  p = PUT(p, ",\"");
+  memcpy(p, key, key_len);
+  p = PUT(p + key_len, "\":");
+  ch_done(b, p);
+  ch_jstr(b, v, strlen(v));
 }
 
-/* A time in ns as the trace-event format's µs: "12" or "12.345". */
-static void put_us(an_out *o, int64_t ns) {
-  if (ns < 0) {
-    an_out_raw(o, "-", 1);
-    ns = ns == INT64_MIN ? INT64_MAX : -ns;
+/* One op's complete event, into b (no separator); ts and dur in ns. */
+static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t dur) {
+  char *p = ch_room(b, 8);
+  if (p == NULL) return;
+  ch_done(b, PUT(p, "{\"name\":"));
+  ch_jstr(b, n->name ? n->name : "", n->name ? n->name_len : 0);
+  /* everything up to the inputs: at most 2 * CH_US_MAX + 13 * CH_I64_MAX + 210 bytes */
+  p = ch_room(b, 640);
+  if (p == NULL) return;
+  p = put_cat(p, n->scope);
+  p = PUT(p, ",\"ph\":\"X\",\"ts\":");
+  p = ch_us(p, ts);
+  p = PUT(p, ",\"dur\":");
+  p = ch_us(p, dur);
+  p = PUT(p, ",\"pid\":");
+  memcpy(p, c->pid_text, 20); /* (room for 24) */
+  p += c->pid_len;
+  p = PUT(p, ",\"tid\":");
+  p = ch_u64(p, n->tid);
+  if (!c->args) {
+    *p++ = '}';
+    ch_done(b, p);
+    return;
   }
-  an_out_i64(o, ns / 1000);
-  int64_t frac = ns % 1000;
-  if (frac) {
-    char f[4] = {'.', (char)('0' + frac / 100), (char)('0' + frac / 10 % 10),
-                 (char)('0' + frac % 10)};
-    an_out_raw(o, f, 4);
+  p = PUT(p, ",\"args\":{\"id\":");
+  p = ch_i64(p, n->id);
+  p = PUT(p, ",\"rf_id\":");
+  char *rf = p; /* copied twice below (20 bytes, the longest; 36 or more bytes back) */
+  p = ch_u64(p, n->rf_id);
+  size_t rf_len = (size_t)(p - rf);
+  p = PUT(p, ",\"seq_id\":");
+  p = ch_i64(p, n->seq_id);
+  p = PUT(p, ",\"scope\":");
+  p = ch_u64(p, n->scope);
+  if (n->fw_parent) {
+    p = PUT(p, ",\"fw_parent\":");
+    p = ch_u64(p, n->fw_parent);
+    p = PUT(p, ",\"fw_tid\":");
+    p = ch_u64(p, n->fw_tid);
   }
-}
-
-/* ts and dur in ns */
-static void emit_op(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
-  sep(c);
-  an_out_cstr(&c->o, "{\"name\":");
-  an_out_jstr(&c->o, n->name ? n->name : "", n->name ? n->name_len : 0);
-  AN_OUT_LIT(&c->o, ",\"cat\":\"");
-  an_out_cstr(&c->o, scope_cat(n->scope));
-  AN_OUT_LIT(&c->o, "\",\"ph\":\"X\",\"ts\":");
-  put_us(&c->o, ts);
-  AN_OUT_LIT(&c->o, ",\"dur\":");
-  put_us(&c->o, dur);
-  AN_OUT_LIT(&c->o, ",\"pid\":");
-  an_out_i64(&c->o, c->pid);
-  AN_OUT_LIT(&c->o, ",\"tid\":");
-  an_out_u64(&c->o, n->tid);
-  if (c->args) {
-    AN_OUT_LIT(&c->o, ",\"args\":{\"id\":");
-    an_out_i64(&c->o, n->id);
-    AN_OUT_LIT(&c->o, ",\"rf_id\":");
-    an_out_u64(&c->o, n->rf_id);
-    AN_OUT_LIT(&c->o, ",\"seq_id\":");
-    an_out_i64(&c->o, n->seq_id);
-    AN_OUT_LIT(&c->o, ",\"scope\":");
-    an_out_u64(&c->o, n->scope);
-    if (n->fw_parent) {
-      AN_OUT_LIT(&c->o, ",\"fw_parent\":");
-      an_out_u64(&c->o, n->fw_parent);
-      AN_OUT_LIT(&c->o, ",\"fw_tid\":");
-      an_out_u64(&c->o, n->fw_tid);
-    }
-    if (n->has_timing) {
-      AN_OUT_LIT(&c->o, ",\"exclusive_dur\":");
-      an_out_i64(&c->o, n->exclusive_dur);
-    }
-    /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
-     * correlate host and device traces (and Kineto's own viewers) look for. */
-    AN_OUT_LIT(&c->o, ",\"External id\":");
-    an_out_u64(&c->o, n->rf_id);
-    AN_OUT_LIT(&c->o, ",\"Record function id\":");
-    an_out_u64(&c->o, n->rf_id);
-    if (n->seq_id >= 0) {
-      AN_OUT_LIT(&c->o, ",\"Sequence number\":");
-      an_out_i64(&c->o, n->seq_id);
-    }
-    if (n->fw_tid) {
-      AN_OUT_LIT(&c->o, ",\"Fwd thread id\":");
-      an_out_u64(&c->o, n->fw_tid);
-    }
-    const rd_jval *ins = n->inputs && n->inputs->kind == ETR_J_OBJECT ? n->inputs : NULL;
-    const rd_jval *dims = ins ? rd_jobj_get(ins, "shapes") : NULL;
-    const rd_jval *typ = ins ? rd_jobj_get(ins, "types") : NULL;
-    if (dims) {
-      an_out_cstr(&c->o, ",\"Input Dims\":");
-      an_out_jval(&c->o, dims);
-    }
-    if (typ) {
-      an_out_cstr(&c->o, ",\"Input type\":");
-      an_out_jval(&c->o, typ);
-    }
-    io_args(c, "input", n->inputs);
-    io_args(c, "output", n->outputs);
-    str_arg(c, "op_schema", n->op_schema);
-    str_arg(c, "kernel_backend", n->kernel_backend);
-    str_arg(c, "kernel_file", n->kernel_file);
-    for (size_t i = 0; i < n->n_attrs; i++) {
-      const rd_rattr *a = &n->attrs[i];
-      if (a->name == NULL || shown_elsewhere(a->name)) continue;
-      an_out_raw(&c->o, ",", 1);
-      an_out_jstr(&c->o, a->name, strlen(a->name));
-      an_out_raw(&c->o, ":", 1);
-      an_out_jval(&c->o, &a->value);
-    }
-    an_out_raw(&c->o, "}", 1);
+  if (n->has_timing) {
+    p = PUT(p, ",\"exclusive_dur\":");
+    p = ch_i64(p, n->exclusive_dur);
   }
-  an_out_raw(&c->o, "}", 1);
-  c->n_ops++;
+  /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
+   * correlate host and device traces (and Kineto's own viewers) look for. */
+  p = PUT(p, ",\"External id\":");
+  memcpy(p, rf, CH_U64_MAX);
+  p += rf_len;
+  p = PUT(p, ",\"Record function id\":");
+  memcpy(p, rf, CH_U64_MAX);
+  p += rf_len;
+  if (n->seq_id >= 0) {
+    p = PUT(p, ",\"Sequence number\":");
+    p = ch_i64(p, n->seq_id);
+  }
+  if (n->fw_tid) {
+    p = PUT(p, ",\"Fwd thread id\":");
+    p = ch_u64(p, n->fw_tid);
+  }
+  /* The inputs' shapes and types twice (Kineto's names, then ours): the second time a copy
+   * of the first's bytes. */
+  const rd_jval *dims, *typ;
+  io_parts(n->inputs, n->inputs_exact_keys, &dims, &typ);
+  size_t dims_at = 0, dims_end = 0, typ_at = 0, typ_end = 0;
+  uint64_t dims_fl = 0, typ_fl = 0;
+  if (dims) {
+    p = PUT(p, ",\"Input Dims\":");
+    ch_done(b, p);
+    dims_at = b->len;
+    dims_fl = b->flushes;
+    ch_jval(b, dims);
+    dims_end = b->len;
+    p = ch_room(b, 32);
+    if (p == NULL) return;
+  }
+  if (typ) {
+    p = PUT(p, ",\"Input type\":");
+    ch_done(b, p);
+    typ_at = b->len;
+    typ_fl = b->flushes;
+    ch_jval(b, typ);
+    typ_end = b->len;
+    p = ch_room(b, 32);
+    if (p == NULL) return;
+  }
+  if (dims) {
+    p = PUT(p, ",\"input_shapes\":");
+    ch_done(b, p);
+    jval_again(b, dims, dims_at, dims_end, dims_fl);
+    p = ch_room(b, 32);
+    if (p == NULL) return;
+  }
+  if (typ) {
+    p = PUT(p, ",\"input_types\":");
+    ch_done(b, p);
+    jval_again(b, typ, typ_at, typ_end, typ_fl);
+    p = ch_room(b, 32);
+    if (p == NULL) return;
+  }
+  const rd_jval *oshapes, *otypes;
+  io_parts(n->outputs, n->outputs_exact_keys, &oshapes, &otypes);
+  if (oshapes) {
+    p = PUT(p, ",\"output_shapes\":");
+    ch_done(b, p);
+    ch_jval(b, oshapes);
+    p = ch_room(b, 32);
+    if (p == NULL) return;
+  }
+  if (otypes) {
+    p = PUT(p, ",\"output_types\":");
+    ch_done(b, p);
+    ch_jval(b, otypes);
+  } else {
+    ch_done(b, p);
+  }
+  str_arg(b, "op_schema", 9, n->op_schema);
+  str_arg(b, "kernel_backend", 14, n->kernel_backend);
+  str_arg(b, "kernel_file", 11, n->kernel_file);
+  for (size_t i = 0; i < n->n_attrs; i++) {
+    const rd_rattr *a = &n->attrs[i];
+    /* (the base attrs are args of their own; ts_ns and dur_ns are ts and dur) */
+    if (a->name == NULL || a->base >= 0 || is_ns_time(a->name)) continue;
+    p = ch_room(b, 1);
+    if (p == NULL) return;
+    *p++ = ',';
+    ch_done(b, p);
+    ch_jstr(b, a->name, strlen(a->name));
+    p = ch_room(b, 1);
+    if (p == NULL) return;
+    *p++ = ':';
+    ch_done(b, p);
+    ch_jval(b, &a->value);
+  }
+  p = ch_room(b, 2);
+  if (p == NULL) return;
+  ch_done(b, PUT(p, "}}"));
 }
 
 static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts, uint64_t to_tid,
                       int64_t to_ts) {
   thread_meta(c, from_tid);
   sep(c);
-  an_out_fmt(&c->o,
-             "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":%lld,"
-             "\"pid\":%lld,\"tid\":%llu,\"ts\":",
-             (long long)id, (long long)c->pid, (unsigned long long)from_tid);
-  put_us(&c->o, from_ts);
-  an_out_fmt(&c->o,
-             "},\n{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\","
-             "\"id\":%lld,\"pid\":%lld,\"tid\":%llu,\"ts\":",
-             (long long)id, (long long)c->pid, (unsigned long long)to_tid);
-  put_us(&c->o, to_ts);
-  an_out_raw(&c->o, "}", 1);
-  c->n_flows++;
+  char *p = ch_room(&c->o, 256);
+  if (p == NULL) return;
+  p = PUT(p, "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":");
+  p = ch_i64(p, id);
+  p = PUT(p, ",\"pid\":");
+  p = ch_i64(p, c->pid);
+  p = PUT(p, ",\"tid\":");
+  p = ch_u64(p, from_tid);
+  p = PUT(p, ",\"ts\":");
+  p = ch_us(p, from_ts);
+  p = PUT(p, "},\n{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
+  p = ch_i64(p, id);
+  p = PUT(p, ",\"pid\":");
+  p = ch_i64(p, c->pid);
+  p = PUT(p, ",\"tid\":");
+  p = ch_u64(p, to_tid);
+  p = PUT(p, ",\"ts\":");
+  p = ch_us(p, to_ts);
+  *p++ = '}';
+  ch_done(&c->o, p);
 }
 
 /* Flows waiting for fw_parent `id`, which was just laid out at (tid, start). */
@@ -290,8 +378,12 @@ static void resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
 }
 
 static tbuf *tbuf_of(chrome *c, uint64_t tid) {
+  if (c->last_tb < c->n_tb && c->tb[c->last_tb].tid == tid) return &c->tb[c->last_tb];
   uint64_t ix;
-  if (an_u64map_get(&c->tb_ix, tid, &ix)) return &c->tb[ix];
+  if (an_u64map_get(&c->tb_ix, tid, &ix)) {
+    c->last_tb = (size_t)ix;
+    return &c->tb[ix];
+  }
   if (c->n_tb == c->cap_tb) {
     size_t cap = c->cap_tb ? c->cap_tb * 2 : 16;
     tbuf *v = realloc(c->tb, cap * sizeof *v);
@@ -303,19 +395,20 @@ static tbuf *tbuf_of(chrome *c, uint64_t tid) {
   memset(b, 0, sizeof *b);
   b->tid = tid;
   if (!an_u64map_put(&c->tb_ix, tid, c->n_tb)) return NULL;
+  c->last_tb = c->n_tb;
   c->n_tb++;
   return b;
 }
 
 /* The thread's buffered slices, last first (each one's parent before it). */
 static void tbuf_flush(chrome *c, tbuf *b) {
-  if (b->out.failed) c->o.failed = true;
+  if (b->out.failed) c->out_of_memory = true;
   for (size_t i = b->n; i-- > 0;) {
-    size_t end = i + 1 < b->n ? b->offs[i + 1] : b->out.mem_len;
+    size_t end = i + 1 < b->n ? b->offs[i + 1] : b->out.len;
     sep(c);
-    an_out_raw(&c->o, b->out.mem + b->offs[i], end - b->offs[i]);
+    ch_raw(&c->o, b->out.p + b->offs[i], end - b->offs[i]);
   }
-  b->out.mem_len = 0; /* the buffer is kept for the thread's next slices */
+  b->out.len = 0; /* the buffer is kept for the thread's next slices */
   b->out.failed = false;
   b->n = 0;
 }
@@ -334,27 +427,23 @@ static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t d
     }
   }
   if (!b) {
-    emit_op(c, n, ts, dur);
+    sep(c);
+    emit_op(c, &c->o, n, ts, dur);
     return true;
   }
-  b->offs[b->n++] = b->out.mem_len;
-  an_out saved = c->o;
-  bool first = c->first_event;
-  c->o = b->out;
-  c->first_event = true; /* no separator inside the buffer */
-  emit_op(c, n, ts, dur);
-  b->out = c->o;
-  c->o = saved;
-  c->first_event = first;
+  b->offs[b->n++] = b->out.len;
+  emit_op(c, &b->out, n, ts, dur);
   /* A top-level op ends its thread's batch; a huge one is written as it is. */
   bool top = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
-  if (top || b->out.mem_len > TBUF_MAX) tbuf_flush(c, b);
+  if (top || b->out.len > TBUF_MAX) tbuf_flush(c, b);
   return true;
 }
 
 static bool node(chrome *c, const rd_rnode *n) {
-  if (an_is_process_node(n)) return true;
-  if (an_is_thread_node(n)) {
+  /* (the names are 41 and 42 bytes: a shorter one is neither) */
+  bool special = n->name != NULL && n->name_len >= 41 && n->name[0] == '[';
+  if (special && an_is_process_node(n)) return true;
+  if (special && an_is_thread_node(n)) {
     thread_meta_named(c, n->tid, n);
     if (n->id > 0 && !an_u64map_put(&c->thread_nodes, (uint64_t)n->id, 1)) return false;
     an_u64map_del(&c->pending, (uint64_t)n->id);
@@ -380,8 +469,9 @@ static bool node(chrome *c, const rd_rnode *n) {
     dur *= 1000;
     const rd_rattr *tns = NULL, *dns = NULL;
     for (size_t i = 0; i < n->n_attrs; i++) {
-      if (!strcmp(n->attrs[i].name, "ts_ns")) tns = &n->attrs[i];
-      if (!strcmp(n->attrs[i].name, "dur_ns")) dns = &n->attrs[i];
+      const char *an = n->attrs[i].name;
+      if (an[0] == 't' && !strcmp(an, "ts_ns")) tns = &n->attrs[i];
+      if (an[0] == 'd' && !strcmp(an, "dur_ns")) dns = &n->attrs[i];
     }
     if (tns && dns && tns->value.kind == ETR_J_INT && dns->value.kind == ETR_J_INT &&
         tns->value.v.i >= 0 && tns->value.v.i < lim * 1000 && dns->value.v.i >= 0 &&
@@ -406,7 +496,8 @@ static bool node(chrome *c, const rd_rnode *n) {
   int64_t start = had ? (int64_t)pv : (int64_t)cur;
   int64_t end = (int64_t)cur + 1000;
   if (!an_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
-  emit_op(c, n, start, end - start);
+  sep(c);
+  emit_op(c, &c->o, n, start, end - start);
   if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, NULL)) {
     if (!an_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
   }
@@ -468,19 +559,20 @@ int cmd_chrome(int argc, char **argv) {
   c.first_event = true;
   const rd_rheader *h = rd_header(in.r);
   c.pid = h && h->pid >= 0 ? h->pid : 0;
-  an_out_cstr(&c.o, "{\"traceEvents\":[\n");
+  c.pid_len = (size_t)(ch_i64(c.pid_text, c.pid) - c.pid_text);
+  CH_LIT(&c.o, "{\"traceEvents\":[\n");
   sep(&c);
-  an_out_fmt(&c.o,
-             "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
-             "\"args\":{\"name\":",
-             (long long)c.pid);
+  ch_fmt(&c.o,
+         "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
+         "\"args\":{\"name\":",
+         (long long)c.pid);
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
   char pname[512];
   snprintf(pname, sizeof pname, "etr %s (pid %lld)", strcmp(file, "-") == 0 ? "<stdin>" : base,
            (long long)c.pid);
-  an_out_jstr(&c.o, pname, strlen(pname));
-  an_out_cstr(&c.o, "}}");
+  ch_jstr(&c.o, pname, strlen(pname));
+  CH_LIT(&c.o, "}}");
 
   const rd_rnode *n;
   int rc;
@@ -502,15 +594,22 @@ int cmd_chrome(int argc, char **argv) {
   if (status == ETR_CLI_OK) {
     for (size_t i = 0; i < c.n_tb; i++) tbuf_flush(&c, &c.tb[i]);
     c.n_flows_dropped = c.n_waiting;
-    an_out_cstr(&c.o,
-                "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
-                "\"schema\":");
+    CH_LIT(&c.o,
+           "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
+           "\"schema\":");
     const char *schema = h && h->schema ? h->schema : "";
-    an_out_jstr(&c.o, schema, strlen(schema));
-    an_out_fmt(&c.o, ",\"timing\":\"%s\"}}\n",
-               c.mode == 2 ? "synthetic: no timing in the trace, 1 us per op in recorded order"
-                           : "recorded");
-    status = cli_close_output(CMD, f, out_path);
+    ch_jstr(&c.o, schema, strlen(schema));
+    ch_fmt(&c.o, ",\"timing\":\"%s\"}}\n",
+           c.mode == 2 ? "synthetic: no timing in the trace, 1 us per op in recorded order"
+                       : "recorded");
+    if (c.out_of_memory || c.o.failed) {
+      cli_error(CMD, "%s: out of memory (output)", file);
+      status = ETR_CLI_FAIL;
+    }
+  }
+  if (status == ETR_CLI_OK) {
+    ch_flush(&c.o);
+    status = cli_close_output_err(CMD, f, out_path, c.o.write_err);
     f = NULL;
   }
   if (f != NULL) {
@@ -518,6 +617,7 @@ int cmd_chrome(int argc, char **argv) {
       fclose(f);
       cli_discard_output(out_path); /* no half-written output */
     } else {
+      ch_flush(&c.o); /* what was written before the error, as it was written */
       fflush(f);
     }
   }
@@ -542,10 +642,11 @@ int cmd_chrome(int argc, char **argv) {
   an_u64map_free(&c.pending);
   free(c.waiting);
   for (size_t i = 0; i < c.n_tb; i++) {
-    free(c.tb[i].out.mem);
+    ch_free(&c.tb[i].out);
     free(c.tb[i].offs);
   }
   free(c.tb);
+  ch_free(&c.o);
   an_u64map_free(&c.tb_ix);
   an_u64map_free(&c.thread_nodes);
   return status;

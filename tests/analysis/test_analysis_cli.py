@@ -3,8 +3,8 @@
 
 Groups (one ctest entry each):
   ours      traces recorded by etr-example-runtime (timed, untimed, schema 1.1.0, gzip, stdin)
-  fixtures  hand-written traces in data/: a replay schedule and a critical path computed by
-            hand, folded stacks, awkward names
+  fixtures  hand-written traces in data/: chrome's export of edge values byte for byte, a
+            replay schedule and a critical path computed by hand, folded stacks, awkward names
   real      the real PyTorch traces (exit 77 = skipped when the folder is absent)
   damaged   truncated and mangled files, bad model files, missing files: one-line errors,
             exit 1, no crash, no half-written output
@@ -295,6 +295,24 @@ def group_fixtures(a):
         # (slices come parents first: look the producer up by its name, not its place)
         nms = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"]
         check(any(nm.startswith('pro\x01du"cer\\ \x00x') for nm in nms), f"weird names {nms!r}")
+    # edge values (make_chrome_edge.py): the export byte for byte as etr chrome wrote it
+    # before its writers were replaced (tools/chrome_out.c): integers at their limits, times
+    # clamped and with ns fractions, doubles, escapes, invalid UTF-8, long strings
+    for src, opts, exp in (("chrome_edge.json", [], "chrome_edge.chrome.json"),
+                           ("chrome_edge.json", ["--no-args"], "chrome_edge.noargs.chrome.json"),
+                           ("chrome_edge_untimed.json", [], "chrome_edge_untimed.chrome.json")):
+        rc, so, err = run(["chrome"] + opts + [os.path.join(a.data, src)], a.etr)
+        want = open(os.path.join(a.data, exp), "rb").read()
+        same = rc == 0 and so == want
+        if not same and rc == 0:
+            at = next((i for i in range(min(len(so), len(want))) if so[i] != want[i]),
+                      min(len(so), len(want)))
+            err = f"first difference at byte {at}: {so[at - 40:at + 40]!r} vs {want[at - 40:at + 40]!r}"
+        check(same, f"chrome {' '.join(opts)} {src}: not {exp} (exit {rc}): {err}")
+        try:
+            json.loads(so)
+        except ValueError as ex:
+            check(False, f"chrome {src}: not JSON: {ex}")
     for c in ("graph", "replay", "flame"):
         rc, so, err = run([c, weird], a.etr)
         check(rc == 0 and no_crash(rc, err, "weird"), f"{c} on awkward names: {err}")
@@ -351,6 +369,15 @@ def group_damaged(a):
         subprocess.run([a.runtime, "--out", t, "--iters", "1"], capture_output=True, timeout=120)
         if os.path.exists(t):
             srcs.append(t)
+    # a full disk: chrome says so by its errno (its output goes out in large blocks, and the
+    # error is that of the write that failed, not of the final flush)
+    if os.path.exists("/dev/full"):
+        for args in (["-o", "/dev/full"], []):
+            p = subprocess.run([a.etr, "chrome", srcs[-1]] + args, stdout=open("/dev/full", "wb"),
+                               stderr=subprocess.PIPE, timeout=120)
+            err = p.stderr.decode("utf-8", "replace")
+            check(p.returncode == 1 and "write error: No space left on device" in err,
+                  f"chrome {' '.join(args)} to /dev/full: exit {p.returncode}: {err}")
     rnd = random.Random(1234)
     for src in srcs:
         data = open(src, "rb").read()
