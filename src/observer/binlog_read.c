@@ -47,9 +47,11 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
       if (p[1]) need += (size_t)p[3] + p[4] + (size_t)p[2] * 16;
       return need <= left ? p + need : NULL;
     }
-    case ETR__V_TREF: {
+    case ETR__V_TREF: { /* its slot's tensor checked as if it stood here */
       etr__tfrag *f;
-      return dec && left >= 2 && etr__cev_slot(dec, p[1], &f) ? p + 2 : NULL;
+      size_t n = 0;
+      const uint8_t *t = dec && left >= 2 ? etr__cev_slot(dec, p[1], &n, &f) : NULL;
+      return t && check_value(t, t + n, depth, NULL) == t + n ? p + 2 : NULL;
     }
     case ETR__V_LIST:
     case ETR__V_TUPLE: {

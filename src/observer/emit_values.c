@@ -220,7 +220,8 @@ static inline void copy_frag(etr__jw *w, const char *s, size_t n) {
  * slot, then copied (a slot holds one tensor with its ids: its texts never change). */
 static const uint8_t *tensor_ref(quad w, const uint8_t *p, const vx *x) {
   etr__tfrag *f = NULL;
-  const uint8_t *t = x->dec ? etr__cev_slot(x->dec, p[1], &f) : NULL;
+  size_t n = 0;
+  const uint8_t *t = x->dec ? etr__cev_slot(x->dec, p[1], &n, &f) : NULL;
   if (!t) { /* (the decoder and etr convert's checks let none through) */
     no_shape(w);
     if (w[T]) ETR__JW_LIT(w[T], "None");
@@ -438,7 +439,8 @@ static bool emit_direct(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len,
     switch (q[0]) {
       case ETR__V_TREF: {
         etr__tfrag *f = NULL;
-        const uint8_t *t = end - q >= 2 ? etr__cev_slot(dec, q[1], &f) : NULL;
+        size_t tn = 0;
+        const uint8_t *t = end - q >= 2 ? etr__cev_slot(dec, q[1], &tn, &f) : NULL;
         if (!t || (!f->ok && !render_slot(tr, f, t))) return false;
         fr[i] = f;
         need += (size_t)f->len[V] + f->len[S] + f->len[T] + f->len[ST] + 8;
