@@ -1,6 +1,8 @@
 /* etr chrome's output buffer and its JSON writers (chrome_out.h). */
 #include "chrome_out.h"
 
+#include "lib_an_util.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -109,36 +111,6 @@ void ch_free(ch_buf *b) {
 
 /* ---- strings ---- */
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is invalid (as
- * lib_an_util.c's utf8_len). */
-static size_t utf8_len(const unsigned char *s, size_t avail) {
-  unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  size_t n;
-  uint32_t cp;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    cp = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (avail < n) return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
 /* 1: a byte written as it is in a JSON string (0x20..0x7f but '"' and '\\'). */
 static const unsigned char plain[256] = {
     ['"'] = 0, [' '] = 1, ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1,  ['\''] = 1,
@@ -163,7 +135,7 @@ static size_t jstr_special(const unsigned char *s, size_t len, size_t i, char **
   char *p = *pp;
   unsigned char c = s[i];
   if (c >= 0x80) {
-    size_t n = utf8_len(s + i, len - i);
+    size_t n = an_utf8_len(s + i, len - i);
     if (n == 0) {
       memcpy(p, "\xEF\xBF\xBD", 3); /* U+FFFD */
       *pp = p + 3;

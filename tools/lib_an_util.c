@@ -253,8 +253,7 @@ void an_out_fmt(an_out *o, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is invalid. */
-static size_t utf8_len(const unsigned char *s, size_t avail) {
+size_t an_utf8_len(const unsigned char *s, size_t avail) {
   unsigned char c = s[0];
   if (c < 0x80) return 1;
   size_t n;
@@ -295,7 +294,7 @@ void an_out_jstr(an_out *o, const char *s, size_t len) {
       run++;
       continue;
     }
-    size_t n = c >= 0x80 ? utf8_len(p + i, len - i) : 1;
+    size_t n = c >= 0x80 ? an_utf8_len(p + i, len - i) : 1;
     if (c >= 0x80 && n > 0) {
       i += n;
       run += n;
@@ -375,7 +374,7 @@ void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, cha
   while (i < len) {
     unsigned char c = p[i];
     if (c >= 0x80) {
-      size_t n = utf8_len(p + i, len - i);
+      size_t n = an_utf8_len(p + i, len - i);
       if (n == 0) {
         an_out_raw(o, REPLACEMENT, 3);
         i++;

@@ -18,10 +18,7 @@
 
 /* ---- value checks ---- */
 
-typedef struct span {
-  const char *s;
-  size_t n;
-} span;
+typedef rd_span span;
 
 static bool span_is(span a, const char *lit) {
   size_t n = strlen(lit);
@@ -59,27 +56,6 @@ static inline bool bytes_eq(const char *a, const char *b, size_t n) {
 
 /* s (n bytes as cstr_len gives them) equals the literal lit. */
 #define STR_IS(s, n, lit) ((n) == sizeof(lit) - 1 && bytes_eq((s), (lit), sizeof(lit) - 1))
-
-/* Element types of "GenericList[A,B]" / "Tuple[A,B]" (the part inside the brackets split at
- * top-level commas). Returns the count (may exceed max: only max are stored). */
-static size_t split_types(span inner, span *out, size_t max) {
-  size_t n = 0, start = 0;
-  int depth = 0;
-  if (inner.n == 0) return 0;
-  for (size_t i = 0; i <= inner.n; i++) {
-    char c = i < inner.n ? inner.s[i] : ',';
-    if (c == '[' || c == '(' || c == '<')
-      depth++;
-    else if (c == ']' || c == ')' || c == '>')
-      depth--;
-    else if (c == ',' && depth == 0) {
-      if (n < max) out[n] = (span){inner.s + start, i - start};
-      n++;
-      start = i + 1;
-    }
-  }
-  return n;
-}
 
 static bool is_int(const rd_jval *x) { return x->kind == ETR_J_INT; }
 
@@ -139,7 +115,7 @@ static void check_value(vctx *c, span type, const rd_jval *val, const rd_jval *s
     }
     span inner = {type.s + pre, type.n - pre - 1};
     span el[64];
-    size_t nt = split_types(inner, el, 64);
+    size_t nt = rd_split_types(inner, el, 64);
     size_t nv = val->v.arr.n;
     if (shape && (shape->kind != ETR_J_ARRAY || shape->v.arr.n != nv)) {
       VPROB(c, SEV_ERROR, "the shape of a list does not nest like its value", c->where, c->index);

@@ -202,6 +202,18 @@ int rd_base_attr(const char *name);
  * fixed-size compare. */
 int rd_base_attr_n(const char *name, size_t len);
 
+/* A run of bytes (not NUL-terminated). */
+typedef struct rd_span {
+  const char *s;
+  size_t n;
+} rd_span;
+
+/* The element types of a list type, split from the part inside its brackets ("A,B" of
+ * "GenericList[A,B]" or "Tuple[A,B]") at its top-level commas: at most max stored in out;
+ * returns how many there are (may exceed max). validate's rule, used by its checks and by
+ * the reader's scan of conforming nodes alike. */
+size_t rd_split_types(rd_span inner, rd_span *out, size_t max);
+
 /* Bytes of memory the reader holds now (buffers, arenas, stacks, queue): for tests and
  * benchmarks checking that memory stays bounded. */
 uint64_t rd_memory(const rd_reader *r);

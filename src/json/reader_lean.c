@@ -31,10 +31,7 @@
 
 typedef const unsigned char uch;
 
-typedef struct lspan {
-  const char *s;
-  size_t n;
-} lspan;
+typedef rd_span lspan;
 
 /* The n bytes at p (4 <= n <= 16) are those of lit: two overlapping loads and compares. */
 static inline bool l_eq(uch *p, const char *lit, size_t n) {
@@ -231,8 +228,7 @@ static long l_int_array(uch *p) {
   }
 }
 
-/* split_types of validate_node.c: the element types of a list type's inner part. */
-static size_t l_split_types(lspan inner, lspan *out, size_t max) {
+size_t rd_split_types(rd_span inner, rd_span *out, size_t max) {
   size_t n = 0, start = 0;
   int depth = 0;
   if (inner.n == 0) return 0;
@@ -243,7 +239,7 @@ static size_t l_split_types(lspan inner, lspan *out, size_t max) {
     else if (c == ']' || c == ')' || c == '>')
       depth--;
     else if (c == ',' && depth == 0) {
-      if (n < max) out[n] = (lspan){inner.s + start, i - start};
+      if (n < max) out[n] = (rd_span){inner.s + start, i - start};
       n++;
       start = i + 1;
     }
@@ -273,7 +269,7 @@ static bool l_check(lspan t, uch *v, uch *s, uch *st, int depth) {
     size_t pre = list ? 12 : 6;
     if (*v != '[' || t.n < pre + 1 || t.s[t.n - 1] != ']' || depth >= L_MAX_DEPTH) return false;
     lspan el[L_MAX_ITEMS];
-    size_t nt = l_split_types((lspan){t.s + pre, t.n - pre - 1}, el, L_MAX_ITEMS);
+    size_t nt = rd_split_types((lspan){t.s + pre, t.n - pre - 1}, el, L_MAX_ITEMS);
     uch *va[L_MAX_ITEMS], *sa[L_MAX_ITEMS], *sta[L_MAX_ITEMS];
     size_t nv, ns, nst = 0;
     if (!l_items(v, va, &nv, depth) || !l_items(s, sa, &ns, depth) ||
