@@ -46,7 +46,7 @@ void etr__cev_dec_free(etr__cev_dec *d) {
 
 const uint8_t *etr__cev_slot(etr__cev_dec *d, uint32_t k, size_t *len, etr__tfrag **frag) {
   if (k >= ETR__CTEN_SLOTS || !d->ten[k].b) return NULL;
-  *len = d->ten[k].len;
+  if (len) *len = d->ten[k].len;
   *frag = &d->ten[k].frag;
   return d->ten[k].b;
 }

@@ -174,7 +174,7 @@ static bool render_slot(etr_trace *tr, etr__tfrag *f, const uint8_t *t) {
   }
   const quad q = {s[0], s[1], s[2], s[3]};
   tensor(q, t);
-  /* (FRAG_SLACK more: copy_frag reads whole 16-byte blocks) */
+  /* (FRAG_SLACK more: put_frag reads whole 16-byte blocks) */
   size_t need = s[0]->len + s[1]->len + s[2]->len + s[3]->len + FRAG_SLACK;
   if (need > f->cap) {
     char *nb = realloc(f->buf, need);
@@ -216,33 +216,50 @@ static inline void copy_frag(etr__jw *w, const char *s, size_t n) {
   if (o) etr__jw_end(w, put_frag(o, s, n));
 }
 
+/* Text k (V, S, T or ST) of a slot's texts. */
+static inline const char *frag_part(const etr__tfrag *f, int k) {
+  const char *s = f->buf;
+  for (int i = 0; i < k; i++) s += f->len[i];
+  return s;
+}
+
+/* The texts of the slot that tensor reference p names, made now when the slot has none; the
+ * slot's tensor in *t. NULL when there is no such slot (*t NULL) or memory is short. */
+static inline etr__tfrag *slot_texts(etr_trace *tr, etr__cev_dec *dec, const uint8_t *p,
+                                     const uint8_t **t) {
+  etr__tfrag *f = NULL;
+  *t = dec ? etr__cev_slot(dec, p[1], NULL, &f) : NULL;
+  return *t && (f->ok || render_slot(tr, f, *t)) ? f : NULL;
+}
+
+/* What making f's texts counted (values_fixed, utf8_replaced), to the outputs that get them:
+ * counted again for each value written, as writing the tensor itself would. */
+static inline void add_counts(quad w, const etr__tfrag *f) {
+  if (!f->counted) return;
+  for (int k = 0; k < 4; k++)
+    if (w[k]) {
+      w[k]->fixed += f->fixed[k];
+      w[k]->replaced += f->replaced[k];
+    }
+}
+
 /* A tensor reference (V_TREF): the texts of its slot, rendered once per definition of the
  * slot, then copied (a slot holds one tensor with its ids: its texts never change). */
 static const uint8_t *tensor_ref(quad w, const uint8_t *p, const vx *x) {
-  etr__tfrag *f = NULL;
-  size_t n = 0;
-  const uint8_t *t = x->dec ? etr__cev_slot(x->dec, p[1], &n, &f) : NULL;
-  if (!t) { /* (the decoder and etr convert's checks let none through) */
+  const uint8_t *t;
+  const etr__tfrag *f = slot_texts(x->tr, x->dec, p, &t);
+  if (f) {
+    const char *b = f->buf;
+    for (int k = 0; k < 4; b += f->len[k++])
+      if (w[k]) copy_frag(w[k], b, f->len[k]);
+    add_counts(w, f);
+  } else if (t) { /* (memory short for the texts: the tensor itself) */
+    tensor(w, t);
+  } else { /* (the decoder and etr convert's checks let none through) */
     no_shape(w);
     if (w[T]) ETR__JW_LIT(w[T], "None");
     ETR__JW_LIT(w[V], "\"<None>\"");
-    return p + 2;
   }
-  if (!f->ok && !render_slot(x->tr, f, t)) {
-    tensor(w, t);
-    return p + 2;
-  }
-  const char *b = f->buf;
-  for (int k = 0; k < 4; k++) {
-    if (w[k]) copy_frag(w[k], b, f->len[k]);
-    b += f->len[k];
-  }
-  if (f->counted)
-    for (int k = 0; k < 4; k++)
-      if (w[k]) {
-        w[k]->fixed += f->fixed[k];
-        w[k]->replaced += f->replaced[k];
-      }
   return p + 2;
 }
 
@@ -424,6 +441,20 @@ static uint64_t key_hash(const char *s, size_t n) {
 
 #define DIRECT_MAX 64 /* values of an object written this way, at most */
 
+/* The shapes (k = S) or strides (k = ST) of n values: a tensor reference's from its slot's
+ * texts, "[]" for a scalar. */
+static inline char *put_dims(char *o, const uint8_t *kind, const etr__tfrag *const *fr, uint32_t n,
+                             int k) {
+  for (uint32_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    if (kind[i] == ETR__V_TREF)
+      o = put_frag(o, frag_part(fr[i], k), fr[i]->len[k]);
+    else
+      o = ETR__PUT_LIT(o, "[]");
+  }
+  return o;
+}
+
 /* Writes the values object of n values in p[0..len) when each is a tensor reference, an
  * integer, a boolean or none; false (nothing written) when one is not. */
 static bool emit_direct(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len, etr__cev_dec *dec,
@@ -438,10 +469,9 @@ static bool emit_direct(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len,
     kind[i] = q[0];
     switch (q[0]) {
       case ETR__V_TREF: {
-        etr__tfrag *f = NULL;
-        size_t tn = 0;
-        const uint8_t *t = end - q >= 2 ? etr__cev_slot(dec, q[1], &tn, &f) : NULL;
-        if (!t || (!f->ok && !render_slot(tr, f, t))) return false;
+        const uint8_t *t;
+        const etr__tfrag *f = end - q >= 2 ? slot_texts(tr, dec, q, &t) : NULL;
+        if (!f) return false;
         fr[i] = f;
         need += (size_t)f->len[V] + f->len[S] + f->len[T] + f->len[ST] + 8;
         q += 2;
@@ -487,20 +517,14 @@ static bool emit_direct(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len,
     }
   }
   o = ETR__PUT_LIT(o, "], \"shapes\": [");
-  for (uint32_t i = 0; i < n; i++) {
-    if (i) *o++ = ',';
-    if (kind[i] == ETR__V_TREF)
-      o = put_frag(o, fr[i]->buf + fr[i]->len[V], fr[i]->len[S]);
-    else
-      o = ETR__PUT_LIT(o, "[]");
-  }
+  o = put_dims(o, kind, fr, n, S);
   o = ETR__PUT_LIT(o, "], \"types\": [");
   for (uint32_t i = 0; i < n; i++) {
     if (i) *o++ = ',';
     *o++ = '"';
     switch (kind[i]) {
       case ETR__V_TREF:
-        o = put_frag(o, fr[i]->buf + fr[i]->len[V] + fr[i]->len[S], fr[i]->len[T]);
+        o = put_frag(o, frag_part(fr[i], T), fr[i]->len[T]);
         break;
       case ETR__V_INT:
         o = ETR__PUT_LIT(o, "Int");
@@ -516,23 +540,13 @@ static bool emit_direct(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len,
   }
   if (strides) {
     o = ETR__PUT_LIT(o, "], \"strides\": [");
-    for (uint32_t i = 0; i < n; i++) {
-      if (i) *o++ = ',';
-      if (kind[i] == ETR__V_TREF)
-        o = put_frag(o, fr[i]->buf + fr[i]->len[V] + fr[i]->len[S] + fr[i]->len[T], fr[i]->len[ST]);
-      else
-        o = ETR__PUT_LIT(o, "[]");
-    }
+    o = put_dims(o, kind, fr, n, ST);
   }
   o = ETR__PUT_LIT(o, "]}");
   etr__jw_end(w, o);
-  for (uint32_t i = 0; i < n; i++) /* what writing each text counted, as in value() */
-    if (kind[i] == ETR__V_TREF && fr[i]->counted)
-      for (int k = 0; k < 4; k++)
-        if (k != ST || strides) {
-          w->fixed += fr[i]->fixed[k];
-          w->replaced += fr[i]->replaced[k];
-        }
+  const quad counted = {w, w, w, strides ? w : NULL};
+  for (uint32_t i = 0; i < n; i++)
+    if (kind[i] == ETR__V_TREF) add_counts(counted, fr[i]);
   return true;
 }
 

@@ -498,7 +498,7 @@ typedef struct etr__tfrag {
 } etr__tfrag;
 
 /* Slot k of the tensor table of the stream d decodes: its V_TENSOR value (NULL when never
- * defined), of *len bytes, and its texts (*frag). */
+ * defined), of *len bytes (len may be NULL), and its texts (*frag). */
 const uint8_t *etr__cev_slot(etr__cev_dec *d, uint32_t k, size_t *len, etr__tfrag **frag);
 
 /* The size of the compact event at p, 0 when cut or malformed; its type, flags and where
