@@ -173,20 +173,46 @@ static void io_parts(const rd_jval *io, bool exact_keys, const rd_jval **shapes,
   }
 }
 
-/* A value written a second time: the bytes of the first time (from `start` to `end` of b,
- * when b was not written out to its file since, `flushes`), else written again. */
-static void jval_again(ch_buf *b, const rd_jval *v, size_t start, size_t end, uint64_t flushes) {
-  size_t len = end - start;
-  if (b->flushes == flushes && len <= CH_MAX_ROOM) {
+/* Where a value was written into b (from `at` to `end`, while b has been written out to its
+ * file `flushes` times), for a second key that copies its bytes. */
+typedef struct jspan {
+  size_t at, end;
+  uint64_t flushes;
+} jspan;
+
+/* A value written a second time: the bytes of the first time (when b was not written out to
+ * its file since), else written again. */
+static void jval_again(ch_buf *b, const rd_jval *v, const jspan *first) {
+  size_t len = first->end - first->at;
+  if (b->flushes == first->flushes && len <= CH_MAX_ROOM) {
     char *p = ch_room(b, len);
     if (p == NULL) return;
-    if (b->flushes == flushes) {
-      memcpy(p, b->p + start, len);
+    if (b->flushes == first->flushes) {
+      memcpy(p, b->p + first->at, len);
       b->len += len;
       return;
     }
   }
   ch_jval(b, v);
+}
+
+#define KEY(lit) (lit), sizeof(lit) - 1
+
+/* The key (its quotes, comma and colon included) at the cursor p (room for it asked), then v:
+ * a copy of the bytes at *first when given, else v written anew, where it went noted in *at
+ * when given. The cursor after it with 32 bytes of room, NULL when memory ran out. */
+static inline char *jval_arg(ch_buf *b, char *p, const char *key, size_t key_len, const rd_jval *v,
+                             const jspan *first, jspan *at) {
+  memcpy(p, key, key_len);
+  ch_done(b, p + key_len);
+  if (first) {
+    jval_again(b, v, first);
+  } else {
+    if (at) *at = (jspan){b->len, 0, b->flushes};
+    ch_jval(b, v);
+    if (at) at->end = b->len;
+  }
+  return ch_room(b, 32);
 }
 
 static void str_arg(ch_buf *b, const char *key, size_t key_len, const char *v) {
@@ -262,60 +288,18 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   }
   /* The inputs' shapes and types twice (Kineto's names, then ours): the second time a copy
    * of the first's bytes. */
-  const rd_jval *dims, *typ;
+  const rd_jval *dims, *typ, *oshapes, *otypes;
   io_parts(n->inputs, n->inputs_exact_keys, &dims, &typ);
-  size_t dims_at = 0, dims_end = 0, typ_at = 0, typ_end = 0;
-  uint64_t dims_fl = 0, typ_fl = 0;
-  if (dims) {
-    p = PUT(p, ",\"Input Dims\":");
-    ch_done(b, p);
-    dims_at = b->len;
-    dims_fl = b->flushes;
-    ch_jval(b, dims);
-    dims_end = b->len;
-    p = ch_room(b, 32);
-    if (p == NULL) return;
-  }
-  if (typ) {
-    p = PUT(p, ",\"Input type\":");
-    ch_done(b, p);
-    typ_at = b->len;
-    typ_fl = b->flushes;
-    ch_jval(b, typ);
-    typ_end = b->len;
-    p = ch_room(b, 32);
-    if (p == NULL) return;
-  }
-  if (dims) {
-    p = PUT(p, ",\"input_shapes\":");
-    ch_done(b, p);
-    jval_again(b, dims, dims_at, dims_end, dims_fl);
-    p = ch_room(b, 32);
-    if (p == NULL) return;
-  }
-  if (typ) {
-    p = PUT(p, ",\"input_types\":");
-    ch_done(b, p);
-    jval_again(b, typ, typ_at, typ_end, typ_fl);
-    p = ch_room(b, 32);
-    if (p == NULL) return;
-  }
-  const rd_jval *oshapes, *otypes;
   io_parts(n->outputs, n->outputs_exact_keys, &oshapes, &otypes);
-  if (oshapes) {
-    p = PUT(p, ",\"output_shapes\":");
-    ch_done(b, p);
-    ch_jval(b, oshapes);
-    p = ch_room(b, 32);
-    if (p == NULL) return;
-  }
-  if (otypes) {
-    p = PUT(p, ",\"output_types\":");
-    ch_done(b, p);
-    ch_jval(b, otypes);
-  } else {
-    ch_done(b, p);
-  }
+  jspan dims_at = {0, 0, 0}, typ_at = {0, 0, 0};
+  if ((dims && !(p = jval_arg(b, p, KEY(",\"Input Dims\":"), dims, NULL, &dims_at))) ||
+      (typ && !(p = jval_arg(b, p, KEY(",\"Input type\":"), typ, NULL, &typ_at))) ||
+      (dims && !(p = jval_arg(b, p, KEY(",\"input_shapes\":"), dims, &dims_at, NULL))) ||
+      (typ && !(p = jval_arg(b, p, KEY(",\"input_types\":"), typ, &typ_at, NULL))) ||
+      (oshapes && !(p = jval_arg(b, p, KEY(",\"output_shapes\":"), oshapes, NULL, NULL))) ||
+      (otypes && !(p = jval_arg(b, p, KEY(",\"output_types\":"), otypes, NULL, NULL))))
+    return;
+  ch_done(b, p);
   str_arg(b, "op_schema", 9, n->op_schema);
   str_arg(b, "kernel_backend", 14, n->kernel_backend);
   str_arg(b, "kernel_file", 11, n->kernel_file);
