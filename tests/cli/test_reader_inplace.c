@@ -114,15 +114,28 @@ static size_t assert_backends_same(const char *path) {
   return nodes;
 }
 
+/* A generated trace at p: its header written, the nodes next. */
+static FILE *doc_begin(const char *p) {
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  return f;
+}
+
+/* Its end written, then both backends read it alike: n nodes. */
+static void doc_end_same(FILE *f, const char *p, size_t n) {
+  fputs("], \"finish_ts\": 9}\n", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(assert_backends_same(p), n);
+}
+
 /* Enough nodes (a few MB) that many steps run off the end of the window and are redone, at
  * every kind of place in a node: strings of every length, escaped ones, attr objects in the
  * shortcut's shape and in others, attr values of every kind. */
 static void test_redone_steps_keep_their_strings(void **state) {
   (void)state;
   const char *p = ct_tmp_path("many.json");
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  FILE *f = doc_begin(p);
   const size_t n = 12000;
   for (size_t i = 0; i < n; i++) {
     char name[80];
@@ -143,9 +156,7 @@ static void test_redone_steps_keep_their_strings(void **state) {
             "{\"name\":\"tight\",\"type\":\"bool\",\"value\":true}]}",
             i ? ",\n" : "", i + 2, name, name, i, name, i, name, name, name);
   }
-  fputs("], \"finish_ts\": 9}\n", f);
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(assert_backends_same(p), n);
+  doc_end_same(f, p, n);
 }
 
 /* The error the hand reader gives for doc, "FILE: byte N: reason" cut to "byte N: reason". */
@@ -271,9 +282,7 @@ static void test_flat_arrays_like_yajl(void **state) {
                                        "[truex]"};
   const size_t n_arrays = sizeof arrays / sizeof *arrays;
   const char *p = ct_tmp_path("flat.json");
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  FILE *f = doc_begin(p);
   const size_t n = 20000;
   size_t written = 0;
   for (size_t i = 0; i < n; i++) {
@@ -288,9 +297,7 @@ static void test_flat_arrays_like_yajl(void **state) {
             written ? ",\n" : "", i + 2, i, x, y, y, i, x, y);
     written++;
   }
-  fputs("], \"finish_ts\": 9}\n", f);
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(assert_backends_same(p), written);
+  doc_end_same(f, p, written);
 }
 
 /* inputs/outputs objects in and out of h_io's shape (keys, spacing, arrays), many nodes: the
@@ -318,9 +325,7 @@ static void test_io_shortcut_like_yajl(void **state) {
       "{}"};
   const size_t n_ios = sizeof ios / sizeof *ios;
   const char *p = ct_tmp_path("io.json");
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  FILE *f = doc_begin(p);
   const size_t n = 20000;
   for (size_t i = 0; i < n; i++)
     fprintf(f,
@@ -328,9 +333,7 @@ static void test_io_shortcut_like_yajl(void **state) {
             "\"outputs\": %s, \"attrs\": [{\"name\": \"l\", \"type\": \"x\", \"value\": %s}]}",
             i ? ",\n" : "", i + 2, i, ios[i % n_ios], ios[(i * 5 + 1) % n_ios],
             ios[(i + 3) % n_ios]);
-  fputs("], \"finish_ts\": 9}\n", f);
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(assert_backends_same(p), n);
+  doc_end_same(f, p, n);
 }
 
 /* Malformed arrays that start as h_flat's shape are reported as the general path reports
@@ -398,9 +401,7 @@ static void test_attrs_array_like_yajl(void **state) {
                           i ? "," : "", i, i);
   snprintf(many + m, sizeof many - m, "]");
   const char *p = ct_tmp_path("attrs.json");
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  FILE *f = doc_begin(p);
   const size_t n = 20000;
   for (size_t i = 0; i < n; i++) {
     const char *a = attrs[i % n_attrs] ? attrs[i % n_attrs] : many;
@@ -410,9 +411,7 @@ static void test_attrs_array_like_yajl(void **state) {
             "\"types\": []}, \"attrs\": %s}",
             i ? ",\n" : "", i + 2, i, a);
   }
-  fputs("], \"finish_ts\": 9}\n", f);
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(assert_backends_same(p), n);
+  doc_end_same(f, p, n);
 }
 
 /* Malformed values in the second attr of an attrs array in h_attrs' shape are reported as
@@ -507,9 +506,7 @@ static void test_numbers_like_yajl(void **state) {
                                      "100000000000000000000000000000.5"};
   const size_t n_nums = sizeof nums / sizeof *nums;
   const char *p = ct_tmp_path("nums.json");
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  fputs("{\"schema\": \"1.1.1\", \"pid\": 1, \"time\": \"t\", \"start_ts\": 0, \"nodes\": [\n", f);
+  FILE *f = doc_begin(p);
   const size_t n = 20000;
   for (size_t i = 0; i < n; i++)
     fprintf(f,
@@ -518,9 +515,7 @@ static void test_numbers_like_yajl(void **state) {
             "\"type\": \"int64\", \"value\": %s }]}",
             i ? ",\n" : "", i + 2, nums[i % n_nums], nums[(i + 1) % n_nums],
             nums[(i * 7 + 2) % n_nums], nums[(i * 5 + 3) % n_nums], nums[(i + 4) % n_nums]);
-  fputs("], \"finish_ts\": 9}\n", f);
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(assert_backends_same(p), n);
+  doc_end_same(f, p, n);
 }
 
 int main(void) {
