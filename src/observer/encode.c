@@ -94,10 +94,47 @@ static void put_str(enc *e, const char *s, size_t len, size_t max) {
   put(e, s, n);
 }
 
-/* The tensor whole (V_TENSOR), with its ids f[0] and f[1] already resolved. */
+/* Bytes of a tensor's whole encoding (V_TENSOR) with names of dn and vn bytes. */
+static inline size_t tensor_size(size_t dn, size_t vn, int32_t nd) {
+  return 5 + 5 * sizeof(uint64_t) + dn + vn + (size_t)nd * 16;
+}
+
+/* Writes the tensor whole (V_TENSOR) at p, with its ids f[0] and f[1] already resolved and
+ * its names' lengths dn and vn (dev: its device, "" for none); strides NULL: contiguous. */
+static void write_tensor(uint8_t *p, const etr_tensor *t, bool defined, int32_t nd,
+                         const uint64_t f[5], const char *dev, size_t dn, size_t vn,
+                         const int64_t *strides) {
+  p[0] = ETR__V_TENSOR;
+  p[1] = defined;
+  p[2] = (uint8_t)nd;
+  p[3] = (uint8_t)dn;
+  p[4] = (uint8_t)vn;
+  p += 5;
+  memcpy(p, f, 5 * sizeof f[0]);
+  p += 5 * sizeof f[0];
+  if (!defined) return;
+  memcpy(p, t->dtype, dn);
+  p += dn;
+  memcpy(p, dev, vn);
+  p += vn;
+  if (nd) memcpy(p, t->sizes, (size_t)nd * 8); /* (sizes may be NULL for a scalar) */
+  p += (size_t)nd * 8;
+  if (strides) {
+    if (nd) memcpy(p, strides, (size_t)nd * 8);
+  } else { /* contiguous; a product beyond INT64_MAX stays at INT64_MAX */
+    int64_t acc = 1;
+    for (int32_t i = nd - 1; i >= 0; i--) {
+      memcpy(p + (size_t)i * 8, &acc, 8);
+      int64_t s = t->sizes[i] > 0 ? t->sizes[i] : 1;
+      acc = acc > INT64_MAX / s ? INT64_MAX : acc * s;
+    }
+  }
+}
+
+/* The tensor whole (V_TENSOR) at the arena's end, with its ids f[0] and f[1] already
+ * resolved. */
 static void put_tensor_whole(enc *e, const etr_tensor *t, bool defined, int32_t nd,
                              const uint64_t f[5]) {
-  const size_t flen = 5 * sizeof f[0];
   etr__tstate *ts = e->ts;
   size_t dn = 0, vn = 0;
   const char *dev = defined && t->device ? t->device : "";
@@ -106,38 +143,13 @@ static void put_tensor_whole(enc *e, const etr_tensor *t, bool defined, int32_t 
     vn = cut_len(ts, dev, 0, ETR__SHORT_MAX);
   }
   /* One reservation for the whole tensor, then plain copies. */
-  size_t need = 5 + flen + dn + vn + (size_t)nd * 16;
+  size_t need = tensor_size(dn, vn, nd);
   if (e->failed || !etr__arena_reserve(ts, need)) {
     e->failed = true;
     return;
   }
-  uint8_t *p = ts->arena + ts->arena_len;
-  p[0] = ETR__V_TENSOR;
-  p[1] = defined;
-  p[2] = (uint8_t)nd;
-  p[3] = (uint8_t)dn;
-  p[4] = (uint8_t)vn;
-  p += 5;
-  memcpy(p, f, flen);
-  p += flen;
-  if (defined) {
-    memcpy(p, t->dtype, dn);
-    p += dn;
-    memcpy(p, dev, vn);
-    p += vn;
-    if (nd) memcpy(p, t->sizes, (size_t)nd * 8); /* (sizes may be NULL for a scalar) */
-    p += (size_t)nd * 8;
-    if (t->strides) {
-      if (nd) memcpy(p, t->strides, (size_t)nd * 8);
-    } else { /* contiguous; a product beyond INT64_MAX stays at INT64_MAX */
-      int64_t acc = 1;
-      for (int32_t i = nd - 1; i >= 0; i--) {
-        memcpy(p + (size_t)i * 8, &acc, 8);
-        int64_t s = t->sizes[i] > 0 ? t->sizes[i] : 1;
-        acc = acc > INT64_MAX / s ? INT64_MAX : acc * s;
-      }
-    }
-  }
+  write_tensor(ts->arena + ts->arena_len, t, defined, nd, f, dev, dn, vn,
+               defined ? t->strides : NULL);
   ts->arena_len += need;
 }
 
@@ -223,12 +235,19 @@ static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
     e->failed = true;
     return;
   }
-  ts->arena[ts->arena_len++] = ETR__V_TREF;
-  ts->arena[ts->arena_len++] = (uint8_t)k;
-  e->expanded += c->expand;
-  if (e->pin) {
+  /* (through locals: a byte store may alias any field, which would then be loaded again) */
+  uint8_t *p = ts->arena + ts->arena_len;
+  uint32_t expand = c->expand;
+  etr__frame *pin = e->pin;
+  p[0] = ETR__V_TREF;
+  p[1] = (uint8_t)k;
+  ts->arena_len += 2;
+  e->expanded += expand;
+  if (pin) {
     c->pins++;
-    e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
+    uint8_t n = pin->n_pins;
+    pin->pins[n] = (uint8_t)k;
+    pin->n_pins = (uint8_t)(n + 1);
   }
 }
 
@@ -311,16 +330,28 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     c = c1;
   }
   size_t dn = short_len(t->dtype, ETR__CTEN_NAME), vn = short_len(dev, ETR__CTEN_NAME);
-  size_t at = ts->arena_len;
-  put_tensor_whole(e, t, defined, nd, f);
-  if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME || e->failed) return;
+  if (c->pins || dn > ETR__CTEN_NAME || vn > ETR__CTEN_NAME || e->failed) {
+    put_tensor_whole(e, t, defined, nd, f);
+    return;
+  }
   c->valid = 0;
   c->impl = NULL;
   c->iseq_p = NULL; /* (an unused slot: no identity, not even NULL, can hit it) */
-  /* the tensor whole, as just encoded at the arena's end, is the definition */
-  if (!define_slot(ts, ETR__CEV_DEF_TEN, k, ts->arena + at, ts->arena_len - at))
-    return; /* (stays whole) */
-  ts->arena_len = at;
+  /* The definition (trace_internal.h): the tensor whole, written straight into the stream. */
+  size_t tn = tensor_size(dn, vn, nd);
+  size_t body = etr__uv_len(k) + tn;
+  size_t size = 2 + etr__uv_len(body) + body;
+  uint8_t *p = etr__event_room(ts, size, false);
+  if (!p) { /* (stays whole) */
+    put_tensor_whole(e, t, defined, nd, f);
+    return;
+  }
+  *p++ = ETR__CEV_DEF_TEN;
+  *p++ = 0;
+  p = etr__put_uv(p, body);
+  p = etr__put_uv(p, k);
+  write_tensor(p, t, true, nd, f, dev, dn, vn, strides);
+  etr__event_commit(ts, size, false);
   c->valid = 1;
   c->id = f[0];
   c->sid = f[1];
