@@ -97,7 +97,7 @@ class Held {
   // (held for long, they would make each new tensor take cold memory). Those that lived
   // through kYoungAge looks join the old, swept whole after kMinSweep have joined and as
   // many as are held.
-  static constexpr size_t kYoungSweep = 16;
+  static constexpr size_t kYoungSweep = 8;
   static constexpr size_t kYoungAge = 3;
   static constexpr size_t kYoung = kYoungSweep * (kYoungAge + 1);  // room for all ages
   static constexpr size_t kMinSweep = 1024;
@@ -179,13 +179,20 @@ class Held {
   }
 
   bool add(uintptr_t k) {
-    const uintptr_t *s = slots_.data();
+    uintptr_t *s = slots_.data();
     size_t mask = mask_;
-    for (size_t i = hash(k, mask); s[i]; i = (i + 1) & mask)
+    size_t i = hash(k, mask);
+    for (; s[i]; i = (i + 1) & mask)
       if (s[i] == k) return false;
-    if (count_ > mask >> 1) grow();  // (at most half full)
-    c10::raw::weak_intrusive_ptr::incref(target(k));
-    insert(k);
+    if (count_ > mask >> 1) {  // (at most half full; grown first: it may throw)
+      grow();
+      c10::raw::weak_intrusive_ptr::incref(target(k));
+      insert(k);
+    } else {  // (where the probe ended)
+      c10::raw::weak_intrusive_ptr::incref(target(k));
+      s[i] = k;
+      count_++;
+    }
     young_age_[n_young_] = 0;
     young_[n_young_++] = k;
     if (++young_new_ == kYoungSweep) sweep_young();

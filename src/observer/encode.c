@@ -211,12 +211,11 @@ static inline bool tensor_hit(const etr__cten *c, const etr_tensor *t, const cha
   return slot_str(t->dtype, c->dtp, c->dtype, c->dn) && slot_str(dev, c->dvp, c->dev, c->vn);
 }
 
-/* Notes in slot c the identities of t and the shard numbers its ids f[0] and f[1] were
- * just read at (from the thread's id caches), so that the next hit needs no lookup. */
-static void note_identity(etr__tstate *ts, etr__cten *c, const etr_tensor *t) {
-  const etr__idcache_entry *ie = etr__idcache_find(&ts->tensor_ids, t->impl);
-  const etr__idcache_entry *se =
-      t->storage ? etr__idcache_find(&ts->storage_ids, t->storage) : NULL;
+/* Notes in slot c the identities of t and the shard numbers its ids were just read at (ie
+ * and se: the thread's id caches' entries, NULL when they do not hold them), so that the
+ * next hit needs no lookup. */
+static void note_identity(etr__cten *c, const etr_tensor *t, const etr__idcache_entry *ie,
+                          const etr__idcache_entry *se) {
   c->impl = t->impl;
   c->storage = t->storage;
   c->iseq_p = NULL;
@@ -292,11 +291,12 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     etr__bump(&ts->lists_cut, 1);
   }
   uint64_t f[5] = {0, 0, 0, 0, 0};
-  if (t) f[0] = etr__idmap_get_cached(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids);
+  const etr__idcache_entry *ie = NULL, *se = NULL; /* where the ids were read */
+  if (t) f[0] = etr__idmap_get_cached(tr->tensors, t->impl, id_source, ts, &ts->tensor_ids, &ie);
   if (defined) {
-    f[1] = t->storage
-               ? etr__idmap_get_cached(tr->storages, t->storage, id_source, ts, &ts->storage_ids)
-               : 0;
+    f[1] = t->storage ? etr__idmap_get_cached(tr->storages, t->storage, id_source, ts,
+                                              &ts->storage_ids, &se)
+                      : 0;
     f[2] = (uint64_t)t->storage_offset;
     f[3] = (uint64_t)t->numel;
     f[4] = (uint64_t)t->itemsize;
@@ -321,7 +321,7 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
                 : tensor_same(c1, t, (uint32_t)nd, f[0], f[1], dev, strides) ? k1
                                                                              : UINT32_MAX;
   if (hk != UINT32_MAX) {
-    if (t->strides) note_identity(ts, &ts->cten[hk], t); /* (tensor_hit reads its strides) */
+    if (t->strides) note_identity(&ts->cten[hk], t, ie, se); /* (tensor_hit reads its strides) */
     put_tref(e, &ts->cten[hk], hk);
     return;
   }
@@ -370,7 +370,7 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     memcpy(c->sizes, t->sizes, (size_t)nd * 8);
     memcpy(c->strides, strides, (size_t)nd * 8);
   }
-  if (t->strides) note_identity(ts, c, t);
+  if (t->strides) note_identity(c, t, ie, se);
   put_tref(e, c, k);
 }
 

@@ -51,24 +51,22 @@ static inline uint64_t etr__idmap_mix(uintptr_t k) {
 }
 
 /* etr__idmap_get with the cache's hit inline (the recording thread's common case: a
- * model's tensors are seen again and again). */
+ * model's tensors are seen again and again). *entry is then the cache's entry for key (its id
+ * and the shard number it was read at), NULL when the cache does not hold it (memory
+ * exhausted, or the shard was contended). */
 static inline uint64_t etr__idmap_get_cached(etr__idmap *m, const void *key, etr__id_source src,
-                                             void *ctx, etr__idcache *cache) {
+                                             void *ctx, etr__idcache *cache,
+                                             const etr__idcache_entry **entry) {
   uintptr_t k = (uintptr_t)key;
   const etr__idcache_entry *c = &cache->e[(etr__idmap_mix(k) >> 40) & (ETR__IDCACHE_SIZE - 1)];
   if (k && c->key == k && c->shard_seq &&
-      c->seq == atomic_load_explicit(c->shard_seq, memory_order_acquire))
+      c->seq == atomic_load_explicit(c->shard_seq, memory_order_acquire)) {
+    *entry = c;
     return c->id;
-  return etr__idmap_get(m, key, src, ctx, cache);
-}
-
-/* The cache's entry for key (its id and the shard number it was read at), NULL when the
- * cache does not hold key. */
-static inline const etr__idcache_entry *etr__idcache_find(const etr__idcache *cache,
-                                                          const void *key) {
-  uintptr_t k = (uintptr_t)key;
-  const etr__idcache_entry *c = &cache->e[(etr__idmap_mix(k) >> 40) & (ETR__IDCACHE_SIZE - 1)];
-  return k && c->key == k && c->shard_seq ? c : NULL;
+  }
+  uint64_t id = etr__idmap_get(m, key, src, ctx, cache);
+  *entry = id && c->key == k && c->shard_seq ? c : NULL;
+  return id;
 }
 
 /* Forget key; true when it was present. Any thread. */
