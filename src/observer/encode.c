@@ -234,19 +234,12 @@ static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
     e->failed = true;
     return;
   }
-  /* (through locals: a byte store may alias any field, which would then be loaded again) */
-  uint8_t *p = ts->arena + ts->arena_len;
-  uint32_t expand = c->expand;
-  etr__frame *pin = e->pin;
-  p[0] = ETR__V_TREF;
-  p[1] = (uint8_t)k;
-  ts->arena_len += 2;
-  e->expanded += expand;
-  if (pin) {
+  ts->arena[ts->arena_len++] = ETR__V_TREF;
+  ts->arena[ts->arena_len++] = (uint8_t)k;
+  e->expanded += c->expand;
+  if (e->pin) {
     c->pins++;
-    uint8_t n = pin->n_pins;
-    pin->pins[n] = (uint8_t)k;
-    pin->n_pins = (uint8_t)(n + 1);
+    e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
   }
 }
 
