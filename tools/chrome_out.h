@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "json/reader.h"
+#include "json/writer.h"
 
 #define CH_FILE_BUF ((size_t)256 << 10) /* a file buffer's size */
 #define CH_MAX_ROOM ((size_t)32 << 10)  /* the most room one request may ask of a file buffer */
@@ -62,68 +63,8 @@ void ch_free(ch_buf *b);
 
 /* ---- cursor writers: each writes at p and returns the new end ---- */
 
-#define CH_U64_MAX 20 /* bytes of the longest uint64 */
-#define CH_I64_MAX 20 /* of the longest int64 ("-9223372036854775808") */
-#define CH_US_MAX 25  /* of the longest ch_us */
-
-extern const char ch_digits2[200]; /* "00" "01" .. "99" */
-
-/* Decimal digits of v (1..20). */
-static inline unsigned ch_ndigits(uint64_t v) {
-  unsigned n = 1;
-  if (v >= 10000000000000000ULL) {
-    n += 16;
-    v /= 10000000000000000ULL;
-  }
-  if (v >= 100000000) {
-    n += 8;
-    v /= 100000000;
-  }
-  if (v >= 10000) {
-    n += 4;
-    v /= 10000;
-  }
-  if (v >= 100) {
-    n += 2;
-    v /= 100;
-  }
-  return v >= 10 ? n + 1 : n;
-}
-
-static inline char *ch_u64(char *p, uint64_t v) {
-  if (v < 10) {
-    *p = (char)('0' + v);
-    return p + 1;
-  }
-  char *end = p + ch_ndigits(v), *q = end;
-  while (v > UINT32_MAX) { /* 64-bit divisions only for the digits above 32 bits */
-    unsigned r = (unsigned)(v % 100);
-    v /= 100;
-    q -= 2;
-    memcpy(q, ch_digits2 + 2 * r, 2);
-  }
-  uint32_t w = (uint32_t)v;
-  while (w >= 100) {
-    uint32_t r = w % 100;
-    w /= 100;
-    q -= 2;
-    memcpy(q, ch_digits2 + 2 * r, 2);
-  }
-  if (w >= 10) {
-    memcpy(q - 2, ch_digits2 + 2 * w, 2);
-  } else {
-    q[-1] = (char)('0' + w);
-  }
-  return end;
-}
-
-static inline char *ch_i64(char *p, int64_t v) {
-  if (v < 0) {
-    *p++ = '-';
-    return ch_u64(p, (uint64_t)0 - (uint64_t)v);
-  }
-  return ch_u64(p, (uint64_t)v);
-}
+/* (integers: json/writer.h's etr__put_u64 and etr__put_i64, ETR__U64_MAX_LEN bytes at most) */
+#define CH_US_MAX 25 /* bytes of the longest ch_us */
 
 /* A time in ns as the trace-event format's µs: "12" or "12.345" (a fraction only when not
  * 0; INT64_MIN is written as -INT64_MAX). */
@@ -132,12 +73,12 @@ static inline char *ch_us(char *p, int64_t ns) {
     *p++ = '-';
     ns = ns == INT64_MIN ? INT64_MAX : -ns;
   }
-  p = ch_u64(p, (uint64_t)(ns / 1000));
+  p = etr__put_u64(p, (uint64_t)(ns / 1000));
   unsigned frac = (unsigned)(ns % 1000);
   if (frac) {
     p[0] = '.';
     p[1] = (char)('0' + frac / 100);
-    memcpy(p + 2, ch_digits2 + 2 * (frac % 100), 2);
+    memcpy(p + 2, etr__digits2 + 2 * (frac % 100), 2);
     p += 4;
   }
   return p;

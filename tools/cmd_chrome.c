@@ -232,7 +232,7 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   if (p == NULL) return;
   ch_done(b, PUT(p, "{\"name\":"));
   ch_jstr(b, n->name ? n->name : "", n->name ? n->name_len : 0);
-  /* everything up to the inputs: at most 2 * CH_US_MAX + 13 * CH_I64_MAX + 210 bytes */
+  /* everything up to the inputs: at most 2 * CH_US_MAX + 13 * ETR__I64_MAX_LEN + 210 bytes */
   p = ch_room(b, 640);
   if (p == NULL) return;
   p = put_cat(p, n->scope);
@@ -244,47 +244,47 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   memcpy(p, c->pid_text, 20); /* (room for 24) */
   p += c->pid_len;
   p = PUT(p, ",\"tid\":");
-  p = ch_u64(p, n->tid);
+  p = etr__put_u64(p, n->tid);
   if (!c->args) {
     *p++ = '}';
     ch_done(b, p);
     return;
   }
   p = PUT(p, ",\"args\":{\"id\":");
-  p = ch_i64(p, n->id);
+  p = etr__put_i64(p, n->id);
   p = PUT(p, ",\"rf_id\":");
   char *rf = p; /* copied twice below (20 bytes, the longest; 36 or more bytes back) */
-  p = ch_u64(p, n->rf_id);
+  p = etr__put_u64(p, n->rf_id);
   size_t rf_len = (size_t)(p - rf);
   p = PUT(p, ",\"seq_id\":");
-  p = ch_i64(p, n->seq_id);
+  p = etr__put_i64(p, n->seq_id);
   p = PUT(p, ",\"scope\":");
-  p = ch_u64(p, n->scope);
+  p = etr__put_u64(p, n->scope);
   if (n->fw_parent) {
     p = PUT(p, ",\"fw_parent\":");
-    p = ch_u64(p, n->fw_parent);
+    p = etr__put_u64(p, n->fw_parent);
     p = PUT(p, ",\"fw_tid\":");
-    p = ch_u64(p, n->fw_tid);
+    p = etr__put_u64(p, n->fw_tid);
   }
   if (n->has_timing) {
     p = PUT(p, ",\"exclusive_dur\":");
-    p = ch_i64(p, n->exclusive_dur);
+    p = etr__put_i64(p, n->exclusive_dur);
   }
   /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
    * correlate host and device traces (and Kineto's own viewers) look for. */
   p = PUT(p, ",\"External id\":");
-  memcpy(p, rf, CH_U64_MAX);
+  memcpy(p, rf, ETR__U64_MAX_LEN);
   p += rf_len;
   p = PUT(p, ",\"Record function id\":");
-  memcpy(p, rf, CH_U64_MAX);
+  memcpy(p, rf, ETR__U64_MAX_LEN);
   p += rf_len;
   if (n->seq_id >= 0) {
     p = PUT(p, ",\"Sequence number\":");
-    p = ch_i64(p, n->seq_id);
+    p = etr__put_i64(p, n->seq_id);
   }
   if (n->fw_tid) {
     p = PUT(p, ",\"Fwd thread id\":");
-    p = ch_u64(p, n->fw_tid);
+    p = etr__put_u64(p, n->fw_tid);
   }
   /* The inputs' shapes and types twice (Kineto's names, then ours): the second time a copy
    * of the first's bytes. */
@@ -330,19 +330,19 @@ static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts,
   char *p = ch_room(&c->o, 256);
   if (p == NULL) return;
   p = PUT(p, "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":");
-  p = ch_i64(p, id);
+  p = etr__put_i64(p, id);
   p = PUT(p, ",\"pid\":");
-  p = ch_i64(p, c->pid);
+  p = etr__put_i64(p, c->pid);
   p = PUT(p, ",\"tid\":");
-  p = ch_u64(p, from_tid);
+  p = etr__put_u64(p, from_tid);
   p = PUT(p, ",\"ts\":");
   p = ch_us(p, from_ts);
   p = PUT(p, "},\n{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
-  p = ch_i64(p, id);
+  p = etr__put_i64(p, id);
   p = PUT(p, ",\"pid\":");
-  p = ch_i64(p, c->pid);
+  p = etr__put_i64(p, c->pid);
   p = PUT(p, ",\"tid\":");
-  p = ch_u64(p, to_tid);
+  p = etr__put_u64(p, to_tid);
   p = PUT(p, ",\"ts\":");
   p = ch_us(p, to_ts);
   *p++ = '}';
@@ -543,7 +543,7 @@ int cmd_chrome(int argc, char **argv) {
   c.first_event = true;
   const rd_rheader *h = rd_header(in.r);
   c.pid = h && h->pid >= 0 ? h->pid : 0;
-  c.pid_len = (size_t)(ch_i64(c.pid_text, c.pid) - c.pid_text);
+  c.pid_len = (size_t)(etr__put_i64(c.pid_text, c.pid) - c.pid_text);
   CH_LIT(&c.o, "{\"traceEvents\":[\n");
   sep(&c);
   ch_fmt(&c.o,

@@ -120,6 +120,10 @@ static inline void etr__jw_end(etr__jw *w, char *o) { w->len = (size_t)(o - w->b
 #define ETR__ESCAPED_MAX(n) ((size_t)(n)*6)
 
 static inline char *etr__put_u64(char *o, uint64_t v) {
+  if (v < 10) { /* (the most frequent: counts, flags, small ids) */
+    *o = (char)('0' + v);
+    return o + 1;
+  }
   unsigned len = etr__dec_len(v);
   etr__put_dec(o, v, len);
   return o + len;

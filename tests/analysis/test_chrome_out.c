@@ -80,18 +80,18 @@ static void ref_us(an_out *o, int64_t ns) {
 static void check_int(ch_buf *b, an_out *ref, uint64_t u) {
   char *p = ch_room(b, CH_US_MAX);
   assert_non_null(p);
-  ch_done(b, ch_u64(p, u));
+  ch_done(b, etr__put_u64(p, u));
   an_out_u64(ref, u);
   expect_same(b, ref, "u64");
   p = ch_room(b, CH_US_MAX);
-  ch_done(b, ch_i64(p, (int64_t)u));
+  ch_done(b, etr__put_i64(p, (int64_t)u));
   an_out_i64(ref, (int64_t)u);
   expect_same(b, ref, "i64");
   p = ch_room(b, CH_US_MAX);
   ch_done(b, ch_us(p, (int64_t)u));
   ref_us(ref, (int64_t)u);
   expect_same(b, ref, "us");
-  assert_true(ch_ndigits(u) >= 1 && ch_ndigits(u) <= 20);
+  assert_true(etr__dec_len(u) >= 1 && etr__dec_len(u) <= 20);
 }
 
 static void test_integers(void **state) {
@@ -372,9 +372,9 @@ static void test_file_buffer(void **state) {
         break;
       default: {
         uint64_t u = next();
-        char *p = ch_room(&b, CH_U64_MAX);
+        char *p = ch_room(&b, ETR__U64_MAX_LEN);
         assert_non_null(p);
-        ch_done(&b, ch_u64(p, u));
+        ch_done(&b, etr__put_u64(p, u));
         an_out_u64(&ref, u);
         break;
       }
