@@ -137,20 +137,17 @@ static void thread_meta(chrome *c, uint64_t tid) {
   c->has_last_meta = true;
 }
 
-/* Copy a string literal to p; the new end. */
-#define PUT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
-
 /* ",\"cat\":\"<cat from the scope>\"" */
 static char *put_cat(char *p, uint64_t scope) {
   switch (scope) {
     case 1:
-      return PUT(p, ",\"cat\":\"backward\"");
+      return ETR__PUT_LIT(p, ",\"cat\":\"backward\"");
     case 2:
-      return PUT(p, ",\"cat\":\"torchscript\"");
+      return ETR__PUT_LIT(p, ",\"cat\":\"torchscript\"");
     case 7:
-      return PUT(p, ",\"cat\":\"user_annotation\"");
+      return ETR__PUT_LIT(p, ",\"cat\":\"user_annotation\"");
     default:
-      return PUT(p, ",\"cat\":\"cpu_op\"");
+      return ETR__PUT_LIT(p, ",\"cat\":\"cpu_op\"");
   }
 }
 
@@ -219,9 +216,9 @@ static void str_arg(ch_buf *b, const char *key, size_t key_len, const char *v) {
   if (v == NULL || v[0] == '\0') return;
   char *p = ch_room(b, key_len + 4);
   if (p == NULL) return;
-  p = PUT(p, ",\"");
+  p = ETR__PUT_LIT(p, ",\"");
   memcpy(p, key, key_len);
-  p = PUT(p + key_len, "\":");
+  p = ETR__PUT_LIT(p + key_len, "\":");
   ch_done(b, p);
   ch_jstr(b, v, strlen(v));
 }
@@ -230,60 +227,60 @@ static void str_arg(ch_buf *b, const char *key, size_t key_len, const char *v) {
 static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t dur) {
   char *p = ch_room(b, 8);
   if (p == NULL) return;
-  ch_done(b, PUT(p, "{\"name\":"));
+  ch_done(b, ETR__PUT_LIT(p, "{\"name\":"));
   ch_jstr(b, n->name ? n->name : "", n->name ? n->name_len : 0);
   /* everything up to the inputs: at most 2 * CH_US_MAX + 13 * ETR__I64_MAX_LEN + 210 bytes */
   p = ch_room(b, 640);
   if (p == NULL) return;
   p = put_cat(p, n->scope);
-  p = PUT(p, ",\"ph\":\"X\",\"ts\":");
+  p = ETR__PUT_LIT(p, ",\"ph\":\"X\",\"ts\":");
   p = ch_us(p, ts);
-  p = PUT(p, ",\"dur\":");
+  p = ETR__PUT_LIT(p, ",\"dur\":");
   p = ch_us(p, dur);
-  p = PUT(p, ",\"pid\":");
+  p = ETR__PUT_LIT(p, ",\"pid\":");
   memcpy(p, c->pid_text, 20); /* (room for 24) */
   p += c->pid_len;
-  p = PUT(p, ",\"tid\":");
+  p = ETR__PUT_LIT(p, ",\"tid\":");
   p = etr__put_u64(p, n->tid);
   if (!c->args) {
     *p++ = '}';
     ch_done(b, p);
     return;
   }
-  p = PUT(p, ",\"args\":{\"id\":");
+  p = ETR__PUT_LIT(p, ",\"args\":{\"id\":");
   p = etr__put_i64(p, n->id);
-  p = PUT(p, ",\"rf_id\":");
+  p = ETR__PUT_LIT(p, ",\"rf_id\":");
   char *rf = p; /* copied twice below (20 bytes, the longest; 36 or more bytes back) */
   p = etr__put_u64(p, n->rf_id);
   size_t rf_len = (size_t)(p - rf);
-  p = PUT(p, ",\"seq_id\":");
+  p = ETR__PUT_LIT(p, ",\"seq_id\":");
   p = etr__put_i64(p, n->seq_id);
-  p = PUT(p, ",\"scope\":");
+  p = ETR__PUT_LIT(p, ",\"scope\":");
   p = etr__put_u64(p, n->scope);
   if (n->fw_parent) {
-    p = PUT(p, ",\"fw_parent\":");
+    p = ETR__PUT_LIT(p, ",\"fw_parent\":");
     p = etr__put_u64(p, n->fw_parent);
-    p = PUT(p, ",\"fw_tid\":");
+    p = ETR__PUT_LIT(p, ",\"fw_tid\":");
     p = etr__put_u64(p, n->fw_tid);
   }
   if (n->has_timing) {
-    p = PUT(p, ",\"exclusive_dur\":");
+    p = ETR__PUT_LIT(p, ",\"exclusive_dur\":");
     p = etr__put_i64(p, n->exclusive_dur);
   }
   /* The same facts under the names PyTorch's Kineto profiler gives them, which tools that
    * correlate host and device traces (and Kineto's own viewers) look for. */
-  p = PUT(p, ",\"External id\":");
+  p = ETR__PUT_LIT(p, ",\"External id\":");
   memcpy(p, rf, ETR__U64_MAX_LEN);
   p += rf_len;
-  p = PUT(p, ",\"Record function id\":");
+  p = ETR__PUT_LIT(p, ",\"Record function id\":");
   memcpy(p, rf, ETR__U64_MAX_LEN);
   p += rf_len;
   if (n->seq_id >= 0) {
-    p = PUT(p, ",\"Sequence number\":");
+    p = ETR__PUT_LIT(p, ",\"Sequence number\":");
     p = etr__put_i64(p, n->seq_id);
   }
   if (n->fw_tid) {
-    p = PUT(p, ",\"Fwd thread id\":");
+    p = ETR__PUT_LIT(p, ",\"Fwd thread id\":");
     p = etr__put_u64(p, n->fw_tid);
   }
   /* The inputs' shapes and types twice (Kineto's names, then ours): the second time a copy
@@ -320,32 +317,37 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
   }
   p = ch_room(b, 2);
   if (p == NULL) return;
-  ch_done(b, PUT(p, "}}"));
+  ch_done(b, ETR__PUT_LIT(p, "}}"));
+}
+
+/* One end of a flow event: `ph` is its phase keys ("s", or "f" bound to the enclosing slice). */
+static char *flow_end(char *p, const chrome *c, const char *ph, size_t ph_len, int64_t id,
+                      uint64_t tid, int64_t ts) {
+  p = ETR__PUT_LIT(p, "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",");
+  memcpy(p, ph, ph_len);
+  p += ph_len;
+  p = ETR__PUT_LIT(p, ",\"id\":");
+  p = etr__put_i64(p, id);
+  p = ETR__PUT_LIT(p, ",\"pid\":");
+  p = etr__put_i64(p, c->pid);
+  p = ETR__PUT_LIT(p, ",\"tid\":");
+  p = etr__put_u64(p, tid);
+  p = ETR__PUT_LIT(p, ",\"ts\":");
+  p = ch_us(p, ts);
+  *p++ = '}';
+  return p;
 }
 
 static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts, uint64_t to_tid,
                       int64_t to_ts) {
+  static const char start[] = "\"ph\":\"s\"", finish[] = "\"ph\":\"f\",\"bp\":\"e\"";
   thread_meta(c, from_tid);
   sep(c);
   char *p = ch_room(&c->o, 256);
   if (p == NULL) return;
-  p = PUT(p, "{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"s\",\"id\":");
-  p = etr__put_i64(p, id);
-  p = PUT(p, ",\"pid\":");
-  p = etr__put_i64(p, c->pid);
-  p = PUT(p, ",\"tid\":");
-  p = etr__put_u64(p, from_tid);
-  p = PUT(p, ",\"ts\":");
-  p = ch_us(p, from_ts);
-  p = PUT(p, "},\n{\"name\":\"fw_parent\",\"cat\":\"fw_link\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
-  p = etr__put_i64(p, id);
-  p = PUT(p, ",\"pid\":");
-  p = etr__put_i64(p, c->pid);
-  p = PUT(p, ",\"tid\":");
-  p = etr__put_u64(p, to_tid);
-  p = PUT(p, ",\"ts\":");
-  p = ch_us(p, to_ts);
-  *p++ = '}';
+  p = flow_end(p, c, start, sizeof start - 1, id, from_tid, from_ts);
+  p = ETR__PUT_LIT(p, ",\n");
+  p = flow_end(p, c, finish, sizeof finish - 1, id, to_tid, to_ts);
   ch_done(&c->o, p);
 }
 
