@@ -252,17 +252,26 @@ static inline void tensor_slots(const void *impl, uint32_t *k0, uint32_t *k1) {
   if (*k1 == *k0) *k1 ^= 1;
 }
 
-/* A definition (type DEF_STR or DEF_TEN) of slot k holding p[0..n) into the thread's stream;
- * false when it could not be written (the value is then written whole where it is used). */
-static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v, size_t n) {
+/* Room in the thread's stream for a definition (type DEF_STR or DEF_TEN) of slot k with n
+ * bytes of payload, its header written: the payload goes at the pointer returned, then
+ * etr__event_commit(ts, *size, false). NULL when it cannot be written. */
+static uint8_t *define_room(etr__tstate *ts, uint8_t type, uint32_t k, size_t n, size_t *size) {
   size_t body = etr__uv_len(k) + n;
-  size_t size = 2 + etr__uv_len(body) + body;
-  uint8_t *p = etr__event_room(ts, size, false);
-  if (!p) return false;
+  *size = 2 + etr__uv_len(body) + body;
+  uint8_t *p = etr__event_room(ts, *size, false);
+  if (!p) return NULL;
   *p++ = type;
   *p++ = 0;
   p = etr__put_uv(p, body);
-  p = etr__put_uv(p, k);
+  return etr__put_uv(p, k);
+}
+
+/* A definition of slot k holding v[0..n); false when it could not be written (the value is
+ * then written whole where it is used). */
+static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v, size_t n) {
+  size_t size;
+  uint8_t *p = define_room(ts, type, k, n, &size);
+  if (!p) return false;
   memcpy(p, v, n);
   etr__event_commit(ts, size, false);
   return true;
@@ -331,18 +340,12 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
   c->impl = NULL;
   c->iseq_p = NULL; /* (an unused slot: no identity, not even NULL, can hit it) */
   /* The definition (trace_internal.h): the tensor whole, written straight into the stream. */
-  size_t tn = tensor_size(dn, vn, nd);
-  size_t body = etr__uv_len(k) + tn;
-  size_t size = 2 + etr__uv_len(body) + body;
-  uint8_t *p = etr__event_room(ts, size, false);
+  size_t size;
+  uint8_t *p = define_room(ts, ETR__CEV_DEF_TEN, k, tensor_size(dn, vn, nd), &size);
   if (!p) { /* (stays whole) */
     put_tensor_whole(e, t, defined, nd, f);
     return;
   }
-  *p++ = ETR__CEV_DEF_TEN;
-  *p++ = 0;
-  p = etr__put_uv(p, body);
-  p = etr__put_uv(p, k);
   write_tensor(p, t, true, nd, f, dev, dn, vn, strides);
   etr__event_commit(ts, size, false);
   c->valid = 1;
