@@ -122,7 +122,7 @@ static size_t jstr_special(const unsigned char *s, size_t len, size_t i, char **
   char *p = *pp;
   unsigned char c = s[i];
   if (c >= 0x80) {
-    size_t n = an_utf8_len(s + i, len - i);
+    size_t n = etr__utf8_seq(s + i, len - i);
     if (n == 0) {
       memcpy(p, "\xEF\xBF\xBD", 3); /* U+FFFD */
       *pp = p + 3;

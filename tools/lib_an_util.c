@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json/writer.h"
+
 /* ---- hash map ---- */
 
 static uint64_t mix64(uint64_t x) {
@@ -253,34 +255,6 @@ void an_out_fmt(an_out *o, const char *fmt, ...) {
   va_end(ap);
 }
 
-size_t an_utf8_len(const unsigned char *s, size_t avail) {
-  unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  size_t n;
-  uint32_t cp;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    cp = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (avail < n) return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
 void an_out_jstr(an_out *o, const char *s, size_t len) {
@@ -294,7 +268,7 @@ void an_out_jstr(an_out *o, const char *s, size_t len) {
       run++;
       continue;
     }
-    size_t n = c >= 0x80 ? an_utf8_len(p + i, len - i) : 1;
+    size_t n = c >= 0x80 ? etr__utf8_seq(p + i, len - i) : 1;
     if (c >= 0x80 && n > 0) {
       i += n;
       run += n;
@@ -374,7 +348,7 @@ void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, cha
   while (i < len) {
     unsigned char c = p[i];
     if (c >= 0x80) {
-      size_t n = an_utf8_len(p + i, len - i);
+      size_t n = etr__utf8_seq(p + i, len - i);
       if (n == 0) {
         an_out_raw(o, REPLACEMENT, 3);
         i++;

@@ -92,10 +92,6 @@ void an_out_jval(an_out *o, const rd_jval *v);
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl);
 
-/* Length of the valid UTF-8 sequence at s (avail bytes there, at least 1): 1..4, or 0 when
- * it is invalid (overlong, a surrogate, beyond U+10FFFF, cut short). */
-size_t an_utf8_len(const unsigned char *s, size_t avail);
-
 /* ---- growable arrays ---- */
 
 /* Make room for `need` elements of `elem` bytes in the array *p of capacity *cap (both

@@ -270,28 +270,6 @@ void etr__jw_double(etr__jw *w, double v) {
   etr__jw_raw(w, tmp, (size_t)n);
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are invalid
- * (overlong forms, surrogates, code points above U+10FFFF, truncated sequences). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-  unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  if (c < 0xC2) return 0;
-  if (c < 0xE0) return (n >= 2 && (s[1] & 0xC0) == 0x80) ? 2 : 0;
-  if (c < 0xF0) {
-    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
-    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
-    return 3;
-  }
-  if (c < 0xF5) {
-    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
-    if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
-    return 4;
-  }
-  return 0;
-}
-
 /* Only the bytes around max are looked at: a unit (a valid sequence, or one invalid byte)
  * straddles max only when u[max] continues a valid sequence that starts at most 3 bytes
  * before it, at a lead byte, which no earlier unit can contain. So the answer is the same as
@@ -303,7 +281,7 @@ size_t etr__utf8_cut(const char *s, size_t n, size_t max) {
   size_t j = max;
   while (j > 0 && max - j < 3 && (u[j] & 0xC0) == 0x80) j--;
   if ((u[j] & 0xC0) == 0x80) return max; /* a run of stray continuation bytes */
-  size_t k = utf8_seq(u + j, n - j);
+  size_t k = etr__utf8_seq(u + j, n - j);
   return k > 0 && j + k > max ? j : max;
 }
 
@@ -356,7 +334,7 @@ char *etr__put_str_body_any(char *o, const char *s, size_t n, uint64_t *replaced
       continue;
     }
     if (c >= 0x80) {
-      size_t k = utf8_seq(u + i, n - i);
+      size_t k = etr__utf8_seq(u + i, n - i);
       if (k) {
         memcpy(o, s + i, k);
         o += k;

@@ -185,6 +185,29 @@ void etr__jw_str(etr__jw *w, const char *s, size_t n);
 /* The escaped bytes only, no quotes (to build one string out of several pieces). */
 void etr__jw_str_body(etr__jw *w, const char *s, size_t n);
 
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are invalid
+ * (overlong forms, surrogates, code points above U+10FFFF, truncated sequences); n >= 1 bytes
+ * are readable at s. */
+static inline size_t etr__utf8_seq(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return (n >= 2 && (s[1] & 0xC0) == 0x80) ? 2 : 0;
+  if (c < 0xF0) {
+    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
+    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
+    if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
+    return 4;
+  }
+  return 0;
+}
+
 /* Length of the longest prefix of s[0..n) of at most max bytes that does not split a UTF-8
  * sequence (only well-formed lead bytes are respected; invalid bytes are single units). */
 size_t etr__utf8_cut(const char *s, size_t n, size_t max);

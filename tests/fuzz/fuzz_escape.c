@@ -9,7 +9,7 @@
  *    UTF-8 sequence replaced by one U+FFFD (writer.c replaces invalid bytes one at a time:
  *    a truncated 3-byte sequence is 2 replacements), and the `replaced` counter equals the
  *    number of those bytes. The reference decoder below is written independently of
- *    writer.c's utf8_seq (code-point ranges instead of lead/continuation tables);
+ *    writer.h's etr__utf8_seq (code-point ranges instead of lead/continuation tables);
  *  - etr__utf8_cut(s, n, max) returns the longest prefix of at most max bytes that ends on a
  *    unit boundary (a valid sequence or one invalid byte);
  *  - the string built from two pieces with etr__jw_str_body decodes to the concatenation;
