@@ -70,6 +70,19 @@ static inline void put(enc *e, const void *p, size_t n) {
   memcpy(e->ts->arena + e->ts->arena_len, p, n);
   e->ts->arena_len += n;
 }
+/* A tag byte and n bytes of p, with one reservation (scalars: most values of an op). */
+static inline void put_tagged(enc *e, uint8_t tag, const void *p, size_t n) {
+  etr__tstate *ts = e->ts;
+  if (e->failed) return;
+  if (!etr__arena_reserve(ts, 1 + n)) {
+    e->failed = true;
+    return;
+  }
+  uint8_t *d = ts->arena + ts->arena_len;
+  d[0] = tag;
+  if (n) memcpy(d + 1, p, n);
+  ts->arena_len += 1 + n;
+}
 static inline void put_u8(enc *e, uint8_t v) { put(e, &v, 1); }
 static inline void put_u32(enc *e, uint32_t v) { put(e, &v, 4); }
 static inline void put_u64(enc *e, uint64_t v) { put(e, &v, 8); }
@@ -255,7 +268,8 @@ static inline void tensor_slots(const void *impl, uint32_t *k0, uint32_t *k1) {
 /* Room in the thread's stream for a definition (type DEF_STR or DEF_TEN) of slot k with n
  * bytes of payload, its header written: the payload goes at the pointer returned, then
  * etr__event_commit(ts, *size, false). NULL when it cannot be written. */
-static uint8_t *define_room(etr__tstate *ts, uint8_t type, uint32_t k, size_t n, size_t *size) {
+static inline ETR__ALWAYS_INLINE uint8_t *define_room(etr__tstate *ts, uint8_t type, uint32_t k,
+                                                      size_t n, size_t *size) {
   size_t body = etr__uv_len(k) + n;
   *size = 2 + etr__uv_len(body) + body;
   uint8_t *p = etr__event_room(ts, *size, false);
@@ -416,17 +430,16 @@ static uint32_t put_values(enc *e, const etr_value *vals, uint32_t n, unsigned d
 
 static void put_value(enc *e, const etr_value *v, unsigned depth) {
   switch (v->kind) {
-    case ETR_VALUE_BOOL:
-      put_u8(e, ETR__V_BOOL);
-      put_u8(e, v->u.b ? 1 : 0);
+    case ETR_VALUE_BOOL: {
+      uint8_t b = v->u.b ? 1 : 0;
+      put_tagged(e, ETR__V_BOOL, &b, 1);
       return;
+    }
     case ETR_VALUE_INT:
-      put_u8(e, ETR__V_INT);
-      put_u64(e, (uint64_t)v->u.i);
+      put_tagged(e, ETR__V_INT, &v->u.i, 8);
       return;
     case ETR_VALUE_DOUBLE:
-      put_u8(e, ETR__V_DOUBLE);
-      put(e, &v->u.d, 8);
+      put_tagged(e, ETR__V_DOUBLE, &v->u.d, 8);
       return;
     case ETR_VALUE_STRING:
     case ETR_VALUE_DEVICE:
@@ -458,7 +471,7 @@ static void put_value(enc *e, const etr_value *v, unsigned depth) {
     }
     case ETR_VALUE_NONE:
     default:
-      put_u8(e, ETR__V_NONE);
+      put_tagged(e, ETR__V_NONE, NULL, 0);
       return;
   }
 }

@@ -13,6 +13,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "etr/common.h"
+
 #define SHARDS 64
 #define INIT_CAP 64 /* entries per shard, power of two */
 
@@ -164,12 +166,12 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   /* Lock-free read of a known object. */
   for (unsigned tries = 0; tries < 64; tries++) {
     uint64_t s0 = atomic_load_explicit(&s->seq, memory_order_acquire);
-    if (s0 & 1) {
+    if (ETR__UNLIKELY(s0 & 1)) {
       sched_yield();
       continue;
     }
     uint64_t id = probe(atomic_load_explicit(&s->tab, memory_order_acquire), k, h);
-    if (atomic_load_explicit(&s->seq, memory_order_relaxed) == s0) {
+    if (ETR__LIKELY(atomic_load_explicit(&s->seq, memory_order_relaxed) == s0)) {
       if (!id) break;
       if (c) *c = (etr__idcache_entry){k, id, s0, &s->seq};
       return id;
@@ -179,7 +181,7 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   shard_lock(s);
   table *t = atomic_load_explicit(&s->tab, memory_order_relaxed);
   uint64_t id = probe(t, k, h);
-  if (id) {
+  if (ETR__UNLIKELY(id)) { /* (inserted by another thread meanwhile) */
     if (c)
       *c =
           (etr__idcache_entry){k, id, atomic_load_explicit(&s->seq, memory_order_relaxed), &s->seq};
@@ -188,7 +190,7 @@ uint64_t etr__idmap_get(etr__idmap *m, const void *key, etr__id_source src, void
   }
   write_begin(s);
   /* Keep the load factor under 3/4. */
-  if ((!t || (s->count + 1) * 4 > (t->mask + 1) * 3)) {
+  if (ETR__UNLIKELY(!t || (s->count + 1) * 4 > (t->mask + 1) * 3)) {
     if (!grow(s)) {
       write_end(s);
       shard_unlock(s);

@@ -108,7 +108,7 @@ void etr__hand_over(etr__tstate *ts) {
   pthread_mutex_unlock(&tr->q_mutex);
 }
 
-uint8_t *etr__event_room(etr__tstate *ts, size_t size, bool node) {
+uint8_t *etr__event_room_slow(etr__tstate *ts, size_t size, bool node) {
   etr__chunk *c = ts->chunk;
   if (atomic_load_explicit(&ts->trace->failed, memory_order_relaxed)) {
     c = NULL;
@@ -121,14 +121,6 @@ uint8_t *etr__event_room(etr__tstate *ts, size_t size, bool node) {
     return NULL;
   }
   return c->data + c->len;
-}
-
-/* A chunk made for one large event is shipped at once. */
-void etr__event_commit(etr__tstate *ts, size_t size, bool node) {
-  etr__chunk *c = ts->chunk;
-  if (node) c->nodes++;
-  __atomic_store_n(&c->len, c->len + (uint32_t)size, __ATOMIC_RELEASE); /* for the writer */
-  if (c->oversized) etr__hand_over(ts);
 }
 
 /* ---- per-thread state ---- */

@@ -412,7 +412,7 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
 }
 
 /* Runs the enter (or exit) callbacks of the record's active slots. */
-static void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
+static inline ETR__ALWAYS_INLINE void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
   uint64_t mask = rec->_active;
   uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
   etr__hazard_publish(&t->hazard_slots, saved | mask);

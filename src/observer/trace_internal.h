@@ -377,11 +377,30 @@ static inline int64_t etr__unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64
 
 /* ---- recorder.c, for the encoder's definitions ---- */
 
+/* etr__event_room when the thread has no chunk with room, or the trace failed. */
+uint8_t *etr__event_room_slow(etr__tstate *ts, size_t size, bool node);
+/* Push the thread's partly filled chunk to the writer. */
+void etr__hand_over(etr__tstate *ts);
+
 /* Room for a compact event of size bytes in the thread's chunk; NULL when it cannot be
- * written (a write error, memory exhausted), counted as a dropped node when node is true. */
-uint8_t *etr__event_room(etr__tstate *ts, size_t size, bool node);
-/* The event written at etr__event_room's pointer is complete. */
-void etr__event_commit(etr__tstate *ts, size_t size, bool node);
+ * written (a write error, memory exhausted), counted as a dropped node when node is true.
+ * (Inline: the common case, room in the current chunk, is a few instructions.) */
+static inline uint8_t *etr__event_room(etr__tstate *ts, size_t size, bool node) {
+  etr__chunk *c = ts->chunk;
+  if (ETR__LIKELY(c && c->len + size <= c->cap &&
+                  !atomic_load_explicit(&ts->trace->failed, memory_order_relaxed)))
+    return c->data + c->len;
+  return etr__event_room_slow(ts, size, node);
+}
+
+/* The event written at etr__event_room's pointer is complete. A chunk made for one large
+ * event is shipped at once. */
+static inline void etr__event_commit(etr__tstate *ts, size_t size, bool node) {
+  etr__chunk *c = ts->chunk;
+  if (node) c->nodes++;
+  __atomic_store_n(&c->len, c->len + (uint32_t)size, __ATOMIC_RELEASE); /* for the writer */
+  if (ETR__UNLIKELY(c->oversized)) etr__hand_over(ts);
+}
 
 /* ---- encode.c (recording threads) ---- */
 
@@ -514,8 +533,6 @@ void etr__trace_exit(const etr_record *rec, void *user);
 /* Write the thread's open ops (innermost first, marked incomplete) and hand its chunk over;
  * its memory is freed. The owner thread must not be inside our callbacks. */
 void etr__finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter);
-/* Push the thread's partly filled chunk to the writer. */
-void etr__hand_over(etr__tstate *ts);
 /* The slot of the state of thread tid in the trace's pages (made when create), or NULL. */
 _Atomic(etr__tstate *) *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool create);
 
