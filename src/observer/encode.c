@@ -247,8 +247,11 @@ static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
     e->failed = true;
     return;
   }
-  ts->arena[ts->arena_len++] = ETR__V_TREF;
-  ts->arena[ts->arena_len++] = (uint8_t)k;
+  uint8_t *p = ts->arena + ts->arena_len; /* (not ts->arena[ts->arena_len++]: a byte store
+                                           * may alias arena_len, which is then reloaded) */
+  p[0] = ETR__V_TREF;
+  p[1] = (uint8_t)k;
+  ts->arena_len += 2;
   e->expanded += c->expand;
   if (e->pin) {
     c->pins++;
