@@ -35,8 +35,7 @@ static uint64_t id_source(void *ctx) {
   return etr__next_id(ts);
 }
 
-bool etr__arena_reserve(etr__tstate *ts, size_t n) {
-  if (ts->arena_len + n <= ts->arena_cap) return true;
+bool etr__arena_grow(etr__tstate *ts, size_t n) {
   size_t cap = ts->arena_cap ? ts->arena_cap : 4096;
   while (cap < ts->arena_len + n) cap *= 2;
   uint8_t *p = realloc(ts->arena, cap);

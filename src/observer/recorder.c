@@ -256,12 +256,14 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   size_t fixed = (size_t)(h - head);
   size_t body = fixed + f->len + out_len;
   size_t size = 2 + etr__uv_len(body) + body;
-  uint8_t *dst = out_len ? etr__event_room(ts, size, true) : NULL;
+  /* (room for the whole of head too: it is copied whole, a fixed size that compiles to a
+   * few moves, and the bytes past the event are overwritten by the next one) */
+  uint8_t *dst = out_len ? etr__event_room(ts, size + sizeof head, true) : NULL;
   if (dst) {
     *dst++ = ETR__CEV_OP;
     *dst++ = flags;
     dst = etr__put_uv(dst, body);
-    for (size_t i = 0; i < fixed; i++) dst[i] = head[i]; /* (a few bytes: no call) */
+    memcpy(dst, head, sizeof head);
     dst += fixed;
     if (out_off == f->off + f->len) { /* the begin part and the outputs are one run */
       memcpy(dst, ts->arena + f->off, f->len + out_len);

@@ -55,7 +55,7 @@ static _Atomic uint64_t next_rf = 1;
 static pthread_key_t thread_key;
 static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
 /* initial-exec: a plain %fs-relative load instead of a __tls_get_addr call per access. */
-static _Thread_local etr__thread *tls_self __attribute__((tls_model("initial-exec")));
+_Thread_local etr__thread *etr__tls_self __attribute__((tls_model("initial-exec")));
 static _Thread_local bool tls_gone __attribute__((tls_model("initial-exec")));
 
 /* With the membarrier system call, a recorder publishes its hazard word with a plain store
@@ -88,9 +88,9 @@ static uint64_t seed_rng(uint64_t tid) {
   return x ? x : 0x2545F4914F6CDD1Dull;
 }
 
-etr__thread *etr__thread_self(void) {
-  etr__thread *t = tls_self;
-  if (ETR__LIKELY(t != NULL)) return t;
+etr__thread *etr__thread_self_slow(void) {
+  etr__thread *t = etr__tls_self;
+  if (t) return t;
   if (tls_gone) return NULL;
   pthread_once(&thread_key_once, key_init);
   t = calloc(1, sizeof *t);
@@ -102,7 +102,7 @@ etr__thread *etr__thread_self(void) {
   if (threads_head) threads_head->prev = t;
   threads_head = t;
   pthread_mutex_unlock(&threads_lock);
-  tls_self = t;
+  etr__tls_self = t;
   pthread_setspecific(thread_key, t);
   return t;
 }
@@ -160,7 +160,7 @@ static void thread_exit(void *arg) {
   pthread_mutex_unlock(&reg_lock);
   const etr__registry_hooks *h = hooks();
   if (h && h->thread_exit) h->thread_exit(t);
-  tls_self = NULL;
+  etr__tls_self = NULL;
   tls_gone = true;
   pthread_mutex_lock(&threads_lock);
   unlink_thread(t);
@@ -171,7 +171,7 @@ static void thread_exit(void *arg) {
 /* Waits (yielding, then sleeping 50 us at a time) until no thread other than the caller
  * has a bit of mask in its hazard_slots, or (ids) is inside an object-id operation. */
 static void wait_until_clear(uint64_t mask, bool ids) {
-  etr__thread *self = tls_self;
+  etr__thread *self = etr__tls_self;
 #ifdef __NR_membarrier
   if (etr__use_membarrier) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);
 #endif
@@ -492,7 +492,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   /* Only the forking thread exists now: forget the others (their memory is the parent's
    * business) so that nobody waits on their hazards. */
-  etr__thread *self = tls_self;
+  etr__thread *self = etr__tls_self;
   etr__thread *t = threads_head;
   while (t) {
     etr__thread *next = t->next;

@@ -38,8 +38,13 @@ struct etr__thread {
 };
 
 /* The calling thread's state, created on first use; NULL during/after thread exit, at
- * shutdown, or if memory is exhausted. */
-etr__thread *etr__thread_self(void);
+ * shutdown, or if memory is exhausted. (Inline: every record reads it several times.) */
+extern _Thread_local etr__thread *etr__tls_self __attribute__((tls_model("initial-exec")));
+etr__thread *etr__thread_self_slow(void);
+static inline etr__thread *etr__thread_self(void) {
+  etr__thread *t = etr__tls_self;
+  return __builtin_expect(t != NULL, 1) ? t : etr__thread_self_slow();
+}
 
 /* Publish a hazard word before reading the state it protects (Dekker with the waiters
  * below, which store first, then wait). */

@@ -404,8 +404,12 @@ static inline void etr__event_commit(etr__tstate *ts, size_t size, bool node) {
 
 /* ---- encode.c (recording threads) ---- */
 
-/* Grow the thread's arena to hold n more bytes; false when memory is exhausted. */
-bool etr__arena_reserve(etr__tstate *ts, size_t n);
+/* Room in the thread's arena for n more bytes (grown when needed: etr__arena_grow); false
+ * when memory is exhausted. */
+bool etr__arena_grow(etr__tstate *ts, size_t n);
+static inline bool etr__arena_reserve(etr__tstate *ts, size_t n) {
+  return ts->arena_len + n <= ts->arena_cap || etr__arena_grow(ts, n);
+}
 
 /* Append to the arena: a value count and the values kept of vals[0..n) (tensors seen before
  * by reference; the slots they take are held by pin, the open op, when not NULL); raw bytes;
