@@ -566,7 +566,7 @@ static __attribute__((noinline)) bool sref_new(etr__tstate *ts, const char *s, u
   return put_sref_slot(ts, k, held);
 }
 
-bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
+bool etr__encode_sref_any(etr__tstate *ts, const char *s, int16_t *held) {
   *held = -1;
   if (!s || !s[0]) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, 0);
   if (!ts->cstr && !(ts->cstr = calloc(ETR__CSTR_SLOTS, sizeof *ts->cstr)))

@@ -422,7 +422,24 @@ bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max);
 /* Append a string reference (sref) to s (NULL or "" for none): by slot when the thread's
  * table has it or it can take one (defining it first), the slot then held in *held until
  * etr__unpin; else inline. False when memory is exhausted. */
-bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held);
+bool etr__encode_sref_any(etr__tstate *ts, const char *s, int16_t *held);
+/* etr__encode_sref_any, with its most common case inline: an interned string (etr_intern)
+ * in its first slot, whose reference takes one or two bytes. */
+static inline bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
+  if (ETR__LIKELY(s && ts->cstr && ts->arena_len + 2 <= ts->arena_cap)) {
+    uint32_t k = (uint32_t)(((uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull) >> 56);
+    etr__cstr *c = &ts->cstr[k];
+    if (c->ptr == s && c->fixed) {
+      c->used = ++ts->table_clock;
+      uint8_t *p = ts->arena + ts->arena_len;
+      ts->arena_len = (size_t)(etr__put_uv(p, k + 1) - ts->arena);
+      c->pins++;
+      *held = (int16_t)k;
+      return true;
+    }
+  }
+  return etr__encode_sref_any(ts, s, held);
+}
 
 /* Let go of the slots the op of f holds. */
 void etr__unpin(etr__tstate *ts, etr__frame *f);
