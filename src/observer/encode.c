@@ -258,15 +258,6 @@ static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
   }
 }
 
-/* The two candidate slots of a tensor identity (a model's live tensors collide less than in
- * one). */
-static inline void tensor_slots(const void *impl, uint32_t *k0, uint32_t *k1) {
-  uint64_t h = (uint64_t)(uintptr_t)impl * 0x9e3779b97f4a7c15ull;
-  *k0 = (uint32_t)(h >> 56);
-  *k1 = (uint32_t)(h >> 48) & (ETR__CTEN_SLOTS - 1);
-  if (*k1 == *k0) *k1 ^= 1;
-}
-
 /* Room in the thread's stream for a definition (type DEF_STR or DEF_TEN) of slot k with n
  * bytes of payload, its header written: the payload goes at the pointer returned, then
  * etr__event_commit(ts, *size, false). NULL when it cannot be written. */
@@ -333,7 +324,7 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     strides = cstrides;
   }
   uint32_t k, k1;
-  tensor_slots(t->impl, &k, &k1);
+  etr__slot_pair(t->impl, &k, &k1);
   etr__cten *c = &ts->cten[k], *c1 = &ts->cten[k1];
   uint32_t hk = tensor_same(c, t, (uint32_t)nd, f[0], f[1], dev, strides)    ? k
                 : tensor_same(c1, t, (uint32_t)nd, f[0], f[1], dev, strides) ? k1
@@ -396,7 +387,7 @@ static inline void put_tensor(enc *e, const etr_tensor *t) {
       (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
     const char *dev = t->device ? t->device : "";
     uint32_t k, k1;
-    tensor_slots(t->impl, &k, &k1);
+    etr__slot_pair(t->impl, &k, &k1);
     if (tensor_hit(&ts->cten[k], t, dev)) {
       put_tref(e, &ts->cten[k], k);
       return;
@@ -526,17 +517,6 @@ static inline bool sref_hit(const etr__cstr *c, const char *s) {
   return c->ptr == s && (c->fixed || strncmp(s, c->copy, (size_t)c->len + 1) == 0);
 }
 
-/* The reference to string slot k (held by the op being encoded). */
-static inline bool put_sref_slot(etr__tstate *ts, uint32_t k, int16_t *held) {
-  etr__cstr *c = &ts->cstr[k];
-  c->used = ++ts->table_clock;
-  if (!etr__arena_reserve(ts, 2)) return false;
-  ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k + 1) - ts->arena);
-  c->pins++;
-  *held = (int16_t)k;
-  return true;
-}
-
 /* A string not in its slots: it takes the least recently used one that no open op holds
  * (defined first), else it is written in the op. */
 static __attribute__((noinline)) bool sref_new(etr__tstate *ts, const char *s, uint32_t k,
@@ -563,7 +543,7 @@ static __attribute__((noinline)) bool sref_new(etr__tstate *ts, const char *s, u
   c->len = (uint32_t)n;
   c->ptr = s;
   c->fixed = etr__interned(s);
-  return put_sref_slot(ts, k, held);
+  return etr__put_sref_slot(ts, k, held);
 }
 
 bool etr__encode_sref_any(etr__tstate *ts, const char *s, int16_t *held) {
@@ -571,11 +551,10 @@ bool etr__encode_sref_any(etr__tstate *ts, const char *s, int16_t *held) {
   if (!s || !s[0]) return etr__encode_uv(ts, 0) && etr__encode_uv(ts, 0);
   if (!ts->cstr && !(ts->cstr = calloc(ETR__CSTR_SLOTS, sizeof *ts->cstr)))
     return etr__encode_uv(ts, 0) && etr__encode_inline_str(ts, s, ETR__STRING_MAX);
-  uint64_t h = (uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull;
-  uint32_t k = (uint32_t)(h >> 56), k1 = (uint32_t)(h >> 48) & (ETR__CSTR_SLOTS - 1);
-  if (k1 == k) k1 ^= 1;
-  if (sref_hit(&ts->cstr[k], s)) return put_sref_slot(ts, k, held);
-  if (sref_hit(&ts->cstr[k1], s)) return put_sref_slot(ts, k1, held);
+  uint32_t k, k1;
+  etr__slot_pair(s, &k, &k1);
+  if (sref_hit(&ts->cstr[k], s)) return etr__put_sref_slot(ts, k, held);
+  if (sref_hit(&ts->cstr[k1], s)) return etr__put_sref_slot(ts, k1, held);
   return sref_new(ts, s, k, k1, held);
 }
 

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "etr/common.h"
+
 typedef struct etr__thread etr__thread;
 
 #define ETR__THREAD_NAME_MAX 64 /* bytes of a thread name kept, NUL included */
@@ -43,7 +45,7 @@ extern _Thread_local etr__thread *etr__tls_self __attribute__((tls_model("initia
 etr__thread *etr__thread_self_slow(void);
 static inline etr__thread *etr__thread_self(void) {
   etr__thread *t = etr__tls_self;
-  return __builtin_expect(t != NULL, 1) ? t : etr__thread_self_slow();
+  return ETR__LIKELY(t != NULL) ? t : etr__thread_self_slow();
 }
 
 /* Publish a hazard word before reading the state it protects (Dekker with the waiters

@@ -423,20 +423,34 @@ bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max);
  * table has it or it can take one (defining it first), the slot then held in *held until
  * etr__unpin; else inline. False when memory is exhausted. */
 bool etr__encode_sref_any(etr__tstate *ts, const char *s, int16_t *held);
+/* The two candidate slots of an identity pointer in the thread's string and tensor tables
+ * (a pointer hashed to one slot would collide more). */
+_Static_assert(ETR__CSTR_SLOTS == 256u && ETR__CTEN_SLOTS == 256u, "slots are a hash's top byte");
+static inline void etr__slot_pair(const void *p, uint32_t *k0, uint32_t *k1) {
+  uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
+  *k0 = (uint32_t)(h >> 56);
+  *k1 = (uint32_t)(h >> 48) & 255u;
+  if (*k1 == *k0) *k1 ^= 1;
+}
+
+/* The reference to string slot k, which the op being encoded then holds. */
+static inline bool etr__put_sref_slot(etr__tstate *ts, uint32_t k, int16_t *held) {
+  etr__cstr *c = &ts->cstr[k];
+  c->used = ++ts->table_clock;
+  if (!etr__arena_reserve(ts, 2)) return false;
+  ts->arena_len = (size_t)(etr__put_uv(ts->arena + ts->arena_len, k + 1) - ts->arena);
+  c->pins++;
+  *held = (int16_t)k;
+  return true;
+}
+
 /* etr__encode_sref_any, with its most common case inline: an interned string (etr_intern)
- * in its first slot, whose reference takes one or two bytes. */
+ * in its first slot. */
 static inline bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
-  if (ETR__LIKELY(s && ts->cstr && ts->arena_len + 2 <= ts->arena_cap)) {
-    uint32_t k = (uint32_t)(((uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull) >> 56);
-    etr__cstr *c = &ts->cstr[k];
-    if (c->ptr == s && c->fixed) {
-      c->used = ++ts->table_clock;
-      uint8_t *p = ts->arena + ts->arena_len;
-      ts->arena_len = (size_t)(etr__put_uv(p, k + 1) - ts->arena);
-      c->pins++;
-      *held = (int16_t)k;
-      return true;
-    }
+  if (ETR__LIKELY(s && ts->cstr)) {
+    uint32_t k, k1;
+    etr__slot_pair(s, &k, &k1);
+    if (ts->cstr[k].ptr == s && ts->cstr[k].fixed) return etr__put_sref_slot(ts, k, held);
   }
   return etr__encode_sref_any(ts, s, held);
 }
