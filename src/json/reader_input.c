@@ -40,6 +40,7 @@ struct rd_source {
   z_stream zs;
   ZSTD_DStream *zst;
   size_t zst_last;    /* ZSTD_decompressStream's last answer: 0 = a frame just ended */
+  bool out_full;      /* the last decompression filled out: it may hold more without input */
   unsigned char *out; /* decompressed bytes */
 };
 
@@ -140,11 +141,15 @@ ssize_t rd_source_read(rd_source *s, const unsigned char **p) {
     for (;;) {
       ssize_t k = src_fill(s);
       if (k < 0) return -1;
-      if (k == 0) return src_stop(s, s->zst_last != 0 ? RD_SRC_CUT : RD_SRC_DONE, NULL, 0, p);
+      /* at the end of the input, a decompressor whose last call filled the output block may
+       * still hold bytes of what it read: they come out before the end is reported */
+      if (k == 0 && !s->out_full)
+        return src_stop(s, s->zst_last != 0 ? RD_SRC_CUT : RD_SRC_DONE, NULL, 0, p);
       ZSTD_inBuffer in = {s->in + s->in_pos, s->in_len - s->in_pos, 0};
       ZSTD_outBuffer out = {s->out, SRC_OUT_BLOCK, 0};
       size_t z = ZSTD_decompressStream(s->zst, &out, &in);
       s->in_pos += in.pos;
+      s->out_full = out.pos == SRC_OUT_BLOCK;
       if (ZSTD_isError(z)) return src_stop(s, RD_SRC_CORRUPT, ZSTD_getErrorName(z), out.pos, p);
       s->zst_last = z;
       if (out.pos) {
@@ -173,7 +178,7 @@ ssize_t rd_source_read(rd_source *s, const unsigned char **p) {
     }
     ssize_t k = src_fill(s);
     if (k < 0) return -1;
-    if (k == 0) return src_stop(s, RD_SRC_CUT, NULL, 0, p);
+    if (k == 0 && !s->out_full) return src_stop(s, RD_SRC_CUT, NULL, 0, p);
     s->zs.next_in = s->in + s->in_pos;
     s->zs.avail_in = (uInt)(s->in_len - s->in_pos);
     s->zs.next_out = s->out;
@@ -181,6 +186,7 @@ ssize_t rd_source_read(rd_source *s, const unsigned char **p) {
     int zr = inflate(&s->zs, Z_NO_FLUSH);
     s->in_pos = s->in_len - s->zs.avail_in;
     size_t produced = SRC_OUT_BLOCK - s->zs.avail_out;
+    s->out_full = s->zs.avail_out == 0 && zr != Z_STREAM_END;
     if (zr == Z_STREAM_END)
       s->gz_end = true;
     else if (zr != Z_OK && zr != Z_BUF_ERROR)

@@ -32,12 +32,12 @@ typedef struct drained {
   bool gzip, compressed;
 } drained;
 
-static drained drain(const char *path, uint64_t base, bool positional) {
+static drained drain_by(const char *path, uint64_t base, bool positional, size_t block) {
   drained d = {0};
   int fd = open(path, O_RDONLY);
   assert_true(fd >= 0);
   rd_source *s = NULL;
-  assert_int_equal(rd_source_open(fd, base, positional, 4096, &s), 0);
+  assert_int_equal(rd_source_open(fd, base, positional, block, &s), 0);
   const unsigned char *p;
   ssize_t k;
   while ((k = rd_source_read(s, &p)) > 0) {
@@ -55,6 +55,10 @@ static drained drain(const char *path, uint64_t base, bool positional) {
   rd_source_close(s);
   close(fd);
   return d;
+}
+
+static drained drain(const char *path, uint64_t base, bool positional) {
+  return drain_by(path, base, positional, 4096);
 }
 
 /* Two gzip members of text (split in the middle), one after the other. */
@@ -158,6 +162,99 @@ static void test_zstd_whole_and_cut(void **state) {
   free(z);
 }
 
+/* What zlib (gzip) or zstd alone makes of the first cut bytes of z: its length. */
+static size_t reference_len(const unsigned char *z, size_t cut, bool gzip, unsigned char *buf,
+                            size_t cap) {
+  if (gzip) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    assert_int_equal(inflateInit2(&zs, 15 + 16), Z_OK);
+    zs.next_in = (unsigned char *)z;
+    zs.avail_in = (uInt)cut;
+    zs.next_out = buf;
+    zs.avail_out = (uInt)cap;
+    int r = inflate(&zs, Z_SYNC_FLUSH);
+    assert_true(r == Z_OK || r == Z_BUF_ERROR || r == Z_STREAM_END);
+    size_t n = zs.total_out;
+    inflateEnd(&zs);
+    return n;
+  }
+  ZSTD_DStream *d = ZSTD_createDStream();
+  assert_non_null(d);
+  ZSTD_inBuffer in = {z, cut, 0};
+  ZSTD_outBuffer out = {buf, cap, 0};
+  assert_false(ZSTD_isError(ZSTD_decompressStream(d, &out, &in)));
+  ZSTD_freeDStream(d);
+  return out.pos;
+}
+
+/* A cut input gives every byte its decompressor can make of it, also when the output that
+ * the last input bytes make crosses the end of one of the source's 64 KiB output blocks (the
+ * decompressor then holds the rest until it is called again, with no input left). The text
+ * has a long run of one byte across that end, so the stream there is long matches. */
+static void cut_at_block_end(bool gzip) {
+  size_t len = 200000;
+  unsigned char *t = malloc(len), *buf = malloc(len);
+  assert_non_null(t);
+  assert_non_null(buf);
+  memcpy(t, text, len);
+  memset(t + 65536 - 700, 'x', 2000);
+  size_t cap = gzip ? compressBound((uLong)len) + 64 : ZSTD_compressBound(len), n = 0;
+  unsigned char *z = malloc(cap);
+  assert_non_null(z);
+  if (gzip) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    zs.next_in = t;
+    zs.avail_in = (uInt)len;
+    zs.next_out = z;
+    zs.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    n = zs.total_out;
+    deflateEnd(&zs);
+  } else {
+    n = ZSTD_compress(z, cap, t, len, 3);
+    assert_false(ZSTD_isError(n));
+  }
+  /* the shortest cut whose output passes the block's end, by bisection */
+  size_t lo = 20, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (reference_len(z, mid, gzip, buf, len) > 65536)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  const char *p = ct_tmp_path(gzip ? "b.json.gz" : "b.json.zst");
+  unsigned passing = 0;
+  for (size_t cut = lo - 8; cut < lo + 48 && cut < n; cut++) {
+    size_t want = reference_len(z, cut, gzip, buf, len);
+    ct_write_file(p, z, cut);
+    /* the whole input read at once: output blocks end where the source's 64 KiB do */
+    drained d = drain_by(p, 0, true, 1u << 20);
+    assert_int_equal(d.end, RD_SRC_CUT);
+    assert_int_equal(d.len, want);
+    assert_memory_equal(d.data, t, d.len);
+    passing += want > 65536;
+    free(d.data);
+  }
+  assert_true(passing > 0); /* the sweep did cross the block's end */
+  free(z);
+  free(t);
+  free(buf);
+}
+
+static void test_gzip_cut_at_block_end(void **state) {
+  (void)state;
+  cut_at_block_end(true);
+}
+
+static void test_zstd_cut_at_block_end(void **state) {
+  (void)state;
+  cut_at_block_end(false);
+}
+
 static int setup(void **state) {
   if (ct_tmpdir_setup(state) != 0) return -1;
   /* a few hundred KB of trace-like text: several blocks of the source */
@@ -180,6 +277,8 @@ int main(void) {
       cmocka_unit_test(test_plain),
       cmocka_unit_test(test_gzip_whole_and_cut),
       cmocka_unit_test(test_zstd_whole_and_cut),
+      cmocka_unit_test(test_gzip_cut_at_block_end),
+      cmocka_unit_test(test_zstd_cut_at_block_end),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
