@@ -326,18 +326,31 @@ struct ThreadState {
   const char *last_device_name = nullptr;
   std::deque<std::string> names_;
 
-  // Schema strings, made once per operator and thread (the name pointer is the operator's
-  // own): a direct-mapped cache in front of the map that keeps them.
-  struct SchemaSlot {
-    const char *name;
-    const char *schema;
-  };
-  SchemaSlot schema_slots[256] = {};
-  struct Schema {
+  // An op's name and schema, found by the name's address. For an operator, fn.name() is the
+  // name held by its schema in the dispatcher: the same address on every call, so the name
+  // is interned once (etr then knows it by address and compares no bytes of it) and the
+  // schema string made once. Other records (custom autograd Functions, user scopes) name
+  // themselves with a string of their own, often inside the RecordFunction on the stack, so
+  // one address holds many names in turn, and an operator's address may be taken by another
+  // string once the operator is gone. A slot therefore keeps the bytes it was made for and a
+  // hit compares them too: the address alone would give one record another's name or schema.
+  struct OpSlot {
+    const char *name = nullptr;  // fn.name() it was made for
+    const char *text = nullptr;  // name's bytes: the interned copy, else copy's
+    bool interned = false;
     std::string copy;
+    const char *schema = nullptr;  // interned
+  };
+  static constexpr size_t kOpSlots = 256;
+  std::unique_ptr<OpSlot[]> op_slots{new OpSlot[kOpSlots]};
+  // Schema strings by the operator's name address, each with the operator's name and
+  // overload (a custom operator may go and another take its address).
+  struct Schema {
+    std::string name, overload, copy;
     const char *text;  // interned, else copy's
   };
   std::unordered_map<const void *, Schema> schemas;
+  const char *no_schema = "";  // (interned "": what a record without a schema writes)
 
   // Freed op contexts, kept for the next ops.
   Context *free_contexts = nullptr;
@@ -391,24 +404,65 @@ struct ThreadState {
     return name;
   }
 
-  // (name: fn.name())
-  const char *schema_of(const at::RecordFunction &fn, const char *name) {
-    SchemaSlot &slot = schema_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
-    if (slot.name == name) return slot.schema;
-    auto it = schemas.find(name);
-    if (it == schemas.end()) {
-      std::string s;
-      if (auto sc = fn.operator_schema()) {
+  // The name to record for fn (name: fn.name()) and its schema, through the slots.
+  C10_ALWAYS_INLINE void op_of(const at::RecordFunction &fn, const char *name,
+                               const char **out_name, const char **out_schema) {
+    if (C10_LIKELY(fn.scope() == at::RecordScope::FUNCTION && name)) {
+      const OpSlot &slot = op_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & (kOpSlots - 1)];
+      // (strcmp, not memcmp: name may now be shorter than the slot's text, and nothing
+      // past its end may be read)
+      if (C10_LIKELY(slot.name == name && std::strcmp(slot.text, name) == 0) ||
+          op_slot_fill(fn, name)) {
+        *out_name = slot.interned ? slot.text : name;
+        *out_schema = slot.schema;
+        return;
+      }
+    }
+    *out_name = name;
+    *out_schema = no_schema;
+  }
+
+  // (a slot miss) Makes name's slot; false for a name too long to keep, or when memory runs
+  // out (the name is then recorded as it is, without a schema).
+  C10_NOINLINE bool op_slot_fill(const at::RecordFunction &fn, const char *name) noexcept {
+    size_t len = strnlen(name, ETR_INTERN_MAX + 1);
+    if (len > ETR_INTERN_MAX) return false;
+    OpSlot &slot = op_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & (kOpSlots - 1)];
+    slot.name = nullptr;  // (until it is whole)
+    try {
+      op_slot_make(slot, fn, name, len);
+    } catch (...) {
+      return false;
+    }
+    return true;
+  }
+
+  void op_slot_make(OpSlot &slot, const at::RecordFunction &fn, const char *name, size_t len) {
+    const char *schema = no_schema;
+    const char *interned = nullptr;
+    if (auto sc = fn.operator_schema()) {
+      auto it = schemas.find(name);
+      if (it == schemas.end() || it->second.name != sc->name() ||
+          it->second.overload != sc->overload_name()) {
         std::ostringstream o;
         o << *sc;
-        s = o.str();
+        Schema e{sc->name(), sc->overload_name(), o.str(), nullptr};
+        it = schemas.insert_or_assign(name, std::move(e)).first;
+        it->second.text = etr_intern(it->second.copy.c_str());  // (known by address)
+        if (!it->second.text) it->second.text = it->second.copy.c_str();
       }
-      it = schemas.emplace(name, Schema{std::move(s), nullptr}).first;
-      it->second.text = etr_intern(it->second.copy.c_str());  // (known by address)
-      if (!it->second.text) it->second.text = it->second.copy.c_str();
+      schema = it->second.text;
+      interned = etr_intern(name);  // an operator's name: one of a bounded set
     }
-    slot = {name, it->second.text};
-    return slot.schema;
+    if (interned) {
+      slot.copy.clear();
+    } else {
+      slot.copy.assign(name, len);
+    }
+    slot.interned = interned != nullptr;
+    slot.text = interned ? interned : slot.copy.c_str();
+    slot.schema = schema;
+    slot.name = name;
   }
 
   uint64_t fw_tid(uint64_t torch_tid) {
@@ -563,6 +617,7 @@ inline ThreadState *state() {
 }
 
 ThreadState::ThreadState() {
+  if (const char *e = etr_intern("")) no_schema = e;
   held = new Held();
   std::lock_guard<std::mutex> g(held_mutex);
   held_sets.push_back(held);
@@ -644,7 +699,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   etr_record &r = ctx->rec;
   r.seq_nr = fn.seqNr();
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
-  r.schema = st->schema_of(fn, name);
+  st->op_of(fn, name, &r.name, &r.schema);
   st->clear();
   if (etr_record_needs_inputs(&r)) {
     c10::ArrayRef<const c10::IValue> args = fn.inputs();

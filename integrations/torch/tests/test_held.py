@@ -4,7 +4,11 @@
   op's context goes straight back to the thread's free list), on two threads;
 - many tensors alive at once: a thread's held set grows past its first 256 slots (half
   full at 128 objects), and every living tensor and storage keeps its own id;
-- lists of tensors (aten::cat, aten::stack) and scalars converted, the trace valid.
+- lists of tensors (aten::cat, aten::stack) and scalars converted, the trace valid;
+- names and schemas: records that name themselves (custom autograd Functions, in the scope
+  of operators, with short names that PyTorch keeps inside the RecordFunction on the stack,
+  so one address holds each name in turn) and user scopes keep their own names, and every
+  operator node carries its own operator's schema.
 
 usage: test_held.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -32,6 +36,56 @@ def churn(n):
     for _ in range(n):
         x = torch.relu(torch.add(x, 1.0))
     return x
+
+
+def named_function(name):
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+    F.__name__ = F.__qualname__ = name
+    return F
+
+
+def check_names(tool, path):
+    fns = [named_function(n) for n in ("FnA", "FnBB", "FnCCC")]
+    x = torch.ones(2, requires_grad=True)
+    want = []
+    with etr.torch.trace(path):
+        for i in range(60):
+            fns[i % 3].apply(x)
+            want.append(fns[i % 3].__name__)
+            with torch.autograd.profiler.record_function("scope%d" % i):
+                torch.add(x, 1.0 if i % 2 else 1)  # (add.Tensor)
+                torch.ops.aten.add.Scalar(x, 2)
+            want.append("scope%d" % i)
+    validate(tool, path)
+    with open(path) as f:
+        nodes = json.load(f)["nodes"]
+    mine = set(want)
+    got = [n["name"] for n in nodes if n["name"] in mine or n["name"].startswith(("Fn", "scope"))]
+    check(got == want, "records keep their own names: %r" % [
+        (i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w][:5])
+    bad = []
+    n_schemas = 0
+    for n in nodes:
+        attrs = {a["name"]: a["value"] for a in n.get("attrs", [])}
+        schema = attrs.get("op_schema", "")
+        if n["name"].startswith("aten::"):
+            n_schemas += 1
+            # "aten::add.Tensor(Tensor self, ...": the node's own operator
+            if not (schema.startswith(n["name"] + ".") or schema.startswith(n["name"] + "(")):
+                bad.append((n["name"], schema))
+        elif schema:
+            bad.append((n["name"], schema))
+    check(n_schemas > 100 and not bad, "%d operator schemas, mismatched: %r" % (n_schemas, bad[:5]))
+    overloads = {a["value"].split("(")[0] for n in nodes for a in n.get("attrs", [])
+                 if a["name"] == "op_schema" and a["value"].startswith("aten::add")}
+    check({"aten::add.Tensor", "aten::add.Scalar"} <= overloads, "overloads: %r" % overloads)
 
 
 def main():
@@ -82,8 +136,9 @@ def main():
     if cats:
         ids = [v[0] for v in cats[0]["inputs"]["values"][0]]
         check(ids == [o[0] for o in outs[:5]], "the list holds the same tensors: %r" % ids)
+    check_names(tool, os.path.join(tmp, "names.json"))
     return finish("held: %d living tensors with distinct ids, lists and attach without a trace "
-                  "fine" % n_live)
+                  "fine; names and schemas each their own" % n_live)
 
 
 if __name__ == "__main__":
