@@ -61,33 +61,37 @@ static drained drain(const char *path, uint64_t base, bool positional) {
   return drain_by(path, base, positional, 4096);
 }
 
-/* Two gzip members of text (split in the middle), one after the other. */
-static unsigned char *gzip_text(size_t *len) {
-  size_t cap = compressBound((uLong)text_len) + 256, n = 0;
+/* One gzip member of src[0..n) at out[0..cap); returns its length. */
+static size_t gzip_member(unsigned char *out, size_t cap, const unsigned char *src, size_t n) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  zs.next_in = (unsigned char *)src;
+  zs.avail_in = (uInt)n;
+  zs.next_out = out;
+  zs.avail_out = (uInt)cap;
+  assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  size_t len = zs.total_out;
+  deflateEnd(&zs);
+  return len;
+}
+
+/* Two gzip members of src[0..n) (split in the middle), one after the other. */
+static unsigned char *gzip_of(const unsigned char *src, size_t n, size_t *len) {
+  size_t cap = compressBound((uLong)n) + 256;
   unsigned char *out = malloc(cap);
   assert_non_null(out);
-  size_t half = text_len / 2;
-  for (int m = 0; m < 2; m++) {
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-    zs.next_in = text + (m ? half : 0);
-    zs.avail_in = (uInt)(m ? text_len - half : half);
-    zs.next_out = out + n;
-    zs.avail_out = (uInt)(cap - n);
-    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
-    n = cap - zs.avail_out;
-    deflateEnd(&zs);
-  }
-  *len = n;
+  size_t half = n / 2;
+  *len = gzip_member(out, cap, src, half);
+  *len += gzip_member(out + *len, cap - *len, src + half, n - half);
   return out;
 }
 
-static unsigned char *zstd_text(size_t *len) {
-  size_t cap = ZSTD_compressBound(text_len);
+static unsigned char *zstd_of(const unsigned char *src, size_t n, size_t *len) {
+  size_t cap = ZSTD_compressBound(n);
   unsigned char *out = malloc(cap);
   assert_non_null(out);
-  *len = ZSTD_compress(out, cap, text, text_len, 3);
+  *len = ZSTD_compress(out, cap, src, n, 3);
   assert_false(ZSTD_isError(*len));
   return out;
 }
@@ -112,7 +116,7 @@ static void test_plain(void **state) {
 static void test_gzip_whole_and_cut(void **state) {
   (void)state;
   size_t n;
-  unsigned char *gz = gzip_text(&n);
+  unsigned char *gz = gzip_of(text, text_len, &n);
   const char *p = ct_tmp_path("t.json.gz");
   ct_write_file(p, gz, n);
   drained d = drain(p, 0, false);
@@ -143,7 +147,7 @@ static void test_gzip_whole_and_cut(void **state) {
 static void test_zstd_whole_and_cut(void **state) {
   (void)state;
   size_t n;
-  unsigned char *z = zstd_text(&n);
+  unsigned char *z = zstd_of(text, text_len, &n);
   const char *p = ct_tmp_path("t.json.zst");
   ct_write_file(p, z, n);
   drained d = drain(p, 0, false);
@@ -199,24 +203,8 @@ static void cut_at_block_end(bool gzip) {
   assert_non_null(buf);
   memcpy(t, text, len);
   memset(t + 65536 - 700, 'x', 2000);
-  size_t cap = gzip ? compressBound((uLong)len) + 64 : ZSTD_compressBound(len), n = 0;
-  unsigned char *z = malloc(cap);
-  assert_non_null(z);
-  if (gzip) {
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-    zs.next_in = t;
-    zs.avail_in = (uInt)len;
-    zs.next_out = z;
-    zs.avail_out = (uInt)cap;
-    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
-    n = zs.total_out;
-    deflateEnd(&zs);
-  } else {
-    n = ZSTD_compress(z, cap, t, len, 3);
-    assert_false(ZSTD_isError(n));
-  }
+  size_t n;
+  unsigned char *z = gzip ? gzip_of(t, len, &n) : zstd_of(t, len, &n);
   /* the shortest cut whose output passes the block's end, by bisection */
   size_t lo = 20, hi = n;
   while (lo < hi) {
