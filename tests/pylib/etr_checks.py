@@ -6,10 +6,13 @@ A test finds this module through its own path (tests/pylib), not through PYTHONP
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ..., "pylib"))
 """
+import shutil
 import subprocess
 import sys
+import tempfile
 
 failures = []
+scratch = []
 
 
 def check(cond, what):
@@ -27,12 +30,24 @@ def validate(tool, path):
                  "etr validate %s: %s%s" % (path, r.stdout[-500:], r.stderr[-500:]))
 
 
+def scratch_dir(prefix):
+    """A fresh directory for the test's files: finish() removes it when every check passed
+    and keeps it (and says where) when one failed."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    scratch.append(d)
+    return d
+
+
 def finish(passed=None, rc=0):
     """The exit status: 1 after saying how many checks failed; else rc, after printing
-    `passed` when given."""
+    `passed` when given. Scratch directories go, unless a check failed."""
     if failures:
         print("%d check(s) failed" % len(failures), file=sys.stderr)
+        for d in scratch:
+            print("files kept in", d, file=sys.stderr)
         return 1
+    for d in scratch:
+        shutil.rmtree(d, ignore_errors=True)
     if passed is not None:
         print(passed)
     return rc

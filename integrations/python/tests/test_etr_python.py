@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 
 import etr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
-from etr_checks import check, finish, validate  # noqa: E402
+from etr_checks import check, finish, scratch_dir, validate  # noqa: E402
 
 
 def nodes_by_name(path):
@@ -57,7 +56,7 @@ def worker():
 
 def main():
     tool = sys.argv[1]
-    tmp = tempfile.mkdtemp(prefix="etr-py-")
+    tmp = scratch_dir("etr-py-")
     path = os.path.join(tmp, "t.json")
     check(etr.__version__ == "0.1.0", "version %r" % etr.__version__)
 

@@ -15,7 +15,6 @@ usage: test_held.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skip
 import json
 import os
 import sys
-import tempfile
 import threading
 
 try:
@@ -28,7 +27,7 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
-from etr_checks import check, finish, validate  # noqa: E402
+from etr_checks import check, finish, scratch_dir, validate  # noqa: E402
 
 
 def churn(n):
@@ -90,7 +89,7 @@ def check_names(tool, path):
 
 def main():
     tool = sys.argv[1]
-    tmp = tempfile.mkdtemp(prefix="etr-torch-held-")
+    tmp = scratch_dir("etr-torch-held-")
     path = os.path.join(tmp, "held.json")
 
     # attached, nothing observing: nothing recorded, nothing breaks (more ops than the 256

@@ -12,7 +12,6 @@ usage: test_side_by_side.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 7
 import json
 import os
 import sys
-import tempfile
 import threading
 
 try:
@@ -29,7 +28,7 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
-from etr_checks import check, finish, validate  # noqa: E402
+from etr_checks import check, finish, scratch_dir, validate  # noqa: E402
 
 
 def make_worker(seed):
@@ -111,7 +110,7 @@ def et_view(n):
 
 def main():
     tool = sys.argv[1]
-    tmp = tempfile.mkdtemp(prefix="etr-torch-")
+    tmp = scratch_dir("etr-torch-")
     eg_path, et_path = os.path.join(tmp, "eg.json"), os.path.join(tmp, "et.json")
     steps = [make_worker(1), make_worker(2)]
     run_threads(steps)  # warm up: lazily made state (momentum buffers) exists from now on
