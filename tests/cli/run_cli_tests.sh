@@ -6,6 +6,9 @@
 #        bad   truncated, mangled and rule-breaking files: exit 1, a one-line error naming
 #              the file and a byte offset (bad input) or the problem listed (validate)
 set -eu
+# (the Python CMake found, when ctest says which: a version manager's `python3` on PATH can
+# be a shim costing ~0.1 s a start, and this script starts Python many times)
+python3() { command "${ETR_PYTHON:-python3}" "$@"; }
 etr=$1 example=$2 out=$3 real=$4 golden=$5 part=$6
 mkdir -p "$out"
 fails=0

@@ -8,6 +8,9 @@
 #         forget   the build that never reports tensor deaths: its trace must FAIL the
 #                  checker (ids of reused addresses alias), which shows the checker can fail
 set -eu
+# (the Python CMake found, when ctest says which: a version manager's `python3` on PATH can
+# be a shim costing ~0.1 s a start, and this script starts Python many times)
+python3() { command "${ETR_PYTHON:-python3}" "$@"; }
 example=$1 checker=$2 out=$3 mode=$4
 threads=3
 mkdir -p "$out"

@@ -5,6 +5,9 @@
 # them (check_ranks.py), and read together by `etr summary` and `etr replay`.
 # Usage: run_ranks.sh EXAMPLE ETR CHECKER CHECK_RANKS OUTDIR
 set -eu
+# (the Python CMake found, when ctest says which: a version manager's `python3` on PATH can
+# be a shim costing ~0.1 s a start, and this script starts Python many times)
+python3() { command "${ETR_PYTHON:-python3}" "$@"; }
 example=$1 etr=$2 checker=$3 check_ranks=$4 out=$5
 iters=2
 mkdir -p "$out"
