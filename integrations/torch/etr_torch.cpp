@@ -511,19 +511,37 @@ struct ThreadState {
     // (unsafe_storage, not has_storage()/storage(): those two are virtual calls; the
     // storage pointer is null for a tensor without one, as has_storage() says)
     c10::StorageImpl *si = ti->unsafe_storage().unsafeGetStorageImpl();
-    e.storage_offset = si ? ti->storage_offset() : 0;
     hold(ti, si);
     e.impl = ti;
     e.storage = si;
-    e.numel = ti->numel();
     caffe2::TypeMeta m = ti->dtype();
     e.itemsize = static_cast<int64_t>(m.itemsize());
     e.dtype = dtype_name(m);
-    e.device = device_name(ti->device());
-    e.ndim = static_cast<int32_t>(ti->dim());
-    e.sizes = ti->sizes().data();
-    // (sparse and other layouts without strides: etr writes contiguous strides)
-    e.strides = ti->layout() == c10::kStrided ? ti->strides().data() : nullptr;
+    e.device = "";
+    // A nested tensor has no one shape (its sizes() throws), and a tensor whose shape is
+    // symbolic or kept by a Python subclass may refuse too: such a tensor is recorded by
+    // identity, dtype and device, with no shape, rather than letting the exception out of
+    // the callback (PyTorch would log it with a stack trace and the op would be lost).
+    if (C10_LIKELY(!ti->is_nested())) {
+      try {
+        e.device = device_name(ti->device());
+        e.storage_offset = si ? ti->storage_offset() : 0;
+        e.numel = ti->numel();
+        e.ndim = static_cast<int32_t>(ti->dim());
+        e.sizes = ti->sizes().data();
+        // (sparse and other layouts without strides: etr writes contiguous strides)
+        e.strides = ti->layout() == c10::kStrided ? ti->strides().data() : nullptr;
+        return etr_value_tensor(&e);
+      } catch (...) {
+      }
+    } else {
+      e.device = device_name(ti->device());
+    }
+    e.storage_offset = 0;
+    e.numel = 0;
+    e.ndim = 0;
+    e.sizes = nullptr;
+    e.strides = nullptr;
     return etr_value_tensor(&e);
   }
 
@@ -705,10 +723,17 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   st->op_of(fn, name, &r.name, &r.schema);
   st->clear();
   if (etr_record_needs_inputs(&r)) {
-    c10::ArrayRef<const c10::IValue> args = fn.inputs();
-    st->all(args.data(), args.size());
-    r.inputs = st->top.get();
-    r.n_inputs = static_cast<uint32_t>(st->n_top);
+    // (a value that cannot be converted, memory exhausted: the op is recorded without its
+    // inputs rather than lost, and nothing escapes into PyTorch's dispatch)
+    try {
+      c10::ArrayRef<const c10::IValue> args = fn.inputs();
+      st->all(args.data(), args.size());
+      r.inputs = st->top.get();
+      r.n_inputs = static_cast<uint32_t>(st->n_top);
+    } catch (...) {
+      r.inputs = nullptr;
+      r.n_inputs = 0;
+    }
   }
   etr_record_begin(&r);
   r.inputs = nullptr;
@@ -722,10 +747,15 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   ThreadState *st = state();
   if (st && etr_record_needs_outputs(&ctx->rec)) {
     st->clear();
-    const std::vector<c10::IValue> &o = fn.outputs();
-    st->all(o.data(), o.size());
-    ctx->rec.outputs = st->top.get();
-    ctx->rec.n_outputs = static_cast<uint32_t>(st->n_top);
+    try {  // (as in on_start; and the op is ended whatever happens, never left open)
+      const std::vector<c10::IValue> &o = fn.outputs();
+      st->all(o.data(), o.size());
+      ctx->rec.outputs = st->top.get();
+      ctx->rec.n_outputs = static_cast<uint32_t>(st->n_top);
+    } catch (...) {
+      ctx->rec.outputs = nullptr;
+      ctx->rec.n_outputs = 0;
+    }
   }
   etr_record_end(&ctx->rec);
 }

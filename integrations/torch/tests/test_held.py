@@ -8,7 +8,9 @@
 - names and schemas: records that name themselves (custom autograd Functions, in the scope
   of operators, with short names that PyTorch keeps inside the RecordFunction on the stack,
   so one address holds each name in turn) and user scopes keep their own names, and every
-  operator node carries its own operator's schema.
+  operator node carries its own operator's schema;
+- tensors of other kinds: nested (no one shape: its sizes() throws, which must not escape
+  the callback and lose the op), sparse (no strides), quantized, and on the meta device.
 
 usage: test_held.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -87,6 +89,44 @@ def check_names(tool, path):
     check({"aten::add.Tensor", "aten::add.Scalar"} <= overloads, "overloads: %r" % overloads)
 
 
+def check_kinds(tool, path):
+    if not hasattr(torch, "nested"):
+        print("tensor kinds: skipped (no torch.nested)")
+        return
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (nested tensors: "prototype stage")
+        nt = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+        with etr.torch.trace(path):
+            padded = torch.nested.to_padded_tensor(nt + nt, 0.0)
+            sp = torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2))
+            dense = (sp + sp).to_dense()
+            q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+            dq = torch.dequantize(q)
+            meta = torch.empty(3, 4, device="meta") * 2
+    check(padded.shape == (2, 4, 3) and dense.sum().item() == 6.0 and dq.shape == (3,)
+          and meta.shape == (3, 4), "the ops ran as untraced")
+    validate(tool, path)
+    nodes = json.load(open(path))["nodes"]
+
+    def named(name):
+        return [n for n in nodes if n["name"] == name]
+    # the nested add: recorded, its one input twice by identity, with no shape
+    adds = [n for n in named("aten::add") if n["inputs"]["shapes"][:2] == [[], []]]
+    check(len(adds) == 1, "one add of nested tensors, without shapes: %d" % len(adds))
+    if adds:
+        v = adds[0]["inputs"]["values"]
+        check(v[0][0] == v[1][0] and v[0][0] > 0, "a + a: one nested tensor's id twice: %r" % v)
+        check(adds[0]["outputs"]["shapes"] == [[]], "the nested sum, without a shape")
+    check(any(n["outputs"]["shapes"] == [[2, 4, 3]] for n in named("aten::to_padded_tensor")),
+          "to_padded_tensor's dense output, shaped")
+    check(any(n["inputs"]["shapes"][0] == [2, 2] for n in named("aten::add")), "sparse add")
+    check(any(n["inputs"]["shapes"][0] == [3] for n in named("aten::dequantize")),
+          "dequantize of a quantized tensor")
+    mul = [n for n in named("aten::mul") if n["inputs"]["shapes"][0] == [3, 4]]
+    check(mul and mul[0]["inputs"]["values"][0][5] == "meta", "the meta tensor: %r" % mul[:1])
+
+
 def main():
     tool = sys.argv[1]
     tmp = scratch_dir("etr-torch-held-")
@@ -136,8 +176,10 @@ def main():
         ids = [v[0] for v in cats[0]["inputs"]["values"][0]]
         check(ids == [o[0] for o in outs[:5]], "the list holds the same tensors: %r" % ids)
     check_names(tool, os.path.join(tmp, "names.json"))
+    check_kinds(tool, os.path.join(tmp, "kinds.json"))
     return finish("held: %d living tensors with distinct ids, lists and attach without a trace "
-                  "fine; names and schemas each their own" % n_live)
+                  "fine; names and schemas each their own; nested, sparse, quantized and meta "
+                  "tensors recorded" % n_live)
 
 
 if __name__ == "__main__":
