@@ -16,6 +16,7 @@
 #   (g) valgrind memcheck of etr-example-runtime (also with tracebacks) and of the stress
 #       program, when valgrind exists
 #   (h) fuzz   the libFuzzer targets for 60 s in all (scripts/fuzz.sh --short)   build/fuzz
+#              (the run's corpora, logs and any reproducer: build/fuzz/work)
 # Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
 # labelled "slow" when there are any.
 set -uo pipefail
