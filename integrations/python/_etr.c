@@ -247,8 +247,11 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = etr_trace_open(PyBytes_AS_STRING(path), &o, &self->t);
   Py_END_ALLOW_THREADS if (rc != 0) {
     self->t = NULL;
-    PyErr_Format(EtrError, "cannot open trace %R: %s (%s)", path, etr_strerror(rc),
+    /* (the path as the caller wrote it, not the bytes it was encoded to) */
+    PyObject *shown = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
+    PyErr_Format(EtrError, "cannot open trace %R: %s (%s)", shown ? shown : path, etr_strerror(rc),
                  etr_err_name(rc));
+    Py_XDECREF(shown);
     Py_DECREF(path);
     return -1;
   }

@@ -119,7 +119,9 @@ def main():
         etr.trace(os.path.join(tmp, "no", "such", "dir", "t.json")).__enter__()
         check(False, "an unwritable path raises")
     except etr.EtrError as e:
-        check("cannot open" in str(e), "the error says why: %s" % e)
+        bad = os.path.join(tmp, "no", "such", "dir", "t.json")
+        check(("cannot open trace %r:" % bad) in str(e),
+              "the error says why, naming the path as given: %s" % e)
 
     # python -m etr, with every Python call recorded
     script = os.path.join(tmp, "script.py")
