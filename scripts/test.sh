@@ -216,8 +216,9 @@ stage_bench() {
 stage_fuzz() {
   # (the run's corpora and logs in the build tree, this run's only: not a new /tmp
   # directory of ~20 MB per run)
-  rm -rf "$ETR_ROOT/build/fuzz/work"
-  ETR_FUZZ_BUILD="$ETR_ROOT/build/fuzz" ETR_FUZZ_WORK="$ETR_ROOT/build/fuzz/work" ./scripts/fuzz.sh --short
+  local build=$ETR_ROOT/build/fuzz
+  rm -rf "$build/work"
+  ETR_FUZZ_BUILD="$build" ETR_FUZZ_WORK="$build/work" ./scripts/fuzz.sh --short
 }
 
 stage_valgrind() {

@@ -404,11 +404,15 @@ struct ThreadState {
     return name;
   }
 
+  OpSlot &op_slot(const char *name) {
+    return op_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & (kOpSlots - 1)];
+  }
+
   // The name to record for fn (name: fn.name()) and its schema, through the slots.
   C10_ALWAYS_INLINE void op_of(const at::RecordFunction &fn, const char *name,
                                const char **out_name, const char **out_schema) {
     if (C10_LIKELY(fn.scope() == at::RecordScope::FUNCTION && name)) {
-      const OpSlot &slot = op_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & (kOpSlots - 1)];
+      const OpSlot &slot = op_slot(name);
       // (strcmp, not memcmp: name may now be shorter than the slot's text, and nothing
       // past its end may be read)
       if (C10_LIKELY(slot.name == name && std::strcmp(slot.text, name) == 0) ||
@@ -427,7 +431,7 @@ struct ThreadState {
   C10_NOINLINE bool op_slot_fill(const at::RecordFunction &fn, const char *name) noexcept {
     size_t len = strnlen(name, ETR_INTERN_MAX + 1);
     if (len > ETR_INTERN_MAX) return false;
-    OpSlot &slot = op_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & (kOpSlots - 1)];
+    OpSlot &slot = op_slot(name);
     slot.name = nullptr;  // (until it is whole)
     try {
       op_slot_make(slot, fn, name, len);
@@ -522,9 +526,9 @@ struct ThreadState {
     // symbolic or kept by a Python subclass may refuse too: such a tensor is recorded by
     // identity, dtype and device, with no shape, rather than letting the exception out of
     // the callback (PyTorch would log it with a stack trace and the op would be lost).
-    if (C10_LIKELY(!ti->is_nested())) {
-      try {
-        e.device = device_name(ti->device());
+    try {
+      e.device = device_name(ti->device());
+      if (C10_LIKELY(!ti->is_nested())) {
         e.storage_offset = si ? ti->storage_offset() : 0;
         e.numel = ti->numel();
         e.ndim = static_cast<int32_t>(ti->dim());
@@ -532,10 +536,8 @@ struct ThreadState {
         // (sparse and other layouts without strides: etr writes contiguous strides)
         e.strides = ti->layout() == c10::kStrided ? ti->strides().data() : nullptr;
         return etr_value_tensor(&e);
-      } catch (...) {
       }
-    } else {
-      e.device = device_name(ti->device());
+    } catch (...) {
     }
     e.storage_offset = 0;
     e.numel = 0;
