@@ -1,13 +1,18 @@
 /* Streaming JSON output. Hand-written rather than a library: the output side needs only
  * numbers, escaped strings and raw punctuation into one buffer, and the writer thread's cost
  * per node is dominated by these few loops (see docs/BENCHMARKS.md). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fallocate */
+#endif
 #include "json/writer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -215,10 +220,43 @@ void etr__jw_free(etr__jw *w) {
   w->len = w->cap = 0;
 }
 
+void etr__jw_prealloc(etr__jw *w) {
+  struct stat st;
+  w->prealloc = w->fd >= 0 && fstat(w->fd, &st) == 0 && S_ISREG(st.st_mode);
+  w->prealloc_end = 0;
+}
+
+/* Blocks reserved for the next n bytes: from 1 MiB ahead, up to 8 MiB ahead as the file
+ * grows (a small trace reserves little; after kill -9 at most that much stays reserved past
+ * the file's end until it is truncated or removed). A file system that cannot reserve
+ * (EOPNOTSUPP), or a full disk, turns it off: the writes then go on as before, and report
+ * a full disk themselves. */
+static void reserve_ahead(etr__jw *w, size_t n) {
+  uint64_t from = w->prealloc_end > w->written ? w->prealloc_end : w->written;
+  if (w->written + n <= from) return;
+  uint64_t step = w->written < (1u << 20)   ? (1u << 20)
+                  : w->written > (8u << 20) ? (8u << 20)
+                                            : w->written;
+  uint64_t to = w->written + n + step;
+  if (fallocate(w->fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(to - from)) != 0) {
+    w->prealloc = false;
+    return;
+  }
+  w->prealloc_end = to;
+}
+
+void etr__jw_trim(etr__jw *w) {
+  if (w->fd < 0 || w->prealloc_end <= w->written) return;
+  /* (truncating to the size the file has frees its blocks past the end) */
+  if (ftruncate(w->fd, (off_t)w->written) != 0 && w->err == 0) w->err = errno;
+  w->prealloc_end = 0;
+}
+
 int etr__jw_flush(etr__jw *w) {
   if (w->fd < 0) return w->err;
   if (w->len && w->err == 0) {
     uint64_t start = w->written;
+    if (w->prealloc) reserve_ahead(w, w->len);
     if (w->gz)
       flush_gzip(w);
     else
@@ -227,7 +265,10 @@ int etr__jw_flush(etr__jw *w) {
      * the file ends where the previous flush ended, on a node (or gzip member) boundary,
      * and what the caller counts as written is exactly what the file holds. A pipe cannot
      * take bytes back: its reader has them already. */
-    if (w->err && w->written > start && ftruncate(w->fd, (off_t)start) == 0) w->written = start;
+    if (w->err && w->written > start && ftruncate(w->fd, (off_t)start) == 0) {
+      w->written = start;
+      w->prealloc_end = 0; /* (the truncation freed what was reserved) */
+    }
   }
   w->len = 0; /* after an error the rest is discarded: the caller counts what was lost */
   return w->err;

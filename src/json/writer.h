@@ -38,11 +38,22 @@ typedef struct etr__jw {
   void *gz;            /* z_stream of the gzip output, NULL for plain output */
   unsigned char *zbuf; /* compressed bytes on their way to the file */
   size_t zcap;
+  bool prealloc;         /* reserve the file's blocks ahead of the writes (etr__jw_prealloc) */
+  uint64_t prealloc_end; /* reserved up to this offset (0: nothing reserved past `written`) */
 } etr__jw;
 
 /* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */
 int etr__jw_init(etr__jw *w, int fd, size_t cap);
 void etr__jw_free(etr__jw *w);
+
+/* From now on, when fd is a regular file, reserve its disk blocks a few MiB ahead of the
+ * writes (fallocate, the file's size unchanged): a write into blocks already reserved costs
+ * the kernel about a third less CPU. Where the file system cannot, nothing changes. `written`
+ * must be the file's offset (as it is when the writer starts at 0). */
+void etr__jw_prealloc(etr__jw *w);
+/* Give back the blocks reserved past `written` (the file's end): call after the last flush,
+ * before closing. Also after moving the file's end back (ftruncate then `written` set). */
+void etr__jw_trim(etr__jw *w);
 
 /* Write out everything buffered; returns 0 or the errno of the failure. */
 int etr__jw_flush(etr__jw *w);

@@ -381,6 +381,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
       tr->file_ino = st.st_ino;
     }
     tr->jw.fd = tr->fd;
+    etr__jw_prealloc(&tr->jw); /* (a file, not a pipe or a device) */
     etr__clock_start();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -525,8 +526,10 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
 
   int rc = 0;
   /* Never close a descriptor that is no longer ours (the host closed it and reused it). */
-  if (etr__fd_is_ours(tr) && close(tr->fd) != 0 && !atomic_load(&tr->write_error))
-    atomic_store(&tr->write_error, errno);
+  if (etr__fd_is_ours(tr)) {
+    etr__jw_trim(&tr->jw); /* the blocks reserved past the end go back */
+    if (close(tr->fd) != 0 && !atomic_load(&tr->write_error)) atomic_store(&tr->write_error, errno);
+  }
   if (atomic_load(&tr->write_error)) rc = ETR_EIO;
   if (tr->tables_fd >= 0) { /* the footer holds the whole tables now (unless it failed) */
     close(tr->tables_fd);

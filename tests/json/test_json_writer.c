@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -190,6 +191,71 @@ static void test_fd_output_and_write_error(void **state) {
   etr__jw_free(&w);
 }
 
+/* Bytes of disk the file holds (st_blocks), its size in *size. */
+static uint64_t disk_bytes(int fd, uint64_t *size) {
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  *size = (uint64_t)st.st_size;
+  return (uint64_t)st.st_blocks * 512u;
+}
+
+/* Preallocation: a regular file gets its blocks reserved ahead of the writes, its size
+ * unchanged (readers see only what was written); trim gives the reserve back. A pipe and a
+ * device are left alone. */
+static void test_prealloc_and_trim(void **state) {
+  (void)state;
+  char path[] = "/tmp/etr-jw-pre-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  etr__jw w;
+  assert_int_equal(etr__jw_init(&w, fd, 0), 0);
+  etr__jw_prealloc(&w);
+  assert_true(w.prealloc);
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 10000; i++) ETR__JW_LIT(&w, "0123456789");
+    assert_int_equal(etr__jw_flush(&w), 0);
+  }
+  if (!w.prealloc) { /* this file system cannot reserve blocks: nothing to check */
+    close(fd);
+    unlink(path);
+    etr__jw_free(&w);
+    skip();
+  }
+  uint64_t size, disk = disk_bytes(fd, &size);
+  assert_int_equal(size, 300000);
+  assert_int_equal(w.written, 300000);
+  assert_true(w.prealloc_end >= size + (512u << 10)); /* 1 MiB ahead of the first write */
+  assert_true(disk + 4096 >= w.prealloc_end);         /* reserved past the end */
+  etr__jw_trim(&w);
+  assert_int_equal(w.err, 0);
+  disk = disk_bytes(fd, &size);
+  assert_int_equal(size, 300000);
+  assert_true(disk <= ((size + 4095) & ~(uint64_t)4095) + 8192); /* given back */
+  close(fd);
+  unlink(path);
+  etr__jw_free(&w);
+
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(etr__jw_init(&w, p[1], 0), 0);
+  etr__jw_prealloc(&w);
+  assert_false(w.prealloc);
+  etr__jw_free(&w);
+  close(p[0]);
+  close(p[1]);
+  int null = open("/dev/null", O_WRONLY);
+  assert_true(null >= 0);
+  assert_int_equal(etr__jw_init(&w, null, 0), 0);
+  etr__jw_prealloc(&w);
+  assert_false(w.prealloc);
+  ETR__JW_LIT(&w, "data");
+  assert_int_equal(etr__jw_flush(&w), 0);
+  etr__jw_trim(&w); /* (nothing reserved: no truncation of a device) */
+  assert_int_equal(w.err, 0);
+  close(null);
+  etr__jw_free(&w);
+}
+
 /* Inflates every gzip member of buf[0..n) (zlib: one member per inflate stream); the
  * members' count in *members. NULL when a member is cut or corrupt. */
 static char *gunzip_members(const unsigned char *buf, size_t n, size_t *out_len, int *members) {
@@ -322,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_integers),
       cmocka_unit_test(test_doubles),
       cmocka_unit_test(test_fd_output_and_write_error),
+      cmocka_unit_test(test_prealloc_and_trim),
       cmocka_unit_test(test_gzip_members),
       cmocka_unit_test(test_gzip_stored_member),
   };
