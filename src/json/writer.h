@@ -86,16 +86,14 @@ static inline void etr__jw_char(etr__jw *w, char c) {
 
 extern const char etr__digits2[201]; /* "00".."99" */
 
+extern const uint64_t etr__pow10[20]; /* 10^0 .. 10^19 */
+
+/* Decimal digits of v: from its bit length (log10(2) ~ 1233/4096 gives the digits of the
+ * largest number of that length, at most one too many), then one compare. */
 static inline unsigned etr__dec_len(uint64_t v) {
-  unsigned n = 1;
-  for (;;) {
-    if (v < 10) return n;
-    if (v < 100) return n + 1;
-    if (v < 1000) return n + 2;
-    if (v < 10000) return n + 3;
-    v /= 10000;
-    n += 4;
-  }
+  if (v < 10) return 1;
+  unsigned t = ((64u - (unsigned)__builtin_clzll(v)) * 1233u) >> 12;
+  return t + (v >= etr__pow10[t]);
 }
 
 /* Writes v in decimal into p[0..len) with len = etr__dec_len(v). */

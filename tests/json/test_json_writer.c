@@ -134,6 +134,37 @@ static void test_integers(void **state) {
   etr__jw_free(&w);
 }
 
+/* Every number of digits at its edges (10^k - 1, 10^k), and numbers from a generator,
+ * written as printf writes them. */
+static void test_integer_lengths(void **state) {
+  (void)state;
+  uint64_t vals[200];
+  size_t n = 0;
+  uint64_t p = 1;
+  for (int k = 0; k < 20; k++, p *= 10) {
+    vals[n++] = p - 1;
+    vals[n++] = p;
+    vals[n++] = p + 1;
+  }
+  vals[n++] = UINT64_MAX;
+  vals[n++] = UINT64_MAX - 1;
+  uint64_t x = 88172645463325252ull;
+  while (n < sizeof vals / sizeof vals[0]) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    vals[n++] = x >> (x % 64); /* (every length) */
+  }
+  for (size_t i = 0; i < n; i++) {
+    char want[32], got[32];
+    int len = snprintf(want, sizeof want, "%llu", (unsigned long long)vals[i]);
+    assert_int_equal(etr__dec_len(vals[i]), len);
+    char *end = etr__put_u64(got, vals[i]);
+    *end = '\0';
+    assert_string_equal(got, want);
+  }
+}
+
 static void test_doubles(void **state) {
   (void)state;
   const double vals[] = {0.0, -0.0, 1.0, 0.1, 1.0 / 3.0, 1e300, -2.5e-300, 123456789.125};
@@ -386,6 +417,7 @@ int main(void) {
       cmocka_unit_test(test_invalid_utf8_replaced),
       cmocka_unit_test(test_utf8_cut_respects_characters),
       cmocka_unit_test(test_integers),
+      cmocka_unit_test(test_integer_lengths),
       cmocka_unit_test(test_doubles),
       cmocka_unit_test(test_fd_output_and_write_error),
       cmocka_unit_test(test_prealloc_and_trim),
