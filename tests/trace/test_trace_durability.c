@@ -111,14 +111,6 @@ static void test_header_on_disk_at_open(void **state) {
   tu_free(&t);
 }
 
-/* Whether the file at path holds no block past its end (one block of slack). */
-static bool nothing_past_end(const char *path) {
-  struct stat st;
-  assert_int_equal(stat(path, &st), 0);
-  uint64_t used = ((uint64_t)st.st_size + 4095) & ~(uint64_t)4095;
-  return (uint64_t)st.st_blocks * 512u <= used + 8192;
-}
-
 /* The trace's blocks are reserved ahead of its writes (a write into reserved blocks costs the
  * kernel less), and close gives back what the file did not use: no disk stays taken past
  * the end of a closed trace. */
@@ -132,7 +124,7 @@ static void test_reserve_given_back_at_close(void **state) {
   assert_int_equal(stat(t.path, &st), 0);
   bool reserved = (uint64_t)st.st_blocks * 512u >= (uint64_t)st.st_size + (512u << 10);
   tu_close_ok(&t);
-  assert_true(nothing_past_end(t.path));
+  assert_true(tu_nothing_past_end(t.path));
   tu_free(&t);
   if (!reserved) skip(); /* (a file system that cannot reserve: only the end was checked) */
 }
@@ -155,7 +147,7 @@ static void test_reserve_given_back_gz_and_ring(void **state) {
       assert_int_equal(ring ? etr_trace_dump(t) : etr_trace_flush(t), 0);
     }
     assert_int_equal(etr_trace_close(t), 0);
-    assert_true(nothing_past_end(path));
+    assert_true(tu_nothing_past_end(path));
   }
   tu_rmdir(dir);
 }

@@ -334,10 +334,19 @@ void tu_load_path(tu_trace *t, const char *path) {
   tu_load(t);
 }
 
+bool tu_nothing_past_end(const char *path) {
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  uint64_t used = ((uint64_t)st.st_size + 4095) & ~(uint64_t)4095;
+  return (uint64_t)st.st_blocks * 512u <= used + 8192;
+}
+
 void tu_convert_load(tu_trace *t, const char *tool, const char *bin, const char *json) {
   const char *args[] = {"convert", bin, "-o", json, NULL};
   int rc = tu_etr(tool, args);
   if (rc != 0) fail_msg("etr convert %s -o %s: exit %d", bin, json, rc);
+  if (!tu_nothing_past_end(json))
+    fail_msg("etr convert left disk reserved past the end of %s", json);
   tu_assert_valid(tool, json);
   tu_load_path(t, json);
 }

@@ -51,6 +51,9 @@ char *tu_read_gz(const char *path, size_t *len);
 /* The number of gzip members in the file at path, each checked whole (header, data, CRC and
  * length); 0 when it cannot be read or a member is bad (or without zlib). */
 size_t tu_gz_members(const char *path);
+/* Whether the file at path holds no disk block past its end (one block of slack): nothing
+ * reserved ahead of the writes was left behind. */
+bool tu_nothing_past_end(const char *path);
 /* Monotonic clock in ms / us. */
 int64_t tu_mono_ms(void);
 int64_t tu_mono_us(void);
