@@ -252,6 +252,17 @@ void etr__jw_trim(etr__jw *w) {
   w->prealloc_end = 0;
 }
 
+int etr__jw_truncate(etr__jw *w, uint64_t off) {
+  if (ftruncate(w->fd, (off_t)off) != 0 || lseek(w->fd, (off_t)off, SEEK_SET) < 0) {
+    int e = errno;
+    if (w->err == 0) w->err = e;
+    return e;
+  }
+  w->written = off;
+  w->prealloc_end = 0; /* (the truncation freed what was reserved) */
+  return 0;
+}
+
 int etr__jw_flush(etr__jw *w) {
   if (w->fd < 0) return w->err;
   if (w->len && w->err == 0) {
@@ -265,10 +276,7 @@ int etr__jw_flush(etr__jw *w) {
      * the file ends where the previous flush ended, on a node (or gzip member) boundary,
      * and what the caller counts as written is exactly what the file holds. A pipe cannot
      * take bytes back: its reader has them already. */
-    if (w->err && w->written > start && ftruncate(w->fd, (off_t)start) == 0) {
-      w->written = start;
-      w->prealloc_end = 0; /* (the truncation freed what was reserved) */
-    }
+    if (w->err && w->written > start) etr__jw_truncate(w, start);
   }
   w->len = 0; /* after an error the rest is discarded: the caller counts what was lost */
   return w->err;

@@ -52,8 +52,11 @@ void etr__jw_free(etr__jw *w);
  * must be the file's offset (as it is when the writer starts at 0). */
 void etr__jw_prealloc(etr__jw *w);
 /* Give back the blocks reserved past `written` (the file's end): call after the last flush,
- * before closing. Also after moving the file's end back (ftruncate then `written` set). */
+ * before closing. */
 void etr__jw_trim(etr__jw *w);
+/* Cut the file back to off bytes and write on from there (`written` = off; the reserve went
+ * with the cut). 0, or the errno of the failure, also kept in `err` unless one is already. */
+int etr__jw_truncate(etr__jw *w, uint64_t off);
 
 /* Write out everything buffered; returns 0 or the errno of the failure. */
 int etr__jw_flush(etr__jw *w);

@@ -107,21 +107,10 @@ void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
     if (!etr__fd_is_ours(tr)) {
       tr->jw.err = EBADF;
     } else if (tr->restart_pending) { /* a flight-recorder dump replaces the file */
-      if (ftruncate(tr->fd, 0) != 0 || lseek(tr->fd, 0, SEEK_SET) < 0) {
-        tr->jw.err = errno;
-      } else {
-        tr->jw.written = 0;
-        tr->jw.prealloc_end = 0; /* (the truncation freed the reserved blocks) */
-      }
+      etr__jw_truncate(&tr->jw, 0);
       tr->restart_pending = false;
     } else if (tr->unseal_pending) {
-      if (ftruncate(tr->fd, (off_t)tr->seal_off) != 0 ||
-          lseek(tr->fd, (off_t)tr->seal_off, SEEK_SET) < 0) {
-        tr->jw.err = errno;
-      } else {
-        tr->jw.written = tr->seal_off;
-        tr->jw.prealloc_end = 0;
-      }
+      etr__jw_truncate(&tr->jw, tr->seal_off);
       tr->unseal_pending = false;
     }
     etr__jw_flush(&tr->jw); /* after an error it only discards */
