@@ -22,7 +22,7 @@ static void help(void) {
       "threads (`etr replay` gives the path with each thread running its ops in order).\n"
       "\n"
       "options:\n"
-      "  --dot OUT        also write the graph as Graphviz DOT to OUT ('-' = stdout; the\n"
+      "  -o, --dot OUT    also write the graph as Graphviz DOT to OUT ('-' = stdout; the\n"
       "                   summary then goes to stderr); critical-path nodes are red\n"
       "  --max-nodes N    refuse --dot above N ops (default 2000)\n"
       "  --path N         print the first N ops of the critical path (default 30, 0 = all)\n"
@@ -97,8 +97,8 @@ int cmd_graph(int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   optind = 1;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
-    if (c == 'd') {
+  for (int c; (c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1;) {
+    if (c == 'd' || c == 'o') {
       dot = optarg;
     } else if (c == 'm' || c == 'p') {
       if (!cli_parse_u64(CMD, c == 'p' ? "--path" : "--max-nodes", optarg,

@@ -205,6 +205,10 @@ def group_ours(a):
         check(p.returncode == 0, f"graphviz rejects the dot output: {p.stderr[:300]}")
     rc, so, err = run(["graph", "--dot", dot, "--max-nodes", "10", t], a.etr)
     check(rc == 1 and "--max-nodes" in err and err.count("\n") == 1, f"--max-nodes: {err}")
+    # -o is --dot, as the other commands name their output
+    dot_o = os.path.join(a.work, "g-o.dot")
+    rc, so, err = run(["graph", "-o", dot_o, "--max-nodes", "100000", t], a.etr)
+    check(rc == 0 and os.path.exists(dot_o) and open(dot_o).read() == d, f"graph -o: {err}")
 
     # schema 1.1.0 and an untimed trace (environment activation)
     t110 = os.path.join(a.work, "t110.json")
