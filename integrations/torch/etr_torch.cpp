@@ -329,19 +329,26 @@ struct ThreadState {
   // An op's name and schema, found by the name's address. For an operator, fn.name() is the
   // name held by its schema in the dispatcher: the same address on every call, so the name
   // is interned once (etr then knows it by address and compares no bytes of it) and the
-  // schema string made once. Other records (custom autograd Functions, user scopes) name
-  // themselves with a string of their own, often inside the RecordFunction on the stack, so
-  // one address holds many names in turn, and an operator's address may be taken by another
-  // string once the operator is gone. A slot therefore keeps the bytes it was made for and a
-  // hit compares them too: the address alone would give one record another's name or schema.
+  // schema string made once. Other records (custom autograd Functions, user scopes,
+  // autograd's evaluate_function) name themselves with a string of their own, often inside
+  // the RecordFunction on the stack, so one address holds many names in turn: they take no
+  // slot, and their name is recorded as it is. An operator's address may still be taken by
+  // another string once the operator is gone, so a slot keeps the bytes it was made for and
+  // a hit compares them too: the address alone would give one record another's name or
+  // schema. An address has two slots it may take (op_slot_pair), so that two names that keep
+  // coming back do not take one slot from each other on every call: with one slot per
+  // address (its low bits), and evaluate_function's names taking slots too, a training loop
+  // remade a slot for one op in eight (docs/BENCHMARKS.md).
   struct OpSlot {
     const char *name = nullptr;  // fn.name() it was made for
     const char *text = nullptr;  // name's bytes: the interned copy, else copy's
     bool interned = false;
     std::string copy;
     const char *schema = nullptr;  // interned
+    uint64_t made = 0;             // when it was made (made_): the older of two is remade
   };
   static constexpr size_t kOpSlots = 256;
+  uint64_t made_ = 0;
   std::unique_ptr<OpSlot[]> op_slots{new OpSlot[kOpSlots]};
   // Schema strings by the operator's name address, each with the operator's name and
   // overload (a custom operator may go and another take its address).
@@ -404,21 +411,35 @@ struct ThreadState {
     return name;
   }
 
-  OpSlot &op_slot(const char *name) {
-    return op_slots[(reinterpret_cast<uintptr_t>(name) >> 3) & (kOpSlots - 1)];
+  // The two slots of an address: a multiplicative hash's top bytes (distinct).
+  static C10_ALWAYS_INLINE void op_slot_pair(const char *name, size_t *a, size_t *b) {
+    uint64_t h = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(name)) * 0x9E3779B97F4A7C15ull;
+    *a = static_cast<size_t>(h >> 56);
+    *b = static_cast<size_t>(h >> 48) & (kOpSlots - 1);
+    if (*b == *a) *b ^= 1;
+  }
+  static_assert(kOpSlots == 256, "op_slot_pair takes a hash's top byte");
+
+  // (strcmp, not memcmp: name may now be shorter than the slot's text, and nothing past
+  // its end may be read)
+  static C10_ALWAYS_INLINE bool op_slot_is(const OpSlot &slot, const char *name) {
+    return slot.name == name && std::strcmp(slot.text, name) == 0;
   }
 
   // The name to record for fn (name: fn.name()) and its schema, through the slots.
   C10_ALWAYS_INLINE void op_of(const at::RecordFunction &fn, const char *name,
                                const char **out_name, const char **out_schema) {
     if (C10_LIKELY(fn.scope() == at::RecordScope::FUNCTION && name)) {
-      const OpSlot &slot = op_slot(name);
-      // (strcmp, not memcmp: name may now be shorter than the slot's text, and nothing
-      // past its end may be read)
-      if (C10_LIKELY(slot.name == name && std::strcmp(slot.text, name) == 0) ||
-          op_slot_fill(fn, name)) {
-        *out_name = slot.interned ? slot.text : name;
-        *out_schema = slot.schema;
+      size_t a, b;
+      op_slot_pair(name, &a, &b);
+      const OpSlot *slot = &op_slots[a];
+      if (C10_UNLIKELY(!op_slot_is(*slot, name))) {
+        slot = &op_slots[b];
+        if (!op_slot_is(*slot, name)) slot = op_slot_fill(fn, name, a, b);
+      }
+      if (C10_LIKELY(slot != nullptr)) {
+        *out_name = slot->interned ? slot->text : name;
+        *out_schema = slot->schema;
         return;
       }
     }
@@ -426,38 +447,41 @@ struct ThreadState {
     *out_schema = no_schema;
   }
 
-  // (a slot miss) Makes name's slot; false for a name too long to keep, or when memory runs
-  // out (the name is then recorded as it is, without a schema).
-  C10_NOINLINE bool op_slot_fill(const at::RecordFunction &fn, const char *name) noexcept {
+  // (a slot miss) Makes name's slot in the older of its two. nullptr, and the name is
+  // recorded as it is without a schema, for a record that is not an operator's (autograd's
+  // "evaluate_function: ..." records name themselves with a string of their own, another
+  // name at the same address from one call to the next: a slot of theirs would be remade on
+  // every call and take an operator's place), for a name too long to keep, or when memory
+  // runs out.
+  C10_NOINLINE OpSlot *op_slot_fill(const at::RecordFunction &fn, const char *name, size_t a,
+                                    size_t b) noexcept {
     size_t len = strnlen(name, ETR_INTERN_MAX + 1);
-    if (len > ETR_INTERN_MAX) return false;
-    OpSlot &slot = op_slot(name);
-    slot.name = nullptr;  // (until it is whole)
+    if (len > ETR_INTERN_MAX) return nullptr;
     try {
-      op_slot_make(slot, fn, name, len);
+      c10::optional<c10::FunctionSchema> sc = fn.operator_schema();  // (a copy)
+      if (!sc) return nullptr;
+      OpSlot &slot = op_slots[op_slots[b].made < op_slots[a].made ? b : a];
+      slot.name = nullptr;  // (until it is whole)
+      op_slot_make(slot, *sc, name, len);
+      slot.made = ++made_;
+      return &slot;
     } catch (...) {
-      return false;
+      return nullptr;
     }
-    return true;
   }
 
-  void op_slot_make(OpSlot &slot, const at::RecordFunction &fn, const char *name, size_t len) {
-    const char *schema = no_schema;
-    const char *interned = nullptr;
-    if (auto sc = fn.operator_schema()) {
-      auto it = schemas.find(name);
-      if (it == schemas.end() || it->second.name != sc->name() ||
-          it->second.overload != sc->overload_name()) {
-        std::ostringstream o;
-        o << *sc;
-        Schema e{sc->name(), sc->overload_name(), o.str(), nullptr};
-        it = schemas.insert_or_assign(name, std::move(e)).first;
-        it->second.text = etr_intern(it->second.copy.c_str());  // (known by address)
-        if (!it->second.text) it->second.text = it->second.copy.c_str();
-      }
-      schema = it->second.text;
-      interned = etr_intern(name);  // an operator's name: one of a bounded set
+  void op_slot_make(OpSlot &slot, const c10::FunctionSchema &sc, const char *name, size_t len) {
+    auto it = schemas.find(name);
+    if (it == schemas.end() || it->second.name != sc.name() ||
+        it->second.overload != sc.overload_name()) {
+      std::ostringstream o;
+      o << sc;
+      Schema e{sc.name(), sc.overload_name(), o.str(), nullptr};
+      it = schemas.insert_or_assign(name, std::move(e)).first;
+      it->second.text = etr_intern(it->second.copy.c_str());  // (known by address)
+      if (!it->second.text) it->second.text = it->second.copy.c_str();
     }
+    const char *interned = etr_intern(name);  // an operator's name: one of a bounded set
     if (interned) {
       slot.copy.clear();
     } else {
@@ -465,7 +489,7 @@ struct ThreadState {
     }
     slot.interned = interned != nullptr;
     slot.text = interned ? interned : slot.copy.c_str();
-    slot.schema = schema;
+    slot.schema = it->second.text;
     slot.name = name;
   }
 
