@@ -265,6 +265,12 @@ int cmd_convert(int argc, char **argv) {
     status = ETR_CLI_FAIL;
     goto done;
   }
+  if (res.tracebacks_damaged)
+    fprintf(say,
+            "%s: %llu event%s named a traceback index past the next new one (damaged data): "
+            "written without a traceback\n",
+            from_stdin ? "<stdin>" : path, (unsigned long long)res.tracebacks_damaged,
+            res.tracebacks_damaged == 1 ? "" : "s");
   if (res.complete && !res.signal)
     fprintf(say, "%s: %llu events -> %s%s\n", from_stdin ? "<stdin>" : path,
             (unsigned long long)res.events, to_stdout ? "<stdout>" : out,

@@ -110,10 +110,13 @@ typedef struct etr__bin_result {
   uint64_t records_skipped;  /* of types this version does not know */
   bool complete;             /* the trailer was read: the JSON trace is whole */
   uint64_t tables_recovered; /* tracebacks of a cut log whose frames were in it */
-  uint64_t tables_lost;      /* tracebacks its events name that it lacks (written empty) */
-  int signal;                /* the trailer's: finalized at this fatal signal (ops were open) */
-  const char *stop_reason;   /* why the input ended early (NULL when complete) */
-  char error[256];           /* why the conversion failed (return -1) */
+  uint64_t tables_lost;      /* tracebacks its events name that it lacks (written empty),
+                                and the damaged ones below */
+  uint64_t tracebacks_damaged; /* events naming a traceback index no log could give them
+                                  (past the next new one): written without a traceback */
+  int signal;                  /* the trailer's: finalized at this fatal signal (ops were open) */
+  const char *stop_reason;     /* why the input ended early (NULL when complete) */
+  char error[256];             /* why the conversion failed (return -1) */
 } etr__bin_result;
 
 /* Whether the first bytes of a file (n of them) are a binary log's. Inline: the etr

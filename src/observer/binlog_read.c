@@ -148,8 +148,9 @@ static size_t read_full(reader *r, void *p, size_t n, int *err) {
 typedef struct recovered {
   etr__jw frames, tbs; /* table elements, comma-separated */
   uint64_t n_tbs;
-  uint64_t tbs_named; /* 1 + the largest traceback index an event names (0: none) */
-  int64_t end_ns;     /* the latest end of a timed event */
+  uint64_t tbs_named;   /* 1 + the largest traceback index an event names (0: none) */
+  uint64_t tbs_damaged; /* events whose index was past the next new one (written without) */
+  int64_t end_ns;       /* the latest end of a timed event */
   bool timed;
 } recovered;
 
@@ -181,13 +182,14 @@ static bool take_tables(recovered *rc, const uint8_t *p, size_t len) {
 static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
   etr__jw tables;
   if (etr__jw_init(&tables, -1, 0) != 0) return;
-  uint64_t lost = rc->tbs_named > rc->n_tbs ? rc->tbs_named - rc->n_tbs : 0;
-  if (rc->n_tbs || lost) {
+  uint64_t missing = rc->tbs_named > rc->n_tbs ? rc->tbs_named - rc->n_tbs : 0;
+  uint64_t lost = missing + rc->tbs_damaged;
+  if (rc->n_tbs || missing) {
     ETR__JW_LIT(&tables, "\"frames\": [");
     etr__jw_raw(&tables, rc->frames.buf, rc->frames.len);
     ETR__JW_LIT(&tables, "\n  ],\n  \"tracebacks\": [");
     etr__jw_raw(&tables, rc->tbs.buf, rc->tbs.len);
-    for (uint64_t i = 0; i < lost; i++) {
+    for (uint64_t i = 0; i < missing; i++) {
       if (i || rc->n_tbs) etr__jw_char(&tables, ',');
       ETR__JW_LIT(&tables, "\n    []");
     }
@@ -209,7 +211,21 @@ static void convert_one(etr_trace *tr, etr__ev *ev, etr__bin_result *res, recove
                         etr__cev_dec *dec) {
   if ((ev->flags & ETR__EVF_TRACEBACK) && !(ev->flags & ETR__EVF_TBINDEX))
     ev->flags &= (uint8_t)~ETR__EVF_TRACEBACK; /* raw frames: meaningless out of process */
-  if ((ev->flags & ETR__EVF_TBINDEX) && ev->tb_gen >= rc->tbs_named) rc->tbs_named = ev->tb_gen + 1;
+  if (ev->flags & ETR__EVF_TBINDEX) {
+    /* Indices are made in the order of the log's events, a new one by the first event that
+     * names it, and its tables go before that event (or, for the last few of a record, in
+     * the next record's): an index past the next new one is damage. Kept, it would ask a
+     * cut log's footer for as many empty tracebacks (one event could ask for 2^64); the node
+     * is written without its traceback instead, and counted. */
+    uint64_t next = rc->tbs_named > rc->n_tbs ? rc->tbs_named : rc->n_tbs;
+    if (ev->tb_gen > next) {
+      ev->flags &= (uint8_t) ~(ETR__EVF_TBINDEX | ETR__EVF_TRACEBACK);
+      rc->tbs_damaged++;
+      res->tracebacks_damaged++;
+    } else if (ev->tb_gen >= rc->tbs_named) {
+      rc->tbs_named = ev->tb_gen + 1;
+    }
+  }
   if (ev->type == ETR__EV_OP && (ev->flags & ETR__EVF_TIMING) &&
       (!rc->timed || ev->ts_ns + ev->incl_ns > rc->end_ns)) {
     rc->end_ns = ev->ts_ns + ev->incl_ns;
