@@ -402,8 +402,8 @@ static void test_damaged_logs(void **state) {
  * the order of the log's events (docs/FORMAT.md), so an index past the next new one is
  * damaged data. The node is written without its traceback, and the output stays the size of
  * the log: the index once asked a cut log's footer for as many empty tracebacks (fuzz_convert
- * found an index that took 2 GiB; 2^22 here made a 4 million entries, 28 MB table). An index
- * that is the next new one keeps its empty traceback. */
+ * found an index that took 2 GiB; 2^22 here made a table of 4 million empty entries, 32 MiB). An
+ * index that is the next new one keeps its empty traceback. */
 static void test_traceback_index_past_the_tables(void **state) {
   (void)state;
   char dir[256], bin[300], out[300];
