@@ -21,7 +21,8 @@
 /* ---- op names ---- */
 
 typedef struct opent {
-  char *name;
+  char *name; /* len bytes and a NUL (a name may hold NULs of its own: "\u0000") */
+  size_t len;
   uint64_t count;
   int64_t excl, incl;
 } opent;
@@ -64,7 +65,7 @@ static bool optab_grow(optab *t) {
   if (!s) return false;
   for (size_t i = 0; i < t->cap; i++) {
     if (!t->slots[i].name) continue;
-    size_t h = hash_str(t->slots[i].name, strlen(t->slots[i].name)) & (cap - 1);
+    size_t h = hash_str(t->slots[i].name, t->slots[i].len) & (cap - 1);
     while (s[h].name) h = (h + 1) & (cap - 1);
     s[h] = t->slots[i];
   }
@@ -80,12 +81,16 @@ static opent *optab_get(optab *t, const char *name, size_t len) {
   for (;;) {
     opent *e = &t->slots[h];
     if (!e->name) {
-      e->name = strndup(name, len);
-      if (!e->name) return NULL;
+      char *copy = malloc(len + 1);
+      if (!copy) return NULL;
+      memcpy(copy, name, len);
+      copy[len] = '\0';
+      e->name = copy;
+      e->len = len;
       t->n++;
       return e;
     }
-    if (!strncmp(e->name, name, len) && e->name[len] == '\0') return e;
+    if (e->len == len && memcmp(e->name, name, len) == 0) return e;
     h = (h + 1) & (t->cap - 1);
   }
 }
@@ -358,16 +363,22 @@ static void on_node(srun *s, const rd_rnode *n) {
 
 /* ---- output ---- */
 
+/* Names by their bytes (NULs included), a prefix first. */
+static int cmp_name(const opent *x, const opent *y) {
+  int c = memcmp(x->name, y->name, x->len < y->len ? x->len : y->len);
+  return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
 static int cmp_count(const void *a, const void *b) {
   const opent *x = *(const opent *const *)a, *y = *(const opent *const *)b;
   if (x->count != y->count) return x->count < y->count ? 1 : -1;
-  return strcmp(x->name, y->name);
+  return cmp_name(x, y);
 }
 
 static int cmp_excl(const void *a, const void *b) {
   const opent *x = *(const opent *const *)a, *y = *(const opent *const *)b;
   if (x->excl != y->excl) return x->excl < y->excl ? 1 : -1;
-  return strcmp(x->name, y->name);
+  return cmp_name(x, y);
 }
 
 static int cmp_tens(const void *a, const void *b) {
@@ -481,7 +492,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
       fprintf(f, "],\n \"%s\": [", pass ? "ops_by_exclusive_time" : "ops_by_count");
       for (size_t i = 0; i < top; i++) {
         fputs(i ? ",\n   {" : "\n   {", f);
-        json_kv_str(f, "name", all[i]->name, false);
+        fputs("\"name\": ", f);
+        cli_json_strn(f, all[i]->name, all[i]->len);
         fprintf(f,
                 ", \"count\": %" PRIu64 ", \"exclusive_us\": %" PRId64
                 ", \"inclusive_us\": %" PRId64 "}",

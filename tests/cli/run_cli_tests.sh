@@ -540,6 +540,11 @@ EOF
   expect 1 "--quiet" -- "$etr" validate --quiet "$out/many.json" && {
     [ "$(wc -l < "$out/last.out")" -eq 1 ] || fail "--quiet printed more than the verdict"
   }
+  # op names holding NULs ("\u0000"): summary keeps them whole and apart (it once cut them at
+  # the NUL, merged names that differ after it and read past its copy: fuzz_commands)
+  mutate nul_names 'ops[0]["name"] = ops[1]["name"] = "a\x00b"; ops[2]["name"] = "a\x00c"'
+  expect 0 "names with NULs" -- "$etr" summary --json --top 1000 "$out/nul_names.json" &&
+    json_check "names with NULs" "[(o['name'], o['count']) for o in d['ops_by_count'] if '\\x00' in o['name']] == [('a\x00b', 2), ('a\x00c', 1)]"
 }
 
 case "$part" in
