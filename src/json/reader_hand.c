@@ -117,10 +117,8 @@ static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
       p += n;
     }
   }
-  if (bad)
-    etr__rd_warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
-                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad,
-                 bad == 1 ? "" : "s");
+  /* (one warning for the string, after pass 2: its lone surrogate escapes count too, as
+   * the yajl backend counts them, in one sum) */
   size_t raw = (size_t)(p - start);
   unsigned char *o = arena_alloc(a, raw + 2 * bad + 1);
   if (!o) {
@@ -187,10 +185,10 @@ static ETR_RD_NOINLINE int h_string_slow(rd_reader *r, const unsigned char **pp,
         break; /* " \ / */
     }
   }
-  if (lone)
+  if (bad + lone)
     etr__rd_warn(r, r->hb_base + (uint64_t)(start - r->hb), -1,
-                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", lone,
-                 lone == 1 ? "" : "s");
+                 "invalid UTF-8 in a string (%zu sequence%s replaced by U+FFFD)", bad + lone,
+                 bad + lone == 1 ? "" : "s");
   *q = '\0';
   *len = (size_t)(q - o);
   *pp = p + 1;

@@ -593,7 +593,10 @@ static void test_backends_agree(void **state) {
       {"{\"nodes\": [{\"a\": \"\xed\xa0\x80\"}]}", "\xef\xbf\xbd"},
       {"{\"nodes\": [{\"a\": \"\\udc00\"}]}", "\xef\xbf\xbd"},
       {"{\"nodes\": [{\"a\": \"\xc0\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd"},
-      {"{\"nodes\": [{\"\xff\": \"\xe0\x80\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}};
+      {"{\"nodes\": [{\"\xff\": \"\xe0\x80\x80\"}]}", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+      /* a raw bad byte and a lone surrogate escape in one string: one warning from each
+       * backend (the hand parser gave one for each kind; fuzz_reader) */
+      {"{\"nodes\": [{\"a\": \"x\xff\\udc00y\"}]}", "x\xef\xbf\xbd\xef\xbf\xbdy"}};
   for (size_t i = 0; i < sizeof bad_utf8 / sizeof *bad_utf8; i++) {
     ct_write_file(p, bad_utf8[i].doc, strlen(bad_utf8[i].doc));
     r = read_both(p);
