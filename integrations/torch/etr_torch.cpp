@@ -375,7 +375,7 @@ struct ThreadState {
     return etr_value_object(strings.back().c_str());
   }
 
-  void all(const c10::IValue *vs, size_t n) {
+  C10_ALWAYS_INLINE void all(const c10::IValue *vs, size_t n) {
     struct Done {  // (the set is let go even if a value throws)
       ThreadState *s;
       ~Done() { s->walk_done(); }
