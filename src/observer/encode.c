@@ -12,6 +12,7 @@
  *   LIST, TUPLE                  tag u32-count values...
  *   TREF (compact events only)   tag u8-slot: the tensor of the thread's table slot
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,19 +209,51 @@ static inline bool tensor_same(const etr__cten *c, const etr_tensor *t, uint32_t
   return slot_str(t->dtype, c->dtp, c->dtype, c->dn) && slot_str(dev, c->dvp, c->dev, c->vn);
 }
 
+/* The shard numbers a slot that cannot hit points at: iseq_p at `never` with iseq 1 (an
+ * unused slot, or ids not read through the caches), sseq_p at `always` with sseq 0 (a
+ * tensor without storage). Read-only; the hit compares them like any other. */
+static const _Atomic uint64_t never_seq = 0, always_seq = 0;
+
+static inline void slot_unhittable(etr__cten *c) {
+  c->impl = NULL;
+  c->iseq_p = &never_seq;
+  c->iseq = 1;
+  c->sseq_p = &always_seq;
+  c->sseq = 0;
+}
+
 /* tensor_same without the ids: the identities are the slot's and the id-map shards they
  * map in have not changed since the slot's ids were read, so the ids are the slot's. For a
- * tensor with strides and at most ETR__CTEN_NDIM dimensions. */
-static inline bool tensor_hit(const etr__cten *c, const etr_tensor *t, const char *dev) {
-  if (c->impl != t->impl || c->storage != t->storage || !c->iseq_p ||
-      c->iseq != atomic_load_explicit(c->iseq_p, memory_order_acquire) ||
-      (c->sseq_p && c->sseq != atomic_load_explicit(c->sseq_p, memory_order_acquire)) ||
-      c->nd != (uint32_t)t->ndim || c->off != t->storage_offset || c->numel != t->numel ||
-      c->itemsize != t->itemsize)
-    return false;
-  for (uint32_t i = 0; i < c->nd; i++)
-    if (c->sizes[i] != t->sizes[i] || c->strides[i] != t->strides[i]) return false;
-  return slot_str(t->dtype, c->dtp, c->dtype, c->dn) && slot_str(dev, c->dvp, c->dev, c->vn);
+ * tensor with a dtype, strides, and sizes unless it has no dimension. The key, the
+ * dimension count and the shard numbers are compared with one branch (a hit is the common
+ * case, and a miss is decided by the key alone almost always). */
+static inline bool tensor_hit(const etr__cten *c, const etr_tensor *t) {
+  uint64_t d =
+      ((uintptr_t)t->impl ^ (uintptr_t)c->impl) | ((uintptr_t)t->storage ^ (uintptr_t)c->storage) |
+      ((uint64_t)t->storage_offset ^ (uint64_t)c->off) | ((uint64_t)t->numel ^ (uint64_t)c->numel) |
+      ((uint64_t)t->itemsize ^ (uint64_t)c->itemsize) | ((uint32_t)t->ndim ^ c->nd) |
+      (c->iseq ^ atomic_load_explicit(c->iseq_p, memory_order_acquire)) |
+      (c->sseq ^ atomic_load_explicit(c->sseq_p, memory_order_acquire));
+  if (d) return false;
+  const int64_t *sizes = t->sizes, *strides = t->strides;
+  for (uint32_t i = 0, nd = c->nd; i < nd; i++)
+    d |= ((uint64_t)c->sizes[i] ^ (uint64_t)sizes[i]) |
+         ((uint64_t)c->strides[i] ^ (uint64_t)strides[i]);
+  if (d) return false;
+  const char *dev = t->device;
+  return slot_str(t->dtype, c->dtp, c->dtype, c->dn) &&
+         (dev ? slot_str(dev, c->dvp, c->dev, c->vn) : c->vn == 0);
+}
+
+/* The slot of the thread's table that t hits, or -1. */
+static inline int tensor_find(const etr__tstate *ts, const etr_tensor *t) {
+  /* (a slot's nd is at most ETR__CTEN_NDIM: tensor_hit reads at most that many) */
+  if (!t || !t->dtype || !t->strides || (!t->sizes && t->ndim != 0)) return -1;
+  uint32_t k, k1;
+  etr__slot_pair(t->impl, &k, &k1);
+  if (tensor_hit(&ts->cten[k], t)) return (int)k;
+  if (tensor_hit(&ts->cten[k1], t)) return (int)k1;
+  return -1;
 }
 
 /* Notes in slot c the identities of t and the shard numbers its ids were just read at (ie
@@ -228,34 +261,41 @@ static inline bool tensor_hit(const etr__cten *c, const etr_tensor *t, const cha
  * next hit needs no lookup. */
 static void note_identity(etr__cten *c, const etr_tensor *t, const etr__idcache_entry *ie,
                           const etr__idcache_entry *se) {
+  slot_unhittable(c);
+  if (!ie || ie->id != c->id || (t->storage && (!se || se->id != c->sid))) return;
   c->impl = t->impl;
   c->storage = t->storage;
-  c->iseq_p = NULL;
-  if (!ie || ie->id != c->id || (t->storage && (!se || se->id != c->sid))) return;
   c->iseq_p = ie->shard_seq;
   c->iseq = ie->seq;
-  c->sseq_p = se ? se->shard_seq : NULL;
-  c->sseq = se ? se->seq : 0;
+  if (se) {
+    c->sseq_p = se->shard_seq;
+    c->sseq = se->seq;
+  }
 }
 
-/* The slot's reference (V_TREF) at the arena's end; the open op holds the slot. */
+/* The reference (V_TREF) to slot k at p, which the open op pin (if any) then holds. */
+static inline void tref_at(etr__tstate *ts, uint8_t *p, uint32_t k, etr__frame *pin) {
+  etr__cten *c = &ts->cten[k];
+  c->used = ++ts->table_clock;
+  p[0] = ETR__V_TREF;
+  p[1] = (uint8_t)k;
+  if (pin) {
+    c->pins++;
+    pin->pins[pin->n_pins++] = (uint8_t)k;
+  }
+}
+
+/* The slot's reference at the arena's end. */
 static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
   etr__tstate *ts = e->ts;
-  c->used = ++ts->table_clock;
   if (!etr__arena_reserve(ts, 2)) {
     e->failed = true;
     return;
   }
-  uint8_t *p = ts->arena + ts->arena_len; /* (not ts->arena[ts->arena_len++]: a byte store
-                                           * may alias arena_len, which is then reloaded) */
-  p[0] = ETR__V_TREF;
-  p[1] = (uint8_t)k;
+  /* (p, not ts->arena[ts->arena_len++]: a byte store may alias arena_len, then reloaded) */
+  tref_at(ts, ts->arena + ts->arena_len, k, e->pin);
   ts->arena_len += 2;
   e->expanded += c->expand;
-  if (e->pin) {
-    c->pins++;
-    e->pin->pins[e->pin->n_pins++] = (uint8_t)k;
-  }
 }
 
 /* Room in the thread's stream for a definition (type DEF_STR or DEF_TEN) of slot k with n
@@ -281,6 +321,15 @@ static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v
   if (!p) return false;
   memcpy(p, v, n);
   etr__event_commit(ts, size, false);
+  return true;
+}
+
+/* The thread's tensor table, every slot unused. */
+static bool cten_alloc(etr__tstate *ts) {
+  etr__cten *t = calloc(ETR__CTEN_SLOTS, sizeof *t);
+  if (!t) return false;
+  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) slot_unhittable(&t[i]);
+  ts->cten = t;
   return true;
 }
 
@@ -311,8 +360,7 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     f[4] = (uint64_t)t->itemsize;
   }
   if (!defined || !f[0] || (unsigned)nd > ETR__CTEN_NDIM || e->failed ||
-      (e->pin && e->pin->n_pins >= ETR__FRAME_PINS) ||
-      (!ts->cten && !(ts->cten = calloc(ETR__CTEN_SLOTS, sizeof *ts->cten)))) {
+      (e->pin && e->pin->n_pins >= ETR__FRAME_PINS) || (!ts->cten && !cten_alloc(ts))) {
     put_tensor_whole(e, t, defined, nd, f);
     return;
   }
@@ -344,8 +392,7 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     return;
   }
   c->valid = 0;
-  c->impl = NULL;
-  c->iseq_p = NULL; /* (an unused slot: no identity, not even NULL, can hit it) */
+  slot_unhittable(c);
   /* The definition (trace_internal.h): the tensor whole, written straight into the stream. */
   size_t size;
   uint8_t *p = define_room(ts, ETR__CEV_DEF_TEN, k, tensor_size(dn, vn, nd), &size);
@@ -381,19 +428,10 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
  * id lookup, see tensor_hit). */
 static inline void put_tensor(enc *e, const etr_tensor *t) {
   etr__tstate *ts = e->ts;
-  /* (an unused slot has no iseq_p, and a slot's nd is at most ETR__CTEN_NDIM: tensor_hit
-   * checks those) */
-  if (ts->cten && t && t->dtype && t->strides && (t->sizes || t->ndim == 0) &&
-      (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
-    const char *dev = t->device ? t->device : "";
-    uint32_t k, k1;
-    etr__slot_pair(t->impl, &k, &k1);
-    if (tensor_hit(&ts->cten[k], t, dev)) {
-      put_tref(e, &ts->cten[k], k);
-      return;
-    }
-    if (tensor_hit(&ts->cten[k1], t, dev)) {
-      put_tref(e, &ts->cten[k1], k1);
+  if (ts->cten && (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
+    int k = tensor_find(ts, t);
+    if (k >= 0) {
+      put_tref(e, &ts->cten[k], (uint32_t)k);
       return;
     }
   }
@@ -469,7 +507,31 @@ static void put_value(enc *e, const etr_value *v, unsigned depth) {
   }
 }
 
+/* Most ops pass a few tensors that the thread's table holds: their references are written
+ * in one go, with no budget to watch (a few references stand for a few KB at most). Finds
+ * every slot before it changes any, so that a miss leaves nothing to undo; false then. */
+#define ALL_HITS_MAX 8u
+_Static_assert(ALL_HITS_MAX <= ETR__FRAME_PINS, "an op's fast references all pin");
+static inline bool encode_all_hits(etr__tstate *ts, const etr_value *vals, uint32_t n,
+                                   etr__frame *pin) {
+  if (n > ALL_HITS_MAX || !ts->cten || (n && !vals) || (pin && pin->n_pins + n > ETR__FRAME_PINS) ||
+      !etr__arena_reserve(ts, 1 + 2 * ALL_HITS_MAX))
+    return false;
+  uint8_t ks[ALL_HITS_MAX];
+  for (uint32_t i = 0; i < n; i++) {
+    int k = vals[i].kind == ETR_VALUE_TENSOR ? tensor_find(ts, vals[i].u.tensor) : -1;
+    if (k < 0) return false;
+    ks[i] = (uint8_t)k;
+  }
+  uint8_t *p = ts->arena + ts->arena_len;
+  p[0] = (uint8_t)n;
+  for (uint32_t i = 0; i < n; i++) tref_at(ts, p + 1 + 2 * i, ks[i], pin);
+  ts->arena_len += 1 + 2 * n;
+  return true;
+}
+
 bool etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin) {
+  if (ETR__LIKELY(encode_all_hits(ts, vals, n, pin))) return true;
   size_t start = ts->arena_len;
   enc e = {ts, start + ETR__NODE_BUDGET, 0, pin, false};
   /* The count before the values: one byte when it is below 128, else five (a padded

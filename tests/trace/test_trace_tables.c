@@ -166,6 +166,19 @@ static void test_metadata_changes_under_one_identity(void **state) {
   tu_op("meta::f", &in, 1, NULL, 0);
   x.ndim = 1;
   tu_op("meta::g", &in, 1, NULL, 0);
+  /* each word of a slot's key alone: numel, itemsize, the storage identity, the offset */
+  x.ndim = 3;
+  x.storage_offset = 0;
+  tu_op("meta::h", &in, 1, NULL, 0);
+  x.numel = 7;
+  tu_op("meta::i", &in, 1, NULL, 0);
+  x.itemsize = 2;
+  tu_op("meta::j", &in, 1, NULL, 0);
+  static char storage2;
+  x.storage = &storage2;
+  tu_op("meta::k", &in, 1, NULL, 0);
+  x.storage = &storage;
+  tu_op("meta::l", &in, 1, NULL, 0);
   tu_close_ok(&t);
   expect_json(tu_in(tu_node(&t, "meta::a"), "inputs", "shapes", 0), "[2,3,4]", "a", 0);
   expect_json(tu_in(tu_node(&t, "meta::b"), "inputs", "shapes", 0), "[2,5,4]", "b", 0);
@@ -179,6 +192,22 @@ static void test_metadata_changes_under_one_identity(void **state) {
   expect_json(json_array_get(f, 5), "\"cpu\"", "f device", 0);
   expect_json(json_array_get(f, 2), "9", "f offset", 0);
   expect_json(tu_in(tu_node(&t, "meta::g"), "inputs", "shapes", 0), "[2]", "g", 0);
+  json_t *h = tu_in(tu_node(&t, "meta::h"), "inputs", "values", 0);
+  json_t *i = tu_in(tu_node(&t, "meta::i"), "inputs", "values", 0);
+  json_t *j = tu_in(tu_node(&t, "meta::j"), "inputs", "values", 0);
+  json_t *k = tu_in(tu_node(&t, "meta::k"), "inputs", "values", 0);
+  json_t *l = tu_in(tu_node(&t, "meta::l"), "inputs", "values", 0);
+  expect_json(json_array_get(h, 2), "0", "h offset", 0);
+  expect_json(json_array_get(i, 3), "7", "i numel", 0);
+  expect_json(json_array_get(i, 4), "4", "i itemsize", 0);
+  expect_json(json_array_get(j, 4), "2", "j itemsize", 0);
+  /* another storage gets another id; the first storage keeps its own */
+  assert_int_not_equal(json_integer_value(json_array_get(k, 1)),
+                       json_integer_value(json_array_get(j, 1)));
+  assert_int_equal(json_integer_value(json_array_get(l, 1)),
+                   json_integer_value(json_array_get(j, 1)));
+  assert_int_equal(json_integer_value(json_array_get(k, 0)),
+                   json_integer_value(json_array_get(j, 0)));
   tu_free(&t);
 }
 
