@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "observer/internal.h"
-#include "observer/trace_internal.h"
+#include "observer/encode_hit.h"
 
 #define ID_BLOCK 64
 
@@ -173,14 +173,6 @@ static inline size_t short_len(const char *s, size_t max) {
   return n;
 }
 
-/* Whether s holds the n bytes of copy (which ends with a NUL) and ends there; reads s only
- * up to its first difference, so never past its own end. */
-static inline bool same_str(const char *s, const char *copy, size_t n) {
-  for (size_t i = 0; i <= n; i++)
-    if (s[i] != copy[i]) return false;
-  return true;
-}
-
 /* The contiguous strides of sizes[0..nd) into out (a product beyond INT64_MAX stays there). */
 static void contiguous_strides(const int64_t *sizes, int32_t nd, int64_t *out) {
   int64_t acc = 1;
@@ -189,12 +181,6 @@ static void contiguous_strides(const int64_t *sizes, int32_t nd, int64_t *out) {
     int64_t s = sizes[i] > 0 ? sizes[i] : 1;
     acc = acc > INT64_MAX / s ? INT64_MAX : acc * s;
   }
-}
-
-/* Whether s holds the string of a slot: the same interned pointer (bytes that cannot have
- * changed), else the same bytes. */
-static inline bool slot_str(const char *s, const char *fixed, const char *copy, size_t n) {
-  return s == fixed || same_str(s, copy, n);
 }
 
 /* Whether slot c holds exactly what put_tensor_whole would write for t (defined, nd
@@ -206,54 +192,8 @@ static inline bool tensor_same(const etr__cten *c, const etr_tensor *t, uint32_t
     return false;
   for (uint32_t i = 0; i < nd; i++)
     if (c->sizes[i] != t->sizes[i] || c->strides[i] != strides[i]) return false;
-  return slot_str(t->dtype, c->dtp, c->dtype, c->dn) && slot_str(dev, c->dvp, c->dev, c->vn);
-}
-
-/* The shard numbers a slot that cannot hit points at: iseq_p at `never` with iseq 1 (an
- * unused slot, or ids not read through the caches), sseq_p at `always` with sseq 0 (a
- * tensor without storage). Read-only; the hit compares them like any other. */
-static const _Atomic uint64_t never_seq = 0, always_seq = 0;
-
-static inline void slot_unhittable(etr__cten *c) {
-  c->impl = NULL;
-  c->iseq_p = &never_seq;
-  c->iseq = 1;
-  c->sseq_p = &always_seq;
-  c->sseq = 0;
-}
-
-/* tensor_same without the ids: the identities are the slot's and the id-map shards they
- * map in have not changed since the slot's ids were read, so the ids are the slot's. For a
- * tensor with a dtype, strides, and sizes unless it has no dimension. The key, the
- * dimension count and the shard numbers are compared with one branch (a hit is the common
- * case, and a miss is decided by the key alone almost always). */
-static inline bool tensor_hit(const etr__cten *c, const etr_tensor *t) {
-  uint64_t d =
-      ((uintptr_t)t->impl ^ (uintptr_t)c->impl) | ((uintptr_t)t->storage ^ (uintptr_t)c->storage) |
-      ((uint64_t)t->storage_offset ^ (uint64_t)c->off) | ((uint64_t)t->numel ^ (uint64_t)c->numel) |
-      ((uint64_t)t->itemsize ^ (uint64_t)c->itemsize) | ((uint32_t)t->ndim ^ c->nd) |
-      (c->iseq ^ atomic_load_explicit(c->iseq_p, memory_order_acquire)) |
-      (c->sseq ^ atomic_load_explicit(c->sseq_p, memory_order_acquire));
-  if (d) return false;
-  const int64_t *sizes = t->sizes, *strides = t->strides;
-  for (uint32_t i = 0, nd = c->nd; i < nd; i++)
-    d |= ((uint64_t)c->sizes[i] ^ (uint64_t)sizes[i]) |
-         ((uint64_t)c->strides[i] ^ (uint64_t)strides[i]);
-  if (d) return false;
-  const char *dev = t->device;
-  return slot_str(t->dtype, c->dtp, c->dtype, c->dn) &&
-         (dev ? slot_str(dev, c->dvp, c->dev, c->vn) : c->vn == 0);
-}
-
-/* The slot of the thread's table that t hits, or -1. */
-static inline int tensor_find(const etr__tstate *ts, const etr_tensor *t) {
-  /* (a slot's nd is at most ETR__CTEN_NDIM: tensor_hit reads at most that many) */
-  if (!t || !t->dtype || !t->strides || (!t->sizes && t->ndim != 0)) return -1;
-  uint32_t k, k1;
-  etr__slot_pair(t->impl, &k, &k1);
-  if (tensor_hit(&ts->cten[k], t)) return (int)k;
-  if (tensor_hit(&ts->cten[k1], t)) return (int)k1;
-  return -1;
+  return etr__slot_str(t->dtype, c->dtp, c->dtype, c->dn) &&
+         etr__slot_str(dev, c->dvp, c->dev, c->vn);
 }
 
 /* Notes in slot c the identities of t and the shard numbers its ids were just read at (ie
@@ -261,7 +201,7 @@ static inline int tensor_find(const etr__tstate *ts, const etr_tensor *t) {
  * next hit needs no lookup. */
 static void note_identity(etr__cten *c, const etr_tensor *t, const etr__idcache_entry *ie,
                           const etr__idcache_entry *se) {
-  slot_unhittable(c);
+  etr__cten_unhittable(c);
   if (!ie || ie->id != c->id || (t->storage && (!se || se->id != c->sid))) return;
   c->impl = t->impl;
   c->storage = t->storage;
@@ -273,18 +213,6 @@ static void note_identity(etr__cten *c, const etr_tensor *t, const etr__idcache_
   }
 }
 
-/* The reference (V_TREF) to slot k at p, which the open op pin (if any) then holds. */
-static inline void tref_at(etr__tstate *ts, uint8_t *p, uint32_t k, etr__frame *pin) {
-  etr__cten *c = &ts->cten[k];
-  c->used = ++ts->table_clock;
-  p[0] = ETR__V_TREF;
-  p[1] = (uint8_t)k;
-  if (pin) {
-    c->pins++;
-    pin->pins[pin->n_pins++] = (uint8_t)k;
-  }
-}
-
 /* The slot's reference at the arena's end. */
 static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
   etr__tstate *ts = e->ts;
@@ -293,7 +221,7 @@ static inline void put_tref(enc *e, etr__cten *c, uint32_t k) {
     return;
   }
   /* (p, not ts->arena[ts->arena_len++]: a byte store may alias arena_len, then reloaded) */
-  tref_at(ts, ts->arena + ts->arena_len, k, e->pin);
+  etr__tref_at(ts, ts->arena + ts->arena_len, k, e->pin);
   ts->arena_len += 2;
   e->expanded += c->expand;
 }
@@ -328,12 +256,12 @@ static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v
 static bool cten_alloc(etr__tstate *ts) {
   etr__cten *t = calloc(ETR__CTEN_SLOTS, sizeof *t);
   if (!t) return false;
-  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) slot_unhittable(&t[i]);
+  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) etr__cten_unhittable(&t[i]);
   ts->cten = t;
   return true;
 }
 
-/* Everything but a tensor found by tensor_hit: its ids are looked up and compared with its
+/* Everything but a tensor found by etr__tensor_hit: its ids are looked up and compared with its
  * two slots (a shard that changed since, for another object, is only a slower hit); a new
  * tensor takes the least recently used of its slots that no open op holds (defined first);
  * else, and when it is unusual (many dimensions, long names) or the op already holds as
@@ -378,7 +306,8 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
                 : tensor_same(c1, t, (uint32_t)nd, f[0], f[1], dev, strides) ? k1
                                                                              : UINT32_MAX;
   if (hk != UINT32_MAX) {
-    if (t->strides) note_identity(&ts->cten[hk], t, ie, se); /* (tensor_hit reads its strides) */
+    if (t->strides)
+      note_identity(&ts->cten[hk], t, ie, se); /* (etr__tensor_hit reads its strides) */
     put_tref(e, &ts->cten[hk], hk);
     return;
   }
@@ -392,7 +321,7 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
     return;
   }
   c->valid = 0;
-  slot_unhittable(c);
+  etr__cten_unhittable(c);
   /* The definition (trace_internal.h): the tensor whole, written straight into the stream. */
   size_t size;
   uint8_t *p = define_room(ts, ETR__CEV_DEF_TEN, k, tensor_size(dn, vn, nd), &size);
@@ -425,11 +354,11 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
 }
 
 /* A tensor: by reference when the thread's table has it (the common case, kept short: no
- * id lookup, see tensor_hit). */
+ * id lookup, see etr__tensor_hit). */
 static inline void put_tensor(enc *e, const etr_tensor *t) {
   etr__tstate *ts = e->ts;
   if (ts->cten && (!e->pin || e->pin->n_pins < ETR__FRAME_PINS)) {
-    int k = tensor_find(ts, t);
+    int k = etr__tensor_find(ts, t);
     if (k >= 0) {
       put_tref(e, &ts->cten[k], (uint32_t)k);
       return;
@@ -507,31 +436,9 @@ static void put_value(enc *e, const etr_value *v, unsigned depth) {
   }
 }
 
-/* Most ops pass a few tensors that the thread's table holds: their references are written
- * in one go, with no budget to watch (a few references stand for a few KB at most). Finds
- * every slot before it changes any, so that a miss leaves nothing to undo; false then. */
-#define ALL_HITS_MAX 8u
-_Static_assert(ALL_HITS_MAX <= ETR__FRAME_PINS, "an op's fast references all pin");
-static inline bool encode_all_hits(etr__tstate *ts, const etr_value *vals, uint32_t n,
-                                   etr__frame *pin) {
-  if (n > ALL_HITS_MAX || !ts->cten || (n && !vals) || (pin && pin->n_pins + n > ETR__FRAME_PINS) ||
-      !etr__arena_reserve(ts, 1 + 2 * ALL_HITS_MAX))
-    return false;
-  uint8_t ks[ALL_HITS_MAX];
-  for (uint32_t i = 0; i < n; i++) {
-    int k = vals[i].kind == ETR_VALUE_TENSOR ? tensor_find(ts, vals[i].u.tensor) : -1;
-    if (k < 0) return false;
-    ks[i] = (uint8_t)k;
-  }
-  uint8_t *p = ts->arena + ts->arena_len;
-  p[0] = (uint8_t)n;
-  for (uint32_t i = 0; i < n; i++) tref_at(ts, p + 1 + 2 * i, ks[i], pin);
-  ts->arena_len += 1 + 2 * n;
-  return true;
-}
+const _Atomic uint64_t etr__seq_never = 0, etr__seq_always = 0;
 
-bool etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin) {
-  if (ETR__LIKELY(encode_all_hits(ts, vals, n, pin))) return true;
+bool etr__encode_values_slow(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin) {
   size_t start = ts->arena_len;
   enc e = {ts, start + ETR__NODE_BUDGET, 0, pin, false};
   /* The count before the values: one byte when it is below 128, else five (a padded

@@ -11,6 +11,7 @@
 
 #include "observer/internal.h"
 #include "observer/registry.h"
+#include "observer/encode_hit.h"
 #include "observer/trace_internal.h"
 #include "unwind/unwind.h"
 

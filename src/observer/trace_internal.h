@@ -413,10 +413,8 @@ static inline bool etr__arena_reserve(etr__tstate *ts, size_t n) {
   return ts->arena_len + n <= ts->arena_cap || etr__arena_grow(ts, n);
 }
 
-/* Append to the arena: a value count and the values kept of vals[0..n) (tensors seen before
- * by reference; the slots they take are held by pin, the open op, when not NULL); raw bytes;
- * a varint; a string as uv length and bytes, cut at max. False when memory is exhausted. */
-bool etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin);
+/* Append to the arena (values: encode_hit.h): raw bytes; a varint; a string as uv length
+ * and bytes, cut at max. False when memory is exhausted. */
 bool etr__encode_raw(etr__tstate *ts, const void *p, size_t n);
 bool etr__encode_uv(etr__tstate *ts, uint64_t v);
 bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max);
