@@ -88,7 +88,7 @@ static inline void etr__tref_at(etr__tstate *ts, uint8_t *p, uint32_t k, etr__fr
 #define ALL_HITS_MAX 8u
 _Static_assert(ALL_HITS_MAX <= ETR__FRAME_PINS, "an op's fast references all pin");
 static inline bool etr__encode_all_hits(etr__tstate *ts, const etr_value *vals, uint32_t n,
-                                   etr__frame *pin) {
+                                        etr__frame *pin) {
   if (n > ALL_HITS_MAX || !ts->cten || (n && !vals) || (pin && pin->n_pins + n > ETR__FRAME_PINS) ||
       !etr__arena_reserve(ts, 1 + 2 * ALL_HITS_MAX))
     return false;

@@ -412,7 +412,7 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
 }
 
 /* Runs the enter (or exit) callbacks of the record's active slots. */
-static inline ETR__ALWAYS_INLINE void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
+static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
   uint64_t mask = rec->_active;
   uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
   etr__hazard_publish(&t->hazard_slots, saved | mask);
@@ -440,6 +440,36 @@ static inline ETR__ALWAYS_INLINE void run_callbacks(etr__thread *t, etr_record *
   atomic_store_explicit(&t->hazard_slots, saved, memory_order_release);
 }
 
+/* run_callbacks for a record that one observer sees (the common case: the trace alone),
+ * without the loop; the rest goes there. Kept apart from begin and end so that they save
+ * no registers of their own. */
+static inline ETR__ALWAYS_INLINE void callbacks(etr__thread *t, etr_record *rec, bool enter) {
+  uint64_t mask = rec->_active;
+  if (mask & (mask - 1)) {
+    run_callbacks(t, rec, enter);
+    return;
+  }
+  slot *s = &slots[__builtin_ctzll(mask)];
+  uint64_t le = atomic_load(&s->live_epoch);
+  if (le == 0 || le > rec->_epoch) {
+    run_callbacks(t, rec, enter); /* (which finds it removed) */
+    return;
+  }
+  uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
+  etr__hazard_publish(&t->hazard_slots, saved | mask);
+  t->in_callback++;
+  void *user = atomic_load_explicit(&s->user, memory_order_relaxed);
+  if (enter) {
+    etr_enter_fn fn = atomic_load_explicit(&s->enter, memory_order_relaxed);
+    if (fn) fn(rec, user);
+  } else {
+    etr_exit_fn fn = atomic_load_explicit(&s->exit, memory_order_relaxed);
+    if (fn) fn(rec, user);
+  }
+  t->in_callback--;
+  atomic_store_explicit(&t->hazard_slots, saved, memory_order_release);
+}
+
 void etr__record_begin(etr_record *rec) {
   if (!rec) return;
   etr__thread *t = etr__thread_self();
@@ -450,7 +480,7 @@ void etr__record_begin(etr_record *rec) {
   }
   rec->_state = 2;
   t->begin_ra = (uintptr_t)__builtin_return_address(0);
-  run_callbacks(t, rec, true);
+  callbacks(t, rec, true);
 }
 
 /* Ends a begun record in `state`: 3 ended, 4 ended failed (etr_record_failed() tells the
@@ -465,7 +495,7 @@ static void record_end(etr_record *rec, uint32_t state) {
     return;
   }
   rec->_state = state;
-  if (rec->_active) run_callbacks(t, rec, false);
+  if (rec->_active) callbacks(t, rec, false);
 }
 
 void etr__record_end(etr_record *rec) { record_end(rec, 3); }

@@ -594,6 +594,30 @@ static void test_slot_reuse_during_op(void **state) {
   assert_int_equal(exits(&b), 1);
 }
 
+/* The same with one observer, the registry's direct path: its slot removed and taken by
+ * another between begin and end. */
+static void test_slot_reuse_during_op_alone(void **state) {
+  (void)state;
+  assert_int_equal(stats_now().observers, 0);
+  counter a = {0}, b = {0};
+  etr_observer_id ha = add_counter(&a);
+  etr_record r;
+  etr_record_init(&r, "in_flight", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&r);
+  assert_int_equal(enters(&a), 1);
+  assert_int_equal(etr_observer_remove(ha), 0);
+  etr_observer_options ob = counter_opts(&b);
+  add_opts(&ob);
+  etr_record_end(&r);
+  assert_int_equal(exits(&a), 0);
+  assert_int_equal(enters(&b), 0);
+  assert_int_equal(exits(&b), 0);
+  record_op("next", ETR_SCOPE_FUNCTION);
+  assert_int_equal(enters(&b), 1);
+  assert_int_equal(exits(&b), 1);
+  assert_int_equal(enters(&a), 1);
+}
+
 /* ---- needs and the disabled path -------------------------------------------------------- */
 
 typedef struct needs_seen {
@@ -1327,6 +1351,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_exit_after_disable, teardown),
       cmocka_unit_test_teardown(test_no_exit_when_enabled_midway, teardown),
       cmocka_unit_test_teardown(test_slot_reuse_during_op, teardown),
+      cmocka_unit_test_teardown(test_slot_reuse_during_op_alone, teardown),
       cmocka_unit_test_teardown(test_needs_union, teardown),
       cmocka_unit_test_teardown(test_disabled_path_calls_nothing, teardown),
       cmocka_unit_test_teardown(test_scope_filter, teardown),
