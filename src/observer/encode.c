@@ -438,15 +438,21 @@ static void put_value(enc *e, const etr_value *v, unsigned depth) {
 
 const _Atomic uint64_t etr__seq_never = 0, etr__seq_always = 0;
 
-bool etr__encode_values_slow(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin) {
-  size_t start = ts->arena_len;
-  enc e = {ts, start + ETR__NODE_BUDGET, 0, pin, false};
+bool etr__encode_values_from(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin,
+                             size_t start, uint32_t done, size_t expanded) {
+  enc e = {ts, start + ETR__NODE_BUDGET, expanded, pin, false};
   /* The count before the values: one byte when it is below 128, else five (a padded
    * varint), so that it can be written once the values kept are known. */
   size_t cw = n < 128 ? 1 : 5;
-  if (!etr__arena_reserve(ts, cw)) return false;
-  ts->arena_len += cw;
-  uint32_t kept = put_values(&e, vals, n, 0);
+  uint32_t kept = 0;
+  if (done == ETR__HITS_NONE) {
+    if (!etr__arena_reserve(ts, cw)) return false;
+    ts->arena_len += cw;
+  } else {
+    kept = done; /* (n <= ETR__HITS_MAX: the count is one byte, the references after it) */
+    if (vals[kept].kind == ETR_VALUE_TENSOR) put_tensor_rest(&e, vals[kept++].u.tensor);
+  }
+  kept += put_values(&e, kept ? vals + kept : vals, n - kept, 0);
   if (e.failed) { /* out of memory: keep nothing rather than half a value */
     ts->arena_len = start + cw;
     kept = 0;

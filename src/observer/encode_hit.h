@@ -82,37 +82,42 @@ static inline void etr__tref_at(etr__tstate *ts, uint8_t *p, uint32_t k, etr__fr
   }
 }
 
-/* Most ops pass a few tensors that the thread's table holds: their references are written
- * in one go, with no budget to watch (a few references stand for a few KB at most). Finds
- * every slot before it changes any, so that a miss leaves nothing to undo; false then. */
-#define ALL_HITS_MAX 8u
-_Static_assert(ALL_HITS_MAX <= ETR__FRAME_PINS, "an op's fast references all pin");
-static inline bool etr__encode_all_hits(etr__tstate *ts, const etr_value *vals, uint32_t n,
-                                        etr__frame *pin) {
-  if (n > ALL_HITS_MAX || !ts->cten || (n && !vals) || (pin && pin->n_pins + n > ETR__FRAME_PINS) ||
-      !etr__arena_reserve(ts, 1 + 2 * ALL_HITS_MAX))
-    return false;
-  uint8_t ks[ALL_HITS_MAX];
-  for (uint32_t i = 0; i < n; i++) {
-    int k = vals[i].kind == ETR_VALUE_TENSOR ? etr__tensor_find(ts, vals[i].u.tensor) : -1;
-    if (k < 0) return false;
-    ks[i] = (uint8_t)k;
-  }
-  uint8_t *p = ts->arena + ts->arena_len;
-  p[0] = (uint8_t)n;
-  for (uint32_t i = 0; i < n; i++) etr__tref_at(ts, p + 1 + 2 * i, ks[i], pin);
-  ts->arena_len += 1 + 2 * n;
-  return true;
-}
-
 /* Append to the arena a value count and the values kept of vals[0..n) (tensors seen before
  * by reference; the slots they take are held by pin, the open op, when not NULL). False
- * when memory is exhausted. */
-bool etr__encode_values_slow(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin);
-static inline bool etr__encode_values(etr__tstate *ts, const etr_value *vals, uint32_t n,
-                                      etr__frame *pin) {
-  return ETR__LIKELY(etr__encode_all_hits(ts, vals, n, pin)) ||
-         etr__encode_values_slow(ts, vals, n, pin);
+ * when memory is exhausted.
+ *
+ * Most ops pass a few tensors that the thread's table holds: their references are written
+ * here, inline, with no budget to watch (a few references stand for a few KB at most).
+ * At the first value that is not such a tensor, encode.c goes on from there (`done`
+ * references written after the count byte at `start`, standing for `expanded` bytes; value
+ * `done`, if a tensor, was looked up and is not in the table); when the fast path does
+ * not apply (many values, no table yet), it does all of them (done and start unused). */
+#define ETR__HITS_MAX 8u
+#define ETR__HITS_NONE UINT32_MAX
+_Static_assert(ETR__HITS_MAX <= ETR__FRAME_PINS, "an op's fast references all pin");
+bool etr__encode_values_from(etr__tstate *ts, const etr_value *vals, uint32_t n, etr__frame *pin,
+                             size_t start, uint32_t done, size_t expanded);
+static inline ETR__ALWAYS_INLINE bool etr__encode_values(etr__tstate *ts, const etr_value *vals,
+                                                         uint32_t n, etr__frame *pin) {
+  size_t start = ts->arena_len;
+  if (ETR__UNLIKELY(n > ETR__HITS_MAX || !ts->cten || (n && !vals) ||
+                    (pin && pin->n_pins + n > ETR__FRAME_PINS) ||
+                    !etr__arena_reserve(ts, 1 + 2 * ETR__HITS_MAX)))
+    return etr__encode_values_from(ts, vals, n, pin, start, ETR__HITS_NONE, 0);
+  uint8_t *p = ts->arena + start;
+  size_t expanded = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    int k = vals[i].kind == ETR_VALUE_TENSOR ? etr__tensor_find(ts, vals[i].u.tensor) : -1;
+    if (k < 0) {
+      ts->arena_len = start + 1 + 2 * i;
+      return etr__encode_values_from(ts, vals, n, pin, start, i, expanded);
+    }
+    etr__tref_at(ts, p + 1 + 2 * i, (uint32_t)k, pin);
+    expanded += ts->cten[k].expand;
+  }
+  p[0] = (uint8_t)n;
+  ts->arena_len = start + 1 + 2 * n;
+  return true;
 }
 
 #endif
