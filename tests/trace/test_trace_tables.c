@@ -211,6 +211,54 @@ static void test_metadata_changes_under_one_identity(void **state) {
   tu_free(&t);
 }
 
+/* Known tensors mixed with scalars and new tensors, in every position: the references the
+ * recording thread writes as it finds them and the values after the first other one (which
+ * encode.c goes on with) come out in order, each with its own shape. */
+static void test_known_tensors_mixed_with_others(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  static char impl[6], storage[6];
+  int64_t sizes[6][1];
+  etr_tensor x[6];
+  for (int k = 0; k < 6; k++) {
+    sizes[k][0] = 10 + k;
+    tensor_init(&x[k], &impl[k], &storage[k], sizes[k], 1, "float");
+    x[k].strides = (const int64_t[]){1};
+  }
+  etr_value seen[3] = {etr_value_tensor(&x[0]), etr_value_tensor(&x[1]), etr_value_tensor(&x[2])};
+  tu_op("mix::define", seen, 3, NULL, 0);
+  /* known, int, known, new, known, new, none, known */
+  etr_value in[8] = {etr_value_tensor(&x[0]), etr_value_int(5),        etr_value_tensor(&x[1]),
+                     etr_value_tensor(&x[3]), etr_value_tensor(&x[2]), etr_value_tensor(&x[4]),
+                     etr_value_none(),        etr_value_tensor(&x[0])};
+  etr_value out[2] = {etr_value_tensor(&x[5]), etr_value_tensor(&x[1])}; /* new, known */
+  tu_op("mix::a", in, 8, out, 2);
+  tu_op("mix::b", in, 8, out, 2); /* all known now but the scalars */
+  tu_op("mix::c", in + 2, 1, out + 1, 1);
+  tu_close_ok(&t);
+  const char *shapes = "[[10],[],[11],[13],[12],[14],[],[10]]";
+  const char *types =
+      "[\"Tensor(float)\",\"Int\",\"Tensor(float)\",\"Tensor(float)\",\"Tensor(float)\","
+      "\"Tensor(float)\",\"None\",\"Tensor(float)\"]";
+  for (const char *op = "a"; *op; op = *op == 'a' ? "b" : "") {
+    char name[8];
+    snprintf(name, sizeof name, "mix::%s", op);
+    json_t *node = tu_node(&t, name);
+    expect_json(json_object_get(json_object_get(node, "inputs"), "shapes"), shapes, name, 0);
+    expect_json(json_object_get(json_object_get(node, "inputs"), "types"), types, name, 0);
+    expect_json(json_object_get(json_object_get(node, "outputs"), "shapes"), "[[15],[11]]", name,
+                1);
+    json_t *v = json_object_get(json_object_get(node, "inputs"), "values");
+    /* the same tensor twice: one id */
+    assert_int_equal(json_integer_value(json_array_get(json_array_get(v, 0), 0)),
+                     json_integer_value(json_array_get(json_array_get(v, 7), 0)));
+    expect_json(json_array_get(v, 1), "5", name, 2);
+  }
+  expect_json(tu_in(tu_node(&t, "mix::c"), "inputs", "shapes", 0), "[11]", "c", 0);
+  tu_free(&t);
+}
+
 /* A 3x4 tensor with explicit strides (arrays owned by the caller, which keeps them). */
 static void small_tensor(etr_tensor *x, const void *impl, const void *storage, int64_t sizes[2],
                          int64_t strides[2], const char *dtype) {
@@ -499,6 +547,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_slots_held_by_an_open_op),
       TU_TEST(test_metadata_changes_under_one_identity),
+      TU_TEST(test_known_tensors_mixed_with_others),
       TU_TEST(test_identity_reused_after_death),
       TU_TEST(test_interned_strings),
       TU_TEST(test_many_and_unusual_tensors),
