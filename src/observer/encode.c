@@ -12,7 +12,6 @@
  *   LIST, TUPLE                  tag u32-count values...
  *   TREF (compact events only)   tag u8-slot: the tensor of the thread's table slot
  */
-#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -219,12 +219,13 @@ static void test_known_tensors_mixed_with_others(void **state) {
   tu_trace t;
   tu_open(&t, NULL);
   static char impl[6], storage[6];
+  static const int64_t one[1] = {1};
   int64_t sizes[6][1];
   etr_tensor x[6];
   for (int k = 0; k < 6; k++) {
     sizes[k][0] = 10 + k;
     tensor_init(&x[k], &impl[k], &storage[k], sizes[k], 1, "float");
-    x[k].strides = (const int64_t[]){1};
+    x[k].strides = one;
   }
   etr_value seen[3] = {etr_value_tensor(&x[0]), etr_value_tensor(&x[1]), etr_value_tensor(&x[2])};
   tu_op("mix::define", seen, 3, NULL, 0);
