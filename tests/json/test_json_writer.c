@@ -163,6 +163,21 @@ static void test_integer_lengths(void **state) {
     *end = '\0';
     assert_string_equal(got, want);
   }
+  /* Every value below 10^6 and below 10^6 past 10^8 (the eight-digit groups), every digit in
+   * every position of a group, and random ones: the same text as printf, and not a byte
+   * written past it. */
+  for (uint64_t i = 0; i < 3000000; i++) {
+    uint64_t v = i < 1000000   ? i
+                 : i < 2000000 ? 100000000ull + (i - 1000000) * 97
+                               : (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x >> (x % 64));
+    if (i % 100000 == 7) v = 99999999ull * (i / 100000 + 1); /* groups of nines */
+    char want[32], got[32];
+    int len = snprintf(want, sizeof want, "%llu", (unsigned long long)v);
+    memset(got, '#', sizeof got);
+    char *end = etr__put_u64(got, v);
+    if (end - got != len || memcmp(got, want, (size_t)len) != 0 || got[len] != '#')
+      fail_msg("%llu: got %.*s", (unsigned long long)v, (int)(end - got), got);
+  }
 }
 
 static void test_doubles(void **state) {
