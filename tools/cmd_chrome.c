@@ -59,6 +59,7 @@ typedef struct tbuf {
   ch_buf out;   /* a memory buffer: the slices' text back to back */
   size_t *offs; /* where each slice starts */
   size_t n, cap;
+  int64_t last_parent; /* ctrl_deps of the last slice buffered */
 } tbuf;
 
 #define TBUF_MAX                                                                  \
@@ -412,15 +413,20 @@ static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t d
       b = NULL;
     }
   }
-  if (!b) {
+  bool top = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
+  /* A top-level op that the batch's last slice is not a child of ends no batch: it has no
+   * children, and the batch belongs to a top-level op still to come (a process-group node
+   * that etr's writer held back until the first collective comes amid another op's
+   * children; docs/FORMAT.md). Written as it is. */
+  if (!b || (top && b->n > 0 && b->last_parent != n->id)) {
     sep(c);
     emit_op(c, &c->o, n, ts, dur);
     return true;
   }
   b->offs[b->n++] = b->out.len;
+  b->last_parent = n->ctrl_deps;
   emit_op(c, &b->out, n, ts, dur);
   /* A top-level op ends its thread's batch; a huge one is written as it is. */
-  bool top = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
   if (top || b->out.len > TBUF_MAX) tbuf_flush(c, b);
   return true;
 }

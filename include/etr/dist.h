@@ -14,8 +14,9 @@
  * recorded when ETR_TRACE enables a trace, on every etr_dist_declare_group and
  * etr_dist_set_rank, and whenever the runtime calls etr_dist_record_groups (do that right
  * after enabling a trace you opened yourself). Each node lists every group declared so far.
- * PARAM's comm replay reads only the first such node: declare groups before enabling the
- * trace when you can.
+ * PARAM's comm replay reads only the first such node in the file: until the trace's first
+ * collective the trace's writer holds the nodes recorded outside any op and writes them,
+ * newest first, right before it (docs/FORMAT.md).
  *
  *   etr_dist_set_rank(rank, world);
  *   etr_process_group pg = ETR_PROCESS_GROUP_INIT;

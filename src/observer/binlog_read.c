@@ -202,6 +202,7 @@ static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
   /* No process node and no nodes_written: etr repair adds placeholders for the ops that
    * were open, then the process node, last as always. */
   etr__stat_pair st[2] = {{"log_cut", 1}, {"tracebacks_lost", lost}};
+  etr__emit_held(tr); /* (counted as events when they were read) */
   etr__emit_footer_with(tr, false, finish, 0, tables.buf, tables.len, st, 2);
   etr__jw_free(&tables);
 }
@@ -338,6 +339,7 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
     if (strcmp(s[i].name, "values_fixed") == 0) st[i].value = tr->jw.fixed;
   }
   const char *tables = (const char *)p + sizeof t + t.n_stats * sizeof *s;
+  etr__emit_held(tr);
   etr__emit_footer_with(tr, true, t.finish_ms, t.signal, tables, t.tables_len, st, t.n_stats);
   return 0;
 }

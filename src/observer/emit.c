@@ -196,7 +196,72 @@ static void thread_node(etr_trace *tr, const etr__ev *ev) {
   ETR__JW_LIT(w, "]}");
 }
 
-void etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
+/* ---- process-group nodes held back ----
+ * PARAM's comm replay reads the first `## process_group:init ##` node of a trace and no
+ * other; a runtime traced from the start (ETR_TRACE) records one when the trace opens and
+ * again at each group it declares, so the first lists group "0" alone. Until the trace's
+ * first collective such nodes are kept here and then written right before it, newest (every
+ * group declared so far) first; a trace without a collective gets them before its footer. */
+#define PG_NAME "## process_group:init ##"
+
+/* dist.c's node: that name, one string input, no output (no tensor to resolve later). */
+static bool is_pg_node(const etr__ev *ev, const char *name, const uint8_t *in) {
+  return ev->name_len == sizeof PG_NAME - 1 && memcmp(name, PG_NAME, sizeof PG_NAME - 1) == 0 &&
+         ev->n_in == 1 && ev->n_out == 0 && ev->in_len >= 1 && in[0] == ETR__V_STRING;
+}
+
+/* Keep a copy of ev; false when memory is exhausted (it is written now instead). */
+static bool hold(etr_trace *tr, const etr__ev *ev) {
+  if (tr->pg_n == tr->pg_cap) {
+    uint32_t cap = tr->pg_cap ? tr->pg_cap * 2 : 4;
+    etr__ev **h = realloc(tr->pg_held, cap * sizeof *h);
+    if (!h) return false;
+    tr->pg_held = h;
+    tr->pg_cap = cap;
+  }
+  etr__ev *copy = malloc(ev->size);
+  if (!copy) return false;
+  memcpy(copy, ev, ev->size);
+  tr->pg_held[tr->pg_n++] = copy;
+  return true;
+}
+
+static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec);
+
+uint32_t etr__emit_held(etr_trace *tr) {
+  uint32_t n = tr->pg_n;
+  tr->pg_released = true;
+  for (uint32_t i = n; i-- > 0;) {
+    emit_node(tr, tr->pg_held[i], NULL);
+    free(tr->pg_held[i]);
+  }
+  tr->pg_n = 0;
+  return n;
+}
+
+void etr__emit_hold_reset(etr_trace *tr) {
+  for (uint32_t i = 0; i < tr->pg_n; i++) free(tr->pg_held[i]);
+  tr->pg_n = 0;
+  tr->pg_released = false;
+}
+
+uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
+  uint32_t held = 0;
+  if (ETR__UNLIKELY(!tr->pg_released) && ev->type == ETR__EV_OP) {
+    if (ev->flags & ETR__EVF_COLLECTIVE) {
+      held = etr__emit_held(tr);
+    } else if (ev->name_len == sizeof PG_NAME - 1) {
+      const char *name = (const char *)((const uint64_t *)(const void *)(ev + 1) + ev->tb_n);
+      const uint8_t *in = (const uint8_t *)name + ev->name_len + ev->schema_len + ev->kback_len +
+                          ev->kfile_len + ev->coll_len;
+      if (is_pg_node(ev, name, in) && hold(tr, ev)) return 0;
+    }
+  }
+  emit_node(tr, ev, dec);
+  return held + 1;
+}
+
+static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   etr__jw *w = &tr->jw;
   if (ev->type == ETR__EV_THREAD) {
     thread_node(tr, ev);

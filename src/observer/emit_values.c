@@ -658,6 +658,10 @@ void etr__emit_values(etr_trace *tr, const uint8_t *p, uint32_t n, size_t len, e
 }
 
 void etr__emit_free(etr_trace *tr) {
+  etr__emit_hold_reset(tr);
+  free(tr->pg_held);
+  tr->pg_held = NULL;
+  tr->pg_cap = 0;
   for (int i = 0; i < 8; i++) etr__jw_free(&tr->scratch[i]);
   if (tr->memo)
     for (unsigned i = 0; i < MEMO_SLOTS; i++) free(tr->memo[i].buf);

@@ -317,6 +317,13 @@ struct etr_trace {
   uint64_t seal_off; /* where the process node of that footer starts */
   struct etr__tbtab *tbtab;
   struct etr__ring *ring; /* the flight recorder's (ring.h), NULL when off */
+  /* Process-group nodes held back until the trace's first collective (emit.c): copies of
+   * their full events, oldest first. */
+  etr__ev **pg_held;
+  uint32_t pg_n, pg_cap;
+  bool pg_released;     /* the first collective was written: nodes pass as they come */
+  uint64_t *pg_threads; /* ids of the thread nodes written meanwhile (at most PG_THREADS) */
+  uint32_t pg_n_threads;
   /* A JSON trace's traceback tables as they grow, in `<path>.tables` (created with the
    * first entries, removed when the footer holds them all): a trace cut short (kill -9)
    * then keeps the frames of the nodes it holds (`etr repair` reads it). */
@@ -468,9 +475,16 @@ uint64_t etr__next_id(etr__tstate *ts);
 
 /* Write one event as a JSON node (with the separator before it). dec: the decoder whose
  * tensor slots the event's V_TREF values name (NULL when it has none: a full event kept by
- * the flight recorder). */
+ * the flight recorder). Returns the nodes written: a `## process_group:init ##` node is
+ * held back until the trace's first collective (0), and that collective comes after the
+ * nodes held (1 + their number); see docs/FORMAT.md, "Ranks and process groups". */
 struct etr__cev_dec;
-void etr__emit_event(struct etr_trace *tr, const etr__ev *ev, struct etr__cev_dec *dec);
+uint32_t etr__emit_event(struct etr_trace *tr, const etr__ev *ev, struct etr__cev_dec *dec);
+/* Write the process-group nodes still held (before a footer; the trace had no collective
+ * yet), newest first; returns how many. */
+uint32_t etr__emit_held(struct etr_trace *tr);
+/* Forget the nodes held and start holding again (a flight recorder's dump starts a file). */
+void etr__emit_hold_reset(struct etr_trace *tr);
 /* Free the emitter's own buffers (not jw). */
 void etr__emit_free(struct etr_trace *tr);
 /* The inputs or outputs object of a node: n values encoded in p[0..len) (emit_values.c). */

@@ -188,8 +188,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
         atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed);
       continue;
     }
-    etr__emit_event(tr, ev, owner->dec);
-    (*buffered)++;
+    *buffered += etr__emit_event(tr, ev, owner->dec);
     if (may_flush && tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, buffered);
   }
   if (tr->ring)
@@ -210,10 +209,10 @@ static void dump_put(void *ctx, const etr__ev *ev) {
   if (tr->binary) {
     uint32_t off = 0;
     etr__bin_emit_events(tr, (const uint8_t *)ev, &off, ev->size, tr->flush_bytes);
+    d->buffered++;
   } else {
-    etr__emit_event(tr, ev, NULL);
+    d->buffered += etr__emit_event(tr, ev, NULL);
   }
-  d->buffered++;
   if (tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, &d->buffered);
 }
 
@@ -231,10 +230,12 @@ static void ring_dump(etr_trace *tr, int sig) {
   else
     etr__emit_header(tr);
   dump_ctx d = {tr, 0};
+  etr__emit_hold_reset(tr); /* (the ring's own nodes decide what the new file holds) */
   if (etr__ring_write(tr->ring, dump_put, &d) == UINT64_MAX)
     etr__log(ETR_LOG_WARN,
              "flight recorder: out of memory: ops still open at the dump have no "
              "node (their children name them)");
+  d.buffered += etr__emit_held(tr);
   etr__writer_flush(tr, &d.buffered);
   emit_footer(tr, sig);
   d.buffered = 1; /* the process node */
@@ -345,6 +346,7 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
     return;
   }
   unseal(tr);
+  *buffered += etr__emit_held(tr);
   etr__writer_flush(tr, buffered);
   if (atomic_load(&tr->failed)) return;
   uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
@@ -464,6 +466,8 @@ void *etr__writer_main(void *arg) {
     return NULL;
   }
   unseal(tr);
+  buffered += etr__emit_held(tr);
+  etr__writer_flush(tr, &buffered); /* (counted before the footer's stats) */
   emit_footer(tr, 0);
   buffered++; /* the process node */
   etr__writer_flush(tr, &buffered);

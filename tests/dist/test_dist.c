@@ -270,6 +270,127 @@ static void test_node_in_trace(void **state) {
   clear_env();
 }
 
+/* PARAM's comm replay reads the first process-group node in file order. A runtime traced
+ * from the start records one when the trace opens (group "0" alone) and one per group it
+ * declares: the nodes wait for the first collective and come right before it, newest
+ * first, so the first lists every group declared by then; later ones come as they are
+ * recorded, and none is lost. The same through a binary log and `etr convert`, and a
+ * flight recorder's dump. */
+static void record_collective(const char *pg_name) {
+  etr_collective_info ci = ETR_COLLECTIVE_INFO_INIT;
+  ci.name = "allreduce";
+  ci.dtype = "Float";
+  ci.in_msg_nelems = ci.out_msg_nelems = 16;
+  ci.pg_name = pg_name;
+  ci.pg_size = 2;
+  etr_record r;
+  etr_record_init(&r, "c10d::allreduce_", ETR_SCOPE_FUNCTION);
+  if (etr_record_is_active(&r)) r.collective = &ci;
+  etr_record_begin(&r);
+  etr_record_end(&r);
+}
+
+static void record_run(void) {
+  clear_env();
+  assert_int_equal(etr_dist_set_rank(0, 2), 0);
+  assert_int_equal(etr_dist_record_groups(), 0); /* as ETR_TRACE does when the trace opens */
+  tu_op("aten::add", NULL, 0, NULL, 0);
+  etr_process_group pg = ETR_PROCESS_GROUP_INIT;
+  pg.name = "1";
+  pg.desc = "first";
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  tu_op("aten::mul", NULL, 0, NULL, 0);
+  record_collective("1");
+  pg.name = "2";
+  pg.desc = "later";
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  record_collective("2");
+}
+
+static void check_first_node(const tu_trace *t, const char *what) {
+  size_t i, count = 0, first_pg = SIZE_MAX, first_coll = SIZE_MAX, later_pg = SIZE_MAX;
+  json_t *n;
+  json_array_foreach(t->nodes, i, n) {
+    if (!strcmp(tu_name(n), PG_INIT)) {
+      count++;
+      json_t *l = node_groups(n);
+      if (first_pg == SIZE_MAX) {
+        first_pg = i;
+        if (!group(l, "0") || !group(l, "1") || json_array_size(l) != 2)
+          fail_msg(
+              "%s: the first process-group node lacks a group declared before the first "
+              "collective",
+              what);
+      } else if (group(l, "2")) {
+        later_pg = i;
+      }
+      json_decref(l);
+    } else if (!strcmp(tu_name(n), "c10d::allreduce_") && first_coll == SIZE_MAX) {
+      first_coll = i;
+    }
+  }
+  assert_int_equal(count, 4); /* set_rank, the open, group "1", group "2": none lost */
+  assert_true(first_pg < first_coll);
+  assert_true(later_pg != SIZE_MAX && later_pg > first_coll);
+}
+
+static void test_first_node_before_first_collective(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  record_run();
+  tu_close_ok(&t);
+  check_first_node(&t, "JSON");
+  json_t *stats = json_object_get(json_object_get(t.root, "etr"), "stats");
+  assert_int_equal(json_array_size(t.nodes),
+                   json_integer_value(json_object_get(stats, "nodes_written")));
+  tu_free(&t);
+
+  char dir[256], bin[512], out[512];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/run.etr", dir);
+  snprintf(out, sizeof out, "%s/run.json", dir);
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(bin, NULL, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  record_run();
+  assert_int_equal(etr_trace_close(tr), 0);
+  tu_convert_load(&t, ETR_TOOL, bin, out);
+  check_first_node(&t, "etr convert");
+  tu_free(&t);
+
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.ring_mb = 4;
+  tu_open(&t, &o);
+  record_run();
+  tu_close_ok(&t);
+  check_first_node(&t, "flight recorder");
+  tu_free(&t);
+  tu_rmdir(dir);
+
+  /* No collective at all: the nodes are there at the end, newest first. */
+  clear_env();
+  tu_open(&t, NULL);
+  assert_int_equal(etr_dist_record_groups(), 0);
+  etr_process_group pg = ETR_PROCESS_GROUP_INIT;
+  pg.name = "1";
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  tu_close_ok(&t);
+  json_t *first = NULL, *n;
+  size_t i, count = 0;
+  json_array_foreach(t.nodes, i, n) {
+    if (strcmp(tu_name(n), PG_INIT) != 0) continue;
+    if (!first) first = n;
+    count++;
+  }
+  assert_int_equal(count, 2);
+  json_t *l = node_groups(first);
+  assert_non_null(group(l, "1"));
+  json_decref(l);
+  tu_free(&t);
+  clear_env();
+}
+
 /* Several threads declare groups while a trace records: every node holds a whole list. */
 enum { DECLARERS = 4, PER_THREAD = 10 };
 
@@ -354,6 +475,7 @@ int main(void) {
       cmocka_unit_test(test_json_list),
       cmocka_unit_test(test_too_many_groups),
       cmocka_unit_test(test_node_in_trace),
+      cmocka_unit_test(test_first_node_before_first_collective),
       cmocka_unit_test(test_env_trace_has_groups),
       cmocka_unit_test(test_concurrent_declarations),
   };
