@@ -321,9 +321,7 @@ struct etr_trace {
    * their full events, oldest first. */
   etr__ev **pg_held;
   uint32_t pg_n, pg_cap;
-  bool pg_released;     /* the first collective was written: nodes pass as they come */
-  uint64_t *pg_threads; /* ids of the thread nodes written meanwhile (at most PG_THREADS) */
-  uint32_t pg_n_threads;
+  bool pg_released; /* the first collective was written: nodes pass as they come */
   /* A JSON trace's traceback tables as they grow, in `<path>.tables` (created with the
    * first entries, removed when the footer holds them all): a trace cut short (kill -9)
    * then keeps the frames of the nodes it holds (`etr repair` reads it). */
