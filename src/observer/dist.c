@@ -11,7 +11,6 @@
 #include "etr/record.h"
 #include "observer/internal.h"
 
-#define PG_INIT_NAME "## process_group:init ##"
 /* The recorder cuts String values here (docs/FORMAT.md); a longer list would not parse. */
 #define STRING_CUT 8192
 
@@ -248,7 +247,7 @@ size_t etr_dist_groups_json(char *buf, size_t cap) {
 
 int etr_dist_record_groups(void) {
   etr_record rec;
-  etr_record_init(&rec, PG_INIT_NAME, ETR_SCOPE_USER_SCOPE);
+  etr_record_init(&rec, ETR__PG_INIT_NAME, ETR_SCOPE_USER_SCOPE);
   if (!etr_record_is_active(&rec)) return 0; /* nobody observes: nothing to build */
   /* Measured and written under one lock hold: a group declared meanwhile by another thread
    * cannot make the text outgrow its buffer (a cut list would not parse). */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "etr/version.h"
+#include "observer/internal.h"
 #include "observer/tbtable.h"
 #include "observer/trace_internal.h"
 
@@ -202,12 +203,12 @@ static void thread_node(etr_trace *tr, const etr__ev *ev) {
  * again at each group it declares, so the first lists group "0" alone. Until the trace's
  * first collective such nodes are kept here and then written right before it, newest (every
  * group declared so far) first; a trace without a collective gets them before its footer. */
-#define PG_NAME "## process_group:init ##"
 
-/* dist.c's node: that name, one string input, no output (no tensor to resolve later). */
+/* dist.c's node (its name's length already checked): that name, one string input, no output
+ * (no tensor to resolve later). */
 static bool is_pg_node(const etr__ev *ev, const char *name, const uint8_t *in) {
-  return ev->name_len == sizeof PG_NAME - 1 && memcmp(name, PG_NAME, sizeof PG_NAME - 1) == 0 &&
-         ev->n_in == 1 && ev->n_out == 0 && ev->in_len >= 1 && in[0] == ETR__V_STRING;
+  return memcmp(name, ETR__PG_INIT_NAME, sizeof ETR__PG_INIT_NAME - 1) == 0 && ev->n_in == 1 &&
+         ev->n_out == 0 && ev->in_len >= 1 && in[0] == ETR__V_STRING;
 }
 
 /* Keep a copy of ev; false when memory is exhausted (it is written now instead). */
@@ -250,7 +251,7 @@ uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   if (ETR__UNLIKELY(!tr->pg_released) && ev->type == ETR__EV_OP) {
     if (ev->flags & ETR__EVF_COLLECTIVE) {
       held = etr__emit_held(tr);
-    } else if (ev->name_len == sizeof PG_NAME - 1) {
+    } else if (ev->name_len == sizeof ETR__PG_INIT_NAME - 1) {
       const char *name = (const char *)((const uint64_t *)(const void *)(ev + 1) + ev->tb_n);
       const uint8_t *in = (const uint8_t *)name + ev->name_len + ev->schema_len + ev->kback_len +
                           ev->kfile_len + ev->coll_len;

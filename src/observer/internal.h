@@ -14,6 +14,10 @@
 #define ETR__PRINTF(a, b)
 #endif
 
+/* The name of the op node that lists the process groups (dist.c records it; the trace's
+ * writer holds it back until the first collective, emit.c; docs/FORMAT.md). */
+#define ETR__PG_INIT_NAME "## process_group:init ##"
+
 /* Diagnostics through the log hook; never from a signal handler. */
 void etr__log(etr_log_level level, const char *fmt, ...) ETR__PRINTF(2, 3);
 

@@ -411,13 +411,37 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
   bump(&t->n_observed);
 }
 
-/* Runs the enter (or exit) callbacks of the record's active slots. */
-static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
-  uint64_t mask = rec->_active;
+/* Around a record's callbacks: the slots they belong to in the thread's hazard word (for a
+ * remover to wait on), and the depth that keeps records made inside them unobserved.
+ * Returns the word's previous value, which callbacks_leave puts back. */
+static inline ETR__ALWAYS_INLINE uint64_t callbacks_enter(etr__thread *t, uint64_t mask) {
   uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
   etr__hazard_publish(&t->hazard_slots, saved | mask);
   t->in_callback++;
-  uint64_t m = mask;
+  return saved;
+}
+
+static inline ETR__ALWAYS_INLINE void callbacks_leave(etr__thread *t, uint64_t saved) {
+  t->in_callback--;
+  atomic_store_explicit(&t->hazard_slots, saved, memory_order_release);
+}
+
+/* Slot s's enter (or exit) callback for rec. */
+static inline ETR__ALWAYS_INLINE void call_slot(const slot *s, etr_record *rec, bool enter) {
+  void *user = atomic_load_explicit(&s->user, memory_order_relaxed);
+  if (enter) {
+    etr_enter_fn fn = atomic_load_explicit(&s->enter, memory_order_relaxed);
+    if (fn) fn(rec, user);
+  } else {
+    etr_exit_fn fn = atomic_load_explicit(&s->exit, memory_order_relaxed);
+    if (fn) fn(rec, user);
+  }
+}
+
+/* Runs the enter (or exit) callbacks of the record's active slots. */
+static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
+  uint64_t saved = callbacks_enter(t, rec->_active);
+  uint64_t m = rec->_active;
   while (m) {
     int i = __builtin_ctzll(m);
     m &= m - 1;
@@ -427,17 +451,9 @@ static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *
       rec->_active &= ~(1ull << i); /* removed: no exit for it either */
       continue;
     }
-    void *user = atomic_load_explicit(&s->user, memory_order_relaxed);
-    if (enter) {
-      etr_enter_fn fn = atomic_load_explicit(&s->enter, memory_order_relaxed);
-      if (fn) fn(rec, user);
-    } else {
-      etr_exit_fn fn = atomic_load_explicit(&s->exit, memory_order_relaxed);
-      if (fn) fn(rec, user);
-    }
+    call_slot(s, rec, enter);
   }
-  t->in_callback--;
-  atomic_store_explicit(&t->hazard_slots, saved, memory_order_release);
+  callbacks_leave(t, saved);
 }
 
 /* run_callbacks for a record that one observer sees (the common case: the trace alone),
@@ -445,29 +461,15 @@ static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *
  * that begin and end save two registers around the callback instead of six. */
 static inline ETR__ALWAYS_INLINE void callbacks(etr__thread *t, etr_record *rec, bool enter) {
   uint64_t mask = rec->_active;
-  if (mask & (mask - 1)) {
-    run_callbacks(t, rec, enter);
-    return;
-  }
   slot *s = &slots[__builtin_ctzll(mask)];
   uint64_t le = atomic_load(&s->live_epoch);
-  if (le == 0 || le > rec->_epoch) {
-    run_callbacks(t, rec, enter); /* (which finds it removed) */
+  if ((mask & (mask - 1)) || le == 0 || le > rec->_epoch) {
+    run_callbacks(t, rec, enter); /* (several observers, or the one removed) */
     return;
   }
-  uint64_t saved = atomic_load_explicit(&t->hazard_slots, memory_order_relaxed);
-  etr__hazard_publish(&t->hazard_slots, saved | mask);
-  t->in_callback++;
-  void *user = atomic_load_explicit(&s->user, memory_order_relaxed);
-  if (enter) {
-    etr_enter_fn fn = atomic_load_explicit(&s->enter, memory_order_relaxed);
-    if (fn) fn(rec, user);
-  } else {
-    etr_exit_fn fn = atomic_load_explicit(&s->exit, memory_order_relaxed);
-    if (fn) fn(rec, user);
-  }
-  t->in_callback--;
-  atomic_store_explicit(&t->hazard_slots, saved, memory_order_release);
+  uint64_t saved = callbacks_enter(t, mask);
+  call_slot(s, rec, enter);
+  callbacks_leave(t, saved);
 }
 
 void etr__record_begin(etr_record *rec) {

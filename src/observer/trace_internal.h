@@ -155,11 +155,11 @@ typedef struct etr__cstr {
   uint32_t used; /* the thread's table_clock at its last use */
   bool fixed;    /* ptr is an interned string (etr_intern): its bytes cannot have changed */
 } etr__cstr;
-/* A tensor slot, found by the tensor's identity pointer. A hit compares, first, the key:
- * the five words an etr_tensor starts with (identities, offset, numel, itemsize), in its
- * order, so that they compare as one block; and instead of the ids, the id-map shard numbers
- * they were read at (an unchanged number means the identity still has the slot's id, with
- * no lookup). A slot that cannot hit points iseq_p at a number that never equals iseq. */
+/* A tensor slot, found by the tensor's identity pointer. A hit (encode_hit.h) compares the
+ * key first: the identities, offset, numel and itemsize, and instead of the ids, the id-map
+ * shard numbers they were read at (an unchanged number means the identity still has the
+ * slot's id, with no lookup). A slot that cannot hit points iseq_p at a number that never
+ * equals iseq. */
 typedef struct etr__cten {
   const void *impl, *storage; /* the key: NULL impl and a failing iseq when unused */
   int64_t off, numel, itemsize;
