@@ -16,7 +16,7 @@
  * after enabling a trace you opened yourself). Each node lists every group declared so far.
  * PARAM's comm replay reads only the first such node in the file: until the trace's first
  * collective the trace's writer holds these nodes back and writes them, newest first, right
- * before it (docs/FORMAT.md).
+ * before it (at most 64 of them: docs/FORMAT.md).
  *
  *   etr_dist_set_rank(rank, world);
  *   etr_process_group pg = ETR_PROCESS_GROUP_INIT;

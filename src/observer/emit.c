@@ -202,7 +202,12 @@ static void thread_node(etr_trace *tr, const etr__ev *ev) {
  * other; a runtime traced from the start (ETR_TRACE) records one when the trace opens and
  * again at each group it declares, so the first lists group "0" alone. Until the trace's
  * first collective such nodes are kept here and then written right before it, newest (every
- * group declared so far) first; a trace without a collective gets them before its footer. */
+ * group declared so far) first; a trace without a collective gets them before its footer.
+ * At most PG_HOLD_MAX are held: a runtime that declares groups again and again and never
+ * runs a collective would otherwise grow the writer's memory without bound. The one past
+ * the cap releases them as a collective would (newest first), and later nodes pass as they
+ * come; the first in the file then lists every group declared up to the cap. */
+enum { PG_HOLD_MAX = 64 };
 
 /* dist.c's node (its name's length already checked): that name, one string input, no output
  * (no tensor to resolve later). */
@@ -255,7 +260,10 @@ uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
       const char *name = (const char *)((const uint64_t *)(const void *)(ev + 1) + ev->tb_n);
       const uint8_t *in = (const uint8_t *)name + ev->name_len + ev->schema_len + ev->kback_len +
                           ev->kfile_len + ev->coll_len;
-      if (is_pg_node(ev, name, in) && hold(tr, ev)) return 0;
+      if (is_pg_node(ev, name, in)) {
+        if (tr->pg_n < PG_HOLD_MAX && hold(tr, ev)) return 0;
+        held = etr__emit_held(tr);
+      }
     }
   }
   emit_node(tr, ev, dec);

@@ -391,6 +391,40 @@ static void test_first_node_before_first_collective(void **state) {
   clear_env();
 }
 
+/* A runtime that declares groups again and again and never runs a collective: the writer
+ * holds at most 64 nodes (docs/FORMAT.md), then writes them (newest first) and lets later
+ * ones pass as they come. None is lost, and the nodes after the cap come in id order, which
+ * a hold without a cap (every node newest first, before the footer) does not give. */
+static void test_hold_is_capped(void **state) {
+  (void)state;
+  enum { DECLARED = 200 };
+  clear_env();
+  tu_trace t;
+  tu_open(&t, NULL);
+  assert_int_equal(etr_dist_record_groups(), 0);
+  etr_process_group pg = ETR_PROCESS_GROUP_INIT;
+  pg.name = "1";
+  for (int i = 0; i < DECLARED; i++) assert_int_equal(etr_dist_declare_group(&pg), 0);
+  tu_close_ok(&t);
+  size_t i, count = 0;
+  json_int_t prev = -1, ascending_tail = 0;
+  json_t *n;
+  json_array_foreach(t.nodes, i, n) {
+    if (strcmp(tu_name(n), PG_INIT) != 0) continue;
+    count++;
+    json_int_t id = json_integer_value(json_object_get(n, "id"));
+    ascending_tail = id > prev ? ascending_tail + 1 : 0;
+    prev = id;
+  }
+  assert_int_equal(count, DECLARED + 1);
+  assert_true(ascending_tail >= DECLARED - 64 - 1);
+  json_t *stats = json_object_get(json_object_get(t.root, "etr"), "stats");
+  assert_int_equal(json_array_size(t.nodes),
+                   json_integer_value(json_object_get(stats, "nodes_written")));
+  tu_free(&t);
+  clear_env();
+}
+
 /* Several threads declare groups while a trace records: every node holds a whole list. */
 enum { DECLARERS = 4, PER_THREAD = 10 };
 
@@ -476,6 +510,7 @@ int main(void) {
       cmocka_unit_test(test_too_many_groups),
       cmocka_unit_test(test_node_in_trace),
       cmocka_unit_test(test_first_node_before_first_collective),
+      cmocka_unit_test(test_hold_is_capped),
       cmocka_unit_test(test_env_trace_has_groups),
       cmocka_unit_test(test_concurrent_declarations),
   };
