@@ -16,9 +16,11 @@
  *                       do), untraced and traced: the wall time tracing adds per op when
  *                       the writer thread keeps up (1 and 2 recording threads)
  *   binary_*            the same with the binary event log (ETR_TRACE=x.etr): the writer
- *                       writes the events as they are, no JSON; binary_interned_* with the
- *                       op's name, schema, dtype and device from etr_intern (known by
- *                       address: no bytes compared per op)
+ *                       writes the events as they are, no JSON. The op's name, schema,
+ *                       dtype and device are the program's literals, known by address (no
+ *                       bytes compared per op); binary_interned_* takes them from
+ *                       etr_intern (known by address too), binary_heap_* from copies on
+ *                       the heap (compared byte for byte at each op)
  *   baseline_*          the same workload through a PyTorch-style observer (pt_baseline.c)
  * The last line of output is one JSON object with every figure. The benchmark never fails
  * a build: it exits 0 unless an etr call fails (then 1, with a message).
@@ -67,7 +69,7 @@ static const char OP_NAME[] = "aten::mm";
 static const char OP_SCHEMA[] = "aten::mm(Tensor self, Tensor mat2) -> Tensor";
 static const int64_t SIZES[2] = {64, 128};
 /* The name and schema the ops pass: the literals, or their interned copies (etr_intern) in
- * the binary_interned phase. */
+ * the binary_interned phase, or copies on the heap in the binary_heap phase. */
 static const char *g_op_name = OP_NAME, *g_op_schema = OP_SCHEMA;
 static const int64_t STRIDES[2] = {128, 1};
 
@@ -94,12 +96,26 @@ static void pool_init(pool *p) {
   }
 }
 
-/* The strings the ops pass: the runtime's own literals, or interned copies. */
-static void use_strings(pool *pools, int n, bool interned) {
-  const char *dtype = interned ? etr_intern("float") : "float";
-  const char *device = interned ? etr_intern("cpu") : "cpu";
-  g_op_name = interned ? etr_intern(OP_NAME) : OP_NAME;
-  g_op_schema = interned ? etr_intern(OP_SCHEMA) : OP_SCHEMA;
+/* The strings the ops pass: the runtime's own literals (the program's read-only data: etr
+ * knows them by address, as it knows interned ones), interned copies, or copies on the heap
+ * (as a runtime that builds its names at run time passes them: compared byte for byte at
+ * each op). */
+typedef enum { STR_LITERAL, STR_INTERNED, STR_HEAP } str_kind;
+
+static const char *str_of(const char *lit, str_kind k) {
+  if (k == STR_INTERNED) return etr_intern(lit);
+  if (k == STR_HEAP) {
+    const char *h = strdup(lit); /* (one per phase: kept until exit) */
+    return h ? h : lit;
+  }
+  return lit;
+}
+
+static void use_strings(pool *pools, int n, str_kind kind) {
+  const char *dtype = str_of("float", kind);
+  const char *device = str_of("cpu", kind);
+  g_op_name = str_of(OP_NAME, kind);
+  g_op_schema = str_of(OP_SCHEMA, kind);
   for (int i = 0; i < n; i++)
     for (int k = 0; k < POOL; k++) {
       pools[i].t[k].dtype = dtype;
@@ -420,27 +436,29 @@ static const struct {
               {"binary", RUN_BINARY}};
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: etr-bench [--quick] [--ops N] [--reps N] [--only LIST] [--keep] [--interned]\n"
-          "                 [--help]\n"
-          "  --ops N      ops per repetition in the enabled phases (default 200000); the\n"
-          "               disabled phase runs 100x as many (at least 1000000)\n"
-          "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
-          "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
-          "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
-          "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback, "
-          "binary,\n"
-          "               capture, symbolize, lttng (the last three run etr-bench-capture,\n"
-          "               etr-bench-symbolize and etr-bench-lttng from etr-bench's own\n"
-          "               directory; lttng needs lttng-tools and liblttng-ust); the figures\n"
-          "               of the others are printed as '-' and null\n"
-          "  --interned   every phase passes the op's strings interned (etr_intern), not only\n"
-          "               binary_interned (to count instructions of that path alone)\n"
-          "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
-          "               baseline.json) in the temporary directory\n"
-          "Prints a table, then one JSON line with every figure. Trace files go to a\n"
-          "temporary directory under $TMPDIR (default /tmp), removed unless --keep.\n",
-          MAX_REPS);
+  fprintf(
+      f,
+      "usage: etr-bench [--quick] [--ops N] [--reps N] [--only LIST] [--keep] [--interned|--heap]\n"
+      "                 [--help]\n"
+      "  --ops N      ops per repetition in the enabled phases (default 200000); the\n"
+      "               disabled phase runs 100x as many (at least 1000000)\n"
+      "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
+      "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
+      "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
+      "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback, "
+      "binary,\n"
+      "               capture, symbolize, lttng (the last three run etr-bench-capture,\n"
+      "               etr-bench-symbolize and etr-bench-lttng from etr-bench's own\n"
+      "               directory; lttng needs lttng-tools and liblttng-ust); the figures\n"
+      "               of the others are printed as '-' and null\n"
+      "  --interned   every phase passes the op's strings interned (etr_intern), not only\n"
+      "               binary_interned (to count instructions of that path alone)\n"
+      "  --heap       the same with copies of the strings on the heap (binary_heap's)\n"
+      "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
+      "               baseline.json) in the temporary directory\n"
+      "Prints a table, then one JSON line with every figure. Trace files go to a\n"
+      "temporary directory under $TMPDIR (default /tmp), removed unless --keep.\n",
+      MAX_REPS);
 }
 
 static bool parse_u64(const char *s, uint64_t *out) {
@@ -473,7 +491,8 @@ static bool parse_phases(const char *s, unsigned *out) {
 
 int main(int argc, char **argv) {
   uint64_t ops = 200000, reps = 11;
-  bool quick = false, ops_set = false, reps_set = false, keep = false, interned = false;
+  bool quick = false, ops_set = false, reps_set = false, keep = false;
+  str_kind strings = STR_LITERAL;
   unsigned run = RUN_ALL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -482,7 +501,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (strcmp(argv[i], "--interned") == 0) {
-      interned = true;
+      strings = STR_INTERNED;
+    } else if (strcmp(argv[i], "--heap") == 0) {
+      strings = STR_HEAP;
     } else if (strcmp(argv[i], "--keep") == 0) {
       keep = true;
     } else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
@@ -539,7 +560,7 @@ int main(int argc, char **argv) {
   static pool pools[2];
   pool_init(&pools[0]);
   pool_init(&pools[1]);
-  if (interned) use_strings(pools, 2, true);
+  if (strings != STR_LITERAL) use_strings(pools, 2, strings);
 
   int np = nproc();
   double load[3] = {NAN, NAN, NAN};
@@ -571,15 +592,17 @@ int main(int argc, char **argv) {
   if (run & RUN_DEVNULL) dn = run_phase(PH_TRACE, "/dev/null", pools, 1, warm, ops, nreps);
   if (run & RUN_2T) en2 = run_phase(PH_TRACE, trace_path, pools, 2, warm, ops, nreps);
   /* The binary event log (ETR_TRACE=x.etr): the same ops, events written as they are. */
-  phase_result bin = none, bin2 = none, bini = none;
+  phase_result bin = none, bin2 = none, bini = none, binh = none;
   bytes_result bin_byt = {NAN, NAN, 0};
   if (run & RUN_BINARY) {
     bin_byt = bench_bytes(bin_bytes_path, &pools[0], warm, ops);
     bin = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
     bin2 = run_phase(PH_TRACE, bin_path, pools, 2, warm, ops, nreps);
-    use_strings(pools, 2, true);
+    use_strings(pools, 2, STR_INTERNED);
     bini = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
-    use_strings(pools, 2, interned);
+    use_strings(pools, 2, STR_HEAP);
+    binh = run_phase(PH_TRACE, bin_path, pools, 1, warm, ops, nreps);
+    use_strings(pools, 2, strings);
   }
   if (run & RUN_BASELINE) bl = run_phase(PH_BASELINE, base_path, pools, 1, warm, ops, nreps);
   if (run & RUN_BASELINE_2T) bl2 = run_phase(PH_BASELINE, base_path, pools, 2, warm, ops, nreps);
@@ -675,6 +698,9 @@ int main(int argc, char **argv) {
   row("binary_interned_ns", bini.per_op, "ns/op, binary, name/schema/dtype/device interned");
   row("binary_interned_rec_cpu_ns", bini.rec_cpu, "ns/op of the recording thread's CPU, interned");
   row("binary_interned_cpu_ns", bini.cpu, "ns/op of process CPU, binary, interned");
+  row("binary_heap_ns", binh.per_op, "ns/op, binary, name/schema/dtype/device on the heap");
+  row("binary_heap_rec_cpu_ns", binh.rec_cpu, "ns/op of the recording thread's CPU, heap");
+  row("binary_heap_cpu_ns", binh.cpu, "ns/op of process CPU, binary, heap strings");
   row("baseline_ns", bl.per_op, "ns/op, PyTorch-style observer (global mutex)");
   row("baseline_rec_cpu_ns", bl.rec_cpu, "ns/op of the recording thread's own CPU, baseline");
   row("baseline_cpu_ns", bl.cpu, "ns/op of process CPU, baseline");
@@ -750,6 +776,9 @@ int main(int argc, char **argv) {
   json_spread("binary_interned_ns", bini.per_op);
   json_spread("binary_interned_rec_cpu_ns", bini.rec_cpu);
   json_spread("binary_interned_cpu_ns", bini.cpu);
+  json_spread("binary_heap_ns", binh.per_op);
+  json_spread("binary_heap_rec_cpu_ns", binh.rec_cpu);
+  json_spread("binary_heap_cpu_ns", binh.cpu);
   json_spread("baseline_ns", bl.per_op);
   json_spread("baseline_rec_cpu_ns", bl.rec_cpu);
   json_spread("baseline_cpu_ns", bl.cpu);

@@ -57,7 +57,8 @@ typedef struct etr_tensor {
 /* A copy of the NUL-terminated string s that etr owns and never changes or frees (it lasts
  * until the process ends). Pass it as a record's name or schema, or a tensor's dtype or
  * device: etr then knows the string by its address and skips comparing its bytes on every
- * call, which it must do for a string the runtime owns (whose buffer may be reused). Intern
+ * call, which it must do for a string the runtime owns (whose buffer may be reused), unless
+ * it is a literal of the main program (read-only data that is never unloaded). Intern
  * each distinct string once (op names, dtype and device names) and keep the pointer; the
  * same bytes always give the same pointer. NULL when s is NULL, longer than ETR_INTERN_MAX
  * bytes, or when the copies would pass 4 MiB in all or memory is exhausted: pass s itself

@@ -342,8 +342,8 @@ static __attribute__((noinline)) void put_tensor_rest(enc *e, const etr_tensor *
   memcpy(c->dtype, t->dtype, dn + 1);
   memcpy(c->dev, dev, vn + 1);
   c->expand = 45u + dn + vn + (uint32_t)nd * 16u - 2u;
-  c->dtp = etr__interned(t->dtype) ? t->dtype : NULL;
-  c->dvp = etr__interned(dev) ? dev : NULL;
+  c->dtp = etr__str_fixed(t->dtype) ? t->dtype : NULL;
+  c->dvp = etr__str_fixed(dev) ? dev : NULL;
   if (nd) {
     memcpy(c->sizes, t->sizes, (size_t)nd * 8);
     memcpy(c->strides, strides, (size_t)nd * 8);
@@ -484,9 +484,9 @@ bool etr__encode_inline_str(etr__tstate *ts, const char *s, size_t max) {
   return etr__encode_uv(ts, n) && etr__encode_raw(ts, s, n);
 }
 
-/* Whether slot c holds s: the same pointer, and the same bytes unless it is interned
- * (runtimes pass the same few name strings again and again, but a buffer may be reused for
- * another name). */
+/* Whether slot c holds s: the same pointer, and the same bytes unless they cannot change
+ * (etr__str_fixed; runtimes pass the same few name strings again and again, but a buffer may be
+ * reused for another name). */
 static inline bool sref_hit(const etr__cstr *c, const char *s) {
   return c->ptr == s && (c->fixed || strncmp(s, c->copy, (size_t)c->len + 1) == 0);
 }
@@ -516,7 +516,7 @@ static __attribute__((noinline)) bool sref_new(etr__tstate *ts, const char *s, u
   c->copy[n] = '\0';
   c->len = (uint32_t)n;
   c->ptr = s;
-  c->fixed = etr__interned(s);
+  c->fixed = etr__str_fixed(s);
   return etr__put_sref_slot(ts, k, held);
 }
 

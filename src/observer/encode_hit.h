@@ -17,7 +17,7 @@ static inline bool etr__same_str(const char *s, const char *copy, size_t n) {
   return true;
 }
 
-/* Whether s holds the string of a slot: the same interned pointer (bytes that cannot have
+/* Whether s holds the string of a slot: the same fixed pointer (bytes that cannot have
  * changed), else the same bytes. */
 static inline bool etr__slot_str(const char *s, const char *fixed, const char *copy, size_t n) {
   return s == fixed || etr__same_str(s, copy, n);

@@ -8,7 +8,18 @@
  * copies is a small open-addressing table under a mutex (interning is rare: once per
  * distinct op name or dtype); the blocks' bounds are published with release stores, so
  * etr__interned() needs no lock.
+ *
+ * The runtime's own literals are as good when they sit in the read-only segments of the
+ * main program (etr__str_fixed): the loader never unloads it, and no code writes there, so
+ * the bytes at such an address are the bytes seen before. Shared libraries are left out,
+ * since one that is unloaded may give its address range to another with other bytes there
+ * (their names are compared, or interned by the runtime: docs/API.md).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <elf.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -114,5 +125,37 @@ bool etr__interned(const char *p) {
     size_t used = atomic_load_explicit(&b->used, memory_order_acquire);
     if ((uintptr_t)p >= (uintptr_t)b->base && (uintptr_t)p < (uintptr_t)b->base + used) return true;
   }
+  return false;
+}
+
+/* ---- the main program's read-only segments ---- */
+
+#define RO_MAX 8
+static struct { uintptr_t lo, hi; } g_ro[RO_MAX];
+static unsigned g_nro;
+static pthread_once_t g_ro_once = PTHREAD_ONCE_INIT;
+
+static int ro_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  (void)data;
+  /* The main program is the first object listed (its name is empty). */
+  for (unsigned i = 0; i < info->dlpi_phnum && g_nro < RO_MAX; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W) || ph->p_memsz == 0) continue;
+    g_ro[g_nro].lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+    g_ro[g_nro].hi = g_ro[g_nro].lo + ph->p_memsz;
+    g_nro++;
+  }
+  return 1; /* (the first object only) */
+}
+
+static void ro_init(void) { dl_iterate_phdr(ro_cb, NULL); }
+
+bool etr__str_fixed(const char *p) {
+  if (!p) return false;
+  if (etr__interned(p)) return true;
+  pthread_once(&g_ro_once, ro_init);
+  for (unsigned i = 0; i < g_nro; i++)
+    if ((uintptr_t)p >= g_ro[i].lo && (uintptr_t)p < g_ro[i].hi) return true;
   return false;
 }

@@ -33,4 +33,9 @@ static inline uint64_t etr__fnv1a(const char *s, size_t n) {
  * a few compares per block of copies. */
 bool etr__interned(const char *p);
 
+/* Whether p's bytes can never change: interned, or in a read-only segment of the main
+ * program (a literal of the runtime's executable). A string seen before at such an address
+ * needs no compare. Lock-free after the first call (which lists the program's segments). */
+bool etr__str_fixed(const char *p);
+
 #endif

@@ -153,7 +153,7 @@ typedef struct etr__cstr {
   uint32_t len, cap;
   uint32_t pins; /* open ops naming it: not redefined meanwhile */
   uint32_t used; /* the thread's table_clock at its last use */
-  bool fixed;    /* ptr is an interned string (etr_intern): its bytes cannot have changed */
+  bool fixed;    /* ptr's bytes cannot have changed (etr__str_fixed): no compare */
 } etr__cstr;
 /* A tensor slot, found by the tensor's identity pointer. A hit (encode_hit.h) compares the
  * key first: the identities, offset, numel and itemsize, and instead of the ids, the id-map
@@ -165,7 +165,7 @@ typedef struct etr__cten {
   int64_t off, numel, itemsize;
   const _Atomic uint64_t *iseq_p, *sseq_p; /* the shards' numbers (never NULL) */
   uint64_t iseq, sseq;
-  const char *dtp, *dvp; /* dtype and device when interned (known by address), else NULL */
+  const char *dtp, *dvp; /* dtype and device when fixed (known by address), else NULL */
   uint8_t nd, dn, vn, valid;
   uint32_t pins, used;
   uint32_t expand; /* bytes a reference stands for beyond its own two (the op's budget) */
@@ -449,8 +449,8 @@ static inline bool etr__put_sref_slot(etr__tstate *ts, uint32_t k, int16_t *held
   return true;
 }
 
-/* etr__encode_sref_any, with its most common case inline: an interned string (etr_intern)
- * in its first slot. */
+/* etr__encode_sref_any, with its most common case inline: a string whose bytes cannot
+ * change (etr__str_fixed: interned, or a literal of the main program) in its first slot. */
 static inline bool etr__encode_sref(etr__tstate *ts, const char *s, int16_t *held) {
   if (ETR__LIKELY(s && ts->cstr)) {
     uint32_t k, k1;
