@@ -458,17 +458,23 @@ static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *
 
 /* run_callbacks for a record that one observer sees (the common case: the trace alone),
  * without the loop; other records go there. The loop stays out of line (run_callbacks), so
- * that begin and end save two registers around the callback instead of six. */
+ * that begin and end save two registers around the callback instead of six. As in the
+ * loop, the slot is checked after the hazard is published, never before: a remover that
+ * finds no hazard may free what the callback uses (a trace closing at exit finishes the
+ * thread states), so a check made before could let the callback run on it. */
 static inline ETR__ALWAYS_INLINE void callbacks(etr__thread *t, etr_record *rec, bool enter) {
   uint64_t mask = rec->_active;
-  slot *s = &slots[__builtin_ctzll(mask)];
-  uint64_t le = atomic_load(&s->live_epoch);
-  if ((mask & (mask - 1)) || le == 0 || le > rec->_epoch) {
-    run_callbacks(t, rec, enter); /* (several observers, or the one removed) */
+  if (mask & (mask - 1)) {
+    run_callbacks(t, rec, enter); /* (several observers) */
     return;
   }
+  slot *s = &slots[__builtin_ctzll(mask)];
   uint64_t saved = callbacks_enter(t, mask);
-  call_slot(s, rec, enter);
+  uint64_t le = atomic_load(&s->live_epoch);
+  if (le == 0 || le > rec->_epoch)
+    rec->_active = 0; /* removed: no exit for it either */
+  else
+    call_slot(s, rec, enter);
   callbacks_leave(t, saved);
 }
 
