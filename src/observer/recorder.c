@@ -82,7 +82,9 @@ static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop) {
     if (!waited) atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
     waited = true;
+    atomic_fetch_add_explicit(&tr->space_waiters, 1, memory_order_relaxed);
     pthread_cond_wait(&tr->space_cond, &tr->q_mutex);
+    atomic_fetch_sub_explicit(&tr->space_waiters, 1, memory_order_relaxed);
   }
   etr__chunk *c = NULL;
   if (!oversized && tr->free_chunks) {

@@ -278,6 +278,7 @@ struct etr_trace {
   uint32_t max_chunks; /* chunks queued for the writer before recorders wait */
   uint32_t chunk_size;
   uint64_t q_pushed, q_done;      /* chunks queued and processed */
+  _Atomic uint32_t space_waiters; /* recorders waiting on space_cond (the writer reads it) */
   uint64_t flush_gen, flush_done; /* etr_trace_flush requests, and the last served */
   uint64_t flush_target;          /* q_pushed at the latest request */
   bool stop;

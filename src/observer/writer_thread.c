@@ -409,6 +409,17 @@ void *etr__writer_main(void *arg) {
         n++;
         c->next = spare;
         spare = c;
+        /* A recorder waiting for room gets it chunk by chunk, not at the batch's end (a
+         * full queue of JSON is tens of ms of work). Never blocks: the lock may be held
+         * by a thread in a fatal signal, and the batch is ours to finish. */
+        if (list && atomic_load_explicit(&tr->space_waiters, memory_order_relaxed) &&
+            pthread_mutex_trylock(&tr->q_mutex) == 0) {
+          put_back_locked(tr, &spare);
+          tr->q_done += done_pending + n;
+          done_pending = n = 0;
+          pthread_cond_broadcast(&tr->space_cond);
+          pthread_mutex_unlock(&tr->q_mutex);
+        }
       }
       done_pending += n;
       if (!(locked = writer_lock(tr))) continue;
