@@ -102,16 +102,21 @@ static void pool_init(pool *p) {
  * each op). */
 typedef enum { STR_LITERAL, STR_INTERNED, STR_HEAP } str_kind;
 
+/* The heap copies of the phase that uses them (freed when the strings change again). */
+static char *g_heap[4];
+static unsigned g_nheap;
+
 static const char *str_of(const char *lit, str_kind k) {
   if (k == STR_INTERNED) return etr_intern(lit);
-  if (k == STR_HEAP) {
-    const char *h = strdup(lit); /* (one per phase: kept until exit) */
-    return h ? h : lit;
+  if (k == STR_HEAP && g_nheap < 4) {
+    char *h = strdup(lit);
+    if (h) return g_heap[g_nheap++] = h;
   }
   return lit;
 }
 
 static void use_strings(pool *pools, int n, str_kind kind) {
+  while (g_nheap) free(g_heap[--g_nheap]);
   const char *dtype = str_of("float", kind);
   const char *device = str_of("cpu", kind);
   g_op_name = str_of(OP_NAME, kind);
@@ -814,5 +819,6 @@ int main(int argc, char **argv) {
   json_num("addr2line_ns", sym[2]);
   json_num("addr2line_pipe_ns", sym[3]);
   printf(", \"buffer_waits\": %" PRIu64 "}\n", byt.buffer_waits);
+  use_strings(pools, 2, STR_LITERAL); /* (frees the heap copies) */
   return 0;
 }
