@@ -61,11 +61,18 @@ static const char *const SCHEMA_ALLTOALL =
     "process_group, int[] output_split_sizes, int[] input_split_sizes, int timeout) -> "
     "__torch__.torch.classes.c10d.Work";
 
-/* The inputs PyTorch's record_param_comms carries. */
-static void comms_inputs(op_call *op, worker *w, const mt_tensor *t, const char *coll,
-                         const int64_t *in_splits, const int64_t *out_splits, uint32_t n_splits) {
+/* The inputs PyTorch's record_param_comms carries. The tensors come as PyTorch's process
+ * group passes them: a list for a collective over a list of tensors (allreduce), one Tensor
+ * for one over a single tensor (all_to_allv, from alltoall_base). PARAM's et_replay builds
+ * the replayed collective's buffers from this value: a list given to all_to_allv fails. */
+static void comms_inputs(op_call *op, worker *w, const mt_tensor *t, bool one_tensor,
+                         const char *coll, const int64_t *in_splits, const int64_t *out_splits,
+                         uint32_t n_splits) {
   if (!op->active) return;
-  op_in(op, op_tensor_list(op, t));
+  if (one_tensor)
+    op_in_tensor(op, t);
+  else
+    op_in(op, op_tensor_list(op, t));
   op_in(op, etr_value_int(w->coll_seq));
   etr_value *pg = op_items(op, 2);
   pg[0] = etr_value_string("0");
@@ -111,7 +118,7 @@ void op_allreduce(worker *w, mt_tensor *t) {
     fill_pg_info(&ci, w);
     op_init(&rc, "record_param_comms", ETR_SCOPE_FUNCTION, "", -1, 0);
     if (rc.active) rc.rec.collective = &ci;
-    comms_inputs(&rc, w, t, "allreduce", NULL, NULL, 0);
+    comms_inputs(&rc, w, t, false, "allreduce", NULL, NULL, 0);
     op_begin(&rc);
     pg_allreduce(w->pg, w->rank, mt_data(t) + t->offset, t->numel);
     if (rc.active) op_out(&rc, op_tensor_list(&rc, t));
@@ -153,10 +160,10 @@ void op_alltoall(worker *w, mt_tensor *out, mt_tensor *in, int64_t per_rank) {
     fill_pg_info(&ci, w);
     op_init(&rc, "record_param_comms", ETR_SCOPE_FUNCTION, "", -1, 0);
     if (rc.active) rc.rec.collective = &ci;
-    comms_inputs(&rc, w, in, "all_to_allv", splits, splits, (uint32_t)w->n_ranks);
+    comms_inputs(&rc, w, in, true, "all_to_allv", splits, splits, (uint32_t)w->n_ranks);
     op_begin(&rc);
     pg_alltoall(w->pg, w->rank, mt_data(in) + in->offset, mt_data(out) + out->offset, per_rank);
-    if (rc.active) op_out(&rc, op_tensor_list(&rc, out));
+    op_out_tensor(&rc, out);
     op_end(&rc);
   }
   w->coll_seq++;

@@ -798,11 +798,16 @@ def main(argv):
         # PyTorch's record_param_comms input order, which PARAM's comm replay reads by position:
         # tensors, seq, (pg_name, pg_desc), rank in the group, collective, in/out splits,
         # global rank start, stride, group size.
+        # The tensors: a list for allreduce, one Tensor for all_to_allv (PyTorch's alltoall_base
+        # records it so, and PARAM's et_replay fails replaying all_to_allv from a list).
         types = n["inputs"]["types"]
-        want_types = ["GenericList[Tensor(float)]", "Int", "Tuple[String,String]", "Int", "String",
+        first = "Tensor(float)" if parent == "c10d::alltoall_base_" else "GenericList[Tensor(float)]"
+        want_types = [first, "Int", "Tuple[String,String]", "Int", "String",
                       None, None, "Int", "Int", "Int"]
         if len(vin) != 10 or any(w is not None and t != w for t, w in zip(types, want_types)):
             ck.fail("collectives", "%s: inputs typed %r, not in record_param_comms order" % (where(n), types))
+        elif n["outputs"]["types"][:1] != [first]:
+            ck.fail("collectives", "%s: outputs typed %r, expected %s first" % (where(n), n["outputs"]["types"], first))
         elif (vin[4] != a.get("collective_name") or vin[9] != a.get("pg_size")
               or vin[2] != ["0", "default_pg"] or vin[7] != 0 or vin[8] != 1):
             ck.fail("collectives", "%s: inputs %r disagree with the collective attrs" % (where(n), vin))
