@@ -68,6 +68,19 @@ static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, de
 
 #define RF_BLOCK 256
 
+/* A test's hook where a record's callbacks are about to publish the thread's hazard
+ * (tests/registry/test_registry_hooks.c compiles this file with ETR_TEST_HOOKS; the
+ * library never does). */
+#ifdef ETR_TEST_HOOKS
+void (*etr__test_before_hazard)(const etr_record *rec);
+#define BEFORE_HAZARD(rec)                                     \
+  do {                                                         \
+    if (etr__test_before_hazard) etr__test_before_hazard(rec); \
+  } while (0)
+#else
+#define BEFORE_HAZARD(rec) ((void)0)
+#endif
+
 static void thread_exit(void *arg);
 static void fork_prepare(void);
 static void fork_parent(void);
@@ -440,6 +453,7 @@ static inline ETR__ALWAYS_INLINE void call_slot(const slot *s, etr_record *rec, 
 
 /* Runs the enter (or exit) callbacks of the record's active slots. */
 static __attribute__((noinline)) void run_callbacks(etr__thread *t, etr_record *rec, bool enter) {
+  BEFORE_HAZARD(rec);
   uint64_t saved = callbacks_enter(t, rec->_active);
   uint64_t m = rec->_active;
   while (m) {
@@ -469,6 +483,7 @@ static inline ETR__ALWAYS_INLINE void callbacks(etr__thread *t, etr_record *rec,
     return;
   }
   slot *s = &slots[__builtin_ctzll(mask)];
+  BEFORE_HAZARD(rec);
   uint64_t saved = callbacks_enter(t, mask);
   uint64_t le = atomic_load(&s->live_epoch);
   if (le == 0 || le > rec->_epoch)
