@@ -19,9 +19,9 @@
 extern void (*etr__test_before_hazard)(const etr_record *rec);
 
 typedef struct victim {
-  int dead;      /* set once its observer's remove has returned */
-  int calls;     /* callbacks run while alive */
-  int too_late;  /* callbacks run after the remove returned */
+  int dead;     /* set once its observer's remove has returned */
+  int calls;    /* callbacks run while alive */
+  int too_late; /* callbacks run after the remove returned */
 } victim;
 
 static victim g_victim[2];
