@@ -12,8 +12,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdatomic.h>
-
 #include <etr/etr.h>
 
 extern void (*etr__test_before_hazard)(const etr_record *rec);
