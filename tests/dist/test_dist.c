@@ -346,16 +346,9 @@ static void test_first_node_before_first_collective(void **state) {
                    json_integer_value(json_object_get(stats, "nodes_written")));
   tu_free(&t);
 
-  char dir[256], bin[512], out[512];
-  tu_mkdtemp(dir, sizeof dir);
-  snprintf(bin, sizeof bin, "%s/run.etr", dir);
-  snprintf(out, sizeof out, "%s/run.json", dir);
-  etr_trace *tr = NULL;
-  assert_int_equal(etr_trace_open(bin, NULL, &tr), 0);
-  assert_int_equal(etr_trace_enable(tr), 0);
+  tu_open_binary(&t, NULL);
   record_run();
-  assert_int_equal(etr_trace_close(tr), 0);
-  tu_convert_load(&t, ETR_TOOL, bin, out);
+  tu_close_convert(&t, ETR_TOOL);
   check_first_node(&t, "etr convert");
   tu_free(&t);
 
@@ -366,7 +359,6 @@ static void test_first_node_before_first_collective(void **state) {
   tu_close_ok(&t);
   check_first_node(&t, "flight recorder");
   tu_free(&t);
-  tu_rmdir(dir);
 
   /* No collective at all: the nodes are there at the end, newest first. */
   clear_env();

@@ -524,22 +524,12 @@ static void test_binary_log(void **state) {
   (void)state;
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
-  char dir[256], bin[300], json[300];
-  tu_mkdtemp(dir, sizeof dir);
-  snprintf(bin, sizeof bin, "%s/w.etr", dir);
-  snprintf(json, sizeof json, "%s/w.json", dir);
-  etr_trace *tr = NULL;
-  assert_int_equal(etr_trace_open(bin, NULL, &tr), 0);
-  assert_int_equal(etr_trace_enable(tr), 0);
-  record_world(w);
-  assert_int_equal(etr_trace_close(tr), 0);
   tu_trace t;
-  tu_convert_load(&t, ETR_TOOL, bin, json);
+  tu_open_binary(&t, NULL);
+  record_world(w);
+  tu_close_convert(&t, ETR_TOOL);
   check_world(&t, w);
   tu_free(&t);
-  unlink(bin);
-  unlink(json);
-  tu_rmdir(dir);
   free(w);
 }
 #endif

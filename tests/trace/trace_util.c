@@ -260,10 +260,11 @@ int tu_cleanup(void **state) {
   return 0;
 }
 
-void tu_open_disabled(tu_trace *t, const etr_trace_options *opt) {
+/* A trace opened, not enabled, at file `name` of a new temp dir. */
+static void open_at(tu_trace *t, const etr_trace_options *opt, const char *name) {
   memset(t, 0, sizeof *t);
   tu_mkdtemp(t->dir, sizeof t->dir);
-  snprintf(t->path, sizeof t->path, "%s/trace.json", t->dir);
+  snprintf(t->path, sizeof t->path, "%s/%s", t->dir, name);
   track(t);
   int rc = etr_trace_open(t->path, opt, &t->trace);
   track(t);
@@ -271,10 +272,17 @@ void tu_open_disabled(tu_trace *t, const etr_trace_options *opt) {
   assert_non_null(t->trace);
 }
 
+void tu_open_disabled(tu_trace *t, const etr_trace_options *opt) { open_at(t, opt, "trace.json"); }
+
 void tu_open(tu_trace *t, const etr_trace_options *opt) {
   tu_open_disabled(t, opt);
   assert_int_equal(etr_trace_enable(t->trace), 0);
   assert_true(etr_trace_is_enabled(t->trace));
+}
+
+void tu_open_binary(tu_trace *t, const etr_trace_options *opt) {
+  open_at(t, opt, "trace.etr");
+  assert_int_equal(etr_trace_enable(t->trace), 0);
 }
 
 void tu_close(tu_trace *t) {
@@ -290,6 +298,21 @@ void tu_close_ok(tu_trace *t) {
   track(t);
   if (t->close_rc != 0)
     fail_msg("etr_trace_close = %d (%s)", t->close_rc, etr_strerror(t->close_rc));
+  tu_load(t);
+}
+
+void tu_close_convert(tu_trace *t, const char *tool) {
+  int rc = etr_trace_close(t->trace);
+  t->trace = NULL;
+  track(t);
+  if (rc != 0) fail_msg("etr_trace_close = %d (%s)", rc, etr_strerror(rc));
+  char bin[sizeof t->path];
+  memcpy(bin, t->path, sizeof bin);
+  snprintf(t->path, sizeof t->path, "%s/trace.json", t->dir);
+  const char *args[] = {"convert", bin, "-o", t->path, NULL};
+  rc = tu_etr(tool, args);
+  if (rc != 0) fail_msg("etr convert %s -o %s: exit %d", bin, t->path, rc);
+  tu_assert_valid(tool, t->path);
   tu_load(t);
 }
 

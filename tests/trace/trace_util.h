@@ -88,6 +88,12 @@ void tu_open(tu_trace *t, const etr_trace_options *opt);
 void tu_open_traceback(tu_trace *t, const etr_traceback_options *tb);
 /* Same without enabling. */
 void tu_open_disabled(tu_trace *t, const etr_trace_options *opt);
+/* tu_open writing a binary log (trace.etr in the temp dir). */
+void tu_open_binary(tu_trace *t, const etr_trace_options *opt);
+/* Close a tu_open_binary trace (asserting 0), `etr convert` it to trace.json beside it
+ * (asserting that it succeeds and that `etr validate --strict` accepts the result), then
+ * load that. */
+void tu_close_convert(tu_trace *t, const char *tool);
 /* Close (recording close_rc), then load and parse the file and check the tree invariants. */
 void tu_close(tu_trace *t);
 /* Close and assert close returned 0, then load (the common case). */
