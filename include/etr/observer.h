@@ -73,7 +73,9 @@ typedef struct etr_registry_stats {
   uint64_t records_observed;     /* records that reached at least one observer */
   uint64_t ends_without_begin;   /* end on a record that never began, or a second end */
   uint64_t begins_repeated;      /* begin called twice on one record */
-  uint64_t records_in_callbacks; /* records made inside callbacks (not observed) */
+  uint64_t records_in_callbacks; /* records made inside callbacks, or on a thread inside
+                                    etr (a signal handler's: docs/RELIABILITY.md), not
+                                    observed */
   uint32_t observers;            /* observers currently added */
 } etr_registry_stats;
 

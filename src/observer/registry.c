@@ -57,6 +57,8 @@ static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
 /* initial-exec: a plain %fs-relative load instead of a __tls_get_addr call per access. */
 _Thread_local etr__thread *etr__tls_self __attribute__((tls_model("initial-exec")));
 static _Thread_local bool tls_gone __attribute__((tls_model("initial-exec")));
+/* The thread's state is being made (etr__thread_self_slow). */
+static _Thread_local bool tls_making __attribute__((tls_model("initial-exec")));
 
 /* With the membarrier system call, a recorder publishes its hazard word with a plain store
  * and the (rare) remover forces a full barrier on every thread of the process before it
@@ -68,17 +70,23 @@ static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, de
 
 #define RF_BLOCK 256
 
-/* A test's hook where a record's callbacks are about to publish the thread's hazard
- * (tests/registry/test_registry_hooks.c compiles this file with ETR_TEST_HOOKS; the
- * library never does). */
+/* Tests' hooks (tests/registry/ compiles this file with ETR_TEST_HOOKS; the library never
+ * does): where a record's callbacks are about to publish the thread's hazard, and where a
+ * thread's state is about to be allocated. */
 #ifdef ETR_TEST_HOOKS
 void (*etr__test_before_hazard)(const etr_record *rec);
+void (*etr__test_making_thread)(void);
 #define BEFORE_HAZARD(rec)                                     \
   do {                                                         \
     if (etr__test_before_hazard) etr__test_before_hazard(rec); \
   } while (0)
+#define MAKING_THREAD()                                     \
+  do {                                                      \
+    if (etr__test_making_thread) etr__test_making_thread(); \
+  } while (0)
 #else
 #define BEFORE_HAZARD(rec) ((void)0)
+#define MAKING_THREAD() ((void)0)
 #endif
 
 static void thread_exit(void *arg);
@@ -104,10 +112,18 @@ static uint64_t seed_rng(uint64_t tid) {
 etr__thread *etr__thread_self_slow(void) {
   etr__thread *t = etr__tls_self;
   if (t) return t;
-  if (tls_gone) return NULL;
+  /* A record made meanwhile on this thread (by a handler of the host's signals that
+   * interrupted us here) finds no state and is not observed: made again, the state would be
+   * made twice, and calloc or threads_lock entered again by a thread that holds it. */
+  if (tls_gone || tls_making) return NULL;
+  tls_making = true;
+  MAKING_THREAD();
   pthread_once(&thread_key_once, key_init);
   t = calloc(1, sizeof *t);
-  if (!t) return NULL;
+  if (!t) {
+    tls_making = false;
+    return NULL;
+  }
   t->tid = atomic_fetch_add_explicit(&next_tid, 1, memory_order_relaxed);
   t->rng = seed_rng(t->tid);
   pthread_mutex_lock(&threads_lock);
@@ -117,6 +133,7 @@ etr__thread *etr__thread_self_slow(void) {
   pthread_mutex_unlock(&threads_lock);
   etr__tls_self = t;
   pthread_setspecific(thread_key, t);
+  tls_making = false;
   return t;
 }
 
@@ -163,6 +180,11 @@ static inline const etr__registry_hooks *hooks(void) {
 
 static void thread_exit(void *arg) {
   etr__thread *t = arg;
+  /* From here on the thread's records are not observed (etr__quiet_enter): a handler of
+   * the host's signals that records while the observers tear this thread's state down (the
+   * trace observer frees it, inside malloc's locks) would otherwise find it half freed, or
+   * wait for a lock its own thread holds. */
+  etr__quiet_enter(t);
   /* Thread-local observers die with their thread. */
   pthread_mutex_lock(&reg_lock);
   for (int i = 0; i < ETR_MAX_OBSERVERS; i++) {
@@ -528,7 +550,14 @@ void etr__record_end_failed(etr_record *rec) { record_end(rec, 4); }
 
 /* Same order as everywhere else: the trace's locks (etr_trace_open holds them while it adds
  * its observer), then reg_lock, then threads_lock. */
+/* The forking thread holds the registry's and the trace's locks from prepare to parent or
+ * child: its records meanwhile are not observed (etr__quiet_enter), and a thread without a
+ * state yet makes none (as while one is being made: threads_lock is held). */
 static void fork_prepare(void) {
+  if (etr__tls_self)
+    etr__quiet_enter(etr__tls_self);
+  else
+    tls_making = true;
   const etr__registry_hooks *h = hooks();
   if (h && h->before_fork) h->before_fork();
   pthread_mutex_lock(&reg_lock);
@@ -540,6 +569,10 @@ static void fork_parent(void) {
   const etr__registry_hooks *h = hooks();
   if (h && h->after_fork_parent) h->after_fork_parent();
   pthread_mutex_unlock(&reg_lock);
+  if (etr__tls_self)
+    etr__quiet_leave(etr__tls_self);
+  else
+    tls_making = false;
 }
 
 static void fork_child(void) {
@@ -559,4 +592,8 @@ static void fork_child(void) {
   const etr__registry_hooks *h = hooks();
   if (h && h->after_fork_child) h->after_fork_child();
   pthread_mutex_unlock(&reg_lock);
+  if (self)
+    etr__quiet_leave(self);
+  else
+    tls_making = false;
 }

@@ -60,6 +60,21 @@ static inline void etr__hazard_publish(_Atomic uint64_t *word, uint64_t v) {
   }
 }
 
+/* Around a call of the host into etr that takes a lock the recording path also takes (an id
+ * map's shard, a trace's chunk queue or thread list, the registry's at fork): records made
+ * meanwhile on the calling thread, by a handler of the host's signals that interrupted the
+ * call, are not observed (counted as made inside callbacks), so that recording never waits
+ * for a lock its own thread holds. The fences keep the count's change where it is written
+ * (the handler runs on this thread). */
+static inline void etr__quiet_enter(etr__thread *t) {
+  t->in_callback++;
+  atomic_signal_fence(memory_order_seq_cst);
+}
+static inline void etr__quiet_leave(etr__thread *t) {
+  atomic_signal_fence(memory_order_seq_cst);
+  t->in_callback--;
+}
+
 /* Wait until no thread other than the caller has any of `mask` in hazard_slots. */
 void etr__wait_slots(uint64_t mask);
 /* Wait until no thread other than the caller is inside an object-id map operation. */

@@ -64,6 +64,7 @@ static void on_thread_exit(etr__thread *thr) {
 static void object_died(bool tensor, const void *p) {
   etr__thread *thr = etr__thread_self();
   if (!thr || !p) return;
+  etr__quiet_enter(thr); /* (a record here would wait for the shard this thread holds) */
   etr__hazard_publish(&thr->hazard_ids, 1); /* pairs with close's store of the flag */
   if (__atomic_load_n(&etr__tracking_ids, __ATOMIC_SEQ_CST)) {
     etr_trace *tr = __atomic_load_n(&g_trace, __ATOMIC_ACQUIRE);
@@ -71,6 +72,7 @@ static void object_died(bool tensor, const void *p) {
       atomic_fetch_add_explicit(&tr->ids_retired, 1, memory_order_relaxed);
   }
   atomic_store_explicit(&thr->hazard_ids, 0, memory_order_release);
+  etr__quiet_leave(thr);
 }
 
 void etr__tensor_died(const void *impl) { object_died(true, impl); }
@@ -463,7 +465,9 @@ int etr_trace_flush(etr_trace *tr) {
   if (!usable(tr)) return unusable(tr);
   etr__thread *thr = etr__thread_self();
   /* The caller's own chunk is safe to take only outside our callbacks on this thread. */
-  if (thr && thr->in_callback == 0 && thr->trace_state && thr->trace_serial == tr->serial) {
+  bool own = thr && thr->in_callback == 0 && thr->trace_state && thr->trace_serial == tr->serial;
+  if (thr) etr__quiet_enter(thr); /* (the queue's lock, held below, is the recorders') */
+  if (own) {
     etr__tstate *ts = thr->trace_state;
     if (!ts->finished) etr__hand_over(ts);
   }
@@ -474,6 +478,7 @@ int etr_trace_flush(etr_trace *tr) {
   while (tr->flush_done < gen && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
   pthread_mutex_unlock(&tr->q_mutex);
   etr_script_release_pending();
+  if (thr) etr__quiet_leave(thr);
   return atomic_load(&tr->write_error) ? ETR_EIO : 0;
 }
 

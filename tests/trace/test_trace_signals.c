@@ -1,7 +1,8 @@
 /* tests/trace/test_trace_signals.c — signals belong to the host (docs/RELIABILITY.md):
  * fatal-signal finalization is opt-in, and when it is on, a host that installed its handler
  * first keeps that handler's flags and mask (Ctrl-C still interrupts a blocking read(2), as
- * CPython needs), and a host handler that leaves by siglongjmp does not stall recording. */
+ * CPython needs), and a host handler that leaves by siglongjmp does not stall recording. A
+ * host may record from its own signal handlers while its threads record and exit. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trace_util.h"
@@ -158,12 +160,125 @@ static void test_env_signals_opt_in(void **state) {
   tu_rmdir(dir);
 }
 
+/* ---- records from a signal handler ----
+ *
+ * A host that records from a signal handler (a sampling profiler marking its samples as
+ * ops) while its threads record, retire tensors and exit. The handler runs wherever the
+ * signal lands, inside etr too: there it must not wait for a lock its own thread holds
+ * (an id-map shard inside etr_tensor_died; the handler records the very tensor being
+ * retired, so that its lookup goes to that shard) nor work on the thread's state while
+ * thread exit tears it down. Before the fix (2026-11-27) this hung within a second, in five
+ * runs of five, or aborted in free(). alarm() turns a hang into a failure. */
+
+#ifdef __has_feature
+#define TU_HAS_FEATURE(x) __has_feature(x)
+#else
+#define TU_HAS_FEATURE(x) 0
+#endif
+#define SIG_THREADS 4
+#define SIG_ROUNDS 100
+#define SIG_OPS 20 /* per thread and round */
+
+static char sig_impl[SIG_THREADS][64], sig_stor[SIG_THREADS][64];
+static etr_tensor sig_tens[SIG_THREADS];
+static int64_t sig_sizes[2] = {4, 4}, sig_strides[2] = {4, 1};
+static _Thread_local const etr_tensor *sig_dying; /* being retired on this thread */
+static atomic_long sig_handled;
+
+static void sig_record(const char *name, const etr_tensor *t) {
+  etr_record r;
+  etr_value in[1];
+  etr_record_init(&r, name, ETR_SCOPE_FUNCTION);
+  if (etr_record_is_active(&r) && etr_record_needs_inputs(&r)) {
+    in[0] = etr_value_tensor(t);
+    r.inputs = in;
+    r.n_inputs = 1;
+  }
+  etr_record_begin(&r);
+  etr_record_end(&r);
+}
+
+static void sig_handler(int sig) {
+  (void)sig;
+  const etr_tensor *t = sig_dying;
+  sig_record("in_handler", t ? t : &sig_tens[0]);
+  atomic_fetch_add(&sig_handled, 1);
+}
+
+static void *sig_worker(void *arg) {
+  const etr_tensor *t = arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  for (int i = 0; i < SIG_OPS; i++) {
+    etr_record outer;
+    etr_record_init(&outer, "outer", ETR_SCOPE_FUNCTION);
+    etr_record_begin(&outer);
+    sig_record("churn_op", t);
+    etr_record_end(&outer);
+    sig_dying = t;
+    etr_tensor_died(t->impl); /* (its address comes back next op: a new id) */
+    sig_dying = NULL;
+  }
+  return NULL;
+}
+
+static void test_records_from_a_signal_handler(void **state) {
+  (void)state;
+#if defined(__SANITIZE_THREAD__) || TU_HAS_FEATURE(thread_sanitizer)
+  /* ThreadSanitizer reports any malloc inside a signal handler, and a thread's first op
+   * allocates its state (docs/RELIABILITY.md says when a handler may record). */
+  skip();
+#endif
+  for (int k = 0; k < SIG_THREADS; k++)
+    sig_tens[k] =
+        (etr_tensor){sig_impl[k], sig_stor[k], 0, 16, 4, "float", "cpu", 2, sig_sizes, sig_strides};
+  tu_trace t;
+  tu_open(&t, NULL);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = sig_handler;
+  sa.sa_flags = SA_RESTART;
+  assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
+  sigset_t set, old_mask;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &set, &old_mask); /* the workers take it, not this thread */
+  timer_t timer;
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_SIGNAL;
+  ev.sigev_signo = SIGUSR2;
+  assert_int_equal(timer_create(CLOCK_MONOTONIC, &ev, &timer), 0);
+  struct itimerspec every = {{0, 20000}, {0, 20000}}, stop = {{0, 0}, {0, 0}};
+  assert_int_equal(timer_settime(timer, 0, &every, NULL), 0);
+  alarm(60);
+  for (int round = 0; round < SIG_ROUNDS; round++) {
+    pthread_t th[SIG_THREADS];
+    for (int k = 0; k < SIG_THREADS; k++)
+      assert_int_equal(pthread_create(&th[k], NULL, sig_worker, &sig_tens[k]), 0);
+    for (int k = 0; k < SIG_THREADS; k++) assert_int_equal(pthread_join(th[k], NULL), 0);
+  }
+  assert_int_equal(timer_settime(timer, 0, &stop, NULL), 0);
+  timer_delete(timer);
+  alarm(0);
+  sigaction(SIGUSR2, &old, NULL);
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  assert_true(atomic_load(&sig_handled) > 0);
+  tu_close_ok(&t); /* (loaded: every node's parent is in the file) */
+  assert_int_equal(tu_count(&t, "churn_op"), SIG_ROUNDS * SIG_THREADS * SIG_OPS);
+  assert_int_equal(tu_count(&t, "outer"), SIG_ROUNDS * SIG_THREADS * SIG_OPS);
+  tu_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_host_flags_and_mask_kept, tu_cleanup),
       cmocka_unit_test_teardown(test_ctrl_c_interrupts_read, tu_cleanup),
       cmocka_unit_test_teardown(test_host_handler_longjmp, tu_cleanup),
       cmocka_unit_test(test_env_signals_opt_in),
+      cmocka_unit_test_teardown(test_records_from_a_signal_handler, tu_cleanup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
