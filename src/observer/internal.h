@@ -8,6 +8,8 @@
 
 #include "etr/common.h"
 
+#include <pthread.h>
+
 #if defined(__GNUC__)
 #define ETR__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -37,5 +39,20 @@ bool etr__interned(const char *p);
  * program (a literal of the runtime's executable). A string seen before at such an address
  * needs no compare. Lock-free after the first call (which lists the program's segments). */
 bool etr__str_fixed(const char *p);
+
+/* Around etr's waits and blocking calls on a host's thread (a recorder waiting for room,
+ * flush, open, close, an observer's removal): cancellation off, so that pthread_cancel from
+ * the host acts at its own next cancellation point, not inside etr with one of our locks
+ * held (the cancelled thread's exit then waited for that lock forever, and every recorder
+ * with it). Returns the state to restore. */
+static inline int etr__cancel_off(void) {
+  int old = PTHREAD_CANCEL_ENABLE;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  return old;
+}
+static inline void etr__cancel_restore(int old) {
+  int was;
+  pthread_setcancelstate(old, &was);
+}
 
 #endif

@@ -71,7 +71,15 @@ static void give_up_locked(etr_trace *tr, etr__chunk *c) {
  * queue, not on chunks threads hold, because a thread that stops recording keeps its
  * partly filled chunk until it exits or the trace closes, and any number of threads may do
  * so. NULL when memory is exhausted. */
+static etr__chunk *take_chunk(etr__tstate *ts, size_t need);
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
+  int cancel = etr__cancel_off(); /* (the wait below is a cancellation point) */
+  etr__chunk *c = take_chunk(ts, need);
+  etr__cancel_restore(cancel);
+  return c;
+}
+
+static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
   etr_trace *tr = ts->trace;
   bool oversized = need > tr->chunk_size; /* one large event: a chunk of its own */
   etr__clock_tick();                      /* (now and then: the clock's scale is adjusted) */

@@ -205,7 +205,14 @@ static void thread_exit(void *arg) {
 
 /* Waits (yielding, then sleeping 50 us at a time) until no thread other than the caller
  * has a bit of mask in its hazard_slots, or (ids) is inside an object-id operation. */
+static void wait_until_clear_on(uint64_t mask, bool ids);
 static void wait_until_clear(uint64_t mask, bool ids) {
+  int cancel = etr__cancel_off(); /* (it sleeps: a cancellation point) */
+  wait_until_clear_on(mask, ids);
+  etr__cancel_restore(cancel);
+}
+
+static void wait_until_clear_on(uint64_t mask, bool ids) {
   etr__thread *self = etr__tls_self;
 #ifdef __NR_membarrier
   if (etr__use_membarrier) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);

@@ -264,7 +264,15 @@ static const etr__registry_hooks g_hooks = {on_thread_exit, on_before_fork, on_a
 static pthread_once_t g_hooks_once = PTHREAD_ONCE_INIT;
 static void install_hooks(void) { etr__registry_set_hooks(&g_hooks); }
 
+static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
+  int cancel = etr__cancel_off();
+  int rc = trace_open(path, opt, out);
+  etr__cancel_restore(cancel);
+  return rc;
+}
+
+static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
   pthread_once(&g_hooks_once, install_hooks);
   if (out) *out = NULL;
   if (!path || !*path || !out) return ETR_EINVAL;
@@ -461,7 +469,15 @@ bool etr_trace_is_enabled(const etr_trace *tr) {
   return usable(tr) && etr_observer_is_enabled(tr->obs) == 1;
 }
 
+static int trace_flush(etr_trace *tr);
 int etr_trace_flush(etr_trace *tr) {
+  int cancel = etr__cancel_off();
+  int rc = trace_flush(tr);
+  etr__cancel_restore(cancel);
+  return rc;
+}
+
+static int trace_flush(etr_trace *tr) {
   if (!usable(tr)) return unusable(tr);
   etr__thread *thr = etr__thread_self();
   /* The caller's own chunk is safe to take only outside our callbacks on this thread. */
@@ -486,7 +502,15 @@ int etr_trace_dump(etr_trace *tr) { return etr_trace_flush(tr); }
 
 int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
 
+static int trace_close(etr_trace *tr, etr_trace_stats *out);
 int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
+  int cancel = etr__cancel_off();
+  int rc = trace_close(tr, out);
+  etr__cancel_restore(cancel);
+  return rc;
+}
+
+static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   if (!tr) return 0;
   pthread_mutex_lock(&g_lock);
   if (tr->closed) { /* closed before (a tombstone): nothing to do */

@@ -1504,6 +1504,69 @@ static void test_slow_file_keeps_children_before_parents(void **state) {
   tu_free(&t);
 }
 
+/* pthread_cancel of a recording thread while it waits for room (the output stalled: a FIFO
+ * whose reader never reads). That wait is a cancellation point: cancelled there, the thread
+ * left etr holding the chunk queue's lock, and its own exit (which writes its open ops)
+ * waited for that lock forever, as did every other recorder and the writer (2026-11-27:
+ * the join below hung). Now cancellation is off inside etr's waits: the thread is cancelled
+ * at its own next cancellation point, once the writer has given up on the stalled output. */
+static atomic_long cancel_ops;
+
+static void *cancel_worker(void *p) {
+  (void)p;
+  char s[200];
+  memset(s, 'x', sizeof s - 1);
+  s[sizeof s - 1] = '\0';
+  for (;;) {
+    etr_value in[1] = {etr_value_string(s)};
+    tu_op("cancel_op", in, 1, NULL, 0);
+    atomic_fetch_add(&cancel_ops, 1);
+    pthread_testcancel();
+  }
+  return NULL;
+}
+
+static void test_thread_cancelled_while_waiting_for_room(void **state) {
+  (void)state;
+  char dir[256], path[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  int rfd = open(path, O_RDONLY | O_NONBLOCK); /* a reader that never reads */
+  assert_true(rfd >= 0);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.buffer_kb = 4;
+  opt.max_buffers = 2;
+  opt.stall_ms = 1000;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(path, &opt, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  atomic_store(&cancel_ops, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cancel_worker, NULL), 0);
+  /* until it stops making progress: waiting for room (the pipe holds 64 KiB) */
+  long last = -1;
+  for (int i = 0; i < 200; i++) {
+    tu_sleep_us(50000);
+    long now = atomic_load(&cancel_ops);
+    if (now == last && now > 0) break;
+    last = now;
+  }
+  assert_int_equal(pthread_cancel(th), 0);
+  alarm(30); /* (a hang is a failure) */
+  assert_int_equal(pthread_join(th, NULL), 0);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_close_stats(tr, &st), ETR_EIO); /* (the stall) */
+  alarm(0);
+  assert_int_equal(st.write_error, ETIMEDOUT);
+  assert_true(st.nodes_dropped > 0);
+  close(rfd);
+  unlink(path);
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_control_bytes_round_trip_escaped),
@@ -1527,6 +1590,7 @@ int main(void) {
       TU_TEST(test_flush_with_ops_open),
       TU_TEST(test_close_while_threads_record_hostile_values),
       TU_TEST(test_slow_file_keeps_children_before_parents),
+      TU_TEST(test_thread_cancelled_while_waiting_for_room),
   };
   return cmocka_run_group_tests_name("reliability_hostile", tests, NULL, NULL);
 }
