@@ -251,11 +251,13 @@ static bool define_slot(etr__tstate *ts, uint8_t type, uint32_t k, const void *v
   return true;
 }
 
-/* The thread's tensor table, every slot unused. */
+/* The thread's tensor table, every slot unused: all zeros, which etr__tensor_find never
+ * reads past the identity, so that the pages of slots never used are never touched (70 KiB
+ * a thread: 2 000 threads alive that had recorded a tensor each took 219 MB, 78 MB with
+ * no tensor). */
 static bool cten_alloc(etr__tstate *ts) {
   etr__cten *t = calloc(ETR__CTEN_SLOTS, sizeof *t);
   if (!t) return false;
-  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) etr__cten_unhittable(&t[i]);
   ts->cten = t;
   return true;
 }

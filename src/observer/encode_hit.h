@@ -23,9 +23,10 @@ static inline bool etr__slot_str(const char *s, const char *fixed, const char *c
   return s == fixed || etr__same_str(s, copy, n);
 }
 
-/* The shard numbers a slot that cannot hit points at: iseq_p at `never` with iseq 1 (an
- * unused slot, or ids not read through the caches), sseq_p at `always` with sseq 0 (a
- * tensor without storage). Read-only; the hit compares them like any other. */
+/* The shard numbers a slot that cannot hit points at: iseq_p at `never` with iseq 1 (a
+ * slot being defined, or ids not read through the caches), sseq_p at `always` with sseq 0
+ * (a tensor without storage). Read-only; the hit compares them like any other. (A slot
+ * never used is all zeros instead: see etr__tensor_find.) */
 extern const _Atomic uint64_t etr__seq_never, etr__seq_always;
 
 static inline void etr__cten_unhittable(etr__cten *c) {
@@ -36,18 +37,18 @@ static inline void etr__cten_unhittable(etr__cten *c) {
   c->sseq = 0;
 }
 
-/* tensor_same without the ids: the identities are the slot's and the id-map shards they
- * map in have not changed since the slot's ids were read, so the ids are the slot's. For a
- * tensor with a dtype, strides, and sizes unless it has no dimension. The key, the
- * dimension count and the shard numbers are compared with one branch (a hit is the common
- * case, and a miss is decided by the key alone almost always). */
+/* tensor_same without the ids, for a slot c that holds t's identity (impl): the storage is
+ * the slot's too and the id-map shards they map in have not changed since the slot's ids
+ * were read, so the ids are the slot's. For a tensor with a dtype, strides, and sizes
+ * unless it has no dimension. The rest of the key, the dimension count and the shard
+ * numbers are compared with one branch (a hit is the common case). */
 static inline bool etr__tensor_hit(const etr__cten *c, const etr_tensor *t) {
-  uint64_t d =
-      ((uintptr_t)t->impl ^ (uintptr_t)c->impl) | ((uintptr_t)t->storage ^ (uintptr_t)c->storage) |
-      ((uint64_t)t->storage_offset ^ (uint64_t)c->off) | ((uint64_t)t->numel ^ (uint64_t)c->numel) |
-      ((uint64_t)t->itemsize ^ (uint64_t)c->itemsize) | ((uint32_t)t->ndim ^ c->nd) |
-      (c->iseq ^ atomic_load_explicit(c->iseq_p, memory_order_acquire)) |
-      (c->sseq ^ atomic_load_explicit(c->sseq_p, memory_order_acquire));
+  uint64_t d = ((uintptr_t)t->storage ^ (uintptr_t)c->storage) |
+               ((uint64_t)t->storage_offset ^ (uint64_t)c->off) |
+               ((uint64_t)t->numel ^ (uint64_t)c->numel) |
+               ((uint64_t)t->itemsize ^ (uint64_t)c->itemsize) | ((uint32_t)t->ndim ^ c->nd) |
+               (c->iseq ^ atomic_load_explicit(c->iseq_p, memory_order_acquire)) |
+               (c->sseq ^ atomic_load_explicit(c->sseq_p, memory_order_acquire));
   if (d) return false;
   const int64_t *sizes = t->sizes, *strides = t->strides;
   for (uint32_t i = 0, nd = c->nd; i < nd; i++)
@@ -63,15 +64,19 @@ static inline bool etr__tensor_hit(const etr__cten *c, const etr_tensor *t) {
  * t's identity is tried first, picked by the identity alone: which of the two a tensor sits
  * in varies from tensor to tensor, and a branch on the whole hit, which waits for the
  * id-map shard numbers, was mispredicted about as often (3 ns an op in etr-bench). The
- * other slot is still tried when that one fails (a stale slot may hold the identity too). */
+ * other slot is still tried when that one fails (a stale slot may hold the identity too).
+ * A slot is read past its identity only when it holds t's: a slot never used is all zeros
+ * (its shard pointers NULL), so that the table costs no memory until its slots are used. */
 static inline int etr__tensor_find(const etr__tstate *ts, const etr_tensor *t) {
   /* (a slot's nd is at most ETR__CTEN_NDIM: etr__tensor_hit reads at most that many) */
-  if (!t || !t->dtype || !t->strides || (!t->sizes && t->ndim != 0)) return -1;
+  if (!t || !t->impl || !t->dtype || !t->strides || (!t->sizes && t->ndim != 0)) return -1;
   uint32_t k, k1;
   etr__slot_pair(t->impl, &k, &k1);
   uint32_t first = ts->cten[k].impl == t->impl ? k : k1;
+  if (ts->cten[first].impl != t->impl) return -1;
   if (ETR__LIKELY(etr__tensor_hit(&ts->cten[first], t))) return (int)first;
-  if (first == k && etr__tensor_hit(&ts->cten[k1], t)) return (int)k1;
+  if (first == k && ts->cten[k1].impl == t->impl && etr__tensor_hit(&ts->cten[k1], t))
+    return (int)k1;
   return -1;
 }
 

@@ -161,7 +161,7 @@ typedef struct etr__cstr {
  * slot's id, with no lookup). A slot that cannot hit points iseq_p at a number that never
  * equals iseq. */
 typedef struct etr__cten {
-  const void *impl, *storage; /* the key: NULL impl and a failing iseq when unused */
+  const void *impl, *storage; /* the key: NULL impl when unused (all zeros if never used) */
   int64_t off, numel, itemsize;
   const _Atomic uint64_t *iseq_p, *sseq_p; /* the shards' numbers (never NULL) */
   uint64_t iseq, sseq;
