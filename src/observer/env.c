@@ -24,7 +24,14 @@
  *                           docs/RELIABILITY.md)
  * Problems are reported through the log hook (ETR_LOG=1 shows them) and never stop the
  * process. At exit (or library unload) any trace still open is finalized.
+ *
+ * A setuid or setgid program (the kernel's secure-execution mode, AT_SECURE) ignores all
+ * of these, as glibc ignores MALLOC_TRACE and LD_DEBUG_OUTPUT there: otherwise any user
+ * could have it create or truncate a file of their choosing with its privileges.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* secure_getenv */
+#endif
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +46,9 @@
 
 void etr__trace_set_env(etr_trace *tr);
 void etr__trace_shutdown(void);
+
+/* Our variables, NULL in secure-execution mode (see the top of this file). */
+static const char *env_get(const char *name) { return secure_getenv(name); }
 
 /* Expands %p to the pid, %r to the rank and %% to %; false when the result does not fit. */
 static bool expand_path(const char *in, char *out, size_t cap) {
@@ -75,7 +85,7 @@ static bool expand_path(const char *in, char *out, size_t cap) {
 #define WRITER_VAR "ETR_TRACE_WRITER"
 
 static bool written_by_other_process(const char *path) {
-  const char *v = getenv(WRITER_VAR);
+  const char *v = env_get(WRITER_VAR);
   long pid;
   unsigned long long dev, ino;
   if (!v || sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) != 3 || pid == (long)getpid())
@@ -110,7 +120,7 @@ static bool env_flag_on(const char *v) {
 
 /* A positive integer no larger than max from the environment variable name, else 0. */
 static uint32_t env_count(const char *name, unsigned long max) {
-  const char *v = getenv(name);
+  const char *v = env_get(name);
   if (!v || !*v) return 0;
   char *end;
   unsigned long n = strtoul(v, &end, 10);
@@ -122,13 +132,13 @@ static uint32_t env_count(const char *name, unsigned long max) {
 }
 
 static void env_traceback(etr_traceback_options *tb) {
-  const char *v = getenv("ETR_TRACE_TRACEBACK");
+  const char *v = env_get("ETR_TRACE_TRACEBACK");
   if (!v || !*v || env_flag_off(v)) return;
   tb->enabled = true;
   if (!env_flag_on(v)) tb->pattern = v; /* copied by etr_trace_open */
   tb->every = env_count("ETR_TRACE_TRACEBACK_EVERY", 1000000000ul);
   tb->max_depth = env_count("ETR_TRACE_TRACEBACK_DEPTH", 256);
-  v = getenv("ETR_TRACE_SYMBOLIZE");
+  v = env_get("ETR_TRACE_SYMBOLIZE");
   if (v && !strcmp(v, "module"))
     tb->symbolize = ETR_SYMBOLIZE_MODULE;
   else if (v && *v && strcmp(v, "full"))
@@ -136,7 +146,9 @@ static void env_traceback(etr_traceback_options *tb) {
 }
 
 __attribute__((constructor)) static void etr_env_start(void) {
-  const char *path = getenv("ETR_TRACE");
+  const char *path = env_get("ETR_TRACE");
+  if (!path && getenv("ETR_TRACE"))
+    etr__log(ETR_LOG_WARN, "ETR_TRACE ignored: a setuid or setgid program; not tracing");
   if (!path || !*path) return;
   char full[4096];
   if (!expand_path(path, full, sizeof full)) {
@@ -150,11 +162,11 @@ __attribute__((constructor)) static void etr_env_start(void) {
       return;
     }
     etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is being written by process %s; this process writes %s",
-             full, getenv(WRITER_VAR), mine);
+             full, env_get(WRITER_VAR), mine);
     memcpy(full, mine, strlen(mine) + 1);
   }
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
-  const char *v = getenv("ETR_TRACE_SCHEMA");
+  const char *v = env_get("ETR_TRACE_SCHEMA");
   if (v && *v) {
     if (!strcmp(v, "1.1.0") || !strcmp(v, "1.1.0-chakra.0.0.4")) {
       opt.schema = ETR_SCHEMA_1_1_0;
@@ -162,10 +174,10 @@ __attribute__((constructor)) static void etr_env_start(void) {
       etr__log(ETR_LOG_WARN, "ETR_TRACE_SCHEMA=%s unknown; using 1.1.1", v);
     }
   }
-  opt.no_timing = env_flag_off(getenv("ETR_TRACE_TIMING"));
-  v = getenv("ETR_TRACE_TIMING");
+  opt.no_timing = env_flag_off(env_get("ETR_TRACE_TIMING"));
+  v = env_get("ETR_TRACE_TIMING");
   opt.ns_timing = v && !strcmp(v, "ns");
-  v = getenv("ETR_TRACE_SAMPLE");
+  v = env_get("ETR_TRACE_SAMPLE");
   if (v && *v) {
     char *end;
     double p = strtod(v, &end);
@@ -174,7 +186,7 @@ __attribute__((constructor)) static void etr_env_start(void) {
     else
       opt.sample_probability = p;
   }
-  v = getenv("ETR_TRACE_BUFFER_KB");
+  v = env_get("ETR_TRACE_BUFFER_KB");
   if (v && *v) {
     char *end;
     unsigned long kb = strtoul(v, &end, 10);
@@ -187,11 +199,11 @@ __attribute__((constructor)) static void etr_env_start(void) {
   env_traceback(&tb);
   opt.flush_ms = env_count("ETR_TRACE_FLUSH_MS", 86400000ul);
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
-  opt.sync = env_flag_on(getenv("ETR_TRACE_SYNC"));
+  opt.sync = env_flag_on(env_get("ETR_TRACE_SYNC"));
   opt.stall_ms = env_count("ETR_TRACE_STALL_MS", 86400000ul);
   opt.ring_mb = env_count("ETR_TRACE_RING_MB", 1048576ul);
   /* Opt-in: a host's signal handling must not change because a library it links traces. */
-  opt.fatal_signals = env_flag_on(getenv("ETR_TRACE_SIGNALS"));
+  opt.fatal_signals = env_flag_on(env_get("ETR_TRACE_SIGNALS"));
   /* Every trace describes its process groups (the default one at least), as PyTorch's does:
    * that node is recorded first, without a traceback (it would show this constructor). */
   tb_open = tb; /* the symbolize mode is fixed at open; capture starts below */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -193,6 +194,43 @@ static void test_env_exec_child_own_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* A setuid program ignores ETR_TRACE: run by another user, it would otherwise create or
+ * truncate any file that user names, with the program's privileges. The helper is copied,
+ * made setuid root and run as nobody (setpriv); skipped unless we are root, setpriv is
+ * there and the kernel puts the copy in secure-execution mode (not on a nosuid mount). */
+static void test_env_ignored_when_setuid(void **state) {
+  (void)state;
+  const char *setpriv = "/usr/bin/setpriv";
+  if (geteuid() != 0 || access(setpriv, X_OK) != 0) skip();
+  char dir[256], helper[300], var[700], out[600];
+  tu_mkdtemp(dir, sizeof dir);
+  assert_int_equal(chmod(dir, 0755), 0);
+  snprintf(helper, sizeof helper, "%s/helper", dir);
+  size_t len;
+  char *bin = tu_read_file(TRACE_HELPER, &len);
+  assert_non_null(bin);
+  FILE *f = fopen(helper, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(bin, 1, len, f), len);
+  fclose(f);
+  free(bin);
+  assert_int_equal(chmod(helper, 04755), 0);
+  snprintf(out, sizeof out, "%s/t.json", dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s", out);
+  const char *env[] = {var, NULL};
+  const char *args[] = {"--reuid=65534", "--regid=65534", "--clear-groups", helper, "secure", NULL};
+  int status = tu_run(setpriv, args, env, NULL);
+  bool secure = !(WIFEXITED(status) && WEXITSTATUS(status) == 10);
+  if (secure && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+    fail_msg("setuid trace_helper: status 0x%x", status);
+  bool made = access(out, F_OK) == 0;
+  unlink(out);
+  unlink(helper);
+  tu_rmdir(dir);
+  if (!secure) skip();
+  assert_false(made); /* (made, as root, before 2026-11-27) */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_env_schema_1_1_0),
@@ -202,6 +240,7 @@ int main(void) {
       TU_TEST(test_env_traceback),
       TU_TEST(test_env_bad_path),
       TU_TEST(test_env_exec_child_own_file),
+      TU_TEST(test_env_ignored_when_setuid),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
 }
