@@ -81,7 +81,10 @@ static bool expand_path(const char *in, char *out, size_t cap) {
  * the process that opens the file exports ETR_TRACE_WRITER=pid:dev:ino, and a process that
  * finds the file it is about to open is that one, written by another process still alive,
  * writes its own file instead: path with ".<pid>" before ".json" (docs/API.md). A file the
- * writer closed and removed (a launcher that records nothing itself) is no conflict. */
+ * writer closed and removed (a launcher that records nothing itself) is no conflict. A mark
+ * that names this very process means it called exec without fork while tracing: the image
+ * before it wrote a trace (left unfinalized, the writer gone with it), which the new image
+ * must not truncate either; it writes ".<pid>" too, or ".<pid>.<n>" after further execs. */
 #define WRITER_VAR "ETR_TRACE_WRITER"
 
 static bool written_by_other_process(const char *path) {
@@ -97,15 +100,25 @@ static bool written_by_other_process(const char *path) {
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
-/* path with ".<pid>" before its ".json" / ".json.gz" / ".etr" ending (else at its end): the
- * ending chooses the format, so it stays last. */
-static bool own_path(const char *path, char *out, size_t cap) {
-  size_t n = strlen(path);
+static bool written_before_exec(void) {
+  const char *v = env_get(WRITER_VAR);
+  long pid;
+  unsigned long long dev, ino;
+  return v && sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) == 3 && pid == (long)getpid();
+}
+
+/* path with ".<pid>" (n > 1: ".<pid>.<n>") before its ".json" / ".json.gz" / ".etr" ending
+ * (else at its end): the ending chooses the format, so it stays last. */
+static bool own_path(const char *path, unsigned n, char *out, size_t cap) {
+  size_t len = strlen(path);
   const char *ext = strstr(path, ".json");
-  size_t base =
-      ext && (strcmp(ext, ".json") == 0 || strcmp(ext, ".json.gz") == 0) ? (size_t)(ext - path) : n;
-  if (n > 4 && strcmp(path + n - 4, ".etr") == 0) base = n - 4;
-  int w = snprintf(out, cap, "%.*s.%ld%s", (int)base, path, (long)getpid(), path + base);
+  size_t base = ext && (strcmp(ext, ".json") == 0 || strcmp(ext, ".json.gz") == 0)
+                    ? (size_t)(ext - path)
+                    : len;
+  if (len > 4 && strcmp(path + len - 4, ".etr") == 0) base = len - 4;
+  char nth[16] = "";
+  if (n > 1) snprintf(nth, sizeof nth, ".%u", n);
+  int w = snprintf(out, cap, "%.*s.%ld%s%s", (int)base, path, (long)getpid(), nth, path + base);
   return w > 0 && (size_t)w < cap;
 }
 
@@ -155,14 +168,25 @@ __attribute__((constructor)) static void etr_env_start(void) {
     etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
     return;
   }
-  if (written_by_other_process(full)) {
+  bool other = written_by_other_process(full), exec_again = !other && written_before_exec();
+  if (other || exec_again) {
     char mine[4096];
-    if (!own_path(full, mine, sizeof mine)) {
-      etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
-      return;
-    }
-    etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is being written by process %s; this process writes %s",
-             full, env_get(WRITER_VAR), mine);
+    unsigned n = 1;
+    do {
+      if (!own_path(full, n, mine, sizeof mine)) {
+        etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
+        return;
+      }
+    } while (exec_again && access(mine, F_OK) == 0 && ++n < 10000);
+    if (other)
+      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is being written by process %s; this process writes %s",
+               full, env_get(WRITER_VAR), mine);
+    else
+      etr__log(ETR_LOG_WARN,
+               "ETR_TRACE=%s: this process called exec while tracing; the trace of the image "
+               "before it is kept as it was, not finalized (etr repair completes it); this "
+               "image writes %s",
+               full, mine);
     memcpy(full, mine, strlen(mine) + 1);
   }
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;

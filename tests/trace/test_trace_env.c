@@ -194,6 +194,37 @@ static void test_env_exec_child_own_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* ETR_TRACE without %p, and the traced process execs (no fork): the image before exec
+ * wrote t.json; the new one, the same process, writes t.<pid>.json and leaves t.json as it
+ * was (before 2026-11-27 it truncated it: the first image's ops were lost). */
+static void test_env_exec_self_keeps_first_file(void **state) {
+  (void)state;
+  char dir[256], var[600], first[700], second[700];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *env[] = {var, NULL};
+  const char *args[] = {"exec-self", NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper exec-self: status 0x%x", status);
+  assert_int_equal(tu_dir_entries(dir), 2);
+  snprintf(first, sizeof first, "%s/t.json", dir);
+  snprintf(second, sizeof second, "%s/t.%ld.json", dir, (long)pid);
+  size_t len;
+  char *text = tu_read_file(first, &len); /* (not finalized: the writer died at exec) */
+  assert_non_null(text);
+  assert_non_null(strstr(text, "exec_self_outer"));
+  assert_null(strstr(text, "env_outer"));
+  free(text);
+  tu_trace after;
+  tu_load_path(&after, second);
+  assert_int_equal(tu_count(&after, "env_outer"), 5);
+  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
+  tu_free(&after);
+  tu_rmdir(dir);
+}
+
 /* A setuid program ignores ETR_TRACE: run by another user, it would otherwise create or
  * truncate any file that user names, with the program's privileges. The helper is copied,
  * made setuid root and run as nobody (setpriv); skipped unless we are root, setpriv is
@@ -240,6 +271,7 @@ int main(void) {
       TU_TEST(test_env_traceback),
       TU_TEST(test_env_bad_path),
       TU_TEST(test_env_exec_child_own_file),
+      TU_TEST(test_env_exec_self_keeps_first_file),
       TU_TEST(test_env_ignored_when_setuid),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);

@@ -254,6 +254,14 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "env-current") == 0 && etr_trace_current() == NULL) return 3;
     return 0;
   }
+  /* exec without fork: records, flushes, then becomes "env" (the same process). */
+  if (strcmp(mode, "exec-self") == 0) {
+    record_some("exec_self");
+    etr_trace_flush(etr_trace_current());
+    fflush(NULL);
+    execl("/proc/self/exe", argv[0], "env", (char *)NULL);
+    return 127;
+  }
   if (strcmp(mode, "exec") == 0) {
     record_some("exec_parent");
     fflush(NULL);
