@@ -52,10 +52,12 @@ typedef struct etr_trace_options {
                          SIGINT, then hand the signal on: to the host's handler (installed
                          with that handler's own flags and mask) or the default action.
                          Off by default (ETR_TRACE_SIGNALS=1). docs/RELIABILITY.md */
-  uint32_t stall_ms;  /* output to a pipe, FIFO or socket that takes no bytes for this long
-                         (a reader that stopped reading): the writer gives up, recording
-                         stops and what is lost is counted (write_error ETIMEDOUT,
-                         nodes_dropped). 0 = 10000 ms; ETR_FLUSH_NEVER = wait forever */
+  uint32_t stall_ms;  /* output that takes no bytes for this long (a pipe whose reader
+                         stopped reading), or a writer that finishes no buffer for this
+                         long while recorders wait for one (a file on a hung NFS server):
+                         the trace gives up, recording stops and what is lost is counted
+                         (write_error ETIMEDOUT, nodes_dropped). 0 = 10000 ms;
+                         ETR_FLUSH_NEVER = wait forever */
   bool ns_timing;     /* also write each op's start and duration in nanoseconds (attrs
                          ts_ns, dur_ns; ETR_TRACE_TIMING=ns): viewers then show sub-µs ops
                          with their length (etr chrome), at ~60 bytes a node */

@@ -15,8 +15,9 @@
  *   ETR_TRACE_FLUSH_MS=n    a completed node is in the file within n ms (default 1000)
  *   ETR_TRACE_FLUSH_KB=n    the writer writes whenever n KiB are buffered (default 512)
  *   ETR_TRACE_SYNC=1        fdatasync after each timed flush (survives power loss)
- *   ETR_TRACE_STALL_MS=n    a pipe/FIFO/socket output that takes nothing for n ms is given up
- *                           (default 10000; recording stops, losses counted)
+ *   ETR_TRACE_STALL_MS=n    a pipe/FIFO/socket output that takes nothing for n ms, or a writer
+ *                           stuck that long while recorders wait, is given up (default 10000;
+ *                           recording stops, losses counted)
  *   ETR_TRACE_RING_MB=n     flight recorder: keep the latest n MiB of events, written at exit,
  *                           etr_trace_dump and (with ETR_TRACE_SIGNALS=1) a fatal signal
  *   ETR_TRACE_SIGNALS=1     finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,

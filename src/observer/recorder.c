@@ -4,10 +4,12 @@
  * (writer_thread.c). No lock, no formatting and no syscall on the common path: a thread
  * takes the queue's lock only to hand over a full chunk.
  */
+#include <errno.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "observer/internal.h"
 #include "observer/registry.h"
@@ -72,6 +74,30 @@ static void give_up_locked(etr_trace *tr, etr__chunk *c) {
  * partly filled chunk until it exits or the trace closes, and any number of threads may do
  * so. NULL when memory is exhausted. */
 static etr__chunk *take_chunk(etr__tstate *ts, size_t need);
+
+/* (q_mutex held) The writer finished no chunk for ms while this thread waited for one: as on
+ * a write error, recording stops (the writer discards what is queued, counted as dropped)
+ * and every waiting recorder is released. */
+static void give_up_stalled(etr_trace *tr, int ms) {
+  int none = 0;
+  atomic_compare_exchange_strong(&tr->write_error, &none, ETIMEDOUT);
+  if (!atomic_exchange(&tr->failed, 1))
+    etr__log(ETR_LOG_ERROR,
+             "trace output stalled: the writer finished no buffer for %d ms; recording "
+             "stopped (what is lost is counted in nodes_dropped)",
+             ms);
+  pthread_cond_broadcast(&tr->space_cond);
+}
+
+static void stall_deadline(struct timespec *d, int ms) {
+  clock_gettime(CLOCK_MONOTONIC, d);
+  d->tv_sec += ms / 1000;
+  d->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (d->tv_nsec >= 1000000000L) {
+    d->tv_sec++;
+    d->tv_nsec -= 1000000000L;
+  }
+}
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   int cancel = etr__cancel_off(); /* (the wait below is a cancellation point) */
   etr__chunk *c = take_chunk(ts, need);
@@ -87,12 +113,35 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
   if (ts->chunk) give_up_locked(tr, ts->chunk);
   set_chunk(ts, NULL);
   bool waited = false;
-  while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop) {
+  /* The wait ends once the writer has finished no chunk for stall_ms (unless that is
+   * ETR_FLUSH_NEVER): the output is stalled, whatever it is (a pipe's stall the writer sees
+   * itself; a regular file on a hung NFS server keeps it inside write(2), where it cannot
+   * see time pass). The trace then gives up as on a write error: recording stops, the rest
+   * is counted as dropped, and the host's threads go on. */
+  int stall_ms = tr->jw.stall_ms;
+  uint64_t done0 = tr->q_done;
+  struct timespec deadline;
+  if (stall_ms >= 0) stall_deadline(&deadline, stall_ms);
+  while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop &&
+         !atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
     if (!waited) atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
     waited = true;
     atomic_fetch_add_explicit(&tr->space_waiters, 1, memory_order_relaxed);
-    pthread_cond_wait(&tr->space_cond, &tr->q_mutex);
+    int rc = stall_ms < 0 ? pthread_cond_wait(&tr->space_cond, &tr->q_mutex)
+                          : pthread_cond_clockwait(&tr->space_cond, &tr->q_mutex, CLOCK_MONOTONIC,
+                                                   &deadline);
     atomic_fetch_sub_explicit(&tr->space_waiters, 1, memory_order_relaxed);
+    if (tr->q_done != done0) { /* progress: a new wait */
+      done0 = tr->q_done;
+      if (stall_ms >= 0) stall_deadline(&deadline, stall_ms);
+    } else if (rc == ETIMEDOUT) {
+      give_up_stalled(tr, stall_ms);
+      break;
+    }
+  }
+  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
+    pthread_mutex_unlock(&tr->q_mutex);
+    return NULL; /* (counted as dropped by the caller) */
   }
   etr__chunk *c = NULL;
   if (!oversized && tr->free_chunks) {

@@ -93,7 +93,21 @@ static void write_tables_beside(etr_trace *tr) {
   o->len = 0;
 }
 
+/* A test's hook where the writer is about to write (tests/reliability/test_writer_stall.c
+ * compiles this file with ETR_TEST_HOOKS and blocks there, as a write(2) to a regular file
+ * on a hung NFS server would; the library has no such hook). */
+#ifdef ETR_TEST_HOOKS
+void (*etr__test_before_write)(void);
+#define BEFORE_WRITE()                                    \
+  do {                                                    \
+    if (etr__test_before_write) etr__test_before_write(); \
+  } while (0)
+#else
+#define BEFORE_WRITE() ((void)0)
+#endif
+
 void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
+  if (tr->jw.len) BEFORE_WRITE();
   if (tr->jw.len && !tr->jw.err) write_tables_beside(tr);
   if (tr->jw.len && !tr->jw.err) {
     int idle = ETR__IO_IDLE;

@@ -1,0 +1,109 @@
+/* A writer that cannot make progress on a regular file (a write(2) blocked on a hung NFS
+ * server) must not block the host's threads. Recorders wait for room at most stall_ms after
+ * the writer last finished a chunk; then the trace gives up as on a write error: recording
+ * stops, the rest is counted as dropped, and the threads go on (docs/RELIABILITY.md).
+ * Before 2026-11-27 they waited for room forever: only a pipe's stall was seen, by the
+ * writer itself, which a blocked write(2) never returns to see.
+ *
+ * Linked with its own copy of src/observer/writer_thread.c compiled with ETR_TEST_HOOKS,
+ * which calls etr__test_before_write where the writer is about to write: the test blocks
+ * there as the kernel would. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <etr/etr.h>
+
+extern void (*etr__test_before_write)(void);
+
+static atomic_int g_release;
+static atomic_int g_blocked; /* the writer is inside the hook */
+
+static void block_until_released(void) {
+  atomic_store(&g_blocked, 1);
+  while (!atomic_load(&g_release)) usleep(1000);
+}
+
+#define STALL_OPS 20000
+
+static void *record_many(void *arg) {
+  (void)arg;
+  char s[200];
+  memset(s, 'x', sizeof s - 1);
+  s[sizeof s - 1] = '\0';
+  for (int i = 0; i < STALL_OPS; i++) {
+    etr_record r;
+    etr_value in[1];
+    etr_record_init(&r, "stall_op", ETR_SCOPE_FUNCTION);
+    if (etr_record_is_active(&r) && etr_record_needs_inputs(&r)) {
+      in[0] = etr_value_string(s);
+      r.inputs = in;
+      r.n_inputs = 1;
+    }
+    etr_record_begin(&r);
+    etr_record_end(&r);
+  }
+  return NULL;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void test_recorders_go_on_when_the_writer_is_stuck(void **state) {
+  (void)state;
+  char dir[] = "/tmp/etr-stall-XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.buffer_kb = 4;
+  opt.max_buffers = 2;
+  opt.stall_ms = 300;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(path, &opt, &tr), 0);
+  atomic_store(&g_release, 0);
+  etr__test_before_write = block_until_released;
+  assert_int_equal(etr_trace_enable(tr), 0);
+  double t0 = now_s();
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, record_many, NULL), 0);
+  alarm(30); /* (a hang is a failure) */
+  assert_int_equal(pthread_join(th, NULL), 0);
+  double took = now_s() - t0;
+  assert_true(atomic_load(&g_blocked)); /* the writer did block */
+  assert_true(took >= 0.25);            /* the recorder waited about stall_ms */
+  atomic_store(&g_release, 1);
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_close_stats(tr, &st), ETR_EIO);
+  alarm(0);
+  etr__test_before_write = NULL;
+  assert_int_equal(st.write_error, ETIMEDOUT);
+  assert_true(st.nodes_dropped > 0);
+  assert_true(st.nodes_written + st.nodes_dropped >= STALL_OPS);
+  unlink(path);
+  char tables[80];
+  snprintf(tables, sizeof tables, "%s.tables", path);
+  unlink(tables);
+  rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_recorders_go_on_when_the_writer_is_stuck),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
