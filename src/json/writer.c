@@ -43,6 +43,7 @@ static bool write_all(etr__jw *w, const void *p, size_t len) {
     if (n > 0) {
       off += (size_t)n;
       w->written += (uint64_t)n;
+      atomic_fetch_add_explicit(&w->progress, (uint64_t)n, memory_order_relaxed);
       since = -1;
     } else if (n < 0 && errno == EINTR) {
       continue;

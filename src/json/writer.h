@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct etr__jw {
@@ -30,9 +31,10 @@ typedef struct etr__jw {
   char *buf;
   size_t len;
   size_t cap;
-  uint64_t written;    /* bytes handed to the file */
-  uint64_t replaced;   /* invalid UTF-8 sequences replaced */
-  uint64_t fixed;      /* values the trace writer had to make valid (its own count) */
+  uint64_t written;          /* bytes handed to the file */
+  _Atomic uint64_t progress; /* the same, for a thread that watches the writer make progress */
+  uint64_t replaced;         /* invalid UTF-8 sequences replaced */
+  uint64_t fixed;            /* values the trace writer had to make valid (its own count) */
   int stall_ms;        /* a non-blocking fd that takes no bytes this long: err ETIMEDOUT (< 0: wait
                           forever) */
   void *gz;            /* z_stream of the gzip output, NULL for plain output */

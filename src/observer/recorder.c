@@ -113,13 +113,13 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
   if (ts->chunk) give_up_locked(tr, ts->chunk);
   set_chunk(ts, NULL);
   bool waited = false;
-  /* The wait ends once the writer has finished no chunk for stall_ms (unless that is
-   * ETR_FLUSH_NEVER): the output is stalled, whatever it is (a pipe's stall the writer sees
-   * itself; a regular file on a hung NFS server keeps it inside write(2), where it cannot
-   * see time pass). The trace then gives up as on a write error: recording stops, the rest
+  /* The wait ends once the writer has finished no chunk and written no byte for stall_ms
+   * (unless that is ETR_FLUSH_NEVER): the output is stalled, whatever it is (a pipe's stall the
+   * writer sees itself; a regular file on a hung NFS server keeps it inside write(2), where it
+   * cannot see time pass). The trace then gives up as on a write error: recording stops, the rest
    * is counted as dropped, and the host's threads go on. */
   int stall_ms = tr->jw.stall_ms;
-  uint64_t done0 = tr->q_done;
+  uint64_t done0 = tr->q_done, took0 = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
   struct timespec deadline;
   if (stall_ms >= 0) stall_deadline(&deadline, stall_ms);
   while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop &&
@@ -131,8 +131,10 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
                           : pthread_cond_clockwait(&tr->space_cond, &tr->q_mutex, CLOCK_MONOTONIC,
                                                    &deadline);
     atomic_fetch_sub_explicit(&tr->space_waiters, 1, memory_order_relaxed);
-    if (tr->q_done != done0) { /* progress: a new wait */
+    uint64_t took = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
+    if (tr->q_done != done0 || took != took0) { /* progress (a slow reader): a new wait */
       done0 = tr->q_done;
+      took0 = took;
       if (stall_ms >= 0) stall_deadline(&deadline, stall_ms);
     } else if (rc == ETIMEDOUT) {
       give_up_stalled(tr, stall_ms);
