@@ -53,8 +53,8 @@ typedef struct etr_trace_options {
                          with that handler's own flags and mask) or the default action.
                          Off by default (ETR_TRACE_SIGNALS=1). docs/RELIABILITY.md */
   uint32_t stall_ms;  /* output that takes no bytes for this long (a pipe whose reader
-                         stopped reading), or a writer that finishes no buffer for this
-                         long while recorders wait for one (a file on a hung NFS server):
+                         stopped reading), or a writer that writes nothing for this long
+                         while recorders wait for buffer space (a file on a hung NFS server):
                          the trace gives up, recording stops and what is lost is counted
                          (write_error ETIMEDOUT, nodes_dropped). 0 = 10000 ms;
                          ETR_FLUSH_NEVER = wait forever */
