@@ -502,6 +502,57 @@ int etr_trace_dump(etr_trace *tr) { return etr_trace_flush(tr); }
 
 int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
 
+/* Traces whose writer close left behind (join_writer), kept for it (g_lock). */
+static etr_trace *g_abandoned;
+
+/* Waits for the writer to end; false when it is stuck: inside write(2) on a file that takes
+ * nothing (a hung NFS server), it has written nothing for stall_ms. Close then leaves it
+ * behind rather than hang the host (at exit too): the trace is marked failed, so when its
+ * write returns the writer discards the rest and ends. */
+static bool join_writer(etr_trace *tr) {
+  int ms = tr->jw.stall_ms;
+  uint64_t took0 = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
+  struct timespec dl;
+  pthread_mutex_lock(&tr->q_mutex);
+  for (bool armed = false; !tr->writer_ended;) {
+    if (ms < 0) {
+      pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
+      continue;
+    }
+    if (!armed) {
+      clock_gettime(CLOCK_MONOTONIC, &dl);
+      dl.tv_sec += ms / 1000;
+      dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+      if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+      }
+      armed = true;
+    }
+    if (pthread_cond_clockwait(&tr->done_cond, &tr->q_mutex, CLOCK_MONOTONIC, &dl) != ETIMEDOUT)
+      continue;
+    uint64_t took = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
+    if (took != took0) { /* slow, not stuck */
+      took0 = took;
+      armed = false;
+      continue;
+    }
+    pthread_mutex_unlock(&tr->q_mutex);
+    int none = 0;
+    atomic_compare_exchange_strong(&tr->write_error, &none, ETIMEDOUT);
+    atomic_store(&tr->failed, 1);
+    etr__log(ETR_LOG_ERROR,
+             "trace close: the writer has written nothing for %d ms (stuck in write?); left "
+             "behind, the file is not finalized",
+             ms);
+    pthread_detach(tr->writer);
+    return false;
+  }
+  pthread_mutex_unlock(&tr->q_mutex);
+  pthread_join(tr->writer, NULL);
+  return true;
+}
+
 static int trace_close(etr_trace *tr, etr_trace_stats *out);
 int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
   int cancel = etr__cancel_off();
@@ -551,7 +602,19 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   pthread_cond_broadcast(&tr->space_cond);
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
-  pthread_join(tr->writer, NULL);
+  if (!join_writer(tr)) {
+    /* Left behind: the trace stays whole for its writer (never freed, its descriptor never
+     * closed), reachable from g_abandoned. */
+    etr__trace_collect_stats(tr, &tr->final_stats);
+    if (out) etr_trace_stats_get(tr, out);
+    pthread_mutex_lock(&g_lock);
+    tr->closed = true;
+    tr->abandoned_next = g_abandoned;
+    g_abandoned = tr;
+    pthread_mutex_unlock(&g_lock);
+    etr_script_release_pending();
+    return ETR_EIO;
+  }
 
   int rc = 0;
   /* Never close a descriptor that is no longer ours (the host closed it and reused it). */

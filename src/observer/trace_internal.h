@@ -262,7 +262,9 @@ struct etr_trace {
   int64_t base_ns;    /* CLOCK_MONOTONIC at open: compact events' times are relative to it */
   uint32_t n_streams; /* thread states made (threads_mutex) */
   etr__idmap *tensors, *storages;
-  _Atomic int failed; /* a write error happened: recorders stop encoding */
+  _Atomic int failed;               /* a write error happened: recorders stop encoding */
+  struct etr_trace *abandoned_next; /* close left its writer behind (trace.c, g_lock) */
+  bool writer_ended;                /* the writer thread is done (q_mutex) */
 
   pthread_mutex_t threads_mutex;      /* threads list and tid pages */
   etr__tstate *threads;               /* prepended with a release store; the writer walks it */

@@ -379,8 +379,20 @@ static void serve_fatal(etr_trace *tr, uint64_t *buffered, bool locked) {
   atomic_store(&tr->fatal_ack, req);
 }
 
+static void writer_run(etr_trace *tr);
+
 void *etr__writer_main(void *arg) {
   etr_trace *tr = arg;
+  writer_run(tr);
+  /* (close waits for this, for at most stall_ms without progress: trace.c join_writer) */
+  pthread_mutex_lock(&tr->q_mutex);
+  tr->writer_ended = true;
+  pthread_cond_broadcast(&tr->done_cond);
+  pthread_mutex_unlock(&tr->q_mutex);
+  return NULL;
+}
+
+static void writer_run(etr_trace *tr) {
   /* Signals are for the host's threads, not ours. */
   sigset_t all;
   sigfillset(&all);
@@ -488,7 +500,7 @@ void *etr__writer_main(void *arg) {
   pthread_mutex_unlock(&tr->q_mutex);
   if (tr->ring) {
     ring_dump(tr, 0);
-    return NULL;
+    return;
   }
   unseal(tr);
   buffered += etr__emit_held(tr);
@@ -496,5 +508,5 @@ void *etr__writer_main(void *arg) {
   emit_footer(tr, 0);
   buffered++; /* the process node */
   etr__writer_flush(tr, &buffered);
-  return NULL;
+  return;
 }

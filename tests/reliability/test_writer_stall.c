@@ -101,9 +101,53 @@ static void test_recorders_go_on_when_the_writer_is_stuck(void **state) {
   rmdir(dir);
 }
 
+/* Close, and so exit, must not hang on such a writer either: it waits while the writer
+ * writes, and once it has written nothing for stall_ms it leaves it behind (the trace kept
+ * for it, never freed) and returns ETR_EIO. Before, close joined the writer forever. */
+static void test_close_leaves_a_stuck_writer_behind(void **state) {
+  (void)state;
+  char dir[] = "/tmp/etr-stall-XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.stall_ms = 300;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(path, &opt, &tr), 0);
+  atomic_store(&g_release, 0);
+  atomic_store(&g_blocked, 0);
+  etr__test_before_write = block_until_released;
+  assert_int_equal(etr_trace_enable(tr), 0);
+  for (int i = 0; i < 50; i++) {
+    etr_record r;
+    etr_record_init(&r, "before_close", ETR_SCOPE_FUNCTION);
+    etr_record_begin(&r);
+    etr_record_end(&r);
+  }
+  alarm(30); /* (a hang is a failure) */
+  double t0 = now_s();
+  etr_trace_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_int_equal(etr_trace_close_stats(tr, &st), ETR_EIO);
+  double took = now_s() - t0;
+  alarm(0);
+  assert_true(atomic_load(&g_blocked)); /* the writer was stuck when close gave up */
+  assert_true(took >= 0.25);
+  assert_int_equal(st.write_error, ETIMEDOUT);
+  assert_int_equal(etr_trace_close(tr), ETR_ESTATE); /* closed: the handle says so */
+  atomic_store(&g_release, 1); /* its write returns: the writer discards the rest and ends */
+  usleep(200000); /* (the hook stays set: the left-behind writer may still read it) */
+  unlink(path);
+  char tables[80];
+  snprintf(tables, sizeof tables, "%s.tables", path);
+  unlink(tables);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_recorders_go_on_when_the_writer_is_stuck),
+      cmocka_unit_test(test_close_leaves_a_stuck_writer_behind),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
