@@ -136,7 +136,7 @@ static void test_close_leaves_a_stuck_writer_behind(void **state) {
   assert_int_equal(st.write_error, ETIMEDOUT);
   assert_int_equal(etr_trace_close(tr), ETR_ESTATE); /* closed: the handle says so */
   atomic_store(&g_release, 1); /* its write returns: the writer discards the rest and ends */
-  usleep(200000); /* (the hook stays set: the left-behind writer may still read it) */
+  usleep(200000);              /* (the hook stays set: the left-behind writer may still read it) */
   unlink(path);
   char tables[80];
   snprintf(tables, sizeof tables, "%s.tables", path);
