@@ -9,6 +9,7 @@
 #include "etr/common.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #if defined(__GNUC__)
 #define ETR__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -53,6 +54,17 @@ static inline int etr__cancel_off(void) {
 static inline void etr__cancel_restore(int old) {
   int was;
   pthread_setcancelstate(old, &was);
+}
+
+/* *d = ms milliseconds from now on CLOCK_MONOTONIC (for pthread_cond_clockwait). */
+static inline void etr__deadline_ms(struct timespec *d, int ms) {
+  clock_gettime(CLOCK_MONOTONIC, d);
+  d->tv_sec += ms / 1000;
+  d->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (d->tv_nsec >= 1000000000L) {
+    d->tv_sec++;
+    d->tv_nsec -= 1000000000L;
+  }
 }
 
 #endif

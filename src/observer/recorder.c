@@ -75,29 +75,16 @@ static void give_up_locked(etr_trace *tr, etr__chunk *c) {
  * so. NULL when memory is exhausted. */
 static etr__chunk *take_chunk(etr__tstate *ts, size_t need);
 
-/* (q_mutex held) The writer finished no chunk for ms while this thread waited for one: as on
- * a write error, recording stops (the writer discards what is queued, counted as dropped)
- * and every waiting recorder is released. */
-static void give_up_stalled(etr_trace *tr, int ms) {
+void etr__trace_stalled(etr_trace *tr, int ms, const char *who) {
   int none = 0;
   atomic_compare_exchange_strong(&tr->write_error, &none, ETIMEDOUT);
   if (!atomic_exchange(&tr->failed, 1))
     etr__log(ETR_LOG_ERROR,
-             "trace output stalled: the writer finished no buffer for %d ms; recording "
-             "stopped (what is lost is counted in nodes_dropped)",
-             ms);
-  pthread_cond_broadcast(&tr->space_cond);
+             "trace output stalled: the writer wrote nothing for %d ms while %s waited; "
+             "recording stopped (what is lost is counted in nodes_dropped)",
+             ms, who);
 }
 
-static void stall_deadline(struct timespec *d, int ms) {
-  clock_gettime(CLOCK_MONOTONIC, d);
-  d->tv_sec += ms / 1000;
-  d->tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (d->tv_nsec >= 1000000000L) {
-    d->tv_sec++;
-    d->tv_nsec -= 1000000000L;
-  }
-}
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   int cancel = etr__cancel_off(); /* (the wait below is a cancellation point) */
   etr__chunk *c = take_chunk(ts, need);
@@ -119,12 +106,15 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
    * cannot see time pass). The trace then gives up as on a write error: recording stops, the rest
    * is counted as dropped, and the host's threads go on. */
   int stall_ms = tr->jw.stall_ms;
-  uint64_t done0 = tr->q_done, took0 = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
+  uint64_t done0 = tr->q_done, took0 = 0;
   struct timespec deadline;
-  if (stall_ms >= 0) stall_deadline(&deadline, stall_ms);
   while (tr->q_pushed - tr->q_done >= tr->max_chunks && !tr->stop &&
          !atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
-    if (!waited) atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
+    if (!waited) {
+      atomic_fetch_add_explicit(&tr->buffer_waits, 1, memory_order_relaxed);
+      took0 = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
+      if (stall_ms >= 0) etr__deadline_ms(&deadline, stall_ms);
+    }
     waited = true;
     atomic_fetch_add_explicit(&tr->space_waiters, 1, memory_order_relaxed);
     int rc = stall_ms < 0 ? pthread_cond_wait(&tr->space_cond, &tr->q_mutex)
@@ -135,9 +125,10 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
     if (tr->q_done != done0 || took != took0) { /* progress (a slow reader): a new wait */
       done0 = tr->q_done;
       took0 = took;
-      if (stall_ms >= 0) stall_deadline(&deadline, stall_ms);
+      if (stall_ms >= 0) etr__deadline_ms(&deadline, stall_ms);
     } else if (rc == ETIMEDOUT) {
-      give_up_stalled(tr, stall_ms);
+      etr__trace_stalled(tr, stall_ms, "a recording thread");
+      pthread_cond_broadcast(&tr->space_cond); /* (the other waiters go too) */
       break;
     }
   }

@@ -520,13 +520,7 @@ static bool join_writer(etr_trace *tr) {
       continue;
     }
     if (!armed) {
-      clock_gettime(CLOCK_MONOTONIC, &dl);
-      dl.tv_sec += ms / 1000;
-      dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-      if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-      }
+      etr__deadline_ms(&dl, ms);
       armed = true;
     }
     if (pthread_cond_clockwait(&tr->done_cond, &tr->q_mutex, CLOCK_MONOTONIC, &dl) != ETIMEDOUT)
@@ -538,13 +532,8 @@ static bool join_writer(etr_trace *tr) {
       continue;
     }
     pthread_mutex_unlock(&tr->q_mutex);
-    int none = 0;
-    atomic_compare_exchange_strong(&tr->write_error, &none, ETIMEDOUT);
-    atomic_store(&tr->failed, 1);
-    etr__log(ETR_LOG_ERROR,
-             "trace close: the writer has written nothing for %d ms (stuck in write?); left "
-             "behind, the file is not finalized",
-             ms);
+    etr__trace_stalled(tr, ms, "close");
+    etr__log(ETR_LOG_ERROR, "trace close: the writer is left behind; the file is not finalized");
     pthread_detach(tr->writer);
     return false;
   }

@@ -391,6 +391,10 @@ static inline int64_t etr__unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64
 uint8_t *etr__event_room_slow(etr__tstate *ts, size_t size, bool node);
 /* Push the thread's partly filled chunk to the writer. */
 void etr__hand_over(etr__tstate *ts);
+/* The output is stalled: the writer wrote nothing for ms while `who` waited on it. As on a
+ * write error (write_error ETIMEDOUT), recording stops and the writer discards the rest,
+ * counted as dropped; said once on the log. Any thread. */
+void etr__trace_stalled(etr_trace *tr, int ms, const char *who);
 
 /* Room for a compact event of size bytes in the thread's chunk; NULL when it cannot be
  * written (a write error, memory exhausted), counted as a dropped node when node is true.

@@ -62,20 +62,47 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* One case: a trace in a temp dir, opened with opt and enabled, its writer blocked in the
+ * hook from its first write until g_release. */
+typedef struct stall_case {
+  char dir[32], path[64];
+  etr_trace *tr;
+} stall_case;
+
+static void open_stuck(stall_case *c, const etr_trace_options *opt) {
+  snprintf(c->dir, sizeof c->dir, "/tmp/etr-stall-XXXXXX");
+  assert_non_null(mkdtemp(c->dir));
+  snprintf(c->path, sizeof c->path, "%s/t.json", c->dir);
+  c->tr = NULL;
+  assert_int_equal(etr_trace_open(c->path, opt, &c->tr), 0);
+  atomic_store(&g_release, 0);
+  atomic_store(&g_blocked, 0);
+  etr__test_before_write = block_until_released;
+  assert_int_equal(etr_trace_enable(c->tr), 0);
+}
+
+static int close_stats(stall_case *c, etr_trace_stats *st) {
+  memset(st, 0, sizeof *st);
+  st->struct_size = sizeof *st;
+  return etr_trace_close_stats(c->tr, st);
+}
+
+static void remove_files(const stall_case *c) {
+  char tables[80];
+  snprintf(tables, sizeof tables, "%s.tables", c->path);
+  unlink(c->path);
+  unlink(tables);
+  rmdir(c->dir);
+}
+
 static void test_recorders_go_on_when_the_writer_is_stuck(void **state) {
   (void)state;
-  char dir[] = "/tmp/etr-stall-XXXXXX", path[64];
-  assert_non_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/t.json", dir);
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.buffer_kb = 4;
   opt.max_buffers = 2;
   opt.stall_ms = 300;
-  etr_trace *tr = NULL;
-  assert_int_equal(etr_trace_open(path, &opt, &tr), 0);
-  atomic_store(&g_release, 0);
-  etr__test_before_write = block_until_released;
-  assert_int_equal(etr_trace_enable(tr), 0);
+  stall_case c;
+  open_stuck(&c, &opt);
   double t0 = now_s();
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, record_many, NULL), 0);
@@ -86,19 +113,13 @@ static void test_recorders_go_on_when_the_writer_is_stuck(void **state) {
   assert_true(took >= 0.25);            /* the recorder waited about stall_ms */
   atomic_store(&g_release, 1);
   etr_trace_stats st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  assert_int_equal(etr_trace_close_stats(tr, &st), ETR_EIO);
+  assert_int_equal(close_stats(&c, &st), ETR_EIO);
   alarm(0);
   etr__test_before_write = NULL;
   assert_int_equal(st.write_error, ETIMEDOUT);
   assert_true(st.nodes_dropped > 0);
   assert_true(st.nodes_written + st.nodes_dropped >= STALL_OPS);
-  unlink(path);
-  char tables[80];
-  snprintf(tables, sizeof tables, "%s.tables", path);
-  unlink(tables);
-  rmdir(dir);
+  remove_files(&c);
 }
 
 /* Close, and so exit, must not hang on such a writer either: it waits while the writer
@@ -106,17 +127,10 @@ static void test_recorders_go_on_when_the_writer_is_stuck(void **state) {
  * for it, never freed) and returns ETR_EIO. Before, close joined the writer forever. */
 static void test_close_leaves_a_stuck_writer_behind(void **state) {
   (void)state;
-  char dir[] = "/tmp/etr-stall-XXXXXX", path[64];
-  assert_non_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/t.json", dir);
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.stall_ms = 300;
-  etr_trace *tr = NULL;
-  assert_int_equal(etr_trace_open(path, &opt, &tr), 0);
-  atomic_store(&g_release, 0);
-  atomic_store(&g_blocked, 0);
-  etr__test_before_write = block_until_released;
-  assert_int_equal(etr_trace_enable(tr), 0);
+  stall_case c;
+  open_stuck(&c, &opt);
   for (int i = 0; i < 50; i++) {
     etr_record r;
     etr_record_init(&r, "before_close", ETR_SCOPE_FUNCTION);
@@ -126,22 +140,16 @@ static void test_close_leaves_a_stuck_writer_behind(void **state) {
   alarm(30); /* (a hang is a failure) */
   double t0 = now_s();
   etr_trace_stats st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  assert_int_equal(etr_trace_close_stats(tr, &st), ETR_EIO);
+  assert_int_equal(close_stats(&c, &st), ETR_EIO);
   double took = now_s() - t0;
   alarm(0);
   assert_true(atomic_load(&g_blocked)); /* the writer was stuck when close gave up */
   assert_true(took >= 0.25);
   assert_int_equal(st.write_error, ETIMEDOUT);
-  assert_int_equal(etr_trace_close(tr), ETR_ESTATE); /* closed: the handle says so */
+  assert_int_equal(etr_trace_close(c.tr), ETR_ESTATE); /* closed: the handle says so */
   atomic_store(&g_release, 1); /* its write returns: the writer discards the rest and ends */
   usleep(200000);              /* (the hook stays set: the left-behind writer may still read it) */
-  unlink(path);
-  char tables[80];
-  snprintf(tables, sizeof tables, "%s.tables", path);
-  unlink(tables);
-  rmdir(dir);
+  remove_files(&c);
 }
 
 int main(void) {
