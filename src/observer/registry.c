@@ -560,11 +560,17 @@ void etr__record_end_failed(etr_record *rec) { record_end(rec, 4); }
 /* The forking thread holds the registry's and the trace's locks from prepare to parent or
  * child: its records meanwhile are not observed (etr__quiet_enter), and a thread without a
  * state yet makes none (as while one is being made: threads_lock is held). */
-static void fork_prepare(void) {
-  if (etr__tls_self)
-    etr__quiet_enter(etr__tls_self);
+static void quiet_for_fork(etr__thread *t, bool on) {
+  if (!t)
+    tls_making = on;
+  else if (on)
+    etr__quiet_enter(t);
   else
-    tls_making = true;
+    etr__quiet_leave(t);
+}
+
+static void fork_prepare(void) {
+  quiet_for_fork(etr__tls_self, true);
   const etr__registry_hooks *h = hooks();
   if (h && h->before_fork) h->before_fork();
   pthread_mutex_lock(&reg_lock);
@@ -576,10 +582,7 @@ static void fork_parent(void) {
   const etr__registry_hooks *h = hooks();
   if (h && h->after_fork_parent) h->after_fork_parent();
   pthread_mutex_unlock(&reg_lock);
-  if (etr__tls_self)
-    etr__quiet_leave(etr__tls_self);
-  else
-    tls_making = false;
+  quiet_for_fork(etr__tls_self, false);
 }
 
 static void fork_child(void) {
@@ -599,8 +602,5 @@ static void fork_child(void) {
   const etr__registry_hooks *h = hooks();
   if (h && h->after_fork_child) h->after_fork_child();
   pthread_mutex_unlock(&reg_lock);
-  if (self)
-    etr__quiet_leave(self);
-  else
-    tls_making = false;
+  quiet_for_fork(self, false);
 }
