@@ -419,9 +419,18 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     oo.start_disabled = true;
     rc = etr_observer_add(&oo, &tr->obs);
   }
-  if (rc == 0 && pthread_create(&tr->writer, NULL, etr__writer_main, tr) != 0) {
-    etr_observer_remove(tr->obs);
-    rc = ETR_ETHREAD;
+  if (rc == 0) {
+    /* The writer starts with every signal blocked (it inherits this thread's mask), so
+     * that none of the host's signals is delivered to it, not even before its first line. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int cr = pthread_create(&tr->writer, NULL, etr__writer_main, tr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (cr != 0) {
+      etr_observer_remove(tr->obs);
+      rc = ETR_ETHREAD;
+    }
   }
   if (rc != 0) {
     if (tr->fd >= 0) {

@@ -393,10 +393,8 @@ void *etr__writer_main(void *arg) {
 }
 
 static void writer_run(etr_trace *tr) {
-  /* Signals are for the host's threads, not ours. */
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  /* (Signals are for the host's threads: this thread starts with all of them blocked,
+   * trace.c etr_trace_open.) */
   atomic_store(&tr->writer_tid, etr__gettid());
   uint64_t buffered = 0;
   int64_t deadline = next_deadline(tr);

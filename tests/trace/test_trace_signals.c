@@ -4,8 +4,10 @@
  * CPython needs), and a host handler that leaves by siglongjmp does not stall recording. A
  * host may record from its own signal handlers while its threads record and exit. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -160,6 +162,69 @@ static void test_env_signals_opt_in(void **state) {
   tu_rmdir(dir);
 }
 
+/* The tasks of this process, as tids, into tids[0..max); returns how many. */
+static int list_tasks(long *tids, int max) {
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && n < max) tids[n++] = atol(e->d_name);
+  closedir(d);
+  return n;
+}
+
+/* The blocked-signal mask of task tid, from /proc. */
+static unsigned long long task_sigblk(long tid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  unsigned long long m = 0;
+  bool found = false;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "SigBlk: %llx", &m) == 1) found = true;
+  fclose(f);
+  assert_true(found);
+  return m;
+}
+
+/* The writer thread takes none of the host's signals (a process-directed SIGINT or SIGTERM
+ * goes to a host thread, whose handler may expect to run there), and the thread that opened
+ * the trace gets its own mask back. */
+static void test_writer_blocks_signals(void **state) {
+  (void)state;
+  long before[64], after[64];
+  int nb = list_tasks(before, 64);
+  tu_trace t;
+  tu_open(&t, NULL);
+  int na = list_tasks(after, 64);
+  long writer = 0;
+  for (int i = 0; i < na; i++) {
+    bool old = false;
+    for (int j = 0; j < nb; j++) old |= after[i] == before[j];
+    if (!old) writer = after[i];
+  }
+  assert_true(writer > 0);
+  /* (read once the writer has run: glibc starts a thread with every signal blocked and sets
+   * the creator's mask at its start) */
+  tu_op("after_open", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_flush(t.trace), 0);
+  unsigned long long m = task_sigblk(writer);
+  const int sigs[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
+                      SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+    if (!(m & (1ull << (sigs[i] - 1))))
+      fail_msg("the writer does not block signal %d (SigBlk %llx)", sigs[i], m);
+  sigset_t mine;
+  assert_int_equal(pthread_sigmask(SIG_BLOCK, NULL, &mine), 0);
+  assert_false(sigismember(&mine, SIGINT));
+  assert_false(sigismember(&mine, SIGTERM));
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "after_open"), 1);
+  tu_free(&t);
+}
+
 /* ---- records from a signal handler ----
  *
  * A host that records from a signal handler (a sampling profiler marking its samples as
@@ -278,6 +343,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_ctrl_c_interrupts_read, tu_cleanup),
       cmocka_unit_test_teardown(test_host_handler_longjmp, tu_cleanup),
       cmocka_unit_test(test_env_signals_opt_in),
+      cmocka_unit_test_teardown(test_writer_blocks_signals, tu_cleanup),
       cmocka_unit_test_teardown(test_records_from_a_signal_handler, tu_cleanup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
