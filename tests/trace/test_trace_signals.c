@@ -289,18 +289,24 @@ static void *sig_worker(void *arg) {
   return NULL;
 }
 
-static void test_records_from_a_signal_handler(void **state) {
-  (void)state;
+/* rounds of SIG_THREADS workers with the timer on; with_tb: a traceback on every op, the
+ * handler's included (capture reads the module map, libunwind's caches and the thread's
+ * frame cache, which the handler may interrupt). */
+static void records_from_a_signal_handler(int rounds, bool with_tb) {
 #if defined(__SANITIZE_THREAD__) || TU_HAS_FEATURE(thread_sanitizer)
   /* ThreadSanitizer reports any malloc inside a signal handler, and a thread's first op
    * allocates its state (docs/RELIABILITY.md says when a handler may record). */
   skip();
 #endif
+  atomic_store(&sig_handled, 0);
   for (int k = 0; k < SIG_THREADS; k++)
     sig_tens[k] =
         (etr_tensor){sig_impl[k], sig_stor[k], 0, 16, 4, "float", "cpu", 2, sig_sizes, sig_strides};
   tu_trace t;
-  tu_open(&t, NULL);
+  if (with_tb)
+    tu_open_traceback(&t, NULL);
+  else
+    tu_open(&t, NULL);
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = sig_handler;
@@ -319,7 +325,7 @@ static void test_records_from_a_signal_handler(void **state) {
   struct itimerspec every = {{0, 20000}, {0, 20000}}, stop = {{0, 0}, {0, 0}};
   assert_int_equal(timer_settime(timer, 0, &every, NULL), 0);
   alarm(60);
-  for (int round = 0; round < SIG_ROUNDS; round++) {
+  for (int round = 0; round < rounds; round++) {
     pthread_t th[SIG_THREADS];
     for (int k = 0; k < SIG_THREADS; k++)
       assert_int_equal(pthread_create(&th[k], NULL, sig_worker, &sig_tens[k]), 0);
@@ -332,9 +338,32 @@ static void test_records_from_a_signal_handler(void **state) {
   pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
   assert_true(atomic_load(&sig_handled) > 0);
   tu_close_ok(&t); /* (loaded: every node's parent is in the file) */
-  assert_int_equal(tu_count(&t, "churn_op"), SIG_ROUNDS * SIG_THREADS * SIG_OPS);
-  assert_int_equal(tu_count(&t, "outer"), SIG_ROUNDS * SIG_THREADS * SIG_OPS);
+  assert_int_equal(tu_count(&t, "churn_op"), rounds * SIG_THREADS * SIG_OPS);
+  assert_int_equal(tu_count(&t, "outer"), rounds * SIG_THREADS * SIG_OPS);
+  if (with_tb) { /* every op has its traceback, the handler's ones too */
+    size_t in_handler = 0;
+    for (size_t i = 0; i < json_array_size(t.nodes); i++) {
+      json_t *n = json_array_get(t.nodes, i);
+      const char *name = json_string_value(json_object_get(n, "name"));
+      if (!name ||
+          (strcmp(name, "churn_op") && strcmp(name, "outer") && strcmp(name, "in_handler")))
+        continue;
+      if (!tu_attr(n, "traceback")) fail_msg("node %zu (%s) has no traceback", i, name);
+      in_handler += !strcmp(name, "in_handler");
+    }
+    assert_true(in_handler > 0);
+  }
   tu_free(&t);
+}
+
+static void test_records_from_a_signal_handler(void **state) {
+  (void)state;
+  records_from_a_signal_handler(SIG_ROUNDS, false);
+}
+
+static void test_records_with_tracebacks_from_a_signal_handler(void **state) {
+  (void)state;
+  records_from_a_signal_handler(SIG_ROUNDS / 2, true);
 }
 
 int main(void) {
@@ -345,6 +374,7 @@ int main(void) {
       cmocka_unit_test(test_env_signals_opt_in),
       cmocka_unit_test_teardown(test_writer_blocks_signals, tu_cleanup),
       cmocka_unit_test_teardown(test_records_from_a_signal_handler, tu_cleanup),
+      cmocka_unit_test_teardown(test_records_with_tracebacks_from_a_signal_handler, tu_cleanup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
