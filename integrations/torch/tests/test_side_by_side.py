@@ -6,6 +6,9 @@ tensor id stands for one PyTorch tensor id. PyTorch's observer never retires an 
 new tensor at a dead one's address shares its id (one id, several storages and sizes); etr
 retires them, so an etr id never stands for two storages (checked), and one PyTorch id may
 be several of etr's. etr's trace must pass `etr validate`. docs/TORCH.md lists the differences.
+etr records the loop twice: with etr.torch.trace, and through the drop-in
+etr.torch.ExecutionGraphObserver driven by the same calls as PyTorch's observer (ops run
+while it is registered but not started, or stopped, are not in its trace).
 
 usage: test_side_by_side.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -112,6 +115,7 @@ def main():
     tool = sys.argv[1]
     tmp = scratch_dir("etr-torch-")
     eg_path, et_path = os.path.join(tmp, "eg.json"), os.path.join(tmp, "et.json")
+    dropin_path = os.path.join(tmp, "dropin.json")
     steps = [make_worker(1), make_worker(2)]
     run_threads(steps)  # warm up: lazily made state (momentum buffers) exists from now on
 
@@ -128,42 +132,95 @@ def main():
           "no misuse: %r" % t.stats)
     validate(tool, et_path)
 
+    # The drop-in: the same calls as for PyTorch's observer, only the class is etr's.
+    dropin = etr.torch.ExecutionGraphObserver()
+    check(dropin.register_callback(dropin_path) is dropin, "register_callback returns it")
+    check(dropin.is_registered and not dropin.is_running(), "registered, not running")
+    run_threads(steps[:1])  # registered but not started: not recorded
+    dropin.start()
+    run_threads(steps)
+    dropin.stop()
+    run_threads(steps[:1])  # stopped: not recorded
+    check(dropin.get_output_file_path() == dropin_path, "output file path")
+    dropin.unregister_callback()
+    check(not dropin.is_registered, "unregistered")
+    check(dropin.stats["ends_without_begin"] == 0 and dropin.stats["ops_open_at_close"] == 0,
+          "no misuse (drop-in): %r" % dropin.stats)
+    validate(tool, dropin_path)
+
     with open(eg_path) as f:
         eg_nodes = json.load(f)["nodes"]
-    with open(et_path) as f:
-        et_nodes = json.load(f)["nodes"]
+    for path, label in ((et_path, "etr.torch.trace"), (dropin_path, "drop-in observer")):
+        with open(path) as f:
+            n_ops, n_tensors = compare(eg_nodes, json.load(f)["nodes"], label)
+    dropin_edges(tool, tmp, steps)
+    return finish("side by side: %d ops on 2 threads, %d tensors, identical (etr.torch.trace "
+                  "and the drop-in observer)" % (n_ops, n_tensors))
+
+
+def dropin_edges(tool, tmp, steps):
+    """The drop-in where code written for PyTorch's observer may lean on it: a second
+    register_callback is a no-op, a path that cannot be opened raises (PyTorch's stays
+    unregistered without a word), and an observer dropped without unregistering finalizes
+    its file."""
+    first, second = os.path.join(tmp, "first.json"), os.path.join(tmp, "second.json")
+    o = etr.torch.ExecutionTraceObserver()
+    check(o.register_callback(first) is o and o.register_callback(second) is o, "returns it")
+    check(o.get_output_file_path() == first and not os.path.exists(second), "kept the first")
+    o.start()
+    run_threads(steps[:1])
+    del o  # (CPython: finalized here, as PyTorch's observer is)
+    validate(tool, first)
+    with open(first) as f:
+        check(any(n["name"] == "aten::mse_loss" for n in json.load(f)["nodes"]),
+              "ops of the observer dropped without unregistering are in its file")
+    bad = etr.torch.ExecutionTraceObserver()
+    try:
+        bad.register_callback(os.path.join(tmp, "no-such-dir", "x.json"))
+        check(False, "an unwritable path raises")
+    except etr.EtrError:
+        pass
+    check(not bad.is_registered and not etr.torch._torch.attached(), "left unregistered")
+
+
+def compare(eg_nodes, et_nodes, label):
+    """PyTorch's nodes against one etr trace's; returns (ops compared, etr tensors)."""
+
+    def ck(cond, msg):
+        check(cond, "%s: %s" % (label, msg))
+
     a, b = ops_by_thread(eg_nodes, eg_view), ops_by_thread(et_nodes, et_view)
-    check(len(a) == 2 and len(b) == 2, "2 threads in each: %d, %d" % (len(a), len(b)))
+    ck(len(a) == 2 and len(b) == 2, "2 threads in each: %d, %d" % (len(a), len(b)))
     fwd, n_ops = {}, 0
     for ta, tb in zip(a, b):
         names_a, names_b = [x["name"] for x in ta], [x["name"] for x in tb]
         if names_a != names_b:
             first = next((i for i, (p, q) in enumerate(zip(names_a, names_b)) if p != q),
                          min(len(names_a), len(names_b)))
-            check(False, "op sequences differ at %d: %s vs %s (%d vs %d ops)" % (
+            ck(False, "op sequences differ at %d: %s vs %s (%d vs %d ops)" % (
                 first, names_a[first:first + 3], names_b[first:first + 3], len(names_a),
                 len(names_b)))
             continue
         for x, y in zip(ta, tb):
             n_ops += 1
-            check(x["in"] == y["in"], "%s: inputs %r vs %r" % (x["name"], x["in"], y["in"]))
-            check(x["out"] == y["out"], "%s: outputs %r vs %r" % (x["name"], x["out"], y["out"]))
-            check(len(x["tensors"]) == len(y["tensors"]), "%s: tensor count" % x["name"])
+            ck(x["in"] == y["in"], "%s: inputs %r vs %r" % (x["name"], x["in"], y["in"]))
+            ck(x["out"] == y["out"], "%s: outputs %r vs %r" % (x["name"], x["out"], y["out"]))
+            ck(len(x["tensors"]) == len(y["tensors"]), "%s: tensor count" % x["name"])
             for p, q in zip(x["tensors"], y["tensors"]):
                 # (keyed by thread too: PyTorch's ids alias, within a thread and across)
                 if fwd.setdefault(q, p) != p:
-                    check(False, "%s: etr's tensor %d is PyTorch's %d here, and was %d before"
+                    ck(False, "%s: etr's tensor %d is PyTorch's %d here, and was %d before"
                           % (x["name"], q, p, fwd[q]))
-    check(n_ops > 200, "enough ops compared: %d" % n_ops)
+    ck(n_ops > 200, "enough ops compared: %d" % n_ops)
     et_forms = tensor_forms(et_nodes, lambda n: n["inputs"]["values"] + n["outputs"]["values"])
     eg_forms = tensor_forms(eg_nodes, lambda n: n.get("inputs", []) + n.get("outputs", []))
     aliased = sorted(t for t, f in et_forms.items() if len(f) > 1)
-    check(not aliased, "etr tensor ids standing for several tensors: %r" % aliased[:5])
+    ck(not aliased, "etr tensor ids standing for several tensors: %r" % aliased[:5])
     eg_aliased = sum(1 for f in eg_forms.values() if len(f) > 1)
     print("PyTorch's observer: %d of %d tensor ids stand for several tensors; etr: %d of %d" %
           (eg_aliased, len(eg_forms), len(aliased), len(et_forms)))
-    check(any(x["name"].endswith("Backward0") for tb in b for x in tb), "backward ops recorded")
-    return finish("side by side: %d ops on 2 threads, %d tensors, identical" % (n_ops, len(fwd)))
+    ck(any(x["name"].endswith("Backward0") for tb in b for x in tb), "backward ops recorded")
+    return n_ops, len(fwd)
 
 
 if __name__ == "__main__":
