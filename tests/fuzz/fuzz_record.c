@@ -20,7 +20,9 @@
  * value kind: deep nesting, long lists, hostile and long strings, NULL pointers, tensors with
  * odd ndim, kernel and collective info), end the top op, end one in the middle (out of
  * order), end an ended op again, end one never begun, a whole op, enable, disable, flush,
- * a tensor or storage death, stats, NULL handles to the control calls.
+ * a tensor or storage death, stats, NULL handles to the control calls, tracebacks switched on
+ * (every op, 1 in n, or the ops a pattern matches: a pool pattern or hostile bytes, a depth
+ * up to 255) or off.
  *
  * Three recorder findings of this target, now fixed in the trace writer (counted in
  * values_fixed; reproducers in tests/fuzz/repro/): a negative tensor storage_offset, numel
@@ -388,7 +390,7 @@ static void run_script(worker *w) {
   int steps = 0;
   while (w->p < w->end && steps++ < 4000) {
     uint8_t op = u8(w);
-    switch (op % 20) {
+    switch (op % 21) {
       case 0:
       case 1:
       case 2:
@@ -454,6 +456,18 @@ static void run_script(worker *w) {
       case 18: { /* nest several ops at once */
         int n = u8(w) % 12;
         for (int i = 0; i < n; i++) begin_op(w);
+        break;
+      }
+      case 19: { /* tracebacks: on, off, or on the ops a pattern matches (hostile ones too) */
+        static const char *const PATTERNS[] = {"aten::*", "*", "*mm*", "[a-", "\\", "c10d::?*"};
+        uint8_t m = u8(w);
+        etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+        tb.enabled = m & 1;
+        tb.pattern = m & 2 ? ((m & 4) ? PATTERNS[u8(w) % 6] : pick_str(w, true)) : NULL;
+        tb.every = (m >> 3) & 3;
+        tb.max_depth = m & 32 ? u8(w) : 0;
+        int rc = etr_trace_set_traceback(g_trace, &tb);
+        CHECK(rc == 0, "set_traceback: %d", rc);
         break;
       }
       default:
