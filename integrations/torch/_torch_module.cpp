@@ -2,7 +2,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "etr_torch.h"
+#include "etr/torch.h"
 
 static PyObject *attach(PyObject *, PyObject *) {
   if (etr_torch_attach() != 0) {

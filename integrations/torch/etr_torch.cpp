@@ -6,8 +6,8 @@
 // object of its IValue kind. Sequence numbers, the forward thread of backward ops, the
 // scope and the operator's schema come along.
 //
-// Built into the Python extension etr._torch (etr.torch.trace attaches it); the C entry
-// points etr_torch_attach/detach let a C++ host attach it without Python.
+// libetr_torch: the C entry points of etr/torch.h attach it for a C++ host; the Python
+// extension etr._torch (etr.torch.trace) calls the same ones.
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "etr/etr.h"
-#include "etr_torch.h"
+#include "etr/torch.h"
 #include "held.h"
 
 namespace {

@@ -14,6 +14,8 @@
 #     cmake-static the same with etr::etr_static; the programs must not need libetr.so
 #     pkgconfig    app.c / app.cpp built with plain cc / c++ and `pkg-config --cflags --libs etr`
 #     python       (python=PATH pydir=DIR) `import etr` from PREFIX/DIR records a trace
+#     torch        consumer-torch with find_package(etr COMPONENTS torch) + etr::torch, and
+#                  the same app with `pkg-config etr-torch` (when libetr_torch was built)
 set -u
 
 fail() {
@@ -86,13 +88,19 @@ step_install() {
     "$libdir/pkgconfig/etr.pc"; do
     [ -e "$prefix/$f" ] || fail "not installed: $f"
   done
+  if [ -e "$build/integrations/torch/libetr_torch.so" ]; then # (built: libtorch was found)
+    for f in include/etr/torch.h "$libdir/libetr_torch.so" "$libdir/libetr_torch.so.0" \
+      "$libdir/cmake/etr/etrTorchTargets.cmake" "$libdir/pkgconfig/etr-torch.pc"; do
+      [ -e "$prefix/$f" ] || fail "not installed: $f"
+    done
+  fi
   # Every public header must be installed.
   for h in "$src"/../../include/etr/*.h; do
     [ -f "$prefix/include/etr/$(basename "$h")" ] || fail "header not installed: $(basename "$h")"
   done
   # Nothing may point back into the build or source tree (the install must be relocatable).
   # (The prefix itself lies inside the build tree, so its own path is taken out first.)
-  for f in "$prefix/$libdir"/cmake/etr/*.cmake "$prefix/$libdir/pkgconfig/etr.pc"; do
+  for f in "$prefix/$libdir"/cmake/etr/*.cmake "$prefix/$libdir"/pkgconfig/etr*.pc; do
     if sed "s#$prefix##g" "$f" | grep -q -F -e "$build"; then
       fail "$f refers to the build tree $build"
     fi
@@ -191,8 +199,30 @@ step_pkgconfig() {
   done
 }
 
+step_torch() {
+  [ -e "$prefix/$libdir/libetr_torch.so" ] || fail "libetr_torch is not installed in $prefix"
+  bdir=$work/cmake-torch
+  rm -rf "$bdir"
+  say "configure consumer-torch against $prefix"
+  cmake -S "$src/consumer-torch" -B "$bdir" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_CXX_COMPILER="$cxx" || fail "configure of consumer-torch failed"
+  cmake --build "$bdir" || fail "build of consumer-torch failed"
+  check_uses_prefix "$bdir/consumer_torch"
+  run_app "$bdir/consumer_torch" "cmake-torch"
+  PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+  export PKG_CONFIG_PATH
+  flags=$(pkg-config --cflags --libs etr-torch) || fail "pkg-config --cflags --libs etr-torch failed"
+  say "pkg-config --cflags --libs etr-torch: $flags"
+  # shellcheck disable=SC2086
+  "$cxx" -std=c++17 -Wall -Wextra -Werror "$src/consumer-torch/app.cpp" \
+    -o "$work/pkgconfig-torch" $flags || fail "c++ with pkg-config etr-torch flags failed"
+  check_uses_prefix "$work/pkgconfig-torch"
+  run_app "$work/pkgconfig-torch" "pkgconfig-torch"
+}
+
 case "$step" in
 python) step_python ;;
+torch) step_torch ;;
 install) step_install ;;
 cmake-shared) step_cmake_shared ;;
 cmake-static) step_cmake_static ;;
