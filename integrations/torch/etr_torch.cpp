@@ -13,6 +13,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/TensorImpl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -582,3 +583,21 @@ extern "C" bool etr_torch_attached(void) {
   std::lock_guard<std::mutex> g(attach_mutex);
   return handle != 0;
 }
+
+namespace {
+
+// Under ETR_TRACE ("record the whole run"), PyTorch's ops too: a process that loads
+// libetr_torch (a C++ host linking it, LD_PRELOAD=libetr_torch.so for one that does not,
+// the Python package's etr.torch) attaches as it loads, when libetr's constructor opened
+// the ETR_TRACE trace (libetr and libtorch are initialized first: this library needs
+// them). ETR_TRACE_TORCH=0 leaves it to the host.
+bool attach_under_env() {
+  const char *off = std::getenv("ETR_TRACE_TORCH");
+  if (off && (!std::strcmp(off, "0") || !std::strcmp(off, "off") || !std::strcmp(off, "no") ||
+              !std::strcmp(off, "false")))
+    return false;
+  return etr_trace_current() && etr_torch_attach() == 0;  // (the ETR_TRACE trace only)
+}
+[[maybe_unused]] const bool attached_under_env = attach_under_env();
+
+}  // namespace

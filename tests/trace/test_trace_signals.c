@@ -71,14 +71,36 @@ static void test_host_flags_and_mask_kept(void **state) {
 
 typedef struct {
   pthread_t target;
+  long target_tid;
   int wfd;
 } poke;
 
-/* Sends SIGINT to the blocked thread; 3 s later, if the read is still blocked (restarted),
- * unblocks it with a byte so the test fails instead of hanging. */
+/* Whether thread tid of this process is blocked in read(2) now (/proc's syscall file
+ * starts with the number of the call it waits in; 0 is read on x86-64). Elsewhere, true:
+ * only a fixed wait is left there. */
+static bool blocked_in_read(long tid) {
+#if defined(__x86_64__)
+  char path[64], buf[64] = "";
+  snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return true;
+  bool in_read = fgets(buf, sizeof buf, f) && strncmp(buf, "0 ", 2) == 0;
+  fclose(f);
+  return in_read;
+#else
+  (void)tid;
+  return true;
+#endif
+}
+
+/* Sends SIGINT to the thread once it is blocked in read(2) (a loaded machine may take a
+ * while to get it there: a signal before the read would not interrupt it); 3 s later, if
+ * the read is still blocked (restarted), unblocks it with a byte so the test fails instead
+ * of hanging. */
 static void *poker(void *p) {
   poke *k = p;
   tu_sleep_us(100000);
+  for (int i = 0; i < 5000 && !blocked_in_read(k->target_tid); i++) tu_sleep_us(1000);
   pthread_kill(k->target, SIGINT);
   tu_sleep_us(3000000);
   if (write(k->wfd, "x", 1) != 1) return NULL;
@@ -95,7 +117,7 @@ static void test_ctrl_c_interrupts_read(void **state) {
   tu_op("before_ctrl_c", NULL, 0, NULL, 0);
   int p[2];
   assert_int_equal(pipe(p), 0);
-  poke k = {pthread_self(), p[1]};
+  poke k = {pthread_self(), (long)gettid(), p[1]};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, poker, &k), 0);
   char c;

@@ -1,18 +1,51 @@
-// A C++ host on libtorch alone, no Python (ctest torch.cpp_host): it opens an etr trace with
-// the C API, attaches libetr_torch (etr/torch.h) and runs aten ops on two threads. Checked:
-// `etr validate` accepts the trace; every aten::mm run while attached is in it, on both
-// threads (their tid attrs), with its input shapes; none from before attach or after detach.
-//
-// usage: torch_cpp_host TRACE.json ETR_TOOL
+// C++ hosts on libtorch alone, no Python (ctest torch.cpp_host, torch.cpp_env,
+// torch.cpp_preload). Modes:
+//   api TRACE ETR_TOOL    opens an etr trace with the C API, attaches libetr_torch
+//                         (etr/torch.h), runs aten ops on two threads, detaches, closes,
+//                         then checks the trace (below); ops run before attach and after
+//                         detach must not be in it
+//   run                   only runs the ops on two threads: under ETR_TRACE, libetr_torch
+//                         attaches by itself as it loads
+//   check TRACE ETR_TOOL  checks a trace of `run`'s ops
+// Checked: `etr validate --strict` accepts the trace; it holds every aten::mm of the two
+// threads (their tid attrs), with the input shapes of each thread's first mm.
+// Built twice: torch_cpp_host (linked with libetr_torch), and with ETR_TORCH_PLAIN
+// torch_plain, a libtorch program that knows nothing of etr (mode run only), for
+// LD_PRELOAD=libetr_torch.so.
 #include <ATen/ATen.h>
-#include <jansson.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <string>
 #include <thread>
+
+static const int kOps = 5;  // iterations of 2 aten::mm per thread
+
+static void work(int64_t n) {
+  at::Tensor a = at::randn({n, 3}), b = at::randn({3, 2});
+  for (int i = 0; i < kOps; i++) a = at::relu(at::mm(at::mm(a, b), b.t()));
+}
+
+static void run_threads() {
+  std::thread t1(work, 4), t2(work, 6);
+  t1.join();
+  t2.join();
+}
+
+#ifdef ETR_TORCH_PLAIN
+int main(int argc, char **argv) {
+  if (argc != 2 || std::strcmp(argv[1], "run") != 0) {
+    std::fprintf(stderr, "usage: torch_plain run\n");
+    return 2;
+  }
+  run_threads();
+  return 0;
+}
+#else
+#include <jansson.h>
+
+#include <set>
 
 #include "etr/etr.h"
 #include "etr/torch.h"
@@ -28,46 +61,14 @@ static int failures = 0;
     }                                                           \
   } while (0)
 
-static const int kOps = 5;  // aten::mm per thread while attached
-
-static void work(int64_t n) {
-  at::Tensor a = at::randn({n, 3}), b = at::randn({3, 2});
-  for (int i = 0; i < kOps; i++) a = at::relu(at::mm(at::mm(a, b), b.t()));
-}
-
-int main(int argc, char **argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: torch_cpp_host TRACE.json ETR_TOOL\n");
-    return 2;
-  }
-  const char *path = argv[1];
-  etr_trace *tr = nullptr;
-  int rc = etr_trace_open(path, nullptr, &tr);
-  HOST_CHECK(rc == 0, "etr_trace_open: %s", etr_strerror(rc));
-  if (rc != 0) return 1;
-  HOST_CHECK(etr_trace_enable(tr) == 0, "enable");
-  work(4);  // before attach: not recorded
-  HOST_CHECK(!etr_torch_attached(), "not attached yet");
-  HOST_CHECK(etr_torch_attach() == 0 && etr_torch_attached(), "attach");
-  HOST_CHECK(etr_torch_attach() == 0, "attach again (idempotent)");
-  std::thread t1(work, 4), t2(work, 6);
-  t1.join();
-  t2.join();
-  HOST_CHECK(etr_torch_detach() == 0 && !etr_torch_attached(), "detach");
-  work(4);  // after detach: not recorded
-  etr_trace_stats st;
-  std::memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  HOST_CHECK(etr_trace_close_stats(tr, &st) == 0, "close");
-  HOST_CHECK(st.nodes_dropped == 0 && st.ends_without_begin == 0, "nothing dropped or misused");
-
-  std::string cmd = std::string(argv[2]) + " validate --strict --quiet '" + path + "'";
+// The trace at path holds run_threads()'s ops, and only those aten::mm.
+static void check_trace(const char *path, const char *tool) {
+  std::string cmd = std::string(tool) + " validate --strict --quiet '" + path + "'";
   HOST_CHECK(std::system(cmd.c_str()) == 0, "%s", cmd.c_str());
-
   json_error_t err;
   json_t *root = json_load_file(path, 0, &err);
   HOST_CHECK(root != nullptr, "%s: %s", path, err.text);
-  if (!root) return 1;
+  if (!root) return;
   json_t *nodes = json_object_get(root, "nodes");
   int mm = 0;
   std::set<json_int_t> tids;
@@ -86,11 +87,46 @@ int main(int argc, char **argv) {
     shapes.insert(s ? s : "");
     std::free(s);
   }
-  HOST_CHECK(mm == 2 * 2 * kOps, "%d aten::mm in the trace, %d run while attached", mm, 4 * kOps);
+  HOST_CHECK(mm == 2 * 2 * kOps, "%d aten::mm in the trace, %d expected", mm, 4 * kOps);
   HOST_CHECK(tids.size() == 2, "aten::mm on %zu threads, 2 expected", tids.size());
   HOST_CHECK(shapes.count("[[4,3],[3,2]]") && shapes.count("[[6,3],[3,2]]"),
              "the input shapes of both threads' first mm (%zu shapes)", shapes.size());
   json_decref(root);
   if (failures == 0) std::printf("torch_cpp_host: %d aten::mm on 2 threads, trace valid\n", mm);
+}
+
+static void api(const char *path, const char *tool) {
+  etr_trace *tr = nullptr;
+  int rc = etr_trace_open(path, nullptr, &tr);
+  HOST_CHECK(rc == 0, "etr_trace_open: %s", etr_strerror(rc));
+  if (rc != 0) return;
+  HOST_CHECK(etr_trace_enable(tr) == 0, "enable");
+  work(4);  // before attach: not recorded
+  HOST_CHECK(!etr_torch_attached(), "not attached yet (no ETR_TRACE)");
+  HOST_CHECK(etr_torch_attach() == 0 && etr_torch_attached(), "attach");
+  HOST_CHECK(etr_torch_attach() == 0, "attach again (idempotent)");
+  run_threads();
+  HOST_CHECK(etr_torch_detach() == 0 && !etr_torch_attached(), "detach");
+  work(4);  // after detach: not recorded
+  etr_trace_stats st;
+  std::memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  HOST_CHECK(etr_trace_close_stats(tr, &st) == 0, "close");
+  HOST_CHECK(st.nodes_dropped == 0 && st.ends_without_begin == 0, "nothing dropped or misused");
+  check_trace(path, tool);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && !std::strcmp(argv[1], "api")) {
+    api(argv[2], argv[3]);
+  } else if (argc == 2 && !std::strcmp(argv[1], "run")) {
+    run_threads();
+  } else if (argc == 4 && !std::strcmp(argv[1], "check")) {
+    check_trace(argv[2], argv[3]);
+  } else {
+    std::fprintf(stderr, "usage: torch_cpp_host api|check TRACE ETR_TOOL, or run\n");
+    return 2;
+  }
   return failures ? 1 : 0;
 }
+#endif

@@ -68,6 +68,18 @@ def main():
         attrs = {a["name"]: a["value"] for a in threads.get(mm_thread, {}).get("attrs", [])}
         check(attrs.get("os_tid") == worker,
               "aten::mm under the thread node of the script's worker (%d): %r" % (worker, attrs))
+    # Under ETR_TRACE, a script that imports etr.torch records PyTorch's ops as it is
+    env_out = os.path.join(tmp, "env.json")
+    env_script = os.path.join(tmp, "env_script.py")
+    with open(env_script, "w") as f:
+        f.write("import torch, etr.torch\ntorch.ones(2, 2).mm(torch.ones(2, 2))\n")
+    r = subprocess.run([sys.executable, env_script], capture_output=True, text=True,
+                       env=dict(os.environ, ETR_TRACE=env_out))
+    check(r.returncode == 0, "ETR_TRACE + import etr.torch: %s" % r.stderr)
+    if r.returncode == 0 and validate(tool, env_out):
+        with open(env_out) as f:
+            check(any(n["name"] == "aten::mm" for n in json.load(f)["nodes"]),
+                  "under ETR_TRACE, importing etr.torch records PyTorch's ops")
     plain, _ = run(tool, tmp, "plain.json", [])
     if plain is not None:
         check(not any(n["name"].startswith("aten::") for n in plain),

@@ -7,7 +7,11 @@
  * recorded while an etr trace is enabled (etr_trace_open + etr_trace_enable, or
  * ETR_TRACE), and cost PyTorch's callback machinery only (a relaxed load in etr)
  * otherwise. Any thread; idempotent. attach returns 0, or ETR_EINVAL when PyTorch refused
- * the callback. */
+ * the callback.
+ *
+ * Under ETR_TRACE the library attaches by itself as it loads (ETR_TRACE_TORCH=0: not), so
+ * that a libtorch program records its ops with no code change, even one built without etr:
+ *   ETR_TRACE=trace.json LD_PRELOAD=libetr_torch.so ./my_libtorch_app */
 #ifndef ETR_TORCH_H
 #define ETR_TORCH_H
 
