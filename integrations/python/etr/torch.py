@@ -63,8 +63,8 @@ class ExecutionTraceObserver(_Base):
     ``register_callback(path)`` opens the trace (nothing is recorded yet) and returns the
     observer; ``start()`` and ``stop()`` record and pause; ``unregister_callback()`` (or
     ``cleanup()``, or deleting the observer) finalizes the file. Keyword arguments of the
-    constructor are etr.trace's options (timing=, schema=, flush_ms=, ring_mb=,
-    traceback=, ...). Unlike PyTorch's, a path that cannot be opened raises EtrError
+    constructor are etr.trace's options but python_calls (timing=, schema=, flush_ms=,
+    ring_mb=, traceback=, traceback_every=, traceback_depth=). Unlike PyTorch's, a path that cannot be opened raises EtrError
     instead of leaving the observer unregistered without a word. After unregistering,
     ``stats`` holds the trace's final counters. etr records one trace per process at a
     time, as PyTorch's observer does.
