@@ -117,7 +117,8 @@ typedef struct etr_record {
                        it covers them */
 } etr_record;
 
-/* Nonzero while at least one observer is enabled somewhere. Read it only through the inline
+/* Nonzero while at least one observer is enabled somewhere (or, under ETR_TRACE_FORKS, in a
+ * forked child until its first record opens its trace). Read it only through the inline
  * functions below. */
 extern ETR_API uint32_t etr__observing;
 /* Nonzero while an execution trace tracks object ids. */

@@ -23,6 +23,9 @@
  *   ETR_TRACE_SIGNALS=1     finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,
  *                           then hand the signal on (off by default: signals are the host's;
  *                           docs/RELIABILITY.md)
+ *   ETR_TRACE_FORKS=1       a child forked without exec that records writes its own file
+ *                           (path.<pid>, or the path %p makes), opened at its first record
+ *                           (off by default: such a child records nothing)
  * Problems are reported through the log hook (ETR_LOG=1 shows them) and never stop the
  * process. At exit (or library unload) any trace still open is finalized.
  *
@@ -34,6 +37,7 @@
 #define _GNU_SOURCE /* secure_getenv */
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +47,7 @@
 
 #include "etr/dist.h"
 #include "etr/trace.h"
+#include "observer/registry.h"
 #include "observer/internal.h"
 
 void etr__trace_set_env(etr_trace *tr);
@@ -99,6 +104,17 @@ static bool written_by_other_process(const char *path) {
       (unsigned long long)st.st_ino != ino)
     return false;
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* Whether path is the file the mark names, whoever wrote it and whether or not that writer
+ * is still alive. */
+static bool names_marked_file(const char *path) {
+  const char *v = env_get(WRITER_VAR);
+  long pid;
+  unsigned long long dev, ino;
+  struct stat st;
+  return v && sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) == 3 && stat(path, &st) == 0 &&
+         (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
 static bool written_before_exec(void) {
@@ -159,7 +175,10 @@ static void env_traceback(etr_traceback_options *tb) {
     etr__log(ETR_LOG_WARN, "ETR_TRACE_SYMBOLIZE=%s unknown (full or module); using full", v);
 }
 
-__attribute__((constructor)) static void etr_env_start(void) {
+/* Open and enable the ETR_TRACE trace. in_child: in a forked child (ETR_TRACE_FORKS), where
+ * the file the path names may be the parent's even after the parent ended (a daemon's first
+ * process): that one is never reopened. */
+static void env_open(bool in_child) {
   const char *path = env_get("ETR_TRACE");
   if (!path && getenv("ETR_TRACE"))
     etr__log(ETR_LOG_WARN, "ETR_TRACE ignored: a setuid or setgid program; not tracing");
@@ -170,6 +189,7 @@ __attribute__((constructor)) static void etr_env_start(void) {
     return;
   }
   bool other = written_by_other_process(full), exec_again = !other && written_before_exec();
+  if (in_child && !other && !exec_again && names_marked_file(full)) other = true;
   if (other || exec_again) {
     char mine[4096];
     unsigned n = 1;
@@ -256,6 +276,26 @@ __attribute__((constructor)) static void etr_env_start(void) {
   if (tb.enabled && (rc = etr_trace_set_traceback(tr, &tb)) != 0)
     etr__log(ETR_LOG_ERROR, "ETR_TRACE: tracebacks not enabled: %s", etr_strerror(rc));
   etr__trace_set_env(tr);
+}
+
+/* ETR_TRACE_FORKS: the child of a fork (single-threaded here, the registry's handler has
+ * already stopped the parent's trace in it) opens its own trace at its first record, not
+ * here: a child that execs at once (fork+exec, system()) leaves no file behind. */
+static void env_child_first_record(void) {
+  etr_trace *parents = etr_trace_current();
+  if (parents) etr_trace_close(parents); /* (this process's copy: freed, nothing written) */
+  env_open(true);
+}
+
+static void env_fork_child(void) {
+  if (etr_trace_current()) etr__registry_at_first_record(env_child_first_record);
+}
+
+__attribute__((constructor)) static void etr_env_start(void) {
+  env_open(false);
+  /* (registered after the registry's handlers, which run first in the child) */
+  if (etr_trace_current() && env_flag_on(env_get("ETR_TRACE_FORKS")))
+    pthread_atfork(NULL, NULL, env_fork_child);
 }
 
 __attribute__((destructor)) static void etr_env_stop(void) { etr__trace_shutdown(); }

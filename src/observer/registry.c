@@ -241,9 +241,31 @@ void etr__wait_ids(void) { wait_until_clear(0, true); }
 
 /* ---- observers ---- */
 
+static void (*_Atomic first_record_fn)(void); /* etr__registry_at_first_record */
+
 static void publish_enabled(uint64_t mask) {
   atomic_store(&enabled_mask, mask);
-  __atomic_store_n(&etr__observing, mask != 0 ? 1u : 0u, __ATOMIC_RELAXED);
+  bool armed = atomic_load_explicit(&first_record_fn, memory_order_relaxed) != NULL;
+  __atomic_store_n(&etr__observing, mask != 0 || armed ? 1u : 0u, __ATOMIC_RELAXED);
+}
+
+void etr__registry_at_first_record(void (*fn)(void)) {
+  atomic_store(&first_record_fn, fn);
+  if (fn) __atomic_store_n(&etr__observing, 1u, __ATOMIC_RELAXED);
+}
+
+/* The armed function, from a record no observer took: returns true when it ran (the record
+ * is then decided again, once). */
+static bool run_first_record_fn(void) {
+  if (ETR__LIKELY(atomic_load_explicit(&first_record_fn, memory_order_relaxed) == NULL))
+    return false;
+  void (*fn)(void) = atomic_exchange(&first_record_fn, NULL);
+  if (!fn) return false;
+  fn();
+  pthread_mutex_lock(&reg_lock); /* (etr__observing back to what the observers say) */
+  publish_enabled(atomic_load(&enabled_mask));
+  pthread_mutex_unlock(&reg_lock);
+  return true;
 }
 
 static int slot_of(etr_observer_id id) {
@@ -411,10 +433,13 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
     bump(&t->n_in_callbacks);
     return;
   }
-  uint64_t ep = atomic_load_explicit(&epoch, memory_order_acquire);
-  uint64_t mask = atomic_load_explicit(&enabled_mask, memory_order_acquire);
-  uint64_t active = 0;
-  uint32_t needs = 0;
+  uint64_t ep, mask, active;
+  uint32_t needs;
+decide:
+  ep = atomic_load_explicit(&epoch, memory_order_acquire);
+  mask = atomic_load_explicit(&enabled_mask, memory_order_acquire);
+  active = 0;
+  needs = 0;
   while (mask) {
     int i = __builtin_ctzll(mask);
     mask &= mask - 1;
@@ -430,7 +455,10 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
     active |= 1ull << i;
     needs |= atomic_load_explicit(&s->needs, memory_order_relaxed);
   }
-  if (!active) return;
+  if (!active) {
+    if (run_first_record_fn()) goto decide;
+    return;
+  }
   if (t->rf_next == t->rf_end) {
     t->rf_next = atomic_fetch_add_explicit(&next_rf, RF_BLOCK, memory_order_relaxed);
     t->rf_end = t->rf_next + RF_BLOCK;

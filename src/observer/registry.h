@@ -95,4 +95,10 @@ typedef struct etr__registry_hooks {
 /* Install hooks (static storage; replaces the previous ones). Any thread. */
 void etr__registry_set_hooks(const etr__registry_hooks *hooks);
 
+/* Call fn, once, from the next record made while no observer takes it, before that record
+ * is decided on: fn may add an observer, which then observes the record. Until then every
+ * record site calls into the registry (etr__observing stays set), so arm it only where
+ * nothing else observes (a forked child, env.c). Any thread, and a fork child handler. */
+void etr__registry_at_first_record(void (*fn)(void));
+
 #endif

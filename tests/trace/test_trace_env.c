@@ -5,6 +5,7 @@
  * TRACE_HELPER is the path of trace_helper (see trace_helper.c), passed by CMake. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +226,116 @@ static void test_env_exec_self_keeps_first_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* The file of dir other than t.json, into out ("" when none). */
+static void other_file(const char *dir, char *out, size_t cap) {
+  out[0] = '\0';
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && strcmp(e->d_name, "t.json") != 0)
+      snprintf(out, cap, "%s/%s", dir, e->d_name);
+  closedir(d);
+}
+
+/* Run "trace_helper mode" with ETR_TRACE=<dir>/t.json (no %p) and extra (or NULL). */
+static pid_t run_fork_mode(const char *dir, const char *mode, const char *extra) {
+  char var[600];
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *env[] = {var, extra, NULL};
+  const char *args[] = {mode, NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper %s: status 0x%x", mode, status);
+  return pid;
+}
+
+/* The child's file (dir's other one): named t.<its pid>.json, finalized, holding 5 ops
+ * prefix_outer and nothing of the parent's (parent_prefix_outer). */
+static void check_child_file(const char *dir, const char *prefix, const char *parent_prefix) {
+  char child[700], want[700], outer[64], parent_outer[64];
+  other_file(dir, child, sizeof child);
+  assert_true(child[0] != '\0');
+  tu_trace kid;
+  tu_load_path(&kid, child);
+  json_int_t kid_pid = json_integer_value(json_object_get(kid.root, "pid"));
+  snprintf(want, sizeof want, "%s/t.%lld.json", dir, (long long)kid_pid);
+  assert_string_equal(child, want);
+  snprintf(outer, sizeof outer, "%s_outer", prefix);
+  snprintf(parent_outer, sizeof parent_outer, "%s_outer", parent_prefix);
+  assert_int_equal(tu_count(&kid, outer), 5);
+  assert_int_equal(tu_count(&kid, parent_outer), 0);
+  tu_free(&kid);
+}
+
+/* ETR_TRACE_FORKS=1: a child forked without exec that records writes t.<pid>.json (the
+ * parent's t.json keeps only the parent's ops); a child that execs at once leaves no file.
+ * Before 2026-11-27 a forked child recorded nothing. Without the variable that stays so. */
+static void test_env_fork_child_own_file(void **state) {
+  (void)state;
+#if defined(TU_TSAN) || defined(TU_ASAN)
+  skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
+#endif
+  char dir[256], path[700];
+  tu_mkdtemp(dir, sizeof dir);
+  pid_t pid = run_fork_mode(dir, "fork", "ETR_TRACE_FORKS=1");
+  assert_int_equal(tu_dir_entries(dir), 2); /* t.json, the recording child's file */
+  tu_trace parent;
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_load_path(&parent, path);
+  assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
+  assert_int_equal(tu_count(&parent, "fork_parent_outer"), 5);
+  assert_int_equal(tu_count(&parent, "fork_after_outer"), 5);
+  assert_int_equal(tu_count(&parent, "fork_child_outer"), 0);
+  tu_free(&parent);
+  check_child_file(dir, "fork_child", "fork_parent");
+  tu_rmdir(dir);
+
+  tu_mkdtemp(dir, sizeof dir);
+  run_fork_mode(dir, "fork", NULL);
+  assert_int_equal(tu_dir_entries(dir), 1);
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_load_path(&parent, path);
+  assert_int_equal(tu_count(&parent, "fork_after_outer"), 5);
+  assert_int_equal(tu_count(&parent, "fork_child_outer"), 0);
+  tu_free(&parent);
+  tu_rmdir(dir);
+}
+
+/* A daemon's start under ETR_TRACE_FORKS=1: the parent exits (t.json finalized), then its
+ * child records. The child must not take t.json for a file nobody writes any more and
+ * truncate it: it writes t.<pid>.json. */
+static void test_env_fork_daemon_keeps_parent_file(void **state) {
+  (void)state;
+#if defined(TU_TSAN) || defined(TU_ASAN)
+  skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
+#endif
+  char dir[256], path[700], child[700];
+  tu_mkdtemp(dir, sizeof dir);
+  run_fork_mode(dir, "daemon", "ETR_TRACE_FORKS=1");
+  /* (the child outlives the helper: wait up to 10 s for its file to be finalized) */
+  bool done = false;
+  for (int i = 0; i < 1000 && !done; i++) {
+    other_file(dir, child, sizeof child);
+    size_t len = 0;
+    char *text = child[0] ? tu_read_file(child, &len) : NULL;
+    done = text && strstr(text, "\"finish_ts\"") != NULL;
+    free(text);
+    if (!done) tu_sleep_us(10000);
+  }
+  assert_true(done);
+  tu_trace parent;
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_load_path(&parent, path);
+  assert_int_equal(tu_count(&parent, "daemon_parent_outer"), 5);
+  assert_int_equal(tu_count(&parent, "daemon_child_outer"), 0);
+  tu_free(&parent);
+  check_child_file(dir, "daemon_child", "daemon_parent");
+  assert_int_equal(tu_dir_entries(dir), 2);
+  tu_rmdir(dir);
+}
+
 /* A setuid program ignores ETR_TRACE: run by another user, it would otherwise create or
  * truncate any file that user names, with the program's privileges. The helper is copied,
  * made setuid root and run as nobody (setpriv); skipped unless we are root, setpriv is
@@ -272,6 +383,8 @@ int main(void) {
       TU_TEST(test_env_bad_path),
       TU_TEST(test_env_exec_child_own_file),
       TU_TEST(test_env_exec_self_keeps_first_file),
+      TU_TEST(test_env_fork_child_own_file),
+      TU_TEST(test_env_fork_daemon_keeps_parent_file),
       TU_TEST(test_env_ignored_when_setuid),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);

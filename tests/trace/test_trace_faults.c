@@ -346,21 +346,6 @@ static void test_fork_child_underscore_exit(void **state) {
 }
 
 /* The child may open its own trace. */
-#if defined(__SANITIZE_THREAD__)
-#define TU_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TU_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define TU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TU_ASAN 1
-#endif
-#endif
-
 static void test_fork_child_own_trace(void **state) {
   (void)state;
 #ifdef TU_TSAN

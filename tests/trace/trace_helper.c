@@ -276,6 +276,44 @@ int main(int argc, char **argv) {
     record_some("exec_after");
     return 0;
   }
+  /* fork without exec: the child records and exits; a second child execs at once (it must
+   * leave no file); then the parent records again. */
+  if (strcmp(mode, "fork") == 0) {
+    record_some("fork_parent");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      record_some("fork_child");
+      exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
+    pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      execl("/bin/true", "true", (char *)NULL);
+      _exit(127);
+    }
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 5;
+    record_some("fork_after");
+    return 0;
+  }
+  /* A daemon's start: the parent records, forks and exits; the child records only once the
+   * parent is gone (its file finalized), then exits. */
+  if (strcmp(mode, "daemon") == 0) {
+    record_some("daemon_parent");
+    fflush(NULL);
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      for (int i = 0; i < 5000 && getppid() == parent; i++) usleep(1000);
+      usleep(50000); /* (the parent's exit handlers have finalized its file by now) */
+      record_some("daemon_child");
+      exit(0);
+    }
+    return 0;
+  }
   if (strcmp(mode, "sigquery") == 0) {
     record_some("env");
     struct sigaction cur;

@@ -113,6 +113,24 @@ int tu_cleanup(void **state);
 /* A test with tu_cleanup as its teardown. */
 #define TU_TEST(f) cmocka_unit_test_teardown(f, tu_cleanup)
 
+/* TU_TSAN / TU_ASAN: built with ThreadSanitizer / AddressSanitizer (gcc or clang). Their
+ * runtimes do not survive a child that goes on after a multi-threaded fork (TSan refuses
+ * to start its threads; gcc 12's ASan allocator may keep a lock another thread held). */
+#if defined(__SANITIZE_THREAD__)
+#define TU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TU_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
+
 /* ---- recording ---- */
 
 /* Init and begin a record with inputs (set only when the record is active). */
