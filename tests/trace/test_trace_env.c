@@ -151,81 +151,6 @@ static void test_env_bad_path(void **state) {
   tu_rmdir(dir);
 }
 
-/* ETR_TRACE without %p, and the traced process execs a child linked with libetr: the child
- * writes its own file (t.<pid>.json) and the parent's file stays whole and its own. */
-static void test_env_exec_child_own_file(void **state) {
-  (void)state;
-  char dir[256], var[600];
-  tu_mkdtemp(dir, sizeof dir);
-  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
-  const char *env[] = {var, NULL};
-  const char *args[] = {"exec", NULL};
-  pid_t pid = 0;
-  int status = tu_run(TRACE_HELPER, args, env, &pid);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("trace_helper exec: status 0x%x", status);
-  assert_int_equal(tu_dir_entries(dir), 2); /* t.json and the child's t.<pid>.json */
-  tu_trace parent;
-  char path[700];
-  snprintf(path, sizeof path, "%s/t.json", dir);
-  tu_load_path(&parent, path);
-  assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
-  assert_int_equal(tu_count(&parent, "exec_parent_outer"), 5);
-  assert_int_equal(tu_count(&parent, "exec_after_outer"), 5);
-  assert_int_equal(tu_count(&parent, "env_outer"), 0);
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  struct dirent *e;
-  char child[700] = "";
-  while ((e = readdir(d)) != NULL)
-    if (strncmp(e->d_name, "t.", 2) == 0 && strcmp(e->d_name, "t.json") != 0)
-      snprintf(child, sizeof child, "%s/%s", dir, e->d_name);
-  closedir(d);
-  assert_true(child[0] != '\0');
-  tu_trace kid;
-  tu_load_path(&kid, child);
-  json_int_t kid_pid = json_integer_value(json_object_get(kid.root, "pid"));
-  char want[700];
-  snprintf(want, sizeof want, "%s/t.%lld.json", dir, (long long)kid_pid);
-  assert_string_equal(child, want);
-  assert_int_equal(tu_count(&kid, "env_outer"), 5);
-  assert_int_equal(tu_count(&kid, "exec_parent_outer"), 0);
-  tu_free(&kid);
-  tu_free(&parent);
-  tu_rmdir(dir);
-}
-
-/* ETR_TRACE without %p, and the traced process execs (no fork): the image before exec
- * wrote t.json; the new one, the same process, writes t.<pid>.json and leaves t.json as it
- * was (before 2026-11-27 it truncated it: the first image's ops were lost). */
-static void test_env_exec_self_keeps_first_file(void **state) {
-  (void)state;
-  char dir[256], var[600], first[700], second[700];
-  tu_mkdtemp(dir, sizeof dir);
-  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
-  const char *env[] = {var, NULL};
-  const char *args[] = {"exec-self", NULL};
-  pid_t pid = 0;
-  int status = tu_run(TRACE_HELPER, args, env, &pid);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("trace_helper exec-self: status 0x%x", status);
-  assert_int_equal(tu_dir_entries(dir), 2);
-  snprintf(first, sizeof first, "%s/t.json", dir);
-  snprintf(second, sizeof second, "%s/t.%ld.json", dir, (long)pid);
-  size_t len;
-  char *text = tu_read_file(first, &len); /* (not finalized: the writer died at exec) */
-  assert_non_null(text);
-  assert_non_null(strstr(text, "exec_self_outer"));
-  assert_null(strstr(text, "env_outer"));
-  free(text);
-  tu_trace after;
-  tu_load_path(&after, second);
-  assert_int_equal(tu_count(&after, "env_outer"), 5);
-  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
-  tu_free(&after);
-  tu_rmdir(dir);
-}
-
 /* The file of dir other than t.json, into out ("" when none). */
 static void other_file(const char *dir, char *out, size_t cap) {
   out[0] = '\0';
@@ -267,6 +192,57 @@ static void check_child_file(const char *dir, const char *prefix, const char *pa
   assert_int_equal(tu_count(&kid, outer), 5);
   assert_int_equal(tu_count(&kid, parent_outer), 0);
   tu_free(&kid);
+}
+
+/* ETR_TRACE without %p, and the traced process execs a child linked with libetr: the child
+ * writes its own file (t.<pid>.json) and the parent's file stays whole and its own. */
+static void test_env_exec_child_own_file(void **state) {
+  (void)state;
+  char dir[256], path[700];
+  tu_mkdtemp(dir, sizeof dir);
+  pid_t pid = run_fork_mode(dir, "exec", NULL);
+  assert_int_equal(tu_dir_entries(dir), 2); /* t.json and the child's t.<pid>.json */
+  tu_trace parent;
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_load_path(&parent, path);
+  assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
+  assert_int_equal(tu_count(&parent, "exec_parent_outer"), 5);
+  assert_int_equal(tu_count(&parent, "exec_after_outer"), 5);
+  assert_int_equal(tu_count(&parent, "env_outer"), 0);
+  tu_free(&parent);
+  check_child_file(dir, "env", "exec_parent");
+  tu_rmdir(dir);
+}
+
+/* ETR_TRACE without %p, and the traced process execs (no fork): the image before exec
+ * wrote t.json; the new one, the same process, writes t.<pid>.json and leaves t.json as it
+ * was (before 2026-11-27 it truncated it: the first image's ops were lost). */
+static void test_env_exec_self_keeps_first_file(void **state) {
+  (void)state;
+  char dir[256], var[600], first[700], second[700];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *env[] = {var, NULL};
+  const char *args[] = {"exec-self", NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper exec-self: status 0x%x", status);
+  assert_int_equal(tu_dir_entries(dir), 2);
+  snprintf(first, sizeof first, "%s/t.json", dir);
+  snprintf(second, sizeof second, "%s/t.%ld.json", dir, (long)pid);
+  size_t len;
+  char *text = tu_read_file(first, &len); /* (not finalized: the writer died at exec) */
+  assert_non_null(text);
+  assert_non_null(strstr(text, "exec_self_outer"));
+  assert_null(strstr(text, "env_outer"));
+  free(text);
+  tu_trace after;
+  tu_load_path(&after, second);
+  assert_int_equal(tu_count(&after, "env_outer"), 5);
+  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
+  tu_free(&after);
+  tu_rmdir(dir);
 }
 
 /* ETR_TRACE_FORKS=1: a child forked without exec that records writes t.<pid>.json (the
