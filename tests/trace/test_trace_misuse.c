@@ -254,7 +254,10 @@ static void test_close_while_recording(void **state) {
   /* A new trace may be opened while they still record. */
   tu_trace t2;
   tu_open(&t2, NULL);
-  tu_sleep_us(5000);
+  /* (ops, not a fixed time: a loaded machine may not run the workers for a while; of 30
+   * ops completed from here on, some began after the open) */
+  int at_open = atomic_load(&worker_ops);
+  while (atomic_load(&worker_ops) < at_open + 30) tu_sleep_us(1000);
   atomic_store(&stop_workers, 1);
   for (int i = 0; i < 3; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
   tu_close_ok(&t2);
