@@ -249,8 +249,13 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
     self->t = NULL;
     /* (the path as the caller wrote it, not the bytes it was encoded to) */
     PyObject *shown = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
-    PyErr_Format(EtrError, "cannot open trace %R: %s (%s)", shown ? shown : path, etr_strerror(rc),
-                 etr_err_name(rc));
+    /* (the one trace a process has is often ETR_TRACE's: say so, and what to do) */
+    const char *why = rc == ETR_EBUSY && etr_trace_current()
+                          ? "; this process is recorded through ETR_TRACE already (one trace at "
+                            "a time: unset ETR_TRACE to open your own)"
+                          : "";
+    PyErr_Format(EtrError, "cannot open trace %R: %s (%s)%s", shown ? shown : path,
+                 etr_strerror(rc), etr_err_name(rc), why);
     Py_XDECREF(shown);
     Py_DECREF(path);
     return -1;

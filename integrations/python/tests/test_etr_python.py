@@ -123,6 +123,16 @@ def main():
         check(("cannot open trace %r:" % bad) in str(e),
               "the error says why, naming the path as given: %s" % e)
 
+    # Under ETR_TRACE the process's one trace is taken: etr.trace says so, and what to do
+    r = subprocess.run([sys.executable, "-c",
+                        "import etr\ntry:\n    etr.trace(%r).__enter__()\n"
+                        "except etr.EtrError as e:\n    print(e)\n" % os.path.join(tmp, "own.json")],
+                       capture_output=True, text=True,
+                       env=dict(os.environ, ETR_TRACE=os.path.join(tmp, "env.json")))
+    check(r.returncode == 0 and "ETR_EBUSY" in r.stdout and
+          "recorded through ETR_TRACE already" in r.stdout,
+          "etr.trace under ETR_TRACE names the reason: %s %s" % (r.stdout, r.stderr))
+
     # python -m etr, with every Python call recorded
     script = os.path.join(tmp, "script.py")
     with open(script, "w") as f:
