@@ -93,35 +93,34 @@ static bool expand_path(const char *in, char *out, size_t cap) {
  * must not truncate either; it writes ".<pid>" too, or ".<pid>.<n>" after further execs. */
 #define WRITER_VAR "ETR_TRACE_WRITER"
 
-static bool written_by_other_process(const char *path) {
-  const char *v = env_get(WRITER_VAR);
+/* The mark, when the variable holds one. */
+typedef struct writer_mark {
   long pid;
   unsigned long long dev, ino;
-  if (!v || sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) != 3 || pid == (long)getpid())
-    return false;
-  struct stat st;
-  if (stat(path, &st) != 0 || (unsigned long long)st.st_dev != dev ||
-      (unsigned long long)st.st_ino != ino)
-    return false;
-  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+} writer_mark;
+
+static bool read_mark(writer_mark *m) {
+  const char *v = env_get(WRITER_VAR);
+  return v && sscanf(v, "%ld:%llu:%llu", &m->pid, &m->dev, &m->ino) == 3;
 }
 
 /* Whether path is the file the mark names, whoever wrote it and whether or not that writer
  * is still alive. */
-static bool names_marked_file(const char *path) {
-  const char *v = env_get(WRITER_VAR);
-  long pid;
-  unsigned long long dev, ino;
+static bool names_marked_file(const writer_mark *m, const char *path) {
   struct stat st;
-  return v && sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) == 3 && stat(path, &st) == 0 &&
-         (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+  return stat(path, &st) == 0 && (unsigned long long)st.st_dev == m->dev &&
+         (unsigned long long)st.st_ino == m->ino;
+}
+
+static bool written_by_other_process(const char *path) {
+  writer_mark m;
+  return read_mark(&m) && m.pid != (long)getpid() && names_marked_file(&m, path) &&
+         (kill((pid_t)m.pid, 0) == 0 || errno == EPERM);
 }
 
 static bool written_before_exec(void) {
-  const char *v = env_get(WRITER_VAR);
-  long pid;
-  unsigned long long dev, ino;
-  return v && sscanf(v, "%ld:%llu:%llu", &pid, &dev, &ino) == 3 && pid == (long)getpid();
+  writer_mark m;
+  return read_mark(&m) && m.pid == (long)getpid();
 }
 
 /* path with ".<pid>" (n > 1: ".<pid>.<n>") before its ".json" / ".json.gz" / ".etr" ending
@@ -189,7 +188,9 @@ static void env_open(bool in_child) {
     return;
   }
   bool other = written_by_other_process(full), exec_again = !other && written_before_exec();
-  if (in_child && !other && !exec_again && names_marked_file(full)) other = true;
+  writer_mark m;
+  if (in_child && !other && !exec_again && read_mark(&m) && names_marked_file(&m, full))
+    other = true;
   if (other || exec_again) {
     char mine[4096];
     unsigned n = 1;
@@ -200,8 +201,8 @@ static void env_open(bool in_child) {
       }
     } while (exec_again && access(mine, F_OK) == 0 && ++n < 10000);
     if (other)
-      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is being written by process %s; this process writes %s",
-               full, env_get(WRITER_VAR), mine);
+      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is the file of process %s; this process writes %s", full,
+               env_get(WRITER_VAR), mine);
     else
       etr__log(ETR_LOG_WARN,
                "ETR_TRACE=%s: this process called exec while tracing; the trace of the image "

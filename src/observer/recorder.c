@@ -68,13 +68,6 @@ static void give_up_locked(etr_trace *tr, etr__chunk *c) {
     etr__chunk_recycle_locked(tr, c);
 }
 
-/* Hands the thread's chunk to the writer (if it holds anything) and gets a chunk with room
- * for need bytes. Waits while max_chunks are queued for the writer: the bound is on the
- * queue, not on chunks threads hold, because a thread that stops recording keeps its
- * partly filled chunk until it exits or the trace closes, and any number of threads may do
- * so. NULL when memory is exhausted. */
-static etr__chunk *take_chunk(etr__tstate *ts, size_t need);
-
 void etr__trace_stalled(etr_trace *tr, int ms, const char *who) {
   int none = 0;
   atomic_compare_exchange_strong(&tr->write_error, &none, ETIMEDOUT);
@@ -85,6 +78,14 @@ void etr__trace_stalled(etr_trace *tr, int ms, const char *who) {
              ms, who);
 }
 
+static etr__chunk *take_chunk(etr__tstate *ts, size_t need);
+
+/* Hands the thread's chunk to the writer (if it holds anything) and gets a chunk with room
+ * for need bytes. Waits while max_chunks are queued for the writer: the bound is on the
+ * queue, not on chunks threads hold, because a thread that stops recording keeps its
+ * partly filled chunk until it exits or the trace closes, and any number of threads may do
+ * so. NULL when memory is exhausted or the trace failed (a write error, a stalled
+ * output: the wait gives up after stall_ms without progress). */
 static etr__chunk *next_chunk(etr__tstate *ts, size_t need) {
   int cancel = etr__cancel_off(); /* (the wait below is a cancellation point) */
   etr__chunk *c = take_chunk(ts, need);

@@ -98,7 +98,8 @@ void etr__registry_set_hooks(const etr__registry_hooks *hooks);
 /* Call fn, once, from the next record made while no observer takes it, before that record
  * is decided on: fn may add an observer, which then observes the record. Until then every
  * record site calls into the registry (etr__observing stays set), so arm it only where
- * nothing else observes (a forked child, env.c). Any thread, and a fork child handler. */
+ * nothing else observes (a forked child, env.c). From a fork child handler, or from any
+ * thread while no observer is being added or removed (it sets etr__observing unlocked). */
 void etr__registry_at_first_record(void (*fn)(void));
 
 #endif

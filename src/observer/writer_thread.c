@@ -506,5 +506,4 @@ static void writer_run(etr_trace *tr) {
   emit_footer(tr, 0);
   buffered++; /* the process node */
   etr__writer_flush(tr, &buffered);
-  return;
 }

@@ -194,22 +194,35 @@ static void check_child_file(const char *dir, const char *prefix, const char *pa
   tu_free(&kid);
 }
 
+/* The parent's t.json in dir: its pid (unless 0), 5 ops <before>_outer and (unless NULL)
+ * 5 <after>_outer, and none of the child's <child>_outer. */
+static void check_parent_file(const char *dir, pid_t pid, const char *before, const char *after,
+                              const char *child) {
+  char path[700], name[64];
+  tu_trace parent;
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_load_path(&parent, path);
+  if (pid) assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
+  snprintf(name, sizeof name, "%s_outer", before);
+  assert_int_equal(tu_count(&parent, name), 5);
+  if (after) {
+    snprintf(name, sizeof name, "%s_outer", after);
+    assert_int_equal(tu_count(&parent, name), 5);
+  }
+  snprintf(name, sizeof name, "%s_outer", child);
+  assert_int_equal(tu_count(&parent, name), 0);
+  tu_free(&parent);
+}
+
 /* ETR_TRACE without %p, and the traced process execs a child linked with libetr: the child
  * writes its own file (t.<pid>.json) and the parent's file stays whole and its own. */
 static void test_env_exec_child_own_file(void **state) {
   (void)state;
-  char dir[256], path[700];
+  char dir[256];
   tu_mkdtemp(dir, sizeof dir);
   pid_t pid = run_fork_mode(dir, "exec", NULL);
   assert_int_equal(tu_dir_entries(dir), 2); /* t.json and the child's t.<pid>.json */
-  tu_trace parent;
-  snprintf(path, sizeof path, "%s/t.json", dir);
-  tu_load_path(&parent, path);
-  assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
-  assert_int_equal(tu_count(&parent, "exec_parent_outer"), 5);
-  assert_int_equal(tu_count(&parent, "exec_after_outer"), 5);
-  assert_int_equal(tu_count(&parent, "env_outer"), 0);
-  tu_free(&parent);
+  check_parent_file(dir, pid, "exec_parent", "exec_after", "env");
   check_child_file(dir, "env", "exec_parent");
   tu_rmdir(dir);
 }
@@ -253,29 +266,18 @@ static void test_env_fork_child_own_file(void **state) {
 #if defined(TU_TSAN) || defined(TU_ASAN)
   skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
 #endif
-  char dir[256], path[700];
+  char dir[256];
   tu_mkdtemp(dir, sizeof dir);
   pid_t pid = run_fork_mode(dir, "fork", "ETR_TRACE_FORKS=1");
   assert_int_equal(tu_dir_entries(dir), 2); /* t.json, the recording child's file */
-  tu_trace parent;
-  snprintf(path, sizeof path, "%s/t.json", dir);
-  tu_load_path(&parent, path);
-  assert_int_equal(json_integer_value(json_object_get(parent.root, "pid")), pid);
-  assert_int_equal(tu_count(&parent, "fork_parent_outer"), 5);
-  assert_int_equal(tu_count(&parent, "fork_after_outer"), 5);
-  assert_int_equal(tu_count(&parent, "fork_child_outer"), 0);
-  tu_free(&parent);
+  check_parent_file(dir, pid, "fork_parent", "fork_after", "fork_child");
   check_child_file(dir, "fork_child", "fork_parent");
   tu_rmdir(dir);
 
   tu_mkdtemp(dir, sizeof dir);
-  run_fork_mode(dir, "fork", NULL);
+  pid = run_fork_mode(dir, "fork", NULL);
   assert_int_equal(tu_dir_entries(dir), 1);
-  snprintf(path, sizeof path, "%s/t.json", dir);
-  tu_load_path(&parent, path);
-  assert_int_equal(tu_count(&parent, "fork_after_outer"), 5);
-  assert_int_equal(tu_count(&parent, "fork_child_outer"), 0);
-  tu_free(&parent);
+  check_parent_file(dir, pid, "fork_parent", "fork_after", "fork_child");
   tu_rmdir(dir);
 }
 
@@ -287,7 +289,7 @@ static void test_env_fork_daemon_keeps_parent_file(void **state) {
 #if defined(TU_TSAN) || defined(TU_ASAN)
   skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
 #endif
-  char dir[256], path[700], child[700];
+  char dir[256], child[700];
   tu_mkdtemp(dir, sizeof dir);
   run_fork_mode(dir, "daemon", "ETR_TRACE_FORKS=1");
   /* (the child outlives the helper: wait up to 10 s for its file to be finalized) */
@@ -301,12 +303,7 @@ static void test_env_fork_daemon_keeps_parent_file(void **state) {
     if (!done) tu_sleep_us(10000);
   }
   assert_true(done);
-  tu_trace parent;
-  snprintf(path, sizeof path, "%s/t.json", dir);
-  tu_load_path(&parent, path);
-  assert_int_equal(tu_count(&parent, "daemon_parent_outer"), 5);
-  assert_int_equal(tu_count(&parent, "daemon_child_outer"), 0);
-  tu_free(&parent);
+  check_parent_file(dir, 0, "daemon_parent", NULL, "daemon_child");
   check_child_file(dir, "daemon_child", "daemon_parent");
   assert_int_equal(tu_dir_entries(dir), 2);
   tu_rmdir(dir);

@@ -257,11 +257,6 @@ static void test_writer_blocks_signals(void **state) {
  * thread exit tears it down. Before the fix (2026-11-27) this hung within a second, in five
  * runs of five, or aborted in free(). alarm() turns a hang into a failure. */
 
-#ifdef __has_feature
-#define TU_HAS_FEATURE(x) __has_feature(x)
-#else
-#define TU_HAS_FEATURE(x) 0
-#endif
 #define SIG_THREADS 4
 #define SIG_ROUNDS 100
 #define SIG_OPS 20 /* per thread and round */
@@ -315,7 +310,7 @@ static void *sig_worker(void *arg) {
  * handler's included (capture reads the module map, libunwind's caches and the thread's
  * frame cache, which the handler may interrupt). */
 static void records_from_a_signal_handler(int rounds, bool with_tb) {
-#if defined(__SANITIZE_THREAD__) || TU_HAS_FEATURE(thread_sanitizer)
+#ifdef TU_TSAN
   /* ThreadSanitizer reports any malloc inside a signal handler, and a thread's first op
    * allocates its state (docs/RELIABILITY.md says when a handler may record). */
   skip();
