@@ -265,6 +265,8 @@ static pthread_once_t g_hooks_once = PTHREAD_ONCE_INIT;
 static void install_hooks(void) { etr__registry_set_hooks(&g_hooks); }
 
 static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
+
+static void *writer_entry(void *arg); /* (the writer thread's start) */
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
   int cancel = etr__cancel_off();
   int rc = trace_open(path, opt, out);
@@ -425,7 +427,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    int cr = pthread_create(&tr->writer, NULL, etr__writer_main, tr);
+    int cr = pthread_create(&tr->writer, NULL, writer_entry, tr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (cr != 0) {
       etr_observer_remove(tr->obs);
@@ -511,8 +513,40 @@ int etr_trace_dump(etr_trace *tr) { return etr_trace_flush(tr); }
 
 int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
 
-/* Traces whose writer close left behind (join_writer), kept for it (g_lock). */
+/* Traces whose writer close left behind (join_writer), kept for it until it ends (g_lock). */
 static etr_trace *g_abandoned;
+
+/* Frees a trace close left behind, once its writer has ended (the file is not finalized:
+ * etr repair completes it). By the writer thread itself, or by close when the writer ended
+ * before close handed the trace over. */
+static void free_left_behind(etr_trace *tr) {
+  if (etr__fd_is_ours(tr)) close(tr->fd);
+  pthread_mutex_lock(&g_lock);
+  for (etr_trace **p = &g_abandoned; *p; p = &(*p)->abandoned_next)
+    if (*p == tr) {
+      *p = tr->abandoned_next;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+  trace_free(tr, false);
+  pthread_mutex_lock(&g_lock);
+  entomb_locked(tr);
+  pthread_mutex_unlock(&g_lock);
+}
+
+static void *writer_entry(void *arg) {
+  etr_trace *tr = arg;
+  if (etr__writer_main(tr)) free_left_behind(tr); /* (detached: nobody joins it) */
+  return NULL;
+}
+
+size_t etr__trace_left_behind(void) {
+  size_t n = 0;
+  pthread_mutex_lock(&g_lock);
+  for (etr_trace *t = g_abandoned; t; t = t->abandoned_next) n++;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
 
 /* Waits for the writer to end; false when it is stuck: inside write(2) on a file that takes
  * nothing (a hung NFS server), it has written nothing for stall_ms. Close then leaves it
@@ -543,7 +577,6 @@ static bool join_writer(etr_trace *tr) {
     pthread_mutex_unlock(&tr->q_mutex);
     etr__trace_stalled(tr, ms, "close");
     etr__log(ETR_LOG_ERROR, "trace close: the writer is left behind; the file is not finalized");
-    pthread_detach(tr->writer);
     return false;
   }
   pthread_mutex_unlock(&tr->q_mutex);
@@ -601,8 +634,9 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
   if (!join_writer(tr)) {
-    /* Left behind: the trace stays whole for its writer (never freed, its descriptor never
-     * closed), reachable from g_abandoned. */
+    /* Left behind: the trace stays whole for its writer, reachable from g_abandoned, and
+     * the writer frees it when its write returns (if it ever does). Handed over last, once
+     * close is done with it. */
     etr__trace_collect_stats(tr, &tr->final_stats);
     if (out) etr_trace_stats_get(tr, out);
     pthread_mutex_lock(&g_lock);
@@ -611,6 +645,17 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
     g_abandoned = tr;
     pthread_mutex_unlock(&g_lock);
     etr_script_release_pending();
+    pthread_t writer = tr->writer;
+    pthread_mutex_lock(&tr->q_mutex);
+    bool ended = tr->writer_ended;
+    tr->writer_orphaned = !ended;
+    pthread_mutex_unlock(&tr->q_mutex);
+    if (ended) { /* (it ended meanwhile: it frees nothing) */
+      pthread_join(writer, NULL);
+      free_left_behind(tr);
+    } else {
+      pthread_detach(writer);
+    }
     return ETR_EIO;
   }
 

@@ -265,6 +265,7 @@ struct etr_trace {
   _Atomic int failed;               /* a write error happened: recorders stop encoding */
   struct etr_trace *abandoned_next; /* close left its writer behind (trace.c, g_lock) */
   bool writer_ended;                /* the writer thread is done (q_mutex) */
+  bool writer_orphaned;             /* close left it behind: it frees the trace (q_mutex) */
 
   pthread_mutex_t threads_mutex;      /* threads list and tid pages */
   etr__tstate *threads;               /* prepended with a release store; the writer walks it */
@@ -592,8 +593,9 @@ _Atomic(etr__tstate *) *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool c
 
 /* ---- writer_thread.c ---- */
 
-/* The writer thread's body (arg: the trace). */
-void *etr__writer_main(void *arg);
+/* The writer thread's body. True when close left it behind (trace.c join_writer): the
+ * thread then frees the trace when this returns. */
+bool etr__writer_main(struct etr_trace *tr);
 /* Write out the JSON/record buffer; `buffered` nodes are counted written (or dropped after
  * a write error, which also stops recording). Writer thread, or the closing thread once the
  * writer has ended. */
@@ -618,5 +620,8 @@ void etr__trace_fatal_end(struct etr_trace *tr, bool survived);
 
 /* Fill a stats snapshot (trace.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);
+/* How many closed traces still wait for their writer, which close left behind (trace.c;
+ * for tests). */
+size_t etr__trace_left_behind(void);
 
 #endif

@@ -381,15 +381,15 @@ static void serve_fatal(etr_trace *tr, uint64_t *buffered, bool locked) {
 
 static void writer_run(etr_trace *tr);
 
-void *etr__writer_main(void *arg) {
-  etr_trace *tr = arg;
+bool etr__writer_main(etr_trace *tr) {
   writer_run(tr);
   /* (close waits for this, for at most stall_ms without progress: trace.c join_writer) */
   pthread_mutex_lock(&tr->q_mutex);
   tr->writer_ended = true;
+  bool orphaned = tr->writer_orphaned;
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
-  return NULL;
+  return orphaned;
 }
 
 static void writer_run(etr_trace *tr) {

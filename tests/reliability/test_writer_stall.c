@@ -25,6 +25,7 @@
 #include <etr/etr.h>
 
 extern void (*etr__test_before_write)(void);
+extern size_t etr__trace_left_behind(void); /* (trace.c, internal) */
 
 static atomic_int g_release;
 static atomic_int g_blocked; /* the writer is inside the hook */
@@ -124,7 +125,8 @@ static void test_recorders_go_on_when_the_writer_is_stuck(void **state) {
 
 /* Close, and so exit, must not hang on such a writer either: it waits while the writer
  * writes, and once it has written nothing for stall_ms it leaves it behind (the trace kept
- * for it, never freed) and returns ETR_EIO. Before, close joined the writer forever. */
+ * for it) and returns ETR_EIO. Before, close joined the writer forever. When the write
+ * returns, the writer ends and frees the trace; before 2026-11-27 it was never freed. */
 static void test_close_leaves_a_stuck_writer_behind(void **state) {
   (void)state;
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
@@ -147,8 +149,17 @@ static void test_close_leaves_a_stuck_writer_behind(void **state) {
   assert_true(took >= 0.25);
   assert_int_equal(st.write_error, ETIMEDOUT);
   assert_int_equal(etr_trace_close(c.tr), ETR_ESTATE); /* closed: the handle says so */
+  assert_int_equal(etr__trace_left_behind(), 1);
+  etr_trace_stats again;
+  again.struct_size = sizeof again;
+  assert_int_equal(etr_trace_stats_get(c.tr, &again), 0); /* the stats at close */
+  assert_int_equal(again.write_error, ETIMEDOUT);
   atomic_store(&g_release, 1); /* its write returns: the writer discards the rest and ends */
-  usleep(200000);              /* (the hook stays set: the left-behind writer may still read it) */
+  for (int i = 0; i < 3000 && etr__trace_left_behind() != 0; i++) usleep(10000);
+  assert_int_equal(etr__trace_left_behind(), 0);          /* and freed the trace */
+  assert_int_equal(etr_trace_stats_get(c.tr, &again), 0); /* the handle still answers */
+  assert_int_equal(again.write_error, ETIMEDOUT);
+  assert_int_equal(etr_trace_close(c.tr), ETR_ESTATE);
   remove_files(&c);
 }
 
