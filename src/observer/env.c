@@ -52,6 +52,7 @@
 
 void etr__trace_set_env(etr_trace *tr);
 void etr__trace_shutdown(void);
+bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned long long *ino);
 
 /* Our variables, NULL in secure-execution mode (see the top of this file). */
 static const char *env_get(const char *name) { return secure_getenv(name); }
@@ -174,10 +175,11 @@ static void env_traceback(etr_traceback_options *tb) {
     etr__log(ETR_LOG_WARN, "ETR_TRACE_SYMBOLIZE=%s unknown (full or module); using full", v);
 }
 
-/* Open and enable the ETR_TRACE trace. in_child: in a forked child (ETR_TRACE_FORKS), where
- * the file the path names may be the parent's even after the parent ended (a daemon's first
- * process): that one is never reopened. */
-static void env_open(bool in_child) {
+/* Open and enable the ETR_TRACE trace. parent: in a forked child (ETR_TRACE_FORKS), the
+ * file of the parent's trace, which the path may name even after the parent ended (a
+ * daemon's first process): that one is never reopened, nor the file the writer mark names
+ * (the variable may have been unset or changed since; the parent's trace says it too). */
+static void env_open(const writer_mark *parent) {
   const char *path = env_get("ETR_TRACE");
   if (!path && getenv("ETR_TRACE"))
     etr__log(ETR_LOG_WARN, "ETR_TRACE ignored: a setuid or setgid program; not tracing");
@@ -189,7 +191,8 @@ static void env_open(bool in_child) {
   }
   bool other = written_by_other_process(full), exec_again = !other && written_before_exec();
   writer_mark m;
-  if (in_child && !other && !exec_again && read_mark(&m) && names_marked_file(&m, full))
+  if (parent && !other && !exec_again &&
+      (names_marked_file(parent, full) || (read_mark(&m) && names_marked_file(&m, full))))
     other = true;
   if (other || exec_again) {
     char mine[4096];
@@ -268,7 +271,9 @@ static void env_open(bool in_child) {
              (unsigned long long)st.st_ino);
     /* In the library's constructor: at process start, or inside the dlopen that loads it
      * (setenv is not thread-safe; a host reading environ on another thread at that moment
-     * is the one risk, taken for a child's file never clobbering this one). */
+     * is the one risk, taken for a child's file never clobbering this one). In a forked
+     * child the variable exists already (env_fork_child): glibc then replaces the value's
+     * pointer in place, which a concurrent getenv reads whole, old or new. */
     setenv(WRITER_VAR, mark, 1);
   }
   rc = etr_trace_enable(tr);
@@ -284,16 +289,26 @@ static void env_open(bool in_child) {
  * here: a child that execs at once (fork+exec, system()) leaves no file behind. */
 static void env_child_first_record(void) {
   etr_trace *parents = etr_trace_current();
-  if (parents) etr_trace_close(parents); /* (this process's copy: freed, nothing written) */
-  env_open(true);
+  writer_mark p = {0, 0, 0}; /* (dev and ino 0 name no file) */
+  if (parents) {
+    etr__trace_file_id(parents, &p.dev, &p.ino);
+    etr_trace_close(parents); /* (this process's copy: freed, nothing written) */
+  }
+  env_open(&p);
 }
 
 static void env_fork_child(void) {
-  if (etr_trace_current()) etr__registry_at_first_record(env_child_first_record);
+  if (!etr_trace_current()) return;
+  /* The child sets the mark at its first record, when it may have started threads: make
+   * the variable exist now, while it has one thread, so that setting it then replaces a
+   * value in place and never grows (reallocates) the environment under another thread's
+   * getenv. (An empty mark is no mark.) */
+  if (!getenv(WRITER_VAR)) setenv(WRITER_VAR, "", 1);
+  etr__registry_at_first_record(env_child_first_record);
 }
 
 __attribute__((constructor)) static void etr_env_start(void) {
-  env_open(false);
+  env_open(NULL);
   /* (registered after the registry's handlers, which run first in the child) */
   if (etr_trace_current() && env_flag_on(env_get("ETR_TRACE_FORKS")))
     pthread_atfork(NULL, NULL, env_fork_child);

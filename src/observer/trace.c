@@ -694,6 +694,14 @@ void etr__trace_set_env(etr_trace *tr) {
   pthread_mutex_unlock(&g_lock);
 }
 
+/* The identity of the file tr writes (its copy in a forked child too): false when none. */
+bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned long long *ino) {
+  if (!tr || tr->fd < 0) return false;
+  *dev = (unsigned long long)tr->file_dev;
+  *ino = (unsigned long long)tr->file_ino;
+  return true;
+}
+
 /* At process exit (or library unload): finalize the trace still open. */
 void etr__trace_shutdown(void) {
   etr_trace *tr = __atomic_load_n(&g_trace, __ATOMIC_ACQUIRE);

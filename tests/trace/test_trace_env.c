@@ -279,6 +279,15 @@ static void test_env_fork_child_own_file(void **state) {
   assert_int_equal(tu_dir_entries(dir), 1);
   check_parent_file(dir, pid, "fork_parent", "fork_after", "fork_child");
   tu_rmdir(dir);
+
+  /* The writer mark unset by the host before it forks: the child knows the parent's file
+   * from the parent's trace (before, it truncated t.json and wrote its own ops there). */
+  tu_mkdtemp(dir, sizeof dir);
+  pid = run_fork_mode(dir, "fork_unmarked", "ETR_TRACE_FORKS=1");
+  assert_int_equal(tu_dir_entries(dir), 2);
+  check_parent_file(dir, pid, "fork_parent", "fork_after", "fork_child");
+  check_child_file(dir, "fork_child", "fork_parent");
+  tu_rmdir(dir);
 }
 
 /* A daemon's start under ETR_TRACE_FORKS=1: the parent exits (t.json finalized), then its

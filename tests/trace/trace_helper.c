@@ -278,8 +278,11 @@ int main(int argc, char **argv) {
   }
   /* fork without exec: the child records and exits; a second child execs at once (it must
    * leave no file); then the parent records again. */
-  if (strcmp(mode, "fork") == 0) {
+  if (strcmp(mode, "fork") == 0 || strcmp(mode, "fork_unmarked") == 0) {
     record_some("fork_parent");
+    /* (fork_unmarked: the host dropped the writer mark; the child must still know the
+     * parent's file) */
+    if (strcmp(mode, "fork_unmarked") == 0) unsetenv("ETR_TRACE_WRITER");
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return 2;
