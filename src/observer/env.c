@@ -42,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,10 +115,26 @@ static bool names_marked_file(const writer_mark *m, const char *path) {
          (unsigned long long)st.st_ino == m->ino;
 }
 
+/* Whether another open file description holds the lock a trace takes on the regular file
+ * it writes (trace.c): another process writes it, or a forked one still holds it. */
+static bool locked_by_writer(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return false;
+  bool locked = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  return locked;
+}
+
+/* Whether a live process other than this one writes path: its writer mark says so, or (the
+ * mark lost: an environment rebuilt by the host) the file's lock. */
 static bool written_by_other_process(const char *path) {
   writer_mark m;
-  return read_mark(&m) && m.pid != (long)getpid() && names_marked_file(&m, path) &&
-         (kill((pid_t)m.pid, 0) == 0 || errno == EPERM);
+  if (read_mark(&m) && m.pid != (long)getpid() && names_marked_file(&m, path) &&
+      (kill((pid_t)m.pid, 0) == 0 || errno == EPERM))
+    return true;
+  return locked_by_writer(path);
 }
 
 static bool written_before_exec(void) {
@@ -203,9 +221,12 @@ static void env_open(const writer_mark *parent) {
         return;
       }
     } while (exec_again && access(mine, F_OK) == 0 && ++n < 10000);
-    if (other)
-      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is the file of process %s; this process writes %s", full,
-               env_get(WRITER_VAR), mine);
+    if (other && read_mark(&m) && names_marked_file(&m, full))
+      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is the file of process %ld; this process writes %s",
+               full, m.pid, mine);
+    else if (other)
+      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is written by another process; this process writes %s",
+               full, mine);
     else
       etr__log(ETR_LOG_WARN,
                "ETR_TRACE=%s: this process called exec while tracing; the trace of the image "

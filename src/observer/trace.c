@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -376,8 +377,14 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     /* A pipe, FIFO or socket stays non-blocking, so a reader that stops reading costs a
      * bounded wait (stall_ms), not a hang; other files block as usual. */
     struct stat st;
-    bool stream = fstat(tr->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+    if (fstat(tr->fd, &st) != 0) memset(&st, 0, sizeof st);
+    bool stream = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
     if (!stream) fcntl(tr->fd, F_SETFL, fcntl(tr->fd, F_GETFL) & ~O_NONBLOCK);
+    /* A regular file is locked while we write it (advisory, never waited for): a process
+     * started under the same ETR_TRACE path sees it and writes its own file (env.c), even
+     * when the environment it was given lost our writer mark. Released when the file's
+     * last descriptor closes (at close, or at exec: it is O_CLOEXEC). */
+    if (S_ISREG(st.st_mode)) (void)flock(tr->fd, LOCK_EX | LOCK_NB);
     if (tr->tables_path && !S_ISREG(st.st_mode)) { /* a pipe or device: no file beside it */
       free(tr->tables_path);
       tr->tables_path = NULL;

@@ -225,6 +225,15 @@ static void test_env_exec_child_own_file(void **state) {
   check_parent_file(dir, pid, "exec_parent", "exec_after", "env");
   check_child_file(dir, "env", "exec_parent");
   tu_rmdir(dir);
+
+  /* The same when the child's environment lost the writer mark (a launcher that builds it
+   * anew): the file's lock tells (before it, the child truncated t.json). */
+  tu_mkdtemp(dir, sizeof dir);
+  pid = run_fork_mode(dir, "exec_unmarked", NULL);
+  assert_int_equal(tu_dir_entries(dir), 2);
+  check_parent_file(dir, pid, "exec_parent", "exec_after", "env");
+  check_child_file(dir, "env", "exec_parent");
+  tu_rmdir(dir);
 }
 
 /* ETR_TRACE without %p, and the traced process execs (no fork): the image before exec

@@ -7,6 +7,11 @@
  *   trace_helper exec                records "exec_parent" ops, runs itself as a child
  *                                    (fork + exec, mode env: ETR_TRACE is inherited), waits,
  *                                    records "exec_after" ops and returns
+ *   trace_helper exec_unmarked       same, the child's environment without ETR_TRACE_WRITER
+ *   trace_helper fork|fork_unmarked  a forked child records (ETR_TRACE_FORKS); the second
+ *                                    with ETR_TRACE_WRITER unset before the fork
+ *   trace_helper daemon              records, forks and returns; the child records once
+ *                                    its parent has ended
  *   trace_helper sigquery            records like env, then exits 0 when SIGINT still has
  *                                    its default action, 5 when a handler is installed
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
@@ -262,12 +267,15 @@ int main(int argc, char **argv) {
     execl("/proc/self/exe", argv[0], "env", (char *)NULL);
     return 127;
   }
-  if (strcmp(mode, "exec") == 0) {
+  if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec_unmarked") == 0) {
     record_some("exec_parent");
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return 2;
     if (pid == 0) {
+      /* (exec_unmarked: the child's environment lost the writer mark, as when a launcher
+       * builds it anew) */
+      if (strcmp(mode, "exec_unmarked") == 0) unsetenv("ETR_TRACE_WRITER");
       execl("/proc/self/exe", argv[0], "env", (char *)NULL);
       _exit(127);
     }
