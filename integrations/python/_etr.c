@@ -4,7 +4,7 @@
  *     .enable() .disable() .flush() .stats() -> dict .close() -> dict .closed
  * Op(name, inputs=(), scope=0, schema=None)        one operator call; a context manager:
  *     .begin() .end(outputs=(), failed=False)      __exit__ ends it failed on an exception
- * profile(on)         record every Python function call of every thread as an op
+ * profile(on, pass_prefix=None)   record every Python function call of the thread as an op
  * thread_set_name(s)  thread_id()
  *
  * Python values become etr values: None, bool, int (outside int64: a double), float, str,
@@ -16,10 +16,12 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "etr/etr.h"
 
@@ -27,6 +29,12 @@
 
 #define MAX_DEPTH 34   /* past etr's own limit (32), so that etr cuts and counts */
 #define MAX_ITEMS 4097 /* one more than etr keeps, so that etr counts the cut */
+/* Values converted per call at most, all levels together: a list that holds itself, or the
+ * same list at every level, would otherwise expand to 2^depth values. etr keeps at most
+ * 1 MiB of encoded values per op, at least 2 bytes a value, so this is past what it keeps;
+ * a list past it goes in without items, which etr counts as cut. */
+#define MAX_VALUES (1u << 19)
+#define ITEMS_NONE (-1) /* a list's items index: none converted (over MAX_VALUES) */
 
 /* ---- values ---- */
 
@@ -91,14 +99,18 @@ static int convert(vtree *t, PyObject *o, size_t at, int depth) {
   } else if ((PyList_Check(o) || PyTuple_Check(o)) && depth < MAX_DEPTH) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
     size_t k = n > MAX_ITEMS ? MAX_ITEMS : (size_t)n;
-    etr_value *items = vt_alloc(t, k);
-    if (!items && k) return -1;
-    size_t first = k ? (size_t)(items - t->vals) : 0;
-    for (size_t i = 0; i < k; i++)
-      if (convert(t, PySequence_Fast_GET_ITEM(o, (Py_ssize_t)i), first + i, depth + 1) < 0)
-        return -1;
     v = PyList_Check(o) ? etr_value_list(NULL, (uint32_t)k) : etr_value_tuple(NULL, (uint32_t)k);
-    v.u.i = (int64_t)first; /* an index until vt_fix */
+    if (t->n + k > MAX_VALUES) {
+      v.u.i = ITEMS_NONE;
+    } else {
+      etr_value *items = vt_alloc(t, k);
+      if (!items && k) return -1;
+      size_t first = k ? (size_t)(items - t->vals) : 0;
+      for (size_t i = 0; i < k; i++)
+        if (convert(t, PySequence_Fast_GET_ITEM(o, (Py_ssize_t)i), first + i, depth + 1) < 0)
+          return -1;
+      v.u.i = (int64_t)first; /* an index until vt_fix */
+    }
   } else {
     v = etr_value_object(depth >= MAX_DEPTH ? "..." : Py_TYPE(o)->tp_name);
   }
@@ -110,7 +122,7 @@ static void vt_fix(vtree *t) {
   for (size_t i = 0; i < t->n; i++) {
     etr_value *v = &t->vals[i];
     if (v->kind == ETR_VALUE_LIST || v->kind == ETR_VALUE_TUPLE)
-      v->u.items = v->count ? t->vals + v->u.i : NULL;
+      v->u.items = v->count && v->u.i != ITEMS_NONE ? t->vals + v->u.i : NULL;
   }
 }
 
@@ -156,6 +168,8 @@ typedef struct {
   PyObject_HEAD etr_trace *t;
   PyObject *path;
   etr_trace_stats last; /* the final counters once closed */
+  int close_rc;         /* what the close returned */
+  bool closing;         /* a thread is closing it (with the GIL released) */
   bool closed;
 } TraceObject;
 
@@ -197,17 +211,32 @@ static PyObject *stats_dict(const etr_trace_stats *s) {
   return d;
 }
 
+/* Whether option `name` (v) lies in 0..max; else a ValueError that says so. (Parsed as a
+ * long long: the unsigned formats wrap a negative number around without a word.) */
+static bool opt_in_range(const char *name, long long v, long long max) {
+  if (v >= 0 && v <= max) return true;
+  PyErr_Format(PyExc_ValueError, "%s must be 0..%lld, not %lld", name, max, v);
+  return false;
+}
+
 static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"path",      "timing",          "schema",          "flush_ms", "ring_mb",
-                           "traceback", "traceback_every", "traceback_depth", NULL};
+                           "traceback", "traceback_every", "traceback_depth", "signals",  NULL};
   PyObject *path, *traceback = Py_None;
-  int timing = 1;
+  int timing = 1, signals = 0;
   const char *schema = "1.1.1";
-  unsigned int flush_ms = 0, ring_mb = 0, tb_every = 0, tb_depth = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psIIOII", kwlist, PyUnicode_FSConverter, &path,
+  long long flush_ms = 0, ring_mb = 0, tb_every = 0, tb_depth = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psLLOLLp", kwlist, PyUnicode_FSConverter, &path,
                                    &timing, &schema, &flush_ms, &ring_mb, &traceback, &tb_every,
-                                   &tb_depth))
+                                   &tb_depth, &signals))
     return -1;
+  /* (the ranges of the environment variables, docs/API.md) */
+  if (!opt_in_range("flush_ms", flush_ms, 86400000) || !opt_in_range("ring_mb", ring_mb, 1048576) ||
+      !opt_in_range("traceback_every", tb_every, 1000000000) ||
+      !opt_in_range("traceback_depth", tb_depth, 256)) {
+    Py_DECREF(path);
+    return -1;
+  }
   /* traceback: None/False (off), True (every op), or a str: an op-name pattern (fnmatch) */
   etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
   if (PyUnicode_Check(traceback)) {
@@ -224,18 +253,21 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
     }
     tb.enabled = on;
   }
-  tb.every = tb_every;
-  tb.max_depth = tb_depth;
+  tb.every = (uint32_t)tb_every;
+  tb.max_depth = (uint32_t)tb_depth;
   if (self->t) {
     Py_DECREF(path);
-    PyErr_SetString(EtrError, "this Trace is open already");
+    PyErr_SetString(EtrError, self->closed || self->closing
+                                  ? "this Trace was opened before: make a new one"
+                                  : "this Trace is open already");
     return -1;
   }
   etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
   o.no_timing = !timing;
-  o.flush_ms = flush_ms;
-  o.ring_mb = ring_mb;
+  o.flush_ms = (uint32_t)flush_ms;
+  o.ring_mb = (uint32_t)ring_mb;
   o.traceback = &tb;
+  o.fatal_signals = signals != 0;
   if (!strcmp(schema, "1.1.0")) {
     o.schema = ETR_SCHEMA_1_1_0;
   } else if (strcmp(schema, "1.1.1") != 0) {
@@ -243,8 +275,9 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
     PyErr_Format(PyExc_ValueError, "schema must be \"1.1.1\" or \"1.1.0\", not \"%s\"", schema);
     return -1;
   }
-  int rc;
+  int rc, err = 0;
   Py_BEGIN_ALLOW_THREADS rc = etr_trace_open(PyBytes_AS_STRING(path), &o, &self->t);
+  err = errno; /* (the system's reason when the file could not be made) */
   Py_END_ALLOW_THREADS if (rc != 0) {
     self->t = NULL;
     /* (the path as the caller wrote it, not the bytes it was encoded to) */
@@ -254,8 +287,12 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
                           ? "; this process is recorded through ETR_TRACE already (one trace at "
                             "a time: unset ETR_TRACE to open your own)"
                           : "";
-    PyErr_Format(EtrError, "cannot open trace %R: %s (%s)%s", shown ? shown : path,
-                 etr_strerror(rc), etr_err_name(rc), why);
+    if (rc == ETR_EOPEN && err) /* the system's reason too: "No such file or directory" */
+      PyErr_Format(EtrError, "cannot open trace %R: %s (%s): %s", shown ? shown : path,
+                   etr_strerror(rc), etr_err_name(rc), strerror(err));
+    else
+      PyErr_Format(EtrError, "cannot open trace %R: %s (%s)%s", shown ? shown : path,
+                   etr_strerror(rc), etr_err_name(rc), why);
     Py_XDECREF(shown);
     Py_DECREF(path);
     return -1;
@@ -267,9 +304,17 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
 }
 
 static bool trace_usable(TraceObject *self) {
-  if (self->t && !self->closed) return true;
-  PyErr_SetString(EtrError, "the trace is closed");
+  if (self->t && !self->closed && !self->closing) return true;
+  PyErr_SetString(EtrError, !self->t ? "the trace was never opened" : "the trace is closed");
   return false;
+}
+
+/* Waits (the GIL released) until the thread that is closing self has closed it. */
+static void wait_closed(TraceObject *self) {
+  while (self->closing && !self->closed) {
+    Py_BEGIN_ALLOW_THREADS usleep(1000);
+    Py_END_ALLOW_THREADS
+  }
 }
 
 static PyObject *Trace_enable(TraceObject *self, PyObject *unused) {
@@ -304,6 +349,7 @@ static PyObject *Trace_dump(TraceObject *self, PyObject *unused) {
 
 static PyObject *Trace_stats(TraceObject *self, PyObject *unused) {
   (void)unused;
+  wait_closed(self);
   if (self->closed) return stats_dict(&self->last);
   if (!trace_usable(self)) return NULL;
   etr_trace_stats s = {.struct_size = sizeof s};
@@ -313,21 +359,28 @@ static PyObject *Trace_stats(TraceObject *self, PyObject *unused) {
 
 /* Closing waits for the writer thread: the GIL is released meanwhile, so that Python
  * threads still recording can finish their ops. */
+/* Closing waits for the writer thread: the GIL is released meanwhile, so that Python
+ * threads still recording can finish their ops. Another thread that closes it meanwhile
+ * waits for that close and gets the same result (closing is claimed under the GIL). */
 static PyObject *Trace_close(TraceObject *self, PyObject *unused) {
   (void)unused;
-  if (self->closed) return stats_dict(&self->last);
-  if (!trace_usable(self)) return NULL;
-  etr_trace_stats s = {.struct_size = sizeof s};
-  int rc;
-  Py_BEGIN_ALLOW_THREADS rc = etr_trace_close_stats(self->t, &s);
-  Py_END_ALLOW_THREADS self->closed = true;
-  self->last = s;
-  if (rc) return etr_fail(rc, "close");
-  return stats_dict(&s);
+  wait_closed(self);
+  if (!self->closed) {
+    if (!trace_usable(self)) return NULL;
+    self->closing = true;
+    etr_trace_stats s = {.struct_size = sizeof s};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = etr_trace_close_stats(self->t, &s);
+    Py_END_ALLOW_THREADS self->last = s;
+    self->close_rc = rc;
+    self->closed = true;
+  }
+  if (self->close_rc) return etr_fail(self->close_rc, "close");
+  return stats_dict(&self->last);
 }
 
 static void Trace_dealloc(TraceObject *self) {
-  if (self->t && !self->closed) {
+  if (self->t && !self->closed && !self->closing) {
     Py_BEGIN_ALLOW_THREADS etr_trace_close(self->t);
     Py_END_ALLOW_THREADS
   }
@@ -385,6 +438,17 @@ typedef struct {
   unsigned long thread;
 } OpObject;
 
+/* Whether s can be passed as a C string: UTF-8 without NUL (a name would end there, where a
+ * value keeps it); else a ValueError or UnicodeEncodeError naming what (now, not at begin). */
+static bool c_string_ok(PyObject *s, const char *what) {
+  Py_ssize_t len;
+  const char *u = PyUnicode_AsUTF8AndSize(s, &len);
+  if (!u) return false;
+  if (strlen(u) == (size_t)len) return true;
+  PyErr_Format(PyExc_ValueError, "the op's %s holds a NUL character", what);
+  return false;
+}
+
 static int Op_init(OpObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"name", "inputs", "scope", "schema", NULL};
   PyObject *name, *inputs = NULL, *schema = NULL;
@@ -396,6 +460,7 @@ static int Op_init(OpObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_TypeError, "schema must be a str or None");
     return -1;
   }
+  if (!c_string_ok(name, "name") || (schema && !c_string_ok(schema, "schema"))) return -1;
   if (scope < 0 || scope >= ETR_SCOPE_COUNT) {
     PyErr_Format(PyExc_ValueError, "scope must be 0..%d", ETR_SCOPE_COUNT - 1);
     return -1;
@@ -456,12 +521,16 @@ static PyObject *op_end(OpObject *self, PyObject *outputs, bool failed) {
     return NULL;
   }
   vtree t = {0};
-  if (!failed && etr_record_needs_outputs(&self->rec)) {
+  bool bad_outputs = false;
+  if (outputs && outputs != Py_None && !PyList_Check(outputs) && !PyTuple_Check(outputs)) {
+    /* (checked whether observed or not: the caller's mistake shows in any run) */
+    PyErr_SetString(PyExc_TypeError, "outputs must be a list or a tuple");
+    bad_outputs = failed = true;
+  } else if (!failed && etr_record_needs_outputs(&self->rec)) {
     size_t n;
     if (convert_all(&t, outputs, &n) < 0) {
       vt_free(&t);
-      failed = true; /* end it anyway: never leave an op open */
-      PyErr_Clear();
+      bad_outputs = failed = true; /* ended anyway, failed (never left open); then raised */
     } else {
       self->rec.outputs = t.vals;
       self->rec.n_outputs = (uint32_t)n;
@@ -475,6 +544,7 @@ static PyObject *op_end(OpObject *self, PyObject *outputs, bool failed) {
   self->rec.n_outputs = 0;
   vt_free(&t);
   self->state = 2;
+  if (bad_outputs) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -537,67 +607,135 @@ static PyTypeObject OpType = {
 /* ---- Python function calls as ops (profile) ---- */
 
 /* Each thread's open call records, in a thread-local stack (records must not move while
- * open). Calls deeper than the stack are not recorded. */
+ * open). Calls deeper than the stack are not recorded. A frame is passed through (no op;
+ * its calls still are) when it is a generator's or a coroutine's, whose every yield is a
+ * return to the profiler, so that an op the user opened inside it and that spans a yield
+ * is not closed there, or when it is the etr package's own (trace.__exit__, which turns the
+ * profile off before it returns). */
 #define PROF_DEPTH 256
+#define PROF_PASS_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)
 typedef struct prof_stack {
   etr_record rec[PROF_DEPTH];
+  bool recorded[PROF_DEPTH]; /* (false: passed through) */
   unsigned depth, skipped;
+  Py_tracefunc prev_func; /* the thread's profile function before ours (sys.setprofile, */
+  PyObject *prev_obj;     /* cProfile), put back when the profile is turned off */
 } prof_stack;
 
 static _Thread_local prof_stack *prof;
-static pthread_key_t prof_key; /* frees a thread's stack when the thread exits */
+static pthread_key_t prof_key;     /* frees a thread's stack when the thread exits */
+static int prof_on;                /* (the GIL guards it) */
+static PyObject *prof_pass_prefix; /* code files under it are passed through (etr's own) */
 
 static void prof_free(void *p) {
   if (prof == p) prof = NULL;
-  PyMem_RawFree(p);
+  PyMem_RawFree(p); /* (a prev_obj still held is left: no GIL at thread exit) */
+}
+
+static prof_stack *prof_stack_get(void) {
+  if (!prof) {
+    prof = PyMem_RawCalloc(1, sizeof *prof);
+    if (prof) pthread_setspecific(prof_key, prof);
+  }
+  return prof;
+}
+
+static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
+
+/* The calling thread stops recording its calls: the calls still open end now (complete,
+ * innermost first) and its previous profile function is back. */
+static void prof_uninstall(void) {
+  prof_stack *ps = prof;
+  Py_tracefunc f = ps ? ps->prev_func : NULL;
+  PyObject *o = ps ? ps->prev_obj : NULL;
+  if (ps) {
+    while (ps->depth) {
+      unsigned d = --ps->depth;
+      if (ps->recorded[d]) etr_record_end(&ps->rec[d]);
+    }
+    ps->skipped = 0;
+    ps->prev_func = NULL;
+    ps->prev_obj = NULL;
+  }
+  if (PyThreadState_Get()->c_profilefunc == prof_fn)
+    PyEval_SetProfile(f, o); /* (takes its own reference) */
+  Py_XDECREF(o);
 }
 
 static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
   (void)obj;
+  if (!prof_on) { /* turned off from another thread: this one lets go at its next event */
+    prof_uninstall();
+    return 0;
+  }
   if (what == PyTrace_CALL) {
-    if (!prof) {
-      prof = PyMem_RawCalloc(1, sizeof *prof);
-      if (!prof) return 0;
-      pthread_setspecific(prof_key, prof);
-    }
-    if (prof->depth >= PROF_DEPTH || prof->skipped) {
-      prof->skipped++;
+    prof_stack *ps = prof_stack_get();
+    if (!ps) return 0;
+    if (ps->depth >= PROF_DEPTH || ps->skipped) {
+      ps->skipped++;
       return 0;
     }
     PyCodeObject *code = PyFrame_GetCode(frame);
+    bool pass =
+        code && ((code->co_flags & PROF_PASS_FLAGS) ||
+                 (prof_pass_prefix && PyUnicode_Tailmatch(code->co_filename, prof_pass_prefix, 0,
+                                                          PY_SSIZE_T_MAX, -1) == 1));
+    unsigned d = ps->depth++;
+    ps->recorded[d] = !pass;
+    if (!pass) {
 #if PY_VERSION_HEX >= 0x030B0000
-    const char *name = code ? PyUnicode_AsUTF8(code->co_qualname) : NULL;
+      const char *name = code ? PyUnicode_AsUTF8(code->co_qualname) : NULL;
 #else
-    const char *name = code ? PyUnicode_AsUTF8(code->co_name) : NULL;
+      const char *name = code ? PyUnicode_AsUTF8(code->co_name) : NULL;
 #endif
-    if (!name) PyErr_Clear();
-    etr_record *r = &prof->rec[prof->depth++];
-    etr_record_init(r, name ? name : "?", ETR_SCOPE_USER_SCOPE);
-    etr_record_begin(r);
+      if (!name) PyErr_Clear();
+      etr_record_init(&ps->rec[d], name ? name : "?", ETR_SCOPE_USER_SCOPE);
+      etr_record_begin(&ps->rec[d]);
+    }
     Py_XDECREF(code);
   } else if (what == PyTrace_RETURN && prof) {
     if (prof->skipped) {
       prof->skipped--;
       return 0;
     }
-    if (!prof->depth) return 0;
-    etr_record *r = &prof->rec[--prof->depth];
-    if (arg == NULL) /* the frame is left by an exception */
-      etr_record_end_failed(r);
+    if (!prof->depth) return 0; /* (a frame entered before the profile was on) */
+    unsigned d = --prof->depth;
+    if (!prof->recorded[d])
+      ;
+    else if (arg == NULL) /* the frame is left by an exception */
+      etr_record_end_failed(&prof->rec[d]);
     else
-      etr_record_end(r);
+      etr_record_end(&prof->rec[d]);
   }
   return 0;
 }
 
-static PyObject *mod_profile(PyObject *m, PyObject *arg) {
+static PyObject *mod_profile(PyObject *m, PyObject *args) {
   (void)m;
-  int on = PyObject_IsTrue(arg);
-  if (on < 0) return NULL;
+  int on;
+  PyObject *pass_prefix = Py_None;
+  if (!PyArg_ParseTuple(args, "p|O:profile", &on, &pass_prefix)) return NULL;
+  if (pass_prefix != Py_None && !PyUnicode_Check(pass_prefix))
+    return PyErr_Format(PyExc_TypeError, "profile: the prefix must be a str or None");
+  if (!on) {
+    prof_on = 0;
+    prof_uninstall();
+    Py_RETURN_NONE;
+  }
+  prof_stack *ps = prof_stack_get();
+  if (!ps) return PyErr_NoMemory();
+  Py_XSETREF(prof_pass_prefix, pass_prefix == Py_None ? NULL : Py_NewRef(pass_prefix));
+  PyThreadState *ts = PyThreadState_Get();
+  if (ts->c_profilefunc != prof_fn) { /* (the calling thread's: put back when off) */
+    Py_XDECREF(ps->prev_obj);
+    ps->prev_func = ts->c_profilefunc;
+    ps->prev_obj = Py_XNewRef(ts->c_profileobj);
+  }
+  prof_on = 1;
 #if PY_VERSION_HEX >= 0x030C0000
-  PyEval_SetProfileAllThreads(on ? prof_fn : NULL, NULL);
+  PyEval_SetProfileAllThreads(prof_fn, NULL);
 #else
-  PyEval_SetProfile(on ? prof_fn : NULL, NULL);
+  PyEval_SetProfile(prof_fn, NULL);
 #endif
   Py_RETURN_NONE;
 }
@@ -635,9 +773,11 @@ static PyMethodDef mod_methods[] = {
     {"python_frames", mod_python_frames, METH_O,
      "python_frames(on): put Python frames into tracebacks (CPython 3.11); True when they "
      "are."},
-    {"profile", mod_profile, METH_O,
-     "profile(on): record each Python function call of the calling thread as an op (and of "
-     "every thread on Python 3.12+)."},
+    {"profile", mod_profile, METH_VARARGS,
+     "profile(on, pass_prefix=None): record each Python function call of the calling thread "
+     "as an op (and of every thread on Python 3.12+), but generators' and coroutines' frames "
+     "and those of code files under pass_prefix; off: the calls still open end, and the "
+     "thread's previous profile function is back."},
     {"thread_set_name", mod_thread_set_name, METH_O, "Name the calling thread in traces."},
     {"thread_id", mod_thread_id, METH_NOARGS, "etr's logical id of the calling thread."},
     {NULL, NULL, 0, NULL}};

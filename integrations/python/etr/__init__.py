@@ -13,8 +13,10 @@ function call of the thread as an op. ``python3 -m etr script.py`` runs a script
 tracing. Each op belongs to the thread that began it.
 """
 
-import contextlib as _contextlib
 import functools as _functools
+import inspect as _inspect
+import os as _os
+import warnings as _warnings
 
 from . import _etr
 from ._etr import EtrError, Op
@@ -43,43 +45,88 @@ class trace:
     ``traceback=True`` (or an op-name pattern such as ``"aten::mm*"``) records where each op
     was called from, Python frames (CPython 3.11) between the native ones;
     ``traceback_every=n`` then 1 op in n per thread, ``traceback_depth`` frames kept;
-    ``python_calls=True`` records each Python function call of this thread as an op.
-    After the block, ``stats`` holds the trace's final counters (a dict).
+    ``python_calls=True`` records each Python function call of this thread as an op (the
+    thread's own profile function, sys.setprofile's or cProfile's, is suspended meanwhile
+    and put back after; generator and coroutine frames are not ops, their calls are);
+    ``signals=True`` finalizes the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and SIGINT
+    before the signal goes on to Python's or the default handler.
+    After the block, ``stats`` holds the trace's final counters (a dict), also when closing
+    failed (a write error: raised as EtrError, unless the block itself raised, which then
+    goes on with a warning). A process forked inside the block leaves it without closing
+    anything: the file is the parent's.
     """
 
     def __init__(self, path, *, timing=True, schema="1.1.1", flush_ms=0, ring_mb=0,
-                 traceback=False, traceback_every=0, traceback_depth=0, python_calls=False):
+                 traceback=False, traceback_every=0, traceback_depth=0, python_calls=False,
+                 signals=False):
         self.path = path
         self._opts = dict(timing=timing, schema=schema, flush_ms=flush_ms, ring_mb=ring_mb,
                           traceback=traceback, traceback_every=traceback_every,
-                          traceback_depth=traceback_depth)
+                          traceback_depth=traceback_depth, signals=signals)
         self._python_calls = python_calls
         self._t = None
+        self._pid = None
         self.stats = None
 
     def __enter__(self):
+        if self._t is not None:
+            raise EtrError("this trace's block is running already")
         if self._opts["traceback"]:
             _python_frames()
-        self._t = _etr.Trace(self.path, **self._opts)
-        self._t.enable()
-        if self._python_calls:
-            _etr.profile(True)
+        t = _etr.Trace(self.path, **self._opts)
+        try:
+            t.enable()
+            if self._python_calls:
+                _etr.profile(True, _PACKAGE_DIR)
+        except BaseException:
+            _close_quietly(t)  # (the one trace a process may have: never left open)
+            raise
+        self._t, self._pid, self.stats = t, _os.getpid(), None
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        t, self._t = self._t, None
+        if t is None:
+            return False
         if self._python_calls:
             _etr.profile(False)
-        self.stats = self._t.close()
+        if _os.getpid() != self._pid:  # a forked child: nothing of the parent's to close
+            _close_quietly(t)
+            return False
+        try:
+            self.stats = t.close()
+        except EtrError as e:
+            self.stats = t.stats()
+            if exc_type is None:
+                raise
+            _warnings.warn("etr: %s (while the block raised %s)" % (e, exc_type.__name__),
+                           RuntimeWarning, stacklevel=2)
         return False
+
+    def _open(self, what):
+        if self._t is None:
+            raise EtrError("%s: the trace is not open (use it as `with etr.trace(...)`)" % what)
+        return self._t
 
     def flush(self):
         """Write what is buffered now."""
-        self._t.flush()
+        self._open("flush").flush()
 
     def dump(self):
         """Flight recorder: write the latest events as a complete trace now (the file is
         replaced; recording goes on). Without ``ring_mb``, the same as ``flush()``."""
-        self._t.dump()
+        self._open("dump").dump()
+
+
+_PACKAGE_DIR = _os.path.dirname(_os.path.abspath(__file__)) + _os.sep
+
+
+def _close_quietly(t):
+    """Close t, whatever it says (a forked child's copy, or one that failed)."""
+    try:
+        t.close()
+    except EtrError:
+        pass
 
 
 _frames_on = None
@@ -105,10 +152,22 @@ def record_function(name, inputs=(), *, scope=SCOPE_USER_SCOPE, schema=None):
 
 def annotate(name=None, *, scope=SCOPE_USER_SCOPE):
     """Decorator: each call of the function is an op (named ``name`` or the function's
-    qualified name)."""
+    qualified name). For an ``async def`` function the op spans the awaited call, not only
+    the creation of its coroutine; ops are kept per thread, so tasks that interleave on one
+    thread nest their ops as they run (an op left open by a task switch is closed by the
+    enclosing one and counted in ``ends_out_of_order``). A generator function's op covers
+    making the generator only."""
 
     def wrap(fn):
         op_name = name or fn.__qualname__
+
+        if _inspect.iscoroutinefunction(fn):
+            @_functools.wraps(fn)
+            async def ainner(*args, **kwargs):
+                with Op(op_name, scope=scope):
+                    return await fn(*args, **kwargs)
+
+            return ainner
 
         @_functools.wraps(fn)
         def inner(*args, **kwargs):

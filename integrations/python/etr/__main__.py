@@ -1,22 +1,32 @@
 """python3 -m etr [-o TRACE] [--torch] [--python-calls] [--no-timing] script.py [args...]
+python3 -m etr [options] -m module [args...]
 
 Runs the script (or ``-m module``) as __main__ under an etr trace and writes TRACE
 (default: etr-trace.json; ``%p`` in it becomes the process id). Ops are what the script
 records (etr.record_function, @etr.annotate), with --torch every op PyTorch runs (aten ops,
 autograd's backward functions, record_function scopes; on every thread, as etr.torch.trace
 records them), and with --python-calls every Python function call of the main thread.
+Everything after the script or the module's name goes to it unchanged, as with python3;
+``--`` ends etr's options. The exit status is the script's; a trace that could not be
+written whole is said on stderr, and a script that ended well then exits 1.
 """
 
 import argparse
+import builtins
+import io
 import os
 import runpy
 import sys
+import types
 
 import etr
 
+_FLAGS = ("--torch", "--python-calls", "--no-timing", "-h", "--help")
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python3 -m etr", description=__doc__.split("\n\n")[1],
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python3 -m etr", usage=__doc__.split("\n\n")[0],
+                                description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", default="etr-trace.json", metavar="TRACE",
                    help="trace file (.gz: gzip; %%p: the process id); default etr-trace.json")
@@ -26,32 +36,101 @@ def main(argv=None):
                    help="record every Python function call of the main thread as an op")
     p.add_argument("--no-timing", action="store_true", help="leave out ts and durations")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python3 -m")
-    p.add_argument("script", nargs="?", help="the script to run")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    a = p.parse_args(argv)
-    if not a.module and not a.script:
+    return p
+
+
+def split_argv(argv):
+    """(etr's options, the target: ("script", path) / ("module", name) / None, its args):
+    etr's options end at the first argument that is not one of them (the script), after
+    ``-m MODULE``, or at ``--``; the rest is the target's, unchanged."""
+    own, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            i += 1
+            break
+        if a in ("-o", "--output", "-m"):
+            if i + 1 >= len(argv):
+                own.append(a)  # (argparse says what is missing)
+                return own, None, []
+            if a == "-m":
+                return own, ("module", argv[i + 1]), argv[i + 2:]
+            own += [a, argv[i + 1]]
+            i += 2
+            continue
+        if a.startswith("--output=") or (a.startswith("-o") and len(a) > 2):
+            own.append(a)
+        elif a.startswith("-m") and len(a) > 2:  # -mMODULE
+            return own, ("module", a[2:]), argv[i + 1:]
+        elif a in _FLAGS or (a.startswith("-") and a != "-"):
+            own.append(a)  # (an unknown option: argparse rejects it)
+        else:
+            break
+        i += 1
+    if i < len(argv):
+        return own, ("script", argv[i]), argv[i + 1:]
+    return own, None, []
+
+
+def _script_runner(path):
+    """A function that runs the script file path as __main__, as runpy.run_path does, with
+    the file read and compiled beforehand, so that --python-calls records the script's calls
+    and not the launcher's. A directory or zip file goes through runpy."""
+    if not os.path.isfile(path) or path.endswith((".zip", ".pyz")):
+        return lambda: runpy.run_path(path, run_name="__main__")
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec")
+    mod = types.ModuleType("__main__")
+    mod.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None,
+                        __spec__=None, __builtins__=builtins)
+
+    def run():
+        saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = mod
+        try:
+            exec(code, mod.__dict__)
+        finally:
+            sys.modules["__main__"] = saved
+
+    return run
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, target, args = split_argv(argv)
+    p = _parser()
+    a = p.parse_args(own)
+    if target is None:
         p.error("no script or -m MODULE given")
-    if a.module and a.script:
-        a.args.insert(0, a.script)
+    kind, name = target
     if a.torch:
         try:
             import etr.torch as etr_torch
         except ImportError as e:
             p.error("--torch: %s" % e)
     path = a.output.replace("%p", str(os.getpid()))
-    target = a.module or a.script
-    sys.argv = [target] + a.args
+    if kind == "script":
+        try:
+            run = _script_runner(name)
+        except OSError as e:
+            p.error("cannot read %s: %s" % (name, e.strerror or e))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(name)))
+    else:
+        def run():
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+    sys.argv = [name] + args
     code = 0
     tracer = etr_torch.trace if a.torch else etr.trace
-    with tracer(path, timing=not a.no_timing, python_calls=a.python_calls) as t:
-        try:
-            if a.module:
-                runpy.run_module(a.module, run_name="__main__", alter_sys=True)
-            else:
-                sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
-                runpy.run_path(a.script, run_name="__main__")
-        except SystemExit as e:
-            code = e.code
+    t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)
+    try:
+        with t:
+            try:
+                run()
+            except SystemExit as e:
+                code = e.code
+    except etr.EtrError as e:  # (the script ended; its trace could not be written whole)
+        print("etr: %s: %s" % (path, e), file=sys.stderr)
+        return code if code not in (0, None) else 1
     st = t.stats
     print("etr: %s: %d nodes, %d bytes" % (path, st["nodes_written"], st["bytes_written"]),
           file=sys.stderr)

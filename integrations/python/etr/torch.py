@@ -19,6 +19,8 @@ The trace has the nodes PyTorch's own execution-trace observer writes for the sa
 (Debian: libtorch-dev) and the same PyTorch at run time (Debian: python3-torch).
 """
 
+import os as _os
+
 import torch as _torch_lib  # noqa: F401  (loads libtorch before the integration)
 
 import etr as _etr
@@ -41,7 +43,11 @@ class trace(_etr.trace):
 
     def __enter__(self):
         super().__enter__()
-        _torch.attach()
+        try:
+            _torch.attach()
+        except BaseException:
+            super().__exit__(None, None, None)  # (the trace is never left open)
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -73,6 +79,7 @@ class ExecutionTraceObserver(_Base):
     def __init__(self, **options):
         self._options = options
         self._t = None
+        self._pid = None
         self._running = False
         self._output_file_path = None
         self.stats = None
@@ -93,16 +100,23 @@ class ExecutionTraceObserver(_Base):
             except BaseException:
                 t.close()
                 raise
-            self._t, self._output_file_path = t, output_file_path
+            self._t, self._output_file_path, self._pid = t, output_file_path, _os.getpid()
         return self
 
     def unregister_callback(self):
-        """Stop, detach from PyTorch and finalize the file."""
+        """Stop, detach from PyTorch and finalize the file (in a process forked meanwhile:
+        let go of the parent's trace, writing nothing)."""
         if self._t is not None:
-            self.stop()
-            _torch.detach()
             t, self._t = self._t, None
-            self.stats = t.close()
+            _torch.detach()
+            self._running = False
+            if _os.getpid() != self._pid:
+                _etr._close_quietly(t)
+                return
+            try:
+                t.disable()
+            finally:
+                self.stats = t.close()
 
     @property
     def is_registered(self):
@@ -120,8 +134,9 @@ class ExecutionTraceObserver(_Base):
     def stop(self):
         """Pause recording; an op running now is written whole."""
         if self._running:
-            self._t.disable()
             self._running = False
+            if _os.getpid() == self._pid:  # (a forked child's copy records nothing anyway)
+                self._t.disable()
 
     def cleanup(self):
         self.unregister_callback()

@@ -1,0 +1,416 @@
+"""The etr Python package used the way a careless or hostile program uses it (ctest
+python.misuse): each case was a defect found by trying exactly that, and fails without its
+fix. Every trace written is checked with `etr validate`.
+
+usage: test_etr_python_misuse.py ETR_TOOL   (PYTHONPATH holds <build>/python)
+"""
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import etr
+from etr import _etr
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tests", "pylib"))
+from etr_checks import check, finish, scratch_dir, validate  # noqa: E402
+
+TOOL = sys.argv[1]
+TMP = scratch_dir("etr-pymisuse-")
+ENV = dict(os.environ)  # (PYTHONPATH: the build tree's package, made absolute for other cwds)
+ENV["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in
+                                    ENV.get("PYTHONPATH", "").split(os.pathsep) if p)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def ops(path, name):
+    return [n for n in load(path)["nodes"] if n["name"] == name]
+
+
+def attr(n, name):
+    for a in n["attrs"]:
+        if a["name"] == name:
+            return a["value"]
+    return None
+
+
+def run_py(code, *args, cwd=TMP):
+    """Runs code (a script written to a file) with this Python; (returncode, stderr)."""
+    script = os.path.join(TMP, "s_%d.py" % time.monotonic_ns())
+    with open(script, "w") as f:
+        f.write(textwrap.dedent(code))
+    r = subprocess.run([sys.executable, *args, script] if args else [sys.executable, script],
+                       capture_output=True, text=True, env=ENV, cwd=cwd, timeout=120)
+    return r.returncode, r.stderr
+
+
+def fork_child_leaves_block():
+    """A process forked inside a traced block leaves it with its own exit status (before:
+    EtrError ETR_EFORKED from __exit__, exit status 1); the parent's file is whole."""
+    path = os.path.join(TMP, "fork.json")
+    rc, err = run_py("""
+        import os, sys, etr
+        with etr.trace(%r):
+            with etr.record_function("before_fork"):
+                pass
+            pid = os.fork()
+            if pid == 0:
+                with etr.record_function("in_child"):
+                    pass
+                sys.exit(5)
+            st = os.waitpid(pid, 0)[1]
+        sys.exit(0 if os.waitstatus_to_exitcode(st) == 5 else 9)
+    """ % path)
+    check(rc == 0, "a forked child leaves etr.trace's block with its own status: %d %s"
+          % (rc, err[-400:]))
+    check("EtrError" not in err, "no EtrError in the child: %s" % err[-400:])
+    if validate(TOOL, path):
+        check(len(ops(path, "before_fork")) == 1 and not ops(path, "in_child"),
+              "the parent's file holds the parent's op only")
+
+
+def dash_m_arguments():
+    """python3 -m etr passes everything after the script or -m MODULE to it unchanged
+    (before, etr took -o, --help and unknown options from the module's arguments, and
+    dropped a `--` after the script)."""
+    pkg = os.path.join(TMP, "argmod.py")
+    with open(pkg, "w") as f:
+        f.write("import sys, json\nprint(json.dumps(sys.argv[1:]))\n")
+    out = os.path.join(TMP, "dashm.json")
+    cases = [
+        (["-o", out, "-m", "argmod", "--flag", "x", "-o", "y"], ["--flag", "x", "-o", "y"]),
+        (["-o", out, "-m", "argmod", "--help"], ["--help"]),
+        (["-o", out, pkg, "--", "x"], ["--", "x"]),
+        (["-o", out, "--", pkg, "-o", "z"], ["-o", "z"]),
+    ]
+    for argv, want in cases:
+        r = subprocess.run([sys.executable, "-m", "etr", *argv], capture_output=True, text=True,
+                           env=ENV, cwd=TMP, timeout=120)
+        got = None
+        try:
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
+        check(r.returncode == 0 and got == want,
+              "python3 -m etr %s: the target's argv %r, want %r (rc %d: %s)"
+              % (" ".join(argv), got, want, r.returncode, r.stderr[-300:]))
+        check(not os.path.exists(os.path.join(TMP, "y")) and not os.path.exists(
+            os.path.join(TMP, "z")), "the target's -o is not etr's")
+        validate(TOOL, out)
+
+
+def python_calls_launcher_quiet():
+    """python3 -m etr --python-calls records the script's calls, not the launcher's (before:
+    about 2 080 of 2 085 ops were runpy's and importlib's)."""
+    out = os.path.join(TMP, "pc_main.json")
+    script = os.path.join(TMP, "pc_script.py")
+    with open(script, "w") as f:
+        f.write("def f():\n    return 1\n\nfor _ in range(3):\n    f()\n")
+    r = subprocess.run([sys.executable, "-m", "etr", "--python-calls", "-o", out, script],
+                       capture_output=True, text=True, env=ENV, timeout=120)
+    if check(r.returncode == 0, "python3 -m etr --python-calls: %s" % r.stderr[-300:]) and \
+            validate(TOOL, out):
+        names = [n["name"] for n in load(out)["nodes"] if not n["name"].startswith("[")
+                 and not n["name"].startswith("##")]
+        check(names.count("f") == 3, "3 calls of f: %r" % names[:20])
+        check(len(names) <= 10, "few ops beside the script's: %d (%r)" % (len(names), names[:20]))
+
+
+def enter_failure_releases_trace():
+    """A block whose enable fails (the header cannot be written to /dev/full) leaves no open
+    trace behind (before: every later etr.trace failed with ETR_EBUSY)."""
+    raised = False
+    try:
+        with etr.trace("/dev/full"):
+            pass
+    except etr.EtrError:
+        raised = True
+    check(raised, "etr.trace('/dev/full') raises EtrError")
+    path = os.path.join(TMP, "after_full.json")
+    try:
+        with etr.trace(path):
+            pass
+        validate(TOOL, path)
+    except etr.EtrError as e:
+        check(False, "a trace opens after the failed one: %s" % e)
+
+
+def self_referencing_list():
+    """A list that holds itself, or the same list at every level, is cut (before: 2^34
+    values converted, hanging or exhausting memory)."""
+    path = os.path.join(TMP, "cycle.json")
+    loop = [None, None]
+    loop[0] = loop
+    loop[1] = loop
+    shared = [1, 2, 3]
+    for _ in range(30):
+        shared = [shared, shared, shared]
+    t0 = time.monotonic()
+    with etr.trace(path) as t:
+        with etr.record_function("cyclic", inputs=[loop, shared]):
+            pass
+    took = time.monotonic() - t0
+    check(took < 30, "a self-referencing list takes %.1f s" % took)
+    if validate(TOOL, path):
+        check(len(ops(path, "cyclic")) == 1, "the op is written")
+        check(t.stats["lists_cut"] + t.stats["nesting_cut"] > 0, "the cut is counted: %r"
+              % {k: t.stats[k] for k in ("lists_cut", "nesting_cut")})
+
+
+def gen():
+    for i in range(3):
+        with etr.record_function("g", inputs=[i]):
+            yield i
+
+
+def python_calls_generators_and_profiler():
+    """python_calls: an op that spans a yield inside a generator stays whole (before: each
+    was abandoned at the yield); no stray incomplete trace.__exit__ op (before: one in
+    every such trace); the thread's own profile function is back after the block (before:
+    sys.getprofile() was None)."""
+    path = os.path.join(TMP, "pc_gen.json")
+    seen = []
+
+    def myprof(frame, event, arg):
+        seen.append(event)
+
+    sys.setprofile(myprof)
+    try:
+        with etr.trace(path, python_calls=True) as t:
+            for _ in gen():
+                pass
+        check(sys.getprofile() is myprof, "the previous profile function is back: %r"
+              % (sys.getprofile(),))
+    finally:
+        sys.setprofile(None)
+    if validate(TOOL, path):
+        g = ops(path, "g")
+        check(len(g) == 3, "3 ops g: %d" % len(g))
+        check(not any(attr(n, "etr_incomplete") for n in g), "no g is incomplete")
+        check(not ops(path, "trace.__exit__") and not ops(path, "trace.__enter__"),
+              "no op of etr's own frames")
+        st = t.stats
+        check(st["ops_abandoned"] == 0 and st["ends_out_of_order"] == 0 and
+              st["ops_open_at_close"] == 0,
+              "no op abandoned or open: %r" % {k: st[k] for k in (
+                  "ops_abandoned", "ends_out_of_order", "ops_open_at_close")})
+    # A plain trace after it records no Python calls (the profile is gone).
+    path2 = os.path.join(TMP, "plain_after.json")
+    with etr.trace(path2):
+        (lambda: None)()
+    if validate(TOOL, path2):
+        names = [n["name"] for n in load(path2)["nodes"] if n["name"] == "<lambda>"]
+        check(not names, "no Python calls recorded by a plain trace after python_calls")
+
+
+def concurrent_close():
+    """close() from three threads at once: each gets the final counters (before: one raised
+    ETR_ESTATE and stats() could say 0 nodes)."""
+    path = os.path.join(TMP, "cclose.json")
+    t = _etr.Trace(path)
+    t.enable()
+    for i in range(2000):
+        etr.Op("x", [i]).begin().end()
+    results, errors = [], []
+
+    def closer():
+        try:
+            results.append(t.close()["nodes_written"])
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=closer) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    check(not errors, "no close raises: %r" % errors)
+    check(len(results) == 3 and len(set(results)) == 1 and results[0] >= 2000,
+          "every close returns the same counters: %r" % results)
+    check(t.stats()["nodes_written"] == results[0] if results else False,
+          "stats() after: the final counters")
+    validate(TOOL, path)
+
+
+def bad_arguments():
+    """Mistakes get a clear error of the right kind (before: silent, wrapped around, or an
+    AttributeError)."""
+    path = os.path.join(TMP, "bad.json")
+    with etr.trace(path):
+        op = etr.Op("bad_outputs").begin()
+        try:
+            op.end(outputs={1: 2})
+            check(False, "Op.end(outputs=dict) raises")
+        except TypeError:
+            pass
+        try:
+            etr.Op("a\0b")
+            check(False, "a NUL in an op name raises")
+        except ValueError:
+            pass
+    if validate(TOOL, path):
+        n = ops(path, "bad_outputs")
+        check(len(n) == 1 and attr(n[0], "etr_failed"), "the op is ended, marked failed")
+    for opt in ("flush_ms", "ring_mb", "traceback_every", "traceback_depth"):
+        try:
+            etr.trace(os.path.join(TMP, "neg.json"), **{opt: -1}).__enter__()
+            check(False, "%s=-1 raises" % opt)
+        except ValueError as e:
+            check(opt in str(e), "the error names %s: %s" % (opt, e))
+    try:
+        etr.trace(path, ring_mb=2**32 + 1).__enter__()
+        check(False, "ring_mb=2**32+1 raises")
+    except (ValueError, OverflowError):
+        pass
+    try:
+        etr.trace(os.path.join(TMP, "no", "such", "dir", "t.json")).__enter__()
+        check(False, "a missing directory raises")
+    except etr.EtrError as e:
+        check("No such file or directory" in str(e), "the system's reason is said: %s" % e)
+    try:
+        etr.trace(path).flush()
+        check(False, "flush before the block raises")
+    except etr.EtrError:
+        pass
+
+
+def async_annotate():
+    """@etr.annotate on an async function times the awaited call (before: only making the
+    coroutine, about 2 µs for 50 ms of work)."""
+    path = os.path.join(TMP, "async.json")
+
+    @etr.annotate("slow_coro")
+    async def slow():
+        await asyncio.sleep(0.05)
+        return 7
+
+    with etr.trace(path):
+        check(asyncio.run(slow()) == 7, "the coroutine's value")
+    if validate(TOOL, path):
+        n = ops(path, "slow_coro")
+        check(len(n) == 1 and n[0]["inclusive_dur"] >= 40000,
+              "the op spans the await: %r" % [x.get("inclusive_dur") for x in n])
+
+
+def write_error_in_block_with_exception():
+    """The file cannot take the trace (RLIMIT_FSIZE, as a full disk) and the block raised:
+    the block's exception goes on, with a warning, and stats is set (before: the EtrError of
+    close replaced it). Under python3 -m etr: a clear line, exit status 1, no traceback
+    (before: a traceback, and the script's status lost)."""
+    path = os.path.join(TMP, "fsize.json")
+    rc, err = run_py("""
+        import resource, signal, sys, warnings, etr
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+        t = etr.trace(%r)
+        mine = False
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                with t:
+                    for i in range(20000):
+                        with etr.record_function("x", inputs=[i, "y" * 50]):
+                            pass
+                    raise ValueError("mine")
+            except ValueError:
+                mine = True
+        warned = any("etr" in str(x.message) for x in w)
+        ok = mine and t.stats is not None and t.stats["write_error"] != 0 and warned
+        sys.exit(0 if ok else 3)
+    """ % path)
+    check(rc == 0, "a failed close after the block raised: the block's exception, a warning "
+          "and stats (rc %d: %s)" % (rc, err[-400:]))
+
+    script = os.path.join(TMP, "many.py")
+    with open(script, "w") as f:
+        f.write("import etr\nfor i in range(20000):\n"
+                "    with etr.record_function('x', inputs=[i, 'y' * 50]):\n        pass\n")
+
+    def small_files():
+        import resource
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", os.path.join(TMP, "fsize2.json"),
+                        script], capture_output=True, text=True, env=ENV, timeout=120,
+                       preexec_fn=small_files)
+    check(r.returncode == 1 and "Traceback" not in r.stderr and "etr:" in r.stderr,
+          "python3 -m etr on a file that cannot take the trace: status 1, a clear line "
+          "(rc %d: %s)" % (r.returncode, r.stderr[-400:]))
+
+
+def signals_option():
+    """etr.trace(signals=True): SIGTERM finalizes the file before the process ends."""
+    path = os.path.join(TMP, "sig.json")
+    rc, err = run_py("""
+        import os, signal, etr
+        with etr.trace(%r, signals=True, flush_ms=100000):
+            for i in range(50):
+                with etr.record_function("before_term"):
+                    pass
+            os.kill(os.getpid(), signal.SIGTERM)
+    """ % path)
+    check(rc == -15, "the process ends by SIGTERM: %d %s" % (rc, err[-300:]))
+    if validate(TOOL, path):
+        check(len(ops(path, "before_term")) == 50, "the 50 ops are in the finalized file")
+
+
+def torch_observer_in_forked_child():
+    """The drop-in ExecutionTraceObserver dropped in a forked child lets go of the parent's
+    trace quietly (before: "Exception ignored in __del__ ... ETR_EFORKED"); skipped without
+    etr.torch."""
+    try:
+        import etr.torch  # noqa: F401
+    except ImportError:
+        print("python.misuse: etr.torch not built, its case skipped")
+        return
+    path = os.path.join(TMP, "obs_fork.json")
+    rc, err = run_py("""
+        import os, sys, torch
+        from etr.torch import ExecutionTraceObserver
+        et = ExecutionTraceObserver().register_callback(%r)
+        et.start()
+        torch.ones(2) + 1
+        pid = os.fork()
+        if pid == 0:
+            torch.ones(3) * 2
+            et.stop()
+            del et
+            os._exit(0 if True else 1)
+        st = os.waitpid(pid, 0)[1]
+        et.stop()
+        et.unregister_callback()
+        sys.exit(os.waitstatus_to_exitcode(st))
+    """ % path)
+    check(rc == 0 and "Exception ignored" not in err and "EtrError" not in err,
+          "the observer in a forked child: %d %s" % (rc, err[-400:]))
+    if validate(TOOL, path):
+        check(len(ops(path, "aten::add")) == 1 and not ops(path, "aten::mul"),
+              "the parent's file holds the parent's ops only")
+
+
+def main():
+    for case in (fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
+                 enter_failure_releases_trace, self_referencing_list,
+                 python_calls_generators_and_profiler, concurrent_close, bad_arguments,
+                 async_annotate, write_error_in_block_with_exception, signals_option,
+                 torch_observer_in_forked_child):
+        try:
+            case()
+        except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
+            check(False, "%s raised %r" % (case.__name__, e))
+    return finish("python.misuse: passed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
