@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +142,7 @@ static struct {
 } * g_inputs;
 static size_t g_n_inputs, g_cap_inputs;
 
-static void remember_input(const char *path) {
+void cli_remember_input(const char *path) {
   struct stat st;
   if ((strcmp(path, "-") == 0 ? fstat(STDIN_FILENO, &st) : stat(path, &st)) != 0) return;
   if (!S_ISREG(st.st_mode)) return;       /* a pipe or device cannot be truncated by an output */
@@ -240,7 +241,7 @@ int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options 
     in->r = NULL;
     return ETR_CLI_FAIL;
   }
-  remember_input(path);
+  cli_remember_input(path);
   return ETR_CLI_OK;
 }
 
@@ -312,21 +313,160 @@ void cli_close(cli_input *in) {
 
 /* ---- output ---- */
 
+/* An output to a regular file (or to a path that does not exist yet) is written to a
+ * temporary file beside it and renamed over it once complete: an error, a full disk or an
+ * interruption leaves the file that was there as it was, and no half-written one. The
+ * temporary files are removed at SIGINT, SIGTERM, SIGHUP and SIGQUIT too (before the
+ * signal goes on), so that none is left behind. */
+#define OUT_SLOTS 8
+static char *volatile g_temps[OUT_SLOTS]; /* (read by the signal handler) */
+static struct {
+  FILE *f; /* (NULL: written through a descriptor) */
+  char *final;
+} g_outs[OUT_SLOTS];
+
+static void remove_temps_on_signal(int sig) {
+  for (int i = 0; i < OUT_SLOTS; i++) {
+    char *t = g_temps[i];
+    if (t) unlink(t);
+  }
+  raise(sig); /* (the handler was reset: delivered, at the default action, once we return) */
+}
+
+static void watch_signals(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old, sa;
+    if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    memset(&sa, 0, sizeof sa); /* (ignored, or handled by a caller's code: left alone) */
+    sa.sa_handler = remove_temps_on_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
+static bool wants_temp(const char *path) {
+  struct stat st;
+  return stat(path, &st) != 0 || S_ISREG(st.st_mode); /* (a device or FIFO: as it is) */
+}
+
+int cli_out_temp(const char *cmd, const char *path) {
+  int slot = -1;
+  for (int i = 0; i < OUT_SLOTS && slot < 0; i++)
+    if (!g_temps[i] && !g_outs[i].final) slot = i;
+  const char *slash = strrchr(path, '/');
+  size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
+  size_t need = strlen(path) + sizeof ".etr-XXXXXX" + 1;
+  char *tmp = slot >= 0 ? malloc(need) : NULL;
+  char *final = tmp ? strdup(path) : NULL;
+  if (!final) {
+    free(tmp);
+    cli_error(cmd, "%s: out of memory", cli_term(path));
+    return -1;
+  }
+  /* ".<name>.etr-XXXXXX" in the output's directory: rename(2) stays in one file system */
+  snprintf(tmp, need, "%.*s.%s.etr-XXXXXX", (int)dir, path, path + dir);
+  watch_signals();
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    cli_error(cmd, "%s: cannot create a file beside it: %s", cli_term(path), strerror(errno));
+    free(tmp);
+    free(final);
+    return -1;
+  }
+  mode_t mask = umask(0); /* the mode open(2) would give the output, not mkstemp's 0600 */
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  g_outs[slot].final = final;
+  g_outs[slot].f = NULL;
+  g_temps[slot] = tmp;
+  return fd;
+}
+
+static int slot_of(const char *path) {
+  for (int i = 0; i < OUT_SLOTS; i++)
+    if (g_outs[i].final && !strcmp(g_outs[i].final, path)) return i;
+  return -1;
+}
+
+static void slot_free(int i) {
+  char *t = g_temps[i];
+  g_temps[i] = NULL;
+  free(t);
+  free(g_outs[i].final);
+  g_outs[i].final = NULL;
+  g_outs[i].f = NULL;
+}
+
+void cli_temp_watch(const char *tmp) {
+  for (int i = 0; i < OUT_SLOTS; i++)
+    if (!g_temps[i] && !g_outs[i].final) {
+      watch_signals();
+      g_temps[i] = strdup(tmp); /* (NULL: not watched; nothing worse) */
+      return;
+    }
+}
+
+void cli_temp_unwatch(const char *tmp) {
+  for (int i = 0; i < OUT_SLOTS; i++)
+    if (g_temps[i] && !g_outs[i].final && !strcmp(g_temps[i], tmp)) {
+      slot_free(i);
+      return;
+    }
+}
+
+int cli_out_commit(const char *cmd, const char *path) {
+  int i = slot_of(path);
+  if (i < 0) return ETR_CLI_OK; /* (written in place: a device, a FIFO) */
+  int rc = ETR_CLI_OK;
+  if (rename(g_temps[i], path) != 0) {
+    cli_error(cmd, "%s: cannot replace it: %s", cli_term(path), strerror(errno));
+    unlink(g_temps[i]);
+    rc = ETR_CLI_FAIL;
+  }
+  slot_free(i);
+  return rc;
+}
+
 FILE *cli_open_output(const char *cmd, const char *path) {
   if (!path || !strcmp(path, "-")) return stdout;
   if (cli_is_input(path)) {
     cli_error(cmd, "%s: is an input of this command (or a link to one): refusing to overwrite it",
-              path);
+              cli_term(path));
     return NULL;
   }
-  FILE *f = fopen(path, "w");
-  if (!f) cli_error(cmd, "%s: cannot create: %s", path, strerror(errno));
+  if (!wants_temp(path)) {
+    FILE *f = fopen(path, "w");
+    if (!f) cli_error(cmd, "%s: cannot create: %s", cli_term(path), strerror(errno));
+    return f;
+  }
+  int fd = cli_out_temp(cmd, path);
+  if (fd < 0) return NULL;
+  FILE *f = fdopen(fd, "w");
+  if (!f) {
+    cli_error(cmd, "%s: %s", cli_term(path), strerror(errno));
+    close(fd);
+    cli_discard_output(path);
+    return NULL;
+  }
+  g_outs[slot_of(path)].f = f;
   return f;
 }
 
 void cli_discard_output(const char *path) {
+  if (!path) return;
+  int i = slot_of(path);
+  if (i >= 0) { /* the temporary file goes; what path holds stays */
+    unlink(g_temps[i]);
+    slot_free(i);
+    return;
+  }
   struct stat st;
-  if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
+  if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
 }
 
 int cli_close_output(const char *cmd, FILE *f, const char *path) {
@@ -348,10 +488,11 @@ int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_e
   }
   if (bad) {
     if (!err) err = write_err;
-    cli_error(cmd, "%s: write error: %s", name, err ? strerror(err) : "I/O error");
+    cli_error(cmd, "%s: write error: %s", cli_term(name), err ? strerror(err) : "I/O error");
+    if (f != stdout) cli_discard_output(path);
     return ETR_CLI_FAIL;
   }
-  return ETR_CLI_OK;
+  return f == stdout ? ETR_CLI_OK : cli_out_commit(cmd, path);
 }
 
 void cli_json_str(FILE *f, const char *s) { cli_json_strn(f, s, strlen(s)); }

@@ -98,20 +98,38 @@ bool cli_is_binary_log(const char *path);
 /* True when path names a file that cli_open has opened as an input in this process (the same
  * file by another name too: a hard link, a symlink). */
 bool cli_is_input(const char *path);
+/* Count path as an input too (a file a command reads other than through cli_open: a model,
+ * a list), so that no output overwrites it. */
+void cli_remember_input(const char *path);
 
 /* Open an output file ("-" or NULL = stdout). NULL after printing an error, also when path
- * is one of the command's inputs (it would be truncated before it is read). */
+ * is one of the command's inputs (it would be truncated before it is read). A regular file
+ * (or a new one) is written beside path and renamed over it by cli_close_output: until then,
+ * and after any failure or interruption, path keeps what it held. */
 FILE *cli_open_output(const char *cmd, const char *path);
+/* The same for an output written through a descriptor: a temporary file beside path (its
+ * descriptor, or -1 after printing an error), made path by cli_out_commit, removed by
+ * cli_discard_output (and at SIGINT, SIGTERM, SIGHUP, SIGQUIT). */
+int cli_out_temp(const char *cmd, const char *path);
+/* Rename the temporary file of path over it (the descriptor closed first). ETR_CLI_OK, or
+ * ETR_CLI_FAIL after printing why (the temporary file removed); ETR_CLI_OK when path has
+ * none (written in place). */
+int cli_out_commit(const char *cmd, const char *path);
+/* A temporary file of the command's own, removed at those signals until unwatched. */
+void cli_temp_watch(const char *tmp);
+void cli_temp_unwatch(const char *tmp);
 
-/* Flush and close an output from cli_open_output (stdout is flushed, not closed).
- * ETR_CLI_OK, or ETR_CLI_FAIL after printing the write error. */
+/* Flush and close an output from cli_open_output (stdout is flushed, not closed), then
+ * make it path. ETR_CLI_OK, or ETR_CLI_FAIL after printing the write error (path as it
+ * was). */
 int cli_close_output(const char *cmd, FILE *f, const char *path);
 /* The same for an output written with fwrite in large blocks (nothing left in stdio's
  * buffer to fail again at the flush): the error printed is `write_err` (the errno of the
  * last write that failed, 0 if none) when the flush and close give none. */
 int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_err);
-/* Remove a half-written output, if it is a regular file: never a device such as /dev/null
- * or /dev/full (which, run as root, unlink would delete). */
+/* Drop a half-written output: its temporary file, or (written in place) path itself if it
+ * is a regular file, never a device such as /dev/null or /dev/full (which, run as root,
+ * unlink would delete). */
 void cli_discard_output(const char *path);
 
 /* Write s as a JSON string literal (quotes included; control characters escaped; bytes

@@ -614,6 +614,23 @@ static void help(void) {
       "Prints one line per file: its path, rank and node counts.\n");
 }
 
+/* Whether path is a file of dir (the same directory by any name) named prefix.N.et. */
+static bool in_output_dir(const char *path, const char *dir, const char *prefix) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  size_t pl = strlen(prefix);
+  if (strncmp(base, prefix, pl) != 0 || base[pl] != '.') return false;
+  const char *d = base + pl + 1, *e = d;
+  while (*e >= '0' && *e <= '9') e++;
+  if (e == d || strcmp(e, ".et") != 0) return false;
+  char *pdir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
+  struct stat a, b;
+  bool same = pdir && stat(pdir, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev &&
+              a.st_ino == b.st_ino;
+  free(pdir);
+  return same;
+}
+
 int cmd_chakra(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
     help();
@@ -642,8 +659,10 @@ int cmd_chakra(int argc, char **argv) {
       prefix = optarg;
     } else if (c == 'R') {
       uint64_t r;
-      if (!cli_parse_u64(CMD, "--rank", optarg, &r) || r > INT32_MAX)
+      if (!cli_parse_u64(CMD, "--rank", optarg, &r))
         rc = ETR_CLI_USAGE;
+      else if (r > INT32_MAX)
+        rc = cli_usage(CMD, "--rank %s: at most %d", optarg, INT32_MAX);
       else
         force_rank = (int64_t)r;
     } else {
@@ -666,6 +685,15 @@ int cmd_chakra(int argc, char **argv) {
     free(files);
     return ETR_CLI_FAIL;
   }
+  /* A trace in DIR under an output's name (PREFIX.N.et) could be overwritten by the output
+   * of a trace read before it: refused before anything is written. */
+  for (size_t f = 0; f < nfiles; f++)
+    if (in_output_dir(files[f], dir, prefix)) {
+      cli_error(CMD, "%s: is in %s under an output's name (%s.N.et): refusing to overwrite it",
+                cli_term(files[f]), cli_term(dir), cli_term(prefix));
+      free(files);
+      return ETR_CLI_FAIL;
+    }
   int64_t *ranks = calloc(nfiles, sizeof *ranks);
   if (ranks == NULL) {
     free(files);

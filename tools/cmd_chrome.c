@@ -533,8 +533,11 @@ int cmd_chrome(int argc, char **argv) {
   }
   if (cli_one_file(CMD, argc, argv, &file)) return ETR_CLI_USAGE;
   bool to_file = out_path != NULL && strcmp(out_path, "-") != 0;
-  if (to_file && strcmp(file, out_path) == 0)
-    return cli_usage(CMD, "the output would overwrite the input '%s'", file);
+  if (to_file && strcmp(file, out_path) == 0) { /* (a link to it: refused at open) */
+    cli_error(CMD, "%s: is an input of this command (or a link to one): refusing to overwrite it",
+              cli_term(out_path));
+    return ETR_CLI_FAIL;
+  }
 
   cli_input in;
   if (cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;

@@ -77,6 +77,7 @@ static int temp_in(const char *out, char *buf, size_t cap) {
     mode_t mask = umask(0);
     umask(mask);
     fchmod(fd, 0666 & ~mask);
+    cli_temp_watch(buf); /* (removed if we are interrupted) */
   }
   return fd;
 }
@@ -129,18 +130,27 @@ static int copy_to(const char *src, int out, bool gz) {
 }
 
 /* The finished JSON at src goes to out: renamed over it when it is (or will be) a regular
- * file in the same place, else copied; compressed when out ends in .gz. 0 or an errno. */
+ * file in the same place, else copied; compressed when out ends in .gz, into a temporary
+ * file beside a regular out that is then renamed over it (out keeps what it held until
+ * then). 0 or an errno. */
 static int deliver(const char *src, const char *out) {
   size_t n = strlen(out);
   bool gz = n > 3 && strcmp(out + n - 3, ".gz") == 0;
   if (!strcmp(out, "-")) return copy_to(src, STDOUT_FILENO, false);
   struct stat st;
-  bool exists = stat(out, &st) == 0;
-  if (!gz && (!exists || S_ISREG(st.st_mode)) && rename(src, out) == 0) return 0;
-  int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool regular = stat(out, &st) != 0 || S_ISREG(st.st_mode);
+  if (!gz && regular && rename(src, out) == 0) return 0;
+  char tmp[PATH_MAX];
+  int fd = regular ? temp_in(out, tmp, sizeof tmp)
+                   : open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
   int err = copy_to(src, fd, gz);
   if (close(fd) != 0 && !err) err = errno;
+  if (regular) {
+    if (!err && rename(tmp, out) != 0) err = errno;
+    if (err) unlink(tmp);
+    cli_temp_unwatch(tmp);
+  }
   return err;
 }
 
@@ -198,7 +208,7 @@ int cmd_convert(int argc, char **argv) {
   }
   if (!to_stdout && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
     cli_error(CMD, "%s: is the input: write the trace to another file", out);
-    status = ETR_CLI_USAGE;
+    status = ETR_CLI_FAIL; /* (exit 1, as every command's refusal to overwrite an input) */
     goto done;
   }
   bool regular_out = !to_stdout && (stat(out, &so) != 0 || S_ISREG(so.st_mode));
@@ -260,8 +270,7 @@ int cmd_convert(int argc, char **argv) {
   }
   int err = deliver(final, out);
   if (err) {
-    cli_error(CMD, "%s: %s", to_stdout ? "<stdout>" : out, strerror(err));
-    if (!to_stdout) cli_discard_output(out);
+    cli_error(CMD, "%s: %s", to_stdout ? "<stdout>" : out, strerror(err)); /* (out as it was) */
     status = ETR_CLI_FAIL;
     goto done;
   }
@@ -279,6 +288,8 @@ int cmd_convert(int argc, char **argv) {
 done:
   if (tmp[0]) unlink(tmp);
   if (tmp2[0]) unlink(tmp2);
+  if (tmp[0]) cli_temp_unwatch(tmp);
+  if (tmp2[0]) cli_temp_unwatch(tmp2);
   if (in > STDIN_FILENO) close(in);
   free(out_own);
   return status;

@@ -221,14 +221,20 @@ int cmd_flame(int argc, char **argv) {
       }
       an_out_fmt(&o, " %llu\n", (unsigned long long)fl.weights[k]);
     }
-    status = cli_close_output(CMD, f, out_path);
     if (too_big) {
+      bool to_file = out_path && strcmp(out_path, "-");
       cli_error(CMD, "%s: the output reached --max-bytes (%llu bytes): stopped; %s", file,
                 (unsigned long long)max_bytes,
-                out_path && strcmp(out_path, "-") ? "the partial output was removed"
-                                                  : "what was written is incomplete");
-      if (out_path && strcmp(out_path, "-")) cli_discard_output(out_path);
+                to_file ? "nothing was written" : "what was written is incomplete");
+      if (to_file) {
+        fclose(f);
+        cli_discard_output(out_path); /* (its temporary file: out_path stays as it was) */
+      } else {
+        fflush(f);
+      }
       status = ETR_CLI_FAIL;
+    } else {
+      status = cli_close_output(CMD, f, out_path);
     }
   }
   if (status == ETR_CLI_OK) {

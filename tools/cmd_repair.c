@@ -62,9 +62,11 @@ static void usage(FILE *f) {
           "    node, ts + inclusive_dur, in ms; else start_ts), the tables after it that were\n"
           "    written whole, and \"etr\": {..., \"repair\": {nodes_kept, bytes_dropped, ...}}\n"
           "    so a repaired trace says so.\n"
-          "Traceback frames are written only at close, so a cut trace has nodes with a\n"
-          "\"traceback\" attr and no tables: the attrs are kept and each id gets an empty\n"
-          "traceback ([]: frames unknown), counted as tracebacks_lost.\n"
+          "Traceback frames go into the trace's tables at close; a cut trace has nodes with\n"
+          "a \"traceback\" attr and no tables. Repair takes them from FILE.tables, which\n"
+          "etr writes beside the trace as they grow (when it belongs to FILE: same pid and\n"
+          "start_ts); without it (stdin, the file removed) each id gets an empty traceback\n"
+          "([]: frames unknown), counted as tracebacks_lost.\n"
           "An intact FILE is copied unchanged. The input stops at the first byte that cannot\n"
           "continue a trace (end of file, a zero-filled tail, corrupt data): everything from\n"
           "the end of the last complete node on is dropped and counted.\n"
@@ -299,7 +301,7 @@ int cmd_repair(int argc, char **argv) {
       ((from_stdin && fstat(STDIN_FILENO, &si) == 0) || (!from_stdin && stat(path, &si) == 0)) &&
       si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
     cli_error(CMD, "%s: is the input: write the repaired trace to another file", out_path);
-    return ETR_CLI_USAGE;
+    return ETR_CLI_FAIL; /* (exit 1, as every command's refusal to overwrite an input) */
   }
 
   repair w;

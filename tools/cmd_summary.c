@@ -187,7 +187,8 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
   t.numel = it[3].v.i;
   t.itemsize = it[4].v.i;
   if (t.numel < 0 || t.itemsize < 0) return;
-  t.bytes = (uint64_t)t.numel * (uint64_t)t.itemsize;
+  if (__builtin_mul_overflow((uint64_t)t.numel, (uint64_t)t.itemsize, &t.bytes))
+    t.bytes = UINT64_MAX; /* (saturates, as every size here does) */
   if (s->n_heap == s->top && !tens_less(&s->heap[0], &t)) return;
   for (size_t i = 0; i < s->n_heap; i++) /* the same tensor seen again */
     if (s->heap[i].id == t.id && s->heap[i].storage == t.storage) return;

@@ -535,9 +535,14 @@ int cmd_symbolize(int argc, char **argv) {
     }
   }
   if (cli_open(&in, CMD, in_path, NULL) != 0) goto done;
-  fd = to_stdout ? STDOUT_FILENO : open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* (a regular output is written beside it and renamed over it at the end: cli.h) */
+  struct stat ost;
+  bool in_place = !to_stdout && stat(out_path, &ost) == 0 && !S_ISREG(ost.st_mode);
+  fd = to_stdout  ? STDOUT_FILENO
+       : in_place ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+                  : cli_out_temp(CMD, out_path);
   if (fd < 0) {
-    cli_error(CMD, "%s: cannot create: %s", out_path, strerror(errno));
+    if (in_place) cli_error(CMD, "%s: cannot create: %s", out_path, strerror(errno));
     goto done;
   }
   created = !to_stdout;
@@ -629,6 +634,10 @@ int cmd_symbolize(int argc, char **argv) {
     goto done;
   }
   fd = -1;
+  if (!to_stdout && cli_out_commit(CMD, out_path) != ETR_CLI_OK) {
+    created = false; /* (nothing of ours left to remove) */
+    goto done;
+  }
   fprintf(stderr,
           "etr symbolize: %" PRIu64 " frames resolved, %" PRIu64 " unresolved (%" PRIu64
           " with a module, of %" PRIu64 " frames), %" PRIu64 " inlined frames added\n",

@@ -46,12 +46,13 @@ void vd_problem(vstate *v, sev s, kind k, uint64_t off, int64_t id, const char *
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  /* (the message quotes the trace's own strings: shown escaped, never obeyed) */
   if (id >= 0 || id < -1)
-    printf("%s: byte %" PRIu64 ": node %" PRId64 ": %s: %s\n", v->file, off, id,
-           s == SEV_ERROR ? "error" : "warning", msg);
+    printf("%s: byte %" PRIu64 ": node %" PRId64 ": %s: %s\n", cli_term(v->file), off, id,
+           s == SEV_ERROR ? "error" : "warning", cli_term(msg));
   else
-    printf("%s: byte %" PRIu64 ": %s: %s\n", v->file, off, s == SEV_ERROR ? "error" : "warning",
-           msg);
+    printf("%s: byte %" PRIu64 ": %s: %s\n", cli_term(v->file), off,
+           s == SEV_ERROR ? "error" : "warning", cli_term(msg));
 }
 
 void vd_unlisted(vstate *v, sev s, kind k, uint64_t n) {
@@ -191,7 +192,7 @@ int cmd_validate(int argc, char **argv) {
   vd_check_trailer(&w, in.r, end);
   vd_tree_finish(&w, end);
   char schema[128];
-  snprintf(schema, sizeof schema, "%s", w.v.hdr->schema ? w.v.hdr->schema : "?");
+  snprintf(schema, sizeof schema, "%s", cli_term(w.v.hdr->schema ? w.v.hdr->schema : "?"));
   char unchecked[256];
   bool partial = vd_tree_unchecked(&w, unchecked, sizeof unchecked);
   cli_close(&in);
@@ -201,15 +202,16 @@ int cmd_validate(int argc, char **argv) {
   for (int s = 1; s >= 0; s--)
     for (int k = 0; k < K_COUNT; k++)
       if (!v->quiet && v->count[s][k] > v->listed[s][k])
-        printf("%s: ... %" PRIu64 " more %s about %s\n", v->file, v->count[s][k] - v->listed[s][k],
-               s ? "errors" : "warnings", kind_names[k]);
+        printf("%s: ... %" PRIu64 " more %s about %s\n", cli_term(v->file),
+               v->count[s][k] - v->listed[s][k], s ? "errors" : "warnings", kind_names[k]);
   if (v->errors)
     printf("%s: INVALID: %" PRIu64 " errors, %" PRIu64 " warnings (%" PRIu64 " nodes)%s%s\n",
-           v->file, v->errors, v->warnings, w.nodes, partial ? "; " : "", partial ? unchecked : "");
+           cli_term(v->file), v->errors, v->warnings, w.nodes, partial ? "; " : "",
+           partial ? unchecked : "");
   else
     printf("%s: valid: %" PRIu64 " nodes (%" PRIu64 " ops, %" PRIu64 " threads), %" PRIu64
            " warnings, schema %s%s%s\n",
-           v->file, w.nodes, w.ops, w.threads, v->warnings, schema, partial ? "; " : "",
+           cli_term(v->file), w.nodes, w.ops, w.threads, v->warnings, schema, partial ? "; " : "",
            partial ? unchecked : "");
   if (fflush(stdout) != 0) {
     cli_error(CMD, "<stdout>: write error");

@@ -3,6 +3,7 @@
  * docs/CLI.md) and the cost of every op under them. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "cli.h"
 #include "lib_an_ops.h"
 
 #include <ctype.h>
@@ -110,6 +111,7 @@ int an_model_load(an_model *m, const char *path, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return -1;
   }
+  cli_remember_input(path); /* (no output of the command may overwrite it) */
   char line[1024], why[256];
   int ln = 0;
   while (fgets(line, sizeof line, f) != NULL) {

@@ -144,7 +144,8 @@ static inline etr_value etr_value_tuple(const etr_value *items, uint32_t count) 
   v.kind = ETR_VALUE_TUPLE;
   return v;
 }
-/* An opaque object of a named kind, written as "<Kind>" with type "<Kind>". */
+/* An opaque object of a named kind, written as the value "<Kind>" with the type "Kind"
+ * (NULL or "": "<Object>", "Object"). */
 static inline etr_value etr_value_object(const char *kind_name) {
   etr_value v = etr_value_none();
   v.kind = ETR_VALUE_OBJECT;

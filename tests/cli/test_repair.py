@@ -494,14 +494,14 @@ def part_ours():
     expect("missing input", [ETR, "repair", os.path.join(wd, "nope.json"), "-o", o3], 2)
     # never overwrite the input (also through a symlink)
     before = open(cut, "rb").read()
-    expect("OUT == FILE", [ETR, "repair", cut, "-o", cut], 2, err_has="is the input")
+    expect("OUT == FILE", [ETR, "repair", cut, "-o", cut], 1, err_has="is the input")
     link = os.path.join(wd, "link.json")
     if os.path.lexists(link):
         os.unlink(link)
     os.symlink(cut, link)
-    expect("OUT -> FILE", [ETR, "repair", cut, "-o", link], 2, err_has="is the input")
+    expect("OUT -> FILE", [ETR, "repair", cut, "-o", link], 1, err_has="is the input")
     with open(cut, "rb") as f:
-        expect("OUT == stdin's file", [ETR, "repair", "-", "-o", cut], 2, stdin=f)
+        expect("OUT == stdin's file", [ETR, "repair", "-", "-o", cut], 1, stdin=f)
     if open(cut, "rb").read() != before:
         fail("the input was modified")
     # unwritable output: exit 1; a device is never removed

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Outputs of the etr commands are whole or not there (ctest cli.outputs): a file the
+command writes keeps what it held until the command succeeds (a failed input, a full disk
+as RLIMIT_FSIZE makes it, SIGINT while it writes), no temporary file is left beside it, and
+no output overwrites a file the command reads (`replay --model`, `chakra`'s input in its
+output directory). Also: `summary`'s tensor bytes saturate, `validate` shows a trace's
+control characters escaped, `chakra --rank` past its range says why. Each case failed
+before its fix (2026-11-27).
+
+usage: test_outputs.py ETR EXAMPLE OUTDIR
+"""
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ETR, EXAMPLE, OUT = sys.argv[1:4]
+shutil.rmtree(OUT, ignore_errors=True)
+os.makedirs(OUT)
+failures = []
+OLD = b"the file that was there\n"
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL:", msg, flush=True)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+def run(args, **kw):
+    return subprocess.run([ETR, *args], capture_output=True, timeout=300, **kw)
+
+
+def leftovers(d):
+    return [n for n in os.listdir(d) if ".etr-" in n]
+
+
+def fresh_dir(name):
+    d = os.path.join(OUT, name)
+    os.makedirs(d)
+    return d
+
+
+def put_old(path):
+    with open(path, "wb") as f:
+        f.write(OLD)
+
+
+def is_old(path):
+    with open(path, "rb") as f:
+        return f.read() == OLD
+
+
+TRACE = os.path.join(OUT, "t.json")
+LOG = os.path.join(OUT, "t.etr")
+subprocess.run([EXAMPLE, "--out", TRACE, "--iters", "20"], check=True, capture_output=True)
+subprocess.run([EXAMPLE, "--out", LOG, "--iters", "20"], check=True, capture_output=True)
+with open(TRACE, "rb") as f:
+    TEXT = f.read()
+CUT = os.path.join(OUT, "cut.json")
+with open(CUT, "wb") as f:
+    f.write(TEXT[: len(TEXT) * 2 // 3])
+
+# (command's arguments with O for the output and I for the input)
+COMMANDS = {
+    "chrome": ["chrome", "I", "-o", "O"],
+    "summary": ["summary", "I", "-o", "O"],
+    "graph": ["graph", "--max-nodes", "100000", "--dot", "O", "I"],
+    "replay": ["replay", "--csv", "O", "I"],
+    "symbolize": ["symbolize", "I", "-o", "O"],
+}
+
+
+def args_of(cmd, inp, out):
+    return [inp if a == "I" else out if a == "O" else a for a in COMMANDS[cmd]]
+
+
+def small_files():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+
+def failed_runs_keep_the_old_file():
+    """A command that fails (a cut input; a file limit smaller than its output) leaves the
+    output as it was and nothing beside it. Before: chrome, graph, replay and summary left a
+    truncated file on a full disk, chrome and symbolize one for a cut input."""
+    for cmd in COMMANDS:
+        d = fresh_dir("fail-" + cmd)
+        out = os.path.join(d, "out")
+        put_old(out)
+        r = run(args_of(cmd, CUT, out))
+        if r.returncode == 0:  # (a command that reads what it can of a cut trace)
+            check(not is_old(out), "%s: a successful run replaces the output" % cmd)
+            put_old(out)
+        else:
+            check(is_old(out), "%s on a cut input (exit %d): the old output kept" %
+                  (cmd, r.returncode))
+        check(not leftovers(d), "%s: nothing left beside the output: %r" % (cmd, leftovers(d)))
+        r = run(args_of(cmd, TRACE, out), preexec_fn=small_files)
+        if check(r.returncode == 1, "%s past RLIMIT_FSIZE: exit %d, want 1 (%s)" %
+                 (cmd, r.returncode, r.stderr[-200:])):
+            check(is_old(out), "%s past RLIMIT_FSIZE: the old output kept" % cmd)
+            check(not leftovers(d), "%s past RLIMIT_FSIZE: nothing left: %r" % (cmd,
+                                                                                 leftovers(d)))
+        r = run(args_of(cmd, TRACE, out))
+        check(r.returncode == 0 and not is_old(out) and os.path.getsize(out) > 0,
+              "%s: the run that succeeds writes the output (exit %d)" % (cmd, r.returncode))
+
+
+def convert_gz_keeps_the_old_file():
+    """convert -o x.json.gz past RLIMIT_FSIZE keeps the old file (before: truncated and
+    partly written, the uncompressed JSON left beside it)."""
+    d = fresh_dir("convert-gz")
+    out = os.path.join(d, "out.json.gz")
+    put_old(out)
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(LOG) * 3, ) * 2)
+
+    r = run(["convert", LOG, "-o", out], preexec_fn=limit)
+    check(r.returncode == 1, "convert .gz past RLIMIT_FSIZE: exit %d (%s)" % (r.returncode,
+                                                                             r.stderr[-200:]))
+    check(is_old(out), "convert .gz: the old output kept")
+    check(not leftovers(d) and sorted(os.listdir(d)) == ["out.json.gz"],
+          "convert .gz: nothing left beside it: %r" % os.listdir(d))
+    r = run(["convert", LOG, "-o", out])
+    check(r.returncode == 0 and not is_old(out), "convert .gz then succeeds")
+
+
+def interrupted_run_keeps_the_old_file():
+    """SIGINT while chrome writes (its input a FIFO fed half the trace, the output's
+    temporary file there): the command ends by the signal, the old output is kept and the
+    temporary file removed. Before: a truncated output, the old one lost."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        d = fresh_dir("interrupt-%d" % sig)
+        fifo = os.path.join(d, "in.fifo")
+        os.mkfifo(fifo)
+        out = os.path.join(d, "out.json")
+        put_old(out)
+        p = subprocess.Popen([ETR, "chrome", fifo, "-o", out], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+        w = open(fifo, "wb")
+        w.write(TEXT[: len(TEXT) // 2])
+        w.flush()
+        deadline = time.monotonic() + 60
+        while not leftovers(d) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.01)
+        check(bool(leftovers(d)), "chrome: its temporary output exists while it runs")
+        p.send_signal(sig)
+        rc = p.wait(timeout=60)
+        w.close()
+        check(rc == -sig, "chrome ends by signal %d: %r" % (sig, rc))
+        check(is_old(out), "chrome interrupted by %d: the old output kept" % sig)
+        check(not leftovers(d), "chrome interrupted: nothing left beside it: %r" % leftovers(d))
+
+
+def no_output_over_an_input():
+    """replay --model M --csv M is refused and M kept (before: replaced by the CSV, exit 0);
+    chakra with an input in its output directory under an output's name is refused before
+    anything is written (before: rank.0.et was written first); every refusal exits 1."""
+    d = fresh_dir("model")
+    model = os.path.join(d, "m.txt")
+    with open(model, "w") as f:
+        f.write("speedup 2\n")
+    with open(model, "rb") as f:
+        before = f.read()
+    r = run(["replay", "--model", model, "--csv", model, TRACE])
+    check(r.returncode == 1, "replay --csv over --model: exit %d" % r.returncode)
+    with open(model, "rb") as f:
+        check(f.read() == before, "replay --csv over --model: the model kept")
+
+    d = fresh_dir("chakra")
+    inside = os.path.join(d, "rank.1.et")
+    shutil.copy(TRACE, inside)
+    r = run(["chakra", TRACE, inside, "-o", d])
+    check(r.returncode == 1 and b"refusing" in r.stderr,
+          "chakra with an input in DIR under an output's name: exit %d %s" %
+          (r.returncode, r.stderr[-200:]))
+    check(sorted(os.listdir(d)) == ["rank.1.et"], "chakra wrote nothing: %r" % os.listdir(d))
+    r = run(["chakra", TRACE, "-o", d, "--rank", "2147483648"])
+    check(r.returncode == 2 and b"--rank" in r.stderr,
+          "chakra --rank 2147483648: exit %d, a message (%r)" % (r.returncode, r.stderr))
+
+    link = os.path.join(OUT, "same.json")
+    if not os.path.exists(link):
+        os.symlink(TRACE, link)
+    for args in (["chrome", TRACE, "-o", TRACE], ["chrome", TRACE, "-o", link],
+                 ["repair", TRACE, "-o", TRACE], ["symbolize", TRACE, "-o", link],
+                 ["convert", LOG, "-o", LOG]):
+        r = run(args)
+        check(r.returncode == 1, "etr %s: exit %d, want 1" % (" ".join(args[:1]), r.returncode))
+
+
+def summary_bytes_saturate():
+    """A tensor of numel 2^62 and itemsize 8 is the largest, at UINT64_MAX bytes (before:
+    0, ranked last)."""
+    d = json.loads(TEXT)
+    for n in d["nodes"]:
+        if n["inputs"]["types"] and n["inputs"]["types"][0].startswith("Tensor("):
+            n["inputs"]["values"][0][0] = 999999  # (a tensor of its own)
+            n["inputs"]["values"][0][3] = 2**62
+            n["inputs"]["values"][0][4] = 8
+            break
+    path = os.path.join(OUT, "huge-tensor.json")
+    with open(path, "w") as f:
+        json.dump(d, f)
+    r = run(["summary", "--json", path])
+    if check(r.returncode == 0, "summary of the huge tensor: %s" % r.stderr[-200:]):
+        s = json.loads(r.stdout)
+        tensors = s["tensors"]["top_by_bytes"]
+        check(bool(tensors) and tensors[0].get("bytes") == 2**64 - 1,
+              "the largest tensor at UINT64_MAX bytes: %r" % (tensors[:1],))
+
+
+def validate_escapes():
+    """validate shows a trace's control characters escaped (before: an unknown top-level
+    key and the schema string were printed raw, ESC and all)."""
+    d = json.loads(TEXT)
+    d["\x1b]0;pwned\x07"] = 1
+    d["schema"] = "1.1.1\x1b[2J"
+    path = os.path.join(OUT, "escapes.json")
+    with open(path, "w") as f:
+        json.dump(d, f)
+    r = run(["validate", path])
+    check(b"\x1b" not in r.stdout and b"\x07" not in r.stdout,
+          "validate prints no raw ESC or BEL: %r" % r.stdout[-300:])
+
+
+for case in (failed_runs_keep_the_old_file, convert_gz_keeps_the_old_file,
+             interrupted_run_keeps_the_old_file, no_output_over_an_input,
+             summary_bytes_saturate, validate_escapes):
+    try:
+        case()
+    except Exception as e:  # noqa: BLE001 (a case that crashes is a failure, not the end)
+        fail("%s raised %r" % (case.__name__, e))
+if failures:
+    print("%d failure(s)" % len(failures))
+    sys.exit(1)
+shutil.rmtree(OUT, ignore_errors=True)
+print("cli.outputs: passed")
