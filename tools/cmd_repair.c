@@ -69,7 +69,8 @@ static void usage(FILE *f) {
           "([]: frames unknown), counted as tracebacks_lost.\n"
           "An intact FILE is copied unchanged. The input stops at the first byte that cannot\n"
           "continue a trace (end of file, a zero-filled tail, corrupt data): everything from\n"
-          "the end of the last complete node on is dropped and counted.\n"
+          "the end of the last complete node on is dropped and counted. A node over the\n"
+          "reader's limit (ETR_READER_LIMIT_MB) is not a cut: repair fails and says so.\n"
           "\n"
           "One report line goes to stderr: nodes kept, bytes dropped, nodes added.\n"
           "\n"
@@ -239,6 +240,10 @@ static int copy_nodes(repair *w) {
   }
   if (rc != ETR_EFORMAT) { /* out of memory, a read error: no repair from a partial view */
     cli_error(CMD, "%s", rd_error(w->r));
+    return ETR_CLI_FAIL;
+  }
+  if (rd_error_is_limit(w->r)) { /* not where the file was cut: it may go on, whole */
+    cli_error(CMD, "%s; not repaired: a limit of the reader, not a cut", rd_error(w->r));
     return ETR_CLI_FAIL;
   }
   snprintf(w->why, sizeof w->why, "%s", split_error(w->r, &w->reason_at));

@@ -521,6 +521,7 @@ const char *const *rd_top_keys(const rd_reader *r, size_t *n) {
 }
 
 const char *rd_error(const rd_reader *r) { return r && r->err ? r->msg : ""; }
+bool rd_error_is_limit(const rd_reader *r) { return r && r->err && r->err_limit; }
 uint64_t rd_warnings(const rd_reader *r) { return r->warnings; }
 uint64_t rd_offset(const rd_reader *r) { return r->consumed; }
 uint64_t rd_input_size(const rd_reader *r) { return r->in_size; }

@@ -179,6 +179,9 @@ uint64_t rd_redone(const rd_reader *r);
 
 /* "FILE: byte N: reason" for the last error, or "" if none. */
 const char *rd_error(const rd_reader *r);
+/* Whether that error is one of the reader's limits (a node or key over the size limit,
+ * nesting past 1024 levels): the input may well go on, valid, past it. */
+bool rd_error_is_limit(const rd_reader *r);
 uint64_t rd_warnings(const rd_reader *r);
 uint64_t rd_offset(const rd_reader *r);         /* bytes consumed so far */
 uint64_t rd_input_size(const rd_reader *r);     /* file size (compressed); 0 if unknown */

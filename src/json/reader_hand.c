@@ -272,7 +272,10 @@ static int h_container(rd_reader *r, const unsigned char **pp, const unsigned ch
   const unsigned char *p = *pp;
   bool is_obj = *p == '{';
   unsigned char close = is_obj ? '}' : ']';
-  if (depth >= H_MAX_DEPTH) return etr__rd_h_fail(r, p, "nesting too deep");
+  if (depth >= H_MAX_DEPTH) {
+    r->err_limit = true;
+    return etr__rd_h_fail(r, p, "nesting too deep");
+  }
   p = h_ws(p + 1, end);
   if (p >= end) return H_MORE;
   size_t start = r->stk_len;

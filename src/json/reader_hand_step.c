@@ -272,6 +272,7 @@ int etr__rd_hand_feed(rd_reader *r) {
     }
     if (st == H_BIG || (st == H_MORE && r->hb_len - r->hpos > r->limit)) {
       if (r->ph == PH_NODES || r->ph == PH_START) {
+        r->err_limit = true;
         etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
                           "node needs more than %zu MiB to read (its text, or the values it holds; "
                           "ETR_READER_LIMIT_MB raises the limit)",
@@ -279,6 +280,7 @@ int etr__rd_hand_feed(rd_reader *r) {
         return -1;
       }
       if (r->skip_next || !r->have_key) { /* a key, not a value, is over the limit */
+        r->err_limit = true;
         etr__rd_set_error(r, ETR_EFORMAT, r->hb_base + r->hpos,
                           "a top-level key needs more than %zu MiB (ETR_READER_LIMIT_MB raises the "
                           "limit)",

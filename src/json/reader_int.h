@@ -126,7 +126,8 @@ typedef struct extra {
 
 struct rd_reader {
   rd_options opt;
-  char *path; /* for messages */
+  bool err_limit; /* the error is a limit of ours (size, nesting), not the input's fault */
+  char *path;     /* for messages */
   int fd;
   bool own_fd;
   rd_source *src;   /* the input's (decompressed) bytes */

@@ -75,6 +75,7 @@ static int b_value(rd_reader *r, const rd_jval *v) {
   }
   if ((r->stk_len & 1023) == 0 && r->stk_len * sizeof *r->stk + r->target->live > r->limit) {
     if (!r->build_node) return b_over_limit(r);
+    r->err_limit = true;
     etr__rd_set_error(r, ETR_EFORMAT, r->node_off,
                       "node needs more than %zu MiB to read (its text, or the values it holds; "
                       "ETR_READER_LIMIT_MB raises the limit)",
@@ -391,6 +392,7 @@ int etr__rd_yajl_feed(rd_reader *r) {
   r->consumed += (uint64_t)k;
   /* a token yajl is still gathering (one long string) is only seen when it ends */
   if (r->building && r->build_node && r->consumed - r->node_off > r->limit) {
+    r->err_limit = true;
     etr__rd_set_error(r, ETR_EFORMAT, r->node_off,
                       "node needs more than %zu MiB to read (its text, or the values it holds; "
                       "ETR_READER_LIMIT_MB raises the limit)",

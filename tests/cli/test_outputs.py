@@ -237,7 +237,37 @@ def validate_escapes():
           "validate prints no raw ESC or BEL: %r" % r.stdout[-300:])
 
 
-for case in (failed_runs_keep_the_old_file, convert_gz_keeps_the_old_file,
+def repair_stops_at_a_limit():
+    """repair of a whole trace that holds a node over the reader's limit (a 20 MiB string;
+    nesting past 1024 levels) fails and says so (before: it kept the nodes before it,
+    dropped the rest as if the file were cut there, and exited 0)."""
+    d = json.loads(TEXT)
+    mid = d["nodes"][len(d["nodes"]) // 2]
+    big = dict(d)
+    big["nodes"] = [dict(n) for n in d["nodes"]]
+    node = big["nodes"][len(d["nodes"]) // 2]
+    node["inputs"] = {"values": ["x" * (20 << 20)], "shapes": [[]], "types": ["String"],
+                      "strides": [[]]}
+    deep = json.loads(TEXT)
+    deep["nodes"][len(deep["nodes"]) // 2]["inputs"] = {
+        "values": ["DEEP"], "shapes": [[]], "types": ["GenericList[]"], "strides": [[]]}
+    deep = json.dumps(deep).replace('"DEEP"', "[" * 1100 + "]" * 1100)  # (past json's recursion)
+    del mid
+    for name, doc in (("big-node", big), ("deep-node", deep)):
+        path = os.path.join(OUT, name + ".json")
+        with open(path, "w") as f:
+            f.write(doc if isinstance(doc, str) else json.dumps(doc))
+        out = os.path.join(OUT, name + ".repaired.json")
+        r = run(["repair", path, "-o", out])
+        check(r.returncode == 1 and b"limit" in r.stderr,
+              "repair of a whole trace with a %s: exit %d (%s)" % (name, r.returncode,
+                                                                 r.stderr[-300:]))
+        check(not os.path.exists(out), "repair of a %s wrote nothing" % name)
+        os.unlink(path)
+    del big, deep
+
+
+for case in (failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
              summary_bytes_saturate, validate_escapes):
     try:
