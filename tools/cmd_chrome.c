@@ -5,7 +5,8 @@
  * Memory: per thread a few words; per parent whose children were seen but which is not yet
  * read itself, one map entry (children come before parents, so this is bounded by nesting
  * depth times threads); for untimed traces, the flows still waiting for their fw_parent;
- * per thread, its slices since its last top-level op (at most TBUF_MAX, see tbuf); the
+ * per thread, its slices since its last top-level op (at most TBUF_MAX, and TBUF_TOTAL_MAX
+ * for all threads together, see tbuf); the
  * output buffer (CH_FILE_BUF, chrome_out.h), written out in large blocks as it fills.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -62,9 +63,13 @@ typedef struct tbuf {
   int64_t last_parent; /* ctrl_deps of the last slice buffered */
 } tbuf;
 
-#define TBUF_MAX                                                                  \
-  (16u << 20) /* a thread's buffer past this is written as it is (bounded memory) \
-               */
+/* A thread's buffer past TBUF_MAX, or all of them past TBUF_TOTAL_MAX together, is written
+ * as it is (bounded memory, whatever the number of threads). With more than TBUF_KEEP_THREADS
+ * threads, a buffer written out is freed, not kept for the thread's next slices, so that an
+ * idle thread holds no buffer. */
+#define TBUF_MAX (16u << 20)
+#define TBUF_TOTAL_MAX (48u << 20)
+#define TBUF_KEEP_THREADS 64
 
 typedef struct chrome {
   ch_buf o; /* the output (written to its file as it fills) */
@@ -72,6 +77,7 @@ typedef struct chrome {
   size_t n_tb, cap_tb;
   an_u64map tb_ix;        /* tid -> index into tb */
   size_t last_tb;         /* index of the last thread buffer used (n_tb: none) */
+  size_t tb_bytes;        /* memory the thread buffers hold, all together */
   uint64_t last_meta_tid; /* a thread whose name was written (has_last_meta) */
   bool has_last_meta;
   bool out_of_memory;     /* an output buffer ran out of memory: bytes were dropped */
@@ -387,6 +393,9 @@ static tbuf *tbuf_of(chrome *c, uint64_t tid) {
   return b;
 }
 
+/* The memory a thread buffer holds. */
+static size_t tb_mem(const tbuf *b) { return b->out.cap + b->cap * sizeof *b->offs; }
+
 /* The thread's buffered slices, last first (each one's parent before it). */
 static void tbuf_flush(chrome *c, tbuf *b) {
   if (b->out.failed) c->out_of_memory = true;
@@ -395,24 +404,33 @@ static void tbuf_flush(chrome *c, tbuf *b) {
     sep(c);
     ch_raw(&c->o, b->out.p + b->offs[i], end - b->offs[i]);
   }
-  b->out.len = 0; /* the buffer is kept for the thread's next slices */
+  b->out.len = 0; /* the buffer is kept for the thread's next slices (few threads) */
   b->out.failed = false;
   b->n = 0;
+  if (c->n_tb > TBUF_KEEP_THREADS || c->tb_bytes > TBUF_TOTAL_MAX) {
+    c->tb_bytes -= tb_mem(b);
+    ch_free(&b->out);
+    free(b->offs);
+    b->offs = NULL;
+    b->cap = 0;
+  }
 }
 
 /* emit_op into the slice's thread buffer (directly when memory runs out). */
 static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t dur) {
   tbuf *b = tbuf_of(c, n->tid);
   if (b && b->n == b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 256;
+    size_t cap = b->cap ? b->cap * 2 : 16;
     size_t *v = realloc(b->offs, cap * sizeof *v);
     if (v) {
+      c->tb_bytes += (cap - b->cap) * sizeof *v;
       b->offs = v;
       b->cap = cap;
     } else {
       b = NULL;
     }
   }
+  size_t mem0 = b ? tb_mem(b) : 0;
   bool top = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
   /* A top-level op that the batch's last slice is not a child of ends no batch: it has no
    * children, and the batch belongs to a top-level op still to come (a process-group node
@@ -426,8 +444,9 @@ static bool emit_op_buffered(chrome *c, const rd_rnode *n, int64_t ts, int64_t d
   b->offs[b->n++] = b->out.len;
   b->last_parent = n->ctrl_deps;
   emit_op(c, &b->out, n, ts, dur);
+  c->tb_bytes += tb_mem(b) - mem0;
   /* A top-level op ends its thread's batch; a huge one is written as it is. */
-  if (top || b->out.len > TBUF_MAX) tbuf_flush(c, b);
+  if (top || b->out.len > TBUF_MAX || c->tb_bytes > TBUF_TOTAL_MAX) tbuf_flush(c, b);
   return true;
 }
 

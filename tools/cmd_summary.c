@@ -128,8 +128,10 @@ typedef struct srun {
   optab ops_by_name;
   thr *thr;
   size_t n_thr, cap_thr;
+  an_u64map thr_index; /* tid -> index in thr */
   coll *coll;
   size_t n_coll, cap_coll;
+  an_strtab coll_keys; /* "pg\0name" (as kept) -> index in coll: the same index */
   tens *heap;
   size_t n_heap;
   uint64_t tensor_values;
@@ -281,13 +283,20 @@ static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
   const rd_rattr *pg = find_attr(n, "pg_name"), *dt = find_attr(n, "dtype");
   const char *pgs = pg && pg->value.kind == ETR_J_STRING ? pg->value.v.str.s : "";
   const char *name = cn->value.kind == ETR_J_STRING ? cn->value.v.str.s : "?";
-  coll *c = NULL;
-  for (size_t i = 0; i < s->n_coll; i++)
-    if (!strncmp(s->coll[i].pg, pgs, sizeof s->coll[i].pg - 1) &&
-        !strncmp(s->coll[i].name, name, sizeof s->coll[i].name - 1)) {
-      c = &s->coll[i];
-      break;
-    }
+  /* (looked up by the strings as kept, cut at 63 bytes: one entry per pair, in time linear
+   * in the nodes however many pairs there are) */
+  char key[128];
+  size_t pl = strnlen(pgs, sizeof s->coll[0].pg - 1),
+         nl = strnlen(name, sizeof s->coll[0].name - 1);
+  memcpy(key, pgs, pl);
+  key[pl] = '\0';
+  memcpy(key + pl + 1, name, nl);
+  uint32_t k = an_strtab_intern(&s->coll_keys, key, pl + 1 + nl);
+  if (k == UINT32_MAX) {
+    s->oom = true;
+    return;
+  }
+  coll *c = k < s->n_coll ? &s->coll[k] : NULL;
   if (!c) {
     if (s->n_coll == s->cap_coll) {
       size_t cap = s->cap_coll ? s->cap_coll * 2 : 16;
@@ -314,8 +323,8 @@ static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
 }
 
 static thr *get_thr(srun *s, uint64_t tid) {
-  for (size_t i = 0; i < s->n_thr; i++)
-    if (s->thr[i].tid == tid) return &s->thr[i];
+  uint64_t at;
+  if (an_u64map_get(&s->thr_index, tid, &at)) return &s->thr[at];
   if (s->n_thr == s->cap_thr) {
     size_t cap = s->cap_thr ? s->cap_thr * 2 : 16;
     thr *t = realloc(s->thr, cap * sizeof *t);
@@ -323,6 +332,7 @@ static thr *get_thr(srun *s, uint64_t tid) {
     s->thr = t;
     s->cap_thr = cap;
   }
+  if (!an_u64map_put(&s->thr_index, tid, s->n_thr)) return NULL;
   thr *t = &s->thr[s->n_thr++];
   memset(t, 0, sizeof *t);
   t->tid = tid;
@@ -715,7 +725,9 @@ done:
   for (size_t i = 0; i < s.ops_by_name.cap; i++) free(s.ops_by_name.slots[i].name);
   free(s.ops_by_name.slots);
   free(s.thr);
+  an_u64map_free(&s.thr_index);
   free(s.coll);
+  an_strtab_free(&s.coll_keys);
   free(s.heap);
   return ret;
 }
