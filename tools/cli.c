@@ -432,8 +432,22 @@ int cli_out_commit(const char *cmd, const char *path) {
   return rc;
 }
 
+/* Whether stdout is a regular file that is one of the inputs (`etr chrome t.json >> t.json`):
+ * it would grow as it is read. */
+static bool stdout_is_input(void) {
+  struct stat st;
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  for (size_t i = 0; i < g_n_inputs; i++)
+    if (g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino) return true;
+  return false;
+}
+
 FILE *cli_open_output(const char *cmd, const char *path) {
-  if (!path || !strcmp(path, "-")) return stdout;
+  if (!path || !strcmp(path, "-")) {
+    if (!stdout_is_input()) return stdout;
+    cli_error(cmd, "<stdout>: is an input of this command: refusing to write into it");
+    return NULL;
+  }
   if (cli_is_input(path)) {
     cli_error(cmd, "%s: is an input of this command (or a link to one): refusing to overwrite it",
               cli_term(path));

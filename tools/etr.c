@@ -3,7 +3,9 @@
  * `etr <command> [args]`: each command lives in tools/cmd_<name>.c and is compiled in when
  * the file exists (ETR_HAVE_CMD_<NAME>); see tools/CMakeLists.txt.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -99,7 +101,35 @@ static void usage(FILE *f) {
           "exit status: 0 ok, 1 bad input or problems found, 2 usage error.\n");
 }
 
-int main(int argc, char **argv) {
+/* The reader's variables, said once when they are not understood (the reader, a library,
+ * never prints: it takes its defaults). */
+static void check_reader_env(void) {
+  const char *lim = getenv("ETR_READER_LIMIT_MB");
+  if (lim) {
+    char *e = NULL;
+    unsigned long long mb = strtoull(lim, &e, 10);
+    if (!*lim || *e || lim[0] == '-' || mb == 0 || mb > (1ull << 20))
+      fprintf(stderr, "etr: ETR_READER_LIMIT_MB=%s ignored (1..1048576 MiB); using 16\n",
+              cli_term(lim));
+  }
+  const char *be = getenv("ETR_READER_BACKEND");
+  if (be && *be && strcmp(be, "yajl") != 0 && strcmp(be, "hand") != 0)
+    fprintf(stderr, "etr: ETR_READER_BACKEND=%s unknown (yajl); using the built-in reader\n",
+            cli_term(be));
+}
+
+/* What went to stdout must have reached it: a report written to a full disk or /dev/full
+ * is an error, not a success. */
+static int stdout_written(int rc) {
+  errno = 0;
+  if ((fflush(stdout) == 0 && !ferror(stdout)) || rc != ETR_CLI_OK)
+    return rc; /* (a failed
+command has said why already) */
+  fprintf(stderr, "etr: <stdout>: write error: %s\n", errno ? strerror(errno) : "I/O error");
+  return ETR_CLI_FAIL;
+}
+
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return ETR_CLI_USAGE;
@@ -113,8 +143,11 @@ int main(int argc, char **argv) {
     printf("etr %s\n", ETR_TOOL_VERSION);
     return ETR_CLI_OK;
   }
+  check_reader_env();
   for (size_t i = 0; commands[i].name; i++)
     if (!strcmp(c, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
   fprintf(stderr, "etr: unknown command '%s' (see 'etr --help')\n", c);
   return ETR_CLI_USAGE;
 }
+
+int main(int argc, char **argv) { return stdout_written(run(argc, argv)); }

@@ -276,8 +276,15 @@ static int cb_string(void *ctx, const unsigned char *s, size_t len) {
   return b_value(r, &v);
 }
 
-/* yajl opened an object (map) or an array. */
+/* yajl opened an object (map) or an array. Nesting past the built-in reader's limit (1024
+ * levels in a value, reader_hand.h) is refused the same way, as a limit of ours. */
+#define RD_YAJL_DEPTH_MAX (1024 + 2) /* (+ the top-level object and "nodes") */
 static int start_container(rd_reader *r, bool map) {
+  if (r->depth >= RD_YAJL_DEPTH_MAX) {
+    r->err_limit = true;
+    etr__rd_set_error(r, ETR_EFORMAT, r->node_off, "nesting too deep (past 1024 levels)");
+    return 0;
+  }
   int st = value_start(r, map, true);
   if (st == 2) {
     r->depth++;

@@ -267,7 +267,41 @@ def repair_stops_at_a_limit():
     del big, deep
 
 
-for case in (failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
+def reports_and_settings():
+    """A report to a full stdout is an error (before: exit 0, the report lost); stdout that
+    is the input is refused (before: `chrome t.json >> t.json` grew its own input); a reader
+    setting that is not understood is said (before: silently ignored); yajl refuses the
+    nesting the built-in reader refuses (before: 1e6 levels accepted)."""
+    with open("/dev/full", "wb") as full:
+        for args in (["--version"], ["summary", TRACE], ["validate", TRACE]):
+            r = subprocess.run([ETR, *args], stdout=full, stderr=subprocess.PIPE, timeout=120)
+            check(r.returncode == 1 and b"write error" in r.stderr,
+                  "etr %s > /dev/full: exit %d %r" % (args[0], r.returncode, r.stderr[-200:]))
+    victim = os.path.join(OUT, "victim.json")
+    shutil.copy(TRACE, victim)
+    with open(victim, "ab") as app:
+        r = subprocess.run([ETR, "chrome", victim], stdout=app, stderr=subprocess.PIPE,
+                           timeout=120)
+    check(r.returncode == 1, "etr chrome t.json >> t.json: exit %d" % r.returncode)
+    with open(victim, "rb") as f:
+        check(f.read() == TEXT, "etr chrome t.json >> t.json: the input kept")
+    env = dict(os.environ, ETR_READER_LIMIT_MB="abc")
+    r = run(["validate", TRACE], env=env)
+    check(r.returncode == 0 and b"ETR_READER_LIMIT_MB=abc ignored" in r.stderr,
+          "ETR_READER_LIMIT_MB=abc is said: %r" % r.stderr[-200:])
+    deep = os.path.join(OUT, "deep.json")
+    with open(deep, "w") as f:
+        f.write('{"schema": "1.1.1", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 1, '
+                '"nodes": [{"id": 5, "name": "a", "ctrl_deps": 1, "inputs": {"values": [' +
+                "[" * 100000 + "]" * 100000 + '], "shapes": [[]], "types": ["x"]}}]}')
+    for backend in ("hand", "yajl"):
+        r = run(["summary", deep], env=dict(os.environ, ETR_READER_BACKEND=backend))
+        check(r.returncode == 1 and b"nesting too deep" in r.stderr,
+              "%s reader: 100 000 levels refused: exit %d %r" % (backend, r.returncode,
+                                                                r.stderr[-200:]))
+
+
+for case in (reports_and_settings, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
              summary_bytes_saturate, validate_escapes):
     try:
