@@ -219,6 +219,23 @@ void etr__jw_free(etr__jw *w) {
   free(w->buf);
   w->buf = NULL;
   w->len = w->cap = 0;
+  free(w->marks);
+  w->marks = NULL;
+  w->n_marks = w->cap_marks = 0;
+}
+
+void etr__jw_mark(etr__jw *w, uint64_t count) {
+  if (w->n_marks == w->cap_marks) {
+    uint32_t cap = w->cap_marks ? w->cap_marks * 2 : 256;
+    if (cap > 65536) return;
+    void *m = realloc(w->marks, cap * sizeof *w->marks);
+    if (!m) return;
+    w->marks = m;
+    w->cap_marks = cap;
+  }
+  w->marks[w->n_marks].len = w->len;
+  w->marks[w->n_marks].count = count;
+  w->n_marks++;
 }
 
 void etr__jw_prealloc(etr__jw *w) {
@@ -265,7 +282,11 @@ int etr__jw_truncate(etr__jw *w, uint64_t off) {
 }
 
 int etr__jw_flush(etr__jw *w) {
-  if (w->fd < 0) return w->err;
+  w->flush_kept = w->err ? 0 : UINT64_MAX;
+  if (w->fd < 0) {
+    w->n_marks = 0;
+    return w->err;
+  }
   if (w->len && w->err == 0) {
     uint64_t start = w->written;
     if (w->prealloc) reserve_ahead(w, w->len);
@@ -273,12 +294,24 @@ int etr__jw_flush(etr__jw *w) {
       flush_gzip(w);
     else
       write_all(w, w->buf, w->len);
-    /* A flush that failed part way (a full disk takes what fits) is taken back whole, so
-     * the file ends where the previous flush ended, on a node (or gzip member) boundary,
-     * and what the caller counts as written is exactly what the file holds. A pipe cannot
-     * take bytes back: its reader has them already. */
-    if (w->err && w->written > start) etr__jw_truncate(w, start);
+    /* A flush that failed part way (a full disk takes what fits) is cut back to the end of
+     * the last record the file took whole (the marks; gzip: to where the flush began, a
+     * member boundary), so that the file ends on a node boundary and what the caller counts
+     * as written is exactly what the file holds. A pipe cannot take bytes back: its reader
+     * has them already. */
+    if (w->err) {
+      w->flush_kept = 0;
+      uint64_t got = w->written - start, keep = 0;
+      for (uint32_t i = w->n_marks; !w->gz && i-- > 0;)
+        if (w->marks[i].len <= got) {
+          keep = w->marks[i].len;
+          w->flush_kept = w->marks[i].count;
+          break;
+        }
+      if (w->written > start + keep && etr__jw_truncate(w, start + keep) != 0) w->flush_kept = 0;
+    }
   }
+  w->n_marks = 0;
   w->len = 0; /* after an error the rest is discarded: the caller counts what was lost */
   return w->err;
 }

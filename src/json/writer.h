@@ -42,6 +42,14 @@ typedef struct etr__jw {
   size_t zcap;
   bool prealloc;         /* reserve the file's blocks ahead of the writes (etr__jw_prealloc) */
   uint64_t prealloc_end; /* reserved up to this offset (0: nothing reserved past `written`) */
+  /* Where the records in the buffer end (etr__jw_mark), so that a flush the file takes only
+   * part of (a full disk) keeps the records that fit; and how many the last flush kept. */
+  struct etr__jw_mark {
+    size_t len;
+    uint64_t count;
+  } * marks;
+  uint32_t n_marks, cap_marks;
+  uint64_t flush_kept; /* the count of the last flush's last kept mark; UINT64_MAX: all */
 } etr__jw;
 
 /* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */
@@ -60,8 +68,15 @@ void etr__jw_trim(etr__jw *w);
  * with the cut). 0, or the errno of the failure, also kept in `err` unless one is already. */
 int etr__jw_truncate(etr__jw *w, uint64_t off);
 
-/* Write out everything buffered; returns 0 or the errno of the failure. */
+/* Write out everything buffered; returns 0 or the errno of the failure. A flush that fails
+ * part way is cut back to the last mark the file took whole (plain output; gzip: to where
+ * the flush began), `flush_kept` the count given with that mark (0: none); after a flush
+ * that wrote everything, UINT64_MAX. */
 int etr__jw_flush(etr__jw *w);
+/* A record ends here in the buffer; count: what the caller counts up to here since the last
+ * flush (nodes). At most 65536 marks a flush are kept (past them, a partial flush keeps
+ * the records up to the last one kept). */
+void etr__jw_mark(etr__jw *w, uint64_t count);
 
 /* From now on each flush writes one gzip member (level 1..9). 0, or -ENOMEM. */
 int etr__jw_set_gzip(etr__jw *w, int level);

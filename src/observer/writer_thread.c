@@ -107,6 +107,7 @@ void (*etr__test_before_write)(void);
 #endif
 
 void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
+  tr->jw.flush_kept = 0; /* (what a write error leaves of this flush, unless it writes) */
   if (tr->jw.len) BEFORE_WRITE();
   if (tr->jw.len && !tr->jw.err) write_tables_beside(tr);
   if (tr->jw.len && !tr->jw.err) {
@@ -131,10 +132,14 @@ void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
     atomic_store(&tr->io_state, ETR__IO_IDLE);
   }
   tr->jw.len = 0;
-  if (tr->jw.err)
-    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered, memory_order_relaxed);
-  else
-    atomic_fetch_add_explicit(&tr->nodes_written, *buffered, memory_order_relaxed);
+  tr->jw.n_marks = 0;
+  /* (a flush the file took part of keeps its nodes up to the last one it took whole) */
+  uint64_t kept = !tr->jw.err                       ? *buffered
+                  : tr->jw.flush_kept == UINT64_MAX ? 0 /* (it failed before this flush) */
+                  : tr->jw.flush_kept < *buffered   ? tr->jw.flush_kept
+                                                    : *buffered;
+  atomic_fetch_add_explicit(&tr->nodes_written, kept, memory_order_relaxed);
+  atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered - kept, memory_order_relaxed);
   *buffered = 0;
   atomic_store_explicit(&tr->bytes_written, tr->jw.written, memory_order_relaxed);
   atomic_store_explicit(&tr->utf8_replaced, tr->jw.replaced, memory_order_relaxed);
@@ -175,6 +180,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
           etr__bin_emit_cevents(tr, c->data, owner->stream, c->tid, &off, to, tr->flush_bytes);
       *buffered += k;
       n += k;
+      etr__jw_mark(&tr->jw, *buffered);
       if (off == at) break; /* (no progress: out of memory) */
       if (may_flush && tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, buffered);
     }
@@ -203,6 +209,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
       continue;
     }
     *buffered += etr__emit_event(tr, ev, owner->dec);
+    etr__jw_mark(&tr->jw, *buffered);
     if (may_flush && tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, buffered);
   }
   if (tr->ring)
