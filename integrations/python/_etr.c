@@ -445,7 +445,7 @@ static bool c_string_ok(PyObject *s, const char *what) {
   const char *u = PyUnicode_AsUTF8AndSize(s, &len);
   if (!u) return false;
   if (strlen(u) == (size_t)len) return true;
-  PyErr_Format(PyExc_ValueError, "the op's %s holds a NUL character", what);
+  PyErr_Format(PyExc_ValueError, "%s holds a NUL character", what);
   return false;
 }
 
@@ -460,7 +460,8 @@ static int Op_init(OpObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_TypeError, "schema must be a str or None");
     return -1;
   }
-  if (!c_string_ok(name, "name") || (schema && !c_string_ok(schema, "schema"))) return -1;
+  if (!c_string_ok(name, "the op's name") || (schema && !c_string_ok(schema, "the op's schema")))
+    return -1;
   if (scope < 0 || scope >= ETR_SCOPE_COUNT) {
     PyErr_Format(PyExc_ValueError, "scope must be 0..%d", ETR_SCOPE_COUNT - 1);
     return -1;
@@ -742,6 +743,10 @@ static PyObject *mod_profile(PyObject *m, PyObject *args) {
 
 static PyObject *mod_thread_set_name(PyObject *m, PyObject *arg) {
   (void)m;
+  if (!PyUnicode_Check(arg))
+    return PyErr_Format(PyExc_TypeError, "thread_set_name takes a str, not %.100s",
+                        Py_TYPE(arg)->tp_name);
+  if (!c_string_ok(arg, "the thread name")) return NULL;
   const char *s = PyUnicode_AsUTF8(arg);
   if (!s) return NULL;
   int rc = etr_thread_set_name(s);

@@ -257,6 +257,11 @@ def bad_arguments():
             check(False, "a NUL in an op name raises")
         except ValueError:
             pass
+        try:
+            etr.thread_set_name(None)
+            check(False, "thread_set_name(None) raises")
+        except TypeError as e:
+            check("str" in str(e), "thread_set_name(None): %s" % e)
     if validate(TOOL, path):
         n = ops(path, "bad_outputs")
         check(len(n) == 1 and attr(n[0], "etr_failed"), "the op is ended, marked failed")
