@@ -195,6 +195,16 @@ static inline void etr_record_end_failed(etr_record *rec) {
 /* For observers, in their exit callback: the record was ended by etr_record_end_failed. */
 static inline bool etr_record_failed(const etr_record *rec) { return rec && rec->_state == 4; }
 
+/* Give an observed record the runtime's own handle as its rf_id attr, in place of etr's
+ * unique number: a runtime whose other tools name ops by their handle (PyTorch's
+ * RecordFunction::handle(), which Kineto writes as "Record function id") passes it, so
+ * that their traces link to this one. Between etr_record_init and etr_record_begin; 0
+ * keeps etr's number. Records of the same trace made without it keep etr's numbers, which
+ * may equal a runtime handle. */
+static inline void etr_record_set_rf_id(etr_record *rec, uint64_t id) {
+  if (rec && rec->_state == 1 && id) rec->_rf_id = id;
+}
+
 /* The record's unique handle (0 when not observed). For observers. */
 static inline uint64_t etr_record_handle(const etr_record *rec) {
   return rec && rec->_state != 0 ? rec->_rf_id : 0;

@@ -511,6 +511,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   }
   st->note_thread();
   etr_record &r = ctx->rec;
+  // (rf_id is PyTorch's handle, as its own observer writes it: Kineto's "Record function
+  // id", which links a Kineto trace's events to these nodes, e.g. Chakra's trace_link)
+  etr_record_set_rf_id(&r, fn.handle());
   r.seq_nr = fn.seqNr();
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
   st->op_of(fn, name, &r.name, &r.schema);
@@ -562,8 +565,10 @@ extern "C" int etr_torch_attach(void) {
   std::lock_guard<std::mutex> g(attach_mutex);
   if (handle != 0) return 0;
   try {
-    handle = at::addGlobalCallback(
-        at::RecordFunctionCallback(on_start, on_end).needsInputs(true).needsOutputs(true));
+    handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                       .needsInputs(true)
+                                       .needsOutputs(true)
+                                       .needsIds(true));
   } catch (...) {
     return ETR_EINVAL;
   }

@@ -81,8 +81,69 @@ class ExecutionTraceObserver(_Base):
         self._t = None
         self._pid = None
         self._running = False
-        self._output_file_path = None
         self.stats = None
+        # PyTorch 2.7's attributes: the path given to register_callback (kept after
+        # unregistering), the path written (the same: etr writes .gz itself), and the
+        # directory for extra resources (etr collects none: see set_extra_resource_collection)
+        self.output_file_path = ""
+        self.output_file_path_observer = ""
+        self.extra_resources_collection = False
+        self.resources_dir = ""
+
+    @property
+    def _registered(self):  # (PyTorch's name)
+        return self._t is not None
+
+    @property
+    def _execution_trace_running(self):  # (PyTorch's name)
+        return self._running
+
+    @staticmethod
+    def build_execution_trace_obs_from_env():
+        """As PyTorch 2.7's: an observer registered on a new temporary ``.et.json`` file when
+        ENABLE_PYTORCH_EXECUTION_TRACE=1 (extra resources with
+        ENABLE_PYTORCH_EXECUTION_TRACE_EXTRAS=1), else None."""
+        if _os.environ.get("ENABLE_PYTORCH_EXECUTION_TRACE", "0") != "1":
+            return None
+        import tempfile
+        fd, path = tempfile.mkstemp(suffix=".et.json")
+        _os.close(fd)
+        et = ExecutionTraceObserver().register_callback(path)
+        et.set_extra_resource_collection(
+            _os.environ.get("ENABLE_PYTORCH_EXECUTION_TRACE_EXTRAS", "0") == "1")
+        return et
+
+    def set_extra_resource_collection(self, val):
+        """PyTorch 2.7 then copies the kernels its compiler generated into the resources
+        directory; etr makes the directory (as PyTorch does) but collects nothing into it."""
+        self.extra_resources_collection = bool(val)
+        if self.extra_resources_collection:
+            self.get_resources_dir(can_create=True)
+
+    def get_resources_dir(self, can_create=False):
+        """The trace's resources directory (see set_extra_resource_collection), or None."""
+        if not self.extra_resources_collection:
+            return None
+        if not self.resources_dir:
+            self.resources_dir = ExecutionTraceObserver.get_resources_dir_for_et_path(
+                self.output_file_path, create_dir=can_create) or ""
+        return self.resources_dir or None
+
+    @staticmethod
+    def get_resources_dir_for_et_path(trace_path, create_dir=False):
+        """``<trace's directory>/<trace's name without its last extension>_resources`` when it
+        exists (or, with create_dir, could be made), else None."""
+        folder, name = _os.path.split(trace_path)
+        where = _os.path.join(folder, _os.path.splitext(name)[0] + "_resources")
+        if _os.path.isdir(where):
+            return where
+        if not create_dir:
+            return None
+        try:
+            _os.mkdir(where)
+        except OSError:
+            return None
+        return where
 
     def __del__(self):
         if getattr(self, "_t", None) is not None:
@@ -100,7 +161,9 @@ class ExecutionTraceObserver(_Base):
             except BaseException:
                 t.close()
                 raise
-            self._t, self._output_file_path, self._pid = t, output_file_path, _os.getpid()
+            self._t, self._pid = t, _os.getpid()
+            self.output_file_path = self.output_file_path_observer = output_file_path
+            self.resources_dir = ""
         return self
 
     def unregister_callback(self):
@@ -142,9 +205,9 @@ class ExecutionTraceObserver(_Base):
         self.unregister_callback()
 
     def get_output_file_path(self):
-        if self._t is None:
-            raise RuntimeError("register_callback() first: no output file yet")
-        return self._output_file_path
+        """The path given to register_callback (also once unregistered), None before: as
+        PyTorch 2.7's (2.4-2.6 raised RuntimeError when not registered)."""
+        return self.output_file_path or None
 
 
 ExecutionGraphObserver = ExecutionTraceObserver  # (PyTorch 1.13's name)

@@ -154,6 +154,7 @@ def main():
         with open(path) as f:
             n_ops, n_tensors = compare(eg_nodes, json.load(f)["nodes"], label)
     dropin_edges(tool, tmp, steps)
+    same_rf_ids(tool, tmp, steps)
     return finish("side by side: %d ops on 2 threads, %d tensors, identical (etr.torch.trace "
                   "and the drop-in observer)" % (n_ops, n_tensors))
 
@@ -181,6 +182,85 @@ def dropin_edges(tool, tmp, steps):
     except etr.EtrError:
         pass
     check(not bad.is_registered and not etr.torch._torch.attached(), "left unregistered")
+    pytorch_2_7_names(tool, tmp, steps)
+
+
+def pytorch_2_7_names(tool, tmp, steps):
+    """What PyTorch 2.7's observer has beyond 2.4's, for code written against it: the path
+    after unregistering (and None before registering), _registered and
+    _execution_trace_running, the resources directory, an observer made from
+    ENABLE_PYTORCH_EXECUTION_TRACE; and the cycle torch.profiler.profile drives (start and
+    stop once per active cycle, then cleanup, then a second unregister_callback)."""
+    path = os.path.join(tmp, "p27.json")
+    o = etr.torch.ExecutionTraceObserver()
+    check(o.get_output_file_path() is None and not o._registered, "None before registering")
+    o.register_callback(path)
+    check(o._registered and not o._execution_trace_running, "registered, not running")
+    for _ in range(3):  # (profile's schedule: one start/stop a cycle)
+        o.start()
+        check(o._execution_trace_running, "running")
+        run_threads(steps[:1])
+        o.stop()
+    o.cleanup()
+    o.unregister_callback()  # (a second time, as Chakra's scripts do after the block)
+    check(o.get_output_file_path() == path and not o._registered, "the path after unregistering")
+    validate(tool, path)
+    with open(path) as f:
+        steps_seen = sum(n["name"] == "aten::mse_loss" for n in json.load(f)["nodes"])
+    check(steps_seen == 3, "the three cycles recorded: %d" % steps_seen)
+    check(o.get_resources_dir() is None, "no resources directory unless asked")
+    o.set_extra_resource_collection(True)
+    want = os.path.join(tmp, "p27_resources")
+    check(o.get_resources_dir() == want and os.path.isdir(want), "the resources directory")
+    check(etr.torch.ExecutionTraceObserver.get_resources_dir_for_et_path(
+        os.path.join(tmp, "none.json")) is None, "no directory for another trace")
+    os.environ["ENABLE_PYTORCH_EXECUTION_TRACE"] = "1"
+    try:
+        env_o = etr.torch.ExecutionTraceObserver.build_execution_trace_obs_from_env()
+    finally:
+        del os.environ["ENABLE_PYTORCH_EXECUTION_TRACE"]
+    if check(env_o is not None and env_o.is_registered, "an observer from the environment"):
+        env_path = env_o.get_output_file_path()
+        env_o.unregister_callback()
+        check(env_path.endswith(".et.json") and os.path.exists(env_path), "its file: %r" % env_path)
+        os.unlink(env_path)
+    check(etr.torch.ExecutionTraceObserver.build_execution_trace_obs_from_env() is None,
+          "none without the variable")
+
+
+def rf_ids(nodes, view):
+    """aten op name by rf_id (PyTorch's nodes hold it in a field or an attr)."""
+    out = {}
+    for n in nodes:
+        rf = n.get("rf_id")
+        for a in n.get("attrs", ()):
+            if a["name"] == "rf_id":
+                rf = a["value"]
+        if rf is not None and n["name"].startswith("aten::"):
+            out[rf] = n["name"]
+    return out
+
+
+def same_rf_ids(tool, tmp, steps):
+    """Both observers on the same ops at once: every op has PyTorch's rf_id (its
+    RecordFunction handle, which Kineto writes as "Record function id"), so that a Kineto
+    trace links to etr's as to PyTorch's (before, etr numbered ops itself)."""
+    eg_path, et_path = os.path.join(tmp, "both_eg.json"), os.path.join(tmp, "both_et.json")
+    eg = ExecutionGraphObserver()
+    eg.register_callback(eg_path)
+    with etr.torch.trace(et_path):
+        eg.start()
+        run_threads(steps)
+        eg.stop()
+    eg.unregister_callback()
+    validate(tool, et_path)
+    with open(eg_path) as f:
+        theirs = rf_ids(json.load(f)["nodes"], eg_view)
+    with open(et_path) as f:
+        ours = rf_ids(json.load(f)["nodes"], et_view)
+    check(len(ours) > 100 and ours == theirs,
+          "the same rf_id for the same op as PyTorch's observer: %d ops, %d the same" %
+          (len(ours), sum(1 for k in ours if theirs.get(k) == ours[k])))
 
 
 def compare(eg_nodes, et_nodes, label):
