@@ -224,7 +224,7 @@ void etr__jw_free(etr__jw *w) {
   w->n_marks = w->cap_marks = 0;
 }
 
-void etr__jw_mark(etr__jw *w, uint64_t count) {
+void etr__jw_mark_slow(etr__jw *w, uint64_t count) {
   if (w->n_marks == w->cap_marks) {
     uint32_t cap = w->cap_marks ? w->cap_marks * 2 : 256;
     if (cap > 65536) return;

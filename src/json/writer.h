@@ -76,7 +76,16 @@ int etr__jw_flush(etr__jw *w);
 /* A record ends here in the buffer; count: what the caller counts up to here since the last
  * flush (nodes). At most 65536 marks a flush are kept (past them, a partial flush keeps
  * the records up to the last one kept). */
-void etr__jw_mark(etr__jw *w, uint64_t count);
+void etr__jw_mark_slow(etr__jw *w, uint64_t count);
+static inline void etr__jw_mark(etr__jw *w, uint64_t count) {
+  if (w->n_marks < w->cap_marks) { /* (the writer's every node: inline) */
+    w->marks[w->n_marks].len = w->len;
+    w->marks[w->n_marks].count = count;
+    w->n_marks++;
+    return;
+  }
+  etr__jw_mark_slow(w, count);
+}
 
 /* From now on each flush writes one gzip member (level 1..9). 0, or -ENOMEM. */
 int etr__jw_set_gzip(etr__jw *w, int level);
