@@ -207,18 +207,22 @@ static int copy_nodes(repair *w) {
   w->last_end = rp_raw_copy_header(&w->raw, &w->o);
   if (w->last_end == 0 || w->last_end == UINT64_MAX) raw_bad = true;
   while (!raw_bad && (rc = rd_next(w->r, &n)) == 1) {
-    if (rp_raw_copy(&w->raw, &w->o, n->offset) != n->offset) {
+    rp_flush_held(w); /* (a node after the process node: it was not the last) */
+    bool process = n->id == 1 && n->name && !strcmp(n->name, PROCESS_NAME);
+    an_out *to = process ? &w->held : &w->o;
+    if (process) w->held_at = w->o.bytes;
+    if (rp_raw_copy(&w->raw, to, n->offset) != n->offset) {
       raw_bad = true;
       break;
     }
-    uint64_t end = rp_raw_copy_object(&w->raw, &w->o);
-    if (end == 0 || end == UINT64_MAX) {
+    uint64_t end = rp_raw_copy_object(&w->raw, to);
+    if (end == 0 || end == UINT64_MAX || (process && to->failed)) {
       raw_bad = true;
       break;
     }
     w->last_end = end;
     w->kept++;
-    w->any_node_out = true;
+    if (!process) w->any_node_out = true;
     if (!rp_note_node(w, n)) {
       cli_error(CMD, "%s: out of memory", w->file);
       return ETR_CLI_FAIL;
@@ -384,6 +388,7 @@ int cmd_repair(int argc, char **argv) {
     }
     w.intact_fixed = true;
   }
+  if (w.intact) rp_flush_held(&w); /* (after the placeholders: last) */
   /* the rest: copied when intact, else counted as dropped and the trace completed */
   w.input_bytes = rp_raw_copy(&w.raw, w.intact ? &w.o : NULL, UINT64_MAX);
   if (w.input_bytes == UINT64_MAX) {
@@ -397,6 +402,7 @@ int cmd_repair(int argc, char **argv) {
       status = ETR_CLI_FAIL;
       goto done;
     }
+    rp_flush_held(&w);
     w.dropped = w.input_bytes - w.last_end;
     rp_put_footer(&w);
     if (w.raw.stop) {
@@ -427,6 +433,7 @@ done:
   rd_close(w.r);
   rp_side_tables_free(&w);
   rp_raw_free(&w.raw);
+  free(w.held.mem);
   if (own_fd >= 0) close(own_fd);
   rp_idset_free(&w.seen);
   an_u64map_free(&w.threads);

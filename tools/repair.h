@@ -95,6 +95,10 @@ typedef struct repair {
   uint64_t kept, last_end;
   bool any_node_out; /* a node is in the output (for the separator) */
   bool have_process;
+  /* The process node, held back while it may be the last node: the placeholders go before
+   * it, so that it stays last (docs/FORMAT.md). Its text with the separator before it. */
+  an_out held;
+  uint64_t held_at; /* the output's size when it was held */
   idset seen;
   an_u64map threads; /* tid -> thread node id */
   an_u64map pend_ix; /* id -> index in pends */
@@ -128,6 +132,8 @@ typedef struct repair {
 /* Reads `path`.tables when it is the recorder's tables of this trace (its header's pid and
  * start_ts); false when there is none (or it is another trace's). */
 bool rp_read_side_tables(repair *w, const char *path, int64_t pid, int64_t start_ts);
+/* Write the held process node (if any) with the separator the output needs. */
+void rp_flush_held(repair *w);
 void rp_side_tables_free(repair *w);
 
 /* Notes kept node n (its id, parent, fw_parent, thread, timing, traceback); false when

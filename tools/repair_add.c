@@ -244,6 +244,23 @@ size_t rp_live_pends(const repair *w) {
 
 /* Placeholders for the missing parents, thread nodes a thread lacks, the process node.
  * false when memory ran out. */
+void rp_flush_held(repair *w) {
+  an_out *h = &w->held;
+  if (!h->mem_len) return;
+  if (w->o.bytes == w->held_at) { /* nothing went before it: the input's bytes, as they were */
+    an_out_raw(&w->o, h->mem, h->mem_len);
+  } else {
+    /* placeholders went before it: the output's separator, then the node (the input's
+     * separator was whitespace and, unless it was the first node, a comma) */
+    size_t at = 0;
+    while (at < h->mem_len && h->mem[at] != '{') at++;
+    an_out_cstr(&w->o, w->any_node_out ? ",\n    " : "\n    ");
+    an_out_raw(&w->o, h->mem + at, h->mem_len - at);
+  }
+  w->any_node_out = true;
+  h->mem_len = 0;
+}
+
 bool rp_add_nodes(repair *w) {
   size_t n = 0;
   pend **v = malloc((w->n_pends ? w->n_pends : 1) * sizeof *v);

@@ -81,6 +81,7 @@ typedef struct vrun {
   vstate v;
   vtree *tree;
   uint64_t nodes, ops, threads;
+  uint64_t placeholders; /* nodes "[etr|...|unfinished]": added for ops never written */
   bool have_process;
   uint64_t max_tb;
   int64_t max_tb_node;

@@ -8,6 +8,7 @@
 
 #include "etr/version.h"
 #include "observer/internal.h"
+#include "observer/openrefs.h"
 #include "observer/tbtable.h"
 #include "observer/trace_internal.h"
 
@@ -270,10 +271,33 @@ uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   return held + 1;
 }
 
+/* The live JSON writer notes what it writes, for the seal's placeholders (openrefs.h). */
+static void note_written(etr_trace *tr, const etr__ev *ev) {
+  if (tr->ring || tr->binary) return;
+  if (!tr->open_refs && !(tr->open_refs = calloc(1, sizeof *tr->open_refs))) return;
+  etr__openrefs_note(tr->open_refs, ev);
+}
+
+static void put_placeholder(void *ctx, const etr__ev *ev) {
+  emit_node(ctx, ev, NULL); /* (not noted: cut off again if the process goes on) */
+}
+
+uint64_t etr__emit_open_placeholders(etr_trace *tr) {
+  etr__openrefs *o = tr->open_refs;
+  uint64_t made = 0;
+  if (!o || o->failed) return 0;
+  o->paused = true;
+  bool ok = etr__put_placeholders(&o->open, &o->threads, ETR__SEAL_PLACEHOLDER, put_placeholder, tr,
+                                  &made);
+  o->paused = false;
+  return ok ? made : 0;
+}
+
 static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   etr__jw *w = &tr->jw;
   if (ev->type == ETR__EV_THREAD) {
     thread_node(tr, ev);
+    note_written(tr, ev);
     return;
   }
   const uint64_t *tb = (const uint64_t *)(const void *)(ev + 1);
@@ -361,6 +385,7 @@ static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
     attr_u64(w, "etr_failed", 1);
   }
   ETR__JW_LIT(w, "]}");
+  note_written(tr, ev);
 }
 
 void etr__emit_header(etr_trace *tr) {

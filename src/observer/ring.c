@@ -1,6 +1,8 @@
 /* The flight recorder's ring (ring.h). */
 #include "observer/ring.h"
 
+#include "observer/openrefs.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,90 +110,28 @@ bool etr__ring_add(etr__ring *r, const etr__ev *ev) {
 
 /* ---- writing out ---- */
 
-/* An open-addressing map of ids (never 0) to a slot of extra data. */
-typedef struct missing {
-  uint64_t id, tid;
-  int64_t ts_min, end_max; /* the span of the children that name it (ns) */
-  bool timed;
-} missing;
-
-typedef struct idmap {
-  missing *e;
-  size_t mask, n;
-} idmap;
-
-static inline size_t slot_of(const idmap *m, uint64_t id) {
-  uint64_t h = id * 0x9e3779b97f4a7c15ull;
-  return (size_t)(h >> 20) & m->mask;
-}
-
-static bool idmap_init(idmap *m, size_t want) {
-  size_t cap = 64;
-  while (cap < want * 2) cap *= 2;
-  m->e = calloc(cap, sizeof *m->e);
-  m->mask = cap - 1;
-  m->n = 0;
-  return m->e != NULL;
-}
-
-static missing *idmap_find(const idmap *m, uint64_t id) {
-  for (size_t j = slot_of(m, id);; j = (j + 1) & m->mask) {
-    if (m->e[j].id == id) return &m->e[j];
-    if (m->e[j].id == 0) return NULL;
-  }
-}
-
-/* The entry of id, added when absent; NULL when memory runs out. */
-static missing *idmap_put(idmap *m, uint64_t id) {
-  if ((m->n + 1) * 2 > m->mask + 1) {
-    idmap bigger;
-    if (!idmap_init(&bigger, (m->mask + 1))) return NULL;
-    for (size_t i = 0; i <= m->mask; i++)
-      if (m->e[i].id) *idmap_put(&bigger, m->e[i].id) = m->e[i];
-    free(m->e);
-    *m = bigger;
-  }
-  size_t j = slot_of(m, id);
-  while (m->e[j].id != 0 && m->e[j].id != id) j = (j + 1) & m->mask;
-  if (m->e[j].id == 0) {
-    memset(&m->e[j], 0, sizeof m->e[j]);
-    m->e[j].id = id;
-    m->n++;
-  }
-  return &m->e[j];
-}
-
-static int cmp_missing(const void *a, const void *b) {
-  const missing *x = a, *y = b;
-  return x->id < y->id ? -1 : x->id > y->id;
-}
-
 /* A reference from ev to id: remembered unless id is a kept op or a thread node. */
-static bool note_ref(idmap *missing_ids, const idmap *kept, uint64_t id, uint64_t tid,
+static bool note_ref(etr__refmap *missing_ids, const etr__refmap *kept, uint64_t id, uint64_t tid,
                      const etr__ev *ev, bool span) {
-  if (id <= 1 || idmap_find(kept, id)) return true;
-  missing *m = idmap_put(missing_ids, id);
+  if (id <= 1 || etr__refmap_find(kept, id)) return true;
+  etr__missing *m = etr__refmap_put(missing_ids, id);
   if (!m) return false;
-  if (!m->tid) m->tid = tid;
-  if (span && (ev->flags & ETR__EVF_TIMING)) {
-    int64_t end = ev->ts_ns + ev->incl_ns;
-    if (!m->timed || ev->ts_ns < m->ts_min) m->ts_min = ev->ts_ns;
-    if (!m->timed || end > m->end_max) m->end_max = end;
-    m->timed = true;
-  }
+  etr__missing_note(m, tid, ev, span);
   return true;
 }
 
 uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev), void *ctx) {
   /* the thread nodes, and the ids that need no placeholder: thread nodes and kept ops */
-  idmap kept = {0}, miss = {0}, threads = {0};
-  bool ok = idmap_init(&kept, r->n + r->threads_len / sizeof(etr__ev) + 1) &&
-            idmap_init(&miss, 64) && idmap_init(&threads, r->threads_len / sizeof(etr__ev) + 1);
+  etr__refmap kept = {0}, miss = {0}, threads = {0};
+  bool ok = etr__refmap_init(&kept, r->n + r->threads_len / sizeof(etr__ev) + 1) &&
+            etr__refmap_init(&miss, 64) &&
+            etr__refmap_init(&threads, r->threads_len / sizeof(etr__ev) + 1);
   for (size_t off = 0; off < r->threads_len;) {
     const etr__ev *ev = (const etr__ev *)(const void *)(r->threads + off);
     put(ctx, ev);
-    missing *t = NULL;
-    if (ok && (!idmap_put(&kept, ev->id) || !(t = idmap_put(&threads, ev->tid + 1)))) ok = false;
+    etr__missing *t = NULL;
+    if (ok && (!etr__refmap_put(&kept, ev->id) || !(t = etr__refmap_put(&threads, ev->tid + 1))))
+      ok = false;
     if (ok) t->tid = ev->id; /* tid + 1 -> its thread node (a tid may be 0) */
     off += ev->size;
   }
@@ -199,7 +139,7 @@ uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev)
   for (size_t i = 0; ok && i < r->n; i++) {
     p = event_at(r, p);
     const etr__ev *ev = (const etr__ev *)(const void *)(r->buf + p);
-    if (!idmap_put(&kept, ev->id)) ok = false;
+    if (!etr__refmap_put(&kept, ev->id)) ok = false;
     p += ev->size;
   }
   p = r->head;
@@ -214,45 +154,10 @@ uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev)
     p += ev->size;
   }
   uint64_t made = 0;
-  if (ok && miss.n) {
-    /* placeholders, by id: empty inputs and outputs, under their thread's node */
-    missing *v = malloc(miss.n * sizeof *v);
-    size_t k = 0;
-    if (v) {
-      for (size_t i = 0; i <= miss.mask; i++)
-        if (miss.e[i].id) v[k++] = miss.e[i];
-      qsort(v, k, sizeof *v, cmp_missing);
-      const size_t name_len = sizeof ETR__RING_PLACEHOLDER - 1;
-      _Alignas(8) uint8_t buf[sizeof(etr__ev) + 32];
-      for (size_t i = 0; i < k; i++) {
-        etr__ev *ev = (etr__ev *)(void *)buf;
-        memset(ev, 0, sizeof *ev);
-        ev->size = (uint32_t)round8(sizeof *ev + name_len);
-        ev->type = ETR__EV_OP;
-        ev->flags = ETR__EVF_INCOMPLETE;
-        if (v[i].timed) {
-          ev->flags |= ETR__EVF_TIMING;
-          ev->ts_ns = v[i].ts_min;
-          ev->incl_ns = v[i].end_max - v[i].ts_min;
-        }
-        ev->id = v[i].id;
-        missing *t = idmap_find(&threads, v[i].tid + 1);
-        ev->parent = t ? t->tid : 1;
-        ev->tid = v[i].tid;
-        ev->seq = -1;
-        ev->kstream = -1;
-        ev->name_len = (uint32_t)name_len;
-        memcpy(ev + 1, ETR__RING_PLACEHOLDER, name_len);
-        put(ctx, ev);
-        made++;
-      }
-      free(v);
-    } else {
-      ok = false;
-    }
-  }
-  free(kept.e);
-  free(miss.e);
-  free(threads.e);
+  if (ok && !etr__put_placeholders(&miss, &threads, ETR__RING_PLACEHOLDER, put, ctx, &made))
+    ok = false;
+  etr__refmap_free(&kept);
+  etr__refmap_free(&miss);
+  etr__refmap_free(&threads);
   return ok ? made : UINT64_MAX;
 }

@@ -321,6 +321,9 @@ struct etr_trace {
   uint64_t seal_off; /* where the process node of that footer starts */
   struct etr__tbtab *tbtab;
   struct etr__ring *ring; /* the flight recorder's (ring.h), NULL when off */
+  /* ops written nodes name that are not written (openrefs.h; the live JSON writer only):
+   * the seal at a fatal signal gives each a placeholder */
+  struct etr__openrefs *open_refs;
   /* Process-group nodes held back until the trace's first collective (emit.c): copies of
    * their full events, oldest first. */
   etr__ev **pg_held;
@@ -516,6 +519,10 @@ bool etr__footer_tables(struct etr_trace *tr, etr__jw *out);
 void etr__emit_footer_with(struct etr_trace *tr, bool process_node, int64_t finish_ms,
                            int fatal_sig, const char *tables, size_t tables_len,
                            const etr__stat_pair *st, size_t n);
+
+/* A placeholder node (ETR__SEAL_PLACEHOLDER) for each op that the nodes written name and that
+ * is not written: ops open at a fatal signal (the seal). Returns how many were written. */
+uint64_t etr__emit_open_placeholders(struct etr_trace *tr);
 
 /* ---- binlog.c (writer thread, binary log) ---- */
 

@@ -372,6 +372,9 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
   if (atomic_load(&tr->failed)) return;
   uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
   tr->seal_any_node = tr->any_node;
+  /* The ops open at the signal: their children are in the file, so each gets a placeholder
+   * (cut off with the footer if the process goes on; not counted, like the process node). */
+  if (!tr->binary) etr__emit_open_placeholders(tr);
   emit_footer(tr, sig);
   uint64_t process_node = 0; /* not counted: cut off again if the process goes on */
   etr__writer_flush(tr, &process_node);

@@ -352,13 +352,19 @@ static void signal_case_gz(const char *signame, const char *how, bool gz) {
   assert_true(tu_count(&t, "spin_op") > 0);
   json_t *etr = json_object_get(t.root, "etr");
   assert_non_null(etr);
+  /* The op open at the signal has 5 children in the file: it is there too, whole (the
+   * process went on) or as a placeholder (before, the children named a parent the file did
+   * not hold, and tu_load and validate failed). */
+  assert_int_equal(tu_count(&t, "child_of_open"), 5);
   if (!strcmp(how, "host-return")) {
     /* The process went on: the footer written at the signal was replaced at close. */
     assert_int_equal(tu_count(&t, "after_signal"), 100);
     assert_int_equal(tu_count(&t, "open_at_signal"), 1);
+    assert_int_equal(tu_count(&t, "[etr|signal|unfinished]"), 0);
     assert_null(json_object_get(etr, "signal"));
   } else {
     assert_int_equal(tu_count(&t, "open_at_signal"), 0);
+    assert_int_equal(tu_count(&t, "[etr|signal|unfinished]"), 1);
     assert_int_equal(json_integer_value(json_object_get(etr, "signal")), sig);
   }
   /* `etr validate --strict` accepts it as it is. */

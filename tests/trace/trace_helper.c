@@ -168,6 +168,7 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   etr_record open_op; /* open when the signal comes: written by nobody */
   etr_record_init(&open_op, "open_at_signal", ETR_SCOPE_FUNCTION);
   etr_record_begin(&open_op);
+  for (int i = 0; i < 5; i++) op("child_of_open", 1); /* (in the file: they name it) */
   if (sig == SIGSEGV) {
     volatile uintptr_t bad = 8; /* unmapped, and not NULL, which UBSan would stop at */
     *(volatile int *)bad = 1;
