@@ -88,8 +88,7 @@ static int cmp_missing(const void *a, const void *b) {
 }
 
 bool etr__put_placeholders(const etr__refmap *miss, const etr__refmap *threads, const char *name,
-                           void (*put)(void *ctx, const etr__ev *ev), void *ctx,
-                           uint64_t *made) {
+                           void (*put)(void *ctx, const etr__ev *ev), void *ctx, uint64_t *made) {
   *made = 0;
   if (!miss->n) return true;
   etr__missing *v = malloc(miss->n * sizeof *v);

@@ -44,15 +44,14 @@ void etr__missing_note(etr__missing *m, uint64_t tid, const etr__ev *ev, bool sp
  * outputs, `incomplete`, the span of its children, under its thread's node (threads maps
  * tid + 1 to it; else the process node). False when memory runs out (none handed). */
 bool etr__put_placeholders(const etr__refmap *miss, const etr__refmap *threads, const char *name,
-                           void (*put)(void *ctx, const etr__ev *ev), void *ctx,
-                           uint64_t *made);
+                           void (*put)(void *ctx, const etr__ev *ev), void *ctx, uint64_t *made);
 
 /* The live writer's tracker. */
 typedef struct etr__openrefs {
   etr__refmap open;    /* parents named by written nodes and not written */
   etr__refmap threads; /* tid + 1 -> the thread's node id */
-  bool failed;        /* memory ran out: no placeholders at the seal */
-  bool paused;        /* the placeholders themselves are being written: not noted */
+  bool failed;         /* memory ran out: no placeholders at the seal */
+  bool paused;         /* the placeholders themselves are being written: not noted */
 } etr__openrefs;
 
 /* The name of the seal's placeholders. */
