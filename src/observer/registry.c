@@ -102,6 +102,13 @@ static void key_init(void) {
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+void etr__registry_init(void) { pthread_once(&thread_key_once, key_init); }
+
+/* At load: the fork handlers exist before any lock of etr's is taken, so that a fork while
+ * another thread holds one (in the process's first trace open, say) never leaves the child
+ * a lock nobody will release. */
+__attribute__((constructor)) static void registry_load(void) { etr__registry_init(); }
+
 static uint64_t seed_rng(uint64_t tid) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

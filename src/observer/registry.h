@@ -102,4 +102,7 @@ void etr__registry_set_hooks(const etr__registry_hooks *hooks);
  * thread while no observer is being added or removed (it sets etr__observing unlocked). */
 void etr__registry_at_first_record(void (*fn)(void));
 
+/* The thread key and the fork handlers, once (also done at load). */
+void etr__registry_init(void);
+
 #endif

@@ -267,7 +267,10 @@ static void on_after_fork_child(void);
 static const etr__registry_hooks g_hooks = {on_thread_exit, on_before_fork, on_after_fork_parent,
                                             on_after_fork_child};
 static pthread_once_t g_hooks_once = PTHREAD_ONCE_INIT;
-static void install_hooks(void) { etr__registry_set_hooks(&g_hooks); }
+static void install_hooks(void) {
+  etr__registry_init(); /* (the fork handlers, before g_lock is ever taken) */
+  etr__registry_set_hooks(&g_hooks);
+}
 
 static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
 

@@ -12,6 +12,9 @@
  *                                    with ETR_TRACE_WRITER unset before the fork
  *   trace_helper daemon              records, forks and returns; the child records once
  *                                    its parent has ended
+ *   trace_helper fork_open DIR       forks 50 times while a thread opens and closes traces
+ *                                    from the process's first open on; each child opens one:
+ *                                    exit 5 when a child hung
  *   trace_helper sigquery            records like env, then exits 0 when SIGINT still has
  *                                    its default action, 5 when a handler is installed
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
@@ -134,6 +137,47 @@ static void *spin_ops(void *p) {
     }
   }
   return NULL;
+}
+
+/* fork_open DIR: a thread opens and closes traces in a loop from the process's very first
+ * open on, while the main thread forks 50 times; each child opens a trace of its own (an
+ * alarm ends it if it hangs). Exit 0 when every child did, 5 when one hung. */
+static atomic_int fork_open_stop;
+static char fork_open_dir[256];
+
+static void *fork_open_loop(void *arg) {
+  (void)arg;
+  char path[400];
+  snprintf(path, sizeof path, "%s/loop.json", fork_open_dir);
+  while (!atomic_load(&fork_open_stop)) {
+    etr_trace *t;
+    if (etr_trace_open(path, NULL, &t) == 0) etr_trace_close(t);
+  }
+  return NULL;
+}
+
+static int fork_open_main(const char *dir) {
+  snprintf(fork_open_dir, sizeof fork_open_dir, "%s", dir);
+  pthread_t th;
+  if (pthread_create(&th, NULL, fork_open_loop, NULL) != 0) return 2;
+  int hung = 0;
+  for (int i = 0; i < 50; i++) {
+    pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      alarm(10);
+      char path[400];
+      snprintf(path, sizeof path, "%s/child_%d.json", fork_open_dir, i);
+      etr_trace *t;
+      if (etr_trace_open(path, NULL, &t) == 0) etr_trace_close(t);
+      _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) == pid && WIFSIGNALED(st)) hung++;
+  }
+  atomic_store(&fork_open_stop, 1);
+  pthread_join(th, NULL);
+  return hung ? 5 : 0;
 }
 
 static int signal_main(const char *path, const char *signame, const char *how) {
@@ -334,6 +378,7 @@ int main(int argc, char **argv) {
     return dfl ? 0 : 5;
   }
   if (strcmp(mode, "signal") == 0 && argc == 5) return signal_main(argv[2], argv[3], argv[4]);
+  if (strcmp(mode, "fork_open") == 0 && argc == 3) return fork_open_main(argv[2]);
   if (strcmp(mode, "kill") == 0 && argc == 4) return kill_main(argv[2], atoi(argv[3]));
   if (argc < 3) return 2;
   etr_trace *t;
