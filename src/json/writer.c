@@ -240,7 +240,7 @@ void etr__jw_mark_slow(etr__jw *w, uint64_t count) {
 
 void etr__jw_prealloc(etr__jw *w) {
   struct stat st;
-  w->prealloc = w->fd >= 0 && fstat(w->fd, &st) == 0 && S_ISREG(st.st_mode);
+  w->prealloc = !w->shared && w->fd >= 0 && fstat(w->fd, &st) == 0 && S_ISREG(st.st_mode);
   w->prealloc_end = 0;
 }
 
@@ -264,13 +264,17 @@ static void reserve_ahead(etr__jw *w, size_t n) {
 }
 
 void etr__jw_trim(etr__jw *w) {
-  if (w->fd < 0 || w->prealloc_end <= w->written) return;
+  if (w->fd < 0 || w->shared || w->prealloc_end <= w->written) return;
   /* (truncating to the size the file has frees its blocks past the end) */
   if (ftruncate(w->fd, (off_t)w->written) != 0 && w->err == 0) w->err = errno;
   w->prealloc_end = 0;
 }
 
 int etr__jw_truncate(etr__jw *w, uint64_t off) {
+  if (w->shared) { /* (what it holds is the host's too: as a pipe, it cannot be cut) */
+    if (w->err == 0) w->err = ESPIPE;
+    return ESPIPE;
+  }
   if (ftruncate(w->fd, (off_t)off) != 0 || lseek(w->fd, (off_t)off, SEEK_SET) < 0) {
     int e = errno;
     if (w->err == 0) w->err = e;

@@ -40,6 +40,7 @@ typedef struct etr__jw {
   void *gz;            /* z_stream of the gzip output, NULL for plain output */
   unsigned char *zbuf; /* compressed bytes on their way to the file */
   size_t zcap;
+  bool shared;           /* a file the host writes too (/dev/stdout...): never cut nor reserved */
   bool prealloc;         /* reserve the file's blocks ahead of the writes (etr__jw_prealloc) */
   uint64_t prealloc_end; /* reserved up to this offset (0: nothing reserved past `written`) */
   /* Where the records in the buffer end (etr__jw_mark), so that a flush the file takes only

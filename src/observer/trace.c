@@ -360,7 +360,11 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     if (!(tr->ring = etr__ring_new(mb << 20))) rc = ETR_ENOMEM;
     tr->flush_ns = INT64_MAX;
   }
-  if (rc == 0 && !tr->binary && !tr->ring) {
+  /* A path under /dev or /proc (/dev/stdout, /dev/fd/N, /proc/self/fd/N) names a stream or a
+   * descriptor the host has open, maybe on its own log file: it is written on, never
+   * truncated, and gets no file beside it. */
+  bool stream_path = !strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6);
+  if (rc == 0 && !tr->binary && !tr->ring && !stream_path) {
     /* path.tables: the traceback tables as they grow (writer_thread.c). One left by an
      * earlier run that was cut short would be taken for this trace's: removed now. */
     if (!(tr->tables_path = malloc(plen + sizeof ".tables"))) rc = ETR_ENOMEM;
@@ -371,7 +375,9 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   }
   if (rc == 0) {
     /* O_NONBLOCK: opening a FIFO with no reader must not block the host (ENXIO instead). */
-    tr->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+    tr->fd =
+        open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : O_TRUNC),
+             0644);
     if (tr->fd >= 0 && tr->tables_path) unlink(tr->tables_path);
     if (tr->fd < 0) {
       open_errno = errno;
@@ -407,6 +413,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
       tr->file_ino = st.st_ino;
     }
     tr->jw.fd = tr->fd;
+    tr->jw.shared = stream_path;
     etr__jw_prealloc(&tr->jw); /* (a file, not a pipe or a device) */
     etr__clock_start();
     struct timespec ts;

@@ -5,6 +5,7 @@
  * TRACE_HELPER is the path of trace_helper (see trace_helper.c), passed by CMake. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,43 @@ static void test_env_bad_path(void **state) {
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
   assert_int_equal(tu_dir_entries(dir), 0);
+  tu_rmdir(dir);
+}
+
+/* ETR_TRACE=/dev/stdout with the program's stdout appended to the host's log: the trace goes
+ * after what the log held, which stays, and no file appears beside /dev/stdout. Before,
+ * the open truncated the log (O_TRUNC through /dev/stdout). */
+static void test_env_dev_stdout_keeps_the_log(void **state) {
+  (void)state;
+  char dir[256], log[400];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(log, sizeof log, "%s/app.log", dir);
+  FILE *f = fopen(log, "w");
+  assert_non_null(f);
+  fputs("the host's own line\n", f);
+  fclose(f);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_APPEND);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(126);
+    setenv("ETR_TRACE", "/dev/stdout", 1);
+    execl(TRACE_HELPER, TRACE_HELPER, "env", (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  size_t len;
+  char *text = tu_read_file(log, &len);
+  assert_non_null(text);
+  if (strncmp(text, "the host's own line\n{", 21) != 0)
+    fail_msg("the log does not start with its own line, then the trace: %.60s", text);
+  assert_non_null(strstr(text, "env_outer"));
+  assert_non_null(strstr(text, "\"finish_ts\"")); /* (finalized at exit) */
+  free(text);
+  assert_int_equal(access("/dev/stdout.tables", F_OK), -1);
   tu_rmdir(dir);
 }
 
@@ -377,6 +415,7 @@ int main(void) {
       TU_TEST(test_env_fork_child_own_file),
       TU_TEST(test_env_fork_daemon_keeps_parent_file),
       TU_TEST(test_env_ignored_when_setuid),
+      TU_TEST(test_env_dev_stdout_keeps_the_log),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
 }
