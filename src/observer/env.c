@@ -208,6 +208,8 @@ static void env_open(const writer_mark *parent) {
     return;
   }
   bool other = written_by_other_process(full), exec_again = !other && written_before_exec();
+  /* (an earlier image of this process wrote a trace: its file, wherever it went, is kept) */
+  bool wrote_before = written_before_exec();
   writer_mark m;
   if (parent && !other && !exec_again &&
       (names_marked_file(parent, full) || (read_mark(&m) && names_marked_file(&m, full))))
@@ -220,7 +222,7 @@ static void env_open(const writer_mark *parent) {
         etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
         return;
       }
-    } while (exec_again && access(mine, F_OK) == 0 && ++n < 10000);
+    } while ((exec_again || wrote_before) && access(mine, F_OK) == 0 && ++n < 10000);
     if (other && read_mark(&m) && names_marked_file(&m, full))
       etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is the file of process %ld; this process writes %s",
                full, m.pid, mine);

@@ -274,6 +274,44 @@ static void test_env_exec_child_own_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* The child of a traced process, redirected to t.<pid>.json, execs itself: its second image
+ * writes t.<pid>.2.json and leaves t.<pid>.json as the first wrote it (before, it took
+ * t.<pid>.json again, truncating the first image's ops). */
+static void test_env_exec_child_reexecs(void **state) {
+  (void)state;
+  char dir[256], first[800], second[800];
+  tu_mkdtemp(dir, sizeof dir);
+  pid_t pid = run_fork_mode(dir, "exec_reexec", NULL);
+  assert_int_equal(tu_dir_entries(dir), 3); /* t.json, t.<c>.json, t.<c>.2.json */
+  check_parent_file(dir, pid, "exec_parent", "exec_after", "exec_self");
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  first[0] = second[0] = '\0';
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (e->d_name[0] == '.' || !strcmp(e->d_name, "t.json")) continue;
+    if (n > 7 && !strcmp(e->d_name + n - 7, ".2.json"))
+      snprintf(second, sizeof second, "%s/%s", dir, e->d_name);
+    else
+      snprintf(first, sizeof first, "%s/%s", dir, e->d_name);
+  }
+  closedir(d);
+  assert_true(first[0] && second[0]);
+  size_t len;
+  char *text = tu_read_file(first, &len); /* (not finalized: its writer died at the exec) */
+  assert_non_null(text);
+  assert_non_null(strstr(text, "exec_self_outer"));
+  assert_null(strstr(text, "env_outer"));
+  free(text);
+  tu_trace after;
+  tu_load_path(&after, second);
+  assert_int_equal(tu_count(&after, "env_outer"), 5);
+  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
+  tu_free(&after);
+  tu_rmdir(dir);
+}
+
 /* ETR_TRACE without %p, and the traced process execs (no fork): the image before exec
  * wrote t.json; the new one, the same process, writes t.<pid>.json and leaves t.json as it
  * was (before 2026-11-27 it truncated it: the first image's ops were lost). */
@@ -416,6 +454,7 @@ int main(void) {
       TU_TEST(test_env_fork_daemon_keeps_parent_file),
       TU_TEST(test_env_ignored_when_setuid),
       TU_TEST(test_env_dev_stdout_keeps_the_log),
+      TU_TEST(test_env_exec_child_reexecs),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
 }

@@ -312,15 +312,19 @@ int main(int argc, char **argv) {
     execl("/proc/self/exe", argv[0], "env", (char *)NULL);
     return 127;
   }
-  if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec_unmarked") == 0) {
+  if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec_unmarked") == 0 ||
+      strcmp(mode, "exec_reexec") == 0) {
     record_some("exec_parent");
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return 2;
     if (pid == 0) {
       /* (exec_unmarked: the child's environment lost the writer mark, as when a launcher
-       * builds it anew) */
+       * builds it anew; exec_reexec: the child, redirected to a file of its own, execs
+       * itself again, as exec-self) */
       if (strcmp(mode, "exec_unmarked") == 0) unsetenv("ETR_TRACE_WRITER");
+      if (strcmp(mode, "exec_reexec") == 0)
+        execl("/proc/self/exe", argv[0], "exec-self", (char *)NULL);
       execl("/proc/self/exe", argv[0], "env", (char *)NULL);
       _exit(127);
     }
