@@ -418,11 +418,17 @@ static void put_value(enc *e, const etr_value *v, unsigned depth) {
       return;
     case ETR_VALUE_LIST:
     case ETR_VALUE_TUPLE: {
+      /* (the budget counts what the node's text will hold: a list is "[...]" in values and
+       * shapes and "GenericList[...]" in types, about 24 bytes beyond its 5 here; a cut, "<...>",
+       * "[]" and a type. A list that holds itself thousands of times over was 48 MB of text,
+       * past the 16 MiB a reader takes, in 5 MB of events) */
       if (depth >= ETR__DEPTH_MAX) {
         put_u8(e, ETR__V_CUT);
+        e->expanded += 16;
         etr__bump(&e->ts->nesting_cut, 1);
         return;
       }
+      e->expanded += 24;
       put_u8(e, v->kind == ETR_VALUE_LIST ? ETR__V_LIST : ETR__V_TUPLE);
       size_t count_at = e->ts->arena_len;
       put_u32(e, 0);

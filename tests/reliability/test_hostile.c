@@ -500,6 +500,34 @@ static void test_1m_element_lists_cut_at_4096(void **state) {
   tu_free(&t);
 }
 
+/* ---- a list that holds itself: the node's text stays under the reader's limit ---- */
+
+/* 4096 items, each the list itself: cut at 32 levels, and at the per-op budget. The budget
+ * counts the text the writer makes of each list and cut (not only the bytes of the event):
+ * the node was 48 MB before, and `etr validate` (16 MiB a node) refused the trace. */
+static void test_self_holding_list_stays_readable(void **state) {
+  (void)state;
+  enum { WIDE = 4096 };
+  etr_value *items = malloc(sizeof(etr_value) * WIDE);
+  assert_non_null(items);
+  etr_value self = etr_value_list(items, WIDE);
+  for (int i = 0; i < WIDE; i++) items[i] = self;
+  tu_trace t;
+  tu_open(&t, NULL);
+  tu_op("self_holding", &self, 1, NULL, 0);
+  etr_trace_stats st;
+  close_checked(&t, &st);
+  assert_int_equal(tu_count(&t, "self_holding"), 1);
+  assert_true(st.nesting_cut > 0 || st.lists_cut > 0);
+  if (t.len > (12u << 20))
+    fail_msg("the trace is %zu bytes: its node is past what a reader takes", t.len);
+#ifdef ETR_TOOL
+  tu_assert_valid(ETR_TOOL, t.path);
+#endif
+  tu_free(&t);
+  free(items);
+}
+
 /* ---- nesting 10 000 deep, on a 64 KiB stack ---- */
 
 enum { DEEP = 10000, SMALL_STACK = 64 * 1024 };
@@ -1574,6 +1602,7 @@ int main(void) {
       TU_TEST(test_10mb_strings_cut_at_8192_on_utf8_boundary),
       TU_TEST(test_1m_element_lists_cut_at_4096),
       TU_TEST(test_nesting_10000_deep_cut_on_64k_stack),
+      TU_TEST(test_self_holding_list_stays_readable),
       TU_TEST(test_special_numbers_written_exactly),
       TU_TEST(test_null_pointers_in_records_and_values),
       TU_TEST(test_null_inputs_with_count_is_counted),
