@@ -30,7 +30,10 @@ typedef struct dten {
 struct etr__cev_dec {
   dstr str[ETR__CSTR_SLOTS];
   dten ten[ETR__CTEN_SLOTS];
+  uint64_t thread_node; /* the id of the stream's last thread event (its thread's node) */
 };
+
+uint64_t etr__cev_dec_thread_node(const etr__cev_dec *d) { return d ? d->thread_node : 0; }
 
 etr__cev_dec *etr__cev_dec_new(void) { return calloc(1, sizeof(etr__cev_dec)); }
 
@@ -410,5 +413,6 @@ size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, siz
   h.size = (uint32_t)w.len;
   memcpy(out->buf, &h, sizeof h);
   *ev = (const etr__ev *)(const void *)out->buf;
+  if (type == ETR__CEV_THREAD) d->thread_node = h.id;
   return size;
 }

@@ -272,10 +272,10 @@ uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
 }
 
 /* The live JSON writer notes what it writes, for the seal's placeholders (openrefs.h). */
-static void note_written(etr_trace *tr, const etr__ev *ev) {
-  if (tr->ring || tr->binary) return;
+static void note_written(etr_trace *tr, const etr__ev *ev, const etr__cev_dec *dec) {
+  if (tr->ring || tr->binary || !dec) return; /* (no decoder: a placeholder) */
   if (!tr->open_refs && !(tr->open_refs = calloc(1, sizeof *tr->open_refs))) return;
-  etr__openrefs_note(tr->open_refs, ev);
+  etr__openrefs_note(tr->open_refs, ev, etr__cev_dec_thread_node(dec));
 }
 
 static void put_placeholder(void *ctx, const etr__ev *ev) {
@@ -287,8 +287,8 @@ uint64_t etr__emit_open_placeholders(etr_trace *tr) {
   uint64_t made = 0;
   if (!o || o->failed) return 0;
   o->paused = true;
-  bool ok = etr__put_placeholders(&o->open, &o->threads, ETR__SEAL_PLACEHOLDER, put_placeholder, tr,
-                                  &made);
+  bool ok =
+      etr__put_placeholders(&o->open, NULL, ETR__SEAL_PLACEHOLDER, put_placeholder, tr, &made);
   o->paused = false;
   return ok ? made : 0;
 }
@@ -297,7 +297,6 @@ static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   etr__jw *w = &tr->jw;
   if (ev->type == ETR__EV_THREAD) {
     thread_node(tr, ev);
-    note_written(tr, ev);
     return;
   }
   const uint64_t *tb = (const uint64_t *)(const void *)(ev + 1);
@@ -385,7 +384,7 @@ static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
     attr_u64(w, "etr_failed", 1);
   }
   ETR__JW_LIT(w, "]}");
-  note_written(tr, ev);
+  note_written(tr, ev, dec);
 }
 
 void etr__emit_header(etr_trace *tr) {

@@ -112,8 +112,8 @@ bool etr__put_placeholders(const etr__refmap *miss, const etr__refmap *threads, 
       ev->incl_ns = v[i].end_max - v[i].ts_min;
     }
     ev->id = v[i].id;
-    etr__missing *t = etr__refmap_find(threads, v[i].tid + 1);
-    ev->parent = t ? t->tid : 1;
+    etr__missing *t = v[i].under || !threads ? NULL : etr__refmap_find(threads, v[i].tid + 1);
+    ev->parent = v[i].under ? v[i].under : t ? t->tid : 1;
     ev->tid = v[i].tid;
     ev->seq = -1;
     ev->kstream = -1;
@@ -126,28 +126,20 @@ bool etr__put_placeholders(const etr__refmap *miss, const etr__refmap *threads, 
   return true;
 }
 
-void etr__openrefs_note(etr__openrefs *o, const etr__ev *ev) {
-  if (o->failed || o->paused) return;
-  if (ev->type == ETR__EV_THREAD) {
-    etr__missing *t = etr__refmap_put(&o->threads, ev->tid + 1);
-    if (!t) o->failed = true;
-    if (t) t->tid = ev->id; /* (tid + 1 -> its thread node: a tid may be 0) */
-    return;
-  }
+void etr__openrefs_note(etr__openrefs *o, const etr__ev *ev, uint64_t thread_node) {
+  if (o->failed || o->paused || ev->type != ETR__EV_OP) return;
   etr__refmap_del(&o->open, ev->id);
-  if (ev->parent <= 1) return;
-  const etr__missing *t = etr__refmap_find(&o->threads, ev->tid + 1);
-  if (t && t->tid == ev->parent) return; /* (its thread's node) */
+  if (ev->parent <= 1 || ev->parent == thread_node) return; /* (top-level: its thread's) */
   etr__missing *m = etr__refmap_put(&o->open, ev->parent);
   if (!m) {
     o->failed = true;
     return;
   }
+  m->under = thread_node;
   etr__missing_note(m, ev->tid, ev, true);
 }
 
 void etr__openrefs_free(etr__openrefs *o) {
   etr__refmap_free(&o->open);
-  etr__refmap_free(&o->threads);
   o->failed = false;
 }

@@ -20,6 +20,7 @@
 /* An open-addressing map of ids (never 0) to the span and thread of what names them. */
 typedef struct etr__missing {
   uint64_t id, tid;
+  uint64_t under;          /* the node to hang its placeholder under (0: by threads) */
   int64_t ts_min, end_max; /* the span of the children that name it (ns) */
   bool timed;
 } etr__missing;
@@ -41,24 +42,26 @@ void etr__refmap_del(etr__refmap *m, uint64_t id);
 void etr__missing_note(etr__missing *m, uint64_t tid, const etr__ev *ev, bool span);
 
 /* Hand put a placeholder node named name for each entry of miss, by id: empty inputs and
- * outputs, `incomplete`, the span of its children, under its thread's node (threads maps
- * tid + 1 to it; else the process node). False when memory runs out (none handed). */
+ * outputs, `incomplete`, the span of its children, under its thread's node (the entry's
+ * `under`, else what threads maps tid + 1 to; else the process node). False when memory
+ * runs out (none handed). threads may be NULL. */
 bool etr__put_placeholders(const etr__refmap *miss, const etr__refmap *threads, const char *name,
                            void (*put)(void *ctx, const etr__ev *ev), void *ctx, uint64_t *made);
 
-/* The live writer's tracker. */
+/* The live writer's tracker: no memory per thread (a host that starts threads all the time
+ * keeps none), only per op open. */
 typedef struct etr__openrefs {
-  etr__refmap open;    /* parents named by written nodes and not written */
-  etr__refmap threads; /* tid + 1 -> the thread's node id */
-  bool failed;         /* memory ran out: no placeholders at the seal */
-  bool paused;         /* the placeholders themselves are being written: not noted */
+  etr__refmap open; /* parents named by written nodes and not written */
+  bool failed;      /* memory ran out: no placeholders at the seal */
+  bool paused;      /* the placeholders themselves are being written: not noted */
 } etr__openrefs;
 
 /* The name of the seal's placeholders. */
 #define ETR__SEAL_PLACEHOLDER "[etr|signal|unfinished]"
 
-/* ev (a thread or op event) was written. */
-void etr__openrefs_note(etr__openrefs *o, const etr__ev *ev);
+/* The op event ev was written; thread_node: its thread's node id (its parent when it is a
+ * top-level op). */
+void etr__openrefs_note(etr__openrefs *o, const etr__ev *ev, uint64_t thread_node);
 void etr__openrefs_free(etr__openrefs *o);
 
 #endif
