@@ -572,6 +572,8 @@ void etr__record_begin(etr_record *rec) {
 
 /* Ends a begun record in `state`: 3 ended, 4 ended failed (etr_record_failed() tells the
  * exit callbacks). */
+_Atomic uint64_t etr__ends_cross_thread;
+
 static void record_end(etr_record *rec, uint32_t state) {
   if (!rec) return;
   etr__thread *t = etr__thread_self();
@@ -579,6 +581,13 @@ static void record_end(etr_record *rec, uint32_t state) {
   if (rec->_state != 2) {
     bump(&t->n_ends_without_begin);
     rec->_state = 3;
+    return;
+  }
+  /* Ended on another thread than it began on (misuse): ignored, counted. No observer sees
+   * it (their callbacks run on the recording thread), and the record stays begun, so that
+   * its end on its own thread still ends it. */
+  if (rec->_tid != (uint32_t)t->tid) {
+    atomic_fetch_add_explicit(&etr__ends_cross_thread, 1, memory_order_relaxed);
     return;
   }
   rec->_state = state;

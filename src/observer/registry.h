@@ -102,6 +102,10 @@ void etr__registry_set_hooks(const etr__registry_hooks *hooks);
  * thread while no observer is being added or removed (it sets etr__observing unlocked). */
 void etr__registry_at_first_record(void (*fn)(void));
 
+/* Ends called on another thread than their begin, since the process started (misuse:
+ * ignored by the registry; a trace reports those made while it was open). */
+extern _Atomic uint64_t etr__ends_cross_thread;
+
 /* The thread key and the fork handlers, once (also done at load). */
 void etr__registry_init(void);
 

@@ -324,6 +324,7 @@ struct etr_trace {
   /* ops written nodes name that are not written (openrefs.h; the live JSON writer only):
    * the seal at a fatal signal gives each a placeholder */
   struct etr__openrefs *open_refs;
+  uint64_t cross_ends_at_open; /* the registry's count of cross-thread ends at open */
   /* Process-group nodes held back until the trace's first collective (emit.c): copies of
    * their full events, oldest first. */
   etr__ev **pg_held;
@@ -554,6 +555,8 @@ size_t etr__emit_process_text(struct etr_trace *tr, char *buf, size_t cap);
 typedef struct etr__cev_dec etr__cev_dec;
 etr__cev_dec *etr__cev_dec_new(void);
 void etr__cev_dec_free(etr__cev_dec *d); /* NULL is a no-op */
+/* The node id of the thread whose events the decoder reads now (0: none yet, or NULL). */
+uint64_t etr__cev_dec_thread_node(const etr__cev_dec *d);
 
 /* Decode the compact event at p (avail bytes from it) of the stream d decodes, written by
  * thread tid (the registry's) of a trace whose clock started at base_ns. Returns its size,

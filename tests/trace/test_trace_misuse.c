@@ -180,6 +180,40 @@ static void test_end_on_other_thread(void **state) {
   tu_free(&t);
 }
 
+/* The same, then the op ends on its own thread: that end ends it (before, the end on the
+ * other thread had marked the record ended and called the observers' exit callbacks there,
+ * so the right end counted as ends_without_begin and the op stayed open to close). */
+static void test_end_on_other_thread_then_own(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open(&t, NULL);
+  etr_record a;
+  tu_begin(&a, "begun_here", NULL, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, end_elsewhere, &a), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  tu_op("inside_it", NULL, 0, NULL, 0);
+  tu_end(&a, NULL, 0);
+  tu_op("after_it", NULL, 0, NULL, 0);
+  etr_registry_stats rs;
+  memset(&rs, 0, sizeof rs);
+  rs.struct_size = sizeof rs;
+  assert_int_equal(etr_registry_stats_get(&rs), 0);
+  uint64_t ewb = rs.ends_without_begin;
+  tu_close_ok(&t);
+  assert_int_equal(tu_stat(&t, "ends_cross_thread"), 1);
+  assert_int_equal(tu_stat(&t, "ops_open_at_close"), 0);
+  json_t *na = tu_node(&t, "begun_here");
+  assert_null(tu_attr(na, "etr_incomplete")); /* (ended, not at close) */
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "inside_it")), tu_id(na));
+  assert_true(tu_ctrl_deps(tu_node(&t, "after_it")) != tu_id(na));
+  memset(&rs, 0, sizeof rs);
+  rs.struct_size = sizeof rs;
+  assert_int_equal(etr_registry_stats_get(&rs), 0);
+  assert_int_equal(rs.ends_without_begin, ewb); /* (the right end was no misuse) */
+  tu_free(&t);
+}
+
 static void *thread_exits_open(void *p) {
   uint64_t *tid = p;
   *tid = etr_thread_id();
@@ -354,11 +388,17 @@ static void test_enable_disable_repeat(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_end_without_begin),     TU_TEST(test_end_out_of_order),
-      TU_TEST(test_open_at_disable),       TU_TEST(test_open_at_close),
-      TU_TEST(test_thread_exit_open),      TU_TEST(test_close_while_recording),
-      TU_TEST(test_second_open_busy),      TU_TEST(test_null_handles),
-      TU_TEST(test_enable_disable_repeat), TU_TEST(test_end_on_other_thread),
+      TU_TEST(test_end_without_begin),
+      TU_TEST(test_end_out_of_order),
+      TU_TEST(test_open_at_disable),
+      TU_TEST(test_open_at_close),
+      TU_TEST(test_thread_exit_open),
+      TU_TEST(test_close_while_recording),
+      TU_TEST(test_second_open_busy),
+      TU_TEST(test_null_handles),
+      TU_TEST(test_enable_disable_repeat),
+      TU_TEST(test_end_on_other_thread),
+      TU_TEST(test_end_on_other_thread_then_own),
   };
   return cmocka_run_group_tests_name("trace_misuse", tests, NULL, NULL);
 }
