@@ -145,7 +145,8 @@ typedef struct etr_trace_stats {
                                        ()[],<> in a dtype or object kind as '_'; an empty or
                                        built-in object kind as "Object" */
   uint64_t ends_cross_thread;       /* ends called on another thread than their begin (misuse:
-                                       ignored, the op stays open on its own thread) */
+                                       ignored: the op stays open until its end on its own
+                                       thread) */
   uint64_t ops_abandoned;           /* ops closed (written, marked incomplete) because an op
                                        enclosing them ended first: their end never came
                                        (longjmp, exception) or comes later (then counted in
