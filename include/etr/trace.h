@@ -109,7 +109,12 @@ ETR_API int etr_trace_dump(etr_trace *trace);
  * the process node and the footer, close the file and free the trace. Safe while other
  * threads record (their later records are simply not traced). Returns the first write
  * error seen, if any (ETR_EIO), else 0. NULL is a no-op. In a forked child it frees the
- * trace without writing and returns ETR_EFORKED. */
+ * trace without writing and returns ETR_EFORKED.
+ *
+ * close, flush, dump and disable are not async-signal-safe: do not call them from a signal
+ * handler (fatal_signals finalizes the file at a fatal signal). Called from a handler that
+ * interrupted the thread while it waited inside etr for the writer, they return ETR_EBUSY
+ * rather than wait on what they interrupted. */
 ETR_API int etr_trace_close(etr_trace *trace);
 /* A trace handle stays recognisable after close: a second close, or any other call on it,
  * returns ETR_ESTATE (etr_trace_stats_get still returns the final counters). */

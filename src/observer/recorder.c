@@ -118,9 +118,14 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
     }
     waited = true;
     atomic_fetch_add_explicit(&tr->space_waiters, 1, memory_order_relaxed);
+    etr__thread *me = etr__tls_self;
+    if (me) me->waiting = 1;
+    atomic_signal_fence(memory_order_seq_cst);
     int rc = stall_ms < 0 ? pthread_cond_wait(&tr->space_cond, &tr->q_mutex)
                           : pthread_cond_clockwait(&tr->space_cond, &tr->q_mutex, CLOCK_MONOTONIC,
                                                    &deadline);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (me) me->waiting = 0;
     atomic_fetch_sub_explicit(&tr->space_waiters, 1, memory_order_relaxed);
     uint64_t took = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
     if (tr->q_done != done0 || took != took0) { /* progress (a slow reader): a new wait */

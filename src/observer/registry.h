@@ -36,6 +36,10 @@ struct etr__thread {
   /* etr_thread_set_name: written by the owner; read by the owner when it writes its thread
    * node (the trace observer copies it into the thread event). */
   char name[ETR__THREAD_NAME_MAX];
+  /* Nonzero while the thread waits inside etr for the writer (a full queue): a handler of
+   * the host's signals that interrupts that wait and calls etr's control functions (close,
+   * flush, dump, disable) gets ETR_EBUSY instead of deadlocking on the wait it interrupted. */
+  volatile int waiting;
   etr__thread *prev, *next;
 };
 
@@ -46,6 +50,13 @@ etr__thread *etr__thread_self_slow(void);
 static inline etr__thread *etr__thread_self(void) {
   etr__thread *t = etr__tls_self;
   return ETR__LIKELY(t != NULL) ? t : etr__thread_self_slow();
+}
+
+/* Whether the calling thread is inside etr's wait for the writer (etr__thread.waiting): a
+ * signal handler interrupted it. */
+static inline bool etr__thread_waiting(void) {
+  etr__thread *t = etr__tls_self;
+  return t && t->waiting;
 }
 
 /* Publish a hazard word before reading the state it protects (Dekker with the waiters

@@ -81,6 +81,14 @@ void etr__tensor_died(const void *impl) { object_died(true, impl); }
 void etr__storage_died(const void *storage) { object_died(false, storage); }
 
 static bool usable(const etr_trace *tr) { return tr && !tr->closed && tr->pid == getpid(); }
+
+/* A host's signal handler that interrupted this thread inside etr's wait for the writer:
+ * close, flush, dump and disable would wait on what it interrupted (they are not
+ * async-signal-safe); they return ETR_EBUSY instead. */
+#define REFUSE_IN_HANDLER()                      \
+  do {                                           \
+    if (etr__thread_waiting()) return ETR_EBUSY; \
+  } while (0)
 /* The error for a handle that is not usable. */
 static int unusable(const etr_trace *tr) {
   return !tr ? ETR_EINVAL : tr->closed ? ETR_ESTATE : ETR_EFORKED;
@@ -484,6 +492,7 @@ int etr_trace_enable(etr_trace *tr) {
 
 int etr_trace_disable(etr_trace *tr) {
   if (!usable(tr)) return unusable(tr);
+  REFUSE_IN_HANDLER();
   /* Ops in flight are counted at the transition only: threads_mutex orders racing calls. */
   pthread_mutex_lock(&tr->threads_mutex);
   bool was_enabled = etr_observer_is_enabled(tr->obs) == 1;
@@ -512,6 +521,7 @@ int etr_trace_flush(etr_trace *tr) {
 
 static int trace_flush(etr_trace *tr) {
   if (!usable(tr)) return unusable(tr);
+  REFUSE_IN_HANDLER();
   etr__thread *thr = etr__thread_self();
   /* The caller's own chunk is safe to take only outside our callbacks on this thread. */
   bool own = thr && thr->in_callback == 0 && thr->trace_state && thr->trace_serial == tr->serial;
@@ -616,6 +626,7 @@ int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
 
 static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   if (!tr) return 0;
+  REFUSE_IN_HANDLER();
   pthread_mutex_lock(&g_lock);
   if (tr->closed) { /* closed before (a tombstone): nothing to do */
     pthread_mutex_unlock(&g_lock);

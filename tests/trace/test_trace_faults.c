@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trace_util.h"
@@ -254,6 +256,59 @@ static void test_fifo_reader_never_reads(void **state) {
   tu_rmdir(dir);
 }
 
+/* A host's handler of SIGALRM calls etr_trace_close, and the signal comes while this thread
+ * waits inside etr for the writer (a FIFO whose reader never reads fills the queue): close
+ * returns ETR_EBUSY (it is not async-signal-safe) instead of deadlocking on the wait it
+ * interrupted, as it did before (5 runs of 6). The wait ends at stall_ms as usual. */
+static etr_trace *g_handler_trace;
+static volatile int g_handler_rc = 1;
+
+static void close_from_handler(int sig) {
+  (void)sig;
+  g_handler_rc = etr_trace_close(g_handler_trace);
+}
+
+static void test_close_from_handler_during_wait(void **state) {
+  (void)state;
+  char dir[256], fifo[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int rd = open(fifo, O_RDONLY | O_NONBLOCK);
+  assert_true(rd >= 0);
+  alarm(60);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.stall_ms = 1500;
+  opt.buffer_kb = 4;
+  opt.max_buffers = 2;
+  assert_int_equal(etr_trace_open(fifo, &opt, &g_handler_trace), 0);
+  assert_int_equal(etr_trace_enable(g_handler_trace), 0);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = close_from_handler;
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+  struct sigevent sev;
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGUSR1;
+  sev._sigev_un._tid = (pid_t)syscall(SYS_gettid); /* (to this thread, which records) */
+  timer_t timer;
+  assert_int_equal(timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
+  struct itimerspec its = {{0, 0}, {0, 400 * 1000000}}; /* once the queue is full */
+  assert_int_equal(timer_settime(timer, 0, &its, NULL), 0);
+  etr_value in[1] = {etr_value_string("payload that fills the pipe fast, then the queue")};
+  for (int i = 0; i < 20000 && g_handler_rc == 1; i++) tu_op("wait_op", in, 1, NULL, 0);
+  timer_delete(timer);
+  sigaction(SIGUSR1, &old, NULL);
+  assert_int_equal(g_handler_rc, ETR_EBUSY);
+  etr_trace_close(g_handler_trace); /* (after the stall: ETR_EIO) */
+  alarm(0);
+  close(rd);
+  unlink(fifo);
+  tu_rmdir(dir);
+}
+
 static void test_exit_without_close(void **state) {
   (void)state;
   check_exit_trace("exit", 0);
@@ -477,6 +532,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_write_error_midway, full_teardown),
       TU_TEST(test_fifo_without_reader),
       TU_TEST(test_fifo_reader_never_reads),
+      TU_TEST(test_close_from_handler_during_wait),
       TU_TEST(test_exit_without_close),
       TU_TEST(test_exit_with_open_ops),
       TU_TEST(test_exit_while_thread_records),
