@@ -85,7 +85,7 @@ class Op {
     etr_record_begin(&rec_);
   }
   Op(Deferred, const char *name, etr_scope scope = ETR_SCOPE_FUNCTION) noexcept
-      : exceptions_(std::uncaught_exceptions()) {
+      : exceptions_(std::uncaught_exceptions()), begun_(false) {
     etr_record_init(&rec_, name, scope);
   }
 
@@ -97,6 +97,7 @@ class Op {
   /* Ends the op; when an exception thrown after the guard was made is unwinding through it,
    * the op is written marked failed (etr_record_end_failed). */
   ~Op() {
+    if (!begun_) return; /* (a deferred guard never begun: no op, and no misuse) */
     if (std::uncaught_exceptions() > exceptions_)
       etr_record_end_failed(&rec_);
     else
@@ -128,7 +129,10 @@ class Op {
     }
     return *this;
   }
-  void begin() noexcept { etr_record_begin(&rec_); }
+  void begin() noexcept {
+    begun_ = true;
+    etr_record_begin(&rec_);
+  }
 
   /* The outputs, read when the guard ends: the list is copied (the values' referents are
    * not, keep them alive until then). */
@@ -150,6 +154,7 @@ class Op {
  private:
   etr_record rec_;
   int exceptions_;
+  bool begun_ = true;
   std::vector<etr_value> outputs_;
 };
 

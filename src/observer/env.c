@@ -249,6 +249,8 @@ static void env_open(const writer_mark *parent) {
   opt.no_timing = env_flag_off(env_get("ETR_TRACE_TIMING"));
   v = env_get("ETR_TRACE_TIMING");
   opt.ns_timing = v && !strcmp(v, "ns");
+  if (v && *v && !opt.no_timing && !opt.ns_timing && !env_flag_on(v))
+    etr__log(ETR_LOG_WARN, "ETR_TRACE_TIMING=%s unknown (0, 1 or ns); timing on, in us", v);
   v = env_get("ETR_TRACE_SAMPLE");
   if (v && *v) {
     char *end;

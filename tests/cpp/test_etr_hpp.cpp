@@ -77,6 +77,18 @@ int main() {
       throws_inside();
     } catch (const std::exception &) {
     }
+    etr_registry_stats rs0{};
+    rs0.struct_size = sizeof rs0;
+    etr_registry_stats_get(&rs0);
+    {
+      // a deferred guard that is never begun: no op, and no misuse (it counted an end
+      // without begin before)
+      etr::Op unused(etr::Op::deferred, "hpp_never_begun");
+    }
+    etr_registry_stats rs1{};
+    rs1.struct_size = sizeof rs1;
+    etr_registry_stats_get(&rs1);
+    CHECK(rs1.ends_without_begin == rs0.ends_without_begin);
     {
       etr::Op op(etr::Op::deferred, "hpp_deferred");
       op.set_schema("hpp_deferred(int x) -> int");
