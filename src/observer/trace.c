@@ -729,7 +729,7 @@ void etr__trace_set_env(etr_trace *tr) {
 
 /* The identity of the file tr writes (its copy in a forked child too): false when none. */
 bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned long long *ino) {
-  if (!tr || tr->fd < 0) return false;
+  if (!tr || tr->file_ino == 0) return false;
   *dev = (unsigned long long)tr->file_dev;
   *ino = (unsigned long long)tr->file_ino;
   return true;
@@ -819,6 +819,11 @@ static void on_after_fork_child(void) {
      * stays allocated (the child may still call close, which frees it). */
     __atomic_store_n(&etr__tracking_ids, 0u, __ATOMIC_SEQ_CST);
     etr__observer_drop_in_child(tr->obs);
+    /* The child's copy of the file's descriptor goes now: it would keep the file's lock
+     * (shared with the parent's descriptor) for as long as the child lives, and tell a later
+     * process under the same ETR_TRACE path that somebody still writes it (env.c). */
+    if (tr->fd >= 0) close(tr->fd);
+    tr->fd = tr->jw.fd = -1;
     g_forked_trace = tr;
     g_trace = NULL;
   }

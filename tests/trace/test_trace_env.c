@@ -189,6 +189,41 @@ static void test_env_dev_stdout_keeps_the_log(void **state) {
   tu_rmdir(dir);
 }
 
+/* A traced process forks a child that lives on (doing nothing with etr) and ends; a new run
+ * under the same ETR_TRACE path then takes t.json again, as it would with no child around.
+ * Before, the child's copy of the trace's descriptor kept the file's lock, and the new run
+ * took t.json for another process's and wrote t.<pid>.json. */
+static void test_env_lingering_child_releases_the_file(void **state) {
+  (void)state;
+#if defined(TU_TSAN) || defined(TU_ASAN)
+  skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
+#endif
+  char dir[256], var[600], done[700];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  snprintf(done, sizeof done, "%s/done", dir);
+  const char *env[] = {var, NULL};
+  const char *linger[] = {"fork_linger", dir, NULL};
+  int status = tu_run(TRACE_HELPER, linger, env, NULL);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const char *again[] = {"env", NULL};
+  status = tu_run(TRACE_HELPER, again, env, NULL);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  int entries = tu_dir_entries(dir);
+  FILE *f = fopen(done, "w"); /* (the child goes) */
+  if (f) fclose(f);
+  tu_sleep_us(50000);
+  unlink(done);
+  assert_int_equal(entries, 1);
+  char path[700];
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  tu_trace t;
+  tu_load_path(&t, path);
+  assert_int_equal(tu_count(&t, "env_outer"), 5);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
 /* The file of dir other than t.json, into out ("" when none). */
 static void other_file(const char *dir, char *out, size_t cap) {
   out[0] = '\0';
@@ -455,6 +490,7 @@ int main(void) {
       TU_TEST(test_env_ignored_when_setuid),
       TU_TEST(test_env_dev_stdout_keeps_the_log),
       TU_TEST(test_env_exec_child_reexecs),
+      TU_TEST(test_env_lingering_child_releases_the_file),
   };
   return cmocka_run_group_tests_name("trace_env", tests, NULL, NULL);
 }

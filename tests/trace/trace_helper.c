@@ -374,6 +374,21 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
+  /* fork_linger DIR: records, forks a child that does nothing with etr and lives on until
+   * DIR/done exists (10 s at most), and returns (its trace finalized at exit). */
+  if (strcmp(mode, "fork_linger") == 0 && argc == 3) {
+    record_some("linger_parent");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      char done[600];
+      snprintf(done, sizeof done, "%s/done", argv[2]);
+      for (int i = 0; i < 1000 && access(done, F_OK) != 0; i++) usleep(10000);
+      _exit(0);
+    }
+    return 0;
+  }
   if (strcmp(mode, "sigquery") == 0) {
     record_some("env");
     struct sigaction cur;
