@@ -321,8 +321,9 @@ void cli_close(cli_input *in) {
 #define OUT_SLOTS 8
 static char *volatile g_temps[OUT_SLOTS]; /* (read by the signal handler) */
 static struct {
-  FILE *f; /* (NULL: written through a descriptor) */
-  char *final;
+  FILE *f;      /* (NULL: written through a descriptor) */
+  char *final;  /* the path as the command was given it (how the slot is found) */
+  char *target; /* what the temporary file is renamed to: a symlink's target, else final */
 } g_outs[OUT_SLOTS];
 
 static void remove_temps_on_signal(int sig) {
@@ -354,34 +355,62 @@ static bool wants_temp(const char *path) {
   return stat(path, &st) != 0 || S_ISREG(st.st_mode); /* (a device or FIFO: as it is) */
 }
 
+/* The file an output path stands for: a symlink's target (written as before, through the
+ * link: the link stays), else path itself. A new string, or NULL (memory). */
+static char *output_target(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+    char *real = realpath(path, NULL);
+    if (real) return real;
+    /* (a dangling link: its target is made where it points) */
+    char buf[4096];
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    if (n > 0 && buf[0] == '/') {
+      buf[n] = '\0';
+      return strdup(buf);
+    }
+  }
+  return strdup(path);
+}
+
 int cli_out_temp(const char *cmd, const char *path) {
+  char *target = output_target(path); /* (the temporary file goes beside the real file) */
+  if (!target) {
+    cli_error(cmd, "%s: out of memory", cli_term(path));
+    return -1;
+  }
   int slot = -1;
   for (int i = 0; i < OUT_SLOTS && slot < 0; i++)
     if (!g_temps[i] && !g_outs[i].final) slot = i;
-  const char *slash = strrchr(path, '/');
-  size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
-  size_t need = strlen(path) + sizeof ".etr-XXXXXX" + 1;
+  const char *slash = strrchr(target, '/');
+  size_t dir = slash ? (size_t)(slash - target) + 1 : 0;
+  size_t need = strlen(target) + sizeof ".etr-XXXXXX" + 1;
   char *tmp = slot >= 0 ? malloc(need) : NULL;
   char *final = tmp ? strdup(path) : NULL;
   if (!final) {
     free(tmp);
+    free(target);
     cli_error(cmd, "%s: out of memory", cli_term(path));
     return -1;
   }
   /* ".<name>.etr-XXXXXX" in the output's directory: rename(2) stays in one file system */
-  snprintf(tmp, need, "%.*s.%s.etr-XXXXXX", (int)dir, path, path + dir);
+  snprintf(tmp, need, "%.*s.%s.etr-XXXXXX", (int)dir, target, target + dir);
   watch_signals();
   int fd = mkstemp(tmp);
   if (fd < 0) {
     cli_error(cmd, "%s: cannot create a file beside it: %s", cli_term(path), strerror(errno));
     free(tmp);
     free(final);
+    free(target);
     return -1;
   }
-  mode_t mask = umask(0); /* the mode open(2) would give the output, not mkstemp's 0600 */
+  /* the mode of the file it replaces, else the one open(2) would give (not mkstemp's 0600) */
+  struct stat old;
+  mode_t mask = umask(0);
   umask(mask);
-  fchmod(fd, 0666 & ~mask);
+  fchmod(fd, stat(target, &old) == 0 ? (old.st_mode & 07777) : (0666 & ~mask));
   g_outs[slot].final = final;
+  g_outs[slot].target = target;
   g_outs[slot].f = NULL;
   g_temps[slot] = tmp;
   return fd;
@@ -398,7 +427,8 @@ static void slot_free(int i) {
   g_temps[i] = NULL;
   free(t);
   free(g_outs[i].final);
-  g_outs[i].final = NULL;
+  free(g_outs[i].target);
+  g_outs[i].final = g_outs[i].target = NULL;
   g_outs[i].f = NULL;
 }
 
@@ -423,7 +453,7 @@ int cli_out_commit(const char *cmd, const char *path) {
   int i = slot_of(path);
   if (i < 0) return ETR_CLI_OK; /* (written in place: a device, a FIFO) */
   int rc = ETR_CLI_OK;
-  if (rename(g_temps[i], path) != 0) {
+  if (rename(g_temps[i], g_outs[i].target) != 0) {
     cli_error(cmd, "%s: cannot replace it: %s", cli_term(path), strerror(errno));
     unlink(g_temps[i]);
     rc = ETR_CLI_FAIL;

@@ -117,6 +117,25 @@ def failed_runs_keep_the_old_file():
               "%s: the run that succeeds writes the output (exit %d)" % (cmd, r.returncode))
 
 
+def output_through_a_symlink():
+    """An output path that is a symlink: the file it points to is replaced, the link stays,
+    and the file keeps its mode (the outputs written beside and renamed over their path
+    first replaced the link itself with a new file of mode 0644)."""
+    d = fresh_dir("symlink")
+    real = os.path.join(d, "real.json")
+    link = os.path.join(d, "link.json")
+    put_old(real)
+    os.chmod(real, 0o600)
+    os.symlink("real.json", link)
+    r = run(["chrome", TRACE, "-o", link])
+    check(r.returncode == 0, "chrome -o a symlink: exit %d" % r.returncode)
+    check(os.path.islink(link), "the symlink stays a symlink")
+    check(not is_old(real) and os.path.getsize(real) > 0, "the file it points to is written")
+    check((os.stat(real).st_mode & 0o777) == 0o600, "its mode stays 0600: %o" %
+          (os.stat(real).st_mode & 0o777))
+    check(not leftovers(d), "nothing left beside it: %r" % leftovers(d))
+
+
 def convert_gz_keeps_the_old_file():
     """convert -o x.json.gz past RLIMIT_FSIZE keeps the old file (before: truncated and
     partly written, the uncompressed JSON left beside it)."""
@@ -301,7 +320,7 @@ def reports_and_settings():
                                                                 r.stderr[-200:]))
 
 
-for case in (reports_and_settings, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
+for case in (reports_and_settings, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
              summary_bytes_saturate, validate_escapes):
     try:
