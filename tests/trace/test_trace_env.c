@@ -309,6 +309,22 @@ static void test_env_exec_child_own_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* An image of a process that wrote first (its "exec_self" ops, not finalized: its writer
+ * died at the exec), and the image after the exec wrote second (its "env" ops alone). */
+static void check_exec_images(const char *first, const char *second) {
+  size_t len;
+  char *text = tu_read_file(first, &len);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "exec_self_outer"));
+  assert_null(strstr(text, "env_outer"));
+  free(text);
+  tu_trace after;
+  tu_load_path(&after, second);
+  assert_int_equal(tu_count(&after, "env_outer"), 5);
+  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
+  tu_free(&after);
+}
+
 /* The child of a traced process, redirected to t.<pid>.json, execs itself: its second image
  * writes t.<pid>.2.json and leaves t.<pid>.json as the first wrote it (before, it took
  * t.<pid>.json again, truncating the first image's ops). */
@@ -333,17 +349,7 @@ static void test_env_exec_child_reexecs(void **state) {
   }
   closedir(d);
   assert_true(first[0] && second[0]);
-  size_t len;
-  char *text = tu_read_file(first, &len); /* (not finalized: its writer died at the exec) */
-  assert_non_null(text);
-  assert_non_null(strstr(text, "exec_self_outer"));
-  assert_null(strstr(text, "env_outer"));
-  free(text);
-  tu_trace after;
-  tu_load_path(&after, second);
-  assert_int_equal(tu_count(&after, "env_outer"), 5);
-  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
-  tu_free(&after);
+  check_exec_images(first, second);
   tu_rmdir(dir);
 }
 
@@ -364,17 +370,7 @@ static void test_env_exec_self_keeps_first_file(void **state) {
   assert_int_equal(tu_dir_entries(dir), 2);
   snprintf(first, sizeof first, "%s/t.json", dir);
   snprintf(second, sizeof second, "%s/t.%ld.json", dir, (long)pid);
-  size_t len;
-  char *text = tu_read_file(first, &len); /* (not finalized: the writer died at exec) */
-  assert_non_null(text);
-  assert_non_null(strstr(text, "exec_self_outer"));
-  assert_null(strstr(text, "env_outer"));
-  free(text);
-  tu_trace after;
-  tu_load_path(&after, second);
-  assert_int_equal(tu_count(&after, "env_outer"), 5);
-  assert_int_equal(tu_count(&after, "exec_self_outer"), 0);
-  tu_free(&after);
+  check_exec_images(first, second);
   tu_rmdir(dir);
 }
 

@@ -220,14 +220,20 @@ static void test_fifo_without_reader(void **state) {
 
 /* A reader that opened the FIFO and never reads: the writer gives up after stall_ms, the
  * recording threads go on (no hang), the loss is counted, close reports ETR_EIO. */
-static void test_fifo_reader_never_reads(void **state) {
-  (void)state;
-  char dir[256], fifo[300];
-  tu_mkdtemp(dir, sizeof dir);
-  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+/* dir/fifo, with a reader that never reads (its descriptor). */
+static int unread_fifo(char *dir, size_t dcap, char *fifo, size_t fcap) {
+  tu_mkdtemp(dir, dcap);
+  snprintf(fifo, fcap, "%s/fifo", dir);
   assert_int_equal(mkfifo(fifo, 0600), 0);
   int rd = open(fifo, O_RDONLY | O_NONBLOCK);
   assert_true(rd >= 0);
+  return rd;
+}
+
+static void test_fifo_reader_never_reads(void **state) {
+  (void)state;
+  char dir[256], fifo[300];
+  int rd = unread_fifo(dir, sizeof dir, fifo, sizeof fifo);
   alarm(60);
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.stall_ms = 200;
@@ -271,11 +277,7 @@ static void close_from_handler(int sig) {
 static void test_close_from_handler_during_wait(void **state) {
   (void)state;
   char dir[256], fifo[300];
-  tu_mkdtemp(dir, sizeof dir);
-  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
-  assert_int_equal(mkfifo(fifo, 0600), 0);
-  int rd = open(fifo, O_RDONLY | O_NONBLOCK);
-  assert_true(rd >= 0);
+  int rd = unread_fifo(dir, sizeof dir, fifo, sizeof fifo);
   alarm(60);
   etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
   opt.stall_ms = 1500;
