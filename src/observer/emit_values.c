@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "observer/openrefs.h"
 #include "observer/trace_internal.h"
 
 /* ---- values ---- */
@@ -667,4 +668,7 @@ void etr__emit_free(etr_trace *tr) {
     for (unsigned i = 0; i < MEMO_SLOTS; i++) free(tr->memo[i].buf);
   free(tr->memo);
   tr->memo = NULL;
+  if (tr->open_refs) etr__openrefs_free(tr->open_refs); /* (emit.c's, for the seal) */
+  free(tr->open_refs);
+  tr->open_refs = NULL;
 }

@@ -20,7 +20,6 @@
 
 #include "etr/version.h"
 #include "observer/internal.h"
-#include "observer/openrefs.h"
 #include "observer/registry.h"
 #include "observer/ring.h"
 #include "observer/tbtable.h"
@@ -239,9 +238,6 @@ static void trace_free(etr_trace *tr, bool in_child) {
   etr__tbtab_free(tr->tbtab);
   etr__ring_free(tr->ring);
   tr->ring = NULL;
-  if (tr->open_refs) etr__openrefs_free(tr->open_refs);
-  free(tr->open_refs);
-  tr->open_refs = NULL;
   etr__idmap_free(tr->tensors);
   etr__idmap_free(tr->storages);
   etr__jw_free(&tr->jw);
