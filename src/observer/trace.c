@@ -365,10 +365,11 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     if (!(tr->ring = etr__ring_new(mb << 20))) rc = ETR_ENOMEM;
     tr->flush_ns = INT64_MAX;
   }
-  /* A path under /dev or /proc (/dev/stdout, /dev/fd/N, /proc/self/fd/N) names a stream or a
-   * descriptor the host has open, maybe on its own log file: it is written on, never
-   * truncated, and gets no file beside it. */
-  bool stream_path = !strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6);
+  /* A path that names a descriptor the host has open (/dev/stdout, /dev/stderr, /dev/fd/N,
+   * /proc/<pid>/fd/N), maybe on its own log file: it is written on, never truncated, and
+   * gets no file beside it. (Other paths under /dev, such as /dev/shm/..., are files.) */
+  bool stream_path = !strncmp(path, "/dev/std", 8) || !strncmp(path, "/dev/fd/", 8) ||
+                     (!strncmp(path, "/proc/", 6) && strstr(path, "/fd/") != NULL);
   if (rc == 0 && !tr->binary && !tr->ring && !stream_path) {
     /* path.tables: the traceback tables as they grow (writer_thread.c). One left by an
      * earlier run that was cut short would be taken for this trace's: removed now. */
