@@ -95,6 +95,29 @@ def _script_runner(path):
     return run
 
 
+def _module_runner(name):
+    """(a function that runs module name as __main__, as runpy.run_module does, its argv[0]):
+    the module found and compiled beforehand, for the same reason as a script. Through
+    runpy itself where its finder (a private helper) is missing."""
+    find = getattr(runpy, "_get_module_details", None)
+    if find is None:
+        return (lambda: runpy.run_module(name, run_name="__main__", alter_sys=True)), name
+    mod_name, spec, code = find(name)
+    mod = types.ModuleType("__main__")
+    mod.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
+                        __package__=spec.parent, __spec__=spec, __builtins__=builtins)
+
+    def run():
+        saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = mod
+        try:
+            exec(code, mod.__dict__)
+        finally:
+            sys.modules["__main__"] = saved
+
+    return run, spec.origin or name
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     own, target, args = split_argv(argv)
@@ -109,6 +132,7 @@ def main(argv=None):
         except ImportError as e:
             p.error("--torch: %s" % e)
     path = a.output.replace("%p", str(os.getpid()))
+    argv0 = name
     if kind == "script":
         try:
             run = _script_runner(name)
@@ -116,9 +140,11 @@ def main(argv=None):
             p.error("cannot read %s: %s" % (name, e.strerror or e))
         sys.path.insert(0, os.path.dirname(os.path.abspath(name)))
     else:
-        def run():
-            runpy.run_module(name, run_name="__main__", alter_sys=True)
-    sys.argv = [name] + args
+        try:
+            run, argv0 = _module_runner(name)
+        except ImportError as e:  # (runpy's "No module named ...")
+            p.error("-m %s: %s" % (name, e))
+    sys.argv = [argv0] + args
     code = 0
     tracer = etr_torch.trace if a.torch else etr.trace
     t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)

@@ -125,6 +125,31 @@ def python_calls_launcher_quiet():
         check(len(names) <= 10, "few ops beside the script's: %d (%r)" % (len(names), names[:20]))
 
 
+def python_calls_module_quiet():
+    """The same for python3 -m etr --python-calls -m MODULE (before: runpy's and importlib's
+    calls to find the module were recorded too); its argv[0] is the module's file, as with
+    python3 -m."""
+    out = os.path.join(TMP, "pc_mod.json")
+    with open(os.path.join(TMP, "pcmod.py"), "w") as f:
+        f.write("import sys\ndef g():\n    return 2\n\nfor _ in range(4):\n    g()\n"
+                "print(sys.argv[0])\n")
+    r = subprocess.run([sys.executable, "-m", "etr", "--python-calls", "-o", out, "-m", "pcmod"],
+                       capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
+    if check(r.returncode == 0, "python3 -m etr --python-calls -m: %s" % r.stderr[-300:]) and \
+            validate(TOOL, out):
+        names = [n["name"] for n in load(out)["nodes"] if not n["name"].startswith("[")
+                 and not n["name"].startswith("##")]
+        check(names.count("g") == 4, "4 calls of g: %r" % names[:20])
+        check(len(names) <= 10, "few ops beside the module's: %d (%r)" % (len(names), names[:20]))
+        check(r.stdout.strip().endswith("pcmod.py"), "argv[0] is the module's file: %r" %
+              r.stdout.strip())
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", out, "-m", "no_such_module_x"],
+                       capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 2 and "no_such_module_x" in r.stderr,
+          "-m a module that does not exist: a usage error naming it (%d %r)" %
+          (r.returncode, r.stderr[-200:]))
+
+
 def enter_failure_releases_trace():
     """A block whose enable fails (the header cannot be written to /dev/full) leaves no open
     trace behind (before: every later etr.trace failed with ETR_EBUSY)."""
@@ -406,6 +431,7 @@ def torch_observer_in_forked_child():
 
 def main():
     for case in (fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
+                 python_calls_module_quiet,
                  enter_failure_releases_trace, self_referencing_list,
                  python_calls_generators_and_profiler, concurrent_close, bad_arguments,
                  async_annotate, write_error_in_block_with_exception, signals_option,
