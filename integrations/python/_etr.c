@@ -5,6 +5,7 @@
  * Op(name, inputs=(), scope=0, schema=None)        one operator call; a context manager:
  *     .begin() .end(outputs=(), failed=False)      __exit__ ends it failed on an exception
  * profile(on, pass_prefix=None)   record every Python function call of the thread as an op
+ *                                  (python_calls.c)
  * thread_set_name(s)  thread_id()
  *
  * Python values become etr values: None, bool, int (outside int64: a double), float, str,
@@ -17,7 +18,6 @@
 #include <structmember.h>
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -26,6 +26,7 @@
 #include "etr/etr.h"
 
 #include "cpython_frames.h"
+#include "python_calls.h"
 
 #define MAX_DEPTH 34   /* past etr's own limit (32), so that etr cuts and counts */
 #define MAX_ITEMS 4097 /* one more than etr keeps, so that etr counts the cut */
@@ -605,142 +606,6 @@ static PyTypeObject OpType = {
     .tp_methods = Op_methods,
 };
 
-/* ---- Python function calls as ops (profile) ---- */
-
-/* Each thread's open call records, in a thread-local stack (records must not move while
- * open). Calls deeper than the stack are not recorded. A frame is passed through (no op;
- * its calls still are) when it is a generator's or a coroutine's, whose every yield is a
- * return to the profiler, so that an op the user opened inside it and that spans a yield
- * is not closed there, or when it is the etr package's own (trace.__exit__, which turns the
- * profile off before it returns). */
-#define PROF_DEPTH 256
-#define PROF_PASS_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)
-typedef struct prof_stack {
-  etr_record rec[PROF_DEPTH];
-  bool recorded[PROF_DEPTH]; /* (false: passed through) */
-  unsigned depth, skipped;
-  Py_tracefunc prev_func; /* the thread's profile function before ours (sys.setprofile, */
-  PyObject *prev_obj;     /* cProfile), put back when the profile is turned off */
-} prof_stack;
-
-static _Thread_local prof_stack *prof;
-static pthread_key_t prof_key;     /* frees a thread's stack when the thread exits */
-static int prof_on;                /* (the GIL guards it) */
-static PyObject *prof_pass_prefix; /* code files under it are passed through (etr's own) */
-
-static void prof_free(void *p) {
-  if (prof == p) prof = NULL;
-  PyMem_RawFree(p); /* (a prev_obj still held is left: no GIL at thread exit) */
-}
-
-static prof_stack *prof_stack_get(void) {
-  if (!prof) {
-    prof = PyMem_RawCalloc(1, sizeof *prof);
-    if (prof) pthread_setspecific(prof_key, prof);
-  }
-  return prof;
-}
-
-static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
-
-/* The calling thread stops recording its calls: the calls still open end now (complete,
- * innermost first) and its previous profile function is back. */
-static void prof_uninstall(void) {
-  prof_stack *ps = prof;
-  Py_tracefunc f = ps ? ps->prev_func : NULL;
-  PyObject *o = ps ? ps->prev_obj : NULL;
-  if (ps) {
-    while (ps->depth) {
-      unsigned d = --ps->depth;
-      if (ps->recorded[d]) etr_record_end(&ps->rec[d]);
-    }
-    ps->skipped = 0;
-    ps->prev_func = NULL;
-    ps->prev_obj = NULL;
-  }
-  if (PyThreadState_Get()->c_profilefunc == prof_fn)
-    PyEval_SetProfile(f, o); /* (takes its own reference) */
-  Py_XDECREF(o);
-}
-
-static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
-  (void)obj;
-  if (!prof_on) { /* turned off from another thread: this one lets go at its next event */
-    prof_uninstall();
-    return 0;
-  }
-  if (what == PyTrace_CALL) {
-    prof_stack *ps = prof_stack_get();
-    if (!ps) return 0;
-    if (ps->depth >= PROF_DEPTH || ps->skipped) {
-      ps->skipped++;
-      return 0;
-    }
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    bool pass =
-        code && ((code->co_flags & PROF_PASS_FLAGS) ||
-                 (prof_pass_prefix && PyUnicode_Tailmatch(code->co_filename, prof_pass_prefix, 0,
-                                                          PY_SSIZE_T_MAX, -1) == 1));
-    unsigned d = ps->depth++;
-    ps->recorded[d] = !pass;
-    if (!pass) {
-#if PY_VERSION_HEX >= 0x030B0000
-      const char *name = code ? PyUnicode_AsUTF8(code->co_qualname) : NULL;
-#else
-      const char *name = code ? PyUnicode_AsUTF8(code->co_name) : NULL;
-#endif
-      if (!name) PyErr_Clear();
-      etr_record_init(&ps->rec[d], name ? name : "?", ETR_SCOPE_USER_SCOPE);
-      etr_record_begin(&ps->rec[d]);
-    }
-    Py_XDECREF(code);
-  } else if (what == PyTrace_RETURN && prof) {
-    if (prof->skipped) {
-      prof->skipped--;
-      return 0;
-    }
-    if (!prof->depth) return 0; /* (a frame entered before the profile was on) */
-    unsigned d = --prof->depth;
-    if (!prof->recorded[d])
-      ;
-    else if (arg == NULL) /* the frame is left by an exception */
-      etr_record_end_failed(&prof->rec[d]);
-    else
-      etr_record_end(&prof->rec[d]);
-  }
-  return 0;
-}
-
-static PyObject *mod_profile(PyObject *m, PyObject *args) {
-  (void)m;
-  int on;
-  PyObject *pass_prefix = Py_None;
-  if (!PyArg_ParseTuple(args, "p|O:profile", &on, &pass_prefix)) return NULL;
-  if (pass_prefix != Py_None && !PyUnicode_Check(pass_prefix))
-    return PyErr_Format(PyExc_TypeError, "profile: the prefix must be a str or None");
-  if (!on) {
-    prof_on = 0;
-    prof_uninstall();
-    Py_RETURN_NONE;
-  }
-  prof_stack *ps = prof_stack_get();
-  if (!ps) return PyErr_NoMemory();
-  Py_XSETREF(prof_pass_prefix, pass_prefix == Py_None ? NULL : Py_NewRef(pass_prefix));
-  PyThreadState *ts = PyThreadState_Get();
-  if (ts->c_profilefunc != prof_fn) { /* (the calling thread's: put back when off) */
-    Py_XDECREF(ps->prev_obj);
-    ps->prev_func = ts->c_profilefunc;
-    ps->prev_obj = Py_XNewRef(ts->c_profileobj);
-  }
-  prof_on = 1;
-#if PY_VERSION_HEX >= 0x030C0000
-  PyEval_SetProfileAllThreads(prof_fn, NULL);
-#else
-  PyEval_SetProfile(prof_fn, NULL);
-#endif
-  Py_RETURN_NONE;
-}
-
 static PyObject *mod_thread_set_name(PyObject *m, PyObject *arg) {
   (void)m;
   if (!PyUnicode_Check(arg))
@@ -778,7 +643,7 @@ static PyMethodDef mod_methods[] = {
     {"python_frames", mod_python_frames, METH_O,
      "python_frames(on): put Python frames into tracebacks (CPython 3.11); True when they "
      "are."},
-    {"profile", mod_profile, METH_VARARGS,
+    {"profile", etr_py_profile, METH_VARARGS,
      "profile(on, pass_prefix=None): record each Python function call of the calling thread "
      "as an op (and of every thread on Python 3.12+), but generators' and coroutines' frames "
      "and those of code files under pass_prefix; off: the calls still open end, and the "
@@ -793,11 +658,7 @@ static struct PyModuleDef mod_def = {PyModuleDef_HEAD_INIT, .m_name = "_etr",
 
 PyMODINIT_FUNC PyInit__etr(void) {
   if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&OpType) < 0) return NULL;
-  static bool key_made;
-  if (!key_made) {
-    if (pthread_key_create(&prof_key, prof_free) != 0) return PyErr_NoMemory();
-    key_made = true;
-  }
+  if (etr_py_calls_init() != 0) return PyErr_NoMemory();
   PyObject *m = PyModule_Create(&mod_def);
   if (!m) return NULL;
   EtrError = PyErr_NewException("etr.EtrError", PyExc_RuntimeError, NULL);

@@ -79,8 +79,6 @@ static void object_died(bool tensor, const void *p) {
 void etr__tensor_died(const void *impl) { object_died(true, impl); }
 void etr__storage_died(const void *storage) { object_died(false, storage); }
 
-static bool usable(const etr_trace *tr) { return tr && !tr->closed && tr->pid == getpid(); }
-
 /* A host's signal handler that interrupted this thread inside etr's wait for the writer:
  * close, flush, dump and disable would wait on what it interrupted (they are not
  * async-signal-safe); they return ETR_EBUSY instead. */
@@ -88,10 +86,6 @@ static bool usable(const etr_trace *tr) { return tr && !tr->closed && tr->pid ==
   do {                                           \
     if (etr__thread_waiting()) return ETR_EBUSY; \
   } while (0)
-/* The error for a handle that is not usable. */
-static int unusable(const etr_trace *tr) {
-  return !tr ? ETR_EINVAL : tr->closed ? ETR_ESTATE : ETR_EFORKED;
-}
 
 /* ---- life cycle ---- */
 
@@ -100,89 +94,6 @@ static void set_when(etr_trace *tr) {
   time_t now = time(NULL);
   struct tm tm;
   if (localtime_r(&now, &tm)) strftime(tr->when, sizeof tr->when, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
-/* etr 0.1.0's etr_trace_options held its traceback options by value in the middle (104
- * bytes). A program built against that header passes this layout: it is read as such, so
- * that it keeps working with this library. */
-typedef struct options_0_1 {
-  size_t struct_size;
-  etr_schema schema;
-  bool no_timing;
-  uint32_t buffer_kb, max_buffers;
-  double sample_probability;
-  uint32_t scopes;
-  etr_traceback_options traceback;
-  uint32_t flush_ms, flush_kb;
-  bool sync, fatal_signals;
-  uint32_t stall_ms;
-  bool ns_timing;
-} options_0_1;
-_Static_assert(sizeof(options_0_1) == 104, "etr 0.1.0's etr_trace_options is 104 bytes");
-_Static_assert(sizeof(etr_trace_options) != sizeof(options_0_1),
-               "etr_trace_options may never be 104 bytes: that size means etr 0.1.0's layout");
-
-/* *tb receives 0.1.0's traceback options, which o->traceback then points at. */
-static void default_options(etr_trace_options *o, const etr_trace_options *in,
-                            etr_traceback_options *tb) {
-  etr_trace_options d = ETR_TRACE_OPTIONS_INIT;
-  *o = d;
-  if (in && in->struct_size == sizeof(options_0_1)) {
-    options_0_1 old;
-    memcpy(&old, in, sizeof old);
-    o->schema = old.schema;
-    o->no_timing = old.no_timing;
-    o->buffer_kb = old.buffer_kb;
-    o->max_buffers = old.max_buffers;
-    o->sample_probability = old.sample_probability;
-    o->scopes = old.scopes;
-    *tb = old.traceback;
-    o->traceback = tb;
-    o->flush_ms = old.flush_ms;
-    o->flush_kb = old.flush_kb;
-    o->sync = old.sync;
-    o->fatal_signals = old.fatal_signals;
-    o->stall_ms = old.stall_ms;
-    o->ns_timing = old.ns_timing;
-    return;
-  }
-  if (in) {
-    size_t n = in->struct_size && in->struct_size < sizeof *o ? in->struct_size : sizeof *o;
-    memcpy(o, in, n);
-    o->struct_size = sizeof *o;
-  }
-}
-
-/* Publish a new traceback configuration (replacing, not freeing, the current one). */
-static int tb_configure(etr_trace *tr, const etr_traceback_options *in) {
-  etr_traceback_options o = ETR_TRACEBACK_OPTIONS_INIT;
-  size_t n = in->struct_size && in->struct_size < sizeof o ? in->struct_size : sizeof o;
-  memcpy(&o, in, n);
-  if (o.max_depth > ETR__TB_DEPTH_MAX || (unsigned)o.symbolize > ETR_SYMBOLIZE_MODULE)
-    return ETR_EINVAL;
-  etr__tbcfg *c = calloc(1, sizeof *c);
-  if (!c) return ETR_ENOMEM;
-  c->enabled = o.enabled;
-  if (o.pattern && *o.pattern && !(c->pattern = strdup(o.pattern))) {
-    free(c);
-    return ETR_ENOMEM;
-  }
-  c->every = o.every ? o.every : 1;
-  c->depth = o.max_depth ? o.max_depth : ETR__TB_DEPTH_DEFAULT;
-  pthread_mutex_lock(&tr->tb_mutex);
-  etr__tbcfg *old = atomic_load(&tr->tb_cfg);
-  c->older = old;
-  c->version = old ? old->version + 1 : 1;
-  atomic_store_explicit(&tr->tb_cfg, c, memory_order_release);
-  if (c->enabled) atomic_store(&tr->tb_ever, true);
-  pthread_mutex_unlock(&tr->tb_mutex);
-  return 0;
-}
-
-int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
-  if (!usable(tr)) return unusable(tr);
-  if (!opt) return ETR_EINVAL;
-  return tb_configure(tr, opt);
 }
 
 /* Closed traces stay allocated as small tombstones, so that a second close (or any call)
@@ -294,7 +205,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     return ETR_EINVAL;
   etr_trace_options o;
   etr_traceback_options tb_0_1;
-  default_options(&o, opt, &tb_0_1);
+  etr__trace_options_read(&o, opt, &tb_0_1);
   if ((unsigned)o.schema > ETR_SCHEMA_1_1_0) return ETR_EINVAL;
   if (!(o.sample_probability >= 0.0 && o.sample_probability <= 1.0)) return ETR_EINVAL;
 
@@ -357,7 +268,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     memcpy(&tb, o.traceback, n);
     if ((unsigned)tb.symbolize > ETR_SYMBOLIZE_MODULE) rc = ETR_EINVAL;
     tr->tb_symbolize = tb.symbolize;
-    if (rc == 0 && tb.enabled) rc = tb_configure(tr, &tb);
+    if (rc == 0 && tb.enabled) rc = etr__trace_tb_configure(tr, &tb);
   }
   tr->opt.traceback = NULL;   /* the caller's; copied above */
   if (rc == 0 && o.ring_mb) { /* the flight recorder: no timed writes, a dump writes */
@@ -482,13 +393,13 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
 }
 
 int etr_trace_enable(etr_trace *tr) {
-  if (!usable(tr)) return unusable(tr);
+  if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
   if (atomic_load(&tr->failed)) return ETR_EIO;
   return etr_observer_enable(tr->obs);
 }
 
 int etr_trace_disable(etr_trace *tr) {
-  if (!usable(tr)) return unusable(tr);
+  if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
   REFUSE_IN_HANDLER();
   /* Ops in flight are counted at the transition only: threads_mutex orders racing calls. */
   pthread_mutex_lock(&tr->threads_mutex);
@@ -505,7 +416,7 @@ int etr_trace_disable(etr_trace *tr) {
 }
 
 bool etr_trace_is_enabled(const etr_trace *tr) {
-  return usable(tr) && etr_observer_is_enabled(tr->obs) == 1;
+  return etr__trace_usable(tr) && etr_observer_is_enabled(tr->obs) == 1;
 }
 
 static int trace_flush(etr_trace *tr);
@@ -517,7 +428,7 @@ int etr_trace_flush(etr_trace *tr) {
 }
 
 static int trace_flush(etr_trace *tr) {
-  if (!usable(tr)) return unusable(tr);
+  if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
   REFUSE_IN_HANDLER();
   etr__thread *thr = etr__thread_self();
   /* The caller's own chunk is safe to take only outside our callbacks on this thread. */

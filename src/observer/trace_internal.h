@@ -628,6 +628,26 @@ void etr__trace_fatal(struct etr_trace *tr, int sig);
  * before new nodes); else the file stays as it is until the process ends (or closes it). */
 void etr__trace_fatal_end(struct etr_trace *tr, bool survived);
 
+/* Whether the handle can be used (open, and this process's), and the error it gets when not
+ * (NULL: ETR_EINVAL, closed: ETR_ESTATE, a forked child's copy: ETR_EFORKED). */
+static inline bool etr__trace_usable(const struct etr_trace *tr) {
+  return tr && !tr->closed && tr->pid == getpid();
+}
+static inline int etr__trace_unusable(const struct etr_trace *tr) {
+  return !tr ? ETR_EINVAL : tr->closed ? ETR_ESTATE : ETR_EFORKED;
+}
+
+/* ---- trace_config.c ---- */
+
+/* Read the caller's options (NULL: the defaults) into *o, in this library's layout or in
+ * etr 0.1.0's (104 bytes, its traceback options by value: those go to *tb, which
+ * o->traceback then points at). */
+void etr__trace_options_read(etr_trace_options *o, const etr_trace_options *in,
+                             etr_traceback_options *tb);
+/* Publish a new traceback configuration (replacing, not freeing, the current one):
+ * ETR_EINVAL for bad options, ETR_ENOMEM. */
+int etr__trace_tb_configure(struct etr_trace *tr, const etr_traceback_options *in);
+
 /* Fill a stats snapshot (trace.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);
 /* How many closed traces still wait for their writer, which close left behind (trace.c;
