@@ -154,17 +154,22 @@ static void *end_elsewhere(void *p) {
   return NULL;
 }
 
+/* Opens t, begins "begun_here" (a) on this thread and ends it on another. */
+static void begin_and_end_elsewhere(tu_trace *t, etr_record *a) {
+  tu_open(t, NULL);
+  tu_begin(a, "begun_here", NULL, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, end_elsewhere, a), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+}
+
 /* An op ended on another thread than it began on: counted (ends_cross_thread, in the stats
  * and the footer), ignored; the op stays open on its own thread and is written at close. */
 static void test_end_on_other_thread(void **state) {
   (void)state;
   tu_trace t;
-  tu_open(&t, NULL);
   etr_record a;
-  tu_begin(&a, "begun_here", NULL, 0);
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, end_elsewhere, &a), 0);
-  assert_int_equal(pthread_join(th, NULL), 0);
+  begin_and_end_elsewhere(&t, &a);
   tu_op("after_cross_end", NULL, 0, NULL, 0);
   etr_trace_stats st;
   memset(&st, 0, sizeof st);
@@ -186,12 +191,8 @@ static void test_end_on_other_thread(void **state) {
 static void test_end_on_other_thread_then_own(void **state) {
   (void)state;
   tu_trace t;
-  tu_open(&t, NULL);
   etr_record a;
-  tu_begin(&a, "begun_here", NULL, 0);
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, end_elsewhere, &a), 0);
-  assert_int_equal(pthread_join(th, NULL), 0);
+  begin_and_end_elsewhere(&t, &a);
   tu_op("inside_it", NULL, 0, NULL, 0);
   tu_end(&a, NULL, 0);
   tu_op("after_it", NULL, 0, NULL, 0);

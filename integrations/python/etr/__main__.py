@@ -72,17 +72,11 @@ def split_argv(argv):
     return own, None, []
 
 
-def _script_runner(path):
-    """A function that runs the script file path as __main__, as runpy.run_path does, with
-    the file read and compiled beforehand, so that --python-calls records the script's calls
-    and not the launcher's. A directory or zip file goes through runpy."""
-    if not os.path.isfile(path) or path.endswith((".zip", ".pyz")):
-        return lambda: runpy.run_path(path, run_name="__main__")
-    with io.open_code(path) as f:
-        code = compile(f.read(), path, "exec")
+def _as_main(code, **names):
+    """A function that runs code as the module __main__ holding names (and the builtins),
+    then puts the launcher's __main__ back."""
     mod = types.ModuleType("__main__")
-    mod.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None,
-                        __spec__=None, __builtins__=builtins)
+    mod.__dict__.update(names, __builtins__=builtins)
 
     def run():
         saved = sys.modules.get("__main__")
@@ -95,6 +89,18 @@ def _script_runner(path):
     return run
 
 
+def _script_runner(path):
+    """A function that runs the script file path as __main__, as runpy.run_path does, with
+    the file read and compiled beforehand, so that --python-calls records the script's calls
+    and not the launcher's. A directory or zip file goes through runpy."""
+    if not os.path.isfile(path) or path.endswith((".zip", ".pyz")):
+        return lambda: runpy.run_path(path, run_name="__main__")
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec")
+    return _as_main(code, __file__=path, __cached__=None, __loader__=None, __package__=None,
+                    __spec__=None)
+
+
 def _module_runner(name):
     """(a function that runs module name as __main__, as runpy.run_module does, its argv[0]):
     the module found and compiled beforehand, for the same reason as a script. Through
@@ -103,18 +109,8 @@ def _module_runner(name):
     if find is None:
         return (lambda: runpy.run_module(name, run_name="__main__", alter_sys=True)), name
     mod_name, spec, code = find(name)
-    mod = types.ModuleType("__main__")
-    mod.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
-                        __package__=spec.parent, __spec__=spec, __builtins__=builtins)
-
-    def run():
-        saved = sys.modules.get("__main__")
-        sys.modules["__main__"] = mod
-        try:
-            exec(code, mod.__dict__)
-        finally:
-            sys.modules["__main__"] = saved
-
+    run = _as_main(code, __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
+                   __package__=spec.parent, __spec__=spec)
     return run, spec.origin or name
 
 

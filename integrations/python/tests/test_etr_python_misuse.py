@@ -115,14 +115,21 @@ def python_calls_launcher_quiet():
     script = os.path.join(TMP, "pc_script.py")
     with open(script, "w") as f:
         f.write("def f():\n    return 1\n\nfor _ in range(3):\n    f()\n")
-    r = subprocess.run([sys.executable, "-m", "etr", "--python-calls", "-o", out, script],
-                       capture_output=True, text=True, env=ENV, timeout=120)
-    if check(r.returncode == 0, "python3 -m etr --python-calls: %s" % r.stderr[-300:]) and \
+    calls_recorded(["--python-calls", "-o", out, script], out, "f", 3)
+
+
+def calls_recorded(args, out, fn, times, cwd=None):
+    """python3 -m etr ARGS: the trace out holds fn's `times` calls and few other ops (the
+    launcher's are not recorded); the completed process."""
+    r = subprocess.run([sys.executable, "-m", "etr", *args], capture_output=True, text=True,
+                       env=ENV, cwd=cwd, timeout=120)
+    if check(r.returncode == 0, "python3 -m etr %s: %s" % (" ".join(args), r.stderr[-300:])) and \
             validate(TOOL, out):
         names = [n["name"] for n in load(out)["nodes"] if not n["name"].startswith("[")
                  and not n["name"].startswith("##")]
-        check(names.count("f") == 3, "3 calls of f: %r" % names[:20])
-        check(len(names) <= 10, "few ops beside the script's: %d (%r)" % (len(names), names[:20]))
+        check(names.count(fn) == times, "%d calls of %s: %r" % (times, fn, names[:20]))
+        check(len(names) <= 10, "few ops beside the target's: %d (%r)" % (len(names), names[:20]))
+    return r
 
 
 def python_calls_module_quiet():
@@ -133,16 +140,9 @@ def python_calls_module_quiet():
     with open(os.path.join(TMP, "pcmod.py"), "w") as f:
         f.write("import sys\ndef g():\n    return 2\n\nfor _ in range(4):\n    g()\n"
                 "print(sys.argv[0])\n")
-    r = subprocess.run([sys.executable, "-m", "etr", "--python-calls", "-o", out, "-m", "pcmod"],
-                       capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
-    if check(r.returncode == 0, "python3 -m etr --python-calls -m: %s" % r.stderr[-300:]) and \
-            validate(TOOL, out):
-        names = [n["name"] for n in load(out)["nodes"] if not n["name"].startswith("[")
-                 and not n["name"].startswith("##")]
-        check(names.count("g") == 4, "4 calls of g: %r" % names[:20])
-        check(len(names) <= 10, "few ops beside the module's: %d (%r)" % (len(names), names[:20]))
-        check(r.stdout.strip().endswith("pcmod.py"), "argv[0] is the module's file: %r" %
-              r.stdout.strip())
+    r = calls_recorded(["--python-calls", "-o", out, "-m", "pcmod"], out, "g", 4, cwd=TMP)
+    check(r.stdout.strip().endswith("pcmod.py"), "argv[0] is the module's file: %r" %
+          r.stdout.strip())
     r = subprocess.run([sys.executable, "-m", "etr", "-o", out, "-m", "no_such_module_x"],
                        capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
     check(r.returncode == 2 and "no_such_module_x" in r.stderr,
