@@ -143,7 +143,6 @@ PyObject *etr_py_profile(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-
 int etr_py_calls_init(void) {
   static bool made;
   if (!made && pthread_key_create(&prof_key, prof_free) != 0) return -1;

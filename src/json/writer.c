@@ -224,18 +224,14 @@ void etr__jw_free(etr__jw *w) {
   w->n_marks = w->cap_marks = 0;
 }
 
-void etr__jw_mark_slow(etr__jw *w, uint64_t count) {
-  if (w->n_marks == w->cap_marks) {
-    uint32_t cap = w->cap_marks ? w->cap_marks * 2 : 256;
-    if (cap > 65536) return;
-    void *m = realloc(w->marks, cap * sizeof *w->marks);
-    if (!m) return;
-    w->marks = m;
-    w->cap_marks = cap;
-  }
-  w->marks[w->n_marks].len = w->len;
-  w->marks[w->n_marks].count = count;
-  w->n_marks++;
+bool etr__jw_marks_grow(etr__jw *w) {
+  uint32_t cap = w->cap_marks ? w->cap_marks * 2 : 256;
+  if (cap > 65536) return false;
+  void *m = realloc(w->marks, cap * sizeof *w->marks);
+  if (!m) return false;
+  w->marks = m;
+  w->cap_marks = cap;
+  return true;
 }
 
 void etr__jw_prealloc(etr__jw *w) {
@@ -286,7 +282,7 @@ int etr__jw_truncate(etr__jw *w, uint64_t off) {
 }
 
 int etr__jw_flush(etr__jw *w) {
-  w->flush_kept = w->err ? 0 : UINT64_MAX;
+  w->flush_kept = 0;
   if (w->fd < 0) {
     w->n_marks = 0;
     return w->err;
@@ -304,7 +300,6 @@ int etr__jw_flush(etr__jw *w) {
      * as written is exactly what the file holds. A pipe cannot take bytes back: its reader
      * has them already. */
     if (w->err) {
-      w->flush_kept = 0;
       uint64_t got = w->written - start, keep = 0;
       for (uint32_t i = w->n_marks; !w->gz && i-- > 0;)
         if (w->marks[i].len <= got) {

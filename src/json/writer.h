@@ -50,7 +50,7 @@ typedef struct etr__jw {
     uint64_t count;
   } * marks;
   uint32_t n_marks, cap_marks;
-  uint64_t flush_kept; /* the count of the last flush's last kept mark; UINT64_MAX: all */
+  uint64_t flush_kept; /* a flush that failed: the count of its last mark the file took */
 } etr__jw;
 
 /* Initialise with a buffer of cap bytes (at least 64 KiB is used). 0 or -ENOMEM. */
@@ -71,21 +71,17 @@ int etr__jw_truncate(etr__jw *w, uint64_t off);
 
 /* Write out everything buffered; returns 0 or the errno of the failure. A flush that fails
  * part way is cut back to the last mark the file took whole (plain output; gzip: to where
- * the flush began), `flush_kept` the count given with that mark (0: none); after a flush
- * that wrote everything, UINT64_MAX. */
+ * the flush began), `flush_kept` the count given with that mark (0: none). */
 int etr__jw_flush(etr__jw *w);
 /* A record ends here in the buffer; count: what the caller counts up to here since the last
  * flush (nodes). At most 65536 marks a flush are kept (past them, a partial flush keeps
  * the records up to the last one kept). */
-void etr__jw_mark_slow(etr__jw *w, uint64_t count);
+bool etr__jw_marks_grow(etr__jw *w);
 static inline void etr__jw_mark(etr__jw *w, uint64_t count) {
-  if (w->n_marks < w->cap_marks) { /* (the writer's every node: inline) */
-    w->marks[w->n_marks].len = w->len;
-    w->marks[w->n_marks].count = count;
-    w->n_marks++;
-    return;
-  }
-  etr__jw_mark_slow(w, count);
+  if (w->n_marks == w->cap_marks && !etr__jw_marks_grow(w)) return;
+  w->marks[w->n_marks].len = w->len; /* (the writer's every node: inline) */
+  w->marks[w->n_marks].count = count;
+  w->n_marks++;
 }
 
 /* From now on each flush writes one gzip member (level 1..9). 0, or -ENOMEM. */

@@ -570,10 +570,10 @@ void etr__record_begin(etr_record *rec) {
   callbacks(t, rec, true);
 }
 
-/* Ends a begun record in `state`: 3 ended, 4 ended failed (etr_record_failed() tells the
- * exit callbacks). */
 _Atomic uint64_t etr__ends_cross_thread;
 
+/* Ends a begun record in `state`: 3 ended, 4 ended failed (etr_record_failed() tells the
+ * exit callbacks). */
 static void record_end(etr_record *rec, uint32_t state) {
   if (!rec) return;
   etr__thread *t = etr__thread_self();

@@ -85,4 +85,3 @@ int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
   if (!opt) return ETR_EINVAL;
   return etr__trace_tb_configure(tr, opt);
 }
-

@@ -134,10 +134,9 @@ void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
   tr->jw.len = 0;
   tr->jw.n_marks = 0;
   /* (a flush the file took part of keeps its nodes up to the last one it took whole) */
-  uint64_t kept = !tr->jw.err                       ? *buffered
-                  : tr->jw.flush_kept == UINT64_MAX ? 0 /* (it failed before this flush) */
-                  : tr->jw.flush_kept < *buffered   ? tr->jw.flush_kept
-                                                    : *buffered;
+  uint64_t kept = !tr->jw.err                     ? *buffered
+                  : tr->jw.flush_kept < *buffered ? tr->jw.flush_kept
+                                                  : *buffered;
   atomic_fetch_add_explicit(&tr->nodes_written, kept, memory_order_relaxed);
   atomic_fetch_add_explicit(&tr->nodes_dropped_writer, *buffered - kept, memory_order_relaxed);
   *buffered = 0;
