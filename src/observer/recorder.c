@@ -532,13 +532,8 @@ void etr__trace_exit(const etr_record *rec, void *user) {
   int64_t end = tr->opt.no_timing ? 0 : etr__now_ns();
   etr__thread *thr = etr__thread_self();
   if (!thr) return;
-  /* Ended on another thread than it began on (misuse): the op stays open on its own thread
-   * (closed when an op enclosing it ends, or at thread exit or close); counted, since this
-   * thread may not even have a state of ours to count it in. */
-  if (rec->_tid != (uint32_t)thr->tid) {
-    atomic_fetch_add_explicit(&tr->ends_cross_thread, 1, memory_order_relaxed);
-    return;
-  }
+  /* (an end on another thread than the begin never gets here: the registry ignores it and
+   * counts it, registry.c record_end) */
   if (!thr->trace_state || thr->trace_serial != tr->serial) return;
   etr__tstate *ts = thr->trace_state;
   if (ts->finished) return;

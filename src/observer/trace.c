@@ -215,11 +215,11 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     return ETR_EBUSY;
   }
   etr_trace *tr = calloc(1, sizeof *tr);
-  if (tr) tr->cross_ends_at_open = atomic_load(&etr__ends_cross_thread);
   if (!tr) {
     pthread_mutex_unlock(&g_lock);
     return ETR_ENOMEM;
   }
+  tr->cross_ends_at_open = atomic_load(&etr__ends_cross_thread);
   tr->opt = o;
   tr->pid = getpid();
   tr->serial = ++g_serial;
@@ -673,9 +673,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   s->ids_retired = atomic_load(&tr->ids_retired);
   s->utf8_replaced = atomic_load(&tr->utf8_replaced);
   s->values_fixed = atomic_load(&tr->values_fixed);
-  s->ends_cross_thread =
-      atomic_load(&tr->ends_cross_thread) +
-      (atomic_load(&etr__ends_cross_thread) - tr->cross_ends_at_open); /* (the registry's) */
+  s->ends_cross_thread = atomic_load(&etr__ends_cross_thread) - tr->cross_ends_at_open;
   s->ops_open_at_disable = atomic_load(&tr->ops_open_at_disable);
   s->ops_open_at_thread_exit = atomic_load(&tr->ops_open_at_thread_exit);
   s->ops_open_at_close = atomic_load(&tr->ops_open_at_close);

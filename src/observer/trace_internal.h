@@ -324,7 +324,8 @@ struct etr_trace {
   /* ops written nodes name that are not written (openrefs.h; the live JSON writer only):
    * the seal at a fatal signal gives each a placeholder */
   struct etr__openrefs *open_refs;
-  uint64_t cross_ends_at_open; /* the registry's count of cross-thread ends at open */
+  uint64_t cross_ends_at_open; /* the registry's count of cross-thread ends at open (the
+                                  trace's ends_cross_thread counts from there) */
   /* Process-group nodes held back until the trace's first collective (emit.c): copies of
    * their full events, oldest first. */
   etr__ev **pg_held;
@@ -342,7 +343,7 @@ struct etr_trace {
   /* Counters shared by many threads (rare events) or written by the writer. */
   _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,
       threads_count, ops_open_at_disable, ops_open_at_thread_exit, ops_open_at_close,
-      nodes_dropped_writer, tb_unique, tb_frames, values_fixed, ends_cross_thread, ring_dropped;
+      nodes_dropped_writer, tb_unique, tb_frames, values_fixed, ring_dropped;
   _Atomic int write_error;
 };
 
