@@ -350,6 +350,17 @@ static void watch_signals(void) {
   }
 }
 
+int cli_mkstemp(char *tmpl, const char *replaces) {
+  int fd = mkstemp(tmpl);
+  if (fd < 0) return -1;
+  /* the mode of the file it replaces, else the one open(2) would give (not mkstemp's 0600) */
+  struct stat old;
+  mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, replaces && stat(replaces, &old) == 0 ? (old.st_mode & 07777) : (0666 & ~mask));
+  return fd;
+}
+
 static bool wants_temp(const char *path) {
   struct stat st;
   return stat(path, &st) != 0 || S_ISREG(st.st_mode); /* (a device or FIFO: as it is) */
@@ -396,7 +407,7 @@ int cli_out_temp(const char *cmd, const char *path) {
   /* ".<name>.etr-XXXXXX" in the output's directory: rename(2) stays in one file system */
   snprintf(tmp, need, "%.*s.%s.etr-XXXXXX", (int)dir, target, target + dir);
   watch_signals();
-  int fd = mkstemp(tmp);
+  int fd = cli_mkstemp(tmp, target);
   if (fd < 0) {
     cli_error(cmd, "%s: cannot create a file beside it: %s", cli_term(path), strerror(errno));
     free(tmp);
@@ -404,11 +415,6 @@ int cli_out_temp(const char *cmd, const char *path) {
     free(target);
     return -1;
   }
-  /* the mode of the file it replaces, else the one open(2) would give (not mkstemp's 0600) */
-  struct stat old;
-  mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, stat(target, &old) == 0 ? (old.st_mode & 07777) : (0666 & ~mask));
   g_outs[slot].final = final;
   g_outs[slot].target = target;
   g_outs[slot].f = NULL;

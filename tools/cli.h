@@ -115,6 +115,10 @@ int cli_out_temp(const char *cmd, const char *path);
  * ETR_CLI_FAIL after printing why (the temporary file removed); ETR_CLI_OK when path has
  * none (written in place). */
 int cli_out_commit(const char *cmd, const char *path);
+/* mkstemp(tmpl) for a file that will replace `replaces` (NULL: none): its mode is that
+ * file's, else what open(2) would give a new file (not mkstemp's 0600). The descriptor, or
+ * -1 (errno set). */
+int cli_mkstemp(char *tmpl, const char *replaces);
 /* A temporary file of the command's own, removed at those signals until unwatched. */
 void cli_temp_watch(const char *tmp);
 void cli_temp_unwatch(const char *tmp);

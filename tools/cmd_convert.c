@@ -72,13 +72,8 @@ static int temp_in(const char *out, char *buf, size_t cap) {
     errno = ENAMETOOLONG;
     return -1;
   }
-  int fd = mkstemp(buf);
-  if (fd >= 0) { /* the output's mode as open(2) would create it, not mkstemp's 0600 */
-    mode_t mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
-    cli_temp_watch(buf); /* (removed if we are interrupted) */
-  }
+  int fd = cli_mkstemp(buf, out);
+  if (fd >= 0) cli_temp_watch(buf); /* (removed if we are interrupted) */
   return fd;
 }
 

@@ -207,9 +207,9 @@ static void env_open(const writer_mark *parent) {
     etr__log(ETR_LOG_ERROR, "ETR_TRACE path too long; not tracing");
     return;
   }
-  bool other = written_by_other_process(full), exec_again = !other && written_before_exec();
   /* (an earlier image of this process wrote a trace: its file, wherever it went, is kept) */
   bool wrote_before = written_before_exec();
+  bool other = written_by_other_process(full), exec_again = !other && wrote_before;
   writer_mark m;
   if (parent && !other && !exec_again &&
       (names_marked_file(parent, full) || (read_mark(&m) && names_marked_file(&m, full))))
