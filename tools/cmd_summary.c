@@ -108,6 +108,7 @@ typedef struct coll {
   char pg[64], name[64];
   uint64_t count, in_bytes, out_bytes;
   bool size_unknown;
+  bool no_pg; /* the nodes have no pg_name (not an empty one) */
 } coll;
 
 /* ---- top tensors: a min-heap on bytes ---- */
@@ -281,17 +282,20 @@ static uint64_t attr_u64(const rd_rnode *n, const char *name, bool *ok) {
 
 static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
   const rd_rattr *pg = find_attr(n, "pg_name"), *dt = find_attr(n, "dtype");
-  const char *pgs = pg && pg->value.kind == ETR_J_STRING ? pg->value.v.str.s : "";
+  bool no_pg = !pg || pg->value.kind != ETR_J_STRING;
+  const char *pgs = no_pg ? "" : pg->value.v.str.s;
   const char *name = cn->value.kind == ETR_J_STRING ? cn->value.v.str.s : "?";
-  /* (looked up by the strings as kept, cut at 63 bytes: one entry per pair, in time linear
-   * in the nodes however many pairs there are) */
-  char key[128];
+  /* (looked up by the strings as kept, cut at 63 bytes, after a byte that tells a missing
+   * pg_name from an empty one: one entry per pair, in time linear in the nodes however many
+   * pairs there are) */
+  char key[130];
   size_t pl = strnlen(pgs, sizeof s->coll[0].pg - 1),
          nl = strnlen(name, sizeof s->coll[0].name - 1);
-  memcpy(key, pgs, pl);
-  key[pl] = '\0';
-  memcpy(key + pl + 1, name, nl);
-  uint32_t k = an_strtab_intern(&s->coll_keys, key, pl + 1 + nl);
+  key[0] = no_pg ? '-' : 's';
+  memcpy(key + 1, pgs, pl);
+  key[1 + pl] = '\0';
+  memcpy(key + pl + 2, name, nl);
+  uint32_t k = an_strtab_intern(&s->coll_keys, key, pl + 2 + nl);
   if (k == UINT32_MAX) {
     s->oom = true;
     return;
@@ -310,6 +314,7 @@ static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
     }
     c = &s->coll[s->n_coll++];
     memset(c, 0, sizeof *c);
+    c->no_pg = no_pg;
     copy_trunc(c->pg, sizeof c->pg, pgs, strlen(pgs));
     copy_trunc(c->name, sizeof c->name, name, strlen(name));
   }
@@ -406,7 +411,8 @@ static int cmp_thr(const void *a, const void *b) {
 
 static int cmp_coll(const void *a, const void *b) {
   const coll *x = a, *y = b;
-  int c = strcmp(x->pg, y->pg);
+  int c = (int)y->no_pg - (int)x->no_pg; /* (no pg_name first) */
+  if (!c) c = strcmp(x->pg, y->pg);
   return c ? c : strcmp(x->name, y->name);
 }
 
@@ -528,7 +534,7 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
     for (size_t i = 0; i < s->n_coll; i++) {
       coll *c = &s->coll[i];
       fputs(i ? ",\n   {" : "\n   {", f);
-      json_kv_str(f, "pg_name", c->pg, false);
+      json_kv_str(f, "pg_name", c->no_pg ? NULL : c->pg, false);
       json_kv_str(f, "collective", c->name, true);
       fprintf(f,
               ", \"count\": %" PRIu64 ", \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
@@ -596,8 +602,11 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
   for (size_t i = 0; i < s->n_coll; i++) {
     coll *c = &s->coll[i];
     fprintf(f, "  %-16s %-20s %10" PRIu64 " %16" PRIu64 " %16" PRIu64 "%s\n",
-            c->pg[0] ? cli_term(c->pg) : "-", cli_term(c->name), c->count, c->in_bytes,
-            c->out_bytes, c->size_unknown ? "  (some sizes unknown)" : "");
+            c->no_pg   ? "-"
+            : c->pg[0] ? cli_term(c->pg)
+                       : "\"\"",
+            cli_term(c->name), c->count, c->in_bytes, c->out_bytes,
+            c->size_unknown ? "  (some sizes unknown)" : "");
   }
   if (etr) {
     fprintf(f, "\nrecorder statistics (etr %s)\n",
