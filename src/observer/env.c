@@ -145,12 +145,16 @@ static bool written_before_exec(void) {
 /* path with ".<pid>" (n > 1: ".<pid>.<n>") before its ".json" / ".json.gz" / ".etr" ending
  * (else at its end): the ending chooses the format, so it stays last. */
 static bool own_path(const char *path, unsigned n, char *out, size_t cap) {
-  size_t len = strlen(path);
-  const char *ext = strstr(path, ".json");
-  size_t base = ext && (strcmp(ext, ".json") == 0 || strcmp(ext, ".json.gz") == 0)
-                    ? (size_t)(ext - path)
-                    : len;
-  if (len > 4 && strcmp(path + len - 4, ".etr") == 0) base = len - 4;
+  size_t len = strlen(path), base = len;
+  /* (by the ending alone: a directory may hold ".json" in its name) */
+  static const char *const endings[] = {".json.gz", ".json", ".etr"};
+  for (size_t i = 0; i < sizeof endings / sizeof endings[0]; i++) {
+    size_t k = strlen(endings[i]);
+    if (len > k && strcmp(path + len - k, endings[i]) == 0) {
+      base = len - k;
+      break;
+    }
+  }
   char nth[16] = "";
   if (n > 1) snprintf(nth, sizeof nth, ".%u", n);
   int w = snprintf(out, cap, "%.*s.%ld%s%s", (int)base, path, (long)getpid(), nth, path + base);

@@ -309,6 +309,50 @@ static void test_env_exec_child_own_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* The child's own file keeps the ending that chooses the format, found at the end of the
+ * path alone: with ETR_TRACE=<dir>/run.json.d/t.json.gz it is run.json.d/t.<pid>.json.gz,
+ * gzip-compressed (before, the ".json" of the directory was taken for the ending: the child
+ * wrote run.json.d/t.json.gz.<pid>, uncompressed). */
+static void test_env_exec_child_own_file_ending(void **state) {
+  (void)state;
+  char dir[256], sub[300], var[400], path[700];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(sub, sizeof sub, "%s/run.json.d", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json.gz", sub);
+  const char *env[] = {var, NULL};
+  const char *args[] = {"exec", NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_int_equal(tu_dir_entries(sub), 2);
+  DIR *d = opendir(sub);
+  assert_non_null(d);
+  struct dirent *e;
+  char child[300] = "";
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && strcmp(e->d_name, "t.json.gz") != 0)
+      snprintf(child, sizeof child, "%s", e->d_name);
+  closedir(d);
+  long kid = 0;
+  char tail[300] = "";
+  assert_int_equal(sscanf(child, "t.%ld%299s", &kid, tail), 2);
+  assert_true(kid > 0 && kid != (long)pid);
+  assert_string_equal(tail, ".json.gz");
+  snprintf(path, sizeof path, "%s/%s", sub, child);
+  size_t len;
+  unsigned char *bytes = (unsigned char *)tu_read_file(path, &len);
+  assert_non_null(bytes);
+  assert_true(len > 2 && bytes[0] == 0x1f && bytes[1] == 0x8b); /* gzip */
+  free(bytes);
+  snprintf(path, sizeof path, "%s/t.json.gz", sub);
+  bytes = (unsigned char *)tu_read_file(path, &len);
+  assert_non_null(bytes);
+  assert_true(len > 2 && bytes[0] == 0x1f && bytes[1] == 0x8b);
+  free(bytes);
+  tu_rmdir(dir);
+}
+
 /* An image of a process that wrote first (its "exec_self" ops, not finalized: its writer
  * died at the exec), and the image after the exec wrote second (its "env" ops alone). */
 static void check_exec_images(const char *first, const char *second) {
@@ -480,6 +524,7 @@ int main(void) {
       TU_TEST(test_env_traceback),
       TU_TEST(test_env_bad_path),
       TU_TEST(test_env_exec_child_own_file),
+      TU_TEST(test_env_exec_child_own_file_ending),
       TU_TEST(test_env_exec_self_keeps_first_file),
       TU_TEST(test_env_fork_child_own_file),
       TU_TEST(test_env_fork_daemon_keeps_parent_file),
