@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,7 +131,19 @@ const char *cli_bytes(uint64_t n, char *buf, size_t size) {
 
 static bool progress_wanted(void) {
   const char *e = getenv("ETR_PROGRESS");
-  if (e && *e) return strcmp(e, "0") != 0;
+  if (e && *e) {
+    if (!strcmp(e, "1") || !strcasecmp(e, "on") || !strcasecmp(e, "true") || !strcasecmp(e, "yes"))
+      return true;
+    if (!strcmp(e, "0") || !strcasecmp(e, "off") || !strcasecmp(e, "false") || !strcasecmp(e, "no"))
+      return false;
+    static bool said;
+    if (!said) /* (once: several inputs ask) */
+      fprintf(stderr,
+              "etr: ETR_PROGRESS=%s unknown (1, on, true, yes or 0, off, false, no); "
+              "progress on a terminal only\n",
+              e);
+    said = true;
+  }
   return isatty(STDERR_FILENO);
 }
 

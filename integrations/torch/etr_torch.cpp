@@ -13,6 +13,9 @@
 #include <ATen/record_function.h>
 #include <c10/core/TensorImpl.h>
 
+#include <strings.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -597,11 +600,23 @@ namespace {
 // the ETR_TRACE trace (libetr and libtorch are initialized first: this library needs
 // them). ETR_TRACE_TORCH=0 leaves it to the host.
 bool attach_under_env() {
-  const char *off = std::getenv("ETR_TRACE_TORCH");
-  if (off && (!std::strcmp(off, "0") || !std::strcmp(off, "off") || !std::strcmp(off, "no") ||
-              !std::strcmp(off, "false")))
-    return false;
-  return etr_trace_current() && etr_torch_attach() == 0;  // (the ETR_TRACE trace only)
+  if (!etr_trace_current()) return false;  // (the ETR_TRACE trace only)
+  // The switch's values as libetr's (any case); another value keeps the default, on, and
+  // says so where libetr's diagnostics go by default (ETR_LOG), never silently.
+  const char *v = std::getenv("ETR_TRACE_TORCH");
+  if (v && *v) {
+    auto is = [v](const char *w) { return strcasecmp(v, w) == 0; };
+    if (!std::strcmp(v, "0") || is("off") || is("no") || is("false")) return false;
+    if (std::strcmp(v, "1") && !is("on") && !is("yes") && !is("true")) {
+      const char *log = std::getenv("ETR_LOG");
+      if (log && *log && *log != '0')
+        std::fprintf(stderr,
+                     "etr: warn: ETR_TRACE_TORCH=%s unknown (1, on, true, yes or 0, off, false, "
+                     "no); on\n",
+                     v);
+    }
+  }
+  return etr_torch_attach() == 0;
 }
 [[maybe_unused]] const bool attached_under_env = attach_under_env();
 

@@ -1,5 +1,6 @@
 /* The recording clock's calibration (clock.h says what it is for). */
 #include "observer/clock.h"
+#include "observer/internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -87,8 +88,7 @@ void etr__clock_start(void) {
    * it keeps clock_gettime, and a later start tries again) */
   if (pthread_mutex_trylock(&g_lock) != 0) return;
   if (atomic_load_explicit(&g_state, memory_order_relaxed) == 0) {
-    const char *env = getenv("ETR_TSC");
-    bool off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0);
+    bool off = !etr__env_switch("ETR_TSC", true);
     int state = -1;
     if (!off && kernel_uses_tsc() && reading(&g_anchor_tsc, &g_anchor_ns)) {
       state = 1;

@@ -1,7 +1,10 @@
-/* Error strings, the log hook and the version: the small shared pieces of the library. */
+/* Error strings, the log hook, the version and on/off environment switches: the small
+ * shared pieces of the library. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "etr/common.h"
 #include "etr/version.h"
@@ -58,4 +61,24 @@ void etr__log(etr_log_level level, const char *fmt, ...) {
     static const char *names[] = {"error", "warn", "info", "debug"};
     fprintf(stderr, "etr: %s: %s\n", names[(unsigned)level & 3u], msg);
   }
+}
+
+bool etr__env_flag_off(const char *v) {
+  return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") ||
+               !strcasecmp(v, "no"));
+}
+
+bool etr__env_flag_on(const char *v) {
+  return v && (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "true") ||
+               !strcasecmp(v, "yes") || !strcasecmp(v, "all"));
+}
+
+bool etr__env_switch(const char *name, bool dflt) {
+  const char *v = secure_getenv(name);
+  if (!v || !*v) return dflt;
+  if (etr__env_flag_on(v)) return true;
+  if (etr__env_flag_off(v)) return false;
+  etr__log(ETR_LOG_WARN, "%s=%s unknown (1, on, true, yes or 0, off, false, no); %s", name, v,
+           dflt ? "on" : "off");
+  return dflt;
 }

@@ -161,15 +161,6 @@ static bool own_path(const char *path, unsigned n, char *out, size_t cap) {
   return w > 0 && (size_t)w < cap;
 }
 
-static bool env_flag_off(const char *v) {
-  return v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no"));
-}
-
-static bool env_flag_on(const char *v) {
-  return v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "yes") ||
-               !strcmp(v, "all"));
-}
-
 /* A positive integer no larger than max from the environment variable name, else 0. */
 static uint32_t env_count(const char *name, unsigned long max) {
   const char *v = env_get(name);
@@ -185,9 +176,9 @@ static uint32_t env_count(const char *name, unsigned long max) {
 
 static void env_traceback(etr_traceback_options *tb) {
   const char *v = env_get("ETR_TRACE_TRACEBACK");
-  if (!v || !*v || env_flag_off(v)) return;
+  if (!v || !*v || etr__env_flag_off(v)) return;
   tb->enabled = true;
-  if (!env_flag_on(v)) tb->pattern = v; /* copied by etr_trace_open */
+  if (!etr__env_flag_on(v)) tb->pattern = v; /* copied by etr_trace_open */
   tb->every = env_count("ETR_TRACE_TRACEBACK_EVERY", 1000000000ul);
   tb->max_depth = env_count("ETR_TRACE_TRACEBACK_DEPTH", 256);
   v = env_get("ETR_TRACE_SYMBOLIZE");
@@ -250,10 +241,10 @@ static void env_open(const writer_mark *parent) {
       etr__log(ETR_LOG_WARN, "ETR_TRACE_SCHEMA=%s unknown; using 1.1.1", v);
     }
   }
-  opt.no_timing = env_flag_off(env_get("ETR_TRACE_TIMING"));
+  opt.no_timing = etr__env_flag_off(env_get("ETR_TRACE_TIMING"));
   v = env_get("ETR_TRACE_TIMING");
   opt.ns_timing = v && !strcmp(v, "ns");
-  if (v && *v && !opt.no_timing && !opt.ns_timing && !env_flag_on(v))
+  if (v && *v && !opt.no_timing && !opt.ns_timing && !etr__env_flag_on(v))
     etr__log(ETR_LOG_WARN, "ETR_TRACE_TIMING=%s unknown (0, 1 or ns); timing on, in us", v);
   v = env_get("ETR_TRACE_SAMPLE");
   if (v && *v) {
@@ -277,11 +268,11 @@ static void env_open(const writer_mark *parent) {
   env_traceback(&tb);
   opt.flush_ms = env_count("ETR_TRACE_FLUSH_MS", 86400000ul);
   opt.flush_kb = env_count("ETR_TRACE_FLUSH_KB", 1048576ul);
-  opt.sync = env_flag_on(env_get("ETR_TRACE_SYNC"));
+  opt.sync = etr__env_switch("ETR_TRACE_SYNC", false);
   opt.stall_ms = env_count("ETR_TRACE_STALL_MS", 86400000ul);
   opt.ring_mb = env_count("ETR_TRACE_RING_MB", 1048576ul);
   /* Opt-in: a host's signal handling must not change because a library it links traces. */
-  opt.fatal_signals = env_flag_on(env_get("ETR_TRACE_SIGNALS"));
+  opt.fatal_signals = etr__env_switch("ETR_TRACE_SIGNALS", false);
   /* Every trace describes its process groups (the default one at least), as PyTorch's does:
    * that node is recorded first, without a traceback (it would show this constructor). */
   tb_open = tb; /* the symbolize mode is fixed at open; capture starts below */
@@ -339,7 +330,7 @@ static void env_fork_child(void) {
 __attribute__((constructor)) static void etr_env_start(void) {
   env_open(NULL);
   /* (registered after the registry's handlers, which run first in the child) */
-  if (etr_trace_current() && env_flag_on(env_get("ETR_TRACE_FORKS")))
+  if (etr_trace_current() && etr__env_switch("ETR_TRACE_FORKS", false))
     pthread_atfork(NULL, NULL, env_fork_child);
 }
 

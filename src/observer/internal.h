@@ -24,6 +24,14 @@
 /* Diagnostics through the log hook; never from a signal handler. */
 void etr__log(etr_log_level level, const char *fmt, ...) ETR__PRINTF(2, 3);
 
+/* Switch values of environment variables, in any case ("TRUE" and "Yes" are what a user
+ * may write): on is 1, on, true, yes (and all); off is 0, off, false, no. */
+bool etr__env_flag_on(const char *v);
+bool etr__env_flag_off(const char *v);
+/* An on/off variable (secure_getenv): unset or empty gives dflt; a value that is neither is
+ * said on the log, never taken silently for one or the other, and gives dflt. */
+bool etr__env_switch(const char *name, bool dflt);
+
 /* FNV-1a of s[0..n): the observer's hash of name strings (intern.c, the traceback name
  * cache). */
 static inline uint64_t etr__fnv1a(const char *s, size_t n) {

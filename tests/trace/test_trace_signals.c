@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -181,6 +182,52 @@ static void test_env_signals_opt_in(void **state) {
   st = tu_run(TRACE_HELPER, args, env_on, NULL);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 5)
     fail_msg("ETR_TRACE_SIGNALS=1: no SIGINT handler (status 0x%x)", st);
+  tu_rmdir(dir);
+}
+
+/* tu_run with the child's stderr in the file err (our own fd 2 redirected around it). */
+static int run_err(const char *const *args, const char *const *env, const char *err) {
+  int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  assert_true(saved >= 0);
+  dup2(fd, 2);
+  close(fd);
+  int st = tu_run(TRACE_HELPER, args, env, NULL);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  return st;
+}
+
+/* The switch's values in any case ("TRUE", "Yes" turn it on); another value keeps it off
+ * and says so on ETR_LOG (before, any value but 1/on/true/yes/all meant off, silently). */
+static void test_env_signals_switch_values(void **state) {
+  (void)state;
+  char dir[256], var[600], err[700];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t-%%p.json", dir);
+  snprintf(err, sizeof err, "%s/err.txt", dir);
+  const char *args[] = {"sigquery", NULL};
+  static const char *const on[] = {"ETR_TRACE_SIGNALS=TRUE", "ETR_TRACE_SIGNALS=Yes",
+                                   "ETR_TRACE_SIGNALS=ON"};
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
+    const char *env[] = {var, on[i], NULL};
+    int st = tu_run(TRACE_HELPER, args, env, NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 5)
+      fail_msg("%s: no SIGINT handler (status 0x%x)", on[i], st);
+  }
+  const char *env_bad[] = {var, "ETR_TRACE_SIGNALS=2", "ETR_LOG=1", NULL};
+  int st = run_err(args, env_bad, err);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("ETR_TRACE_SIGNALS=2: SIGINT handler installed (status 0x%x)", st);
+  size_t len;
+  char *text = tu_read_file(err, &len);
+  assert_non_null(text);
+  if (!strstr(text, "ETR_TRACE_SIGNALS=2 unknown")) fail_msg("no warning on ETR_LOG: %s", text);
+  free(text);
+  unlink(err);
   tu_rmdir(dir);
 }
 
@@ -389,6 +436,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_ctrl_c_interrupts_read, tu_cleanup),
       cmocka_unit_test_teardown(test_host_handler_longjmp, tu_cleanup),
       cmocka_unit_test(test_env_signals_opt_in),
+      cmocka_unit_test(test_env_signals_switch_values),
       cmocka_unit_test_teardown(test_writer_blocks_signals, tu_cleanup),
       cmocka_unit_test_teardown(test_records_from_a_signal_handler, tu_cleanup),
       cmocka_unit_test_teardown(test_records_with_tracebacks_from_a_signal_handler, tu_cleanup),
