@@ -26,6 +26,7 @@
 #include "etr/etr.h"
 
 #include "cpython_frames.h"
+#include "dist_py.h"
 #include "python_calls.h"
 
 #define MAX_DEPTH 34   /* past etr's own limit (32), so that etr cuts and counts */
@@ -288,10 +289,24 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
                           ? "; this process is recorded through ETR_TRACE already (one trace at "
                             "a time: unset ETR_TRACE to open your own)"
                           : "";
-    if (rc == ETR_EOPEN && err) /* the system's reason too: "No such file or directory" */
-      PyErr_Format(EtrError, "cannot open trace %R: %s (%s): %s", shown ? shown : path,
-                   etr_strerror(rc), etr_err_name(rc), strerror(err));
-    else
+    if (rc == ETR_EOPEN && err) { /* the system's reason too: "No such file or directory" */
+      PyErr_Format(EtrError, "cannot open trace %R: %s (%s): %s%s", shown ? shown : path,
+                   etr_strerror(rc), etr_err_name(rc), strerror(err),
+                   err == EBUSY ? " (another process is writing it: give each process its "
+                                  "own file, e.g. with %p or %r in the name)"
+                                : "");
+      /* (the exception's errno attribute, as OSError's, for a caller that picks another
+       * name: python -m etr) */
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      PyErr_NormalizeException(&type, &value, &tb);
+      if (value) {
+        PyObject *no = PyLong_FromLong(err);
+        if (!no || PyObject_SetAttrString(value, "errno", no) < 0) PyErr_Clear();
+        Py_XDECREF(no);
+      }
+      PyErr_Restore(type, value, tb);
+    } else
       PyErr_Format(EtrError, "cannot open trace %R: %s (%s)%s", shown ? shown : path,
                    etr_strerror(rc), etr_err_name(rc), why);
     Py_XDECREF(shown);
@@ -649,6 +664,18 @@ static PyMethodDef mod_methods[] = {
      "and those of code files under pass_prefix; off: the calls still open end, and the "
      "thread's previous profile function is back."},
     {"thread_set_name", mod_thread_set_name, METH_O, "Name the calling thread in traces."},
+    {"set_rank", etr_py_set_rank, METH_VARARGS,
+     "set_rank(rank, world_size): this process's rank of a distributed run (else the "
+     "launcher's RANK / WORLD_SIZE); traces record it in their process-group node."},
+    {"declare_group", (PyCFunction)(void (*)(void))etr_py_declare_group,
+     METH_VARARGS | METH_KEYWORDS,
+     "declare_group(name, ranks=None, *, desc=None, backend=None): a process group (ranks: "
+     "its members' global ranks in group-rank order; None: every rank), listed in the "
+     "trace's process-group node."},
+    {"record_groups", etr_py_record_groups, METH_NOARGS,
+     "record_groups(): record the process-group node now (into the enabled trace)."},
+    {"rank", etr_py_rank, METH_NOARGS, "This process's rank (set_rank's, else the launcher's)."},
+    {"world_size", etr_py_world_size, METH_NOARGS, "The world size (as rank())."},
     {"thread_id", mod_thread_id, METH_NOARGS, "etr's logical id of the calling thread."},
     {NULL, NULL, 0, NULL}};
 
@@ -659,6 +686,7 @@ static struct PyModuleDef mod_def = {PyModuleDef_HEAD_INIT, .m_name = "_etr",
 PyMODINIT_FUNC PyInit__etr(void) {
   if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&OpType) < 0) return NULL;
   if (etr_py_calls_init() != 0) return PyErr_NoMemory();
+  etr_py_dist_init(etr_fail);
   PyObject *m = PyModule_Create(&mod_def);
   if (!m) return NULL;
   EtrError = PyErr_NewException("etr.EtrError", PyExc_RuntimeError, NULL);

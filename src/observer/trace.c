@@ -292,11 +292,38 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   }
   if (rc == 0) {
     /* O_NONBLOCK: opening a FIFO with no reader must not block the host (ENXIO instead). */
-    tr->fd =
-        open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : O_TRUNC),
-             0644);
+    /* (not truncated yet: a regular file another process writes is left to it, below) */
+    tr->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : 0),
+                  0644);
+    struct stat st;
+    if (tr->fd >= 0 && !stream_path && fstat(tr->fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      /* A regular file is locked while we write it (advisory, never waited for): a process
+       * started under the same ETR_TRACE path sees it and writes its own file (env.c), even
+       * when the environment it was given lost our writer mark; one that opens the same
+       * path itself (two ranks given one name) is refused here instead of truncating the
+       * other's trace. Released when the file's last descriptor closes (at close, or at
+       * exec: it is O_CLOEXEC). A file system without locks (ENOLCK, EINVAL) is written
+       * as before. */
+      if (flock(tr->fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(tr->fd);
+        tr->fd = -1;
+        errno = EBUSY;
+      } else if (ftruncate(tr->fd, 0) != 0) {
+        int e = errno;
+        close(tr->fd);
+        tr->fd = -1;
+        errno = e;
+      }
+    }
     if (tr->fd >= 0 && tr->tables_path) unlink(tr->tables_path);
-    if (tr->fd < 0) {
+    if (tr->fd < 0 && errno == EBUSY) {
+      open_errno = EBUSY;
+      etr__log(ETR_LOG_ERROR,
+               "trace file %s is being written by another process (it holds the file's lock); "
+               "give each process its own file (%%p, %%r)",
+               path);
+      rc = ETR_EOPEN;
+    } else if (tr->fd < 0) {
       open_errno = errno;
       etr__log(ETR_LOG_ERROR, "cannot open trace file %s: %s", path,
                errno == ENXIO ? "a FIFO with no reader" : strerror(errno));
@@ -310,11 +337,6 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     if (fstat(tr->fd, &st) != 0) memset(&st, 0, sizeof st);
     bool stream = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
     if (!stream) fcntl(tr->fd, F_SETFL, fcntl(tr->fd, F_GETFL) & ~O_NONBLOCK);
-    /* A regular file is locked while we write it (advisory, never waited for): a process
-     * started under the same ETR_TRACE path sees it and writes its own file (env.c), even
-     * when the environment it was given lost our writer mark. Released when the file's
-     * last descriptor closes (at close, or at exec: it is O_CLOEXEC). */
-    if (S_ISREG(st.st_mode)) (void)flock(tr->fd, LOCK_EX | LOCK_NB);
     if (tr->tables_path && !S_ISREG(st.st_mode)) { /* a pipe or device: no file beside it */
       free(tr->tables_path);
       tr->tables_path = NULL;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -24,6 +25,36 @@
 #ifndef TRACE_HELPER
 #error "TRACE_HELPER must name the trace_helper executable"
 #endif
+
+/* A regular file another writer holds (its flock: another process's trace, two ranks given
+ * one name) is left to it: etr_trace_open refuses it (ETR_EOPEN, errno EBUSY) and the
+ * file keeps its bytes; before, it was truncated and both wrote it. Once the lock is let
+ * go, the same path opens. */
+static void test_open_locked_by_other_writer(void **state) {
+  (void)state;
+  char dir[256], p[600];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(p, sizeof p, "%s/t.json", dir);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "keep me", 7), 7);
+  assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0); /* (another open file: as another process) */
+  etr_trace *t = NULL;
+  errno = 0;
+  assert_int_equal(etr_trace_open(p, NULL, &t), ETR_EOPEN);
+  assert_int_equal(errno, EBUSY);
+  assert_null(t);
+  struct stat st;
+  assert_int_equal(stat(p, &st), 0);
+  assert_int_equal(st.st_size, 7);
+  close(fd); /* (the lock goes with it) */
+  assert_int_equal(etr_trace_open(p, NULL, &t), 0);
+  assert_int_equal(etr_trace_close(t), 0);
+  tu_trace got;
+  tu_load_path(&got, p); /* a whole trace of its own now */
+  tu_free(&got);
+  tu_rmdir(dir);
+}
 
 static void test_open_unwritable(void **state) {
   (void)state;
@@ -530,6 +561,7 @@ static void test_fork_during_first_open(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_open_unwritable),
+      TU_TEST(test_open_locked_by_other_writer),
       cmocka_unit_test_teardown(test_dev_full, full_teardown),
       cmocka_unit_test_teardown(test_write_error_midway, full_teardown),
       TU_TEST(test_fifo_without_reader),

@@ -22,11 +22,19 @@ from . import _etr
 from ._etr import EtrError, Op
 
 __all__ = ["trace", "record_function", "annotate", "Op", "EtrError", "thread_set_name",
-           "thread_id", "__version__"]
+           "thread_id", "set_rank", "declare_group", "record_groups", "rank", "world_size",
+           "__version__"]
 __version__ = _etr.version
 
 thread_set_name = _etr.thread_set_name
 thread_id = _etr.thread_id
+# A distributed run (etr/dist.h): the rank, and process groups listed in the trace's
+# `## process_group:init ##` node (etr.torch.trace fills them from torch.distributed).
+set_rank = _etr.set_rank
+declare_group = _etr.declare_group
+record_groups = _etr.record_groups
+rank = _etr.rank
+world_size = _etr.world_size
 
 # Scopes, as PyTorch numbers them (the "scope" attr).
 SCOPE_FUNCTION = 0

@@ -2,7 +2,10 @@
 python3 -m etr [options] -m module [args...]
 
 Runs the script (or ``-m module``) as __main__ under an etr trace and writes TRACE
-(default: etr-trace.json; ``%p`` in it becomes the process id). Ops are what the script
+(default: etr-trace.json; ``%p`` in it becomes the process id, ``%r`` the rank). Under a
+launcher of several ranks (WORLD_SIZE > 1) a name without %p or %r gets the rank before its
+ending (t.json: t.3.json), and a file another process is writing is left to it (this one
+writes t.<pid>.json): each is said on stderr. Ops are what the script
 records (etr.record_function, @etr.annotate), with --torch every op PyTorch runs (aten ops,
 autograd's backward functions, record_function scopes; on every thread, as etr.torch.trace
 records them), and with --python-calls every Python function call of the main thread.
@@ -13,6 +16,7 @@ written whole is said on stderr, and a script that ended well then exits 1.
 
 import argparse
 import builtins
+import errno
 import io
 import os
 import runpy
@@ -29,7 +33,8 @@ def _parser():
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", default="etr-trace.json", metavar="TRACE",
-                   help="trace file (.gz: gzip; %%p: the process id); default etr-trace.json")
+                   help="trace file (.gz: gzip; %%p: the process id; %%r: the rank); default "
+                        "etr-trace.json")
     p.add_argument("--torch", action="store_true",
                    help="record PyTorch's ops too (etr.torch; needs etr built with libtorch)")
     p.add_argument("--python-calls", action="store_true",
@@ -114,6 +119,51 @@ def _module_runner(name):
     return run, spec.origin or name
 
 
+_ENDINGS = (".json.gz", ".json", ".etr")
+
+
+def _insert(path, what):
+    """path with ".what" before its ending (.json.gz, .json, .etr; else at its end): the
+    ending chooses the format, so it stays last (as ETR_TRACE names a process's own file)."""
+    for end in _ENDINGS:
+        if path.endswith(end) and len(path) > len(end):
+            return "%s.%s%s" % (path[:-len(end)], what, end)
+    return "%s.%s" % (path, what)
+
+
+def _output_path(spec):
+    """The trace's path: %p the process id, %r the rank (the launcher's, etr.rank()), %% a
+    %; under a launcher of several ranks, a name without %p or %r gets the rank (said)."""
+    out, i = [], 0
+    while i < len(spec):
+        c = spec[i:i + 2]
+        if c in ("%p", "%r", "%%"):
+            out.append(str(os.getpid()) if c == "%p" else str(etr.rank()) if c == "%r" else "%")
+            i += 2
+        else:
+            out.append(spec[i])
+            i += 1
+    path = "".join(out)
+    if etr.world_size() > 1 and "%p" not in spec and "%r" not in spec:
+        path = _insert(path, str(etr.rank()))
+        print("etr: rank %d of %d: writing %s" % (etr.rank(), etr.world_size(), path),
+              file=sys.stderr)
+    return path
+
+
+class _Entered:
+    """A block around a trace entered already: leaving it leaves the trace."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __enter__(self):
+        return self.t
+
+    def __exit__(self, *exc):
+        return self.t.__exit__(*exc)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     own, target, args = split_argv(argv)
@@ -127,7 +177,7 @@ def main(argv=None):
             import etr.torch as etr_torch
         except ImportError as e:
             p.error("--torch: %s" % e)
-    path = a.output.replace("%p", str(os.getpid()))
+    path = _output_path(a.output)
     argv0 = name
     if kind == "script":
         try:
@@ -145,7 +195,19 @@ def main(argv=None):
     tracer = etr_torch.trace if a.torch else etr.trace
     t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)
     try:
-        with t:
+        t.__enter__()
+    except etr.EtrError as e:
+        if getattr(e, "errno", None) != errno.EBUSY:
+            raise
+        # Another process writes that file (two ranks, one name): ours goes beside it, as
+        # ETR_TRACE does, and the script runs all the same.
+        path = _insert(path, str(os.getpid()))
+        print("etr: %s is written by another process; this one writes %s" % (a.output, path),
+              file=sys.stderr)
+        t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)
+        t.__enter__()
+    try:
+        with _Entered(t):
             try:
                 run()
             except SystemExit as e:

@@ -37,17 +37,77 @@ attach = _torch.attach
 detach = _torch.detach
 
 
+def _torch_groups(dist):
+    """(name, global ranks in group-rank order, desc, backend config) of each process group
+    torch.distributed knows in this process (the world group, named "0", and the groups this
+    rank belongs to), from its bookkeeping: module globals in PyTorch 1.x, ``_world`` in 2.x.
+    Empty when neither is there."""
+    c10d = dist.distributed_c10d
+    world = getattr(c10d, "_world", None)
+    names = getattr(world, "pg_names", None) if world is not None else None
+    if names is None:
+        names = getattr(c10d, "_pg_names", None)
+    group_ranks = getattr(world, "pg_group_ranks", None) if world is not None else None
+    if group_ranks is None:
+        group_ranks = getattr(c10d, "_pg_group_ranks", None)
+    if not isinstance(names, dict) or not isinstance(group_ranks, dict):
+        return []
+    default = dist.group.WORLD
+    out = []
+    for pg, name in list(names.items()):
+        ranks = group_ranks.get(pg)
+        if not name or not isinstance(ranks, dict):
+            continue
+        try:
+            backend = str(dist.get_backend(pg))
+        except Exception:  # (a group this rank is not part of, or an unknown backend)
+            backend = ""
+        device = "cuda" if backend == "nccl" else "cpu"
+        out.append((str(name), [g for g, _ in sorted(ranks.items(), key=lambda kv: kv[1])],
+                    "default_pg" if pg is default else "undefined",
+                    "%s:%s" % (device, backend) if backend else ""))
+    return out
+
+
+def _declare_dist():
+    """The run's rank and process groups for the trace's ``## process_group:init ##`` node
+    (as PyTorch's observer writes it), from torch.distributed when it is initialized (else
+    the launcher's RANK / WORLD_SIZE stay). Called before the trace is enabled, so that
+    _record_dist then records one node. Never fails the block: what cannot be read is left
+    out."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            _etr.set_rank(dist.get_rank(), dist.get_world_size())
+            for name, ranks, desc, backend in _torch_groups(dist):
+                _etr.declare_group(name, ranks, desc=desc, backend=backend)
+    except Exception:  # (a PyTorch whose bookkeeping differs; a group etr refuses)
+        pass
+
+
+def _record_dist():
+    """The process-group node, into the trace just enabled."""
+    try:
+        _etr.record_groups()
+    except _etr.EtrError:
+        pass
+
+
 class trace(_etr.trace):
     """etr.trace that also records PyTorch's ops: same arguments (path, timing=, schema=,
-    flush_ms=, python_calls=)."""
+    flush_ms=, python_calls=). The trace names the run's rank and process groups (from
+    torch.distributed when it is initialized as the block starts, else the launcher's
+    RANK / WORLD_SIZE), as PyTorch's observer does."""
 
     def __enter__(self):
+        _declare_dist()
         super().__enter__()
         try:
             _torch.attach()
         except BaseException:
             super().__exit__(None, None, None)  # (the trace is never left open)
             raise
+        _record_dist()
         return self
 
     def __exit__(self, *exc):
@@ -191,8 +251,10 @@ class ExecutionTraceObserver(_Base):
     def start(self):
         """Record from now on (registered observers only)."""
         if self._t is not None and not self._running:
+            _declare_dist()
             self._t.enable()
             self._running = True
+            _record_dist()
 
     def stop(self):
         """Pause recording; an op running now is written whole."""

@@ -429,13 +429,145 @@ def torch_observer_in_forked_child():
               "the parent's file holds the parent's ops only")
 
 
+def pg_groups(path):
+    """The groups listed by the trace's process-group node(s): one list per node."""
+    return [json.loads(n["inputs"]["values"][0]) for n in load(path)["nodes"]
+            if n["name"] == "## process_group:init ##"]
+
+
+def dash_m_ranks():
+    """python3 -m etr under a launcher of two ranks given one -o name: each rank writes its
+    own file, the rank before the ending, and says so; %r is the rank (before: both ranks
+    wrote the same file, one trace was lost, and %r stayed as it is)."""
+    script = os.path.join(TMP, "rank_script.py")
+    with open(script, "w") as f:
+        f.write("import etr\nwith etr.record_function('work'):\n    pass\n")
+    out = os.path.join(TMP, "ranks.json")
+    procs = [subprocess.Popen([sys.executable, "-m", "etr", "-o", out, script],
+                              env=dict(ENV, RANK=str(r), WORLD_SIZE="2"), cwd=TMP,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    for r in (0, 1):
+        want = os.path.join(TMP, "ranks.%d.json" % r)
+        check(procs[r].returncode == 0 and ("writing %s" % want) in errs[r],
+              "rank %d: exit %d, says its file: %s" % (r, procs[r].returncode, errs[r][-300:]))
+        if validate(TOOL, want):
+            check(len(ops(want, "work")) == 1, "rank %d's file holds its op" % r)
+    check(not os.path.exists(out), "no file under the shared name")
+    pct = os.path.join(TMP, "pct-%r.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", pct, script], capture_output=True,
+                       text=True, env=dict(ENV, RANK="3", WORLD_SIZE="4"), cwd=TMP, timeout=120)
+    got = os.path.join(TMP, "pct-3.json")
+    check(r.returncode == 0 and os.path.exists(got), "%%r is the rank: %s" % r.stderr[-300:])
+
+
+def dash_m_busy_file():
+    """python3 -m etr -o FILE while another process writes FILE (holds its lock): the script
+    runs, its trace goes to FILE.<pid>.json (said), and FILE keeps its bytes (before: FILE
+    was truncated and written by both)."""
+    import fcntl
+    script = os.path.join(TMP, "busy_script.py")
+    with open(script, "w") as f:
+        f.write("import etr\nwith etr.record_function('work'):\n    pass\n")
+    out = os.path.join(TMP, "busy.json")
+    with open(out, "w") as held:
+        held.write("someone else's")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script], capture_output=True,
+                           text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 0 and "is written by another process" in r.stderr,
+          "the script ran, the other file said: %d %s" % (r.returncode, r.stderr[-300:]))
+    with open(out) as f:
+        check(f.read() == "someone else's", "the other process's file kept its bytes")
+    own = [f for f in os.listdir(TMP) if f.startswith("busy.") and f != "busy.json"]
+    check(len(own) == 1 and validate(TOOL, os.path.join(TMP, own[0])),
+          "its own file beside: %s" % own)
+    with etr.trace(out):  # (the other process let go: the name is free again)
+        pass
+    check(validate(TOOL, out), "the name is written once let go")
+
+
+def dist_api():
+    """etr.set_rank / declare_group / record_groups (etr/dist.h for Python): the trace's
+    process-group node lists the groups with their ranks and this process's rank; bad
+    arguments raise (before: no Python API, a trace opened from Python named no rank)."""
+    path = os.path.join(TMP, "dist.json")
+    rc, err = run_py("""
+        import etr
+        etr.set_rank(1, 4)
+        etr.declare_group("0", None, desc="default_pg", backend="cpu:gloo")
+        etr.declare_group("7", [1, 3], desc="pairs", backend="cpu:gloo")
+        assert (etr.rank(), etr.world_size()) == (1, 4)
+        for bad in ((lambda: etr.set_rank(4, 4)), (lambda: etr.set_rank(-1, 4)),
+                    (lambda: etr.declare_group("", [0])), (lambda: etr.declare_group("x", [])),
+                    (lambda: etr.declare_group("x", [-1])), (lambda: etr.declare_group(3)),
+                    (lambda: etr.declare_group("a\\0b"))):
+            try:
+                bad()
+            except (ValueError, TypeError):
+                pass
+            else:
+                raise SystemExit("no error")
+        with etr.trace(%r):
+            etr.record_groups()
+            with etr.record_function("work"):
+                pass
+    """ % path)
+    check(rc == 0, "dist API: %d %s" % (rc, err[-400:]))
+    if validate(TOOL, path):
+        nodes = pg_groups(path)
+        check(len(nodes) == 1, "one process-group node: %d" % len(nodes))
+        g = {x["pg_name"]: x for x in nodes[0]} if nodes else {}
+        # ("rank": this process's rank in the group)
+        check(g.get("7", {}).get("ranks") == [1, 3] and g["7"].get("rank") == 0 and
+              g.get("0", {}).get("group_size") == 4 and g["0"].get("rank") == 1,
+              "groups as declared: %s" % g)
+
+
+def torch_dist_groups():
+    """etr.torch.trace with torch.distributed initialized: the trace names the rank and the
+    process groups (the world "0" and a new group "1"), in one node (before: none);
+    skipped without etr.torch or gloo."""
+    try:
+        import etr.torch  # noqa: F401
+        import torch.distributed as dist
+        if not dist.is_available() or not dist.is_gloo_available():
+            raise ImportError("no gloo")
+    except ImportError as e:
+        print("python.misuse: torch.distributed with gloo not there (%s): its case skipped" % e)
+        return
+    path = os.path.join(TMP, "tdist.json")
+    store = os.path.join(TMP, "tdist.store")
+    rc, err = run_py("""
+        import torch, torch.distributed as dist, etr.torch
+        dist.init_process_group("gloo", init_method="file://%s", rank=0, world_size=1)
+        sub = dist.new_group([0])
+        with etr.torch.trace(%r):
+            t = torch.ones(4)
+            dist.all_reduce(t)
+            dist.all_reduce(t, group=sub)
+        dist.destroy_process_group()
+    """ % (store, path))
+    check(rc == 0, "torch.distributed under etr.torch.trace: %d %s" % (rc, err[-400:]))
+    if validate(TOOL, path):
+        nodes = pg_groups(path)
+        check(len(nodes) == 1, "one process-group node: %d" % len(nodes))
+        g = {x["pg_name"]: x for x in nodes[0]} if nodes else {}
+        check(set(g) == {"0", "1"} and g["0"].get("pg_desc") == "default_pg" and
+              g["1"].get("ranks") == [0] and g["0"].get("backend_config") == "cpu:gloo",
+              "the world and the new group: %s" % g)
+
+
 def main():
     for case in (fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
                  python_calls_module_quiet,
                  enter_failure_releases_trace, self_referencing_list,
                  python_calls_generators_and_profiler, concurrent_close, bad_arguments,
                  async_annotate, write_error_in_block_with_exception, signals_option,
-                 torch_observer_in_forked_child):
+                 torch_observer_in_forked_child, dash_m_ranks, dash_m_busy_file, dist_api,
+                 torch_dist_groups):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
