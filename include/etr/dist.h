@@ -78,6 +78,14 @@ ETR_API int etr_dist_record_groups(void);
  * (without the NUL); when that is >= cap the text was cut (call again with a larger buf). */
 ETR_API size_t etr_dist_groups_json(char *buf, size_t cap);
 
+/* Which declared group a collective used, for a runtime that knows only the group's size
+ * and this process's rank in it (PyTorch 1.x's c10d ops): the groups of `size` members
+ * that hold this process at group rank `group_rank` (the world group "0" included when it
+ * is not declared: the world size, this process's rank). Returns how many there are, and
+ * writes the name of the one into name[0..cap) (cut, NUL-terminated; "" otherwise) when
+ * there is exactly one. Takes the module's mutex. */
+ETR_API uint32_t etr_dist_group_of(int64_t size, int64_t group_rank, char *name, size_t cap);
+
 /* Forget every declared group and the rank set by etr_dist_set_rank (tests). */
 ETR_API void etr_dist_reset(void);
 

@@ -28,8 +28,7 @@ PyObject *etr_py_set_rank(PyObject *m, PyObject *args) {
 /* A str argument as UTF-8 with no NUL inside (C strings), or NULL with an exception. */
 static const char *c_str(PyObject *o, const char *what) {
   if (!PyUnicode_Check(o))
-    return PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what,
-                        Py_TYPE(o)->tp_name),
+    return PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what, Py_TYPE(o)->tp_name),
            NULL;
   Py_ssize_t n;
   const char *s = PyUnicode_AsUTF8AndSize(o, &n);
@@ -42,8 +41,8 @@ PyObject *etr_py_declare_group(PyObject *m, PyObject *args, PyObject *kw) {
   (void)m;
   static char *kwlist[] = {"name", "ranks", "desc", "backend", NULL};
   PyObject *name, *ranks = Py_None, *desc = NULL, *backend = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O$OO:declare_group", kwlist, &name, &ranks,
-                                   &desc, &backend))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O$OO:declare_group", kwlist, &name, &ranks, &desc,
+                                   &backend))
     return NULL;
   etr_process_group pg = ETR_PROCESS_GROUP_INIT;
   if (!(pg.name = c_str(name, "name"))) return NULL;

@@ -29,6 +29,7 @@
 
 #include "etr/etr.h"
 #include "etr/torch.h"
+#include "comm.h"
 #include "held.h"
 
 namespace {
@@ -521,6 +522,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
   st->op_of(fn, name, &r.name, &r.schema);
   st->clear();
+  etr_collective_info coll;
+  char pg_name[64];
   if (etr_record_needs_inputs(&r)) {
     // (a value that cannot be converted, memory exhausted: the op is recorded without its
     // inputs rather than lost, and nothing escapes into PyTorch's dispatch)
@@ -533,8 +536,18 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
       r.inputs = nullptr;
       r.n_inputs = 0;
     }
+    // A c10d collective carries the attrs PyTorch 2.x's record_param_comms has (comm.h)
+    if (name[0] == 'c' && std::strncmp(name, "c10d::", 6) == 0) {
+      try {
+        if (etr_torch::comm_info(name, fn.inputs(), &coll, pg_name, sizeof pg_name))
+          r.collective = &coll;
+      } catch (...) {
+        r.collective = nullptr;
+      }
+    }
   }
   etr_record_begin(&r);
+  r.collective = nullptr;
   r.inputs = nullptr;
   r.n_inputs = 0;
   return ctx;

@@ -141,6 +141,44 @@ int etr_dist_declare_group(const etr_process_group *pg) {
   return etr_dist_record_groups();
 }
 
+/* g's member count and this process's rank in it (-1: not a member). */
+static void group_place_locked(const group *g, int64_t *size, int64_t *at) {
+  *size = g->size > 0 ? g->size : g->n_ranks ? (int64_t)g->n_ranks : g_world;
+  *at = g->n_ranks ? -1 : g_rank;
+  for (uint32_t i = 0; i < g->n_ranks && *at < 0; i++)
+    if (g->ranks[i] == g_rank) *at = i;
+}
+
+uint32_t etr_dist_group_of(int64_t size, int64_t group_rank, char *name, size_t cap) {
+  if (name && cap) name[0] = '\0';
+  pthread_mutex_lock(&g_lock);
+  env_defaults_locked();
+  uint32_t n = 0;
+  const char *found = NULL;
+  bool has_default = false;
+  for (size_t i = 0; i < g_n; i++) {
+    int64_t gs, at;
+    group_place_locked(&g_groups[i], &gs, &at);
+    if (!strcmp(g_groups[i].name, "0")) has_default = true;
+    if (gs == size && at == group_rank && at >= 0) {
+      n++;
+      found = g_groups[i].name;
+    }
+  }
+  if (!has_default && size == g_world && group_rank == g_rank) {
+    n++;
+    found = "0";
+  }
+  if (n == 1 && name && cap) {
+    size_t len = strlen(found);
+    if (len >= cap) len = cap - 1;
+    memcpy(name, found, len);
+    name[len] = '\0';
+  }
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
 void etr_dist_reset(void) {
   pthread_mutex_lock(&g_lock);
   for (size_t i = 0; i < g_n; i++) group_free(&g_groups[i]);

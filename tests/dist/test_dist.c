@@ -194,6 +194,50 @@ static void test_json_list(void **state) {
   clear_env();
 }
 
+/* etr_dist_group_of: the group a collective used, from its size and this rank's place in
+ * it; none or several alike give no name (a runtime then leaves the group unsaid). */
+static void test_group_of(void **state) {
+  (void)state;
+  clear_env();
+  char name[8];
+  assert_int_equal(etr_dist_set_rank(2, 4), 0);
+  /* The world group, undeclared: the world size and this rank. */
+  assert_int_equal(etr_dist_group_of(4, 2, name, sizeof name), 1);
+  assert_string_equal(name, "0");
+  assert_int_equal(etr_dist_group_of(4, 1, name, sizeof name), 0);
+  assert_string_equal(name, "");
+  const int64_t evens[2] = {0, 2}, pair[2] = {2, 3}, other[2] = {1, 2};
+  etr_process_group pg = ETR_PROCESS_GROUP_INIT;
+  pg.name = "1";
+  pg.ranks = evens; /* global rank 2 at group rank 1 */
+  pg.n_ranks = 2;
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  pg.name = "2";
+  pg.ranks = pair; /* at group rank 0 */
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  assert_int_equal(etr_dist_group_of(2, 1, name, sizeof name), 1);
+  assert_string_equal(name, "1");
+  assert_int_equal(etr_dist_group_of(2, 0, name, sizeof name), 1);
+  assert_string_equal(name, "2");
+  /* Another group of two holding this rank at group rank 1: two alike, no name. */
+  pg.name = "longer-than-8";
+  pg.ranks = other;
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  assert_int_equal(etr_dist_group_of(2, 1, name, sizeof name), 2);
+  assert_string_equal(name, "");
+  char one[2]; /* (a name cut to the buffer, terminated) */
+  assert_int_equal(etr_dist_group_of(2, 0, one, 1), 1);
+  assert_string_equal(one, "");
+  pg.name = "2";
+  pg.ranks = NULL; /* every rank now: "2" is no group of two */
+  pg.n_ranks = 0;
+  assert_int_equal(etr_dist_declare_group(&pg), 0);
+  assert_int_equal(etr_dist_group_of(2, 0, name, sizeof name), 0);
+  assert_int_equal(etr_dist_group_of(4, 2, name, 2), 2); /* "0" and "2" alike */
+  clear_env();
+  assert_int_equal(etr_dist_group_of(1, 0, NULL, 0), 1); /* (no buffer: the count only) */
+}
+
 static void test_too_many_groups(void **state) {
   (void)state;
   clear_env();
@@ -499,6 +543,7 @@ int main(void) {
       cmocka_unit_test(test_set_rank_validates),
       cmocka_unit_test(test_declare_validates),
       cmocka_unit_test(test_json_list),
+      cmocka_unit_test(test_group_of),
       cmocka_unit_test(test_too_many_groups),
       cmocka_unit_test(test_node_in_trace),
       cmocka_unit_test(test_first_node_before_first_collective),

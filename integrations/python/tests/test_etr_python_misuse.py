@@ -538,26 +538,46 @@ def torch_dist_groups():
     except ImportError as e:
         print("python.misuse: torch.distributed with gloo not there (%s): its case skipped" % e)
         return
-    path = os.path.join(TMP, "tdist.json")
+    path = os.path.join(TMP, "tdist-%d.json")
     store = os.path.join(TMP, "tdist.store")
     rc, err = run_py("""
-        import torch, torch.distributed as dist, etr.torch
-        dist.init_process_group("gloo", init_method="file://%s", rank=0, world_size=1)
-        sub = dist.new_group([0])
-        with etr.torch.trace(%r):
-            t = torch.ones(4)
-            dist.all_reduce(t)
-            dist.all_reduce(t, group=sub)
-        dist.destroy_process_group()
+        import torch, torch.distributed as dist, torch.multiprocessing as mp, etr.torch
+        def run(rank):
+            dist.init_process_group("gloo", init_method="file://%s", rank=rank, world_size=2)
+            sub = dist.new_group([0])
+            with etr.torch.trace(%r %% rank):
+                t = torch.ones(4)
+                dist.all_reduce(t)
+                if rank == 0:
+                    dist.all_reduce(t, group=sub)
+                dist.all_gather([torch.zeros(4), torch.zeros(4)], torch.ones(4))
+                dist.barrier()
+            dist.destroy_process_group()
+        if __name__ == "__main__":
+            mp.spawn(run, nprocs=2)
     """ % (store, path))
     check(rc == 0, "torch.distributed under etr.torch.trace: %d %s" % (rc, err[-400:]))
-    if validate(TOOL, path):
-        nodes = pg_groups(path)
+    if validate(TOOL, path % 0) and validate(TOOL, path % 1):
+        nodes = pg_groups(path % 0)
         check(len(nodes) == 1, "one process-group node: %d" % len(nodes))
         g = {x["pg_name"]: x for x in nodes[0]} if nodes else {}
         check(set(g) == {"0", "1"} and g["0"].get("pg_desc") == "default_pg" and
-              g["1"].get("ranks") == [0] and g["0"].get("backend_config") == "cpu:gloo",
+              g["1"].get("ranks") == [0] and g["0"].get("ranks") == [0, 1] and
+              g["0"].get("backend_config") == "cpu:gloo" and g["0"].get("rank") == 0,
               "the world and the new group: %s" % g)
+        g1 = pg_groups(path % 1)
+        check(len(g1) == 1 and [x["rank"] for x in g1[0] if x["pg_name"] == "0"] == [1],
+              "rank 1's node names rank 1: %s" % g1)
+        # The c10d ops carry the collective attrs, their group found by size and place
+        # (before: none; the tools put every collective in group "0").
+        colls = [(n["name"], attr(n, "collective_name"), attr(n, "pg_name"),
+                  attr(n, "in_msg_nelems"), attr(n, "out_msg_nelems"), attr(n, "dtype"))
+                 for n in load(path % 0)["nodes"] if attr(n, "collective_name") is not None]
+        check(colls == [("c10d::allreduce_", "allreduce", "0", 4, 4, "Float"),
+                        ("c10d::allreduce_", "allreduce", "1", 4, 4, "Float"),
+                        ("c10d::allgather_", "allgather", "0", 4, 8, "Float"),
+                        ("c10d::barrier", "barrier", "0", 0, 0, "")],
+              "the collectives of rank 0: %s" % colls)
 
 
 def main():

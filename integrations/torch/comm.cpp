@@ -1,0 +1,105 @@
+// c10d dispatcher ops as etr collective info (comm.h).
+#include "comm.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <cstring>
+
+#if __has_include(<torch/csrc/distributed/c10d/ProcessGroup.hpp>)
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#define ETR_TORCH_HAVE_C10D 1
+#else
+#define ETR_TORCH_HAVE_C10D 0
+#endif
+
+namespace etr_torch {
+
+namespace {
+
+// The elements of the tensors a value holds (a tensor, a list of them, a list of lists),
+// and the dtype of the first. Nested at most two deep, as c10d's arguments are.
+void count(const c10::IValue &v, int depth, uint64_t *n, const char **dtype) {
+  if (v.isTensor()) {
+    const at::Tensor &t = v.toTensor();
+    if (!t.defined()) return;
+    *n += static_cast<uint64_t>(t.numel());
+    if (!*dtype) *dtype = c10::toString(t.scalar_type());
+  } else if ((v.isList() || v.isTensorList()) && depth < 2) {
+    for (const c10::IValue &x : v.toListRef()) count(x, depth + 1, n, dtype);
+  }
+}
+
+bool holds_tensors(const c10::IValue &v) { return v.isTensor() || v.isList() || v.isTensorList(); }
+
+// The process group an argument is (c10d passes it as a TorchScript custom-class object),
+// or null: the check is by type (a dynamic_cast), never by assumption.
+#if ETR_TORCH_HAVE_C10D
+const c10d::ProcessGroup *group_of(const c10::IValue &v) {
+  if (!v.isObject()) return nullptr;
+  const c10::ivalue::Object &obj = v.toObjectRef();
+  if (obj.slots().size() != 1 || !obj.getSlot(0).isCapsule()) return nullptr;
+  c10::intrusive_ptr<torch::CustomClassHolder> held = obj.getSlot(0).toCapsule();
+  return dynamic_cast<const c10d::ProcessGroup *>(held.get());
+}
+#endif
+
+}  // namespace
+
+bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, etr_collective_info *info,
+               char *pg_name, size_t cap) {
+  if (cap) pg_name[0] = '\0';
+#if ETR_TORCH_HAVE_C10D
+  if (std::strncmp(name, "c10d::", 6) != 0) return false;
+  const c10d::ProcessGroup *pg = nullptr;
+  for (const c10::IValue &v : args)
+    if ((pg = group_of(v)) != nullptr) break;
+  if (!pg) return false;
+  // The collective's name is the op's, without the namespace and the trailing "_" of an
+  // in-place op: c10d::allgather_ is "allgather", c10d::_allgather_base_ "_allgather_base",
+  // as PyTorch 2.x's record_param_comms names them. (Literal storage: kept in a small table
+  // of the names seen, which is bounded by c10d's ops.)
+  static thread_local std::string names[32];
+  static thread_local size_t n_names = 0;
+  std::string coll(name + 6);
+  if (!coll.empty() && coll.back() == '_') coll.pop_back();
+  const char *cname = nullptr;
+  for (size_t i = 0; i < n_names && !cname; i++)
+    if (names[i] == coll) cname = names[i].c_str();
+  if (!cname) {
+    if (n_names == 32) return false;  // (more than c10d has: not a collective we know)
+    names[n_names] = coll;
+    cname = names[n_names++].c_str();
+  }
+  // The messages: an op that takes two tensor arguments first (allgather_: outputs then
+  // inputs; reduce_scatter_, gather_, scatter_, alltoall_, the _base_ ops) reads the second
+  // and writes the first; the others (allreduce_, broadcast_, reduce_, send, recv_) work in
+  // place on the first. A barrier has none.
+  const c10::IValue *in = nullptr, *out = nullptr;
+  if (args.size() >= 2 && holds_tensors(args[0]) && holds_tensors(args[1])) {
+    in = &args[1];
+    out = &args[0];
+  } else if (!args.empty() && holds_tensors(args[0])) {
+    in = out = &args[0];
+  }
+  const char *dtype = nullptr;
+  uint64_t n_in = 0, n_out = 0;
+  if (in) count(*in, 0, &n_in, &dtype);
+  if (out) count(*out, 0, &n_out, &dtype);
+  *info = ETR_COLLECTIVE_INFO_INIT;
+  info->name = cname;
+  info->dtype = dtype;
+  info->in_msg_nelems = n_in;
+  info->out_msg_nelems = n_out;
+  info->pg_size = static_cast<uint64_t>(pg->getSize());
+  if (cap && etr_dist_group_of(pg->getSize(), pg->getRank(), pg_name, cap) == 1)
+    info->pg_name = pg_name;
+  return true;
+#else
+  (void)name;
+  (void)args;
+  (void)info;
+  return false;
+#endif
+}
+
+}  // namespace etr_torch
