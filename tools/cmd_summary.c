@@ -3,7 +3,7 @@
  *
  * Memory: one entry per distinct op name, per tid and per (process group, collective);
  * the top tensors are kept in a heap of --top entries (a tensor is identified by its id and
- * storage id, and every appearance of the same tensor carries the same list, docs/FORMAT.md).
+ * storage id, and counts at the largest size it is seen with: PyTorch reuses ids).
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -139,9 +139,12 @@ typedef struct srun {
   bool oom;
 } srun;
 
+/* A total order on (bytes, id, storage): each tensor has one place, so the heap holds the
+ * same N largest whatever the order they come in. */
 static bool tens_less(const tens *a, const tens *b) {
   if (a->bytes != b->bytes) return a->bytes < b->bytes;
-  return a->id > b->id; /* on a tie, the lower id ranks higher */
+  if (a->id != b->id) return a->id > b->id; /* on a tie, the lower id ranks higher */
+  return a->storage > b->storage;
 }
 
 static void heap_down(tens *h, size_t n, size_t i) {
@@ -192,16 +195,24 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
   if (t.numel < 0 || t.itemsize < 0) return;
   if (__builtin_mul_overflow((uint64_t)t.numel, (uint64_t)t.itemsize, &t.bytes))
     t.bytes = UINT64_MAX; /* (saturates, as every size here does) */
+  /* A tensor counts at the largest size it is seen with (PyTorch reuses ids): the heap
+   * holds the N largest of those, whatever N. A sighting no larger than the heap's smallest
+   * cannot enter it, nor grow an entry already there. */
   if (s->n_heap == s->top && !tens_less(&s->heap[0], &t)) return;
-  for (size_t i = 0; i < s->n_heap; i++) /* the same tensor seen again */
-    if (s->heap[i].id == t.id && s->heap[i].storage == t.storage) return;
+  size_t at = s->n_heap; /* the same tensor seen again: grown in place, else kept as it was */
+  for (size_t i = 0; i < s->n_heap && at == s->n_heap; i++)
+    if (s->heap[i].id == t.id && s->heap[i].storage == t.storage) at = i;
+  if (at < s->n_heap && s->heap[at].bytes >= t.bytes) return;
   t.node = n->id;
   /* "Tensor(float)" -> "float" */
   if (type_len > 8) copy_trunc(t.dtype, sizeof t.dtype, type + 7, type_len - 8);
   if (it[5].kind == ETR_J_STRING)
     copy_trunc(t.device, sizeof t.device, it[5].v.str.s, it[5].v.str.len);
   copy_trunc(t.op, sizeof t.op, n->name, n->name_len);
-  if (s->n_heap < s->top) {
+  if (at < s->n_heap) { /* larger: it moves away from the smallest, at the root */
+    s->heap[at] = t;
+    heap_down(s->heap, s->n_heap, at);
+  } else if (s->n_heap < s->top) {
     s->heap[s->n_heap] = t;
     heap_up(s->heap, s->n_heap++);
   } else {
@@ -586,7 +597,7 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
           s->tensor_values);
   if (s->n_heap)
     fprintf(f, "  %14s %10s %10s %12s %-12s %-10s %s\n", "bytes", "tensor", "storage", "numel",
-            "dtype", "device", "first seen in");
+            "dtype", "device", "seen in");
   for (size_t i = 0; i < s->n_heap; i++) {
     tens *x = &s->heap[i];
     fprintf(f,
