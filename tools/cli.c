@@ -173,21 +173,23 @@ void cli_remember_input(const char *path) {
   g_n_inputs++;
 }
 
-const char *cli_term(const char *s) {
+const char *cli_term(const char *s) { return cli_termn(s, s ? strlen(s) : 0); }
+
+const char *cli_termn(const char *s, size_t n) {
   /* A ring of buffers, so that one printf may take several. */
   static char ring[8][CLI_TERM_MAX + 16];
   static unsigned next;
   char *out = ring[next++ % 8];
   size_t o = 0;
-  const unsigned char *p = (const unsigned char *)(s ? s : "");
-  while (*p && o < CLI_TERM_MAX) {
+  const unsigned char *p = (const unsigned char *)(s ? s : ""), *end = p + (s ? n : 0);
+  while (p < end && o < CLI_TERM_MAX) {
     unsigned c = *p;
     size_t len = c < 0x80             ? 1
                  : (c & 0xe0) == 0xc0 ? 2
                  : (c & 0xf0) == 0xe0 ? 3
                  : (c & 0xf8) == 0xf0 ? 4
                                       : 0;
-    bool ok = len > 0;
+    bool ok = len > 0 && len <= (size_t)(end - p);
     for (size_t k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
     if (ok && len == 2 && (c == 0xc0 || c == 0xc1)) ok = false; /* overlong */
     /* C0 controls, DEL, and C1 controls (U+0080..U+009F: 0xc2 0x80..0x9f; CSI is 0x9b) are
@@ -204,7 +206,7 @@ const char *cli_term(const char *s) {
     o += len;
     p += len;
   }
-  if (*p) o += (size_t)snprintf(out + o, 8, "...");
+  if (p < end) o += (size_t)snprintf(out + o, 8, "...");
   out[o] = '\0';
   return out;
 }

@@ -91,6 +91,9 @@ void cli_close(cli_input *in);
  * static buffers reused in turn: enough for one printf. Not thread-safe (etr is one thread). */
 #define CLI_TERM_MAX 1024
 const char *cli_term(const char *s);
+/* The same for len bytes, which may hold NULs (shown as \x00): a name of the trace with its
+ * length ("a\u0000b" in the file). */
+const char *cli_termn(const char *s, size_t len);
 
 /* True when path is a regular file holding a binary event log (`etr convert` reads it). */
 bool cli_is_binary_log(const char *path);

@@ -117,7 +117,8 @@ typedef struct tens {
   uint64_t bytes;
   int64_t id, storage, offset, numel, itemsize;
   int64_t node;
-  char dtype[32], device[24], op[64];
+  char dtype[32], device[24], op[64]; /* cut to fit; they may hold NULs ("\u0000") */
+  uint8_t dtype_len, device_len, op_len;
 } tens;
 
 typedef struct srun {
@@ -171,10 +172,12 @@ static void heap_up(tens *h, size_t i) {
   }
 }
 
-static void copy_trunc(char *dst, size_t size, const char *src, size_t len) {
+/* The length copied (at most size - 1 bytes, then a NUL). */
+static size_t copy_trunc(char *dst, size_t size, const char *src, size_t len) {
   if (len >= size) len = size - 1;
   memcpy(dst, src, len);
   dst[len] = '\0';
+  return len;
 }
 
 static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type_len,
@@ -205,10 +208,11 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
   if (at < s->n_heap && s->heap[at].bytes >= t.bytes) return;
   t.node = n->id;
   /* "Tensor(float)" -> "float" */
-  if (type_len > 8) copy_trunc(t.dtype, sizeof t.dtype, type + 7, type_len - 8);
+  if (type_len > 8)
+    t.dtype_len = (uint8_t)copy_trunc(t.dtype, sizeof t.dtype, type + 7, type_len - 8);
   if (it[5].kind == ETR_J_STRING)
-    copy_trunc(t.device, sizeof t.device, it[5].v.str.s, it[5].v.str.len);
-  copy_trunc(t.op, sizeof t.op, n->name, n->name_len);
+    t.device_len = (uint8_t)copy_trunc(t.device, sizeof t.device, it[5].v.str.s, it[5].v.str.len);
+  t.op_len = (uint8_t)copy_trunc(t.op, sizeof t.op, n->name, n->name_len);
   if (at < s->n_heap) { /* larger: it moves away from the smallest, at the root */
     s->heap[at] = t;
     heap_down(s->heap, s->n_heap, at);
@@ -435,6 +439,11 @@ static void json_kv_str(FILE *f, const char *k, const char *v, bool comma) {
     fputs("null", f);
 }
 
+static void json_kv_strn(FILE *f, const char *k, const char *v, size_t len) {
+  fprintf(f, ", \"%s\": ", k);
+  cli_json_strn(f, v, len);
+}
+
 static void print_json_value(FILE *f, const rd_jval *v) {
   switch (v->kind) {
     case ETR_J_NULL:
@@ -536,9 +545,9 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
               ", \"offset\": %" PRId64 ", \"numel\": %" PRId64 ", \"itemsize\": %" PRId64,
               i ? ",\n   " : "\n   ", x->bytes, x->id, x->storage, x->offset, x->numel,
               x->itemsize);
-      json_kv_str(f, "dtype", x->dtype, true);
-      json_kv_str(f, "device", x->device, true);
-      json_kv_str(f, "op", x->op, true);
+      json_kv_strn(f, "dtype", x->dtype, x->dtype_len);
+      json_kv_strn(f, "device", x->device, x->device_len);
+      json_kv_strn(f, "op", x->op, x->op_len);
       fprintf(f, ", \"node\": %" PRId64 "}", x->node);
     }
     fputs("]},\n \"collectives\": [", f);
@@ -591,7 +600,7 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
             "name");
     for (size_t i = 0; i < top; i++)
       fprintf(f, "  %10" PRIu64 " %14" PRId64 " %14" PRId64 "  %s\n", all[i]->count, all[i]->excl,
-              all[i]->incl, cli_term(all[i]->name));
+              all[i]->incl, cli_termn(all[i]->name, all[i]->len));
   }
   fprintf(f, "\ntensors: %" PRIu64 " tensor values; largest (numel x itemsize)\n",
           s->tensor_values);
@@ -603,8 +612,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
     fprintf(f,
             "  %14" PRIu64 " %10" PRId64 " %10" PRId64 " %12" PRId64
             " %-12s %-10s %s (node %" PRId64 ")\n",
-            x->bytes, x->id, x->storage, x->numel, cli_term(x->dtype), cli_term(x->device),
-            cli_term(x->op), x->node);
+            x->bytes, x->id, x->storage, x->numel, cli_termn(x->dtype, x->dtype_len),
+            cli_termn(x->device, x->device_len), cli_termn(x->op, x->op_len), x->node);
   }
   fprintf(f, "\ncollectives: %zu kinds\n", s->n_coll);
   if (s->n_coll)

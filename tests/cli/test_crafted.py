@@ -109,7 +109,31 @@ def summary_top_tensors():
                   "real trace: ten 8-byte tensors: %r" % got[30][:12])
 
 
-CASES = [summary_top_tensors]
+def summary_names_with_nul():
+    """summary's text shows a NUL inside an op name, dtype or device escaped, as docs/CLI.md
+    says of control characters, and its JSON keeps the tensor's op whole. Before: both op
+    names "a\\0b" and "a\\0c" printed as "a" (cli_term stopped at the NUL), and so did the
+    tensor's op, dtype and device columns, and its "op" in --json."""
+    t = {"values": [[7, 7, 0, 2, 4, "cp\x00u"]], "shapes": [[2]], "types": ["Tensor(fl\x00oat)"]}
+    path = trace("nul-names.json", [op(3, "a\x00b", timing=(1, 1, 1), outputs=t),
+                                    op(4, "a\x00c", timing=(3, 2, 2))])
+    r = run(["summary", path])
+    if ran(r, "summary of names with NULs"):
+        text = r.stdout.decode("utf-8", "replace")
+        lines = text.splitlines()
+        check(any(ln.endswith("  a\\x00b") for ln in lines) and
+              any(ln.endswith("  a\\x00c") for ln in lines),
+              "summary text: op names a\\x00b and a\\x00c: %r" % text)
+        check(any("fl\\x00oat" in ln and "cp\\x00u" in ln and "a\\x00b (node 3)" in ln
+                  for ln in lines), "summary text: the tensor's dtype, device, op: %r" % text)
+    r = run(["summary", "--json", path])
+    if ran(r, "summary --json of names with NULs"):
+        t = json.loads(r.stdout)["tensors"]["top_by_bytes"]
+        check([(x["op"], x["dtype"], x["device"]) for x in t] == [("a\x00b", "fl\x00oat", "cp\x00u")],
+              "summary --json: the tensor's op, dtype, device whole: %r" % t)
+
+
+CASES = [summary_top_tensors, summary_names_with_nul]
 
 for case in CASES:
     try:
