@@ -365,18 +365,23 @@ bool an_optab_finish(an_optab *t) {
         an_u64map_get(&t->id2ix, (uint64_t)op->fw_parent, &v))
       op->fw_parent_ix = (uint32_t)v;
   }
-  /* A parent cycle (only in a damaged file) would make walks endless: cut it. */
+  /* A parent cycle (only in a damaged file) would make walks endless: cut it. One pass,
+   * each parent link followed once (linear whatever the nesting depth): a walk up from an op
+   * not seen yet marks the ops it passes with its own number and stops at the top, at an op
+   * an earlier walk passed (no cycle above it), or at one of its own ops: a cycle, cut above
+   * that op, which becomes a top-level op. */
+  uint32_t *walk = calloc(t->n ? t->n : 1, sizeof *walk); /* 0: not passed yet */
+  if (walk == NULL) return false;
+  t->cycle_steps = 0;
   for (size_t i = 0; i < t->n; i++) {
-    uint32_t slow = (uint32_t)i, fast = (uint32_t)i;
-    while (fast != ETR_NOIX && t->ops[fast].parent_ix != ETR_NOIX) {
-      fast = t->ops[t->ops[fast].parent_ix].parent_ix;
-      slow = t->ops[slow].parent_ix;
-      if (fast == slow) {
-        t->ops[slow].parent_ix = ETR_NOIX;
-        break;
-      }
+    uint32_t x = (uint32_t)i;
+    for (; x != ETR_NOIX && walk[x] == 0; x = t->ops[x].parent_ix) {
+      walk[x] = (uint32_t)i + 1;
+      t->cycle_steps++;
     }
+    if (x != ETR_NOIX && walk[x] == (uint32_t)i + 1) t->ops[x].parent_ix = ETR_NOIX;
   }
+  free(walk);
   free(t->order);
   t->order = NULL;
   sortkey *keys = malloc((t->n ? t->n : 1) * sizeof *keys);

@@ -86,6 +86,8 @@ typedef struct an_optab {
   uint32_t *order; /* op indices in start order */
   bool timed;      /* every op has timing */
   int64_t t0, t1;  /* recorded span: min ts, max ts + inclusive_dur */
+  /* parent links the cycle check followed: at most one per op, whatever the depth */
+  size_t cycle_steps;
 } an_optab;
 
 /* An op described directly (for tests and for the reader path). */

@@ -436,6 +436,50 @@ static void test_damaged(void **state) {
   an_optab_free(&t);
 }
 
+/* Nesting depth costs linear work: a chain of 200,000 ops, each the child of the next one
+ * (children first, as etr and PyTorch write them), and a parent cycle of three ops under a
+ * long tail. The cycle check follows each parent link once (it walked every op up to the
+ * root before: 2 * 10^10 steps for this chain, which `etr graph` took minutes over). */
+static void test_deep_nesting(void **state) {
+  (void)state;
+  enum { N = 200000 };
+  an_optab t;
+  an_optab_init(&t);
+  assert_true(an_optab_add_thread(&t, 2, 1));
+  for (int64_t i = 0; i < N; i++) {
+    int64_t id = 3 + N - 1 - i; /* the deepest op first; the top one's parent is the thread */
+    an_op_desc d = op_desc(id, id - 1, 1, "op", N - id, 2 * id, 1);
+    assert_true(an_optab_add_op(&t, &d));
+  }
+  assert_true(an_optab_finish(&t));
+  assert_true(t.cycle_steps <= (size_t)N);
+  for (size_t i = 0; i + 1 < t.n; i++) assert_int_equal(t.ops[i].parent_ix, i + 1);
+  assert_int_equal(t.ops[t.n - 1].parent_ix, ETR_NOIX);
+  an_optab_free(&t);
+
+  /* 10 -> 11 -> 12 -> 10, and a tail of 1000 ops hanging under 10 */
+  an_optab_init(&t);
+  for (int64_t id = 2000; id > 1000; id--) {
+    an_op_desc d = op_desc(id, id == 1001 ? 10 : id - 1, 1, "tail", 0, 1, 1);
+    assert_true(an_optab_add_op(&t, &d));
+  }
+  for (int64_t id = 10; id <= 12; id++) {
+    an_op_desc d = op_desc(id, id == 12 ? 10 : id + 1, 1, "ring", 0, 1, 1);
+    assert_true(an_optab_add_op(&t, &d));
+  }
+  assert_true(an_optab_finish(&t));
+  assert_true(t.cycle_steps <= t.n);
+  size_t tops = 0;
+  for (size_t i = 0; i < t.n; i++) {
+    tops += t.ops[i].parent_ix == ETR_NOIX;
+    size_t up = 0; /* every op reaches a top-level op */
+    for (uint32_t x = (uint32_t)i; x != ETR_NOIX; x = t.ops[x].parent_ix) assert_true(up++ <= t.n);
+  }
+  assert_int_equal(tops, 1); /* one link of the ring cut: 10, where the walks enter it */
+  assert_int_equal(t.ops[ix_of(&t, 10)].parent_ix, ETR_NOIX);
+  an_optab_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_u64map),
@@ -448,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_graph_critical_path),
       cmocka_unit_test(test_untimed),
       cmocka_unit_test(test_damaged),
+      cmocka_unit_test(test_deep_nesting),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

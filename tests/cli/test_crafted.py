@@ -8,6 +8,7 @@ usage: test_crafted.py ETR WORKDIR [REAL_DIR]
 """
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -133,7 +134,43 @@ def summary_names_with_nul():
               "summary --json: the tensor's op, dtype, device whole: %r" % t)
 
 
-CASES = [summary_top_tensors, summary_names_with_nul]
+def deep_nesting_is_linear():
+    """graph, replay and chakra read a chain of 200,000 nested ops (each the child of the
+    next, children first) in time linear in the input, as docs/CLI.md says: each run gets
+    20 s of CPU (RLIMIT_CPU: the machine's load does not count), and needs about 0.2 s.
+    Before: the parent-cycle check walked every op up to the root, about 2 * 10^10 steps
+    here (80,000 levels took 9 s, 200,000 about a minute). The work itself is counted by
+    the analysis_engine test (test_deep_nesting)."""
+    n = 200000
+    path = os.path.join(WORK, "deep.json")
+    tid = '[{"name":"tid","type":"uint64","value":1}]'
+    io = '"inputs":{"values":[],"shapes":[],"types":[]},"outputs":{"values":[],"shapes":[],"types":[]}'
+    with open(path, "w") as f:
+        f.write('{"schema":"1.1.0","pid":1,"time":"2026-01-01 00:00:00","start_ts":0,"nodes":[')
+        f.write('{"id":2,"name":"%s","ctrl_deps":1,%s,"attrs":%s}' % (THREAD, io, tid))
+        for i in range(n + 2, 2, -1):
+            d = i - 3
+            f.write(',{"id":%d,"name":"op","ctrl_deps":%d,%s,"ts":%d,"inclusive_dur":%d,'
+                    '"exclusive_dur":1,"attrs":%s}' % (i, i - 1, io, d, 2 * (n - d) + 1, tid))
+        f.write(',{"id":1,"name":"%s","ctrl_deps":1,%s,"attrs":[]}],"finish_ts":1}' %
+                (PROCESS, io))
+
+    def cpu_limit():
+        resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
+
+    chakra_dir = os.path.join(WORK, "deep-chakra")
+    runs = [["graph", path], ["replay", path]]
+    if run(["chakra", "--help"]).returncode == 0:
+        runs.append(["chakra", path, "-o", chakra_dir])
+    for args in runs:
+        r = run(args, preexec_fn=cpu_limit)
+        if ran(r, "%s of %d nested ops within 20 s of CPU" % (args[0], n)) and args[0] == "graph":
+            check(b"length: %d ops" % n in r.stdout, "graph: the path holds every op: %r" %
+                  r.stdout[:600])
+    os.unlink(path)
+
+
+CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear]
 
 for case in CASES:
     try:
