@@ -12,6 +12,7 @@ typedef struct cand {
   uint64_t size;
   uint32_t name;
   uint32_t rank;
+  size_t shndx; /* its section (>= the section count when unknown) */
 } cand;
 
 static int cand_cmp(const void *a, const void *b) {
@@ -50,6 +51,20 @@ static int is_exec_section(Elf *elf, size_t shndx) {
   GElf_Shdr sh;
   return scn != NULL && gelf_getshdr(scn, &sh) != NULL && (sh.sh_flags & SHF_EXECINSTR) &&
          sh.sh_type != SHT_NOBITS;
+}
+
+/* How far a symbol without a size reaches: up to `next` (the next symbol's address,
+ * UINT64_MAX when none), and never past the end of its own section (the last symbol of a
+ * module, often _fini, would otherwise take in every higher address). 0 when neither bound
+ * is known. */
+static uint64_t sizeless_extent(Elf *elf, size_t nsec, const cand *s, uint64_t next) {
+  uint64_t end = next;
+  Elf_Scn *scn = s->shndx < nsec ? elf_getscn(elf, s->shndx) : NULL;
+  GElf_Shdr sh;
+  if (scn != NULL && gelf_getshdr(scn, &sh) != NULL && sh.sh_addr <= s->addr &&
+      s->addr - sh.sh_addr < sh.sh_size && sh.sh_size < end - sh.sh_addr)
+    end = sh.sh_addr + sh.sh_size;
+  return end == UINT64_MAX ? 0 : end - s->addr;
 }
 
 int etr__symtab_build(Elf *elf, etr__symtab *t) {
@@ -108,6 +123,7 @@ int etr__symtab_build(Elf *elf, etr__symtab *t) {
     c[nc].size = sym.st_size;
     c[nc].name = sym.st_name;
     c[nc].rank = rank;
+    c[nc].shndx = shndx;
     nc++;
   }
   free(exec);
@@ -131,6 +147,8 @@ int etr__symtab_build(Elf *elf, etr__symtab *t) {
       if (size == 0) size = c[j].size;
       j++;
     }
+    if (size == 0) /* up to the next symbol or the end of its section, whichever is first */
+      size = sizeless_extent(elf, nsec, &c[i], j < nc ? c[j].addr : UINT64_MAX);
     e[n].addr = c[i].addr;
     e[n].size = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
     e[n].name = c[i].name;
@@ -157,8 +175,7 @@ ptrdiff_t etr__symtab_find(const etr__symtab *t, uint64_t vaddr) {
   }
   if (lo == 0) return -1;
   size_t i = lo - 1;
-  if (e[i].size == 0) return (ptrdiff_t)i; /* extends to the next symbol */
-  if (vaddr - e[i].addr < e[i].size) return (ptrdiff_t)i;
+  if (vaddr - e[i].addr < e[i].size || vaddr == e[i].addr) return (ptrdiff_t)i;
   /* Past the end of the nearest symbol: an enclosing symbol may start earlier (a function
    * with a nested local symbol). Look back a few entries only. */
   for (size_t k = 1; k <= 8 && k <= i; k++) {

@@ -15,7 +15,9 @@
 
 typedef struct etr__symtab_entry {
   uint64_t addr; /* ELF virtual address */
-  uint32_t size; /* 0 when the symbol table gave none: it extends to the next symbol */
+  /* from the symbol table; for a symbol without one, up to the next symbol or the end of
+   * its section, whichever comes first; 0 when neither is known (its address alone) */
+  uint32_t size;
   uint32_t name; /* offset into the string table */
 } etr__symtab_entry;
 

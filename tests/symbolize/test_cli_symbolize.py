@@ -90,6 +90,50 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
+def sections(path):
+    """{name: (address, size)} of the sections of an ELF file."""
+    out = subprocess.run(["readelf", "-SW", path], check=True, capture_output=True,
+                         text=True).stdout
+    secs = {}
+    for m in re.finditer(r"\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", out):
+        secs[m.group(1)] = (int(m.group(2), 16), int(m.group(3), 16))
+    return secs
+
+
+def past_the_last_symbol(etr, symchain, work):
+    """An address past every symbol of a module (beyond its code, or far beyond its end) has
+    no symbol: the frame stays as it was and counts as unresolved. Before: the last symbol,
+    _fini, has size 0 and was taken to reach every higher address, so offsets 0x80000000,
+    2^63 - 1, 2^64 - 1 all became "_fini". An address inside _fini's own section (.fini)
+    still resolves to it."""
+    bid = build_id(symchain)
+    fini = symbols(symchain)["_fini"]
+    start, size = sections(symchain)[".fini"]
+    assert start == fini, (start, fini)
+    inside = fini + size - 1
+    offsets = [start + size + 0x40, 1 << 20, 2**31, 2**63 - 1, 2**64 - 1]
+    frames = [{"name": "libsymchain.so+0x%x" % off, "filename": symchain, "line": 0,
+               "module": symchain, "build_id": b, "offset": off}
+              for off in [inside] + offsets for b in (bid, "")]
+    trace = {
+        "schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 0,
+        "nodes": [node(3, "a", 2, [{"name": "traceback", "type": "uint64", "value": 0}]),
+                  node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+                  node(1, "[pytorch|profiler|execution_trace|process]", 1)],
+        "finish_ts": 1, "frames": frames, "tracebacks": [list(range(len(frames)))]}
+    src = os.path.join(work, "far.json")
+    out = os.path.join(work, "far.out.json")
+    with open(src, "w") as f:
+        json.dump(trace, f)
+    r = run([etr, "symbolize", src, "-o", out])
+    assert r.returncode == 0, r.stderr
+    assert "2 frames resolved, %d unresolved" % (2 * len(offsets)) in r.stderr, r.stderr
+    with open(out) as f:
+        got = json.load(f)["frames"]
+    assert [fr["name"] for fr in got[:2]] == ["_fini", "_fini"], got[:2]
+    assert got[2:] == frames[2:], [fr["name"] for fr in got]
+
+
 def main():
     etr, lib20k, symchain, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
@@ -223,6 +267,8 @@ def main():
     assert r.returncode == 1 and "overwrite" in r.stderr, r
     r = run([etr, "symbolize", "--help"])
     assert r.returncode == 0 and "usage: etr symbolize" in r.stdout, r
+
+    past_the_last_symbol(etr, symchain, work)
 
     real = sys.argv[5] if len(sys.argv) > 5 else ""
     n_real = 0
