@@ -129,6 +129,11 @@ int an_model_load(an_model *m, const char *path, char *err, size_t errlen) {
       return -1;
     }
   }
+  if (ferror(f)) { /* (a directory opens, and fails at the first read: EISDIR) */
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    fclose(f);
+    return -1;
+  }
   fclose(f);
   return 0;
 }

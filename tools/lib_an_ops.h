@@ -175,7 +175,8 @@ typedef struct an_model {
 
 void an_model_init(an_model *m);
 void an_model_free(an_model *m);
-/* Parse a model file (format in docs/CLI.md). 0, or -1 with "FILE: line N: reason". */
+/* Parse a model file (format in docs/CLI.md). 0, or -1 with "FILE: line N: reason", or
+ * "FILE: reason" when it cannot be opened or read (a directory too). */
 int an_model_load(an_model *m, const char *path, char *err, size_t errlen);
 /* Parse one line (no trailing newline needed). 0, 1 for a blank/comment line, -1 with reason. */
 int an_model_line(an_model *m, const char *line, char *err, size_t errlen);

@@ -170,7 +170,22 @@ def deep_nesting_is_linear():
     os.unlink(path)
 
 
-CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear]
+def replay_model_unreadable():
+    """replay --model with a file that cannot be read (a directory: fopen succeeds, the
+    read fails) stops with an error naming it, exit 1, as for a missing one. Before: the
+    read error was taken for the end of the file, the model was empty, exit 0."""
+    path = trace("model-dir.json", [op(3, "a", timing=(1, 1, 1))])
+    d = os.path.join(WORK, "model-dir")
+    os.makedirs(d, exist_ok=True)
+    r = run(["replay", "--model", d, path])
+    if ran(r, "replay --model DIR", 1):
+        check(r.stderr == b"etr replay: %s: Is a directory\n" % d.encode(),
+              "replay --model DIR: the error names it: %r" % r.stderr)
+        check(r.stdout == b"", "replay --model DIR: no report: %r" % r.stdout[:200])
+
+
+CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear,
+         replay_model_unreadable]
 
 for case in CASES:
     try:
