@@ -173,6 +173,29 @@ void cli_remember_input(const char *path) {
   g_n_inputs++;
 }
 
+/* Whether stdout is a regular file that is one of the inputs (`etr chrome t.json >> t.json`):
+ * it would grow as it is read, and end with the command's output. */
+static bool stdout_is_input(void) {
+  struct stat st;
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  for (size_t i = 0; i < g_n_inputs; i++)
+    if (g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino) return true;
+  return false;
+}
+
+int cli_stdout_check(const char *cmd) {
+  if (!stdout_is_input()) return ETR_CLI_OK;
+  cli_error(cmd, "<stdout>: is an input of this command: refusing to write into it");
+  /* What the command has written to stdout so far sits in stdio's buffer (a regular file is
+   * fully buffered): it goes nowhere, nor does anything written after. */
+  int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null >= 0) {
+    dup2(null, STDOUT_FILENO);
+    close(null);
+  }
+  return ETR_CLI_FAIL;
+}
+
 const char *cli_term(const char *s) { return cli_termn(s, s ? strlen(s) : 0); }
 
 const char *cli_termn(const char *s, size_t n) {
@@ -257,6 +280,11 @@ int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options 
     return ETR_CLI_FAIL;
   }
   cli_remember_input(path);
+  if (cli_stdout_check(cmd) != ETR_CLI_OK) {
+    rd_close(in->r);
+    in->r = NULL;
+    return ETR_CLI_FAIL;
+  }
   return ETR_CLI_OK;
 }
 
@@ -483,22 +511,8 @@ int cli_out_commit(const char *cmd, const char *path) {
   return rc;
 }
 
-/* Whether stdout is a regular file that is one of the inputs (`etr chrome t.json >> t.json`):
- * it would grow as it is read. */
-static bool stdout_is_input(void) {
-  struct stat st;
-  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  for (size_t i = 0; i < g_n_inputs; i++)
-    if (g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino) return true;
-  return false;
-}
-
 FILE *cli_open_output(const char *cmd, const char *path) {
-  if (!path || !strcmp(path, "-")) {
-    if (!stdout_is_input()) return stdout;
-    cli_error(cmd, "<stdout>: is an input of this command: refusing to write into it");
-    return NULL;
-  }
+  if (!path || !strcmp(path, "-")) return cli_stdout_check(cmd) == ETR_CLI_OK ? stdout : NULL;
   if (cli_is_input(path)) {
     cli_error(cmd, "%s: is an input of this command (or a link to one): refusing to overwrite it",
               cli_term(path));

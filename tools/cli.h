@@ -65,7 +65,8 @@ typedef struct cli_input {
 } cli_input;
 
 /* Open path for command cmd with the reader options opt (NULL: defaults). 0, or
- * ETR_CLI_FAIL after printing the one-line error. On failure, in->r is closed already. */
+ * ETR_CLI_FAIL after printing the one-line error (also when stdout is that file: see
+ * cli_stdout_check). On failure, in->r is closed already. */
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt);
 
 /* The next node (valid until the next call): 1, 0 at the end of "nodes", or -1 after printing
@@ -104,6 +105,13 @@ bool cli_is_input(const char *path);
 /* Count path as an input too (a file a command reads other than through cli_open: a model,
  * a list), so that no output overwrites it. */
 void cli_remember_input(const char *path);
+/* Refuse a stdout that is a regular file among the inputs so far (`etr CMD t.json >> t.json`):
+ * ETR_CLI_FAIL after the error, stdout then pointed at /dev/null (what the command has
+ * buffered for it never reaches the file); else ETR_CLI_OK. cli_open calls it for each input
+ * (before the command writes anything, so every command refuses it, whether or not it would
+ * write there), cli_open_output for stdout; a command reading its input otherwise calls it
+ * after cli_remember_input. */
+int cli_stdout_check(const char *cmd);
 
 /* Open an output file ("-" or NULL = stdout). NULL after printing an error, also when path
  * is one of the command's inputs (it would be truncated before it is read). A regular file

@@ -201,6 +201,11 @@ int cmd_convert(int argc, char **argv) {
     status = ETR_CLI_FAIL;
     goto done;
   }
+  cli_remember_input(path); /* (stdout, the trace's or the report's, is not the input) */
+  if (cli_stdout_check(CMD) != ETR_CLI_OK) {
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
   if (!to_stdout && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
     cli_error(CMD, "%s: is the input: write the trace to another file", out);
     status = ETR_CLI_FAIL; /* (exit 1, as every command's refusal to overwrite an input) */

@@ -312,6 +312,8 @@ int cmd_repair(int argc, char **argv) {
     cli_error(CMD, "%s: is the input: write the repaired trace to another file", out_path);
     return ETR_CLI_FAIL; /* (exit 1, as every command's refusal to overwrite an input) */
   }
+  cli_remember_input(path); /* (nor is stdout the input: -o -, --json) */
+  if (cli_stdout_check(CMD) != ETR_CLI_OK) return ETR_CLI_FAIL;
 
   repair w;
   memset(&w, 0, sizeof w);

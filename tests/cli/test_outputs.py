@@ -320,7 +320,60 @@ def reports_and_settings():
                                                                 r.stderr[-200:]))
 
 
-for case in (reports_and_settings, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
+def stdout_into_an_input():
+    """Every command refuses a stdout that is one of its inputs (`etr CMD t.json >> t.json`),
+    before anything reaches it: exit 1, the input as it was. Before: only summary, flame and
+    chrome did (in cli_open_output); symbolize, graph, replay, validate and chakra appended
+    their output to the trace (symbolize doubled it), repair -o - and convert too."""
+    d = fresh_dir("stdout-input")
+    victim = os.path.join(d, "victim.json")
+    log = os.path.join(d, "victim.etr")
+    model = os.path.join(d, "model.txt")
+    other = os.path.join(d, "other.json")
+    shutil.copy(TRACE, other)
+    chakra = os.path.join(d, "chakra")
+    cases = [
+        (victim, ["validate", "V"]), (victim, ["validate", "--quiet", "V"]),
+        (victim, ["summary", "V"]), (victim, ["summary", "--json", "other", "V"]),
+        (victim, ["chrome", "V"]), (victim, ["flame", "V"]), (victim, ["graph", "V"]),
+        (victim, ["graph", "--dot", "-", "V"]), (victim, ["replay", "V"]),
+        (victim, ["replay", "other", "V"]), (model, ["replay", "--model", "M", "V"]),
+        (model, ["replay", "--model=M", "V"]), (victim, ["symbolize", "V"]),
+        (victim, ["repair", "V", "-o", "-"]),
+        (victim, ["repair", "--json", "V", "-o", os.path.join(d, "repaired.json")]),
+        (log, ["convert", "L", "-o", "-"]), (log, ["convert", "L", "-o", os.path.join(d, "c.json")]),
+    ]
+    if run(["chakra", "--help"]).returncode == 0:
+        cases += [(victim, ["chakra", "V", "-o", chakra]),
+                  (victim, ["chakra", "other", "V", "-o", chakra])]
+    names = {"V": victim, "L": log, "M": model, "--model=M": "--model=" + model, "other": other}
+    for target, args in cases:
+        shutil.copy(TRACE, victim)
+        shutil.copy(LOG, log)
+        with open(model, "w") as f:
+            f.write("speedup * 2\n")
+        with open(target, "rb") as f:
+            before = f.read()
+        argv = [names.get(a, a) for a in args]
+        what = "etr %s >> %s" % (" ".join(args), os.path.basename(target))
+        with open(target, "ab") as app:
+            r = subprocess.run([ETR, *argv], stdout=app, stderr=subprocess.PIPE, timeout=120)
+        check(r.returncode == 1, "%s: exit %d, want 1 (%r)" % (what, r.returncode, r.stderr[-200:]))
+        check(b"<stdout>: is an input of this command: refusing to write into it" in r.stderr,
+              "%s: says why: %r" % (what, r.stderr[-300:]))
+        with open(target, "rb") as f:
+            check(f.read() == before, "%s: the input kept" % what)
+    # the same through stdin ('-')
+    shutil.copy(TRACE, victim)
+    with open(victim, "rb") as inp, open(victim, "ab") as app:
+        r = subprocess.run([ETR, "validate", "-"], stdin=inp, stdout=app, stderr=subprocess.PIPE,
+                           timeout=120)
+    check(r.returncode == 1, "etr validate - < t >> t: exit %d" % r.returncode)
+    with open(victim, "rb") as f:
+        check(f.read() == TEXT, "etr validate - < t >> t: the input kept")
+
+
+for case in (reports_and_settings, stdout_into_an_input, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
              summary_bytes_saturate, validate_escapes):
     try:
