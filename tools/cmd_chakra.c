@@ -694,6 +694,12 @@ int cmd_chakra(int argc, char **argv) {
       free(files);
       return ETR_CLI_FAIL;
     }
+  /* Nor may stdout be one of them: the lines of the ranks before it would reach it. */
+  for (size_t f = 0; f < nfiles; f++) cli_remember_input(files[f]);
+  if (cli_stdout_check(CMD) != ETR_CLI_OK) {
+    free(files);
+    return ETR_CLI_FAIL;
+  }
   int64_t *ranks = calloc(nfiles, sizeof *ranks);
   if (ranks == NULL) {
     free(files);

@@ -363,6 +363,36 @@ def stdout_into_an_input():
               "%s: says why: %r" % (what, r.stderr[-300:]))
         with open(target, "rb") as f:
             check(f.read() == before, "%s: the input kept" % what)
+    # chakra with many traces, the last one stdout: refused before the first is converted
+    # (before: the lines of the ranks before it, past stdio's 4 KiB buffer, reached it)
+    if run(["chakra", "--help"]).returncode == 0:
+        e = {"values": [], "shapes": [], "types": []}
+        a = [{"name": "tid", "type": "uint64", "value": 1}]
+        small = {"schema": "1.1.1", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 0,
+                 "nodes": [{"id": 2, "name": "[pytorch|profiler|execution_trace|thread]",
+                            "ctrl_deps": 1, "inputs": e, "outputs": e, "attrs": a},
+                           {"id": 3, "name": "op", "ctrl_deps": 2, "inputs": e, "outputs": e,
+                            "attrs": a},
+                           {"id": 1, "name": "[pytorch|profiler|execution_trace|process]",
+                            "ctrl_deps": 1, "inputs": e, "outputs": e, "attrs": []}],
+                 "finish_ts": 1}
+        ranks = []
+        for i in range(60):
+            ranks.append(os.path.join(d, "rank%02d.json" % i))
+            with open(ranks[-1], "w") as f:
+                json.dump(small, f)
+        with open(ranks[-1], "rb") as f:
+            before = f.read()
+        with open(ranks[-1], "ab") as app:
+            r = subprocess.run([ETR, "chakra", *ranks, "-o", os.path.join(d, "many")],
+                               stdout=app, stderr=subprocess.PIPE, timeout=120)
+        check(r.returncode == 1 and b"refusing to write into it" in r.stderr,
+              "chakra of 60 traces >> the last: exit %d %r" % (r.returncode, r.stderr[-200:]))
+        with open(ranks[-1], "rb") as f:
+            check(f.read() == before, "chakra of 60 traces >> the last: the trace kept")
+        check(not os.path.exists(os.path.join(d, "many")) or
+              not os.listdir(os.path.join(d, "many")),
+              "chakra of 60 traces >> the last: nothing converted")
     # the same through stdin ('-')
     shutil.copy(TRACE, victim)
     with open(victim, "rb") as inp, open(victim, "ab") as app:
