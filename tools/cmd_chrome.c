@@ -163,6 +163,30 @@ static bool is_ns_time(const char *n) {
   return (n[0] == 't' && !strcmp(n, "ts_ns")) || (n[0] == 'd' && !strcmp(n, "dur_ns"));
 }
 
+/* Whether an attr is written in args as "attr:NAME": when NAME is a key emit_op writes there
+ * itself (the base attrs are not written as attrs at all), or begins with "attr:". So each
+ * key comes once, the op's own value under its own name, and no two attrs of different
+ * names share a key. */
+static bool attr_renamed(const char *n) {
+  static const char *const own[] = {"id",
+                                    "exclusive_dur",
+                                    "External id",
+                                    "Record function id",
+                                    "Sequence number",
+                                    "Fwd thread id",
+                                    "Input Dims",
+                                    "Input type",
+                                    "input_shapes",
+                                    "input_types",
+                                    "output_shapes",
+                                    "output_types"};
+  if (n[0] == '\0' || !strchr("ieERSFIoa", n[0])) return false; /* (most attrs: one test) */
+  if (!strncmp(n, "attr:", 5)) return true;
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (!strcmp(n, own[i])) return true;
+  return false;
+}
+
 /* The shapes and types of an inputs / outputs object, or NULL. */
 static void io_parts(const rd_jval *io, bool exact_keys, const rd_jval **shapes,
                      const rd_jval **types) {
@@ -311,11 +335,26 @@ static void emit_op(chrome *c, ch_buf *b, const rd_rnode *n, int64_t ts, int64_t
     const rd_rattr *a = &n->attrs[i];
     /* (the base attrs are args of their own; ts_ns and dur_ns are ts and dur) */
     if (a->name == NULL || a->base >= 0 || is_ns_time(a->name)) continue;
+    bool renamed = attr_renamed(a->name);
     p = ch_room(b, 1);
     if (p == NULL) return;
     *p++ = ',';
     ch_done(b, p);
-    ch_jstr(b, a->name, strlen(a->name));
+    if (renamed) { /* the key is "attr:" and the name: one string */
+      char small[64];
+      size_t len = strlen(a->name);
+      char *key = len + 5 <= sizeof small ? small : malloc(len + 5);
+      if (key == NULL) {
+        b->failed = true;
+        return;
+      }
+      memcpy(key, "attr:", 5);
+      memcpy(key + 5, a->name, len);
+      ch_jstr(b, key, len + 5);
+      if (key != small) free(key);
+    } else {
+      ch_jstr(b, a->name, strlen(a->name));
+    }
     p = ch_room(b, 1);
     if (p == NULL) return;
     *p++ = ':';

@@ -184,8 +184,44 @@ def replay_model_unreadable():
         check(r.stdout == b"", "replay --model DIR: no report: %r" % r.stdout[:200])
 
 
+def chrome_args_keys_once():
+    """chrome's args: an attr named like a field chrome writes there (exclusive_dur,
+    input_shapes, Input Dims, id, ...) is written as "attr:NAME", and so is an attr whose name
+    begins with "attr:": every key once, the op's own value under its name. Before: the attr
+    was written as a second key, and a JSON reader kept the attr's value (exclusive_dur -7
+    for the op's 1)."""
+    extra = [("exclusive_dur", "int64", -7), ("input_shapes", "string", "x"),
+             ("Input Dims", "string", "d"), ("External id", "uint64", 9),
+             ("output_types", "string", "o"), ("id", "uint64", 77),
+             ("attr:id", "string", "a"), ("kernel_grid", "string", "g")]
+    ins = {"values": [[5, 5, 0, 2, 4, "cpu"]], "shapes": [[2]], "types": ["Tensor(float)"]}
+    path = trace("chrome-attrs.json", [op(3, "a", timing=(1, 5, 1), inputs=ins, extra=extra)])
+    r = run(["chrome", path])
+    if not ran(r, "chrome of attrs named like its fields"):
+        return
+    dups = []
+
+    def hook(pairs):
+        keys = [k for k, _ in pairs]
+        dups.extend(sorted(k for k in set(keys) if keys.count(k) > 1))
+        return dict(pairs)
+    d = json.loads(r.stdout, object_pairs_hook=hook)
+    check(not dups, "chrome: duplicate keys %r" % dups)
+    args = [e["args"] for e in d["traceEvents"] if e.get("ph") == "X"]
+    if not check(len(args) == 1, "chrome: one slice: %r" % args):
+        return
+    a = args[0]
+    want = {"id": 3, "exclusive_dur": 1, "input_shapes": [[2]], "Input Dims": [[2]],
+            "External id": 0, "output_types": [], "attr:exclusive_dur": -7,
+            "attr:input_shapes": "x", "attr:Input Dims": "d", "attr:External id": 9,
+            "attr:output_types": "o", "attr:id": 77, "attr:attr:id": "a", "kernel_grid": "g"}
+    got = {k: a.get(k) for k in want}
+    check(got == want, "chrome args: %r, want %r" % (got, want))
+
+
 CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear,
-         replay_model_unreadable]
+         replay_model_unreadable,
+         chrome_args_keys_once]
 
 for case in CASES:
     try:
