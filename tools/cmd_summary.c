@@ -7,6 +7,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -458,8 +459,11 @@ static void print_json_value(FILE *f, const rd_jval *v) {
     case ETR_J_UINT:
       fprintf(f, "%" PRIu64, v->v.u);
       break;
-    case ETR_J_DOUBLE:
-      fprintf(f, "%.17g", v->v.d);
+    case ETR_J_DOUBLE: /* (1e400 reads as inf: written as docs/FORMAT.md spells it) */
+      if (isfinite(v->v.d))
+        fprintf(f, "%.17g", v->v.d);
+      else
+        fputs(isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"", f);
       break;
     case ETR_J_STRING:
       cli_json_strn(f, v->v.str.s, v->v.str.len);

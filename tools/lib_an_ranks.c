@@ -1,6 +1,7 @@
 /* Several rank traces together: reading, matching collectives across ranks, the recorded
  * summary and the replay simulation (what is computed: lib_an_ranks.h; output: docs/CLI.md). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,7 +395,13 @@ static void print_summary_json(rk_set *s, const an_ranks_opts *o, FILE *f) {
       fprintf(f, ", \"transfer_us\": %.0f, \"wait_max_us\": %.0f", in->dur, in->wait);
     else
       fputs(", \"transfer_us\": null, \"wait_max_us\": null", f);
-    if (o->beta_GBps > 0) fprintf(f, ", \"model_us\": %.3f", model_us(o, in->bytes));
+    if (o->beta_GBps > 0) { /* (an extreme model overflows a double: +inf, not JSON) */
+      double mu = model_us(o, in->bytes);
+      if (isfinite(mu))
+        fprintf(f, ", \"model_us\": %.3f", mu);
+      else
+        fputs(", \"model_us\": \"inf\"", f);
+    }
     fputc('}', f);
   }
   fputs("]}\n", f);

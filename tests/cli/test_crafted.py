@@ -219,9 +219,54 @@ def chrome_args_keys_once():
     check(got == want, "chrome args: %r, want %r" % (got, want))
 
 
+def strict_json(text):
+    """Parse as RFC 8259 JSON: no NaN, Infinity (Python's json takes them by default)."""
+    def refuse(name):
+        raise ValueError("not JSON: " + name)
+    return json.loads(text, parse_constant=refuse)
+
+
+def summary_json_non_finite():
+    """summary --json stays JSON when a number is past a double's range: 1e400 in the "etr"
+    footer (the reader reads it as inf) is written as "inf", as chrome writes such doubles and
+    docs/FORMAT.md spells them; so is a multi-rank model_us that overflows (--alpha-us 1e308
+    --beta-gbps 1e-300). Before: bare inf / -inf, which no JSON reader takes."""
+    path = trace("footer-inf.json", [op(3, "a", timing=(1, 1, 1))],
+                 tail={"etr": {"version": "0.1.0", "stats": {"a": 1, "b": 2.5}}})
+    with open(path) as f:
+        text = f.read().replace('"a": 1, "b": 2.5', '"a": 1e400, "b": -1e400, "c": 2.5')
+    with open(path, "w") as f:
+        f.write(text)
+    r = run(["summary", "--json", path])
+    if ran(r, "summary --json of a footer with 1e400"):
+        try:
+            stats = strict_json(r.stdout)["recorder"]["stats"]
+            check(stats == {"a": "inf", "b": "-inf", "c": 2.5}, "footer stats: %r" % stats)
+        except ValueError as e:
+            check(False, "summary --json of 1e400: %s: %r" % (e, r.stdout[-300:]))
+    coll = [("collective_name", "string", "allreduce"), ("pg_name", "string", "0"),
+            ("dtype", "string", "Float"), ("in_msg_nelems", "uint64", 10**12),
+            ("out_msg_nelems", "uint64", 10**12), ("pg_size", "uint64", 2)]
+    ranks = [trace("rank%d.json" % k, [op(3, "record_param_comms", timing=(1, 5 + k, 5 + k),
+                                          extra=coll)]) for k in range(2)]
+    # (4e12 bytes on the wire for an all-reduce of 2: 5 + 4e12 / 4e3 us = 1e9 + 5 us)
+    for alpha, beta, want in (("1e308", "1e-300", "inf"), ("5", "4", 1e9 + 5)):
+        r = run(["summary", "--json", "--alpha-us", alpha, "--beta-gbps", beta] + ranks)
+        if ran(r, "summary --json of 2 ranks, --alpha-us %s --beta-gbps %s" % (alpha, beta)):
+            try:
+                c = strict_json(r.stdout)["collectives"]
+                got = [x.get("model_us") for x in c]
+                ok = got == [want] if isinstance(want, str) else \
+                    len(got) == 1 and isinstance(got[0], float) and abs(got[0] - want) < 1e-3
+                check(ok, "model_us %r, want %r" % (got, want))
+            except ValueError as e:
+                check(False, "summary --json of 2 ranks: %s: %r" % (e, r.stdout[-300:]))
+
+
 CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear,
          replay_model_unreadable,
-         chrome_args_keys_once]
+         chrome_args_keys_once,
+         summary_json_non_finite]
 
 for case in CASES:
     try:
