@@ -4,7 +4,7 @@
  *
  * Memory: per thread a few words; per parent whose children were seen but which is not yet
  * read itself, one map entry (children come before parents, so this is bounded by nesting
- * depth times threads); for untimed traces, the flows still waiting for their fw_parent;
+ * depth times threads); for untimed ops, the flows still waiting for their fw_parent;
  * per thread, its slices since its last top-level op (at most TBUF_MAX, and TBUF_TOTAL_MAX
  * for all threads together, see tbuf); the
  * output buffer (CH_FILE_BUF, chrome_out.h), written out in large blocks as it fills.
@@ -33,7 +33,8 @@ static void help(void) {
       "shapes and types, op_schema, kernel and collective attrs, exclusive_dur), and a flow\n"
       "arrow from each forward op (fw_parent) to the backward ops that name it.\n"
       "A trace without timing (e.g. from PyTorch) is laid out in recorded order with 1 us\n"
-      "per op and nesting kept; a note on stderr says so.\n"
+      "per op and nesting kept; a note on stderr says so. Each op is placed by its own\n"
+      "timing: in a trace with both kinds, the untimed ops alone are laid out so.\n"
       "\n"
       "options:\n"
       "  -o, --output OUT   write to OUT (default: stdout); removed again on bad input\n"
@@ -86,14 +87,15 @@ typedef struct chrome {
   char pid_text[24]; /* pid in decimal (pid_len bytes), copied into every event */
   size_t pid_len;
   bool args, flows;
-  int mode; /* 0 unknown, 1 timed, 2 synthetic */
   bool first_event;
   an_u64map threads; /* tid -> 1 (thread_name emitted) */
   an_u64map cursor;  /* synthetic: tid -> next free time */
-  an_u64map pending; /* parent id -> earliest child start (synthetic) / latest child end (timed) */
-  flow *waiting;     /* synthetic: flows whose fw_parent is not read yet */
+  /* parent id -> the latest end of its timed children / the earliest start of its untimed
+   * ones (each op is laid out by its own timing: a parent spans its children of its kind) */
+  an_u64map pending, pending_synth;
+  flow *waiting; /* untimed ops' flows whose fw_parent is not read yet */
   size_t n_waiting, cap_waiting;
-  uint64_t n_skipped_untimed, n_flows_dropped;
+  uint64_t n_timed, n_untimed, n_flows_dropped;
 } chrome;
 
 static void sep(chrome *c) {
@@ -497,18 +499,18 @@ static bool node(chrome *c, const rd_rnode *n) {
     thread_meta_named(c, n->tid, n);
     if (n->id > 0 && !an_u64map_put(&c->thread_nodes, (uint64_t)n->id, 1)) return false;
     an_u64map_del(&c->pending, (uint64_t)n->id);
+    an_u64map_del(&c->pending_synth, (uint64_t)n->id);
     return true;
   }
-  if (c->mode == 0) c->mode = n->has_timing ? 1 : 2;
   thread_meta(c, n->tid);
+  /* Each op by its own timing (so a trace that mixes both comes out the same whatever the
+   * order of its nodes): recorded, else laid out in recorded order below. */
+  an_u64map *pend = n->has_timing ? &c->pending : &c->pending_synth;
   uint64_t pv;
-  bool had = an_u64map_get(&c->pending, (uint64_t)n->id, &pv);
-  if (had) an_u64map_del(&c->pending, (uint64_t)n->id);
-  if (c->mode == 1) {
-    if (!n->has_timing) {
-      c->n_skipped_untimed++;
-      return true;
-    }
+  bool had = an_u64map_get(pend, (uint64_t)n->id, &pv);
+  if (had) an_u64map_del(pend, (uint64_t)n->id);
+  if (n->has_timing) {
+    c->n_timed++;
     /* In ns: the attrs ts_ns and dur_ns when the recorder wrote them (ETR_TRACE_TIMING=ns),
      * else ts and inclusive_dur in µs. Stretch a parent over its children so that every
      * child nests inside it whatever the file says. (Clamped: no overflow.) */
@@ -537,10 +539,12 @@ static bool node(chrome *c, const rd_rnode *n) {
       if (!an_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
     }
     if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, ts, n->tid, ts);
+    if (c->n_waiting) resolve_flows(c, n->id, n->tid, ts);
     return true;
   }
   /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its
    * thread; a parent spans from its first child's start to 1 us after its last child. (ns) */
+  c->n_untimed++;
   uint64_t cur = 0;
   an_u64map_get(&c->cursor, n->tid, &cur);
   int64_t start = had ? (int64_t)pv : (int64_t)cur;
@@ -548,8 +552,8 @@ static bool node(chrome *c, const rd_rnode *n) {
   if (!an_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
   sep(c);
   emit_op(c, &c->o, n, start, end - start);
-  if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, NULL)) {
-    if (!an_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
+  if (!an_u64map_get(&c->pending_synth, (uint64_t)n->ctrl_deps, NULL)) {
+    if (!an_u64map_put(&c->pending_synth, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
   }
   resolve_flows(c, n->id, n->tid, start);
   if (c->flows && n->fw_parent != 0) {
@@ -652,9 +656,17 @@ int cmd_chrome(int argc, char **argv) {
            "\"schema\":");
     const char *schema = h && h->schema ? h->schema : "";
     ch_jstr(&c.o, schema, strlen(schema));
-    ch_fmt(&c.o, ",\"timing\":\"%s\"}}\n",
-           c.mode == 2 ? "synthetic: no timing in the trace, 1 us per op in recorded order"
-                       : "recorded");
+    if (c.n_untimed == 0)
+      CH_LIT(&c.o, ",\"timing\":\"recorded\"}}\n");
+    else if (c.n_timed == 0)
+      CH_LIT(&c.o,
+             ",\"timing\":\"synthetic: no timing in the trace, 1 us per op in recorded "
+             "order\"}}\n");
+    else
+      ch_fmt(&c.o,
+             ",\"timing\":\"mixed: %llu op(s) recorded, %llu without timing laid out 1 us "
+             "each in recorded order from 0 on their thread\"}}\n",
+             (unsigned long long)c.n_timed, (unsigned long long)c.n_untimed);
     if (c.out_of_memory || c.o.failed) {
       cli_error(CMD, "%s: out of memory (output)", file);
       status = ETR_CLI_FAIL;
@@ -675,14 +687,16 @@ int cmd_chrome(int argc, char **argv) {
     }
   }
   if (status == ETR_CLI_OK) {
-    if (c.mode == 2)
+    if (c.n_untimed && !c.n_timed)
       fprintf(stderr,
               "etr chrome: note: %s has no timing; ops are laid out 1 us each in "
               "recorded order\n",
               file);
-    if (c.n_skipped_untimed)
-      fprintf(stderr, "etr chrome: note: %llu op(s) without timing left out\n",
-              (unsigned long long)c.n_skipped_untimed);
+    else if (c.n_untimed)
+      fprintf(stderr,
+              "etr chrome: note: %s: %llu of %llu op(s) without timing, laid out 1 us each in "
+              "recorded order from 0 on their thread; the others at their recorded times\n",
+              file, (unsigned long long)c.n_untimed, (unsigned long long)(c.n_untimed + c.n_timed));
     if (c.n_flows_dropped)
       fprintf(stderr,
               "etr chrome: note: %llu fw_parent flow(s) left out (fw_parent not found "
@@ -693,6 +707,7 @@ int cmd_chrome(int argc, char **argv) {
   an_u64map_free(&c.threads);
   an_u64map_free(&c.cursor);
   an_u64map_free(&c.pending);
+  an_u64map_free(&c.pending_synth);
   free(c.waiting);
   for (size_t i = 0; i < c.n_tb; i++) {
     ch_free(&c.tb[i].out);

@@ -9,7 +9,9 @@ Their expected exports (data/chrome_edge*.chrome.json) were written by `etr chro
 before chrome_out.c: test_analysis_cli.py (fixtures) compares the export byte for byte. The
 timed ones were written again when a top-level op that ends no batch of its thread came to be
 written as it is (2026-11-26): the same events, "huge neg ts" (a child of another thread's
-op) now last.
+op) now last; and again when chrome came to lay out each op by its own timing: the
+"untimed op" of the timed trace, left out before, is now a 1 us slice at 0 on its thread,
+and otherData.timing says "mixed: ...".
 usage: make_chrome_edge.py OUT_DIR"""
 import os
 import sys

@@ -263,10 +263,54 @@ def summary_json_non_finite():
                 check(False, "summary --json of 2 ranks: %s: %r" % (e, r.stdout[-300:]))
 
 
+def chrome_mixed_timing():
+    """chrome lays out each op by its own timing: an op with ts and durations keeps them, one
+    without is laid out 1 us a op in recorded order on its thread (from 0), whatever the
+    order of the nodes; no op is left out, and the note and otherData.timing say what was
+    done. Before: the first op decided for the whole file: untimed first, every recorded
+    time was discarded and the note said the trace had no timing; timed first, the untimed
+    op was left out."""
+    u = op(4, "child_untimed", parent=3)
+    top = op(3, "top", timing=(0, 5, 3))
+    b = op(5, "b", timing=(6, 1, 1))
+    results = []
+    for name, order in (("mixed1.json", [u, top, b]), ("mixed2.json", [b, u, top])):
+        path = trace(name, order)
+        r = run(["chrome", path])
+        if not ran(r, "chrome " + name):
+            return
+        d = json.loads(r.stdout)
+        xs = sorted((e["name"], e["ts"], e["dur"]) for e in d["traceEvents"] if e["ph"] == "X")
+        note = r.stderr.decode().replace(path, "FILE")
+        results.append((xs, d["otherData"]["timing"], note))
+        check(xs == [("b", 6, 1), ("child_untimed", 0, 1), ("top", 0, 5)],
+              "chrome %s: slices %r" % (name, xs))
+        check(d["otherData"]["timing"].startswith("mixed"),
+              "chrome %s: otherData.timing %r" % (name, d["otherData"]["timing"]))
+        check("has no timing" not in note and "left out" not in note and
+              "1 of 3 op(s) without timing" in note, "chrome %s: note %r" % (name, note))
+    check(len(results) == 2 and results[0] == results[1],
+          "chrome: the two orders give different results: %r" % results)
+    # all timed, all untimed: as before
+    r = run(["chrome", trace("untimed.json", [op(4, "c", parent=3), op(3, "p")])])
+    if ran(r, "chrome of an untimed trace"):
+        d = json.loads(r.stdout)
+        check(d["otherData"]["timing"].startswith("synthetic") and
+              b"has no timing; ops are laid out 1 us each" in r.stderr,
+              "chrome of an untimed trace: %r %r" % (d["otherData"], r.stderr))
+    r = run(["chrome", trace("timed.json", [op(4, "c", parent=3, timing=(1, 1, 1)),
+                                           op(3, "p", timing=(0, 3, 2))])])
+    if ran(r, "chrome of a timed trace"):
+        d = json.loads(r.stdout)
+        check(d["otherData"]["timing"] == "recorded" and r.stderr == b"",
+              "chrome of a timed trace: %r %r" % (d["otherData"], r.stderr))
+
+
 CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear,
          replay_model_unreadable,
          chrome_args_keys_once,
-         summary_json_non_finite]
+         summary_json_non_finite,
+         chrome_mixed_timing]
 
 for case in CASES:
     try:
