@@ -3,11 +3,11 @@
  *
  * Which ops become simulated nodes: the leaves of each thread's op tree (what actually ran:
  * an op's own time before and between its children is small next to them, and a parent's
- * inclusive time would count its children twice), except that a collective (a
- * `record_param_comms` op or any op with collective attrs) is one COMM_COLL node standing for
- * its whole subtree (its children are the transport's own steps). A record naming no
- * collective ("wait", point-to-point) is plain work. A trace with no such op but with `nccl:` /
- * `gloo:` / `c10d::` leaves (older PyTorch) makes those the collectives.
+ * inclusive time would count its children twice), except that a collective call is one
+ * COMM_COLL node standing for its whole subtree (its children are the transport's own steps).
+ * Which record of a call that is, and which are its other records (twins: neither COMM nor
+ * COMP; their children stay), is an_colls' rule (lib_an_ops.h), the same for summary and
+ * replay. A record naming no collective ("wait", point-to-point) is plain work.
  * `## process_group:init ##` becomes a METADATA node that declares the groups.
  * Dependencies: ctrl deps put the simulated nodes of one thread in start order and make an
  * op that runs for another thread (fw_parent, autograd's backward) wait for what that thread
@@ -39,13 +39,14 @@ enum { SIM_NONE = 0, SIM_COMP = 1, SIM_COLL = 2, SIM_META = 3 };
 /* What Chakra needs of one op beyond the op table (index = op index). */
 typedef struct cx_op {
   int comm_type;        /* CollectiveCommType when the op is a collective, else -1 */
-  uint8_t coll_attr;    /* record_param_comms / collective attrs (not only by name) */
+  uint8_t twin;         /* another record of a collective call counted on another op */
   uint8_t sim;          /* SIM_* after classification */
   uint8_t covered;      /* inside a collective's subtree */
   uint8_t has_child;    /* some op names it as parent */
-  uint64_t comm_size;   /* bytes of the input tensors (collectives) */
+  uint64_t comm_size;   /* bytes of the collective's input message */
   uint64_t tensor_size; /* bytes of the input and output tensors */
-  uint32_t pg_name;     /* strtab index, UINT32_MAX = none */
+  int64_t comm_dur;     /* the call's recorded span (an_coll_rec: ts to span_end) */
+  uint32_t pg_name;     /* t.colls.strs index, AN_NOSTR = none */
   size_t io_off;        /* six NUL-terminated texts in the arena: in values/shapes/types, out ... */
   uint8_t has_io;
 } cx_op;
@@ -55,12 +56,12 @@ typedef struct cx_trace {
   an_optab t;
   cx_op *x;
   size_t xcap;
-  an_strtab strs;
   char *arena;
   size_t alen, acap;
   bool oom;
   int64_t rank;     /* from the process-group node, -1 when none */
   uint64_t skipped; /* duplicate op ids left out */
+  uint64_t no_pg;   /* COMM nodes whose trace names no process group */
   const char *schema;
 } cx_trace;
 
@@ -96,36 +97,31 @@ static bool arena_json(cx_trace *c, const rd_jval *v) {
 
 /* ---- collectives ---- */
 
-/* CollectiveCommType of a collective's name ("allreduce", "all_gather", "nccl:all_reduce",
- * "c10d::alltoall_base_", ...), or -1. Underscores and case are ignored. */
-static int comm_type_of(const char *name) {
-  if (name == NULL) return -1;
-  const char *p = strrchr(name, ':');
-  p = p ? p + 1 : name;
-  char low[64];
-  size_t k = 0;
-  for (; *p && k + 1 < sizeof low; p++)
-    if (*p != '_') low[k++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
-  low[k] = '\0';
-  static const struct {
-    const char *prefix;
-    int type;
-  } map[] = {
-      /* longest first where one name starts another */
-      {"reducescatterblock", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE_SCATTER_BLOCK},
-      {"reducescatter", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE_SCATTER},
-      {"allreduce", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_REDUCE},
-      {"allgather", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_GATHER},
-      {"alltoall", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_TO_ALL},
-      {"broadcast", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BROADCAST},
-      {"barrier", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BARRIER},
-      {"reduce", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE},
-      {"gather", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__GATHER},
-      {"scatter", CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__SCATTER},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (strncmp(low, map[i].prefix, strlen(map[i].prefix)) == 0) return map[i].type;
-  return -1;
+/* Chakra's CollectiveCommType of a collective kind (an_coll_kind), -1 for the kinds that are
+ * no COMM_COLL node (point-to-point, other). */
+static int comm_type_of(int kind) {
+  switch (kind) {
+    case AN_COLL_ALL_REDUCE:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_REDUCE;
+    case AN_COLL_REDUCE:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE;
+    case AN_COLL_ALL_GATHER:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_GATHER;
+    case AN_COLL_GATHER:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__GATHER;
+    case AN_COLL_SCATTER:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__SCATTER;
+    case AN_COLL_BROADCAST:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BROADCAST;
+    case AN_COLL_ALL_TO_ALL:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_TO_ALL;
+    case AN_COLL_REDUCE_SCATTER:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE_SCATTER;
+    case AN_COLL_BARRIER:
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BARRIER;
+    default:
+      return -1;
+  }
 }
 
 static bool is_tensor(const rd_jval *v) {
@@ -156,29 +152,6 @@ static const rd_jval *io_values(const rd_jval *io) {
   if (io == NULL || io->kind != ETR_J_OBJECT) return NULL;
   const rd_jval *v = rd_jobj_get(io, "values");
   return v && v->kind == ETR_J_ARRAY ? v : NULL;
-}
-
-/* The collective's name and group from PyTorch's record_param_comms inputs: the name is the
- * first String input ([tensors,] seq, (pg_name, pg_desc) or pg id, rank, "collective", ...;
- * the tensor list is absent when there are none), the group the first Tuple[String,String].
- * The collective attrs of docs/FORMAT.md win when present. */
-static void coll_info(const rd_rnode *n, const char **coll, const char **pg) {
-  const rd_rattr *a = an_attr(n, "collective_name");
-  *coll = a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
-  a = an_attr(n, "pg_name");
-  *pg = a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
-  const rd_jval *v = io_values(n->inputs);
-  const rd_jval *ty = n->inputs ? rd_jobj_get(n->inputs, "types") : NULL;
-  if (v == NULL || ty == NULL || ty->kind != ETR_J_ARRAY) return;
-  for (size_t i = 0; i < v->v.arr.n && i < ty->v.arr.n; i++) {
-    const rd_jval *t = &ty->v.arr.items[i], *x = &v->v.arr.items[i];
-    if (t->kind != ETR_J_STRING) continue;
-    if (*coll == NULL && strcmp(t->v.str.s, "String") == 0 && x->kind == ETR_J_STRING)
-      *coll = x->v.str.s;
-    if (*pg == NULL && strcmp(t->v.str.s, "Tuple[String,String]") == 0 && x->kind == ETR_J_ARRAY &&
-        x->v.arr.n >= 1 && x->v.arr.items[0].kind == ETR_J_STRING)
-      *pg = x->v.arr.items[0].v.str.s;
-  }
 }
 
 /* The rank in a process-group list: the "rank" of group "0" (etr writes it; docs/FORMAT.md). */
@@ -223,26 +196,9 @@ static bool add_node(cx_trace *c, const rd_rnode *n) {
   cx_op *x = &c->x[before];
   memset(x, 0, sizeof *x);
   x->comm_type = -1;
-  x->pg_name = UINT32_MAX;
-  const char *coll = NULL, *pg = NULL;
-  bool is_rpc = strcmp(n->name, "record_param_comms") == 0 || an_attr(n, "collective_name");
-  if (is_rpc) {
-    coll_info(n, &coll, &pg);
-    x->coll_attr = 1;
-  } else if (strncmp(n->name, "nccl:", 5) == 0 || strncmp(n->name, "gloo:", 5) == 0 ||
-             strncmp(n->name, "c10d::", 6) == 0) {
-    coll = n->name;
-  }
-  /* A record that names no collective the simulator knows ("wait", send/recv) is plain work. */
-  x->comm_type = comm_type_of(coll);
-  if (x->comm_type < 0) x->coll_attr = 0;
+  x->pg_name = AN_NOSTR;
   uint64_t in_bytes = tensor_bytes(io_values(n->inputs), 0);
-  x->comm_size = in_bytes;
   x->tensor_size = sat_add(in_bytes, tensor_bytes(io_values(n->outputs), 0));
-  if (pg) {
-    x->pg_name = an_strtab_intern(&c->strs, pg, strlen(pg));
-    if (x->pg_name == UINT32_MAX) return false;
-  }
   /* IOInfo texts; the process-group node keeps its list in Chakra's converter's form. */
   x->io_off = c->alen;
   x->has_io = 1;
@@ -307,16 +263,22 @@ static bool is_pg_init(const cx_trace *c, size_t i) {
 
 static void classify(cx_trace *c) {
   an_optab *t = &c->t;
-  bool any_rpc = false;
-  for (size_t i = 0; i < t->n; i++) {
-    if (c->x[i].coll_attr) any_rpc = true;
+  for (size_t i = 0; i < t->n; i++)
     if (t->ops[i].parent_ix != ETR_NOIX) c->x[t->ops[i].parent_ix].has_child = 1;
-  }
-  /* Collectives: record_param_comms-style ops, or by name when the trace has none. */
-  for (size_t i = 0; i < t->n; i++) {
+  /* Collectives: the counted record of each call; its other records are twins. */
+  for (size_t k = 0; k < t->colls.n; k++) {
+    const an_coll_rec *r = &t->colls.r[k];
+    uint64_t i;
+    if (!an_u64map_get(&t->id2ix, (uint64_t)r->id, &i)) continue;
     cx_op *x = &c->x[i];
-    bool coll = any_rpc ? x->coll_attr : (x->comm_type >= 0 && !x->has_child);
-    if (!coll) x->comm_type = -1;
+    if (r->role == AN_COLL_TWIN) {
+      x->twin = 1;
+      continue;
+    }
+    x->comm_type = comm_type_of(r->kind);
+    x->comm_size = r->in_bytes;
+    x->pg_name = r->pg;
+    x->comm_dur = r->timed ? r->span_end - r->ts : 0;
   }
   /* Start order visits a parent before its children: `covered` flows down. */
   for (size_t k = 0; k < t->n; k++) {
@@ -332,7 +294,7 @@ static void classify(cx_trace *c) {
       x->sim = SIM_NONE;
     else if (x->comm_type >= 0)
       x->sim = SIM_COLL;
-    else if (!x->has_child)
+    else if (!x->has_child && !x->twin)
       x->sim = SIM_COMP;
   }
   /* Two ops with one id cannot both be nodes (every dep must name one node): keep the first. */
@@ -548,11 +510,12 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
       cnt->comp++;
     } else {
       node.type = CHAKRA_PROTO_MSG__NODE_TYPE__COMM_COLL_NODE;
-      node.duration_micros = op->incl > 0 ? (uint64_t)op->incl : 0;
+      node.duration_micros = x->comm_dur > 0 ? (uint64_t)x->comm_dur : 0;
       attr_bool(&a[na++], "is_cpu_op", false);
       attr_i64(&a[na++], "comm_type", x->comm_type);
       attr_i64(&a[na++], "comm_size", clamp_i64(x->comm_size));
-      attr_str(&a[na++], "pg_name", x->pg_name != UINT32_MAX ? c->strs.strs[x->pg_name] : "0");
+      attr_str(&a[na++], "pg_name",
+               x->pg_name != AN_NOSTR ? an_colls_str(&t->colls, x->pg_name) : "0");
       cnt->coll++;
     }
     attr_i64(&a[na++], "tensor_size", clamp_i64(x->tensor_size));
@@ -584,7 +547,6 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
 
 static void cx_free(cx_trace *c) {
   an_optab_free(&c->t);
-  an_strtab_free(&c->strs);
   free(c->x);
   free(c->arena);
   free((void *)c->schema);
@@ -601,8 +563,9 @@ static void help(void) {
       "is the only one.\n"
       "\n"
       "Nodes: the leaves of each thread's op tree become COMP nodes (duration_micros = the\n"
-      "op's exclusive time); each collective (record_param_comms) becomes one COMM_COLL\n"
-      "node (comm_type, comm_size in bytes, pg_name) for its whole subtree; the\n"
+      "op's exclusive time); each collective call becomes one COMM_COLL node (comm_type,\n"
+      "comm_size in bytes, pg_name) for its whole subtree, whichever records it left\n"
+      "(record_param_comms, c10d::X, gloo:X / nccl:X on another thread: one counts); the\n"
       "'## process_group:init ##' node becomes a METADATA node declaring the groups.\n"
       "ctrl deps: start order per thread, and backward work waits for its forward thread;\n"
       "data deps: the last node that wrote a tensor's storage, for each later reader.\n"

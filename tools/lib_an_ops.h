@@ -45,6 +45,111 @@ enum {
   ETR_OPF_HAS_FLOP_DESC = 1u << 4,
 };
 
+/* ---- collectives (lib_an_ops.c): what one is, for summary, replay and chakra alike ----
+ *
+ * An op node is a *record* of a collective (docs/FORMAT.md, "Collectives in a trace") when
+ *   - attrs (level 3): it is `record_param_comms` or carries `collective_name`, and names a
+ *     collective: the `collective_name` attr, else record_param_comms' first String input
+ *     (PyTorch 2.x, etr's own collective info). A name of no known kind ("wait") is kind
+ *     AN_COLL_OTHER: summary and replay count it, chakra makes it plain work;
+ *   - dispatch (level 2): it is named `c10d::X` with X a known kind (PyTorch's dispatcher op,
+ *     on the calling thread);
+ *   - backend (level 1): it is named `gloo:X` or `nccl:X` with X a known kind (the process
+ *     group's own record; gloo's runs on a worker thread).
+ * One call may leave several records: PyTorch 1.x records `c10d::allreduce_` and
+ * `gloo:all_reduce` for one all-reduce, PyTorch 2.x nests record_param_comms and
+ * `nccl:all_reduce` in `c10d::allreduce_`. an_colls_resolve keeps one record per call, the
+ * *counted* one, and makes the others its *twins*:
+ *   1. records nested in one another (found as the nodes stream by: a child is written before
+ *      its parent, by etr and by PyTorch) are one call; the record of the highest level counts,
+ *      on a tie the outermost;
+ *   2. a backend record left counted by 1 is the twin of the earliest counted record of a
+ *      higher level, of the same kind, that started no later (ts, then id), whose input
+ *      message starts with the same tensor (or either names none), and that has no backend
+ *      twin yet; then, the same way, a dispatch record with an attrs record. A backend record
+ *      without such a partner (gloo:all_to_all, which PyTorch 1.13 records alone) counts.
+ * Kinds known: all-reduce, reduce, all-gather, gather, scatter, broadcast, all-to-all,
+ * reduce-scatter, barrier, send, recv (from the name, case and underscores ignored).
+ *
+ * Memory: one an_coll_rec (~120 bytes) per record, and while streaming one map entry per op
+ * that records are nested in and that is not read yet. */
+
+typedef enum an_coll_kind {
+  AN_COLL_NONE = 0,
+  AN_COLL_ALL_REDUCE = 1,
+  AN_COLL_REDUCE = 2,
+  AN_COLL_ALL_GATHER = 3,
+  AN_COLL_GATHER = 4,
+  AN_COLL_SCATTER = 5,
+  AN_COLL_BROADCAST = 6,
+  AN_COLL_ALL_TO_ALL = 7,
+  AN_COLL_REDUCE_SCATTER = 8,
+  AN_COLL_BARRIER = 9,
+  AN_COLL_SEND = 10,
+  AN_COLL_RECV = 11,
+  AN_COLL_OTHER = 12, /* an attrs record naming no known kind ("wait") */
+} an_coll_kind;
+
+enum { AN_COLL_BY_BACKEND = 1, AN_COLL_BY_DISPATCH = 2, AN_COLL_BY_ATTRS = 3 };
+enum { AN_COLL_COUNTED = 1, AN_COLL_TWIN = 2 };
+#define AN_NOSTR UINT32_MAX
+
+typedef struct an_coll_rec {
+  int64_t id, parent;
+  int64_t ts, end;  /* recorded start and end (µs); 0 when untimed */
+  int64_t span_end; /* counted: the latest end of it and its twins */
+  uint64_t tid;
+  uint64_t in_bytes, out_bytes;   /* the input and output message */
+  uint64_t in_nelems, out_nelems; /* the attrs (attrs records that carry them) */
+  uint64_t tensor;                /* id of the input message's first tensor, 0 when none */
+  uint64_t pg_size;               /* the pg_size attr, 0 when absent */
+  uint32_t pg;      /* strs index of the process group's name, AN_NOSTR when not recorded */
+  uint32_t name;    /* strs index: collective_name, record_param_comms' String, else the kind */
+  uint32_t dtype;   /* strs index of the dtype attr, AN_NOSTR */
+  uint32_t encl;    /* the nearest record enclosing it, UINT32_MAX */
+  uint32_t counted; /* after resolve: the counted record of its call (itself when counted) */
+  uint8_t level, kind, role;
+  bool timed;
+  bool bytes_exact; /* in_bytes and out_bytes are the message's, not estimates */
+  uint8_t absorbed; /* bit per lower level: a twin of that level was paired with it */
+} an_coll_rec;
+
+typedef struct an_colls {
+  an_coll_rec *r;
+  size_t n, cap;
+  an_strtab strs;
+  an_u64map waiting; /* id of an op not read yet -> first record nested in it, through wnext */
+  uint32_t *wnext;
+  size_t capw;
+  an_u64map by_id; /* record id -> index */
+  an_u64map roots; /* ids of the thread and process nodes read */
+} an_colls;
+
+/* The kind a collective's name says ("allreduce", "all_gather", "c10d::alltoall_base_",
+ * "nccl:all_reduce_barrier" is a barrier), AN_COLL_NONE when none. */
+int an_coll_kind_of(const char *name);
+/* The kind's name as gloo and Chakra spell it ("all_reduce", ...), "other" for AN_COLL_OTHER. */
+const char *an_coll_kind_name(int kind);
+/* Bytes per element of a dtype name ("Float", "c10::Half", "float32", "int64", ...,
+ * case ignored), 0 when unknown. */
+unsigned an_dtype_size(const char *dtype);
+/* Whether an op node is a record of a collective: its level (AN_COLL_BY_*, 0 when not one)
+ * and *kind. */
+int an_coll_classify(const rd_rnode *n, int *kind);
+
+/* An all-zero an_colls is empty and valid; an_colls_free makes it so again. */
+void an_colls_free(an_colls *c);
+/* Feed a node of a trace (every node, in file order: thread and process nodes too). false
+ * when memory ran out. */
+bool an_colls_add(an_colls *c, const rd_rnode *n);
+/* After the last node: nesting and pairing (above) set each record's role. false on OOM. */
+bool an_colls_resolve(an_colls *c);
+/* The string of a strs index ("" for AN_NOSTR). */
+const char *an_colls_str(const an_colls *c, uint32_t ix);
+/* Bytes on the wire per rank of a counted record (as an_coll_bytes counts them), with p the
+ * group size when the record has no pg_size (0: unknown, then 0 bytes). */
+double an_coll_rec_wire(const an_colls *c, const an_coll_rec *r, uint64_t p);
+
 typedef struct an_tref {
   uint64_t tensor;  /* tensor id */
   uint64_t storage; /* storage id, 0 when none */
@@ -82,6 +187,7 @@ typedef struct an_optab {
   an_u64map tid2ix; /* tid -> thread index */
   size_t n_untimed; /* ops without timing */
   size_t n_dup_ids; /* ops whose id was seen before (later one wins in lookups) */
+  an_colls colls;   /* the collective records of the nodes read (an_optab_add_rnode) */
   /* after an_optab_finish */
   uint32_t *order; /* op indices in start order */
   bool timed;      /* every op has timing */
@@ -114,7 +220,8 @@ bool an_optab_add_thread(an_optab *t, int64_t node_id, uint64_t tid);
 bool an_optab_add_op(an_optab *t, const an_op_desc *d);
 /* Add one node read from a trace (thread, process or op). false when memory ran out. */
 bool an_optab_add_rnode(an_optab *t, const rd_rnode *n);
-/* Resolve parents, fw_parents, the start order and the recorded span. false on OOM. */
+/* Resolve parents, fw_parents, the start order and the recorded span, and the collective
+ * records (colls). false on OOM. */
 bool an_optab_finish(an_optab *t);
 const char *an_optab_name(const an_optab *t, uint32_t op_ix);
 /* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER), whose cost the model's FLOP rate sets;
@@ -130,9 +237,12 @@ int an_optab_load(an_optab *t, const char *cmd, const char *path);
 double an_flops(const char *name, const rd_jval *inputs, const rd_jval *outputs);
 /* Bytes on the wire per rank for a collective: message bytes times the algorithm factor of
  * its group size (ring all-reduce 2(p-1)/p, all-gather / reduce-scatter / all-to-all
- * (p-1)/p, broadcast / send / recv 1; 0 when p <= 1 or the name is a barrier). */
+ * (p-1)/p, broadcast / send / recv 1; 0 when p <= 1 or the name is a barrier). An unknown
+ * dtype counts 4 bytes an element. */
 double an_coll_bytes(const char *coll, const char *dtype, uint64_t in_nelems, uint64_t out_nelems,
                      uint64_t pg_size);
+/* The same from message bytes and a kind (AN_COLL_*). */
+double an_coll_wire(int kind, double in_bytes, double out_bytes, uint64_t pg_size);
 
 /* ---- dependency graph (lib_an_ops.c) ---- */
 

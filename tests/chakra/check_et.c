@@ -14,6 +14,8 @@
  *   --min-2deps N     at least N nodes with two or more data deps
  *   --metadata        at least one METADATA node
  *   --same-colls      every file has the same collectives in the same order (type, size, group)
+ *   --dump            also print every node, one line each: "node ID TYPE NAME" then
+ *                     "comm_type=N comm_size=N pg=NAME" on COMM_COLL nodes, "dur=N tid=N"
  * Prints one line per file; exit 0 when every check passes, 1 otherwise.
  */
 #include <stdbool.h>
@@ -25,6 +27,7 @@
 #include "chakra/et_def.pb-c.h"
 
 static int failures;
+static bool dump;
 
 static void fail(const char *path, const char *fmt, const char *a, unsigned long long n) {
   printf("FAIL %s: ", path);
@@ -167,6 +170,20 @@ static void check_file(const char *path, long min_coll, long min_timed, long min
       if (!has_id(ids, n, dep)) fail(path, "%sa dependency names node %llu, absent", "", dep);
       if (has_id(meta, nmeta, dep)) fail(path, "%sa node depends on METADATA node %llu", "", dep);
     }
+    if (dump) {
+      static const char *const types[] = {"INVALID", "METADATA",  "MEM_LOAD",  "MEM_STORE",
+                                          "COMP",    "COMM_SEND", "COMM_RECV", "COMM_COLL"};
+      int64_t v, tid = -1;
+      printf("node %llu %s %s", (unsigned long long)x->id,
+             (unsigned)x->type < 8 ? types[x->type] : "?", x->name ? x->name : "");
+      if (int_attr(attr(x, "comm_type"), &v)) printf(" comm_type=%lld", (long long)v);
+      if (int_attr(attr(x, "comm_size"), &v)) printf(" comm_size=%lld", (long long)v);
+      const ChakraProtoMsg__AttributeProto *g = attr(x, "pg_name");
+      if (g && g->value_case == CHAKRA_PROTO_MSG__ATTRIBUTE_PROTO__VALUE_STRING_VAL)
+        printf(" pg=%s", g->string_val);
+      int_attr(attr(x, "tid"), &tid);
+      printf(" dur=%llu tid=%lld\n", (unsigned long long)x->duration_micros, (long long)tid);
+    }
     const ChakraProtoMsg__AttributeProto *cpu = attr(x, "is_cpu_op");
     bool is_comm = x->type == CHAKRA_PROTO_MSG__NODE_TYPE__COMM_COLL_NODE ||
                    x->type == CHAKRA_PROTO_MSG__NODE_TYPE__COMM_SEND_NODE ||
@@ -241,6 +258,8 @@ int main(int argc, char **argv) {
       want_meta = true;
     else if (!strcmp(argv[i], "--same-colls"))
       same = true;
+    else if (!strcmp(argv[i], "--dump"))
+      dump = true;
     else if (nf < 64)
       paths[nf++] = argv[i];
   }

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""etr chakra on collectives as PyTorch's recorders leave them (tests/pylib/coll_traces.py):
+one COMM_COLL node per collective call whichever records the call left (c10d:: dispatcher
+op, gloo:/nccl: backend record on another thread, record_param_comms), the other records
+neither COMM nor COMP nodes; decoded with check_et --dump (our protobuf-c reader).
+
+Usage: test_chakra_colls.py ETR CHECK_ET WORKDIR
+Exit status: 0 pass, 1 fail.
+"""
+import os
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "pylib"))
+import coll_traces as ct  # noqa: E402
+from etr_checks import check, finish  # noqa: E402
+
+etr, check_et, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+
+
+def convert(name, ranks=2, **kw):
+    """Write the scenario for each rank, run etr chakra; (nodes of rank 0 by id, stderr)."""
+    files = []
+    for r in range(ranks):
+        f = os.path.join(work, "%s-%d.json" % (name, r))
+        ct.write(f, ct.SCENARIOS[name](r), **kw)
+        files.append(f)
+    out = os.path.join(work, name + "-et")
+    p = subprocess.run([etr, "chakra"] + files + ["-o", out], capture_output=True, text=True,
+                       env=dict(os.environ, ETR_PROGRESS="0"))
+    if not check(p.returncode == 0, "%s: etr chakra exit %d: %s" % (name, p.returncode, p.stderr)):
+        return {}, p.stderr
+    ets = [os.path.join(out, "rank.%d.et" % r) for r in range(ranks)]
+    d = subprocess.run([check_et, "--dump", "--same-colls"] + ets, capture_output=True, text=True)
+    check(d.returncode == 0, "%s: check_et: %s" % (name, d.stdout[-800:]))
+    nodes = {}
+    for line in d.stdout.splitlines():  # rank 0's nodes come first, then its summary line
+        if line.startswith(ets[0] + ":"):
+            break
+        f = line.split()
+        if f and f[0] == "node":
+            kv = dict(x.split("=", 1) for x in f[4:] if "=" in x)
+            kv["type"], kv["name"] = f[2], f[3]
+            nodes[int(f[1])] = kv
+    return nodes, p.stderr
+
+
+def comm(nodes):
+    return sorted(i for i, n in nodes.items() if n["type"] == "COMM_COLL")
+
+
+def comp(nodes):
+    return sorted(i for i, n in nodes.items() if n["type"] == "COMP")
+
+
+# F1: one COMM node per call.
+n, _ = convert("gloo113")
+check(comm(n) == [4, 8, 13, 16], "gloo113: COMM nodes %s, wanted the c10d ops [4, 8, 13, 16]"
+      % comm(n))
+check(not any(i in n for i in (5, 10, 14, 17)),
+      "gloo113: a gloo record is a node: %s" % [(i, n[i]) for i in (5, 10, 14, 17) if i in n])
+check(11 in comp(n) and 12 in comp(n), "gloo113: gloo:all_gather's copies are not COMP: %s"
+      % comp(n))
+
+n, _ = convert("a2a113")
+check(comm(n) == [4], "a2a113: COMM nodes %s, wanted gloo:all_to_all [4]" % comm(n))
+
+n, _ = convert("pt2")
+check(comm(n) == [5], "pt2: COMM nodes %s, wanted record_param_comms [5]" % comm(n))
+check(6 not in n, "pt2: nccl:all_reduce inside the collective is a node")
+check(7 in comp(n), "pt2: the 'wait' record is not plain work: %s" % comp(n))
+
+n, _ = convert("ptobs")
+check(comm(n) == [3, 5], "ptobs: COMM nodes %s, wanted the c10d ops [3, 5]" % comm(n))
+check(4 not in n and 6 not in n, "ptobs: a gloo record is a node")
+
+n, _ = convert("ddp113")
+check(comm(n) == [4, 5], "ddp113: COMM nodes %s, wanted [4, 5]" % comm(n))
+check(6 not in n, "ddp113: c10d::allreduce_'s gloo record is a node")
+
+sys.exit(finish("chakra collectives: OK"))
