@@ -429,13 +429,17 @@ static bool coll_sizes(an_colls *c, an_coll_rec *r, const rd_rnode *n) {
       r->out_bytes = in_place(r->kind) ? tin : io_bytes(n->outputs, -1, &dummy);
     }
   } else if (r->level == AN_COLL_BY_DISPATCH) {
-    /* c10d::X(...): out-of-place collectives take their output first, the input message
-     * second (allgather_(Tensor[][] output_tensors, Tensor[] input_tensors, ...)) */
-    int msg = in_place(r->kind) ? 0 : 1;
-    io_bytes(n->inputs, msg, &first);
-    r->in_bytes = io_bytes(n->inputs, -1, &dummy);
-    r->out_bytes = in_place(r->kind) ? r->in_bytes : io_bytes(n->outputs, -1, &dummy);
-    r->bytes_exact = in_place(r->kind);
+    /* c10d::X(...): the input message, as record_param_comms counts in_msg_nelems. In-place
+     * collectives (allreduce_, broadcast_, reduce_, send, recv_) take it first; the others
+     * take their output first and the input second: allgather_(Tensor[][] output_tensors,
+     * Tensor[] input_tensors, ...), reduce_scatter_, gather_, scatter_, alltoall_,
+     * alltoall_base_(Tensor output, Tensor input, ...). A barrier has none. */
+    bool ip = in_place(r->kind);
+    r->in_bytes = io_bytes(n->inputs, ip ? 0 : 1, &first);
+    r->out_bytes = ip ? r->in_bytes : io_bytes(n->inputs, 0, &dummy);
+    r->bytes_exact = first != 0 || r->kind == AN_COLL_BARRIER;
+    if (r->kind == AN_COLL_SCATTER && first == 0) /* off the root: only the chunk received */
+      r->in_bytes = io_bytes(n->inputs, 0, &first);
   } else {
     r->in_bytes = io_bytes(n->inputs, -1, &first);
     r->out_bytes = in_place(r->kind) ? r->in_bytes : io_bytes(n->outputs, -1, &dummy);

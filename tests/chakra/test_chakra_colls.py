@@ -64,11 +64,26 @@ check(not any(i in n for i in (5, 10, 14, 17)),
 check(11 in comp(n) and 12 in comp(n), "gloo113: gloo:all_gather's copies are not COMP: %s"
       % comp(n))
 
+# F4: comm_size is the input message, from the argument that holds it.
+size = lambda n, i: int(n[i]["comm_size"]) if i in n and "comm_size" in n[i] else None
+check([size(n, i) for i in (4, 8, 13)] == [4000, 400, 4000],
+      "gloo113: comm_size of all_reduce, all_gather, broadcast %s, wanted [4000, 400, 4000]"
+      % [size(n, i) for i in (4, 8, 13)])
+n, _ = convert("c10d_sizes")
+got = {n[i]["name"]: size(n, i) for i in comm(n)}
+want = {"c10d::reduce_scatter_": 200, "c10d::gather_": 40, "c10d::scatter_": 80,
+        "c10d::alltoall_base_": 64, "c10d::alltoall_": 48, "c10d::_allgather_base_": 12,
+        "c10d::allreduce_coalesced_": 24}
+check(got == want, "c10d_sizes: comm_size %s, wanted %s" % (got, want))
+check(10 in comp(n) and 11 in comp(n), "c10d_sizes: send/recv are not plain work")
+
 n, _ = convert("a2a113")
 check(comm(n) == [4], "a2a113: COMM nodes %s, wanted gloo:all_to_all [4]" % comm(n))
+check(size(n, 4) == 1024, "a2a113: comm_size %s, wanted 1024" % size(n, 4))
 
 n, _ = convert("pt2")
 check(comm(n) == [5], "pt2: COMM nodes %s, wanted record_param_comms [5]" % comm(n))
+check(size(n, 5) == 4000, "pt2: comm_size %s, wanted 4000" % size(n, 5))
 check(6 not in n, "pt2: nccl:all_reduce inside the collective is a node")
 check(7 in comp(n), "pt2: the 'wait' record is not plain work: %s" % comp(n))
 

@@ -166,5 +166,37 @@ def ddp113(rank=0):
     ]
 
 
+def c10d_sizes(rank=0):
+    """The out-of-place c10d ops, alone (as the root where it matters), each with its input
+    message of the size said: reduce_scatter_ 200 bytes (the input list, 2 x 25 floats),
+    gather_ 40, scatter_ 80 (the scatter list), alltoall_base_ 64, alltoall_ 48,
+    _allgather_base_ 12, allreduce_coalesced_ 24 (both tensors); send 8, recv_ 16 (point to
+    point: plain work for chakra)."""
+    t = tensor
+    lt, llt = LIST_T, "GenericList[GenericList[Tensor(float),Tensor(float)]]"
+    obj = ("<Object>", "Object")
+    return [
+        thread(2, 1),
+        c10d(3, "reduce_scatter_", 2, 1, 100, 5,
+             [([t(200, 201, 25)], lt), ([[t(202, 203, 25), t(204, 205, 25)]], llt), obj]),
+        c10d(4, "gather_", 2, 1, 110, 5,
+             [([[t(206, 207, 10), t(208, 209, 10)]], llt), ([t(210, 211, 10)], lt), obj]),
+        c10d(5, "scatter_", 2, 1, 120, 5,
+             [([t(212, 213, 10)], lt), ([[t(214, 215, 10), t(216, 217, 10)]], llt), obj]),
+        c10d(6, "alltoall_base_", 2, 1, 130, 5,
+             [(t(218, 219, 32), "Tensor(float)"), (t(220, 221, 16), "Tensor(float)"), obj,
+              ([], "GenericList[]"), ([], "GenericList[]")]),
+        c10d(7, "alltoall_", 2, 1, 140, 5,
+             [([t(222, 223, 6), t(224, 225, 6)], lt), ([t(226, 227, 6), t(228, 229, 6)], lt),
+              obj]),
+        c10d(8, "_allgather_base_", 2, 1, 150, 5,
+             [(t(230, 231, 6), "Tensor(float)"), (t(232, 233, 3), "Tensor(float)"), obj]),
+        c10d(9, "allreduce_coalesced_", 2, 1, 160, 5,
+             [([t(234, 235, 2), t(236, 237, 4)], lt), obj]),
+        c10d(10, "send", 2, 1, 170, 5, [([t(238, 239, 2)], lt), obj, (1, "Int"), (0, "Int")]),
+        c10d(11, "recv_", 2, 1, 180, 5, [([t(240, 241, 4)], lt), obj, (1, "Int"), (0, "Int")]),
+    ]
+
+
 SCENARIOS = {"gloo113": gloo113, "a2a113": a2a113, "pt2": pt2, "ptobs": ptobs,
-             "ddp113": ddp113}
+             "ddp113": ddp113, "c10d_sizes": c10d_sizes}
