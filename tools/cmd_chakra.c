@@ -97,8 +97,13 @@ static bool arena_json(cx_trace *c, const rd_jval *v) {
 
 /* ---- collectives ---- */
 
+/* A barrier is what it is on the wire: NCCL's (ProcessGroupNCCL::barrier) is an all-reduce
+ * of one float. ASTRA-sim's workload layer runs no BARRIER (it throws "Unsupported collective
+ * comm type"); it runs ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL and BROADCAST. */
+#define BARRIER_BYTES 4
+
 /* Chakra's CollectiveCommType of a collective kind (an_coll_kind), -1 for the kinds that are
- * no COMM_COLL node (point-to-point, other). */
+ * no COMM_COLL node (point-to-point, other). A barrier is an ALL_REDUCE (BARRIER_BYTES). */
 static int comm_type_of(int kind) {
   switch (kind) {
     case AN_COLL_ALL_REDUCE:
@@ -118,7 +123,7 @@ static int comm_type_of(int kind) {
     case AN_COLL_REDUCE_SCATTER:
       return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE_SCATTER;
     case AN_COLL_BARRIER:
-      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__BARRIER;
+      return CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__ALL_REDUCE;
     default:
       return -1;
   }
@@ -276,7 +281,7 @@ static void classify(cx_trace *c) {
       continue;
     }
     x->comm_type = comm_type_of(r->kind);
-    x->comm_size = r->in_bytes;
+    x->comm_size = r->kind == AN_COLL_BARRIER ? BARRIER_BYTES : r->in_bytes;
     x->pg_name = r->pg;
     x->comm_dur = r->timed ? r->span_end - r->ts : 0;
   }
@@ -378,6 +383,7 @@ static int64_t clamp_i64(uint64_t v) { return v > INT64_MAX ? INT64_MAX : (int64
 /* Counts of what one file holds, for the summary line and the tests. */
 typedef struct cx_counts {
   uint64_t comp, coll, meta, data_deps, ctrl_deps;
+  uint64_t unsimulated; /* COMM nodes of a type ASTRA-sim's workload layer does not run */
 } cx_counts;
 
 static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
@@ -513,6 +519,10 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
       node.duration_micros = x->comm_dur > 0 ? (uint64_t)x->comm_dur : 0;
       attr_bool(&a[na++], "is_cpu_op", false);
       attr_i64(&a[na++], "comm_type", x->comm_type);
+      if (x->comm_type == CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__REDUCE ||
+          x->comm_type == CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__GATHER ||
+          x->comm_type == CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__SCATTER)
+        cnt->unsimulated++;
       attr_i64(&a[na++], "comm_size", clamp_i64(x->comm_size));
       attr_str(&a[na++], "pg_name",
                x->pg_name != AN_NOSTR ? an_colls_str(&t->colls, x->pg_name) : "0");
@@ -711,6 +721,12 @@ int cmd_chakra(int argc, char **argv) {
         if (c.skipped)
           printf("; %llu ops with a repeated id left out", (unsigned long long)c.skipped);
         printf("\n");
+        if (cnt.unsimulated)
+          cli_error(CMD,
+                    "%s: %llu reduce, gather or scatter COMM_COLL node(s): ASTRA-sim's "
+                    "workload layer runs none of these (only all-reduce, all-gather, "
+                    "reduce-scatter, all-to-all and broadcast)",
+                    cli_term(c.path), (unsigned long long)cnt.unsimulated);
       }
       free(out);
     }

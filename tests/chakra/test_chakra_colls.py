@@ -5,6 +5,8 @@ op, gloo:/nccl: backend record on another thread, record_param_comms), the other
 neither COMM nor COMP nodes; decoded with check_et --dump (our protobuf-c reader).
 
 Usage: test_chakra_colls.py ETR CHECK_ET WORKDIR
+With ETR_ASTRA_RUN set to ASTRA-sim's run.sh (../shared/tools/astra-sim), the files of the
+gloo scenario are also simulated there (skipped otherwise: the test needs no simulator).
 Exit status: 0 pass, 1 fail.
 """
 import os
@@ -47,6 +49,10 @@ def convert(name, ranks=2, **kw):
     return nodes, p.stderr
 
 
+def size(nodes, i):
+    return int(nodes[i]["comm_size"]) if "comm_size" in nodes.get(i, {}) else None
+
+
 def comm(nodes):
     return sorted(i for i, n in nodes.items() if n["type"] == "COMM_COLL")
 
@@ -64,24 +70,38 @@ check(not any(i in n for i in (5, 10, 14, 17)),
 check(11 in comp(n) and 12 in comp(n), "gloo113: gloo:all_gather's copies are not COMP: %s"
       % comp(n))
 
+# F2: a barrier is an all-reduce of one float (ASTRA-sim runs no BARRIER).
+check(n.get(16, {}).get("comm_type") == "0" and size(n, 16) == 4,
+      "gloo113: the barrier is %s, wanted an ALL_REDUCE (0) of 4 bytes" % n.get(16))
+astra = os.environ.get("ETR_ASTRA_RUN")
+if astra:
+    a = subprocess.run([astra, os.path.join(work, "gloo113-et"), "rank", "2"],
+                       capture_output=True, text=True)
+    last = (a.stdout.strip().splitlines() or [""])[-1]
+    check(a.returncode == 0 and last.startswith("astra: OK"), "ASTRA-sim on gloo113: " + last)
+else:
+    print("ETR_ASTRA_RUN not set: ASTRA-sim not run")
+
 # F4: comm_size is the input message, from the argument that holds it.
-size = lambda n, i: int(n[i]["comm_size"]) if i in n and "comm_size" in n[i] else None
 check([size(n, i) for i in (4, 8, 13)] == [4000, 400, 4000],
       "gloo113: comm_size of all_reduce, all_gather, broadcast %s, wanted [4000, 400, 4000]"
       % [size(n, i) for i in (4, 8, 13)])
-n, _ = convert("c10d_sizes")
+n, err = convert("c10d_sizes")
 got = {n[i]["name"]: size(n, i) for i in comm(n)}
 want = {"c10d::reduce_scatter_": 200, "c10d::gather_": 40, "c10d::scatter_": 80,
         "c10d::alltoall_base_": 64, "c10d::alltoall_": 48, "c10d::_allgather_base_": 12,
         "c10d::allreduce_coalesced_": 24}
 check(got == want, "c10d_sizes: comm_size %s, wanted %s" % (got, want))
 check(10 in comp(n) and 11 in comp(n), "c10d_sizes: send/recv are not plain work")
+check("2 reduce, gather or scatter COMM_COLL node(s): ASTRA-sim" in err,
+      "c10d_sizes: no note that ASTRA-sim runs no gather/scatter: %r" % err)
 
 n, _ = convert("a2a113")
 check(comm(n) == [4], "a2a113: COMM nodes %s, wanted gloo:all_to_all [4]" % comm(n))
 check(size(n, 4) == 1024, "a2a113: comm_size %s, wanted 1024" % size(n, 4))
 
-n, _ = convert("pt2")
+n, err = convert("pt2")
+check(err == "", "pt2: etr chakra said %r" % err)
 check(comm(n) == [5], "pt2: COMM nodes %s, wanted record_param_comms [5]" % comm(n))
 check(size(n, 5) == 4000, "pt2: comm_size %s, wanted 4000" % size(n, 5))
 check(6 not in n, "pt2: nccl:all_reduce inside the collective is a node")
@@ -94,5 +114,9 @@ check(4 not in n and 6 not in n, "ptobs: a gloo record is a node")
 n, _ = convert("ddp113")
 check(comm(n) == [4, 5], "ddp113: COMM nodes %s, wanted [4, 5]" % comm(n))
 check(6 not in n, "ddp113: c10d::allreduce_'s gloo record is a node")
+
+for name in ct.SCENARIOS:
+    n, _ = convert(name)
+    check(all(x.get("comm_type") != "9" for x in n.values()), name + ": a BARRIER node")
 
 sys.exit(finish("chakra collectives: OK"))
