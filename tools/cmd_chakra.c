@@ -61,7 +61,6 @@ typedef struct cx_trace {
   bool oom;
   int64_t rank;     /* from the process-group node, -1 when none */
   uint64_t skipped; /* duplicate op ids left out */
-  uint64_t no_pg;   /* COMM nodes whose trace names no process group */
   const char *schema;
 } cx_trace;
 
@@ -384,6 +383,7 @@ static int64_t clamp_i64(uint64_t v) { return v > INT64_MAX ? INT64_MAX : (int64
 typedef struct cx_counts {
   uint64_t comp, coll, meta, data_deps, ctrl_deps;
   uint64_t unsimulated; /* COMM nodes of a type ASTRA-sim's workload layer does not run */
+  uint64_t no_pg;       /* COMM nodes whose trace names no process group (put in "0") */
 } cx_counts;
 
 static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
@@ -526,6 +526,7 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
       attr_i64(&a[na++], "comm_size", clamp_i64(x->comm_size));
       attr_str(&a[na++], "pg_name",
                x->pg_name != AN_NOSTR ? an_colls_str(&t->colls, x->pg_name) : "0");
+      if (x->pg_name == AN_NOSTR) cnt->no_pg++;
       cnt->coll++;
     }
     attr_i64(&a[na++], "tensor_size", clamp_i64(x->tensor_size));
@@ -721,6 +722,12 @@ int cmd_chakra(int argc, char **argv) {
         if (c.skipped)
           printf("; %llu ops with a repeated id left out", (unsigned long long)c.skipped);
         printf("\n");
+        if (cnt.no_pg)
+          cli_error(CMD,
+                    "%s: %llu collective(s) name no process group: written in group \"0\" "
+                    "(every rank), wrong for a collective of a sub-group, on which ASTRA-sim "
+                    "then waits forever (docs/FORMAT.md, \"Collectives in a trace\")",
+                    cli_term(c.path), (unsigned long long)cnt.no_pg);
         if (cnt.unsimulated)
           cli_error(CMD,
                     "%s: %llu reduce, gather or scatter COMM_COLL node(s): ASTRA-sim's "

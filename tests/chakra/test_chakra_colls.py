@@ -62,13 +62,21 @@ def comp(nodes):
 
 
 # F1: one COMM node per call.
-n, _ = convert("gloo113")
+n, err = convert("gloo113")
 check(comm(n) == [4, 8, 13, 16], "gloo113: COMM nodes %s, wanted the c10d ops [4, 8, 13, 16]"
       % comm(n))
 check(not any(i in n for i in (5, 10, 14, 17)),
       "gloo113: a gloo record is a node: %s" % [(i, n[i]) for i in (5, 10, 14, 17) if i in n])
 check(11 in comp(n) and 12 in comp(n), "gloo113: gloo:all_gather's copies are not COMP: %s"
       % comp(n))
+
+# F3: collectives whose trace names no group go to group "0", and etr chakra says so, once
+# per file with how many.
+check(all(n[i].get("pg") == "0" for i in comm(n)), "gloo113: a COMM node not in group 0")
+lines = [x for x in err.splitlines() if "name no process group" in x]
+check(len(lines) == 2 and all("4 collective(s) name no process group" in x for x in lines) and
+      "gloo113-0.json" in lines[0] and "gloo113-1.json" in lines[1],
+      "gloo113: no one-line note per file that 4 collectives name no group: %r" % err)
 
 # F2: a barrier is an all-reduce of one float (ASTRA-sim runs no BARRIER).
 check(n.get(16, {}).get("comm_type") == "0" and size(n, 16) == 4,
