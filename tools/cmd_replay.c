@@ -146,7 +146,20 @@ int cmd_replay(int argc, char **argv) {
     rc = ETR_CLI_FAIL;
     goto done;
   }
-  for (size_t i = 0; i < t.n; i++) nops[t.ops[i].thread]++;
+  /* Under a network model a collective call costs the link's time once, on its counted
+   * record; its other records (a gloo worker's, a c10d:: op around record_param_comms) are
+   * the same call: nothing more. Calls whose group size is unknown cost the latency only. */
+  size_t no_size = 0, calls = 0;
+  for (size_t i = 0; i < t.n; i++) {
+    nops[t.ops[i].thread]++;
+    if (m.link_GBps > 0 && (t.ops[i].flags & ETR_OPF_COLL_TWIN) &&
+        !(t.ops[i].flags & ETR_OPF_COLLECTIVE))
+      cost[i] = 0;
+    if (t.ops[i].flags & ETR_OPF_COLLECTIVE) {
+      calls++;
+      if (t.ops[i].pg_size == 0) no_size++;
+    }
+  }
   if (csv != NULL) {
     FILE *cf = cli_open_output(CMD, csv);
     if (cf == NULL) {
@@ -181,6 +194,11 @@ int cmd_replay(int argc, char **argv) {
     if (m.link_GBps > 0)
       fprintf(out, ", collectives at %.3g us + bytes / %.3g GB/s", m.link_latency_us, m.link_GBps);
     fprintf(out, "), else recorded exclusive durations");
+    if (m.link_GBps > 0)
+      fprintf(out, "; %zu collective call(s)%s", calls,
+              calls ? "" : " (none in the trace: the link costs nothing)");
+    if (m.link_GBps > 0 && no_size)
+      fprintf(out, ", %zu of unknown group size (the trace names none): latency only", no_size);
   }
   if (t.n_untimed > 0)
     fprintf(out, "; %zu op(s) without timing cost %.3g us each%s", t.n_untimed, m.untimed_us,

@@ -1,7 +1,10 @@
 /* etr summary FILE — what a trace holds, streaming: nodes, threads, ops by count and by
  * exclusive time, the largest tensors, collectives by process group, recorder statistics.
+ * A collective is a call as tools/lib_an_ops.h's an_colls counts them (record_param_comms,
+ * collective attrs, c10d::X, gloo:X / nccl:X; one per call), the same as chakra and replay.
  *
- * Memory: one entry per distinct op name, per tid and per (process group, collective);
+ * Memory: one entry per distinct op name, per tid and per (process group, collective), one
+ * record (~120 bytes) per collective op;
  * the top tensors are kept in a heap of --top entries (a tensor is identified by its id and
  * storage id, and counts at the largest size it is seen with: PyTorch reuses ids).
  */
@@ -12,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "lib_an_ops.h"
 #include "lib_an_ranks.h"
 #include "lib_an_util.h"
 
@@ -48,10 +52,6 @@ static int64_t sat_sub(int64_t a, int64_t b) {
 
 static uint64_t sat_add_u(uint64_t a, uint64_t b) {
   return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-static uint64_t sat_mul_u(uint64_t a, uint64_t b) {
-  return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
 
 static uint64_t hash_str(const char *s, size_t n) {
@@ -135,6 +135,7 @@ typedef struct srun {
   coll *coll;
   size_t n_coll, cap_coll;
   an_strtab coll_keys; /* "pg\0name" (as kept) -> index in coll: the same index */
+  an_colls colls;      /* the collective records, resolved after the last node */
   tens *heap;
   size_t n_heap;
   uint64_t tensor_values;
@@ -267,40 +268,10 @@ static void scan_io(srun *s, const rd_rnode *n, const rd_jval *io) {
   }
 }
 
-/* Bytes per element of a collective's "dtype" attr (c10 ScalarType names); 0 if unknown. */
-static unsigned dtype_size(const char *d) {
-  static const struct {
-    const char *name;
-    unsigned size;
-  } t[] = {{"Float", 4},          {"Double", 8},        {"Half", 2},        {"BFloat16", 2},
-           {"Long", 8},           {"Int", 4},           {"Short", 2},       {"Char", 1},
-           {"Byte", 1},           {"Bool", 1},          {"ComplexHalf", 4}, {"ComplexFloat", 8},
-           {"ComplexDouble", 16}, {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"UInt16", 2},
-           {"UInt32", 4},         {"UInt64", 8}};
-  if (!strncmp(d, "c10::", 5)) d += 5;
-  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-    if (!strcmp(d, t[i].name)) return t[i].size;
-  return 0;
-}
-
-static const rd_rattr *find_attr(const rd_rnode *n, const char *name) {
-  for (size_t i = 0; i < n->n_attrs; i++)
-    if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
-  return NULL;
-}
-
-static uint64_t attr_u64(const rd_rnode *n, const char *name, bool *ok) {
-  const rd_rattr *a = find_attr(n, name);
-  *ok = a && (a->value.kind == ETR_J_INT || a->value.kind == ETR_J_UINT);
-  if (!*ok) return 0;
-  return a->value.kind == ETR_J_INT ? (uint64_t)a->value.v.i : a->value.v.u;
-}
-
-static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
-  const rd_rattr *pg = find_attr(n, "pg_name"), *dt = find_attr(n, "dtype");
-  bool no_pg = !pg || pg->value.kind != ETR_J_STRING;
-  const char *pgs = no_pg ? "" : pg->value.v.str.s;
-  const char *name = cn->value.kind == ETR_J_STRING ? cn->value.v.str.s : "?";
+/* One collective call: its counted record r, added to the (group, collective) entries. */
+static void add_collective(srun *s, const an_coll_rec *r) {
+  bool no_pg = r->pg == AN_NOSTR;
+  const char *pgs = an_colls_str(&s->colls, r->pg), *name = an_colls_str(&s->colls, r->name);
   /* (looked up by the strings as kept, cut at 63 bytes, after a byte that tells a missing
    * pg_name from an empty one: one entry per pair, in time linear in the nodes however many
    * pairs there are) */
@@ -335,12 +306,19 @@ static void add_collective(srun *s, const rd_rnode *n, const rd_rattr *cn) {
     copy_trunc(c->name, sizeof c->name, name, strlen(name));
   }
   c->count++;
-  unsigned es = dt && dt->value.kind == ETR_J_STRING ? dtype_size(dt->value.v.str.s) : 0;
-  bool ok1, ok2;
-  uint64_t in = attr_u64(n, "in_msg_nelems", &ok1), out = attr_u64(n, "out_msg_nelems", &ok2);
-  if (!es || !ok1 || !ok2) c->size_unknown = true;
-  c->in_bytes = sat_add_u(c->in_bytes, sat_mul_u(in, es));
-  c->out_bytes = sat_add_u(c->out_bytes, sat_mul_u(out, es));
+  if (!r->bytes_exact) c->size_unknown = true;
+  c->in_bytes = sat_add_u(c->in_bytes, r->in_bytes);
+  c->out_bytes = sat_add_u(c->out_bytes, r->out_bytes);
+}
+
+/* After the last node: the collective calls of the trace. */
+static void collectives(srun *s) {
+  if (!an_colls_resolve(&s->colls)) {
+    s->oom = true;
+    return;
+  }
+  for (size_t i = 0; i < s->colls.n && !s->oom; i++)
+    if (s->colls.r[i].role == AN_COLL_COUNTED) add_collective(s, &s->colls.r[i]);
 }
 
 static thr *get_thr(srun *s, uint64_t tid) {
@@ -364,6 +342,7 @@ static thr *get_thr(srun *s, uint64_t tid) {
 
 static void on_node(srun *s, const rd_rnode *n) {
   s->nodes++;
+  if (!an_colls_add(&s->colls, n)) s->oom = true;
   if (!strcmp(n->name, THREAD_NAME)) {
     s->thread_nodes++;
     return;
@@ -389,8 +368,6 @@ static void on_node(srun *s, const rd_rnode *n) {
   }
   scan_io(s, n, n->inputs);
   scan_io(s, n, n->outputs);
-  const rd_rattr *cn = find_attr(n, "collective_name");
-  if (cn) add_collective(s, n, cn);
 }
 
 /* ---- output ---- */
@@ -656,8 +633,10 @@ static void usage(FILE *f) {
           "Summarises a trace, streaming: nodes and threads (per tid: ops, busy time = sum of\n"
           "exclusive durations, span); ops by count and by exclusive time; the largest\n"
           "tensors by bytes (numel x itemsize, each tensor once); collectives by process\n"
-          "group (pg_name) and kind, with bytes (in/out_msg_nelems x dtype size); the\n"
-          "recorder statistics of the \"etr\" footer when present. Times in microseconds.\n"
+          "group (pg_name) and kind, one per call whichever records it left\n"
+          "(record_param_comms, c10d::X, gloo:X / nccl:X), with the bytes of its input and\n"
+          "output messages; the recorder statistics of the \"etr\" footer when present.\n"
+          "Times in microseconds.\n"
           "\n"
           "With several files (one trace per rank): per rank the makespan and the time in\n"
           "collectives; collectives matched across ranks by process group and order; the\n"
@@ -741,6 +720,7 @@ int cmd_summary(int argc, char **argv) {
   while ((rc = cli_next(&in, &n)) == 1) on_node(&s, n);
   if (rc == 0) rc = cli_finish(&in);
   if (rc < 0) goto done;
+  if (!s.oom) collectives(&s);
   if (s.oom) {
     cli_error(CMD, "out of memory");
     goto done;
@@ -761,6 +741,7 @@ done:
   an_u64map_free(&s.thr_index);
   free(s.coll);
   an_strtab_free(&s.coll_keys);
+  an_colls_free(&s.colls);
   free(s.heap);
   return ret;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <yajl/yajl_tree.h>
 
 /* ---- table ---- */
 
@@ -414,8 +415,9 @@ static bool coll_sizes(an_colls *c, an_coll_rec *r, const rd_rnode *n) {
     const rd_rattr *in = an_attr(n, "in_msg_nelems"), *out = an_attr(n, "out_msg_nelems");
     const char *dt = str_attr(n, "dtype");
     unsigned es = an_dtype_size(dt);
-    r->in_nelems = in ? (uint64_t)an_jint(&in->value, 0) : 0;
-    r->out_nelems = out ? (uint64_t)an_jint(&out->value, 0) : 0;
+    int64_t ni = in ? an_jint(&in->value, 0) : 0, no = out ? an_jint(&out->value, 0) : 0;
+    r->in_nelems = ni > 0 ? (uint64_t)ni : 0;
+    r->out_nelems = no > 0 ? (uint64_t)no : 0;
     if (dt != NULL && (r->dtype = an_strtab_intern(&c->strs, dt, strlen(dt))) == AN_NOSTR)
       return false;
     /* the tensors: record_param_comms' first input (PyTorch's, and etr's example) */
@@ -464,6 +466,35 @@ static const char *attrs_pg(const rd_rnode *n) {
   return NULL;
 }
 
+bool an_groups_zero(const rd_rnode *n, int64_t *rank, int64_t *size) {
+  if (n->name == NULL || strcmp(n->name, "## process_group:init ##") != 0) return false;
+  const rd_jval *vals = n->inputs ? rd_jobj_get(n->inputs, "values") : NULL;
+  if (!vals || vals->kind != ETR_J_ARRAY || vals->v.arr.n < 1) return false;
+  const rd_jval *s = &vals->v.arr.items[0];
+  if (s->kind != ETR_J_STRING) return false;
+  char err[128];
+  yajl_val root = yajl_tree_parse(s->v.str.s, err, sizeof err);
+  if (!root) return false;
+  bool found = false;
+  if (YAJL_IS_ARRAY(root)) {
+    static const char *k_name[] = {"pg_name", NULL}, *k_rank[] = {"rank", NULL},
+                      *k_size[] = {"group_size", NULL};
+    for (size_t i = 0; i < root->u.array.len; i++) {
+      yajl_val g = root->u.array.values[i];
+      yajl_val name = yajl_tree_get(g, k_name, yajl_t_string);
+      const char *nm = name ? YAJL_GET_STRING(name) : NULL;
+      if (!nm || strcmp(nm, "0") != 0) continue;
+      yajl_val r = yajl_tree_get(g, k_rank, yajl_t_number);
+      yajl_val w = yajl_tree_get(g, k_size, yajl_t_number);
+      if (r && YAJL_IS_INTEGER(r) && YAJL_GET_INTEGER(r) >= 0) *rank = YAJL_GET_INTEGER(r);
+      if (w && YAJL_IS_INTEGER(w)) *size = YAJL_GET_INTEGER(w);
+      found = true;
+    }
+  }
+  yajl_tree_free(root);
+  return found;
+}
+
 void an_colls_free(an_colls *c) {
   free(c->r);
   free(c->wnext);
@@ -503,6 +534,8 @@ bool an_colls_add(an_colls *c, const rd_rnode *n) {
   uint32_t below = take_waiting(c, n->id);
   if (an_is_thread_node(n) || an_is_process_node(n)) /* chains of parents end there */
     return an_u64map_put(&c->roots, (uint64_t)n->id, 0);
+  int64_t rank = -1, world = -1;
+  if (an_groups_zero(n, &rank, &world) && world > 0) c->world = (uint64_t)world;
   int kind;
   int level = an_coll_classify(n, &kind);
   if (level == 0) { /* not a record: what is nested in it is nested in its parent */
@@ -647,7 +680,8 @@ bool an_colls_resolve(an_colls *c) {
   qsort(ord, n, sizeof *ord, cmp_start);
   pair(c, ord, n, AN_COLL_BY_DISPATCH);
   pair(c, ord, n, AN_COLL_BY_BACKEND);
-  /* 3. A call's span: from its counted record's start to the last end of its records. */
+  /* 3. A call's span: from its counted record's start to the last end of its records, but
+   * for those around it (a c10d:: op around record_param_comms adds its own tail only). */
   for (size_t i = 0; i < n; i++) c->r[i].span_end = c->r[i].end;
   for (size_t i = 0; i < n; i++) {
     an_coll_rec *r = &c->r[i];
@@ -656,7 +690,8 @@ bool an_colls_resolve(an_colls *c) {
     for (size_t guard = 0; c->r[r->counted].role == AN_COLL_TWIN && guard < n; guard++)
       r->counted = c->r[r->counted].counted;
     an_coll_rec *k = &c->r[r->counted];
-    if (r->timed && k->timed && r->end > k->span_end) k->span_end = r->end;
+    bool around = root[i] == root[r->counted] && depth[i] < depth[r->counted];
+    if (!around && r->timed && k->timed && r->end > k->span_end) k->span_end = r->end;
   }
   free(root);
   free(depth);
@@ -671,19 +706,6 @@ double an_coll_rec_wire(const an_colls *c, const an_coll_rec *r, uint64_t p) {
     return an_coll_bytes(an_colls_str(c, r->name), an_colls_str(c, r->dtype), r->in_nelems,
                          r->out_nelems, size);
   return an_coll_wire(r->kind, (double)r->in_bytes, (double)r->out_bytes, size);
-}
-
-static const char *attr_str(const rd_rnode *n, const char *name) {
-  const rd_rattr *a = an_attr(n, name);
-  return a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : NULL;
-}
-
-static uint64_t attr_u64(const rd_rnode *n, const char *name) {
-  const rd_rattr *a = an_attr(n, name);
-  if (a == NULL) return 0;
-  if (a->value.kind == ETR_J_UINT) return a->value.v.u;
-  if (a->value.kind == ETR_J_INT && a->value.v.i > 0) return (uint64_t)a->value.v.i;
-  return 0;
 }
 
 bool an_optab_add_rnode(an_optab *t, const rd_rnode *n) {
@@ -709,14 +731,7 @@ bool an_optab_add_rnode(an_optab *t, const rd_rnode *n) {
   d.out = out.v;
   d.n_out = out.n;
   d.flops = an_flops(n->name, n->inputs, n->outputs);
-  d.coll_bytes = -1;
-  const char *coll = attr_str(n, "collective_name");
-  if (coll != NULL) {
-    uint64_t pg = attr_u64(n, "pg_size");
-    d.pg_size = pg > UINT32_MAX ? UINT32_MAX : (uint32_t)pg;
-    d.coll_bytes = an_coll_bytes(coll, attr_str(n, "dtype"), attr_u64(n, "in_msg_nelems"),
-                                 attr_u64(n, "out_msg_nelems"), pg);
-  }
+  d.coll_bytes = -1; /* (collectives: an_optab_finish, from t->colls) */
   bool ok = !in.oom && !out.oom && an_optab_add_op(t, &d);
   free(in.v);
   free(out.v);
@@ -809,7 +824,24 @@ bool an_optab_finish(an_optab *t) {
   for (size_t i = 0; i < t->n; i++) t->order[i] = keys[i].ix;
   free(keys);
   an_optab_mark_flops(t);
-  return an_colls_resolve(&t->colls);
+  if (!an_colls_resolve(&t->colls)) return false;
+  /* The collective calls: the op of each counted record carries the call, the others are
+   * twins. (Ops described directly, an_optab_add_op, keep what their description says.) */
+  for (size_t k = 0; k < t->colls.n; k++) {
+    const an_coll_rec *r = &t->colls.r[k];
+    uint64_t i;
+    if (!an_u64map_get(&t->id2ix, (uint64_t)r->id, &i)) continue;
+    an_op *op = &t->ops[i];
+    if (r->role == AN_COLL_TWIN) {
+      op->flags |= ETR_OPF_COLL_TWIN;
+      continue;
+    }
+    uint64_t p = r->pg_size ? r->pg_size : t->colls.world;
+    op->flags |= ETR_OPF_COLLECTIVE;
+    op->coll_bytes = an_coll_rec_wire(&t->colls, r, t->colls.world);
+    op->pg_size = p > UINT32_MAX ? UINT32_MAX : (uint32_t)p;
+  }
+  return true;
 }
 
 int an_optab_load(an_optab *t, const char *cmd, const char *path) {

@@ -41,8 +41,9 @@ enum {
   ETR_OPF_TIMED = 1u << 0,      /* ts / inclusive_dur / exclusive_dur present */
   ETR_OPF_FLOP_NAME = 1u << 1,  /* mm / conv-like op with FLOPs computed from shapes */
   ETR_OPF_FLOP_INNER = 1u << 2, /* ... and no descendant is one (the model costs this one) */
-  ETR_OPF_COLLECTIVE = 1u << 3, /* carries collective_name */
+  ETR_OPF_COLLECTIVE = 1u << 3, /* the counted record of a collective call (an_colls) */
   ETR_OPF_HAS_FLOP_DESC = 1u << 4,
+  ETR_OPF_COLL_TWIN = 1u << 5, /* another record of a collective call, counted on another op */
 };
 
 /* ---- collectives (lib_an_ops.c): what one is, for summary, replay and chakra alike ----
@@ -123,6 +124,7 @@ typedef struct an_colls {
   size_t capw;
   an_u64map by_id; /* record id -> index */
   an_u64map roots; /* ids of the thread and process nodes read */
+  uint64_t world;  /* group "0"'s size from a `## process_group:init ##` node, 0 when none */
 } an_colls;
 
 /* The kind a collective's name says ("allreduce", "all_gather", "c10d::alltoall_base_",
@@ -136,6 +138,10 @@ unsigned an_dtype_size(const char *dtype);
 /* Whether an op node is a record of a collective: its level (AN_COLL_BY_*, 0 when not one)
  * and *kind. */
 int an_coll_classify(const rd_rnode *n, int *kind);
+
+/* The rank and size of group "0" in a `## process_group:init ##` node (each left as it is
+ * when the list does not say it); false when n is no such node or names no group "0". */
+bool an_groups_zero(const rd_rnode *n, int64_t *rank, int64_t *size);
 
 /* An all-zero an_colls is empty and valid; an_colls_free makes it so again. */
 void an_colls_free(an_colls *c);
@@ -220,8 +226,10 @@ bool an_optab_add_thread(an_optab *t, int64_t node_id, uint64_t tid);
 bool an_optab_add_op(an_optab *t, const an_op_desc *d);
 /* Add one node read from a trace (thread, process or op). false when memory ran out. */
 bool an_optab_add_rnode(an_optab *t, const rd_rnode *n);
-/* Resolve parents, fw_parents, the start order and the recorded span, and the collective
- * records (colls). false on OOM. */
+/* Resolve parents, fw_parents, the start order and the recorded span; resolve the collective
+ * records (colls) and flag their ops: ETR_OPF_COLLECTIVE, coll_bytes and pg_size on the
+ * counted one (the group size: its pg_size attr, else group "0"'s when the trace declares
+ * it, else 0: unknown), ETR_OPF_COLL_TWIN on the others. false on OOM. */
 bool an_optab_finish(an_optab *t);
 const char *an_optab_name(const an_optab *t, uint32_t op_ix);
 /* Mark the innermost FLOP ops (ETR_OPF_FLOP_INNER), whose cost the model's FLOP rate sets;

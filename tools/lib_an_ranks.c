@@ -5,14 +5,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
 
 #include "cli.h"
 #include "lib_an_ops.h"
 #include "lib_an_ranks.h"
 #include "lib_an_util.h"
 
-#define PG_INIT_NAME "## process_group:init ##"
 #define NOIX UINT32_MAX
 
 typedef struct rk_coll {
@@ -71,68 +69,40 @@ typedef struct rk_set {
   const char *rank_source;
 } rk_set;
 
-static const char *attr_str(const rd_rnode *n, const char *name) {
-  const rd_rattr *a = an_attr(n, name);
-  return a && a->value.kind == ETR_J_STRING ? a->value.v.str.s : "";
-}
-
-static uint64_t attr_u64(const rd_rnode *n, const char *name) {
-  const rd_rattr *a = an_attr(n, name);
-  int64_t v = a ? an_jint(&a->value, 0) : 0;
-  return v > 0 ? (uint64_t)v : 0;
-}
-
-/* The rank and world of this process from the JSON list of the process-group node. */
-static void parse_groups(rk_rank *rk, const rd_rnode *n) {
-  const rd_jval *vals = n->inputs ? rd_jobj_get(n->inputs, "values") : NULL;
-  if (!vals || vals->kind != ETR_J_ARRAY || vals->v.arr.n < 1) return;
-  const rd_jval *s = &vals->v.arr.items[0];
-  if (s->kind != ETR_J_STRING) return;
-  char err[128];
-  yajl_val root = yajl_tree_parse(s->v.str.s, err, sizeof err);
-  if (!root) return;
-  if (YAJL_IS_ARRAY(root)) {
-    static const char *k_name[] = {"pg_name", NULL}, *k_rank[] = {"rank", NULL},
-                      *k_size[] = {"group_size", NULL};
-    for (size_t i = 0; i < root->u.array.len; i++) {
-      yajl_val g = root->u.array.values[i];
-      yajl_val name = yajl_tree_get(g, k_name, yajl_t_string);
-      const char *nm = name ? YAJL_GET_STRING(name) : NULL;
-      if (!nm || strcmp(nm, "0") != 0) continue;
-      yajl_val r = yajl_tree_get(g, k_rank, yajl_t_number);
-      yajl_val w = yajl_tree_get(g, k_size, yajl_t_number);
-      if (r && YAJL_IS_INTEGER(r) && YAJL_GET_INTEGER(r) >= 0) rk->pg_rank = YAJL_GET_INTEGER(r);
-      if (w && YAJL_IS_INTEGER(w)) rk->world = YAJL_GET_INTEGER(w);
-    }
-  }
-  yajl_tree_free(root);
-}
-
-static bool add_coll(rk_set *s, rk_rank *rk, const rd_rnode *n, const char *coll) {
+/* A collective call of this rank: the counted record r of its trace's records. */
+static bool add_coll(rk_set *s, rk_rank *rk, const an_colls *cs, const an_coll_rec *r) {
   if (!an_grow((void **)&rk->c, &rk->cap, rk->n + 1, sizeof *rk->c)) return false;
-  const char *pg = attr_str(n, "pg_name");
+  const char *pg = an_colls_str(cs, r->pg), *name = an_colls_str(cs, r->name);
   rk_coll *c = &rk->c[rk->n];
   memset(c, 0, sizeof *c);
-  c->id = n->id;
-  c->ts = n->has_timing ? n->ts : 0;
-  c->dur = n->has_timing ? n->inclusive_dur : -1;
-  c->in_nelems = attr_u64(n, "in_msg_nelems");
-  c->out_nelems = attr_u64(n, "out_msg_nelems");
-  c->bytes = an_coll_bytes(coll, attr_str(n, "dtype"), c->in_nelems, c->out_nelems,
-                           attr_u64(n, "pg_size"));
+  c->id = r->id;
+  c->ts = r->timed ? r->ts : 0;
+  c->dur = r->timed ? r->span_end - r->ts : -1;
+  c->in_nelems = r->in_nelems;
+  c->out_nelems = r->out_nelems;
+  /* group size: the record's pg_size, else group "0"'s size, else the number of ranks given
+   * (a collective whose trace names no group is in group "0", every rank) */
+  c->bytes = an_coll_rec_wire(cs, r, rk->world > 0 ? (uint64_t)rk->world : (uint64_t)s->n);
   c->pg = an_strtab_intern(&s->pgs, pg, strlen(pg));
-  c->name = an_strtab_intern(&s->names, coll, strlen(coll));
+  c->name = an_strtab_intern(&s->names, name, strlen(name));
   c->inst = NOIX;
   if (c->pg == NOIX || c->name == NOIX) return false;
-  if (n->has_timing && n->inclusive_dur > 0) rk->comm_us += n->inclusive_dur;
-  /* PyTorch's record_param_comms: tensors, seq, (pg_name, pg_desc), rank in the group, ... */
-  const rd_jval *vals = n->inputs ? rd_jobj_get(n->inputs, "values") : NULL;
-  if (rk->comm_rank < 0 && !strcmp(pg, "0") && vals && vals->kind == ETR_J_ARRAY &&
-      vals->v.arr.n >= 4 && vals->v.arr.items[0].kind == ETR_J_ARRAY &&
-      vals->v.arr.items[3].kind == ETR_J_INT)
-    rk->comm_rank = vals->v.arr.items[3].v.i;
+  if (c->dur > 0) rk->comm_us += c->dur;
   rk->n++;
   return true;
+}
+
+/* The rank of the process from PyTorch's record_param_comms inputs (tensors, seq,
+ * (pg_name, pg_desc), rank in the group, ...) in group "0". */
+static void comm_rank_of(rk_rank *rk, const rd_rnode *n) {
+  int kind;
+  if (rk->comm_rank >= 0 || an_coll_classify(n, &kind) != AN_COLL_BY_ATTRS) return;
+  const rd_rattr *pg = an_attr(n, "pg_name");
+  const rd_jval *vals = n->inputs ? rd_jobj_get(n->inputs, "values") : NULL;
+  if (pg && pg->value.kind == ETR_J_STRING && !strcmp(pg->value.v.str.s, "0") && vals &&
+      vals->kind == ETR_J_ARRAY && vals->v.arr.n >= 4 && vals->v.arr.items[0].kind == ETR_J_ARRAY &&
+      vals->v.arr.items[3].kind == ETR_J_INT)
+    rk->comm_rank = vals->v.arr.items[3].v.i;
 }
 
 static int cmp_coll_id(const void *a, const void *b) {
@@ -146,9 +116,15 @@ static int read_rank(rk_set *s, rk_rank *rk) {
   const rd_rnode *nd;
   int rc;
   bool oom = false;
+  an_colls cs;
+  memset(&cs, 0, sizeof cs);
   rk->t0 = INT64_MAX;
   rk->t1 = INT64_MIN;
   while ((rc = cli_next(&in, &nd)) == 1) {
+    if (!an_colls_add(&cs, nd)) {
+      oom = true;
+      break;
+    }
     if (an_is_thread_node(nd) || an_is_process_node(nd)) continue;
     rk->ops++;
     if (nd->has_timing) {
@@ -159,15 +135,16 @@ static int read_rank(rk_set *s, rk_rank *rk) {
     } else {
       rk->untimed++;
     }
-    if (!strcmp(nd->name, PG_INIT_NAME)) parse_groups(rk, nd);
-    const rd_rattr *cn = an_attr(nd, "collective_name");
-    if (cn && cn->value.kind == ETR_J_STRING && !add_coll(s, rk, nd, cn->value.v.str.s)) {
-      oom = true;
-      break;
-    }
+    an_groups_zero(nd, &rk->pg_rank, &rk->world);
+    comm_rank_of(rk, nd);
   }
   if (rc == 0 && !oom) rc = cli_finish(&in);
   cli_close(&in);
+  /* The collective calls: the counted records (tools/lib_an_ops.h, an_colls). */
+  if (rc == 0 && !oom && !an_colls_resolve(&cs)) oom = true;
+  for (size_t i = 0; rc == 0 && !oom && i < cs.n; i++)
+    if (cs.r[i].role == AN_COLL_COUNTED && !add_coll(s, rk, &cs, &cs.r[i])) oom = true;
+  an_colls_free(&cs);
   if (oom) cli_error(s->cmd, "%s: out of memory", rk->file);
   if (rc < 0 || oom) return ETR_CLI_FAIL;
   if (rk->t0 > rk->t1) rk->t0 = rk->t1 = 0;
@@ -325,6 +302,17 @@ static double model_us(const an_ranks_opts *o, double bytes) {
   return o->alpha_us + bytes / (o->beta_GBps * 1e3);
 }
 
+/* No rank holds a collective: its time in communication is not known (it is not 0). */
+#define NO_COLL_NOTE                                                                    \
+  "note: no collective in these traces (no record_param_comms or collective attrs, no " \
+  "c10d::, gloo: or nccl: op): communication is not modelled, the time in it is not known"
+
+static bool no_collective(const rk_set *s) {
+  for (int i = 0; i < s->n; i++)
+    if (s->r[i].n) return false;
+  return true;
+}
+
 /* ---- summary: recorded times ---- */
 
 static void straggle_recorded(rk_set *s) {
@@ -419,6 +407,7 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
             span > 0 ? 100.0 * (double)r->comm_us / (double)span : 0.0, r->n, r->file,
             r->untimed == r->ops && r->ops ? " (no timing)" : "");
   }
+  if (no_collective(s)) fprintf(f, "%s\n", NO_COLL_NOTE);
   fprintf(f, "\ncollectives matched across ranks (process group + order): %zu", s->ninst);
   if (s->unmatched) fprintf(f, ", %zu left unmatched", s->unmatched);
   fputc('\n', f);
@@ -587,6 +576,7 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
           "compute between collectives: as recorded on each rank; %zu collectives matched "
           "across ranks in %zu process group(s)\n",
           s.ninst, s.pgs.n);
+  if (no_collective(&s)) fprintf(f, "%s\n", NO_COLL_NOTE);
   int slow = 0;
   for (int i = 1; i < s.n; i++)
     if (s.r[i].makespan > s.r[slow].makespan) slow = i;

@@ -4,8 +4,9 @@
  * Each trace is one rank. Its rank number comes from the `## process_group:init ##` node
  * (the "rank" key of group "0", docs/FORMAT.md), else from the rank input of its first
  * record_param_comms in group "0", else from its position on the command line. Collectives
- * (ops with a collective_name attr) are matched across ranks by process group and order: the
- * k-th collective of group G on one rank is the k-th of G on every rank that uses G.
+ * (the calls an_colls counts, lib_an_ops.h: one per call whichever records it left) are
+ * matched across ranks by process group and order: the k-th collective of group G on one rank
+ * is the k-th of G on every rank that uses G. A call lasts its recorded span.
  *
  * summary (recorded times): per rank the makespan (first op start to last op end), the time
  * inside collectives; per matched collective the straggler, i.e. the rank that spent the
