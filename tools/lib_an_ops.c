@@ -420,9 +420,13 @@ static bool coll_sizes(an_colls *c, an_coll_rec *r, const rd_rnode *n) {
     r->out_nelems = no > 0 ? (uint64_t)no : 0;
     if (dt != NULL && (r->dtype = an_strtab_intern(&c->strs, dt, strlen(dt))) == AN_NOSTR)
       return false;
-    /* the tensors: record_param_comms' first input (PyTorch's, and etr's example) */
-    uint64_t tin = io_bytes(n->inputs, 0, &first);
-    if (in && out && es) {
+    /* the tensors: record_param_comms' first input (PyTorch's, and etr's example); a c10d::
+     * op with the attrs (etr.torch's) holds its input message where a dispatch record does
+     * (below: allgather_'s second argument), and its first tensor pairs it with its backend
+     * record */
+    bool c10d = n->name != NULL && strncmp(n->name, "c10d::", 6) == 0;
+    uint64_t tin = io_bytes(n->inputs, c10d && !in_place(r->kind) ? 1 : 0, &first);
+    if (in && out && (es || (r->in_nelems == 0 && r->out_nelems == 0))) { /* (a barrier) */
       r->in_bytes = r->in_nelems * es;
       r->out_bytes = r->out_nelems * es;
       r->bytes_exact = true;

@@ -127,4 +127,14 @@ for name in ct.SCENARIOS:
     n, _ = convert(name)
     check(all(x.get("comm_type") != "9" for x in n.values()), name + ": a BARRIER node")
 
+# etr.torch's c10d ops with the collective attrs: still one COMM node per call, the attrs'
+# group and sizes (before: gloo:all_gather, whose first tensor is not allgather_'s first
+# input, was not paired and counted a second time).
+n, err = convert("torch113attrs")
+check(comm(n) == [4, 8, 13, 16], "torch113attrs: COMM nodes %s, wanted [4, 8, 13, 16]" % comm(n))
+check([n[i].get("pg") for i in comm(n)] == ["1", "0", "0", "0"] and size(n, 8) == 400,
+      "torch113attrs: groups %s, all_gather %s bytes" % ([n[i].get("pg") for i in comm(n)],
+                                                         size(n, 8)))
+check("name no process group" not in err, "torch113attrs: said it lacks groups: %r" % err)
+
 sys.exit(finish("chakra collectives: OK"))

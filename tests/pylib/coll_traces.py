@@ -99,6 +99,26 @@ def gloo113(rank=0):
     ]
 
 
+def torch113attrs(rank=0):
+    """gloo113 as etr.torch records it now: each c10d op carries the collective attrs
+    (collective_name, dtype, in/out_msg_nelems, pg_size, pg_name; the all-reduce in group
+    "1"). Expected: the same 4 COMM nodes on the c10d ops, the gloo records no node (the
+    c10d op's first input tensor pairs them: allgather_'s is its second argument's), the
+    all-reduce in group "1", the others in "0", all_gather 400 bytes."""
+    def coll(name, n_in, n_out, pg, dtype="Float"):
+        return [("collective_name", "string", name), ("dtype", "string", dtype),
+                ("in_msg_nelems", "uint64", n_in), ("out_msg_nelems", "uint64", n_out),
+                ("pg_name", "string", pg), ("pg_size", "uint64", 2)]
+    extra = {4: coll("allreduce", 1000, 1000, "1"), 8: coll("allgather", 100, 200, "0"),
+             13: coll("broadcast", 1000, 1000, "0"), 16: coll("barrier", 0, 0, "0", "")}
+    out = []
+    for n in gloo113(rank):
+        if n["id"] in extra:
+            n["attrs"] += attrs(1, extra[n["id"]])[-6:]
+        out.append(n)
+    return out
+
+
 def a2a113(rank=0):
     """gloo's all_to_all_single in PyTorch 1.13: a gloo:all_to_all record alone (no c10d op).
     Expected: it is the one COMM node, 1024 bytes."""
@@ -198,5 +218,5 @@ def c10d_sizes(rank=0):
     ]
 
 
-SCENARIOS = {"gloo113": gloo113, "a2a113": a2a113, "pt2": pt2, "ptobs": ptobs,
+SCENARIOS = {"gloo113": gloo113, "torch113attrs": torch113attrs, "a2a113": a2a113, "pt2": pt2, "ptobs": ptobs,
              "ddp113": ddp113, "c10d_sizes": c10d_sizes}
