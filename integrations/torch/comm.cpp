@@ -4,6 +4,9 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 #if __has_include(<torch/csrc/distributed/c10d/ProcessGroup.hpp>)
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -45,9 +48,11 @@ const c10d::ProcessGroup *group_of(const c10::IValue &v) {
 
 }  // namespace
 
-bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, etr_collective_info *info,
-               char *pg_name, size_t cap) {
-  if (cap) pg_name[0] = '\0';
+bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall *call) {
+  etr_collective_info *info = &call->info;
+  call->pg_name[0] = '\0';
+  call->in_arg = -1;
+  call->group_rank = 0;
 #if ETR_TORCH_HAVE_C10D
   if (std::strncmp(name, "c10d::", 6) != 0) return false;
   const c10d::ProcessGroup *pg = nullptr;
@@ -78,8 +83,10 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, etr_coll
   if (args.size() >= 2 && holds_tensors(args[0]) && holds_tensors(args[1])) {
     in = &args[1];
     out = &args[0];
+    call->in_arg = 1;
   } else if (!args.empty() && holds_tensors(args[0])) {
     in = out = &args[0];
+    call->in_arg = 0;
   }
   const char *dtype = nullptr;
   uint64_t n_in = 0, n_out = 0;
@@ -91,8 +98,9 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, etr_coll
   info->in_msg_nelems = n_in;
   info->out_msg_nelems = n_out;
   info->pg_size = static_cast<uint64_t>(pg->getSize());
-  if (cap && etr_dist_group_of(pg->getSize(), pg->getRank(), pg_name, cap) == 1)
-    info->pg_name = pg_name;
+  call->group_rank = pg->getRank();
+  if (etr_dist_group_of(pg->getSize(), pg->getRank(), call->pg_name, sizeof call->pg_name) == 1)
+    info->pg_name = call->pg_name;
   return true;
 #else
   (void)name;
@@ -100,6 +108,13 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, etr_coll
   (void)info;
   return false;
 #endif
+}
+
+int64_t comm_next_seq(const char *pg_name) {
+  static std::mutex m;
+  static std::unordered_map<std::string, int64_t> next;
+  std::lock_guard<std::mutex> g(m);
+  return next[pg_name]++;
 }
 
 }  // namespace etr_torch

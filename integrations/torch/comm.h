@@ -13,15 +13,26 @@
 
 namespace etr_torch {
 
+// One c10d collective call, as comm_info reads it.
+struct CommCall {
+  etr_collective_info info;  // name, dtype, message sizes, pg_size, pg_name (when known)
+  char pg_name[64];          // (info.pg_name points here)
+  int in_arg;                // the argument that holds the input message, -1 none
+  int64_t group_rank;        // this process's rank in the call's group
+};
+
 // The collective a c10d op named `name` (its "c10d::" prefix included) runs with the
 // arguments args: its name as PyTorch 2.x names it ("allreduce", "allgather", ...), the
 // input and output messages (element counts and dtype: the argument that holds them), and
 // its process group when the op names one and etr/dist.h knows exactly one declared group
-// of its size holding this process at its rank in it (the name copied into pg_name[0..cap);
-// its size in info->pg_size). False for an op that is no collective (no process group
-// among its arguments). Throws what reading an IValue may throw.
-bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, etr_collective_info *info,
-               char *pg_name, size_t cap);
+// of its size holding this process at its rank in it. False for an op that is no
+// collective (no process group among its arguments). Throws what reading an IValue may
+// throw.
+bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall *call);
+
+// The group's next sequence number (0, 1, ... per group name, "" for a group not known;
+// process-wide), as record_param_comms numbers a group's collectives.
+int64_t comm_next_seq(const char *pg_name);
 
 }  // namespace etr_torch
 

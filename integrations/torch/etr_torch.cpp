@@ -454,6 +454,8 @@ ThreadState::ThreadState() {
 struct Context final : at::ObserverContext {
   etr_record rec;
   Context *next_free;
+  // A c10d collective's record_param_comms child (comm.h), begun after rec and ended before
+  std::unique_ptr<etr_record> comm;
 
   // A context from the thread's freed ones, else a new one.
   static Context *make(ThreadState *s) {
@@ -501,6 +503,50 @@ ThreadState::~ThreadState() {
   etr_torch::held_leave(held);
 }
 
+// A c10d collective gets a record_param_comms child, as PyTorch 2.x records one inside the
+// c10d op: the collective attrs (comm.h) and the inputs PyTorch gives it, which PARAM's comm
+// replay reads by position (docs/FORMAT.md): the input message's tensors, the group's
+// sequence number, (pg_name, pg_desc), the rank in the group, the collective's name, the
+// split sizes (none), the global rank start and stride (the world group's: 0, 1; else
+// unknown, -1 and 0) and the group size. Begun now (its values are read at begin: st's
+// converted inputs are still there), ended in on_end before its parent.
+void comm_begin(ThreadState *st, Context *ctx, etr_torch::CommCall &call) {
+  std::unique_ptr<etr_record> rc(new (std::nothrow) etr_record);
+  if (!rc) return;
+  etr_record_init(rc.get(), "record_param_comms", ETR_SCOPE_FUNCTION);
+  if (!etr_record_is_active(rc.get())) return;
+  const char *pg = call.info.pg_name ? call.info.pg_name : "";
+  bool world = !std::strcmp(pg, "0");
+  etr_value pgv[2] = {etr_value_string(pg), etr_value_string(world ? "default_pg" : "undefined")};
+  etr_value in[10] = {call.in_arg >= 0 && static_cast<size_t>(call.in_arg) < st->n_top
+                          ? st->top[call.in_arg]
+                          : etr_value_list(nullptr, 0),
+                      etr_value_int(etr_torch::comm_next_seq(pg)),
+                      etr_value_tuple(pgv, 2),
+                      etr_value_int(call.group_rank),
+                      etr_value_string(call.info.name),
+                      etr_value_list(nullptr, 0),
+                      etr_value_list(nullptr, 0),
+                      etr_value_int(world ? 0 : -1),
+                      etr_value_int(world ? 1 : 0),
+                      etr_value_int(static_cast<int64_t>(call.info.pg_size))};
+  if (world) {
+    call.info.global_rank_start = 0;
+    call.info.global_rank_stride = 1;
+  }
+  call.info.pg_desc = world ? "default_pg" : "undefined";
+  rc->collective = &call.info;
+  if (etr_record_needs_inputs(rc.get())) {
+    rc->inputs = in;
+    rc->n_inputs = 10;
+  }
+  etr_record_begin(rc.get());
+  rc->collective = nullptr;
+  rc->inputs = nullptr;
+  rc->n_inputs = 0;
+  ctx->comm = std::move(rc);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   ThreadState *st = state();
   if (!st) return nullptr;
@@ -522,8 +568,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
   st->op_of(fn, name, &r.name, &r.schema);
   st->clear();
-  etr_collective_info coll;
-  char pg_name[64];
+  etr_torch::CommCall call;
+  bool is_comm = false;
   if (etr_record_needs_inputs(&r)) {
     // (a value that cannot be converted, memory exhausted: the op is recorded without its
     // inputs rather than lost, and nothing escapes into PyTorch's dispatch)
@@ -536,18 +582,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
       r.inputs = nullptr;
       r.n_inputs = 0;
     }
-    // A c10d collective carries the attrs PyTorch 2.x's record_param_comms has (comm.h)
     if (name[0] == 'c' && std::strncmp(name, "c10d::", 6) == 0) {
       try {
-        if (etr_torch::comm_info(name, fn.inputs(), &coll, pg_name, sizeof pg_name))
-          r.collective = &coll;
+        is_comm = etr_torch::comm_info(name, fn.inputs(), &call);
       } catch (...) {
-        r.collective = nullptr;
+        is_comm = false;
       }
     }
   }
   etr_record_begin(&r);
-  r.collective = nullptr;
+  if (is_comm) comm_begin(st, ctx.get(), call);
   r.inputs = nullptr;
   r.n_inputs = 0;
   return ctx;
@@ -556,6 +600,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
 void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   auto *ctx = static_cast<Context *>(c);
   if (!ctx) return;
+  if (ctx->comm) {
+    etr_record_end(ctx->comm.get());
+    ctx->comm.reset();
+  }
   ThreadState *st = state();
   if (st && etr_record_needs_outputs(&ctx->rec)) {
     st->clear();

@@ -568,16 +568,27 @@ def torch_dist_groups():
         g1 = pg_groups(path % 1)
         check(len(g1) == 1 and [x["rank"] for x in g1[0] if x["pg_name"] == "0"] == [1],
               "rank 1's node names rank 1: %s" % g1)
-        # The c10d ops carry the collective attrs, their group found by size and place
-        # (before: none; the tools put every collective in group "0").
-        colls = [(n["name"], attr(n, "collective_name"), attr(n, "pg_name"),
-                  attr(n, "in_msg_nelems"), attr(n, "out_msg_nelems"), attr(n, "dtype"))
-                 for n in load(path % 0)["nodes"] if attr(n, "collective_name") is not None]
-        check(colls == [("c10d::allreduce_", "allreduce", "0", 4, 4, "Float"),
-                        ("c10d::allreduce_", "allreduce", "1", 4, 4, "Float"),
-                        ("c10d::allgather_", "allgather", "0", 4, 8, "Float"),
-                        ("c10d::barrier", "barrier", "0", 0, 0, "")],
+        # Each c10d op holds a record_param_comms child with the collective attrs, its
+        # group found by size and place, and PyTorch's inputs (sequence number per group,
+        # (pg_name, pg_desc), rank in the group, name), as PARAM's comm replay reads them
+        # (before: none; the tools put every collective in group "0", PARAM saw none).
+        nodes = load(path % 0)["nodes"]
+        by_id = {n["id"]: n for n in nodes}
+        colls = [(by_id[n["ctrl_deps"]]["name"], attr(n, "collective_name"), attr(n, "pg_name"),
+                  attr(n, "in_msg_nelems"), attr(n, "out_msg_nelems"), attr(n, "dtype"),
+                  n["inputs"]["values"][1:5])
+                 for n in nodes if n["name"] == "record_param_comms"]
+        check(colls == [("c10d::allreduce_", "allreduce", "0", 4, 4, "Float",
+                         [0, ["0", "default_pg"], 0, "allreduce"]),
+                        ("c10d::allreduce_", "allreduce", "1", 4, 4, "Float",
+                         [0, ["1", "undefined"], 0, "allreduce"]),
+                        ("c10d::allgather_", "allgather", "0", 4, 8, "Float",
+                         [1, ["0", "default_pg"], 0, "allgather"]),
+                        ("c10d::barrier", "barrier", "0", 0, 0, "",
+                         [2, ["0", "default_pg"], 0, "barrier"])],
               "the collectives of rank 0: %s" % colls)
+        check(not [n for n in nodes if n["name"].startswith("c10d::") and
+                   attr(n, "collective_name") is not None], "the c10d ops carry no attrs")
 
 
 def main():
