@@ -210,9 +210,12 @@ static void thread_node(etr_trace *tr, const etr__ev *ev) {
  * come; the first in the file then lists every group declared up to the cap. */
 enum { PG_HOLD_MAX = 64 };
 
-/* dist.c's node (its name's length already checked): that name, one string input, no output
- * (no tensor to resolve later). */
-static bool is_pg_node(const etr__ev *ev, const char *name, const uint8_t *in) {
+/* dist.c's node: that name, one string input, no output (no tensor to resolve later). */
+bool etr__ev_is_pg_init(const etr__ev *ev) {
+  if (ev->type != ETR__EV_OP || ev->name_len != sizeof ETR__PG_INIT_NAME - 1) return false;
+  const char *name = (const char *)((const uint64_t *)(const void *)(ev + 1) + ev->tb_n);
+  const uint8_t *in = (const uint8_t *)name + ev->name_len + ev->schema_len + ev->kback_len +
+                      ev->kfile_len + ev->coll_len;
   return memcmp(name, ETR__PG_INIT_NAME, sizeof ETR__PG_INIT_NAME - 1) == 0 && ev->n_in == 1 &&
          ev->n_out == 0 && ev->in_len >= 1 && in[0] == ETR__V_STRING;
 }
@@ -257,14 +260,9 @@ uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
   if (ETR__UNLIKELY(!tr->pg_released) && ev->type == ETR__EV_OP) {
     if (ev->flags & ETR__EVF_COLLECTIVE) {
       held = etr__emit_held(tr);
-    } else if (ev->name_len == sizeof ETR__PG_INIT_NAME - 1) {
-      const char *name = (const char *)((const uint64_t *)(const void *)(ev + 1) + ev->tb_n);
-      const uint8_t *in = (const uint8_t *)name + ev->name_len + ev->schema_len + ev->kback_len +
-                          ev->kfile_len + ev->coll_len;
-      if (is_pg_node(ev, name, in)) {
-        if (tr->pg_n < PG_HOLD_MAX && hold(tr, ev)) return 0;
-        held = etr__emit_held(tr);
-      }
+    } else if (etr__ev_is_pg_init(ev)) {
+      if (tr->pg_n < PG_HOLD_MAX && hold(tr, ev)) return 0;
+      held = etr__emit_held(tr);
     }
   }
   emit_node(tr, ev, dec);

@@ -8,6 +8,11 @@
 
 static inline size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+/* Copies of the newest process-group nodes kept (as many as the writer holds back before a
+ * collective, emit.c: a dump's first such node is then the newest, which lists every
+ * group). */
+enum { RING_PG_KEEP = 64 };
+
 struct etr__ring {
   uint8_t *buf;
   size_t cap;
@@ -17,6 +22,14 @@ struct etr__ring {
   /* thread events, copies back to back (8-aligned) */
   uint8_t *threads;
   size_t threads_len, threads_cap;
+  /* The process-group nodes (dist.c's `## process_group:init ##`, which says the process's
+   * rank) go to the ring like any op, to keep their place among the ops, and a copy of each
+   * is kept here, oldest first: a dump writes the copies of those the ring dropped. */
+  struct {
+    etr__ev *ev;
+    bool in_ring;
+  } groups[RING_PG_KEEP];
+  uint32_t groups_n;
 };
 
 etr__ring *etr__ring_new(size_t bytes) {
@@ -35,6 +48,7 @@ void etr__ring_free(etr__ring *r) {
   if (!r) return;
   free(r->buf);
   free(r->threads);
+  for (uint32_t i = 0; i < r->groups_n; i++) free(r->groups[i].ev);
   free(r);
 }
 
@@ -52,8 +66,16 @@ static inline size_t event_at(const etr__ring *r, size_t p) {
   return p + 8 > r->cap || size_at(r, p) == 0 ? 0 : p;
 }
 
+/* The copy of a process-group node the ring no longer holds is what a dump writes. */
+static void group_left_ring(etr__ring *r, uint64_t id) {
+  for (uint32_t i = 0; i < r->groups_n; i++)
+    if (r->groups[i].ev->id == id) r->groups[i].in_ring = false;
+}
+
 static void drop_oldest(etr__ring *r) {
   r->head = event_at(r, r->head);
+  const etr__ev *ev = (const etr__ev *)(const void *)(r->buf + r->head);
+  if (ETR__UNLIKELY(r->groups_n) && etr__ev_is_pg_init(ev)) group_left_ring(r, ev->id);
   r->head += size_at(r, r->head);
   r->n--;
   r->dropped++;
@@ -74,11 +96,28 @@ static bool keep_thread(etr__ring *r, const etr__ev *ev) {
   return true;
 }
 
+/* A copy of a process-group node (the oldest copy goes when there are RING_PG_KEEP). */
+static void keep_group(etr__ring *r, const etr__ev *ev) {
+  etr__ev *copy = malloc(ev->size);
+  if (!copy) return; /* (it is in the ring all the same, until dropped) */
+  memcpy(copy, ev, ev->size);
+  if (r->groups_n == RING_PG_KEEP) {
+    free(r->groups[0].ev);
+    memmove(r->groups, r->groups + 1, (RING_PG_KEEP - 1) * sizeof r->groups[0]);
+    r->groups_n--;
+  }
+  r->groups[r->groups_n].ev = copy;
+  r->groups[r->groups_n].in_ring = true;
+  r->groups_n++;
+}
+
 bool etr__ring_add(etr__ring *r, const etr__ev *ev) {
   if (ev->type == ETR__EV_THREAD) return keep_thread(r, ev);
+  if (ETR__UNLIKELY(etr__ev_is_pg_init(ev))) keep_group(r, ev);
   size_t size = ev->size;
   if (size > r->cap) { /* larger than the whole ring */
     r->dropped++;
+    if (r->groups_n && etr__ev_is_pg_init(ev)) group_left_ring(r, ev->id);
     return true;
   }
   for (;;) {
@@ -120,10 +159,19 @@ static bool note_ref(etr__refmap *missing_ids, const etr__refmap *kept, uint64_t
   return true;
 }
 
+/* An op event to put, and the references it makes that may need a placeholder. */
+static void put_op(etr__refmap *miss, const etr__refmap *kept, const etr__ev *ev,
+                   void (*put)(void *ctx, const etr__ev *ev), void *ctx, bool *ok) {
+  put(ctx, ev);
+  if (*ok && (!note_ref(miss, kept, ev->parent, ev->tid, ev, true) ||
+              !note_ref(miss, kept, ev->fw_parent, ev->fw_tid ? ev->fw_tid : ev->tid, ev, false)))
+    *ok = false;
+}
+
 uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev), void *ctx) {
   /* the thread nodes, and the ids that need no placeholder: thread nodes and kept ops */
   etr__refmap kept = {0}, miss = {0}, threads = {0};
-  bool ok = etr__refmap_init(&kept, r->n + r->threads_len / sizeof(etr__ev) + 1) &&
+  bool ok = etr__refmap_init(&kept, r->n + r->groups_n + r->threads_len / sizeof(etr__ev) + 1) &&
             etr__refmap_init(&miss, 64) &&
             etr__refmap_init(&threads, r->threads_len / sizeof(etr__ev) + 1);
   for (size_t off = 0; off < r->threads_len;) {
@@ -135,6 +183,8 @@ uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev)
     if (ok) t->tid = ev->id; /* tid + 1 -> its thread node (a tid may be 0) */
     off += ev->size;
   }
+  for (uint32_t i = 0; ok && i < r->groups_n; i++)
+    if (!r->groups[i].in_ring && !etr__refmap_put(&kept, r->groups[i].ev->id)) ok = false;
   size_t p = r->head;
   for (size_t i = 0; ok && i < r->n; i++) {
     p = event_at(r, p);
@@ -142,15 +192,16 @@ uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev)
     if (!etr__refmap_put(&kept, ev->id)) ok = false;
     p += ev->size;
   }
+  /* The process-group nodes the ring dropped, where they were: before every op it kept
+   * (the writer then holds them back until the first collective, emit.c, as it does the
+   * others). */
+  for (uint32_t i = 0; i < r->groups_n; i++)
+    if (!r->groups[i].in_ring) put_op(&miss, &kept, r->groups[i].ev, put, ctx, &ok);
   p = r->head;
   for (size_t i = 0; i < r->n; i++) {
     p = event_at(r, p);
     const etr__ev *ev = (const etr__ev *)(const void *)(r->buf + p);
-    put(ctx, ev);
-    if (ok &&
-        (!note_ref(&miss, &kept, ev->parent, ev->tid, ev, true) ||
-         !note_ref(&miss, &kept, ev->fw_parent, ev->fw_tid ? ev->fw_tid : ev->tid, ev, false)))
-      ok = false;
+    put_op(&miss, &kept, ev, put, ctx, &ok);
     p += ev->size;
   }
   uint64_t made = 0;

@@ -5,9 +5,12 @@
  *
  * Op events go to a circular buffer of a fixed size; the oldest are dropped (and counted) to
  * make room. Thread events are kept apart and never dropped, so every kept op has its
- * thread's node. Because events are in end order per thread, a kept op's parent is kept too
- * unless it was still open at the dump; those, and forward ops (fw_parent) that were dropped,
- * get a placeholder node so every reference of the written trace resolves.
+ * thread's node. A process-group node (dist.c's `## process_group:init ##`, which says the
+ * process's rank) goes to the ring like an op, keeping its place among them, and a copy of
+ * it is kept apart (the newest 64), so every dump has it: where it was while the ring holds
+ * it, before every op once the ring dropped it. Because events are in end order per thread, a kept
+ * op's parent is kept too unless it was still open at the dump; those, and forward ops (fw_parent)
+ * that were dropped, get a placeholder node so every reference of the written trace resolves.
  *
  * Writer thread only: no locks.
  */
@@ -35,7 +38,8 @@ bool etr__ring_add(etr__ring *r, const etr__ev *ev);
 uint64_t etr__ring_dropped(const etr__ring *r);
 
 /* Hand every event of a complete trace to put, in the order a trace holds them: the thread
- * events, the kept op events oldest first, then a placeholder for each op a kept event names
+ * events, the process-group nodes the ring dropped (their copies), the kept op events oldest
+ * first, then a placeholder for each op a kept event names
  * (ctrl_deps parent or fw_parent) that is not among them. Returns the placeholders made, or
  * UINT64_MAX when memory ran out (the events are all handed over, without placeholders). */
 uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev), void *ctx);

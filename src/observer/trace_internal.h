@@ -491,6 +491,9 @@ uint64_t etr__next_id(etr__tstate *ts);
  * nodes held (1 + their number); see docs/FORMAT.md, "Ranks and process groups". */
 struct etr__cev_dec;
 uint32_t etr__emit_event(struct etr_trace *tr, const etr__ev *ev, struct etr__cev_dec *dec);
+/* Whether ev is dist.c's `## process_group:init ##` node (the writer holds it back; the
+ * flight recorder keeps it apart from its ring). */
+bool etr__ev_is_pg_init(const etr__ev *ev);
 /* Write the process-group nodes still held (before a footer; the trace had no collective
  * yet), newest first; returns how many. */
 uint32_t etr__emit_held(struct etr_trace *tr);

@@ -461,6 +461,95 @@ static void test_hold_is_capped(void **state) {
   clear_env();
 }
 
+/* A flight recorder whose ring wraps: its dumps still say which rank they are. The
+ * process-group nodes are kept apart from the ring, as the thread nodes are, so every dump
+ * (several, each after several wraps, and the one at close) has both nodes recorded, the
+ * first in the file listing every group and this process's rank, before the first
+ * collective; the same through a binary log and `etr convert`. Before, the ring dropped
+ * them with the oldest ops: a dump had no process-group node (etr chakra numbered it by
+ * its argument position). */
+static void check_ring_dump(const tu_trace *t, const char *what, int round) {
+  size_t i, count = 0, first_pg = SIZE_MAX, first_coll = SIZE_MAX, ops = 0;
+  json_t *n;
+  json_array_foreach(t->nodes, i, n) {
+    const char *name = tu_name(n);
+    if (!strcmp(name, PG_INIT)) {
+      if (count++ == 0) {
+        first_pg = i;
+        json_t *l = node_groups(n);
+        json_t *g = group(l, "0");
+        if (!g || !group(l, "1"))
+          fail_msg("%s, dump %d: the first process-group node lacks a group", what, round);
+        assert_int_equal(ival(g, "rank"), 1);
+        assert_int_equal(ival(g, "group_size"), 2);
+        json_decref(l);
+      }
+    } else if (!strcmp(name, "c10d::allreduce_")) {
+      if (first_coll == SIZE_MAX) first_coll = i;
+    } else if (!strcmp(name, "aten::add")) {
+      ops++;
+    }
+  }
+  if (count != 2) fail_msg("%s, dump %d: %zu process-group nodes, not 2", what, round, count);
+  assert_true(first_coll != SIZE_MAX);
+  assert_true(first_pg < first_coll);
+  /* the ring wrapped more than twice since the last dump: most ops were dropped */
+  json_int_t dropped = tu_stat(t, "ring_dropped");
+  if (dropped < 2 * (json_int_t)ops * round)
+    fail_msg("%s, dump %d: the ring did not wrap twice (%lld dropped, %zu kept)", what, round,
+             (long long)dropped, ops);
+}
+
+static void test_flight_recorder_keeps_groups(void **state) {
+  (void)state;
+  enum { ROUNDS = 3, OPS = 20000 };
+  for (int form = 0; form < 2; form++) {
+    const char *what = form ? "binary log" : "JSON";
+    clear_env();
+    assert_int_equal(etr_dist_set_rank(1, 2), 0); /* no trace yet: nothing recorded */
+    etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+    o.ring_mb = 1;
+    tu_trace t;
+    if (form)
+      tu_open_binary(&t, &o);
+    else
+      tu_open(&t, &o);
+    assert_int_equal(etr_dist_record_groups(), 0);
+    etr_process_group pg = ETR_PROCESS_GROUP_INIT;
+    pg.name = "1";
+    pg.desc = "pair";
+    assert_int_equal(etr_dist_declare_group(&pg), 0);
+    char json_out[600];
+    snprintf(json_out, sizeof json_out, "%s/dump.json", t.dir);
+    for (int round = 1; round <= ROUNDS; round++) {
+      for (int i = 0; i < OPS; i++) {
+        etr_value v = etr_value_int(i);
+        tu_op("aten::add", &v, 1, NULL, 0);
+      }
+      record_collective("0");
+      assert_int_equal(etr_trace_dump(t.trace), 0);
+      tu_trace d;
+      if (form) {
+        tu_convert_load(&d, ETR_TOOL, t.path, json_out);
+      } else {
+        tu_load_path(&d, t.path);
+        tu_check_tree(&d);
+      }
+      check_ring_dump(&d, what, round);
+      tu_free(&d);
+    }
+    if (form) {
+      tu_close_convert(&t, ETR_TOOL);
+    } else {
+      tu_close_ok(&t);
+      tu_assert_valid(ETR_TOOL, t.path);
+    }
+    check_ring_dump(&t, what, ROUNDS);
+    tu_free(&t);
+  }
+  clear_env();
+}
+
 /* Several threads declare groups while a trace records: every node holds a whole list. */
 enum { DECLARERS = 4, PER_THREAD = 10 };
 
@@ -548,6 +637,7 @@ int main(void) {
       cmocka_unit_test(test_node_in_trace),
       cmocka_unit_test(test_first_node_before_first_collective),
       cmocka_unit_test(test_hold_is_capped),
+      TU_TEST(test_flight_recorder_keeps_groups),
       cmocka_unit_test(test_env_trace_has_groups),
       cmocka_unit_test(test_concurrent_declarations),
   };
