@@ -100,9 +100,11 @@ ETR_API int etr_trace_flush(etr_trace *trace);
 
 /* Flight recorder (ring_mb): write the ring's events now as a complete trace, replacing what
  * the file held (ops still open get a placeholder node, as do forward ops the ring dropped);
- * recording goes on. Without a ring, the same as etr_trace_flush (the file already holds
- * every node). Returns when the file is written; ETR_EIO after a write error. Any thread,
- * not from inside an observer callback. */
+ * recording goes on. A regular file is replaced only once the new trace is whole (written
+ * beside it, then renamed over it): a kill or a write error during a dump leaves the
+ * previous one. Without a ring, the same as etr_trace_flush (the file already holds every
+ * node). Returns when the file is written; ETR_EIO after a write error (the file then keeps
+ * the previous dump). Any thread, not from inside an observer callback. */
 ETR_API int etr_trace_dump(etr_trace *trace);
 
 /* Stop recording, write the open ops of every thread (marked, counted), the thread nodes,

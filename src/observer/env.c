@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@
 void etr__trace_set_env(etr_trace *tr);
 void etr__trace_shutdown(void);
 bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned long long *ino);
+const char *etr__trace_path(const etr_trace *tr);
 
 /* Our variables, NULL in secure-execution mode (see the top of this file). */
 static const char *env_get(const char *name) { return secure_getenv(name); }
@@ -101,6 +103,25 @@ typedef struct writer_mark {
   long pid;
   unsigned long long dev, ino;
 } writer_mark;
+
+/* The mark this process set (env_open) and the trace it names the file of. A flight
+ * recorder's dump replaces that file by a new one (writer_thread.c), and its writer thread
+ * then moves the mark along (etr__env_file_replaced). */
+static char g_mark[96];
+static _Atomic(const etr_trace *) g_marked;
+
+void etr__env_file_replaced(const etr_trace *tr, unsigned long long dev, unsigned long long ino) {
+  if (atomic_load_explicit(&g_marked, memory_order_acquire) != tr) return;
+  /* Only a mark still as this process set it: one the host changed or removed is its own.
+   * The variable exists then, so glibc's setenv replaces its value's pointer in place (one
+   * store, under its lock), which a host thread's getenv reads whole, old or new; the old
+   * value is never freed. So the environment array is never reallocated under a reader. */
+  const char *v = getenv(WRITER_VAR);
+  if (!v || strcmp(v, g_mark) != 0) return;
+  char mark[sizeof g_mark];
+  snprintf(mark, sizeof mark, "%ld:%llu:%llu", (long)getpid(), dev, ino);
+  if (setenv(WRITER_VAR, mark, 1) == 0) memcpy(g_mark, mark, sizeof mark);
+}
 
 static bool read_mark(writer_mark *m) {
   const char *v = env_get(WRITER_VAR);
@@ -191,8 +212,11 @@ static void env_traceback(etr_traceback_options *tb) {
 /* Open and enable the ETR_TRACE trace. parent: in a forked child (ETR_TRACE_FORKS), the
  * file of the parent's trace, which the path may name even after the parent ended (a
  * daemon's first process): that one is never reopened, nor the file the writer mark names
- * (the variable may have been unset or changed since; the parent's trace says it too). */
-static void env_open(const writer_mark *parent) {
+ * (the variable may have been unset or changed since; the parent's trace says it too), nor
+ * the path the parent's trace opened (parent_path): a flight recorder's dump after the
+ * fork replaced its file by another (writer_thread.c), which neither the mark nor the
+ * child's copy of the parent's trace names. */
+static void env_open(const writer_mark *parent, const char *parent_path) {
   const char *path = env_get("ETR_TRACE");
   if (!path && getenv("ETR_TRACE"))
     etr__log(ETR_LOG_WARN, "ETR_TRACE ignored: a setuid or setgid program; not tracing");
@@ -207,7 +231,8 @@ static void env_open(const writer_mark *parent) {
   bool other = written_by_other_process(full), exec_again = !other && wrote_before;
   writer_mark m;
   if (parent && !other && !exec_again &&
-      (names_marked_file(parent, full) || (read_mark(&m) && names_marked_file(&m, full))))
+      (names_marked_file(parent, full) || (read_mark(&m) && names_marked_file(&m, full)) ||
+       (parent_path && strcmp(parent_path, full) == 0)))
     other = true;
   if (other || exec_again) {
     char mine[4096];
@@ -294,7 +319,10 @@ static void env_open(const writer_mark *parent) {
      * is the one risk, taken for a child's file never clobbering this one). In a forked
      * child the variable exists already (env_fork_child): glibc then replaces the value's
      * pointer in place, which a concurrent getenv reads whole, old or new. */
-    setenv(WRITER_VAR, mark, 1);
+    if (setenv(WRITER_VAR, mark, 1) == 0) {
+      memcpy(g_mark, mark, sizeof mark);
+      atomic_store_explicit(&g_marked, tr, memory_order_release);
+    }
   }
   rc = etr_trace_enable(tr);
   if (rc != 0) etr__log(ETR_LOG_ERROR, "ETR_TRACE: enable failed: %s", etr_strerror(rc));
@@ -310,11 +338,15 @@ static void env_open(const writer_mark *parent) {
 static void env_child_first_record(void) {
   etr_trace *parents = etr_trace_current();
   writer_mark p = {0, 0, 0}; /* (dev and ino 0 name no file) */
+  char *parent_path = NULL;
   if (parents) {
     etr__trace_file_id(parents, &p.dev, &p.ino);
+    const char *pp = etr__trace_path(parents);
+    parent_path = pp ? strdup(pp) : NULL;
     etr_trace_close(parents); /* (this process's copy: freed, nothing written) */
   }
-  env_open(&p);
+  env_open(&p, parent_path);
+  free(parent_path);
 }
 
 static void env_fork_child(void) {
@@ -328,7 +360,7 @@ static void env_fork_child(void) {
 }
 
 __attribute__((constructor)) static void etr_env_start(void) {
-  env_open(NULL);
+  env_open(NULL, NULL);
   /* (registered after the registry's handlers, which run first in the child) */
   if (etr_trace_current() && etr__env_switch("ETR_TRACE_FORKS", false))
     pthread_atfork(NULL, NULL, env_fork_child);

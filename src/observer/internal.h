@@ -21,6 +21,13 @@
  * writer holds it back until the first collective, emit.c; docs/FORMAT.md). */
 #define ETR__PG_INIT_NAME "## process_group:init ##"
 
+/* A flight recorder's dump replaced the trace's file by a new one (dev:ino): the writer
+ * mark ETR_TRACE_WRITER, when this process set it for that trace and it still holds what
+ * was set, names the new file (env.c). Writer thread; not at a fatal signal. */
+struct etr_trace;
+void etr__env_file_replaced(const struct etr_trace *tr, unsigned long long dev,
+                            unsigned long long ino);
+
 /* Diagnostics through the log hook; never from a signal handler. */
 void etr__log(etr_log_level level, const char *fmt, ...) ETR__PRINTF(2, 3);
 

@@ -159,6 +159,12 @@ static void trace_free(etr_trace *tr, bool in_child) {
   tr->tables_fd = -1;
   free(tr->tables_path);
   tr->tables_path = NULL;
+  if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd); /* (a dump that never ended) */
+  tr->dump_prev_fd = -1;
+  free(tr->path);
+  free(tr->dump_path);
+  free(tr->dump_tmp);
+  tr->path = tr->dump_path = tr->dump_tmp = NULL;
   etr__jw_free(&tr->tables_out);
   tr->q_head = tr->free_chunks = NULL;
   tr->threads = NULL;
@@ -242,6 +248,8 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   int rc = 0, open_errno = 0;
   tr->fd = -1;
   tr->tables_fd = -1;
+  tr->dump_prev_fd = -1;
+  if (!(tr->path = strdup(path))) rc = ETR_ENOMEM;
   tr->tid_pages = calloc(ETR__TID_PAGES, sizeof *tr->tid_pages);
   if (!tr->tensors || !tr->storages || !tr->tid_pages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0)
     rc = ETR_ENOMEM;
@@ -340,6 +348,15 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     if (tr->tables_path && !S_ISREG(st.st_mode)) { /* a pipe or device: no file beside it */
       free(tr->tables_path);
       tr->tables_path = NULL;
+    }
+    /* A flight recorder's dump goes to a file beside this one, renamed over it once whole
+     * (writer_thread.c): beside the file itself, not a symbolic link to it. */
+    if (tr->ring && S_ISREG(st.st_mode) && !stream_path) {
+      char *real = realpath(path, NULL);
+      tr->dump_path = real ? real : strdup(path);
+      if (tr->dump_path && !(tr->dump_tmp = malloc(strlen(tr->dump_path) + sizeof ".dump-XXXXXX")))
+        rc = ETR_ENOMEM;
+      if (!tr->dump_path) rc = ETR_ENOMEM;
     }
     tr->jw.stall_ms = o.stall_ms == ETR_FLUSH_NEVER ? -1
                       : o.stall_ms ? (int)(o.stall_ms > INT32_MAX ? INT32_MAX : o.stall_ms)
@@ -657,6 +674,9 @@ void etr__trace_set_env(etr_trace *tr) {
   pthread_mutex_unlock(&g_lock);
 }
 
+/* The path tr was opened with (its copy in a forked child too). */
+const char *etr__trace_path(const etr_trace *tr) { return tr ? tr->path : NULL; }
+
 /* The identity of the file tr writes (its copy in a forked child too): false when none. */
 bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned long long *ino) {
   if (!tr || tr->file_ino == 0) return false;
@@ -752,6 +772,8 @@ static void on_after_fork_child(void) {
      * process under the same ETR_TRACE path that somebody still writes it (env.c). */
     if (tr->fd >= 0) close(tr->fd);
     tr->fd = tr->jw.fd = -1;
+    if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd); /* (forked during a dump) */
+    tr->dump_prev_fd = -1;
     g_forked_trace = tr;
     g_trace = NULL;
   }

@@ -339,6 +339,13 @@ struct etr_trace {
   bool tables_failed;
   etr__jw tables_out;
   bool restart_pending; /* a ring dump starts: cut the file to nothing at the next write */
+  /* A flight recorder's dumps on a regular file (writer_thread.c): each is written to
+   * dump_tmp (dump_path + ".dump-XXXXXX") and renamed over dump_path (the file's real path)
+   * once whole; dump_path NULL: dumps rewrite the file in place. During a dump fd is the
+   * temporary file's and dump_prev_fd the file's (-1 otherwise). */
+  char *path; /* as opened (a forked child compares its ETR_TRACE path with it: env.c) */
+  char *dump_path, *dump_tmp;
+  int dump_prev_fd;
 
   /* Counters shared by many threads (rare events) or written by the writer. */
   _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,

@@ -8,8 +8,10 @@
 #include <fcntl.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -216,7 +218,29 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
   return n;
 }
 
-/* ---- flight recorder: a dump replaces the file with a trace of the ring ---- */
+/* ---- flight recorder: a dump replaces the file with a trace of the ring ----
+ *
+ * A dump never destroys the previous one before it is whole itself. On a regular file it
+ * is written to a temporary file beside it (FILE.dump-XXXXXX: the same directory, so the
+ * same file system) and renamed over FILE (rename(2), atomic) once complete, so a kill -9,
+ * a crash or a write error (a full disk) during a dump leaves FILE as the previous dump
+ * left it (or with the header written at open), and the partial dump in FILE.dump-XXXXXX
+ * after a kill. A dump that fails removes its temporary file; recording stops as on any
+ * write error. Overwriting in place and truncating at the end would not do: the previous
+ * dump is overwritten from its first byte on; nor would copying a finished temporary file
+ * back into FILE, for the same reason.
+ *
+ * What goes with the file's identity moves with it: the writer's descriptor and the
+ * identity etr__fd_is_ours checks (the temporary file's from the dump's start), the
+ * advisory lock (taken on the temporary file before the rename, so FILE is never unlocked
+ * while we write it; the old file's goes with its descriptor, closed after the rename),
+ * and the writer mark ETR_TRACE_WRITER (env.c moves it to the new file; not at a fatal
+ * signal, where the process is ending). A flight recorder has no FILE.tables (each dump
+ * holds the whole tables), and a gzip or binary-log dump starts its file as any file
+ * starts. A path that names a descriptor (/dev/stdout...) is never renamed nor cut (a dump
+ * fails there, as before); a file that is not regular (a FIFO, a device), and one whose
+ * directory takes no temporary file or that cannot be renamed over (a sticky directory, a
+ * bind mount), is rewritten in place as before, said once on ETR_LOG. */
 
 typedef struct dump_ctx {
   etr_trace *tr;
@@ -236,13 +260,139 @@ static void dump_put(void *ctx, const etr__ev *ev) {
   if (tr->jw.len >= tr->flush_bytes) etr__writer_flush(tr, &d->buffered);
 }
 
-/* The caller has added the queued chunks and the threads' current events to the ring. */
-static void ring_dump(etr_trace *tr, int sig) {
+/* What a dump to a temporary file puts back if it fails: the file and its figures. */
+typedef struct dump_prev {
+  dev_t dev;
+  ino_t ino;
+  uint64_t written, prealloc_end, nodes;
+} dump_prev;
+
+/* Why a temporary file cannot be made beside the file, or renamed over it, that no later
+ * dump would change (the file's place: permissions, a read-only or sticky directory, a
+ * bind mount): dumps then rewrite the file in place. Another failure (a full disk, no
+ * descriptor left) is a write error: the file keeps the previous dump, recording stops. */
+static bool place_refuses(int e) {
+  return e == EACCES || e == EPERM || e == EROFS || e == EBUSY || e == EXDEV || e == EINVAL ||
+         e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP;
+}
+
+/* From now on dumps rewrite the file in place (said once). */
+static void dump_in_place(etr_trace *tr, const char *what, int err) {
+  etr__log(ETR_LOG_WARN,
+           "flight recorder: %s %s (%s): dumps rewrite the file in place from now on (a dump "
+           "cut short then loses the previous one)",
+           what, tr->dump_path, strerror(err));
+  free(tr->dump_path);
+  tr->dump_path = NULL;
+}
+
+/* A dump failed before it wrote anything: a write error, as etr__writer_flush reports it. */
+static void dump_failed(etr_trace *tr, const char *what, int err) {
+  etr__log(ETR_LOG_ERROR, "flight recorder: %s %s (%s); the file keeps the previous dump", what,
+           tr->dump_path, strerror(err));
+  if (!tr->jw.err) tr->jw.err = err;
   uint64_t none = 0;
-  etr__writer_flush(tr, &none);
-  if (atomic_load(&tr->failed)) return;
+  etr__writer_flush(tr, &none); /* (nothing buffered: it records the error and stops) */
+}
+
+enum { DUMP_BESIDE, DUMP_IN_PLACE, DUMP_FAILED };
+
+/* Whether fd still refers to the file dev:ino (the host may have closed it and reused the
+ * number: such a descriptor is never ours to close). */
+static bool fd_is(int fd, dev_t dev, ino_t ino) {
+  struct stat st;
+  return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+/* The dump's output goes to a new temporary file beside the trace's. */
+static int dump_file_begin(etr_trace *tr, dump_prev *prev) {
+  if (!etr__fd_is_ours(tr)) { /* (as a write would find it: etr__writer_flush says so) */
+    if (!tr->jw.err) tr->jw.err = EBADF;
+    uint64_t none = 0;
+    etr__writer_flush(tr, &none);
+    return DUMP_FAILED;
+  }
+  size_t n = strlen(tr->dump_path);
+  memcpy(tr->dump_tmp, tr->dump_path, n);
+  memcpy(tr->dump_tmp + n, ".dump-XXXXXX", sizeof ".dump-XXXXXX");
+  int fd = mkostemp(tr->dump_tmp, O_CLOEXEC);
+  struct stat st, old;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    int e = errno;
+    if (fd >= 0) {
+      close(fd);
+      unlink(tr->dump_tmp);
+    }
+    if (!place_refuses(e)) {
+      dump_failed(tr, "cannot make a temporary file beside", e);
+      return DUMP_FAILED;
+    }
+    dump_in_place(tr, "cannot make a temporary file beside", e);
+    return DUMP_IN_PLACE;
+  }
+  if (fstat(tr->fd, &old) == 0) (void)fchmod(fd, old.st_mode & 0777); /* (mkostemp: 0600) */
+  (void)flock(fd, LOCK_EX | LOCK_NB); /* (env.c: a process started meanwhile sees it) */
+  *prev = (dump_prev){tr->file_dev, tr->file_ino, tr->jw.written, tr->jw.prealloc_end,
+                      atomic_load(&tr->nodes_written)};
+  tr->dump_prev_fd = tr->fd;
+  tr->fd = tr->jw.fd = fd;
+  tr->file_dev = st.st_dev;
+  tr->file_ino = st.st_ino;
+  tr->jw.written = 0;
+  etr__jw_prealloc(&tr->jw);
+  return DUMP_BESIDE;
+}
+
+/* The dump is written: rename it over the file, or (it failed) go back to the file as it
+ * was. DUMP_IN_PLACE: the file cannot be renamed over, the dump must be made again in
+ * place. */
+static int dump_file_end(etr_trace *tr, const dump_prev *prev, int sig) {
+  bool whole = !tr->jw.err && !atomic_load(&tr->failed);
+  if (whole && tr->opt.sync) fdatasync(tr->fd);
+  if (whole) etr__jw_trim(&tr->jw); /* (nothing reserved past the end of a finished dump) */
+  whole = whole && !tr->jw.err;
+  int e = 0;
+  if (whole) {
+    if (rename(tr->dump_tmp, tr->dump_path) == 0) {
+      if (fd_is(tr->dump_prev_fd, prev->dev, prev->ino))
+        close(tr->dump_prev_fd); /* (the replaced file, and its lock) */
+      tr->dump_prev_fd = -1;
+      if (!sig) etr__env_file_replaced(tr, tr->file_dev, tr->file_ino);
+      return DUMP_BESIDE;
+    }
+    e = errno;
+  }
+  /* The file keeps what it held: the previous dump. */
+  unlink(tr->dump_tmp);
+  if (etr__fd_is_ours(tr)) close(tr->fd);
+  tr->fd = tr->jw.fd = tr->dump_prev_fd;
+  tr->dump_prev_fd = -1;
+  tr->file_dev = prev->dev;
+  tr->file_ino = prev->ino;
+  tr->jw.written = prev->written;
+  tr->jw.prealloc_end = prev->prealloc_end;
+  atomic_store(&tr->nodes_written, prev->nodes);
+  atomic_store_explicit(&tr->bytes_written, prev->written, memory_order_relaxed);
+  if (!whole) return DUMP_FAILED; /* a write error: recording stopped (etr__writer_flush) */
+  if (!place_refuses(e)) {
+    dump_failed(tr, "cannot rename a dump over", e);
+    return DUMP_FAILED;
+  }
+  dump_in_place(tr, "cannot rename a dump over", e);
+  return DUMP_IN_PLACE;
+}
+
+/* The caller has added the queued chunks and the threads' current events to the ring.
+ * beside: to a temporary file renamed over the trace's (DUMP_IN_PLACE: it must be made
+ * again in place). */
+static int ring_dump_to(etr_trace *tr, int sig, bool beside) {
+  dump_prev prev = {0, 0, 0, 0, 0};
+  if (beside) {
+    int how = dump_file_begin(tr, &prev);
+    if (how != DUMP_BESIDE) return how;
+  }
   atomic_store(&tr->nodes_written, 0); /* of the trace the file holds from now on */
-  tr->restart_pending = true;
+  tr->restart_pending = !beside;
   tr->any_node = false;
   if (tr->tbtab) etr__tbtab_rewind(tr->tbtab); /* the new file gets the whole tables */
   if (tr->binary)
@@ -260,7 +410,16 @@ static void ring_dump(etr_trace *tr, int sig) {
   emit_footer(tr, sig);
   d.buffered = 1; /* the process node */
   etr__writer_flush(tr, &d.buffered);
+  if (beside) return dump_file_end(tr, &prev, sig);
   if (tr->opt.sync && !tr->jw.err) fdatasync(tr->fd);
+  return DUMP_IN_PLACE;
+}
+
+static void ring_dump(etr_trace *tr, int sig) {
+  uint64_t none = 0;
+  etr__writer_flush(tr, &none);
+  if (atomic_load(&tr->failed)) return;
+  if (!tr->dump_path || ring_dump_to(tr, sig, true) == DUMP_IN_PLACE) ring_dump_to(tr, sig, false);
 }
 
 static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {

@@ -236,17 +236,22 @@ static void other_file(const char *dir, char *out, size_t cap) {
   closedir(d);
 }
 
-/* Run "trace_helper mode" with ETR_TRACE=<dir>/t.json (no %p) and extra (or NULL). */
-static pid_t run_fork_mode(const char *dir, const char *mode, const char *extra) {
+/* Run "trace_helper mode" with ETR_TRACE=<dir>/t.json (no %p) and extra, extra2 (or NULL). */
+static pid_t run_fork_mode2(const char *dir, const char *mode, const char *extra,
+                            const char *extra2) {
   char var[600];
   snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
-  const char *env[] = {var, extra, NULL};
+  const char *env[] = {var, extra, extra ? extra2 : NULL, NULL};
   const char *args[] = {mode, NULL};
   pid_t pid = 0;
   int status = tu_run(TRACE_HELPER, args, env, &pid);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail_msg("trace_helper %s: status 0x%x", mode, status);
   return pid;
+}
+
+static pid_t run_fork_mode(const char *dir, const char *mode, const char *extra) {
+  return run_fork_mode2(dir, mode, extra, NULL);
 }
 
 /* The child's file (dir's other one): named t.<its pid>.json, finalized, holding 5 ops
@@ -478,6 +483,51 @@ static void test_env_fork_daemon_keeps_parent_file(void **state) {
   tu_rmdir(dir);
 }
 
+/* A flight recorder's dump replaces its file by a new one (renamed over it: a dump never
+ * destroys the previous one before it is whole). What recognises the file follows it: the
+ * writer mark names the new file (the helper checks it after its dump), a child exec'd
+ * after the dump writes its own file, with the mark and with the lock alone; and a daemon's
+ * child forked before the parent's last dump (at its exit) does not take t.json for a file
+ * nobody writes: it knows the path its parent's trace opened. No temporary file is left. */
+static void test_env_ring_dump_keeps_the_file_known(void **state) {
+  (void)state;
+  char dir[256];
+  static const char *const execs[] = {"exec", "exec_unmarked"};
+  for (size_t i = 0; i < TU_ARRAY_LEN(execs); i++) {
+    tu_mkdtemp(dir, sizeof dir);
+    pid_t pid = run_fork_mode2(dir, execs[i], "ETR_TRACE_RING_MB=1", "ETR_HELPER_DUMP=1");
+    assert_int_equal(tu_dir_entries(dir), 2);
+    check_parent_file(dir, pid, "exec_parent", "exec_after", "env");
+    check_child_file(dir, "env", "exec_parent");
+    tu_rmdir(dir);
+  }
+#if defined(TU_TSAN) || defined(TU_ASAN)
+  skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
+#endif
+  tu_mkdtemp(dir, sizeof dir);
+  char var[600], child[700];
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *env[] = {var, "ETR_TRACE_RING_MB=1", "ETR_HELPER_DUMP=1", "ETR_TRACE_FORKS=1", NULL};
+  const char *args[] = {"daemon", NULL};
+  int status = tu_run(TRACE_HELPER, args, env, NULL);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper daemon: status 0x%x", status);
+  bool done = false; /* (the child outlives the helper: up to 10 s for its file) */
+  for (int i = 0; i < 1000 && !done; i++) {
+    other_file(dir, child, sizeof child);
+    size_t len = 0;
+    char *text = child[0] ? tu_read_file(child, &len) : NULL;
+    done = text && strstr(text, "\"finish_ts\"") != NULL;
+    free(text);
+    if (!done) tu_sleep_us(10000);
+  }
+  assert_true(done);
+  check_parent_file(dir, 0, "daemon_parent", NULL, "daemon_child");
+  check_child_file(dir, "daemon_child", "daemon_parent");
+  assert_int_equal(tu_dir_entries(dir), 2);
+  tu_rmdir(dir);
+}
+
 /* A setuid program ignores ETR_TRACE: run by another user, it would otherwise create or
  * truncate any file that user names, with the program's privileges. The helper is copied,
  * made setuid root and run as nobody (setpriv); skipped unless we are root, setpriv is
@@ -528,6 +578,7 @@ int main(void) {
       TU_TEST(test_env_exec_self_keeps_first_file),
       TU_TEST(test_env_fork_child_own_file),
       TU_TEST(test_env_fork_daemon_keeps_parent_file),
+      TU_TEST(test_env_ring_dump_keeps_the_file_known),
       TU_TEST(test_env_ignored_when_setuid),
       TU_TEST(test_env_dev_stdout_keeps_the_log),
       TU_TEST(test_env_exec_child_reexecs),

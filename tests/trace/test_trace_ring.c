@@ -6,13 +6,18 @@
  *    its children), recording goes on, and the next dump replaces the file;
  *  - forward ops (fw_parent) the ring dropped get a placeholder too;
  *  - a fatal signal writes the ring (signals on), etr_trace_dump without a ring is a flush.
- * TRACE_HELPER is the helper program (trace_helper.c). */
+ *  - a dump that fails part way leaves the previous dump whole.
+ * TRACE_HELPER is the helper program (trace_helper.c), ETR_TOOL the etr command. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,6 +203,126 @@ static void test_fatal_signal_writes_the_ring(void **state) {
   tu_rmdir(dir);
 }
 
+/* A dump never destroys the previous complete one before the new one is complete. A dump
+ * that fails part way (a file-size limit here, as a full disk would; a kill -9 is the same
+ * moment) leaves the file as the previous dump left it, a complete trace, and no temporary
+ * file beside it; recording stops as on any write error. Before, a dump cut the file to
+ * nothing first, so it held a footer-less prefix of the new dump (or nothing at all). */
+#ifndef ETR_TOOL
+#define ETR_TOOL "etr"
+#endif
+static void failed_dump_keeps_the_previous(const char *name) {
+  char dir[256], path[400];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  bool binary = strstr(name, ".etr") != NULL;
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(pfd[0]);
+    struct rlimit rl = {256 * 1024, 256 * 1024};
+    signal(SIGXFSZ, SIG_IGN);
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
+    etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+    o.ring_mb = 8;
+    o.flush_kb = 16; /* (the failing dump writes many pieces before the limit) */
+    etr_trace *tr;
+    if (etr_trace_open(path, &o, &tr) != 0 || etr_trace_enable(tr) != 0) _exit(4);
+    for (int64_t i = 0; i < 200; i++) op_seq("r::first", i, 0);
+    int rc1 = etr_trace_dump(tr); /* fits */
+    for (int64_t i = 0; i < 20000; i++) op_seq("r::second", i, 0);
+    int rc2 = etr_trace_dump(tr); /* does not */
+    etr_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    int crc = etr_trace_close_stats(tr, &st);
+    dprintf(pfd[1], "%d %d %d %d\n", rc1, rc2, crc, st.write_error);
+    _exit(0);
+  }
+  close(pfd[1]);
+  char line[128] = "";
+  FILE *in = fdopen(pfd[0], "r");
+  assert_non_null(in);
+  if (!fgets(line, sizeof line, in)) line[0] = '\0';
+  fclose(in);
+  int status;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("%s: child status 0x%x (%s)", name, status, line);
+  int rc1, rc2, crc, werr;
+  assert_int_equal(sscanf(line, "%d %d %d %d", &rc1, &rc2, &crc, &werr), 4);
+  assert_int_equal(rc1, 0);
+  assert_int_equal(rc2, ETR_EIO);
+  assert_int_equal(crc, ETR_EIO);
+  assert_int_equal(werr, EFBIG);
+  assert_int_equal(tu_dir_entries(dir), 1); /* no temporary file left */
+  tu_trace t;
+  if (binary) {
+    char out[600];
+    snprintf(out, sizeof out, "%s/converted.json", dir);
+    tu_convert_load(&t, ETR_TOOL, path, out);
+    assert_null(json_object_get(tu_stats(&t), "log_cut")); /* a whole log, with its trailer */
+  } else {
+    memset(&t, 0, sizeof t);
+    snprintf(t.path, sizeof t.path, "%s", path);
+    t.text = tu_read_gz(path, &t.len); /* (plain JSON too) */
+    tu_load(&t);
+    tu_assert_valid(ETR_TOOL, path);
+  }
+  assert_int_equal(tu_count(&t, "r::first"), 200);
+  assert_int_equal(tu_count(&t, "r::second"), 0);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
+static void test_failed_dump_keeps_the_previous(void **state) {
+  (void)state;
+#ifndef ETR_TOOL
+  skip(); /* (the etr command validates and converts the files) */
+#endif
+  failed_dump_keeps_the_previous("ring.json");
+  failed_dump_keeps_the_previous("ring.json.gz");
+  failed_dump_keeps_the_previous("ring.etr");
+}
+
+/* A dump replaces the file it is renamed over, not a symbolic link that names it, and the
+ * file keeps its mode; nothing is left beside it. */
+static void test_dump_through_a_symlink(void **state) {
+  (void)state;
+  char dir[256], real[400], link[400];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(real, sizeof real, "%s/real.json", dir);
+  snprintf(link, sizeof link, "%s/link.json", dir);
+  int fd = open(real, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+  assert_true(fd >= 0);
+  assert_int_equal(fchmod(fd, 0640), 0); /* (whatever the umask) */
+  close(fd);
+  assert_int_equal(symlink("real.json", link), 0);
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.ring_mb = 1;
+  etr_trace *tr;
+  assert_int_equal(etr_trace_open(link, &o, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  for (int64_t i = 0; i < 10; i++) op_seq("r::linked", i, 0);
+  assert_int_equal(etr_trace_dump(tr), 0);
+  for (int64_t i = 0; i < 10; i++) op_seq("r::linked", i, 0);
+  assert_int_equal(etr_trace_close(tr), 0);
+  struct stat st;
+  assert_int_equal(lstat(link, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  assert_int_equal(stat(real, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0640);
+  assert_int_equal(tu_dir_entries(dir), 2);
+  tu_trace t;
+  tu_load_path(&t, real);
+  assert_int_equal(tu_count(&t, "r::linked"), 20);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
 static void test_dump_without_a_ring(void **state) {
   (void)state;
   tu_trace t;
@@ -215,7 +340,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_keeps_the_latest),       TU_TEST(test_dump_with_an_open_op),
       TU_TEST(test_forward_op_placeholder), TU_TEST(test_fatal_signal_writes_the_ring),
-      TU_TEST(test_dump_without_a_ring),
+      TU_TEST(test_dump_without_a_ring),    TU_TEST(test_failed_dump_keeps_the_previous),
+      TU_TEST(test_dump_through_a_symlink),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

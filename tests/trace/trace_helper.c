@@ -12,6 +12,9 @@
  *                                    with ETR_TRACE_WRITER unset before the fork
  *   trace_helper daemon              records, forks and returns; the child records once
  *                                    its parent has ended
+ *                                    (exec, fork, daemon: ETR_HELPER_DUMP=1 dumps the trace,
+ *                                    a flight recorder, after the parent's first ops, and
+ *                                    checks that the writer mark names the new file: exit 6)
  *   trace_helper fork_open DIR       forks 50 times while a thread opens and closes traces
  *                                    from the process's first open on; each child opens one:
  *                                    exit 5 when a child hung
@@ -42,9 +45,11 @@
 #include <signal.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +294,24 @@ static int kill_main(const char *path, int threads) {
   }
 }
 
+/* ETR_HELPER_DUMP=1 (with ETR_TRACE_RING_MB): a flight recorder's dump of the ETR_TRACE
+ * trace now, which replaces its file by a new one; the writer mark must then name the new
+ * file. 0, or 6 when the dump failed or the mark names another file. */
+static int dump_if_asked(void) {
+  if (!getenv("ETR_HELPER_DUMP")) return 0;
+  if (etr_trace_dump(etr_trace_current()) != 0) return 6;
+  const char *path = getenv("ETR_TRACE"), *mark = getenv("ETR_TRACE_WRITER");
+  long pid;
+  unsigned long long dev, ino;
+  struct stat st;
+  if (!path || !mark || sscanf(mark, "%ld:%llu:%llu", &pid, &dev, &ino) != 3 ||
+      stat(path, &st) != 0)
+    return 6;
+  bool same = pid == (long)getpid() && dev == (unsigned long long)st.st_dev &&
+              ino == (unsigned long long)st.st_ino;
+  return same ? 0 : 6;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *mode = argv[1];
@@ -315,6 +338,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec_unmarked") == 0 ||
       strcmp(mode, "exec_reexec") == 0) {
     record_some("exec_parent");
+    if (dump_if_asked()) return 6;
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return 2;
@@ -337,6 +361,7 @@ int main(int argc, char **argv) {
    * leave no file); then the parent records again. */
   if (strcmp(mode, "fork") == 0 || strcmp(mode, "fork_unmarked") == 0) {
     record_some("fork_parent");
+    if (dump_if_asked()) return 6;
     /* (fork_unmarked: the host dropped the writer mark; the child must still know the
      * parent's file) */
     if (strcmp(mode, "fork_unmarked") == 0) unsetenv("ETR_TRACE_WRITER");
@@ -363,6 +388,7 @@ int main(int argc, char **argv) {
    * parent is gone (its file finalized), then exits. */
   if (strcmp(mode, "daemon") == 0) {
     record_some("daemon_parent");
+    if (dump_if_asked()) return 6;
     fflush(NULL);
     pid_t parent = getpid(), pid = fork();
     if (pid < 0) return 2;
