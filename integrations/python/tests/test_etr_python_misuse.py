@@ -589,6 +589,14 @@ def torch_dist_groups():
               "the collectives of rank 0: %s" % colls)
         check(not [n for n in nodes if n["name"].startswith("c10d::") and
                    attr(n, "collective_name") is not None], "the c10d ops carry no attrs")
+        # etr summary counts each call once, in its group, whatever records it left (the
+        # c10d op, its record_param_comms child, gloo's record on its worker thread)
+        r = subprocess.run([TOOL, "summary", "--json", path % 0], capture_output=True,
+                           text=True, timeout=120)
+        got = sorted((c["pg_name"], c["collective"], c["count"])
+                     for c in json.loads(r.stdout)["collectives"]) if r.returncode == 0 else r
+        check(got == [("0", "allgather", 1), ("0", "allreduce", 1), ("0", "barrier", 1),
+                      ("1", "allreduce", 1)], "etr summary's collectives of rank 0: %s" % (got,))
 
 
 def main():
