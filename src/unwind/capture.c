@@ -15,6 +15,15 @@
  * A capture that interrupts a capture of the same thread (a signal handler) uses our
  * walker only and refreshes nothing.
  *
+ * A library closed and another one opened at the same addresses changes no address, so
+ * neither cache sees it: both would go on with the old library's rules and module map. A
+ * rule of an address in a module that may be unloaded (R_MAY_UNLOAD: any module but the
+ * program, what it needs, libetr and what libetr needs; modules.c) makes the capture read
+ * the loader's counters after its walk and walk again with the new map when they moved
+ * (capture_again): the first capture after a reload is right. A capture whose frames all
+ * lie in permanent modules reads nothing more; one through a library opened with dlopen
+ * reads the counters (dl_iterate_phdr: the loader's lock, about 8 ns).
+ *
  * Counters are per thread (plain relaxed stores by the owner), summed on demand through
  * the list of threads; the counts of exited threads are folded into a global total.
  */
@@ -32,6 +41,19 @@
 
 #define ETR_NOINLINE __attribute__((noinline))
 #define ETR_NO_SANITIZE_MEM __attribute__((no_sanitize_address, no_sanitize_thread))
+/* walk_stack has two callers, the capture and its rare second walk (capture_again): inlined
+ * into both, so that the capture's own copy is the one it had alone. Not under a sanitizer,
+ * which does not inline a function it does not instrument into one it does. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ETR_WALK_INLINE
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ETR_WALK_INLINE
+#endif
+#endif
+#ifndef ETR_WALK_INLINE
+#define ETR_WALK_INLINE __attribute__((always_inline)) inline
+#endif
 
 /* ---- counters ---- */
 
@@ -67,9 +89,15 @@ typedef struct fent {
 } fent;
 typedef struct fcache {
   uint64_t gen; /* rule-cache generation of the rules */
-  size_t n;
+  uint32_t n;
+  /* f[ulo, uhi) holds every frame whose rule has R_MAY_UNLOAD (empty: ulo >= uhi), so that
+   * a capture that reuses frames from here tests them only when there are such frames
+   * (walk_stack). (n and these share the 8 bytes n alone had: f[] keeps its place, which
+   * the walk's speed depends on.) */
+  uint16_t ulo, uhi;
   fent f[FC_MAX];
 } fcache;
+_Static_assert(FC_MAX <= UINT16_MAX, "ulo and uhi index f[]");
 
 typedef struct tstate {
   struct tstate *next, *prev;
@@ -194,7 +222,9 @@ static ETR_NOINLINE int unw_fill(unw_backtrace_fn f, uintptr_t *buf, int n) {
 /* ---- rule cache ----
  * entry = key << 17 | rule, key = return address (or exact ip + 1) < 2^47.
  * rule bits: 0-1 kind (0 simple, 1 end, 2 signal, 3 fallback), 2 CFA from rbp,
- * 3-12 CFA offset / 8, 13-16 k with the caller's rbp at CFA - 8k (0: unchanged). */
+ * 3-12 CFA offset / 8, 13-15 k with the caller's rbp at CFA - 8k (0: unchanged; a prologue
+ * saves at most 6 registers before the frame, so k <= 7), 16 the address is in a module
+ * that may be unloaded (R_MAY_UNLOAD, see etr__unwind_capture). */
 enum {
   RC_BITS = 13,
   RC_SIZE = 1 << RC_BITS,
@@ -205,6 +235,8 @@ enum {
   K_FALLBACK = 3
 };
 #define RC_KEY_SHIFT 17
+#define R_MAY_UNLOAD (1u << 16)
+#define R_K(r) (((r) >> 13) & 7)
 #define RC_MAX_KEY (((uint64_t)1 << 47) - 1)
 
 static _Atomic uint64_t g_rc[RC_SIZE];
@@ -270,7 +302,7 @@ static uint32_t encode_rule(const etr__cfi_rule *r) {
   if (r->cfa_off <= 0 || r->cfa_off > 1023 * 8 || (r->cfa_off & 7)) return K_FALLBACK;
   uint32_t k = 0;
   if (r->rbp_off != 0) {
-    if (r->rbp_off > -16 || r->rbp_off < -15 * 8 || (r->rbp_off & 7)) return K_FALLBACK;
+    if (r->rbp_off > -16 || r->rbp_off < -7 * 8 || (r->rbp_off & 7)) return K_FALLBACK;
     k = (uint32_t)(-r->rbp_off / 8);
   }
   return K_SIMPLE | (r->cfa_rbp ? 4u : 0u) | ((uint32_t)(r->cfa_off / 8) << 3) | (k << 13);
@@ -278,7 +310,7 @@ static uint32_t encode_rule(const etr__cfi_rule *r) {
 
 /* Whether unwinding with rule r uses the frame's rbp (CFA from rbp, or rbp kept). */
 static inline bool rule_reads_bp(uint32_t r) {
-  return (r & 3) != K_SIMPLE || (r & 4) || ((r >> 13) & 15) == 0;
+  return (r & 3) != K_SIMPLE || (r & 4) || R_K(r) == 0;
 }
 
 /* ---- stack bounds ---- */
@@ -369,6 +401,7 @@ typedef struct walk {
   tstate *ts;
   const etr__modmap *map;
   bool nested;
+  bool map_changed; /* a rule miss found a newer map midway (etr__unwind_capture) */
   uint64_t hits, misses;
 } walk;
 
@@ -377,14 +410,18 @@ typedef struct walk {
 static ETR_NOINLINE uint32_t rule_miss(walk *w, uintptr_t key) {
   if (key - 1 >= RC_MAX_KEY) return 0;
   if (!w->nested) { /* a miss may mean new libraries: keep the map and cache current */
-    w->map = etr__modmap_refresh();
-    if (w->map) rc_sync(w->map->gen);
+    const etr__modmap *m = etr__modmap_refresh_sync(); /* (never older than the loader) */
+    if (m) {
+      if (m != w->map) w->map_changed = true;
+      w->map = m;
+      rc_sync(m->gen);
+    }
   }
   const etr__modent *m = etr__modmap_exec(w->map, key - 1);
   if (!m) return 0;
   etr__cfi_rule cr;
   etr__cfi_find(m->eh_frame_hdr, key - 1, &cr);
-  uint32_t rule = encode_rule(&cr);
+  uint32_t rule = encode_rule(&cr) | (m->permanent ? 0 : R_MAY_UNLOAD);
   rc_insert(key, rule);
   w->misses++;
   return rule | 0x80000000u;
@@ -437,7 +474,9 @@ static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uint
 typedef struct walk_out {
   uint64_t walked, reused, fallbacks;
   bool failed, truncated;
-  int fc; /* frame cache: -1 not used, 0 miss, 1 partial hit, 2 hit */
+  bool recheck; /* a frame may lie in a module that may be unloaded (R_MAY_UNLOAD), or
+                  comes from libunwind (not classified) */
+  int fc;       /* frame cache: -1 not used, 0 miss, 1 partial hit, 2 hit */
 } walk_out;
 
 /* Walk from the frame (rip, sp, bp) of etr__unwind_capture itself. A frame is (key, sp,
@@ -451,9 +490,9 @@ typedef struct walk_out {
  * still hold the cached values: the walk is a function of the registers and those words,
  * so the result is the one a full walk gives, but the loads no longer depend on each other
  * (no hash lookup, no CFA arithmetic on the critical path). */
-static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t sp, uintptr_t bp,
-                                             uintptr_t *restrict ips, size_t max, size_t skip,
-                                             walk_out *o) {
+static ETR_WALK_INLINE ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t sp,
+                                                             uintptr_t bp, uintptr_t *restrict ips,
+                                                             size_t max, size_t skip, walk_out *o) {
   uintptr_t lo, hi;
   uintptr_t skipped[SKIP_KEEP];
   size_t n = 0, f = 0;
@@ -461,20 +500,34 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
     o->failed = true;
     return 0;
   }
-  /* frame cache: previous capture (read) and this one (written); not in nested captures */
+  /* frame cache: previous capture (read) and this one (written); not in nested captures.
+   * This one's frames belong to the map the walk begins with: a rule miss that finds a new
+   * map midway leaves the frames before it walked with the older rules. */
+  uint64_t gen = w->map->gen;
   const fent *prev = NULL;
   fent *restrict cur = NULL;
   size_t pk = 0, pn = 0, cj = 0;
+  const fcache *pc = NULL;
   fcache *curc = NULL;
+  bool prev_unload = false; /* the previous capture holds such frames (fcache.ulo, uhi) */
+  /* and then, where the frames taken from it went: prev[from, from + len) to
+   * cur[to, to + len); more runs than this (or a full cache) and the frames are looked
+   * through at the end */
+  struct {
+    size_t from, to, len;
+  } runs[4];
+  size_t nruns = 0;
   if (!w->nested && !w->ts->fc_off) {
-    const fcache *pc = &w->ts->fc[w->ts->fc_cur];
+    pc = &w->ts->fc[w->ts->fc_cur];
     curc = &w->ts->fc[w->ts->fc_cur ^ 1];
     prev = pc->f;
     cur = curc->f;
-    pn = pc->gen == w->map->gen ? pc->n : 0;
+    pn = pc->gen == gen ? pc->n : 0;
+    prev_unload = pc->uhi != 0;
   }
   size_t first_reuse = SIZE_MAX, walked_after = 0;
   uint64_t reused = 0, walked = 0; /* locals: o-> fields could alias ips[] */
+  uint32_t rules = 0;              /* the rules used, or'ed: R_MAY_UNLOAD */
   uintptr_t key = rip + 1;
   for (;;) {
     /* the rule of frame (key, sp, bp) */
@@ -496,6 +549,7 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
       walked++;
       if (first_reuse != SIZE_MAX) walked_after++;
     }
+    rules |= rule;
     if (cur && cj < FC_MAX) {
       cur[cj].sp = sp;
       cur[cj].key = key;
@@ -526,7 +580,7 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
       for (;;) {
         const fent *nx = p + 1;
         if (nx == end || nx->sp > hi) break;
-        uintptr_t pk_ = (p->rule >> 13) & 15;
+        uintptr_t pk_ = R_K(p->rule);
         if (peek(nx->sp - 8) != nx->key || (pk_ ? peek(nx->sp - 8 * pk_) : p->bp) != nx->bp) break;
         p = nx;
         ips[n++] = p->key;
@@ -547,13 +601,23 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
         rule = p->rule;
         kind = rule & 3;
         pk = (size_t)(p - prev) + 1;
+        if (__builtin_expect(prev_unload, 0)) {
+          if (nruns < 4 && cj < FC_MAX) { /* (then all of them were copied) */
+            runs[nruns].from = pk - moved;
+            runs[nruns].to = cj - moved;
+            runs[nruns].len = moved;
+            nruns++;
+          } else {
+            nruns = 5;
+          }
+        }
         if (at_max) {
           o->truncated = kind != K_END;
           break;
         }
       }
     }
-    uintptr_t k = (rule >> 13) & 15;
+    uintptr_t k = R_K(rule);
     uintptr_t ra, nsp, nbp;
     if (__builtin_expect(kind == K_SIMPLE, 1)) {
       uintptr_t cfa = ((rule & 4) ? bp : sp) + (((rule >> 3) & 1023) << 3);
@@ -591,6 +655,7 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
       bool more;
       n = splice_libunwind(w, skipped, f, ips, n, max, skip, &added, &more);
       o->fallbacks += added;
+      rules |= R_MAY_UNLOAD; /* (libunwind's frames are not classified) */
       if (added == 0) o->failed = true;
       o->truncated = more;
       break;
@@ -604,11 +669,92 @@ static ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t rip, uintptr_t s
   o->reused += reused;
   o->walked += walked;
   if (curc) {
-    curc->n = cj;
-    curc->gen = w->map->gen;
+    /* Which frames of this capture lie in a module that may be unloaded: those it walked
+     * say so in `rules`; those it took from the previous capture (the loop above tests
+     * none) can only when that one held some, and then they are found from its span and
+     * the runs. So the common capture pays one test here. */
+    uint16_t ulo = FC_MAX, uhi = 0;
+    if (__builtin_expect((rules & R_MAY_UNLOAD) || nruns > 4, 0)) {
+      for (size_t i = 0; i < cj; i++)
+        if (cur[i].rule & R_MAY_UNLOAD) {
+          if (ulo == FC_MAX) ulo = (uint16_t)i;
+          uhi = (uint16_t)(i + 1);
+        }
+      if (uhi || (prev_unload && cj == FC_MAX)) rules |= R_MAY_UNLOAD; /* (frames past FC_MAX) */
+    } else if (__builtin_expect(prev_unload, 0)) {
+      for (size_t r = 0; r < nruns; r++) {
+        size_t lo = runs[r].from > pc->ulo ? runs[r].from : pc->ulo;
+        size_t hi = runs[r].from + runs[r].len < pc->uhi ? runs[r].from + runs[r].len : pc->uhi;
+        if (lo >= hi) continue;
+        lo = runs[r].to + (lo - runs[r].from);
+        hi = runs[r].to + (hi - runs[r].from);
+        if (lo < ulo) ulo = (uint16_t)lo;
+        if (hi > uhi) uhi = (uint16_t)hi;
+      }
+      if (uhi) rules |= R_MAY_UNLOAD;
+    }
+    curc->ulo = ulo;
+    curc->uhi = uhi;
+    curc->n = (uint32_t)cj;
+    curc->gen = gen;
     w->ts->fc_cur ^= 1;
     o->fc = first_reuse == SIZE_MAX ? 0 : walked_after == 0 ? 2 : 1;
   }
+  o->recheck = (rules & R_MAY_UNLOAD) != 0;
+  return n;
+}
+
+/* A capture's counters, and the end of its time inside the capture. */
+static inline void capture_done(tstate *ts, const walk *w, const walk_out *o, size_t n) {
+  cadd(ts, C_CAPTURES, 1);
+  cadd(ts, C_TRUNCATED, o->truncated);
+  cadd(ts, C_FAILURES, o->failed);
+  cadd(ts, C_FRAMES, n);
+  cadd(ts, C_HITS, w->hits);
+  cadd(ts, C_MISSES, w->misses);
+  cadd(ts, C_FALLBACKS, o->fallbacks);
+  cadd(ts, C_WALKED, o->walked + o->fallbacks);
+  cadd(ts, C_REUSED, o->reused);
+  if (o->fc >= 0) cadd(ts, o->fc == 2 ? C_FC_HITS : o->fc == 1 ? C_FC_PARTIAL : C_FC_MISSES, 1);
+  atomic_signal_fence(memory_order_seq_cst);
+  ts->in_capture = w->nested;
+}
+
+/* What the second walk needs of the first (capture_again). */
+typedef struct walk_first {
+  tstate *ts;
+  uintptr_t rip, sp, bp; /* etr__unwind_capture's frame, still live */
+  uintptr_t *ips;
+  size_t max, skip, n;
+  uint64_t *modgen;
+  uint64_t gen0, hits, misses;
+  walk_out o; /* (a copy: the address of the capture's own would keep it in memory) */
+  const etr__modmap *map;
+} walk_first;
+
+/* A library closed and another opened at the same addresses changes no address: the walk
+ * may have used the rules cached for the old one (the rule cache, the frame cache) and its
+ * module map. Only a module that may be unloaded can be replaced so (R_MAY_UNLOAD; and
+ * libunwind's frames, which are not classified): after a walk through one, the loader's
+ * counters say whether anything changed since the map the walk began with (gen0), and if
+ * so the walk is made again with the new map and an emptied rule cache, so that the first
+ * capture after a reload is right. A capture whose frames all lie in permanent modules
+ * (the program, its dependencies, libetr) does not come here. Out of line and the end of
+ * the capture (nothing of the common path lives across the call, so that path keeps its
+ * registers). Returns the frame count. */
+static ETR_NOINLINE __attribute__((cold)) size_t capture_again(const walk_first *a) {
+  walk w = {a->ts, a->map, false, false, a->hits, a->misses};
+  walk_out o = a->o;
+  size_t n = a->n;
+  const etr__modmap *now = etr__modmap_refresh_sync();
+  if (now && now->gen != a->gen0) {
+    w.map = now;
+    rc_sync(now->gen);
+    o = (walk_out){0, 0, 0, false, false, false, -1};
+    n = walk_stack(&w, a->rip, a->sp, a->bp, a->ips, a->max, a->skip, &o);
+  }
+  if (a->modgen) *a->modgen = w.map->gen;
+  capture_done(a->ts, &w, &o, n);
   return n;
 }
 
@@ -617,7 +763,7 @@ ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip,
   if (!ips || max == 0) return 0;
   tstate *ts = tstate_get();
   if (!ts) return 0;
-  walk w = {ts, NULL, ts->in_capture != 0, 0, 0};
+  walk w = {ts, NULL, ts->in_capture != 0, false, 0, 0};
   ts->in_capture = 1;
   atomic_signal_fence(memory_order_seq_cst);
   if (!w.nested && (++ts->ncap & 63) == 0)
@@ -625,28 +771,22 @@ ETR_NOINLINE size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip,
   else
     w.map = etr__modmap_current();
   size_t n = 0;
-  walk_out o = {0, 0, 0, true, false, -1};
+  walk_out o = {0, 0, 0, true, false, false, -1};
   if (w.map) {
     rc_sync(w.map->gen);
     uintptr_t rip, sp, bp;
     __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
                      : "=r"(rip), "=r"(sp), "=r"(bp));
+    uint64_t gen0 = w.map->gen;
     o.failed = false;
     n = walk_stack(&w, rip, sp, bp, ips, max, skip, &o);
+    if (__builtin_expect(o.recheck | w.map_changed, 0) && !w.nested) {
+      walk_first a = {ts, rip, sp, bp, ips, max, skip, n, modgen, gen0, w.hits, w.misses, o, w.map};
+      return capture_again(&a);
+    }
     if (modgen) *modgen = w.map->gen;
   }
-  cadd(ts, C_CAPTURES, 1);
-  cadd(ts, C_TRUNCATED, o.truncated);
-  cadd(ts, C_FAILURES, o.failed);
-  cadd(ts, C_FRAMES, n);
-  cadd(ts, C_HITS, w.hits);
-  cadd(ts, C_MISSES, w.misses);
-  cadd(ts, C_FALLBACKS, o.fallbacks);
-  cadd(ts, C_WALKED, o.walked + o.fallbacks);
-  cadd(ts, C_REUSED, o.reused);
-  if (o.fc >= 0) cadd(ts, o.fc == 2 ? C_FC_HITS : o.fc == 1 ? C_FC_PARTIAL : C_FC_MISSES, 1);
-  atomic_signal_fence(memory_order_seq_cst);
-  ts->in_capture = w.nested;
+  capture_done(ts, &w, &o, n);
   return n;
 }
 

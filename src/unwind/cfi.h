@@ -49,6 +49,11 @@ typedef struct etr__modent {
   etr__module m;          /* what etr__modules_find returns (first member) */
   uintptr_t xlo, xhi;     /* span of the executable PT_LOAD segments */
   uintptr_t eh_frame_hdr; /* PT_GNU_EH_FRAME address, 0 when absent */
+  /* Never unloaded while the process lives: the main program, its dependencies (DT_NEEDED,
+   * transitively: loaded at start-up, held by the program), libetr (linked -z nodelete)
+   * and its dependencies, the vDSO. Another module may be closed and a different one
+   * opened at its addresses: captures through it check the loader's counters (capture.c). */
+  bool permanent;
 } etr__modent;
 
 typedef struct etr__modmap {
@@ -70,6 +75,12 @@ const etr__modent *etr__modmap_exec(const etr__modmap *map, uintptr_t ip);
  * only when something changed, our map lock with trylock (when another thread is building,
  * the older map is returned) and allocates. Not for signal handlers. */
 const etr__modmap *etr__modmap_refresh(void);
+
+/* The same, but the map returned is not older than the counters read: when another thread
+ * is building, wait for it (trylock and sched_yield, never blocking on our lock: the caller
+ * may hold the loader's lock, which the builder needs; after 2 ms the older map is
+ * returned). */
+const etr__modmap *etr__modmap_refresh_sync(void);
 
 /* ---- capture (capture.c) ---- */
 

@@ -9,14 +9,24 @@
  * Changes are found through dl_iterate_phdr's dlpi_adds/dlpi_subs counters. Reading them
  * takes the loader's lock (about 8 ns uncontended), so captures do not read them on every
  * call: capture.c refreshes on an unwind-rule miss, when an address lies outside every
- * known module, and every 64th capture of a thread.
+ * known module, every 64th capture of a thread, and after every capture whose stack holds
+ * a frame of a module that may be unloaded (not `permanent`: one closed and another opened
+ * at the same addresses changes no address, so nothing else would tell).
+ *
+ * Which modules are permanent is found from the dynamic sections, read while
+ * dl_iterate_phdr holds the loader's lock (so no module goes away meanwhile): the main
+ * program and libetr, and the modules they need (DT_NEEDED, matched by DT_SONAME or file
+ * name, transitively), which the loader never unloads; and the vDSO. Any other module
+ * (opened with dlopen, or preloaded) counts as one that may be unloaded.
  */
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "unwind/cfi.h"
@@ -44,8 +54,17 @@ static counts read_counts(void) {
   return c;
 }
 
+/* What a module's dynamic section says of its dependencies, copied (the module may be
+ * unloaded once dl_iterate_phdr returns): its DT_SONAME, and its DT_NEEDED names one after
+ * the other, each ending with a NUL, the list with an empty name. */
+typedef struct deps {
+  char *soname;
+  char *needed;
+} deps;
+
 typedef struct build {
   etr__modent *mods;
+  deps *deps; /* parallel to mods, in dl_iterate_phdr's order */
   size_t n, cap;
   bool oom;
   counts c;
@@ -74,6 +93,54 @@ static void read_build_id(etr__module *m, uintptr_t bias, const ElfW(Phdr) * ph)
   }
 }
 
+/* The string at offset off of a string table [tab, tab + size) that lies inside the module
+ * [lo, hi); NULL when it does not (a damaged or unusual dynamic section). */
+static const char *dyn_str(uintptr_t tab, uint64_t size, uint64_t off, uintptr_t lo, uintptr_t hi) {
+  if (tab < lo || tab >= hi || size > hi - tab || off >= size) return NULL;
+  const char *s = (const char *)(tab + off);
+  return memchr(s, '\0', size - off) ? s : NULL;
+}
+
+/* The SONAME and NEEDED names of the module whose dynamic section is at dyn (count entries
+ * at most), copied into *d; false when memory runs out. */
+static bool read_deps(const etr__modent *e, const ElfW(Dyn) * dyn, size_t count, deps *d) {
+  uintptr_t strtab = 0;
+  uint64_t strsz = 0, soname = UINT64_MAX;
+  size_t n_needed = 0;
+  for (size_t i = 0; i < count && dyn[i].d_tag != DT_NULL; i++) {
+    if (dyn[i].d_tag == DT_STRTAB) strtab = (uintptr_t)dyn[i].d_un.d_ptr;
+    if (dyn[i].d_tag == DT_STRSZ) strsz = dyn[i].d_un.d_val;
+    if (dyn[i].d_tag == DT_SONAME) soname = dyn[i].d_un.d_val;
+    if (dyn[i].d_tag == DT_NEEDED) n_needed++;
+  }
+  /* The loader relocates DT_STRTAB in place where the section is writable (x86_64), not in
+   * a read-only one (the vDSO's): an address outside the module is taken as unrelocated. */
+  if (strtab && (strtab < e->m.lo || strtab >= e->m.hi)) strtab += e->m.bias;
+  if (!strtab) return true;
+  const char *so = soname == UINT64_MAX ? NULL : dyn_str(strtab, strsz, soname, e->m.lo, e->m.hi);
+  if (so && !(d->soname = strdup(so))) return false;
+  size_t len = 1;
+  for (size_t i = 0; i < count && dyn[i].d_tag != DT_NULL; i++) {
+    const char *nd = dyn[i].d_tag == DT_NEEDED
+                         ? dyn_str(strtab, strsz, dyn[i].d_un.d_val, e->m.lo, e->m.hi)
+                         : NULL;
+    if (nd) len += strlen(nd) + 1;
+  }
+  if (n_needed == 0 || !(d->needed = malloc(len))) return n_needed == 0;
+  char *o = d->needed;
+  for (size_t i = 0; i < count && dyn[i].d_tag != DT_NULL; i++) {
+    const char *nd = dyn[i].d_tag == DT_NEEDED
+                         ? dyn_str(strtab, strsz, dyn[i].d_un.d_val, e->m.lo, e->m.hi)
+                         : NULL;
+    if (!nd) continue;
+    size_t k = strlen(nd) + 1;
+    memcpy(o, nd, k);
+    o += k;
+  }
+  *o = '\0';
+  return true;
+}
+
 static int build_cb(struct dl_phdr_info *info, size_t size, void *data) {
   build *b = data;
   if (b->oom) return 1;
@@ -87,10 +154,15 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *data) {
   e.m.bias = info->dlpi_addr;
   e.m.lo = UINTPTR_MAX;
   e.xlo = UINTPTR_MAX;
+  const ElfW(Dyn) *dyn = NULL;
+  size_t dyn_count = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     uintptr_t a = info->dlpi_addr + ph->p_vaddr, z = a + ph->p_memsz;
-    if (ph->p_type == PT_LOAD) {
+    if (ph->p_type == PT_DYNAMIC) {
+      dyn = (const ElfW(Dyn) *)a;
+      dyn_count = ph->p_memsz / sizeof *dyn;
+    } else if (ph->p_type == PT_LOAD) {
       if (a < e.m.lo) e.m.lo = a;
       if (z > e.m.hi) e.m.hi = z;
       if (ph->p_flags & PF_X) {
@@ -117,16 +189,65 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *data) {
   if (b->n == b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 64;
     etr__modent *m = realloc(b->mods, cap * sizeof *m);
-    if (!m) {
+    deps *d = m ? realloc(b->deps, cap * sizeof *d) : NULL;
+    if (m) b->mods = m;
+    if (!d) {
       free((void *)e.m.path);
       b->oom = true;
       return 1;
     }
-    b->mods = m;
+    b->deps = d;
     b->cap = cap;
   }
+  deps *d = &b->deps[b->n];
+  d->soname = d->needed = NULL;
   b->mods[b->n++] = e;
+  if (dyn && !read_deps(&e, dyn, dyn_count, d)) {
+    b->oom = true;
+    return 1;
+  }
   return 0;
+}
+
+/* Whether module i of b answers to the DT_NEEDED name `need`: its SONAME, else its file
+ * name (a path when the name holds a '/'). */
+static bool answers_to(const build *b, size_t i, const char *need) {
+  if (b->deps[i].soname) return strcmp(b->deps[i].soname, need) == 0;
+  const char *path = b->mods[i].m.path;
+  if (strchr(need, '/')) return strcmp(path, need) == 0;
+  const char *base = strrchr(path, '/');
+  return strcmp(base ? base + 1 : path, need) == 0;
+}
+
+/* Mark the roots permanent (the main program, libetr, the vDSO) and what they need,
+ * transitively (b in dl_iterate_phdr's order: the main program first). A worklist, not
+ * recursion: this runs on a recording thread's stack. */
+static void classify(build *b) {
+  size_t *work = malloc((b->n ? b->n : 1) * sizeof *work), top = 0;
+  if (!work) return; /* (every module then counts as one that may be unloaded) */
+  uintptr_t self = (uintptr_t)&etr__modmap_refresh;
+  for (size_t i = 0; i < b->n; i++) {
+    const etr__modent *e = &b->mods[i];
+    const char *so = b->deps[i].soname;
+    bool vdso = so && (!strcmp(so, "linux-vdso.so.1") || !strcmp(so, "linux-gate.so.1"));
+    if (i == 0 || vdso || (self >= e->m.lo && self < e->m.hi)) {
+      b->mods[i].permanent = true;
+      work[top++] = i;
+    }
+  }
+  while (top) {
+    size_t i = work[--top];
+    for (const char *nd = b->deps[i].needed; nd && *nd; nd += strlen(nd) + 1)
+      for (size_t j = 0; j < b->n; j++)
+        if (answers_to(b, j, nd)) {
+          if (!b->mods[j].permanent) {
+            b->mods[j].permanent = true;
+            work[top++] = j;
+          }
+          break;
+        }
+  }
+  free(work);
 }
 
 static int cmp_lo(const void *a, const void *b) {
@@ -134,9 +255,19 @@ static int cmp_lo(const void *a, const void *b) {
   return x->m.lo < y->m.lo ? -1 : x->m.lo > y->m.lo;
 }
 
+static void free_deps(build *b) {
+  for (size_t i = 0; i < b->n && b->deps; i++) {
+    free(b->deps[i].soname);
+    free(b->deps[i].needed);
+  }
+  free(b->deps);
+  b->deps = NULL;
+}
+
 static void free_build(build *b) {
   for (size_t i = 0; i < b->n; i++) free((void *)b->mods[i].m.path);
   free(b->mods);
+  free_deps(b);
 }
 
 /* Build a new generation and publish it. Caller holds g_build_lock. */
@@ -145,13 +276,15 @@ static etr__modmap *build_map(etr__modmap *older) {
     ssize_t n = readlink("/proc/self/exe", g_exe_path, sizeof g_exe_path - 1);
     g_exe_path[n > 0 ? n : 0] = '\0';
   }
-  build b = {NULL, 0, 0, false, {0, 0}};
+  build b = {NULL, NULL, 0, 0, false, {0, 0}};
   dl_iterate_phdr(build_cb, &b);
   etr__modmap *m = b.oom ? NULL : calloc(1, sizeof *m);
   if (!m) {
     free_build(&b);
     return NULL;
   }
+  classify(&b); /* (in dl_iterate_phdr's order: the main program first) */
+  free_deps(&b);
   qsort(b.mods, b.n, sizeof *b.mods, cmp_lo);
   m->gen = older ? older->gen + 1 : 1;
   m->adds = b.c.adds;
@@ -186,6 +319,35 @@ const etr__modmap *etr__modmap_refresh(void) {
   }
   pthread_mutex_unlock(&g_build_lock);
   return m;
+}
+
+const etr__modmap *etr__modmap_refresh_sync(void) {
+  etr__modmap *m = atomic_load_explicit(&g_current, memory_order_acquire);
+  if (!m) return etr__modmap_current();
+  counts c = read_counts();
+  if (c.adds == m->adds && c.subs == m->subs) return m;
+  /* Another thread may be building: wait for it, but never block on our lock. The
+   * caller may hold the loader's lock (a host that records inside its own dl_iterate_phdr
+   * callback), which that builder needs: after 2 ms the older map is returned. */
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    if (pthread_mutex_trylock(&g_build_lock) == 0) {
+      m = atomic_load_explicit(&g_current, memory_order_acquire);
+      c = read_counts(); /* (the other thread may have built it meanwhile) */
+      if (c.adds != m->adds || c.subs != m->subs) {
+        etr__modmap *n = build_map(m);
+        if (n) m = n;
+      }
+      pthread_mutex_unlock(&g_build_lock);
+      return m;
+    }
+    m = atomic_load_explicit(&g_current, memory_order_acquire);
+    if (m->adds == c.adds && m->subs == c.subs) return m; /* (built meanwhile) */
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 2000000L) return m;
+    sched_yield();
+  }
 }
 
 static const etr__modent *find_in(const etr__modmap *map, uintptr_t ip) {

@@ -20,8 +20,11 @@
 /* Store the calling thread's return addresses, innermost first, skipping the `skip`
  * innermost frames (etr's own, beyond the caller of this function), at most max. Returns the
  * count. *modgen receives the module-map generation the addresses belong to (pass it to
- * etr__modules_find). Any thread; no allocation after the thread's first call; never
- * crashes on a corrupt stack (the walk stops early and capture_failures is counted). */
+ * etr__modules_find), also right after a library was closed and another one opened at its
+ * addresses (the stack then holds a library opened with dlopen, and the capture reads the
+ * loader's counters: dl_iterate_phdr, the loader's lock). Any thread; no allocation after
+ * the thread's first call unless libraries were loaded or unloaded; never crashes on a
+ * corrupt stack (the walk stops early and capture_failures is counted). */
 size_t etr__unwind_capture(uintptr_t *ips, size_t max, size_t skip, uint64_t *modgen);
 
 /* Prepare the calling thread for captures: its counters, the bounds of its stack and the

@@ -1,6 +1,9 @@
 /* Tracebacks in the trace: selection (all, pattern, 1 in N, runtime switch), the tables
  * after finish_ts (consistent, deduplicated), real function/file/line for a known call chain,
- * module mode, depth limit, counters, bad options. */
+ * module mode, depth limit, counters, bad options, a plugin replaced by another at the same
+ * address. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,6 +343,102 @@ static void test_module_mode(void **state) {
   tu_free(&t);
 }
 
+/* ---- a plugin replaced by another at the same address ---- */
+
+typedef size_t (*reload_entry_fn)(size_t (*cb)(void *), void *arg);
+
+static NOINLINE size_t reload_cb(void *arg) {
+  etr_record r;
+  etr_record_init(&r, (const char *)arg, ETR_SCOPE_FUNCTION);
+  etr_record_begin(&r);
+  sink++;
+  etr_record_end(&r);
+  return 1;
+}
+
+/* Rounds A, B, A, B: each opens its plugin, records 3 ops through it and closes it (with
+ * etr_trace_flush before the close when flush is set). False when a plugin was not loaded
+ * at the first one's address (nothing to test then). */
+static NOINLINE bool record_reloads(bool flush, tu_trace *t) {
+  uintptr_t base0 = 0;
+  bool same = true;
+  for (int k = 0; k < 4; k++) {
+    void *h = dlopen(k % 2 ? RELOAD_B_PATH : RELOAD_A_PATH, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(h);
+    void *sym = dlsym(h, "reload_entry");
+    assert_non_null(sym);
+    reload_entry_fn entry;
+    memcpy(&entry, &sym, sizeof entry);
+    Dl_info di;
+    assert_true(dladdr(sym, &di));
+    if (k == 0) base0 = (uintptr_t)di.dli_fbase;
+    same = same && (uintptr_t)di.dli_fbase == base0;
+    for (int i = 0; i < 3; i++) entry(reload_cb, (void *)(k % 2 ? "reload::B" : "reload::A"));
+    if (flush) assert_int_equal(etr_trace_flush(t->trace), 0);
+    assert_int_equal(dlclose(h), 0);
+  }
+  return same;
+}
+
+/* A plugin closed and another opened at the same address: the ops recorded through each
+ * have its own frames, the first op after each reload included (names in full mode; the
+ * module path and build id in module mode). Before, the captures of up to 63 ops after a
+ * reload were tagged with the old module-map generation: B's ops named A's function, with
+ * A's module and build id. */
+static void test_reloaded_plugin(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 3; mode++) { /* full, full with flushes, module */
+    etr_traceback_options opt_tb = ETR_TRACEBACK_OPTIONS_INIT;
+    if (mode == 2) opt_tb.symbolize = ETR_SYMBOLIZE_MODULE;
+    tu_trace t;
+    tu_open_traceback(&t, &opt_tb);
+    bool same = record_reloads(mode == 1, &t);
+    tu_close_ok(&t);
+    if (!same) {
+      tu_free(&t);
+      skip(); /* (the kernel put a plugin elsewhere: nothing to test) */
+    }
+    const char *build_id[2] = {NULL, NULL};
+    size_t i, seen[2] = {0, 0};
+    json_t *n;
+    json_array_foreach(t.nodes, i, n) {
+      const char *name = tu_name(n);
+      int b = !strcmp(name, "reload::B") ? 1 : !strcmp(name, "reload::A") ? 0 : -1;
+      if (b < 0) continue;
+      seen[b]++;
+      json_t *fr = frames_of(&t, n);
+      assert_true(json_array_size(fr) >= 4);
+      const json_t *f0 = json_array_get(fr, 0), *f1 = json_array_get(fr, 1),
+                   *f2 = json_array_get(fr, 2), *f3 = json_array_get(fr, 3);
+      const char *lib = b ? "libtrace_reload_b.so" : "libtrace_reload_a.so";
+      if (mode < 2) {
+        const char *want = b ? "reload_inner_b_different" : "reload_inner_a_original";
+        if (strcmp(fstr(f1, "name"), want) != 0)
+          fail_msg("mode %d: op %zu of %s: frame 1 is '%s' (%s), not %s", mode, seen[b], name,
+                   fstr(f1, "name"), fstr(f1, "filename"), want);
+        assert_string_equal(fstr(f0, "name"), "reload_cb");
+        assert_string_equal(fstr(f2, "name"), "reload_entry");
+        assert_string_equal(fstr(f3, "name"), "record_reloads");
+      } else {
+        for (int j = 1; j <= 2; j++) {
+          const char *module = fstr(json_array_get(fr, (size_t)j), "module");
+          if (!ends_with(module, lib))
+            fail_msg("module mode: op %zu of %s: frame %d in %s, not %s", seen[b], name, j, module,
+                     lib);
+        }
+        const char *bid = fstr(f1, "build_id");
+        if (!build_id[b]) build_id[b] = bid;
+        assert_string_equal(bid, build_id[b]);
+      }
+      json_decref(fr);
+    }
+    assert_int_equal(seen[0], 6);
+    assert_int_equal(seen[1], 6);
+    if (mode == 2) assert_string_not_equal(build_id[0], build_id[1]);
+    tu_free(&t);
+  }
+}
+
 static void test_counters(void **state) {
   (void)state;
   tu_trace t;
@@ -386,7 +485,7 @@ int main(void) {
       TU_TEST(test_same_line_sites_share), TU_TEST(test_options_of_0_1),
       TU_TEST(test_runtime_switch),        TU_TEST(test_depth_limit),
       TU_TEST(test_module_mode),           TU_TEST(test_counters),
-      TU_TEST(test_bad_options),
+      TU_TEST(test_bad_options),           TU_TEST(test_reloaded_plugin),
   };
   return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
 }

@@ -417,6 +417,86 @@ __attribute__((noinline)) void test_dlopen_dlclose(void **state) {
   dlclose(h);
 }
 
+/* ---- another library at the same address ---- */
+
+typedef struct dl2 {
+  void *h;
+  dl_entry_fn entry;
+  range inner, outer;
+  uintptr_t base;
+} dl2;
+
+static dl2 dl2_open(const char *path) {
+  dl2 d;
+  memset(&d, 0, sizeof d);
+  d.h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(d.h);
+  void *sym = dlsym(d.h, "unwind_dl2_entry");
+  assert_non_null(sym);
+  memcpy(&d.entry, &sym, sizeof d.entry);
+  d.outer = fn_range(sym);
+  d.inner = fn_range(dlsym(d.h, "unwind_dl2_inner"));
+  assert_true(d.inner.hi > d.inner.lo);
+  Dl_info di;
+  assert_true(dladdr(sym, &di));
+  d.base = (uintptr_t)di.dli_fbase;
+  return d;
+}
+
+/* Three captures through d: each must be d's frames, then this function, in d's module
+ * (path ending in lib_name), and none may fail. */
+__attribute__((noinline)) void dl2_check(const dl2 *d, const char *lib_name) {
+  for (int i = 0; i < 3; i++) {
+    etr_traceback_stats s0 = stats();
+    cap k;
+    memset(&k, 0, sizeof k);
+    d->entry(test_cb, &k);
+    etr_traceback_stats s1 = stats();
+    dump(lib_name, k.ips, k.n);
+    if (!(k.n >= 4 && in_fn(k.ips[1], d->inner) && in_fn(k.ips[2], d->outer) &&
+          in_fn(k.ips[3], fn_range((void *)dl2_check))))
+      fail_msg(
+          "capture %d through %s: %zu frames, not its own then the test's "
+          "(ETR_TEST_VERBOSE=1 lists them)",
+          i, lib_name, k.n);
+    assert_int_equal(s1.capture_failures, s0.capture_failures);
+    const etr__module *m = etr__modules_find(k.gen, k.ips[1]);
+    assert_non_null(m);
+    if (!strstr(m->path, lib_name))
+      fail_msg("capture %d through %s: the address is in %s in generation %llu", i, lib_name,
+               m->path, (unsigned long long)k.gen);
+  }
+}
+
+/* A library is closed and another one opened at the same address (a plugin replaced by a
+ * new build): the first capture through the new one uses its unwind rules and its module.
+ * Before, for up to 63 captures a thread reused the rules cached for the old library (here
+ * a 256-byte frame where the new one has 4000 bytes: the walk read its return address inside
+ * the buffer) and tagged the frames with the old module-map generation (the old library's
+ * path and build id). With the frame cache and without it. */
+static void test_reload_same_address(void **state) {
+  (void)state;
+  etr__unwind_thread_init();
+  for (int fc = 1; fc >= 0; fc--) {
+    etr__unwind_set_frame_cache(fc != 0);
+    dl2 a = dl2_open(UNWIND_DL2A_PATH);
+    dl2_check(&a, "libunwind_dl2a.so");
+    assert_int_equal(dlclose(a.h), 0);
+    dl2 b = dl2_open(UNWIND_DL2B_PATH);
+    if (b.base != a.base) { /* (the kernel chose another address: nothing to test) */
+      dlclose(b.h);
+      etr__unwind_set_frame_cache(true);
+      skip();
+    }
+    dl2_check(&b, "libunwind_dl2b.so");
+    assert_int_equal(dlclose(b.h), 0);
+    a = dl2_open(UNWIND_DL2A_PATH); /* and back */
+    if (a.base == b.base) dl2_check(&a, "libunwind_dl2a.so");
+    assert_int_equal(dlclose(a.h), 0);
+  }
+  etr__unwind_set_frame_cache(true);
+}
+
 static void test_module_map(void **state) {
   (void)state;
   uint64_t gen = etr__modules_generation();
@@ -438,6 +518,20 @@ static void test_module_map(void **state) {
   assert_int_equal(libc->bias, (uintptr_t)di.dli_fbase);
   assert_null(etr__modules_find(gen, 16));
   assert_null(etr__modules_find(gen, (uintptr_t)&di)); /* the stack is no module */
+  /* Which modules can never be unloaded: the program, what it needs (the chain libraries,
+   * libc: DT_NEEDED, transitively), not a library opened with dlopen. */
+  const etr__modmap *map = etr__modmap_refresh();
+  assert_true(etr__modmap_exec(map, (uintptr_t)test_cb)->permanent);
+  assert_true(etr__modmap_exec(map, (uintptr_t)fp_chain_a)->permanent);
+  assert_true(etr__modmap_exec(map, (uintptr_t)&gnu_get_libc_version)->permanent);
+  void *h = dlopen(UNWIND_DL2A_PATH, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(h);
+  void *entry = dlsym(h, "unwind_dl2_entry");
+  map = etr__modmap_refresh();
+  const etr__modent *e = etr__modmap_exec(map, (uintptr_t)entry);
+  assert_non_null(e);
+  assert_false(e->permanent);
+  dlclose(h);
 }
 
 /* ---- corrupt frames ---- */
@@ -655,6 +749,46 @@ static void test_threads(void **state) {
   assert_int_equal(s1.capture_failures, s0.capture_failures);
 }
 
+/* The same through a library opened with dlopen, whose frames make each capture read the
+ * loader's counters, while another thread opens and closes a library: captures see the
+ * map change under them, rebuild it (one thread) or wait for it, and walk again; every
+ * frame is right and none fails (run under ASan and TSan too). */
+static dl2 g_dl2;
+
+static void *capture_dl_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < PER_THREAD / 4; i++) {
+    cap k;
+    memset(&k, 0, sizeof k);
+    g_dl2.entry(test_cb, &k);
+    if (k.n < 4 || !in_fn(k.ips[0], g_r_cb) || !in_fn(k.ips[1], g_dl2.inner) ||
+        !in_fn(k.ips[2], g_dl2.outer))
+      atomic_fetch_add(&g_thread_bad, 1);
+  }
+  return NULL;
+}
+
+static void test_threads_through_dlopen(void **state) {
+  (void)state;
+  g_r_cb = fn_range((void *)test_cb);
+  g_dl2 = dl2_open(UNWIND_DL2A_PATH);
+  atomic_store(&g_thread_bad, 0);
+  atomic_store(&g_churn_stop, 0);
+  etr_traceback_stats s0 = stats();
+  pthread_t t[THREADS], churn;
+  assert_int_equal(pthread_create(&churn, NULL, churn_thread, NULL), 0);
+  for (int i = 0; i < THREADS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, capture_dl_thread, NULL), 0);
+  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  atomic_store(&g_churn_stop, 1);
+  pthread_join(churn, NULL);
+  etr_traceback_stats s1 = stats();
+  assert_int_equal(atomic_load(&g_thread_bad), 0);
+  assert_int_equal(s1.captures - s0.captures, THREADS * (PER_THREAD / 4));
+  assert_int_equal(s1.capture_failures, s0.capture_failures);
+  assert_int_equal(dlclose(g_dl2.h), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_fp),
@@ -667,11 +801,13 @@ int main(void) {
       cmocka_unit_test(test_fallback),
       cmocka_unit_test(test_module_map),
       cmocka_unit_test(test_dlopen_dlclose),
+      cmocka_unit_test(test_reload_same_address),
       cmocka_unit_test(test_bad_frames),
       cmocka_unit_test(test_signal),
       cmocka_unit_test(test_signal_altstack),
       cmocka_unit_test(test_signal_storm),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_threads_through_dlopen),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
