@@ -455,10 +455,17 @@ static bool coll_sizes(an_colls *c, an_coll_rec *r, const rd_rnode *n) {
   return true;
 }
 
-/* The group an attrs record names: the pg_name attr, else the (pg_name, pg_desc) input. */
+/* The group an attrs record names: the pg_name attr, else the (pg_name, pg_desc) input.
+ * An empty name names none (PyTorch numbers its groups; etr.torch writes "" for a group it
+ * could not tell): such a collective is one without a group. */
+static const char *attrs_pg_any(const rd_rnode *n);
 static const char *attrs_pg(const rd_rnode *n) {
+  const char *s = attrs_pg_any(n);
+  return s != NULL && *s ? s : NULL;
+}
+static const char *attrs_pg_any(const rd_rnode *n) {
   const char *s = str_attr(n, "pg_name");
-  if (s != NULL || n->inputs == NULL || n->inputs->kind != ETR_J_OBJECT) return s;
+  if ((s != NULL && *s) || n->inputs == NULL || n->inputs->kind != ETR_J_OBJECT) return s;
   const rd_jval *v = rd_jobj_get(n->inputs, "values"), *ty = rd_jobj_get(n->inputs, "types");
   if (v == NULL || ty == NULL || v->kind != ETR_J_ARRAY || ty->kind != ETR_J_ARRAY) return NULL;
   for (size_t i = 0; i < v->v.arr.n && i < ty->v.arr.n; i++) {

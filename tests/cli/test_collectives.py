@@ -55,7 +55,7 @@ check(got == want, "summary gloo113: %s, wanted %s" % (got, want))
 got = summary(traces("a2a113", 1)[0])
 check(got == {(None, "all_to_all"): (1, 1024, 0)}, "summary a2a113: %s" % got)
 got = summary(traces("pt2", 1)[0])
-check(got == {("0", "allreduce"): (1, 4000, 4000), ("", "wait"): (1, 0, 0)},
+check(got == {("0", "allreduce"): (1, 4000, 4000), (None, "wait"): (1, 0, 0)},
       "summary pt2: %s" % got)
 got = summary(traces("ptobs", 1)[0])
 check(got == {(None, "all_reduce"): (1, 40, 40), (None, "broadcast"): (1, 40, 40)},
