@@ -69,18 +69,26 @@ def _torch_groups(dist):
     return out
 
 
+_declared = {}  # (what this process declared: name -> (ranks, desc, backend); the rank)
+
+
 def _declare_dist():
     """The run's rank and process groups for the trace's ``## process_group:init ##`` node
     (as PyTorch's observer writes it), from torch.distributed when it is initialized (else
-    the launcher's RANK / WORLD_SIZE stay). Called before the trace is enabled, so that
-    _record_dist then records one node. Never fails the block: what cannot be read is left
-    out."""
+    the launcher's RANK / WORLD_SIZE stay). Only what changed is declared (each declaration
+    records the node while a trace is enabled). Never fails the block: what cannot be read
+    is left out."""
     try:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
-            _etr.set_rank(dist.get_rank(), dist.get_world_size())
+            rank = (dist.get_rank(), dist.get_world_size())
+            if _declared.get(None) != rank:
+                _etr.set_rank(*rank)
+                _declared[None] = rank
             for name, ranks, desc, backend in _torch_groups(dist):
-                _etr.declare_group(name, ranks, desc=desc, backend=backend)
+                if _declared.get(name) != (ranks, desc, backend):
+                    _etr.declare_group(name, ranks, desc=desc, backend=backend)
+                    _declared[name] = (ranks, desc, backend)
     except Exception:  # (a PyTorch whose bookkeeping differs; a group etr refuses)
         pass
 
@@ -91,6 +99,46 @@ def _record_dist():
         _etr.record_groups()
     except _etr.EtrError:
         pass
+
+
+_watching = [0, None]  # (blocks that watch, the functions replaced)
+
+
+def _watch_groups(on):
+    """While a block records, torch.distributed's init_process_group and new_group declare
+    what they make as they return: a group made inside the block (or the world, when the
+    block began before init_process_group) is then known to the collectives that use it
+    (etr chakra and PARAM look a collective's group up by name, found by its size and this
+    rank's place in it: a group not declared could take an older group's name)."""
+    try:
+        import torch.distributed as dist
+        c10d = dist.distributed_c10d
+    except Exception:
+        return
+    _watching[0] += 1 if on else -1
+    if on and _watching[0] == 1:
+        saved = {}
+        for mod in (dist, c10d):
+            for fname in ("init_process_group", "new_group"):
+                orig = getattr(mod, fname, None)
+                if orig is None or getattr(orig, "_etr_watch", False):
+                    continue
+
+                def wrapped(*a, _orig=orig, **kw):
+                    g = _orig(*a, **kw)
+                    _declare_dist()
+                    return g
+                wrapped._etr_watch = True
+                wrapped.__wrapped__ = orig
+                wrapped.__name__ = fname
+                wrapped.__doc__ = orig.__doc__
+                saved[(mod, fname)] = orig
+                setattr(mod, fname, wrapped)
+        _watching[1] = saved
+    elif not on and _watching[0] == 0 and _watching[1]:
+        for (mod, fname), orig in _watching[1].items():
+            setattr(mod, fname, orig)
+        _watching[1] = None
 
 
 class trace(_etr.trace):
@@ -108,9 +156,11 @@ class trace(_etr.trace):
             super().__exit__(None, None, None)  # (the trace is never left open)
             raise
         _record_dist()
+        _watch_groups(True)
         return self
 
     def __exit__(self, *exc):
+        _watch_groups(False)
         _torch.detach()
         return super().__exit__(*exc)
 
@@ -232,6 +282,8 @@ class ExecutionTraceObserver(_Base):
         if self._t is not None:
             t, self._t = self._t, None
             _torch.detach()
+            if self._running:
+                _watch_groups(False)
             self._running = False
             if _os.getpid() != self._pid:
                 _etr._close_quietly(t)
@@ -255,11 +307,13 @@ class ExecutionTraceObserver(_Base):
             self._t.enable()
             self._running = True
             _record_dist()
+            _watch_groups(True)
 
     def stop(self):
         """Pause recording; an op running now is written whole."""
         if self._running:
             self._running = False
+            _watch_groups(False)
             if _os.getpid() == self._pid:  # (a forked child's copy records nothing anyway)
                 self._t.disable()
 

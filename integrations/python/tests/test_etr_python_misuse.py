@@ -599,6 +599,52 @@ def torch_dist_groups():
                       ("1", "allreduce", 1)], "etr summary's collectives of rank 0: %s" % (got,))
 
 
+def torch_dist_late_groups():
+    """etr.torch.trace entered before init_process_group, a group made inside the block: the
+    world and the new group are declared as they are made, and the collectives name them
+    (before: the trace said rank 0 of a world of 1, and the new group's all-reduce was put
+    in group "0", the only group of its size known then); skipped without etr.torch or
+    gloo."""
+    try:
+        import etr.torch  # noqa: F401
+        import torch.distributed as dist
+        if not dist.is_available() or not dist.is_gloo_available():
+            raise ImportError("no gloo")
+    except ImportError as e:
+        print("python.misuse: torch.distributed with gloo not there (%s): its case skipped" % e)
+        return
+    path = os.path.join(TMP, "tlate-%d.json")
+    store = os.path.join(TMP, "tlate.store")
+    rc, err = run_py("""
+        import torch, torch.distributed as dist, torch.multiprocessing as mp, etr.torch
+        def run(rank):
+            with etr.torch.trace(%r %% rank):
+                dist.init_process_group("gloo", init_method="file://%s", rank=rank,
+                                        world_size=2)
+                sub = dist.new_group([0])
+                t = torch.ones(4)
+                if rank == 0:
+                    dist.all_reduce(t, group=sub)
+                dist.all_reduce(t)
+            dist.destroy_process_group()
+            assert dist.new_group.__name__ == "new_group" and not hasattr(dist.new_group,
+                                                                          "_etr_watch")
+        if __name__ == "__main__":
+            mp.spawn(run, nprocs=2)
+    """ % (path, store))
+    check(rc == 0, "a block begun before init_process_group: %d %s" % (rc, err[-400:]))
+    if validate(TOOL, path % 0) and validate(TOOL, path % 1):
+        nodes = load(path % 0)["nodes"]
+        # (the writer holds these nodes back until the first collective, then writes them
+        # newest first: PARAM reads the first)
+        groups = pg_groups(path % 0)[0] if pg_groups(path % 0) else []
+        g = {x["pg_name"]: x for x in groups}
+        check(g.get("0", {}).get("group_size") == 2 and g.get("1", {}).get("ranks") == [0],
+              "the first process-group node has the world of 2 and the new group: %s" % g)
+        pgs = [attr(n, "pg_name") for n in nodes if n["name"] == "record_param_comms"]
+        check(pgs == ["1", "0"], "rank 0's collectives' groups: %s" % pgs)
+
+
 def main():
     for case in (fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
                  python_calls_module_quiet,
@@ -606,7 +652,7 @@ def main():
                  python_calls_generators_and_profiler, concurrent_close, bad_arguments,
                  async_annotate, write_error_in_block_with_exception, signals_option,
                  torch_observer_in_forked_child, dash_m_ranks, dash_m_busy_file, dist_api,
-                 torch_dist_groups):
+                 torch_dist_groups, torch_dist_late_groups):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
