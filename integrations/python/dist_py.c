@@ -10,6 +10,9 @@
 
 #include "etr/etr.h"
 
+#define ETR__STR2(x) #x
+#define ETR__STR(x) ETR__STR2(x)
+
 static PyObject *(*g_fail)(int rc, const char *what);
 
 void etr_py_dist_init(PyObject *(*fail)(int rc, const char *what)) { g_fail = fail; }
@@ -82,6 +85,9 @@ PyObject *etr_py_declare_group(PyObject *m, PyObject *args, PyObject *kw) {
   }
   int rc = etr_dist_declare_group(&pg);
   free(r);
+  if (rc == ETR_ENOSPC) /* (the error's own text speaks of observer slots) */
+    return g_fail(rc, "declare_group: at most " ETR__STR(
+                          ETR_DIST_MAX_GROUPS) " groups are kept (ETR_DIST_MAX_GROUPS)");
   return rc ? g_fail(rc, "declare_group") : Py_NewRef(Py_None);
 }
 

@@ -134,17 +134,18 @@ def _insert(path, what):
 def _output_path(spec):
     """The trace's path: %p the process id, %r the rank (the launcher's, etr.rank()), %% a
     %; under a launcher of several ranks, a name without %p or %r gets the rank (said)."""
-    out, i = [], 0
+    out, i, per_process = [], 0, False
     while i < len(spec):
         c = spec[i:i + 2]
         if c in ("%p", "%r", "%%"):
             out.append(str(os.getpid()) if c == "%p" else str(etr.rank()) if c == "%r" else "%")
+            per_process = per_process or c != "%%"
             i += 2
         else:
             out.append(spec[i])
             i += 1
     path = "".join(out)
-    if etr.world_size() > 1 and "%p" not in spec and "%r" not in spec:
+    if etr.world_size() > 1 and not per_process:  # (%%p is a "%p" in the name, no pid)
         path = _insert(path, str(etr.rank()))
         print("etr: rank %d of %d: writing %s" % (etr.rank(), etr.world_size(), path),
               file=sys.stderr)

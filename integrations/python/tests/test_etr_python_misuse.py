@@ -460,6 +460,12 @@ def dash_m_ranks():
                        text=True, env=dict(ENV, RANK="3", WORLD_SIZE="4"), cwd=TMP, timeout=120)
     got = os.path.join(TMP, "pct-3.json")
     check(r.returncode == 0 and os.path.exists(got), "%%r is the rank: %s" % r.stderr[-300:])
+    esc = os.path.join(TMP, "esc%%p.json")  # ("%%": a "%" in the name; still no rank in it)
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", esc, script], capture_output=True,
+                       text=True, env=dict(ENV, RANK="1", WORLD_SIZE="2"), cwd=TMP, timeout=120)
+    got = os.path.join(TMP, "esc%p.1.json")
+    check(r.returncode == 0 and os.path.exists(got), "%%%%p names no process: %s %s"
+          % (os.listdir(TMP), r.stderr[-300:]))
 
 
 def dash_m_busy_file():
@@ -516,6 +522,17 @@ def dist_api():
                 pass
     """ % path)
     check(rc == 0, "dist API: %d %s" % (rc, err[-400:]))
+    rc, err = run_py("""
+        import etr
+        for i in range(1024):  # (the most kept)
+            etr.declare_group("g" + str(i), [0])
+        try:
+            etr.declare_group("one too many", [0])
+            raise SystemExit("the 1025th group: no error")
+        except etr.EtrError as e:
+            assert "at most 1024 groups" in str(e), e
+    """)
+    check(rc == 0, "the 1025th group is refused, and says why: %d %s" % (rc, err[-400:]))
     if validate(TOOL, path):
         nodes = pg_groups(path)
         check(len(nodes) == 1, "one process-group node: %d" % len(nodes))
