@@ -144,10 +144,15 @@ static int read_rank(rk_set *s, rk_rank *rk) {
   }
   if (rc == 0 && !oom) rc = cli_finish(&in);
   cli_close(&in);
-  /* The collective calls: the counted records (tools/lib_an_ops.h, an_colls). */
+  /* The collective calls: the counted records (tools/lib_an_ops.h, an_colls). A send or a
+   * recv is between two ranks, not a call of every rank of its group: it is left out of the
+   * ranks' matching (as etr chakra makes it plain work), or every later collective of the
+   * ranks it skipped would be paired with the wrong one. */
   if (rc == 0 && !oom && !an_colls_resolve(&cs)) oom = true;
   for (size_t i = 0; rc == 0 && !oom && i < cs.n; i++)
-    if (cs.r[i].role == AN_COLL_COUNTED && !add_coll(s, rk, &cs, &cs.r[i])) oom = true;
+    if (cs.r[i].role == AN_COLL_COUNTED && cs.r[i].kind != AN_COLL_SEND &&
+        cs.r[i].kind != AN_COLL_RECV && !add_coll(s, rk, &cs, &cs.r[i]))
+      oom = true;
   an_colls_free(&cs);
   if (oom) cli_error(s->cmd, "%s: out of memory", rk->file);
   if (rc < 0 || oom) return ETR_CLI_FAIL;

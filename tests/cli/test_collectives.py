@@ -93,6 +93,17 @@ for name in ("pt2", "ptobs", "ddp113", "a2a113"):
     n = {"pt2": 2, "ptobs": 2, "ddp113": 2, "a2a113": 1}[name]
     check("%d collectives matched" % n in out, "replay of 2 %s ranks: %s" % (name, out))
 
+# Point-to-point between two of three ranks: the all-reduces still line up on every rank
+# (before: the send and the recv were group "0" collectives, summary paired rank 0's send
+# with rank 2's second all-reduce and replay refused the run).
+f = traces("p2p", 3)
+out, _ = run("summary", "--json", *f)
+d = json.loads(out)
+check(d["matched"] == 2 and d["mismatch"] is None,
+      "summary of 3 p2p ranks: %s" % {k: d[k] for k in ("matched", "unmatched", "mismatch")})
+out, _ = run("replay", *f)
+check("2 collectives matched" in out, "replay of 3 p2p ranks: %s" % out)
+
 # One rank's replay under a network model: each call costs the link once, on its counted
 # record; the gloo records cost nothing more; the group size is unknown: latency only.
 c = os.path.join(work, "gloo113.csv")

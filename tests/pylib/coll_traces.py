@@ -218,5 +218,21 @@ def c10d_sizes(rank=0):
     ]
 
 
-SCENARIOS = {"gloo113": gloo113, "torch113attrs": torch113attrs, "a2a113": a2a113, "pt2": pt2, "ptobs": ptobs,
+def p2p(rank=0):
+    """An all-reduce, a send from rank 0 to rank 1 (rank 1's recv; other ranks take no
+    part), an all-reduce. Expected: the two all-reduces matched across every rank; the
+    send and the recv are no collective of the group (before: they shifted the order)."""
+    obj = ("<Object>", "Object")
+    t5 = tensor(105, 106, 4)
+    ops = [thread(2, 1), node(3, "aten::ones", 2, 1, 100, 10, outputs=io((t5, "Tensor(float)"))),
+           c10d(4, "allreduce_", 2, 1, 120, 5, [([t5], LIST_T), obj, obj, (-1, "Int")])]
+    if rank == 0:
+        ops.append(c10d(5, "send", 2, 1, 200, 5, [([t5], LIST_T), obj, (1, "Int"), (0, "Int")]))
+    elif rank == 1:
+        ops.append(c10d(5, "recv_", 2, 1, 200, 5, [([t5], LIST_T), obj, (0, "Int"), (0, "Int")]))
+    ops.append(c10d(6, "allreduce_", 2, 1, 300, 5, [([t5], LIST_T), obj, obj, (-1, "Int")]))
+    return ops
+
+
+SCENARIOS = {"p2p": p2p, "gloo113": gloo113, "torch113attrs": torch113attrs, "a2a113": a2a113, "pt2": pt2, "ptobs": ptobs,
              "ddp113": ddp113, "c10d_sizes": c10d_sizes}
