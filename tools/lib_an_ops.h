@@ -23,7 +23,8 @@
  * - thread (replay only): the ops of one thread run in start order, one at a time.
  * Start order is (ts, id) when every op has timing, else id (ids are drawn at op start).
  *
- * Files: lib_an_ops.c (the table and the dependency graph), lib_an_model.c (the cost model),
+ * Files: lib_an_ops.c (the table and the dependency graph), lib_an_colls.c (collectives),
+ * lib_an_model.c (the cost model),
  * lib_an_sched.c (the scheduler and the critical path).
  */
 #ifndef ETR_TOOLS_LIB_AN_OPS_H
@@ -46,7 +47,7 @@ enum {
   ETR_OPF_COLL_TWIN = 1u << 5, /* another record of a collective call, counted on another op */
 };
 
-/* ---- collectives (lib_an_ops.c): what one is, for summary, replay and chakra alike ----
+/* ---- collectives (lib_an_colls.c): what one is, for summary, replay and chakra alike ----
  *
  * An op node is a *record* of a collective (docs/FORMAT.md, "Collectives in a trace") when
  *   - attrs (level 3): it is `record_param_comms` or carries `collective_name`, and names a

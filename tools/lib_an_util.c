@@ -427,3 +427,18 @@ bool an_parse_double(const char *s, double *out) {
   *out = d;
   return true;
 }
+
+bool an_is_tensor_value(const rd_jval *v) {
+  if (v->kind != ETR_J_ARRAY || v->v.arr.n != 6) return false;
+  for (int i = 0; i < 5; i++) {
+    rd_jkind k = v->v.arr.items[i].kind;
+    if (k != ETR_J_INT && k != ETR_J_UINT) return false;
+  }
+  return v->v.arr.items[5].kind == ETR_J_STRING;
+}
+
+uint64_t an_ju64(const rd_jval *v) {
+  if (v->kind == ETR_J_UINT) return v->v.u;
+  if (v->kind == ETR_J_INT) return (uint64_t)v->v.i;
+  return 0;
+}

@@ -109,6 +109,10 @@ const rd_rattr *an_attr(const rd_rnode *n, const char *name);
 
 /* Integer value of a jval (INT, UINT clamped, DOUBLE truncated), or `dflt`. */
 int64_t an_jint(const rd_jval *v, int64_t dflt);
+/* Whether v is a tensor value as the format writes one ([id, storage, offset, numel,
+ * itemsize, device]); an integer value as uint64 (0 for another kind). */
+bool an_is_tensor_value(const rd_jval *v);
+uint64_t an_ju64(const rd_jval *v);
 
 /* Parse a double / a positive integer option argument; false on a bad number. */
 bool an_parse_double(const char *s, double *out);
