@@ -28,7 +28,6 @@
  * the list of threads; the counts of exited threads are folded into a global total.
  */
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -315,53 +314,6 @@ static inline bool rule_reads_bp(uint32_t r) {
 
 /* ---- stack bounds ---- */
 
-/* The readable mapping that holds addr, from /proc/self/maps read with plain system calls
- * (async-signal safe, no allocation). */
-static bool maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[4096];
-  uintptr_t a = 0, b = 0;
-  int field = 0; /* 0: start, 1: end, 2: perms' first char, 3: rest of the line */
-  bool found = false, readable = false;
-  ssize_t n;
-  while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
-    for (ssize_t i = 0; i < n; i++) {
-      char ch = buf[i];
-      if (ch == '\n') {
-        if (readable && addr >= a && addr < b) {
-          found = true;
-          break;
-        }
-        a = b = 0;
-        field = 0;
-        readable = false;
-        continue;
-      }
-      if (field <= 1) {
-        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-        if (d >= 0) {
-          if (field == 0)
-            a = a * 16 + (uintptr_t)d;
-          else
-            b = b * 16 + (uintptr_t)d;
-        } else {
-          field++;
-        }
-      } else if (field == 2) {
-        readable = ch == 'r';
-        field = 3;
-      }
-    }
-  }
-  close(fd);
-  if (found) {
-    *lo = a;
-    *hi = b;
-  }
-  return found;
-}
-
 /* Bounds of the stack that holds sp, cached per thread. */
 static ETR_NOINLINE bool stack_bounds_slow(tstate *ts, uintptr_t sp, uintptr_t *lo, uintptr_t *hi,
                                            bool may_store) {
@@ -372,7 +324,7 @@ static ETR_NOINLINE bool stack_bounds_slow(tstate *ts, uintptr_t sp, uintptr_t *
       return true;
     }
   }
-  if (!maps_find(sp, lo, hi)) return false;
+  if (!etr__maps_find(sp, lo, hi)) return false;
   if (!may_store) return true; /* a nested capture must not change what the outer one reads */
   ts->rlo[1] = ts->rlo[0];
   ts->rhi[1] = ts->rhi[0];

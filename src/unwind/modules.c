@@ -1,4 +1,5 @@
-/* The module map: which loaded object holds an address, per generation (see cfi.h).
+/* The module map: which loaded object holds an address, per generation (see cfi.h); and
+ * the mapping that holds an address (a thread's stack bounds, etr__maps_find).
  *
  * A map is built from dl_iterate_phdr and published through an atomic pointer; it is
  * immutable once published and never freed (a new generation links to the older one), so
@@ -20,6 +21,7 @@
  * (opened with dlopen, or preloaded) counts as one that may be unloaded.
  */
 #include <elf.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
@@ -389,4 +391,51 @@ const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip) {
 uint64_t etr__modules_generation(void) {
   const etr__modmap *m = etr__modmap_refresh();
   return m ? m->gen : 0;
+}
+
+/* The readable mapping that holds addr, from /proc/self/maps read with plain system calls
+ * (async-signal safe, no allocation). */
+bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  uintptr_t a = 0, b = 0;
+  int field = 0; /* 0: start, 1: end, 2: perms' first char, 3: rest of the line */
+  bool found = false, readable = false;
+  ssize_t n;
+  while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; i++) {
+      char ch = buf[i];
+      if (ch == '\n') {
+        if (readable && addr >= a && addr < b) {
+          found = true;
+          break;
+        }
+        a = b = 0;
+        field = 0;
+        readable = false;
+        continue;
+      }
+      if (field <= 1) {
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d >= 0) {
+          if (field == 0)
+            a = a * 16 + (uintptr_t)d;
+          else
+            b = b * 16 + (uintptr_t)d;
+        } else {
+          field++;
+        }
+      } else if (field == 2) {
+        readable = ch == 'r';
+        field = 3;
+      }
+    }
+  }
+  close(fd);
+  if (found) {
+    *lo = a;
+    *hi = b;
+  }
+  return found;
 }

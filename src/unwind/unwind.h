@@ -59,6 +59,10 @@ const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip);
 /* The current generation (bumped when libraries are loaded or unloaded). */
 uint64_t etr__modules_generation(void);
 
+/* The readable mapping that holds addr ([*lo, *hi)), from /proc/self/maps read with plain
+ * system calls (async-signal safe, no allocation): the bounds of a thread's stack. */
+bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
+
 /* ---- symbolization (symbolize.c: caches and fallbacks; symbolize_file.c: ELF, DWARF) ---- */
 
 typedef struct etr__symbol {
