@@ -236,6 +236,21 @@ static void other_file(const char *dir, char *out, size_t cap) {
   closedir(d);
 }
 
+/* The child's file in dir (other_file) once it is finalized: the child outlives the
+ * helper that forked it, so up to 10 s are given. */
+static void wait_child_finalized(const char *dir, char *child, size_t cap) {
+  bool done = false;
+  for (int i = 0; i < 1000 && !done; i++) {
+    other_file(dir, child, cap);
+    size_t len = 0;
+    char *text = child[0] ? tu_read_file(child, &len) : NULL;
+    done = text && strstr(text, "\"finish_ts\"") != NULL;
+    free(text);
+    if (!done) tu_sleep_us(10000);
+  }
+  assert_true(done);
+}
+
 /* Run "trace_helper mode" with ETR_TRACE=<dir>/t.json (no %p) and extra, extra2 (or NULL). */
 static pid_t run_fork_mode2(const char *dir, const char *mode, const char *extra,
                             const char *extra2) {
@@ -466,17 +481,7 @@ static void test_env_fork_daemon_keeps_parent_file(void **state) {
   char dir[256], child[700];
   tu_mkdtemp(dir, sizeof dir);
   run_fork_mode(dir, "daemon", "ETR_TRACE_FORKS=1");
-  /* (the child outlives the helper: wait up to 10 s for its file to be finalized) */
-  bool done = false;
-  for (int i = 0; i < 1000 && !done; i++) {
-    other_file(dir, child, sizeof child);
-    size_t len = 0;
-    char *text = child[0] ? tu_read_file(child, &len) : NULL;
-    done = text && strstr(text, "\"finish_ts\"") != NULL;
-    free(text);
-    if (!done) tu_sleep_us(10000);
-  }
-  assert_true(done);
+  wait_child_finalized(dir, child, sizeof child);
   check_parent_file(dir, 0, "daemon_parent", NULL, "daemon_child");
   check_child_file(dir, "daemon_child", "daemon_parent");
   assert_int_equal(tu_dir_entries(dir), 2);
@@ -512,16 +517,7 @@ static void test_env_ring_dump_keeps_the_file_known(void **state) {
   int status = tu_run(TRACE_HELPER, args, env, NULL);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail_msg("trace_helper daemon: status 0x%x", status);
-  bool done = false; /* (the child outlives the helper: up to 10 s for its file) */
-  for (int i = 0; i < 1000 && !done; i++) {
-    other_file(dir, child, sizeof child);
-    size_t len = 0;
-    char *text = child[0] ? tu_read_file(child, &len) : NULL;
-    done = text && strstr(text, "\"finish_ts\"") != NULL;
-    free(text);
-    if (!done) tu_sleep_us(10000);
-  }
-  assert_true(done);
+  wait_child_finalized(dir, child, sizeof child);
   check_parent_file(dir, 0, "daemon_parent", NULL, "daemon_child");
   check_child_file(dir, "daemon_child", "daemon_parent");
   assert_int_equal(tu_dir_entries(dir), 2);

@@ -543,10 +543,9 @@ def dist_api():
               "groups as declared: %s" % g)
 
 
-def torch_dist_groups():
-    """etr.torch.trace with torch.distributed initialized: the trace names the rank and the
-    process groups (the world "0" and a new group "1"), in one node (before: none);
-    skipped without etr.torch or gloo."""
+def have_torch_gloo():
+    """Whether etr.torch and torch.distributed's gloo backend are here (else the case is
+    skipped, said)."""
     try:
         import etr.torch  # noqa: F401
         import torch.distributed as dist
@@ -554,6 +553,15 @@ def torch_dist_groups():
             raise ImportError("no gloo")
     except ImportError as e:
         print("python.misuse: torch.distributed with gloo not there (%s): its case skipped" % e)
+        return False
+    return True
+
+
+def torch_dist_groups():
+    """etr.torch.trace with torch.distributed initialized: the trace names the rank and the
+    process groups (the world "0" and a new group "1"), in one node (before: none);
+    skipped without etr.torch or gloo."""
+    if not have_torch_gloo():
         return
     path = os.path.join(TMP, "tdist-%d.json")
     store = os.path.join(TMP, "tdist.store")
@@ -622,13 +630,7 @@ def torch_dist_late_groups():
     (before: the trace said rank 0 of a world of 1, and the new group's all-reduce was put
     in group "0", the only group of its size known then); skipped without etr.torch or
     gloo."""
-    try:
-        import etr.torch  # noqa: F401
-        import torch.distributed as dist
-        if not dist.is_available() or not dist.is_gloo_available():
-            raise ImportError("no gloo")
-    except ImportError as e:
-        print("python.misuse: torch.distributed with gloo not there (%s): its case skipped" % e)
+    if not have_torch_gloo():
         return
     path = os.path.join(TMP, "tlate-%d.json")
     store = os.path.join(TMP, "tlate.store")
