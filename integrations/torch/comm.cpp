@@ -61,20 +61,10 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall
   if (!pg) return false;
   // The collective's name is the op's, without the namespace and the trailing "_" of an
   // in-place op: c10d::allgather_ is "allgather", c10d::_allgather_base_ "_allgather_base",
-  // as PyTorch 2.x's record_param_comms names them. (Literal storage: kept in a small table
-  // of the names seen, which is bounded by c10d's ops.)
-  static thread_local std::string names[32];
-  static thread_local size_t n_names = 0;
-  std::string coll(name + 6);
-  if (!coll.empty() && coll.back() == '_') coll.pop_back();
-  const char *cname = nullptr;
-  for (size_t i = 0; i < n_names && !cname; i++)
-    if (names[i] == coll) cname = names[i].c_str();
-  if (!cname) {
-    if (n_names == 32) return false;  // (more than c10d has: not a collective we know)
-    names[n_names] = coll;
-    cname = names[n_names++].c_str();
-  }
+  // as PyTorch 2.x's record_param_comms names them.
+  call->name.assign(name + 6);
+  if (!call->name.empty() && call->name.back() == '_') call->name.pop_back();
+  const char *cname = call->name.c_str();
   // The messages: an op that takes two tensor arguments first (allgather_: outputs then
   // inputs; reduce_scatter_, gather_, scatter_, alltoall_, the _base_ ops) reads the second
   // and writes the first; the others (allreduce_, broadcast_, reduce_, send, recv_) work in

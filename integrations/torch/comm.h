@@ -8,6 +8,7 @@
 #include <c10/util/ArrayRef.h>
 
 #include <cstddef>
+#include <string>
 
 #include "etr/etr.h"
 
@@ -17,6 +18,7 @@ namespace etr_torch {
 struct CommCall {
   etr_collective_info info;  // name, dtype, message sizes, pg_size, pg_name (when known)
   char pg_name[64];          // (info.pg_name points here)
+  std::string name;          // (and info.name here)
   int in_arg;                // the argument that holds the input message, -1 none
   int64_t group_rank;        // this process's rank in the call's group
 };

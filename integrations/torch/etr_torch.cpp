@@ -510,7 +510,13 @@ ThreadState::~ThreadState() {
 // split sizes (none), the global rank start and stride (the world group's: 0, 1; else
 // unknown, -1 and 0) and the group size. Begun now (its values are read at begin: st's
 // converted inputs are still there), ended in on_end before its parent.
-void comm_begin(ThreadState *st, Context *ctx, etr_torch::CommCall &call) {
+void comm_begin(ThreadState *st, Context *ctx, const char *name, const at::RecordFunction &fn) {
+  etr_torch::CommCall call;
+  try {
+    if (!etr_torch::comm_info(name, fn.inputs(), &call)) return;  // (no process group)
+  } catch (...) {
+    return;
+  }
   std::unique_ptr<etr_record> rc(new (std::nothrow) etr_record);
   if (!rc) return;
   etr_record_init(rc.get(), "record_param_comms", ETR_SCOPE_FUNCTION);
@@ -568,8 +574,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
   st->op_of(fn, name, &r.name, &r.schema);
   st->clear();
-  etr_torch::CommCall call;
-  bool is_comm = false;
+  bool comm = false;
   if (etr_record_needs_inputs(&r)) {
     // (a value that cannot be converted, memory exhausted: the op is recorded without its
     // inputs rather than lost, and nothing escapes into PyTorch's dispatch)
@@ -582,16 +587,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
       r.inputs = nullptr;
       r.n_inputs = 0;
     }
-    if (name[0] == 'c' && std::strncmp(name, "c10d::", 6) == 0) {
-      try {
-        is_comm = etr_torch::comm_info(name, fn.inputs(), &call);
-      } catch (...) {
-        is_comm = false;
-      }
-    }
+    comm = name[0] == 'c' && std::strncmp(name, "c10d::", 6) == 0;
   }
   etr_record_begin(&r);
-  if (is_comm) comm_begin(st, ctx.get(), call);
+  if (comm) comm_begin(st, ctx.get(), name, fn);
   r.inputs = nullptr;
   r.n_inputs = 0;
   return ctx;
