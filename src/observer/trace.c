@@ -304,6 +304,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     tr->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : 0),
                   0644);
     struct stat st;
+    bool busy = false; /* (another writer's lock: not open's own EBUSY, a busy device) */
     if (tr->fd >= 0 && !stream_path && fstat(tr->fd, &st) == 0 && S_ISREG(st.st_mode)) {
       /* A regular file is locked while we write it (advisory, never waited for): a process
        * started under the same ETR_TRACE path sees it and writes its own file (env.c), even
@@ -315,7 +316,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
       if (flock(tr->fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
         close(tr->fd);
         tr->fd = -1;
-        errno = EBUSY;
+        busy = true;
       } else if (ftruncate(tr->fd, 0) != 0) {
         int e = errno;
         close(tr->fd);
@@ -324,7 +325,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
       }
     }
     if (tr->fd >= 0 && tr->tables_path) unlink(tr->tables_path);
-    if (tr->fd < 0 && errno == EBUSY) {
+    if (busy) {
       open_errno = EBUSY;
       etr__log(ETR_LOG_ERROR,
                "trace file %s is being written by another process (it holds the file's lock); "
