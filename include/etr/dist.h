@@ -66,7 +66,8 @@ ETR_API int64_t etr_dist_rank(void);
 ETR_API int64_t etr_dist_world_size(void);
 
 /* Declare a process group; a group with the same name replaces the earlier one. ETR_EINVAL
- * for a NULL or empty name, a member rank < 0, or struct_size 0; ETR_ENOSPC after
+ * for a NULL or empty name, a member rank < 0, or a struct_size smaller than any header's
+ * (0 included); ETR_ENOSPC after
  * ETR_DIST_MAX_GROUPS groups; ETR_ENOMEM. Then records the process-group node. */
 ETR_API int etr_dist_declare_group(const etr_process_group *pg);
 

@@ -17,6 +17,10 @@
 #ifndef ETR_ETR_HPP
 #define ETR_ETR_HPP
 
+#if defined(__cplusplus) && __cplusplus < 201703L && !defined(_MSVC_LANG)
+#error "etr/etr.hpp needs C++17 or later (std::uncaught_exceptions); etr/etr.h works from any C++"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -33,9 +37,9 @@ namespace etr {
 inline etr_value none() noexcept { return etr_value_none(); }
 inline etr_value value(bool b) noexcept { return etr_value_bool(b); }
 inline etr_value value(int v) noexcept { return etr_value_int(v); }
-inline etr_value value(long v) noexcept { return etr_value_int(static_cast<int64_t>(v)); }
-inline etr_value value(long long v) noexcept { return etr_value_int(static_cast<int64_t>(v)); }
-inline etr_value value(unsigned v) noexcept { return etr_value_int(static_cast<int64_t>(v)); }
+inline etr_value value(long v) noexcept { return etr_value_int(v); }
+inline etr_value value(long long v) noexcept { return etr_value_int(v); }
+inline etr_value value(unsigned v) noexcept { return etr_value_int(v); }
 /* (above INT64_MAX: written as INT64_MAX) */
 inline etr_value value(unsigned long v) noexcept {
   return etr_value_int(v > static_cast<unsigned long>(INT64_MAX) ? INT64_MAX

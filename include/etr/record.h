@@ -141,7 +141,7 @@ static inline ETR__ALWAYS_INLINE void etr_record_init(etr_record *rec, const cha
   rec->_state = 0;
 #ifndef ETR_DISABLE
   if (ETR__UNLIKELY(ETR__LOAD_RELAXED(&etr__observing) != 0)) {
-    rec->_size = (uint32_t)sizeof *rec;
+    rec->_size = sizeof *rec; /* (no cast: C++ hosts build with -Wold-style-cast) */
     etr__record_prepare(rec, name, scope);
   }
 #else

@@ -95,8 +95,15 @@ static void group_free(group *g) {
 
 static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
 
-int etr_dist_declare_group(const etr_process_group *pg) {
-  if (!pg || pg->struct_size == 0 || !pg->name || !*pg->name) return ETR_EINVAL;
+/* etr_process_group as it was first released (any later field goes after these). */
+#define PROCESS_GROUP_FIRST_SIZE 56
+_Static_assert(sizeof(etr_process_group) >= PROCESS_GROUP_FIRST_SIZE, "structs grow only");
+
+int etr_dist_declare_group(const etr_process_group *in) {
+  etr_process_group pgo = ETR_PROCESS_GROUP_INIT;
+  if (!in || !etr__options_in(&pgo, sizeof pgo, in, PROCESS_GROUP_FIRST_SIZE)) return ETR_EINVAL;
+  const etr_process_group *pg = &pgo;
+  if (!pg->name || !*pg->name) return ETR_EINVAL;
   if (pg->n_ranks > 0 && !pg->ranks) return ETR_EINVAL;
   for (uint32_t i = 0; i < pg->n_ranks; i++)
     if (pg->ranks[i] < 0) return ETR_EINVAL;

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "etr/common.h"
 
@@ -38,6 +39,20 @@ bool etr__env_flag_off(const char *v);
 /* An on/off variable (secure_getenv): unset or empty gives dflt; a value that is neither is
  * said on the log, never taken silently for one or the other, and gives dflt. */
 bool etr__env_switch(const char *name, bool dflt);
+
+/* A caller's option struct (in, whose first field is its struct_size) read into out, which
+ * holds the defaults: the fields the caller's layout has are copied, those it lacks (an
+ * older header) keep their defaults, and those past what this libetr knows (a newer header)
+ * are ignored. False for a size below first_size, the struct's size in the first release
+ * that had it: no header ever had that layout (docs/API.md, "Option structs"). */
+static inline bool etr__options_in(void *out, size_t out_size, const void *in, size_t first_size) {
+  size_t n;
+  memcpy(&n, in, sizeof n);
+  if (n < first_size) return false;
+  memcpy(out, in, n < out_size ? n : out_size);
+  memcpy(out, &out_size, sizeof out_size); /* (as this libetr's layout) */
+  return true;
+}
 
 /* FNV-1a of s[0..n): the observer's hash of name strings (intern.c, the traceback name
  * cache). */

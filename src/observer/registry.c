@@ -285,8 +285,15 @@ static int slot_of(etr_observer_id id) {
   return (int)(idx - 1);
 }
 
-int etr_observer_add(const etr_observer_options *opt, etr_observer_id *out) {
-  if (!opt || !out || opt->struct_size < sizeof(etr_observer_options)) return ETR_EINVAL;
+/* etr_observer_options as it was first released (any later field goes after these). */
+#define OBSERVER_OPTIONS_FIRST_SIZE 56
+_Static_assert(sizeof(etr_observer_options) >= OBSERVER_OPTIONS_FIRST_SIZE, "options grow only");
+
+int etr_observer_add(const etr_observer_options *in, etr_observer_id *out) {
+  etr_observer_options o = ETR_OBSERVER_OPTIONS_INIT;
+  if (!in || !out || !etr__options_in(&o, sizeof o, in, OBSERVER_OPTIONS_FIRST_SIZE))
+    return ETR_EINVAL;
+  const etr_observer_options *opt = &o;
   double p = opt->sample_probability;
   if (!(p >= 0.0 && p <= 1.0)) return ETR_EINVAL; /* also rejects NaN */
   etr__thread *self = NULL;

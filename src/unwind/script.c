@@ -558,9 +558,15 @@ static bool resolve(unw *x, const char *name) {
   return true;
 }
 
-int etr_script_unwinder_register(const etr_script_unwinder *u) {
-  if (!u || u->struct_size < sizeof(etr_script_unwinder) || !u->gather || !u->symbolize ||
-      !u->release || !u->entry_symbols || u->n_entry_symbols == 0)
+/* etr_script_unwinder as it was first released (any later field goes after these). */
+#define SCRIPT_UNWINDER_FIRST_SIZE 64
+_Static_assert(sizeof(etr_script_unwinder) >= SCRIPT_UNWINDER_FIRST_SIZE, "structs grow only");
+
+int etr_script_unwinder_register(const etr_script_unwinder *in) {
+  etr_script_unwinder uo = ETR_SCRIPT_UNWINDER_INIT;
+  if (!in || !etr__options_in(&uo, sizeof uo, in, SCRIPT_UNWINDER_FIRST_SIZE)) return ETR_EINVAL;
+  const etr_script_unwinder *u = &uo;
+  if (!u->gather || !u->symbolize || !u->release || !u->entry_symbols || u->n_entry_symbols == 0)
     return ETR_EINVAL;
   unw *x = calloc(1, sizeof *x);
   if (!x) return ETR_ENOMEM;
