@@ -98,6 +98,12 @@ def _script_runner(path):
     """A function that runs the script file path as __main__, as runpy.run_path does, with
     the file read and compiled beforehand, so that --python-calls records the script's calls
     and not the launcher's. A directory or zip file goes through runpy."""
+    if path == "-":  # (the script on standard input, as python3 - reads it)
+        code = compile(sys.stdin.read(), "<stdin>", "exec")
+        return _as_main(code, __file__="<stdin>", __cached__=None, __loader__=None,
+                        __package__=None, __spec__=None)
+    if not os.path.exists(path):  # (found now, before the trace's file is made)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     if not os.path.isfile(path) or path.endswith((".zip", ".pyz")):
         return lambda: runpy.run_path(path, run_name="__main__")
     with io.open_code(path) as f:
@@ -185,7 +191,7 @@ def main(argv=None):
             run = _script_runner(name)
         except OSError as e:
             p.error("cannot read %s: %s" % (name, e.strerror or e))
-        sys.path.insert(0, os.path.dirname(os.path.abspath(name)))
+        sys.path.insert(0, "" if name == "-" else os.path.dirname(os.path.abspath(name)))
     else:
         try:
             run, argv0 = _module_runner(name)
@@ -199,14 +205,17 @@ def main(argv=None):
         t.__enter__()
     except etr.EtrError as e:
         if getattr(e, "errno", None) != errno.EBUSY:
-            raise
+            p.error("cannot write the trace: %s" % e)  # (the script has not run)
         # Another process writes that file (two ranks, one name): ours goes beside it, as
         # ETR_TRACE does, and the script runs all the same.
         path = _insert(path, str(os.getpid()))
         print("etr: %s is written by another process; this one writes %s" % (a.output, path),
               file=sys.stderr)
         t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)
-        t.__enter__()
+        try:
+            t.__enter__()
+        except etr.EtrError as e:
+            p.error("cannot write the trace: %s" % e)
     try:
         with _Entered(t):
             try:
@@ -217,6 +226,8 @@ def main(argv=None):
         print("etr: %s: %s" % (path, e), file=sys.stderr)
         return code if code not in (0, None) else 1
     st = t.stats
+    if st is None:  # (a process forked in the script: the trace is its parent's)
+        return code
     print("etr: %s: %d nodes, %d bytes" % (path, st["nodes_written"], st["bytes_written"]),
           file=sys.stderr)
     return code

@@ -150,6 +150,52 @@ def python_calls_module_quiet():
           (r.returncode, r.stderr[-200:]))
 
 
+def dash_m_failures():
+    """python3 -m etr's own failures are usage errors that touch nothing: a script that does
+    not exist leaves an existing -o file as it was (before: replaced by an empty trace, then
+    a FileNotFoundError traceback, exit 1), an output that cannot be written says so in one
+    line without running the script (before: a traceback), a forked child that ends well
+    exits 0 (before: a TypeError in the child, exit 1), and "-" reads the script from
+    standard input, as python3 - does (before: a file named "-")."""
+    def launch(args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "etr", *args], capture_output=True,
+                              text=True, env=ENV, cwd=TMP, timeout=120, input=stdin)
+    keep = os.path.join(TMP, "keep.json")
+    with open(keep, "w") as f:
+        f.write("precious\n")
+    r = launch(["-o", keep, os.path.join(TMP, "no_such_script_x.py")])
+    with open(keep) as f:
+        kept = f.read()
+    check(r.returncode == 2 and "no_such_script_x.py" in r.stderr and "Traceback" not in
+          r.stderr and kept == "precious\n",
+          "a missing script: usage error, -o untouched (%d %r %r)" % (r.returncode, kept,
+                                                                      r.stderr[-300:]))
+    ok = os.path.join(TMP, "ok_script.py")
+    with open(ok, "w") as f:
+        f.write("print('script ran')\n")
+    for out in ("/nonexistent_dir_x/x.json", "/dev/full"):
+        r = launch(["-o", out, ok])
+        check(r.returncode == 2 and "cannot write the trace" in r.stderr and "Traceback" not in
+              r.stderr and "script ran" not in r.stdout,
+              "-o %s: a usage error, the script not run (%d %r)" % (out, r.returncode,
+                                                                  r.stderr[-300:]))
+    forks = os.path.join(TMP, "fork_ends.py")
+    with open(forks, "w") as f:
+        f.write("import os, sys\npid = os.fork()\nif pid == 0:\n    sys.exit(0)\n"
+                "_, st = os.waitpid(pid, 0)\nsys.exit(os.waitstatus_to_exitcode(st) + 40)\n")
+    out = os.path.join(TMP, "fork_ends.json")
+    r = launch(["-o", out, forks])
+    check(r.returncode == 40 and "Traceback" not in r.stderr,
+          "a forked child that ends well exits 0 (parent's status %d: %r)" % (r.returncode,
+                                                                            r.stderr[-300:]))
+    validate(TOOL, out)
+    out = os.path.join(TMP, "stdin_script.json")
+    r = launch(["-o", out, "-", "a1"], stdin="import sys\nprint(sys.argv)\nsys.exit(3)\n")
+    check(r.returncode == 3 and "'a1'" in r.stdout, "the script from standard input ran "
+          "with its arguments (%d %r %r)" % (r.returncode, r.stdout, r.stderr[-300:]))
+    validate(TOOL, out)
+
+
 def enter_failure_releases_trace():
     """A block whose enable fails (the header cannot be written to /dev/full) leaves no open
     trace behind (before: every later etr.trace failed with ETR_EBUSY)."""
@@ -666,7 +712,7 @@ def torch_dist_late_groups():
 
 def main():
     for case in (fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
-                 python_calls_module_quiet,
+                 python_calls_module_quiet, dash_m_failures,
                  enter_failure_releases_trace, self_referencing_list,
                  python_calls_generators_and_profiler, concurrent_close, bad_arguments,
                  async_annotate, write_error_in_block_with_exception, signals_option,
