@@ -25,9 +25,26 @@ static void int_array(etr__jw *w, const uint8_t *p, uint32_t n) {
 }
 
 /* Characters that would change the structure of a type string ("Tensor(x)",
- * "GenericList[a,b]") when they appear in a dtype or an object kind. */
-static bool type_char_ok(unsigned char c) {
-  return c != '(' && c != ')' && c != '[' && c != ']' && c != ',' && c != '<' && c != '>';
+ * "GenericList[a,b]") when they appear in a dtype or an object kind. Angle brackets only
+ * when they do not pair up: PyTorch's complex dtypes are "c10::complex<float>", and
+ * readers (ours, PARAM's dtype tables) take a balanced pair as part of the name. */
+static bool type_char_ok(unsigned char c, bool angles) {
+  return c != '(' && c != ')' && c != '[' && c != ']' && c != ',' &&
+         (angles || (c != '<' && c != '>'));
+}
+
+/* Whether s[0..n)'s angle brackets pair up (each '>' closes an open '<', none left open). */
+static bool angles_pair(const char *s, size_t n) {
+  size_t open = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '<') {
+      open++;
+    } else if (s[i] == '>') {
+      if (open == 0) return false;
+      open--;
+    }
+  }
+  return open == 0;
 }
 
 /* A dtype or object kind as it goes into a type name: escaped as any string, with the
@@ -35,7 +52,12 @@ static bool type_char_ok(unsigned char c) {
 static char *put_type_name(etr__jw *w, char *o, const char *s, size_t n) {
   /* The usual dtype ("float", "c10::Half") needs neither escaping nor '_': one copy. */
   size_t k = 0;
-  while (k < n && etr__json_plain[(unsigned char)s[k]] && type_char_ok((unsigned char)s[k])) k++;
+  while (k < n && etr__json_plain[(unsigned char)s[k]] && type_char_ok((unsigned char)s[k], false))
+    k++;
+  bool angles = k < n && angles_pair(s, n);
+  if (angles)
+    while (k < n && etr__json_plain[(unsigned char)s[k]] && type_char_ok((unsigned char)s[k], true))
+      k++;
   if (k == n) {
     memcpy(o, s, n);
     return o + n;
@@ -43,7 +65,7 @@ static char *put_type_name(etr__jw *w, char *o, const char *s, size_t n) {
   bool fixed = false;
   size_t run = 0;
   for (size_t i = 0; i <= n; i++) {
-    if (i < n && type_char_ok((unsigned char)s[i])) continue;
+    if (i < n && type_char_ok((unsigned char)s[i], angles)) continue;
     o = etr__put_str_body(o, s + run, i - run, &w->replaced);
     if (i < n) {
       *o++ = '_';

@@ -558,6 +558,15 @@ static void record_mended(int rounds) {
     etr_value out[1] = {etr_value_tensor(&x)};
     tu_op("mended", in, 3, out, 1);
   }
+  /* Angle brackets that pair up are part of a dtype's name (PyTorch's complex dtypes), those
+   * that do not are mended like the rest. */
+  static int impl2[2], stor2[2];
+  etr_tensor c = {&impl2[0], &stor2[0], 0, 6, 8, "c10::complex<float>", "cpu", 2, sz, st};
+  etr_tensor u = {&impl2[1], &stor2[1], 0, 6, 8, "q>r<", "cpu", 2, sz, st};
+  for (int i = 0; i < rounds; i++) {
+    etr_value in[2] = {etr_value_tensor(&c), etr_value_tensor(&u)};
+    tu_op("angles", in, 2, NULL, 0);
+  }
 }
 
 static void test_tensor_texts_counted(void **state) {
@@ -584,8 +593,14 @@ static void test_tensor_texts_counted(void **state) {
     tu_trace t;
     tu_load_path(&t, json[k]);
     assert_int_equal(tu_count(&t, "mended"), ROUNDS);
-    /* three tensors a node, each with its offset and dtype mended and its device repaired */
-    assert_int_equal(tu_stat(&t, "values_fixed"), 6 * ROUNDS);
+    /* three tensors a node, each with its offset and dtype mended and its device repaired;
+     * and one dtype of each "angles" node */
+    assert_int_equal(tu_stat(&t, "values_fixed"), 7 * ROUNDS);
+    json_t *an = tu_find(&t, "angles");
+    assert_non_null(an);
+    assert_string_equal(json_string_value(tu_in(an, "inputs", "types", 0)),
+                        "Tensor(c10::complex<float>)");
+    assert_string_equal(json_string_value(tu_in(an, "inputs", "types", 1)), "Tensor(q_r_)");
     assert_int_equal(tu_stat(&t, "utf8_replaced"), 3 * ROUNDS);
     json_t *n = tu_find(&t, "mended");
     assert_non_null(n);
