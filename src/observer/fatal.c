@@ -1,19 +1,34 @@
 /* Fatal signals: on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and SIGINT the open trace is written
- * out and finalized (etr__trace_fatal, below), then the signal goes on to whatever handler
- * was installed before ours, or to its default action, so the host's own crash handling
- * (core dumps, crash reporters, Python's KeyboardInterrupt) still happens.
+ * out and finalized (etr__trace_fatal, below) when the signal is about to end the process,
+ * so the host's own crash handling (core dumps, crash reporters, Python's KeyboardInterrupt)
+ * still happens, and a signal the host handles costs it nothing.
+ *
+ * The order depends on what was installed before ours:
+ *  - the default action: finalize, then put the default action back and let the signal
+ *    end the process (chain, below);
+ *  - a handler of the host's: that handler runs first, on a file nobody touched. When it
+ *    returns, the disposition it left says what comes next (ends_on_return): ours still
+ *    installed, the host's own handler put back, or the signal ignored: the host dealt with
+ *    it (a GC write barrier or a JIT's guard page that resolves a SIGSEGV, CPython's SIGINT
+ *    flag, a graceful-shutdown flag), and nothing is written. Any other disposition with the
+ *    signal coming again (a fault's instruction runs again; a sent signal the handler raised
+ *    again is pending until we return): the crash-handler pattern, the process is about to
+ *    end, and we finalize before we return. A handler that leaves by siglongjmp recovered,
+ *    one that calls _exit leaves the file as written so far (`etr repair` completes it);
+ *  - SIGABRT keeps the first order (finalize, then the host's handler): abort() ends the
+ *    process after a handler that returns, without calling ours again.
  *
  * The handler only uses async-signal-safe calls: atomics, sem_post, nanosleep, pwrite,
- * sigaction, raise. The formatting is done by the writer thread, which is not the thread
- * that received the signal; if the writer does not answer in time, the handler writes a
- * minimal footer itself (seal_direct, below).
+ * sigaction, sigpending, raise. The formatting is done by the writer
+ * thread, which is not the thread that received the signal; if the writer does not answer in
+ * time, the handler writes a minimal footer itself (seal_direct, below).
  *
  * Signals belong to the host (docs/RELIABILITY.md): this is opt-in, and where the host has a
  * handler of its own, ours takes that handler's flags and mask, so the host's blocking
  * calls are interrupted (or restarted) exactly as before: CPython's SIGINT handler has no
- * SA_RESTART, and Ctrl-C must still interrupt a read(2). The host's handler is called from
- * ours; if it leaves by siglongjmp we never learn whether it returned, so the writer's hold
- * on the finalized file expires by itself (writer_thread.c: FATAL_HOLD_MS) and holds no lock.
+ * SA_RESTART, and Ctrl-C must still interrupt a read(2). Once the file was finalized for a
+ * process that does not end after all (a SIGABRT handler that leaves by siglongjmp), the
+ * writer's hold on it expires by itself (writer_thread.c: FATAL_HOLD_MS) and holds no lock.
  */
 #include <errno.h>
 #include <signal.h>
@@ -40,21 +55,55 @@ static int signal_index(int sig) {
   return -1;
 }
 
+/* Whether sa calls a function (not the default action, not ignored). */
+static bool calls_handler(const struct sigaction *sa) {
+  if (sa->sa_flags & SA_SIGINFO) return sa->sa_sigaction != NULL;
+  return sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN;
+}
+
+/* Whether a and b call the same function. */
+static bool same_handler(const struct sigaction *a, const struct sigaction *b) {
+  if ((a->sa_flags & SA_SIGINFO) != (b->sa_flags & SA_SIGINFO)) return false;
+  if (a->sa_flags & SA_SIGINFO) return a->sa_sigaction == b->sa_sigaction;
+  return a->sa_handler == b->sa_handler;
+}
+
+static void on_fatal(int sig, siginfo_t *si, void *uc);
+
+static void call_host(const struct sigaction *prev, int sig, siginfo_t *si, void *uc) {
+  if (prev->sa_flags & SA_SIGINFO)
+    prev->sa_sigaction(sig, si, uc);
+  else
+    prev->sa_handler(sig);
+}
+
+/* After the host's handler (prev) returned: whether the process ends when ours returns. It
+ * does when the signal comes again (a fault's instruction runs again; a sent signal the
+ * handler raised again is pending: blocked while we run) to something else than ours, the
+ * host's handler or SIG_IGN: the default action, as a crash handler leaves it, or another
+ * handler that a crash reporter hands the signal on to. A handler that only put the default
+ * action back for next time (a second Ctrl-C kills) leaves nothing pending: the process goes
+ * on. */
+static bool ends_on_return(const struct sigaction *prev, int sig, const siginfo_t *si) {
+  struct sigaction cur;
+  if (sigaction(sig, NULL, &cur) != 0) return false;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fatal) return false;
+  if (same_handler(&cur, prev)) return false;
+  if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) return false;
+  if ((sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0) return true;
+  sigset_t pending;
+  return sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
+}
+
 /* Hand the signal on as if we had never been there. Returns false when the default action
  * follows (the process ends), true when a handler of the host's returned. */
 static bool chain(int idx, int sig, siginfo_t *si, void *uc) {
   const struct sigaction *prev = &g_previous[idx];
-  if (prev->sa_flags & SA_SIGINFO) {
-    if (prev->sa_sigaction) {
-      prev->sa_sigaction(sig, si, uc);
-      return true;
-    }
-  } else if (prev->sa_handler == SIG_IGN) {
-    return true;
-  } else if (prev->sa_handler != SIG_DFL) {
-    prev->sa_handler(sig);
+  if (calls_handler(prev)) {
+    call_host(prev, sig, si, uc);
     return true;
   }
+  if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler == SIG_IGN) return true;
   /* The default action. Our handler steps aside for good (the process is ending). A fault
    * raised by an instruction happens again when we return, now with the default action,
    * so the core dump shows the real faulting state; a sent signal is sent again (it stays
@@ -73,11 +122,21 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   int idx = signal_index(sig);
   struct etr_trace *tr = atomic_load(&g_fatal_trace);
+  if (idx >= 0 && sig != SIGABRT && calls_handler(&g_previous[idx])) {
+    /* The host's handler first: a signal it resolves costs nothing and touches no file. */
+    call_host(&g_previous[idx], sig, si, uc);
+    /* The process ends as we return: finalize now. The writer's hold on the file is never
+     * released (it expires by itself should the process go on after all). */
+    if (tr && ends_on_return(&g_previous[idx], sig, si)) etr__trace_fatal(tr, sig);
+    errno = saved_errno;
+    return;
+  }
   if (tr) etr__trace_fatal(tr, sig);
   bool survived = idx >= 0 && chain(idx, sig, si, uc);
-  /* Until the host's handler returns, the file stays as finalized: the host's threads may
-   * go on recording, and the process may die any moment. */
-  if (tr) etr__trace_fatal_end(tr, survived);
+  /* Until the signal's outcome is known, the file stays as finalized: the host's threads
+   * may go on recording, and the process may die any moment. A SIGABRT handler that
+   * returned is no sign of life: abort() goes on to end the process. */
+  if (tr) etr__trace_fatal_end(tr, survived && sig != SIGABRT);
   errno = saved_errno;
 }
 

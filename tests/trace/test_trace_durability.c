@@ -311,6 +311,27 @@ static int sig_of(const char *name) {
                                  : SIGINT;
 }
 
+/* A host handler that _exits: etr never learns of it, and the file stays as written before
+ * the signal (the helper flushed it), without a footer; `etr repair` completes it. */
+static void host_exit_case(const char *path, int status) {
+  (void)status;
+  assert_int_equal(count_on_disk(path, "\"signal\":"), 0); /* not finalized */
+  char fixed[520];
+  snprintf(fixed, sizeof fixed, "%s.fixed.json", path);
+  const char *rargs[] = {"repair", path, "-o", fixed, NULL};
+  int rs = tu_run(ETR_TOOL, rargs, NULL, NULL);
+  if (!WIFEXITED(rs) || WEXITSTATUS(rs) != 0) fail_msg("etr repair %s: status 0x%x", path, rs);
+  tu_trace t;
+  tu_load_path(&t, fixed);
+  assert_int_equal(tu_count(&t, "before_signal"), 100);
+  assert_int_equal(tu_count(&t, "child_of_open"), 5);
+  assert_int_equal(tu_count(&t, "[etr|repair|unfinished]"), 1); /* open_at_signal */
+  assert_null(json_object_get(json_object_get(t.root, "etr"), "signal"));
+  tu_assert_valid(ETR_TOOL, fixed);
+  tu_free(&t);
+  unlink(fixed);
+}
+
 /* gz: the trace is path.json.gz (gzip output: the footer written at the signal is a member
  * of its own, cut off again when the process goes on). */
 static void signal_case_gz(const char *signame, const char *how, bool gz) {
@@ -321,18 +342,36 @@ static void signal_case_gz(const char *signame, const char *how, bool gz) {
   const char *args[] = {"signal", path, signame, how, NULL};
   const char *env[] = {"ASAN_OPTIONS=detect_leaks=0:handle_abort=0", NULL};
   int status = tu_run(TRACE_HELPER, args, env, NULL);
-  if (!strcmp(how, "default")) {
-    /* The signal went on to its default action: the process died of it. Under a sanitizer
-     * a fault goes on to the sanitizer's own handler, which reports and exits. */
-    bool sanitizer_exit = UNDER_SANITIZER && (sig == SIGSEGV || sig == SIGBUS) &&
-                          WIFEXITED(status) && WEXITSTATUS(status) != 0;
-    if (!(WIFSIGNALED(status) && WTERMSIG(status) == sig) && !sanitizer_exit)
-      fail_msg("SIG%s: status 0x%x, expected death by signal %d", signame, status, sig);
-  } else if (!strcmp(how, "host-exit")) {
+  /* A host handler that returns from abort()'s SIGABRT does not save the process. */
+  bool survives = !strcmp(how, "host-return") && sig != SIGABRT;
+  if (!strcmp(how, "host-exit")) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 7)
       fail_msg("SIG%s: status 0x%x, expected the host handler's exit 7", signame, status);
+    host_exit_case(path, status);
+    tu_rmdir(dir);
+    return;
+  } else if (!survives) {
+    /* The signal went on to its default action: the process died of it. Under a sanitizer
+     * a fault goes on to the sanitizer's own handler, which reports and exits. */
+    bool sanitizer_exit = UNDER_SANITIZER && !strcmp(how, "default") &&
+                          (sig == SIGSEGV || sig == SIGBUS) && WIFEXITED(status) &&
+                          WEXITSTATUS(status) != 0;
+    if (!(WIFSIGNALED(status) && WTERMSIG(status) == sig) && !sanitizer_exit)
+      fail_msg("SIG%s: status 0x%x, expected death by signal %d", signame, status, sig);
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fail_msg("SIG%s: status 0x%x, expected the program to go on and exit 0", signame, status);
+  }
+  if (!strcmp(how, "host-dfl")) {
+    /* The host's handler ran first, on a file nobody had touched; etr finalized it once
+     * the handler had given the signal back to the default action (below). */
+    char note[420];
+    snprintf(note, sizeof note, "%s.host", path);
+    size_t nlen;
+    char *seen = tu_read_file(note, &nlen);
+    assert_non_null(seen);
+    if (strcmp(seen, "unsealed\n") != 0)
+      fail_msg("SIG%s: the host's handler found the file %s", signame, seen);
+    free(seen);
   }
   tu_trace t;
   memset(&t, 0, sizeof t);
@@ -356,7 +395,7 @@ static void signal_case_gz(const char *signame, const char *how, bool gz) {
    * process went on) or as a placeholder (before, the children named a parent the file did
    * not hold, and tu_load and validate failed). */
   assert_int_equal(tu_count(&t, "child_of_open"), 5);
-  if (!strcmp(how, "host-return")) {
+  if (survives) {
     /* The process went on: the footer written at the signal was replaced at close. */
     assert_int_equal(tu_count(&t, "after_signal"), 100);
     assert_int_equal(tu_count(&t, "open_at_signal"), 1);
@@ -646,6 +685,11 @@ int main(void) {
       SIGNAL_TEST(test_sigint, "INT", "default", false),
       SIGNAL_TEST(test_sigint_host_handler_returns, "INT", "host-return", false),
       SIGNAL_TEST(test_sigterm_host_handler_exits, "TERM", "host-exit", false),
+      SIGNAL_TEST(test_sigsegv_host_handler_restores_default, "SEGV", "host-dfl", false),
+      SIGNAL_TEST(test_sigbus_host_handler_restores_default, "BUS", "host-dfl", false),
+      SIGNAL_TEST(test_sigterm_host_handler_reraises, "TERM", "host-dfl", false),
+      SIGNAL_TEST(test_sigint_host_handler_reraises, "INT", "host-dfl", false),
+      SIGNAL_TEST(test_sigabrt_host_handler_returns, "ABRT", "host-return", false),
       SIGNAL_TEST(test_gzip_sigsegv, "SEGV", "default", true),
       SIGNAL_TEST(test_gzip_sigint_host_handler_returns, "INT", "host-return", true),
       cmocka_unit_test(test_full_disk_exact),

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -163,6 +164,118 @@ static void test_host_handler_longjmp(void **state) {
   alarm(0);
   tu_close_ok(&t);
   assert_int_equal(tu_count(&t, "after_jump"), 1000);
+  tu_free(&t);
+  sigaction(SIGINT, &old, NULL);
+}
+
+/* ---- a signal the host's handler resolves is not fatal ----
+ *
+ * etr calls the host's handler first and finalizes the file only when the handler gave the
+ * signal back to the default action. Until 2026-11-27, every signal was finalized
+ * first (a wait for the writer: ~5 ms) and the footer cut off again after: a GC write
+ * barrier or a JIT's guard page that takes SIGSEGV by design ran 1000 times slower. The
+ * trace is opened with ETR_FLUSH_NEVER, so that nothing but a finalization writes to the
+ * file between the faults: the file must stay as it was, fault after fault. */
+
+static char *gc_page;
+static long gc_page_size;
+static atomic_int gc_faults;
+
+static void gc_on_segv(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  char *a = si->si_addr;
+  if (a >= gc_page && a < gc_page + gc_page_size) { /* the barrier: make it writable */
+    mprotect(gc_page, (size_t)gc_page_size, PROT_READ | PROT_WRITE);
+    atomic_fetch_add(&gc_faults, 1);
+    return;
+  }
+  signal(sig, SIG_DFL); /* a real crash: fault again and die */
+}
+
+/* Whether the file at path ends as it was: size bytes, no footer of a signal. */
+static void assert_untouched(const char *path, size_t size, const char *when) {
+  size_t len;
+  char *text = tu_read_file(path, &len);
+  assert_non_null(text);
+  if (strstr(text, "\"signal\":") || len != size)
+    fail_msg("%s: the file was written (%zu bytes, %zu before)%s", when, len, size,
+             strstr(text, "\"signal\":") ? ", finalized at a signal" : "");
+  free(text);
+}
+
+static void test_gc_barrier_faults_not_finalized(void **state) {
+  (void)state;
+  enum { FAULTS = 50 };
+  gc_page_size = sysconf(_SC_PAGESIZE);
+  gc_page = mmap(NULL, (size_t)gc_page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(gc_page != MAP_FAILED);
+  atomic_store(&gc_faults, 0);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = gc_on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGSEGV, &sa, &old), 0);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.fatal_signals = true;
+  opt.flush_ms = ETR_FLUSH_NEVER;
+  tu_trace t;
+  tu_open(&t, &opt);
+  struct sigaction cur;
+  assert_int_equal(sigaction(SIGSEGV, NULL, &cur), 0);
+  assert_true(cur.sa_flags & SA_SIGINFO);
+  assert_true(cur.sa_sigaction != gc_on_segv); /* ours wraps the host's */
+  size_t len;
+  char *header = tu_read_file(t.path, &len);
+  assert_non_null(header);
+  free(header);
+  for (int i = 0; i < FAULTS; i++) {
+    tu_op("gc_before", NULL, 0, NULL, 0);
+    ((volatile char *)gc_page)[0] = (char)i; /* faults: the host's handler resolves it */
+    assert_int_equal(mprotect(gc_page, (size_t)gc_page_size, PROT_READ), 0);
+    tu_op("gc_after", NULL, 0, NULL, 0);
+    char when[64];
+    snprintf(when, sizeof when, "after fault %d", i + 1);
+    assert_untouched(t.path, len, when);
+  }
+  assert_int_equal(atomic_load(&gc_faults), FAULTS);
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "gc_before"), FAULTS);
+  assert_int_equal(tu_count(&t, "gc_after"), FAULTS);
+  assert_null(json_object_get(json_object_get(t.root, "etr"), "signal"));
+  tu_free(&t);
+  sigaction(SIGSEGV, &old, NULL);
+  munmap(gc_page, (size_t)gc_page_size);
+}
+
+/* CPython's SIGINT handler only sets a flag: the file is not finalized, recording goes on,
+ * and close gives a valid trace with every op. */
+static void test_sigint_flag_handler_not_finalized(void **state) {
+  (void)state;
+  struct sigaction old;
+  host_install(host_count, &old);
+  atomic_store(&host_calls, 0);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.fatal_signals = true;
+  opt.flush_ms = ETR_FLUSH_NEVER;
+  tu_trace t;
+  tu_open(&t, &opt);
+  size_t len;
+  char *header = tu_read_file(t.path, &len);
+  assert_non_null(header);
+  free(header);
+  for (int i = 0; i < 10; i++) tu_op("before_int", NULL, 0, NULL, 0);
+  assert_int_equal(raise(SIGINT), 0);
+  assert_int_equal(atomic_load(&host_calls), 1);
+  assert_untouched(t.path, len, "after SIGINT");
+  for (int i = 0; i < 10; i++) tu_op("after_int", NULL, 0, NULL, 0);
+  assert_int_equal(raise(SIGINT), 0);
+  assert_int_equal(atomic_load(&host_calls), 2);
+  assert_untouched(t.path, len, "after a second SIGINT");
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "before_int"), 10);
+  assert_int_equal(tu_count(&t, "after_int"), 10);
+  assert_null(json_object_get(json_object_get(t.root, "etr"), "signal"));
   tu_free(&t);
   sigaction(SIGINT, &old, NULL);
 }
@@ -435,6 +548,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_host_flags_and_mask_kept, tu_cleanup),
       cmocka_unit_test_teardown(test_ctrl_c_interrupts_read, tu_cleanup),
       cmocka_unit_test_teardown(test_host_handler_longjmp, tu_cleanup),
+      cmocka_unit_test_teardown(test_gc_barrier_faults_not_finalized, tu_cleanup),
+      cmocka_unit_test_teardown(test_sigint_flag_handler_not_finalized, tu_cleanup),
       cmocka_unit_test(test_env_signals_opt_in),
       cmocka_unit_test(test_env_signals_switch_values),
       cmocka_unit_test_teardown(test_writer_blocks_signals, tu_cleanup),

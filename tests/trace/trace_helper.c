@@ -30,8 +30,14 @@
  *                                    INT: kill(getpid())). HOW: "default" (no handler of
  *                                    ours before), "host-return" (a handler installed before
  *                                    the trace that counts and returns: the program goes on,
- *                                    records 100 "after_signal" ops and closes: exit 0), or
- *                                    "host-exit" (a handler that _exits 7);
+ *                                    records 100 "after_signal" ops and closes: exit 0; for
+ *                                    ABRT abort() goes on and ends the process),
+ *                                    "host-exit" (a handler that _exits 7; the ops are flushed
+ *                                    before the signal), or "host-dfl" (a crash reporter's
+ *                                    handler: it notes whether the file was finalized when it
+ *                                    ran, "sealed" or "unsealed" in PATH.host, restores the
+ *                                    default action and returns, to fault again, or raises a
+ *                                    sent signal again);
  *                                    ETR_HELPER_RING_MB=n makes it a flight recorder
  *   trace_helper kill PATH THREADS   records on THREADS threads until killed (flush_ms 20),
  *                                    printing the nodes_written counter on stdout every
@@ -121,6 +127,39 @@ static void host_return(int sig) {
   host_calls++;
 }
 
+/* host-dfl: the trace file's path, and its PATH.host (made before the signal). */
+static char host_trace_path[400];
+static int host_note_fd = -1;
+
+/* Whether the file ends with a footer written at a signal (its tail names the signal),
+ * noted in PATH.host. Async-signal-safe. */
+static void host_note_sealed(void) {
+  static char tail[8192 + 1];
+  bool sealed = false;
+  int fd = open(host_trace_path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0) {
+    off_t from = st.st_size > 8192 ? st.st_size - 8192 : 0;
+    ssize_t n = pread(fd, tail, sizeof tail - 1, from);
+    tail[n > 0 ? n : 0] = '\0';
+    sealed = n > 0 && strstr(tail, "\"signal\":") != NULL;
+  }
+  if (fd >= 0) close(fd);
+  const char *msg = sealed ? "sealed\n" : "unsealed\n";
+  if (write(host_note_fd, msg, strlen(msg)) < 0) _exit(8);
+}
+
+static void host_dfl(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  host_note_sealed();
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, NULL);
+  if (si->si_code <= 0) raise(sig); /* pending until this handler returns */
+}
+
 static void host_exit(int sig) {
   (void)sig;
   static const char msg[] = "host handler\n";
@@ -196,7 +235,17 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   if (strcmp(how, "default")) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = strcmp(how, "host-return") ? host_exit : host_return;
+    if (!strcmp(how, "host-dfl")) {
+      snprintf(host_trace_path, sizeof host_trace_path, "%s", path);
+      char note[420];
+      snprintf(note, sizeof note, "%s.host", path);
+      host_note_fd = open(note, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (host_note_fd < 0) return 2;
+      sa.sa_sigaction = host_dfl;
+      sa.sa_flags = SA_SIGINFO;
+    } else {
+      sa.sa_handler = strcmp(how, "host-return") ? host_exit : host_return;
+    }
     sigemptyset(&sa.sa_mask);
     if (sigaction(sig, &sa, NULL) != 0) return 2;
   }
@@ -218,6 +267,8 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   etr_record_init(&open_op, "open_at_signal", ETR_SCOPE_FUNCTION);
   etr_record_begin(&open_op);
   for (int i = 0; i < 5; i++) op("child_of_open", 1); /* (in the file: they name it) */
+  /* A handler that _exits leaves the file as written so far: put these ops there. */
+  if (!strcmp(how, "host-exit") && etr_trace_flush(t) != 0) return 2;
   if (sig == SIGSEGV) {
     volatile uintptr_t bad = 8; /* unmapped, and not NULL, which UBSan would stop at */
     *(volatile int *)bad = 1;
