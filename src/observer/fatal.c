@@ -18,8 +18,8 @@
  *  - SIGABRT keeps the first order (finalize, then the host's handler): abort() ends the
  *    process after a handler that returns, without calling ours again.
  *
- * The handler only uses async-signal-safe calls: atomics, sem_post, nanosleep, pwrite,
- * sigaction, sigpending, raise. The formatting is done by the writer
+ * The handler only uses async-signal-safe calls: atomics, sem_post, nanosleep,
+ * clock_gettime, pwrite, sigaction, sigpending, raise. The formatting is done by the writer
  * thread, which is not the thread that received the signal; if the writer does not answer in
  * time, the handler writes a minimal footer itself (seal_direct, below).
  *
@@ -187,8 +187,12 @@ void etr__fatal_remove(struct etr_trace *tr) {
 
 /* ---- fatal signals (handler side; everything here is async-signal-safe) ---- */
 
-/* How long a handler waits for the writer to finalize the file. */
+/* How long a handler waits for the writer to finalize the file: polling every 50 us for
+ * the first 20 ms (a writer that answers takes well under a millisecond for a small
+ * trace), then every millisecond, so a stuck writer costs few wake-ups. */
 #define FATAL_WAIT_MS 3000
+#define FATAL_FAST_POLL_NS 50000
+#define FATAL_FAST_POLL_MS 20
 
 /* Appends s to buf[at..cap); an overflow gives cap + 1, which stays past the end. */
 static size_t put_text(char *buf, size_t at, size_t cap, const char *s, size_t n) {
@@ -244,6 +248,13 @@ static void seal_direct(etr_trace *tr, int sig) {
   if (ftruncate(tr->fd, (off_t)(off + n)) != 0) return; /* a cut-off old footer may follow */
 }
 
+/* CLOCK_MONOTONIC in ns (clock_gettime is async-signal-safe). */
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 void etr__trace_fatal_end(etr_trace *tr, bool survived) {
   if (tr->closed || tr->pid != getpid() || !survived) return;
   atomic_fetch_sub(&tr->fatal_hold, 1);
@@ -258,10 +269,14 @@ void etr__trace_fatal(etr_trace *tr, int sig) {
   uint32_t req = atomic_fetch_add(&tr->fatal_req, 1) + 1;
   if (atomic_load(&tr->writer_tid) != etr__gettid()) {
     sem_post(&tr->wake);
-    for (int i = 0; i < FATAL_WAIT_MS; i++) {
+    int64_t start = mono_ns();
+    for (;;) {
       if ((int32_t)(atomic_load(&tr->fatal_ack) - req) >= 0) return;
-      struct timespec ms = {0, 1000000};
-      nanosleep(&ms, NULL);
+      int64_t waited = mono_ns() - start;
+      if (waited >= (int64_t)FATAL_WAIT_MS * 1000000) break;
+      struct timespec step = {
+          0, waited < (int64_t)FATAL_FAST_POLL_MS * 1000000 ? FATAL_FAST_POLL_NS : 1000000};
+      nanosleep(&step, NULL);
     }
   }
   seal_direct(tr, sig);
