@@ -18,6 +18,9 @@ done
 helper=$dir/tests/trace/trace_helper etr=$dir/tools/etr
 [ -x "$helper" ] && [ -x "$etr" ] || { echo "faults.sh: build $dir first (./scripts/test.sh --quick)" >&2; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# A sanitizer's own SIGSEGV/SIGBUS handler would come first and exit (docs/RELIABILITY.md).
+export ASAN_OPTIONS="detect_leaks=0:handle_segv=0:handle_sigbus=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export TSAN_OPTIONS="handle_segv=0:handle_sigbus=0${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 fail=0
 echo "== fatal signals: $runs runs per case"
 for c in "SEGV default 139" "BUS default 135" "ABRT default 134" "TERM default 143" \
