@@ -6,17 +6,24 @@
  * The order depends on what was installed before ours:
  *  - the default action: finalize, then put the default action back and let the signal
  *    end the process (chain, below);
- *  - a handler of the host's: that handler runs first, on a file nobody touched. When it
+ *  - a handler of the host's, for a signal that handler has not yet been seen to resolve:
+ *    finalize, then the host's handler. One that ends the process itself (Python's
+ *    faulthandler, a sanitizer's, one that calls _exit) finds the file finalized. When it
+ *    returns and the signal does not come again to end the process (ends_on_return), the
+ *    host resolves this signal: a GC write barrier or a JIT's guard page that resolves a
+ *    SIGSEGV, CPython's SIGINT flag, a graceful-shutdown flag. The writer reopens the file
+ *    for the nodes to come, and we learn it (g_host_resolves);
+ *  - a handler of the host's for a signal it resolves: that handler runs first, on a file
+ *    nobody touches, so the signals it resolves cost it nothing after the first. When it
  *    returns, the disposition it left says what comes next (ends_on_return): ours still
  *    installed, the host's own handler put back, or the signal ignored: the host dealt with
- *    it (a GC write barrier or a JIT's guard page that resolves a SIGSEGV, CPython's SIGINT
- *    flag, a graceful-shutdown flag), and nothing is written. Any other disposition with the
- *    signal coming again (a fault's instruction runs again; a sent signal the handler raised
- *    again is pending until we return): the crash-handler pattern, the process is about to
- *    end, and we finalize before we return. A handler that leaves by siglongjmp recovered,
- *    one that calls _exit leaves the file as written so far (`etr repair` completes it);
- *  - SIGABRT keeps the first order (finalize, then the host's handler): abort() ends the
- *    process after a handler that returns, without calling ours again.
+ *    it, and nothing is written. Any other disposition with the signal coming again (a
+ *    fault's instruction runs again; a sent signal the handler raised again is pending
+ *    until we return): the crash-handler pattern, the process is about to end, and we
+ *    finalize before we return. A handler that leaves by siglongjmp recovered, one that
+ *    ends the process itself leaves the file as written so far (`etr repair` completes it);
+ *  - SIGABRT always takes the first order (finalize, then the host's handler): abort() ends
+ *    the process after a handler that returns, without calling ours again.
  *
  * The handler only uses async-signal-safe calls: atomics, sem_post, nanosleep,
  * clock_gettime, pwrite, sigaction, sigpending, raise. The formatting is done by the writer
@@ -47,6 +54,8 @@ static const int k_signals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT};
 /* Written under the trace module's g_lock (install and remove); read by handlers. */
 static struct sigaction g_previous[N_SIGNALS];
 static bool g_installed[N_SIGNALS];
+/* Per signal: the host's handler returned from one and the process went on (on_fatal). */
+static _Atomic bool g_host_resolves[N_SIGNALS];
 static _Atomic(struct etr_trace *) g_fatal_trace;
 
 static int signal_index(int sig) {
@@ -122,7 +131,7 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   int idx = signal_index(sig);
   struct etr_trace *tr = atomic_load(&g_fatal_trace);
-  if (idx >= 0 && sig != SIGABRT && calls_handler(&g_previous[idx])) {
+  if (idx >= 0 && atomic_load_explicit(&g_host_resolves[idx], memory_order_relaxed)) {
     /* The host's handler first: a signal it resolves costs nothing and touches no file. */
     call_host(&g_previous[idx], sig, si, uc);
     /* The process ends as we return: finalize now. The writer's hold on the file is never
@@ -132,11 +141,21 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
     return;
   }
   if (tr) etr__trace_fatal(tr, sig);
+  bool host = idx >= 0 && calls_handler(&g_previous[idx]);
   bool survived = idx >= 0 && chain(idx, sig, si, uc);
+  /* The host's handler returned and the signal does not come again to end the process: the
+   * host resolves this signal (a GC barrier, a flag), and from now on its handler runs
+   * first. Until then a handler that ends the process itself (faulthandler, a sanitizer's,
+   * one that calls _exit) finds the file finalized. Not SIGABRT: abort() ends the process
+   * after a handler that returns, without calling ours again. */
+  bool ends = host && survived && ends_on_return(&g_previous[idx], sig, si);
+  if (host && survived && sig != SIGABRT && !ends)
+    atomic_store_explicit(&g_host_resolves[idx], true, memory_order_relaxed);
   /* Until the signal's outcome is known, the file stays as finalized: the host's threads
-   * may go on recording, and the process may die any moment. A SIGABRT handler that
+   * may go on recording, and the process may die any moment (as it does when the host's
+   * handler left the signal to come again to the default action). A SIGABRT handler that
    * returned is no sign of life: abort() goes on to end the process. */
-  if (tr) etr__trace_fatal_end(tr, survived && sig != SIGABRT);
+  if (tr) etr__trace_fatal_end(tr, survived && !ends && sig != SIGABRT);
   errno = saved_errno;
 }
 
@@ -160,6 +179,7 @@ int etr__fatal_install(struct etr_trace *tr) {
       sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
       sigfillset(&sa.sa_mask); /* no other signal handler runs in the middle of ours */
     }
+    atomic_store(&g_host_resolves[i], false); /* (learnt anew for each handler) */
     if (sigaction(k_signals[i], &sa, &g_previous[i]) != 0) {
       rc = -1;
       continue;

@@ -33,11 +33,12 @@
  *                                    records 100 "after_signal" ops and closes: exit 0; for
  *                                    ABRT abort() goes on and ends the process),
  *                                    "host-exit" (a handler that _exits 7; the ops are flushed
- *                                    before the signal), or "host-dfl" (a crash reporter's
+ *                                    before the signal), "host-dfl" (a crash reporter's
  *                                    handler: it notes whether the file was finalized when it
  *                                    ran, "sealed" or "unsealed" in PATH.host, restores the
  *                                    default action and returns, to fault again, or raises a
- *                                    sent signal again);
+ *                                    sent signal again), or "host-dfl-learnt" (TERM, INT: the
+ *                                    same handler resolves a first SIG, then ends the second);
  *                                    ETR_HELPER_RING_MB=n makes it a flight recorder
  *   trace_helper kill PATH THREADS   records on THREADS threads until killed (flush_ms 20),
  *                                    printing the nodes_written counter on stdout every
@@ -149,8 +150,16 @@ static void host_note_sealed(void) {
   if (write(host_note_fd, msg, strlen(msg)) < 0) _exit(8);
 }
 
+/* host-dfl-learnt: the first signal the handler resolves (returns), the next it ends. */
+static volatile sig_atomic_t host_resolve_first;
+
 static void host_dfl(int sig, siginfo_t *si, void *uc) {
   (void)uc;
+  if (host_resolve_first) {
+    host_resolve_first = 0;
+    host_calls++;
+    return;
+  }
   host_note_sealed();
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
@@ -235,7 +244,8 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   if (strcmp(how, "default")) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    if (!strcmp(how, "host-dfl")) {
+    if (!strcmp(how, "host-dfl") || !strcmp(how, "host-dfl-learnt")) {
+      host_resolve_first = !strcmp(how, "host-dfl-learnt");
       snprintf(host_trace_path, sizeof host_trace_path, "%s", path);
       char note[420];
       snprintf(note, sizeof note, "%s.host", path);
@@ -261,6 +271,17 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   while (atomic_load(&spinning) < 2) {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
+  }
+  if (!strcmp(how, "host-dfl-learnt")) {
+    /* A first signal the host's handler resolves (sent ones only): etr then lets that
+     * handler run first. The flush waits until the writer has reopened the file. */
+    if (sig != SIGTERM && sig != SIGINT) return 2;
+    kill(getpid(), sig);
+    while (host_calls == 0) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+    if (etr_trace_flush(t) != 0) return 2;
   }
   for (int i = 0; i < 100; i++) op("before_signal", 1);
   etr_record open_op; /* open when the signal comes: written by nobody */
