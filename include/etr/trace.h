@@ -10,8 +10,9 @@
  * Cost: the recording thread encodes each op into a per-thread buffer (no global lock, no
  * allocation after warm-up, no JSON formatting); the writer thread formats and writes.
  * Memory is bounded: when the writer falls behind, recording threads wait for buffer space
- * rather than lose nodes. Write errors stop recording cleanly and are reported by close and
- * by etr_trace_stats_get; the traced process goes on. After fork() the child never writes
+ * rather than lose nodes. Write errors, and memory that runs out for a thread's buffer, stop
+ * recording cleanly and are reported by close and by etr_trace_stats_get; the traced process
+ * goes on. After fork() the child never writes
  * into the parent's trace. exit() without close still finalizes the file.
  */
 #ifndef ETR_TRACE_H
@@ -36,7 +37,8 @@ typedef struct etr_trace_options {
   size_t struct_size; /* sizeof(etr_trace_options) */
   etr_schema schema;
   bool no_timing;            /* omit ts / inclusive_dur / exclusive_dur */
-  uint32_t buffer_kb;        /* per-thread buffer chunk size; 0 = 64 KiB */
+  uint32_t buffer_kb;        /* per-thread buffer chunk size in KiB, 1..65536 (ETR_EINVAL
+                                beyond, as ETR_TRACE_BUFFER_KB); 0 = 64 */
   uint32_t max_buffers;      /* chunks queued for the writer before recorders wait; 0 = 64 */
   double sample_probability; /* record this fraction of ops; 0 = all */
   uint32_t scopes;           /* bit (1u << scope) per recorded scope; 0 = all */
@@ -77,8 +79,9 @@ typedef struct etr_trace etr_trace;
 
 /* Create the trace file at path and return a disabled trace. A path ending in ".gz" is
  * written as gzip (one gzip member per flush: a cut file decompresses up to its last flush;
- * docs/FORMAT.md). ETR_EBUSY if a trace is open already, ETR_EOPEN if the file cannot be
- * created (errno then says why), ETR_ETHREAD if the writer cannot start.
+ * docs/FORMAT.md). ETR_EINVAL for options out of range,
+ * ETR_EBUSY if a trace is open already, ETR_EOPEN if the file cannot be created (errno then
+ * says why), ETR_ETHREAD if the writer cannot start.
  * opt may be NULL (defaults). Any thread; allocates. */
 ETR_API int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
 
@@ -95,7 +98,8 @@ ETR_API int etr_trace_set_traceback(etr_trace *trace, const etr_traceback_option
 
 /* Wait until every node completed before the call, by any thread, is written to the file
  * (a node in a buffer another thread is handing over at that very instant may follow a
- * moment later). Also resolves pending traceback frames. ETR_EIO after a write error. */
+ * moment later). Also resolves pending traceback frames. Once recording stopped: ETR_ENOMEM
+ * when memory ran out, else ETR_EIO (a write error). */
 ETR_API int etr_trace_flush(etr_trace *trace);
 
 /* Flight recorder (ring_mb): write the ring's events now as a complete trace, replacing what
@@ -109,9 +113,12 @@ ETR_API int etr_trace_dump(etr_trace *trace);
 
 /* Stop recording, write the open ops of every thread (marked, counted), the thread nodes,
  * the process node and the footer, close the file and free the trace. Safe while other
- * threads record (their later records are simply not traced). Returns the first write
- * error seen, if any (ETR_EIO), else 0. NULL is a no-op. In a forked child it frees the
- * trace without writing and returns ETR_EFORKED.
+ * threads record (their later records are simply not traced). Returns ETR_ENOMEM when
+ * recording stopped because memory ran out (the file is still finalized, valid: an op
+ * whose children were written and it was not gets a placeholder node), ETR_EIO after a
+ * write error or a stalled output (the file is a prefix etr repair completes), else 0.
+ * NULL is a no-op. In a forked child it frees the trace without writing and returns
+ * ETR_EFORKED.
  *
  * close, flush, dump and disable are not async-signal-safe: do not call them from a signal
  * handler (fatal_signals finalizes the file at a fatal signal). Called from a handler that
@@ -141,9 +148,13 @@ typedef struct etr_trace_stats {
   uint64_t ops_open_at_disable;     /* ops in flight when the trace was disabled */
   uint64_t ops_open_at_thread_exit; /* ops still open when their thread exited */
   uint64_t ops_open_at_close;       /* ops still open at close (written, marked incomplete) */
-  uint64_t nodes_dropped;           /* nodes lost (only after a write error) */
+  uint64_t nodes_dropped;           /* nodes lost: only once recording stopped, at the first
+                                       write error, stalled output or allocation that failed
+                                       (write_error says which; docs/RELIABILITY.md) */
   uint64_t buffer_waits;            /* times a recorder waited for the writer */
-  int write_error;                  /* errno of the first write error, 0 if none */
+  int write_error;                  /* why recording stopped, 0 if it did not: errno of the
+                                       first write error, ETIMEDOUT (stalled output), ENOMEM
+                                       (memory ran out) */
   uint64_t tracebacks;              /* ops that carry a traceback */
   uint64_t tracebacks_unique;       /* entries of the "tracebacks" table */
   uint64_t frames_unique;           /* entries of the "frames" table (updated at flush/close) */

@@ -272,7 +272,10 @@ uint32_t etr__emit_event(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
 /* The live JSON writer notes what it writes, for the seal's placeholders (openrefs.h). */
 static void note_written(etr_trace *tr, const etr__ev *ev, const etr__cev_dec *dec) {
   if (tr->ring || tr->binary || !dec) return; /* (no decoder: a placeholder) */
-  if (!tr->open_refs && !(tr->open_refs = calloc(1, sizeof *tr->open_refs))) return;
+  if (!tr->open_refs && !(tr->open_refs = calloc(1, sizeof *tr->open_refs))) {
+    tr->open_refs_lost = true;
+    return;
+  }
   etr__openrefs_note(tr->open_refs, ev, etr__cev_dec_thread_node(dec));
 }
 
@@ -280,15 +283,15 @@ static void put_placeholder(void *ctx, const etr__ev *ev) {
   emit_node(ctx, ev, NULL); /* (not noted: cut off again if the process goes on) */
 }
 
-uint64_t etr__emit_open_placeholders(etr_trace *tr) {
+uint64_t etr__emit_open_placeholders(etr_trace *tr, const char *name) {
   etr__openrefs *o = tr->open_refs;
   uint64_t made = 0;
-  if (!o || o->failed) return 0;
+  if (tr->open_refs_lost || (o && o->failed)) return UINT64_MAX;
+  if (!o) return 0;
   o->paused = true;
-  bool ok =
-      etr__put_placeholders(&o->open, NULL, ETR__SEAL_PLACEHOLDER, put_placeholder, tr, &made);
+  bool ok = etr__put_placeholders(&o->open, NULL, name, put_placeholder, tr, &made);
   o->paused = false;
-  return ok ? made : 0;
+  return ok ? made : UINT64_MAX;
 }
 
 static void emit_node(etr_trace *tr, const etr__ev *ev, etr__cev_dec *dec) {
@@ -449,6 +452,8 @@ size_t etr__footer_stats(etr_trace *tr, etr__stat_pair *out) {
   PAIR(ops_open_at_close);
   PAIR(nodes_dropped);
   PAIR(buffer_waits);
+  /* (recording stopped: memory ran out, or a stalled output the writer came back from) */
+  if (s.write_error) out[n++] = (etr__stat_pair){"write_error", (uint64_t)s.write_error};
   if (tr->ring) PAIR(ring_dropped);
   if (tr->tbtab) {
     PAIR(tracebacks);

@@ -284,8 +284,8 @@ static void env_open(const writer_mark *parent, const char *parent_path) {
   if (v && *v) {
     char *end;
     unsigned long kb = strtoul(v, &end, 10);
-    if (*end || kb == 0 || kb > 65536)
-      etr__log(ETR_LOG_WARN, "ETR_TRACE_BUFFER_KB=%s ignored (1..65536)", v);
+    if (*end || kb == 0 || kb > ETR__BUFFER_KB_MAX)
+      etr__log(ETR_LOG_WARN, "ETR_TRACE_BUFFER_KB=%s ignored (1..%u)", v, ETR__BUFFER_KB_MAX);
     else
       opt.buffer_kb = (uint32_t)kb;
   }

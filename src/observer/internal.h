@@ -22,6 +22,10 @@
  * writer holds it back until the first collective, emit.c; docs/FORMAT.md). */
 #define ETR__PG_INIT_NAME "## process_group:init ##"
 
+/* The largest per-thread buffer chunk, in KiB (64 MiB): the option buffer_kb
+ * (etr_trace_open: ETR_EINVAL beyond) and ETR_TRACE_BUFFER_KB (env.c: ignored beyond). */
+#define ETR__BUFFER_KB_MAX 65536u
+
 /* A flight recorder's dump replaced the trace's file by a new one (dev:ino): the writer
  * mark ETR_TRACE_WRITER, when this process set it for that trace and it still holds what
  * was set, names the new file (env.c). Writer thread; not at a fatal signal. */

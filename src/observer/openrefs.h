@@ -56,8 +56,10 @@ typedef struct etr__openrefs {
   bool paused;      /* the placeholders themselves are being written: not noted */
 } etr__openrefs;
 
-/* The name of the seal's placeholders. */
+/* The name of the seal's placeholders, and of close's after recording stopped for lack of
+ * memory (nodes lost). */
 #define ETR__SEAL_PLACEHOLDER "[etr|signal|unfinished]"
+#define ETR__LOST_PLACEHOLDER "[etr|lost|unfinished]"
 
 /* The op event ev was written; thread_node: its thread's node id (its parent when it is a
  * top-level op). */

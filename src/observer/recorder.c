@@ -78,6 +78,27 @@ void etr__trace_stalled(etr_trace *tr, int ms, const char *who) {
              ms, who);
 }
 
+void etr__trace_out_of_memory(etr_trace *tr, const char *what) {
+  int none = 0;
+  atomic_compare_exchange_strong(&tr->write_error, &none, ENOMEM);
+  if (atomic_exchange(&tr->failed, 1)) return;
+  etr__log(ETR_LOG_ERROR,
+           "out of memory for %s: recording stopped (what is lost is counted in "
+           "nodes_dropped; close returns ETR_ENOMEM)",
+           what);
+  etr_observer_disable(tr->obs); /* (stop paying for ops that cannot be written) */
+}
+
+/* A test's hook where a thread needs a chunk (tests/reliability/test_out_of_memory.c
+ * compiles this file with ETR_TEST_HOOKS and makes it fail, as malloc would when memory is
+ * exhausted; the library has no such hook). */
+#ifdef ETR_TEST_HOOKS
+bool (*etr__test_chunk_alloc_fails)(void);
+#define CHUNK_ALLOC_FAILS() (etr__test_chunk_alloc_fails && etr__test_chunk_alloc_fails())
+#else
+#define CHUNK_ALLOC_FAILS() false
+#endif
+
 static etr__chunk *take_chunk(etr__tstate *ts, size_t need);
 
 /* Hands the thread's chunk to the writer (if it holds anything) and gets a chunk with room
@@ -143,12 +164,16 @@ static etr__chunk *take_chunk(etr__tstate *ts, size_t need) {
     return NULL; /* (counted as dropped by the caller) */
   }
   etr__chunk *c = NULL;
-  if (!oversized && tr->free_chunks) {
+  bool fails = CHUNK_ALLOC_FAILS();
+  if (!oversized && tr->free_chunks && !fails) {
     c = tr->free_chunks;
     tr->free_chunks = c->next;
   }
   pthread_mutex_unlock(&tr->q_mutex);
-  if (!c && !(c = chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized))) return NULL;
+  if (!c && (fails || !(c = chunk_alloc(oversized ? (uint32_t)need : tr->chunk_size, oversized)))) {
+    etr__trace_out_of_memory(tr, "a thread's buffer"); /* (the caller counts the node) */
+    return NULL;
+  }
   __atomic_store_n(&c->len, 0, __ATOMIC_RELAXED);
   c->nodes = 0;
   c->next = NULL;
@@ -226,6 +251,8 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   bool fresh = ts == NULL;
   if (fresh && !(ts = calloc(1, sizeof *ts))) {
     pthread_mutex_unlock(&tr->threads_mutex);
+    atomic_fetch_add_explicit(&tr->nodes_dropped_writer, 1, memory_order_relaxed); /* its op */
+    etr__trace_out_of_memory(tr, "a thread's state");
     return NULL;
   }
   ts->trace = tr;
@@ -244,7 +271,9 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   thr->trace_state = ts;
   thr->trace_serial = tr->serial;
   /* The thread node goes first, so that a file cut short (kill -9) has the parent of every
-   * op the thread finished; only ops still open at the cut lack theirs. */
+   * op the thread finished; only ops still open at the cut lack theirs. When it cannot be
+   * written (memory ran out, a write error), the trace has failed: none of the thread's ops
+   * is written either (etr__event_room). */
   /* Thread events carry the kernel's thread id in rf_id and the thread's name as payload:
    * the one given to etr_thread_set_name, else the OS name (we run on that thread here). */
   char os_name[ETR__THREAD_NAME_MAX];
@@ -295,6 +324,7 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
   bool failed = rec && etr_record_failed(rec);
   bool outputs = rec && !incomplete && !failed && rec->n_outputs; /* (NULL: none, counted) */
   if (!outputs || !etr__encode_values(ts, rec->outputs, rec->n_outputs, NULL)) {
+    if (outputs) etr__trace_out_of_memory(ts->trace, "an op's outputs");
     ts->arena_len = out_off;
     if (etr__arena_reserve(ts, 1)) ts->arena[ts->arena_len++] = 0; /* n_out */
   }
@@ -333,7 +363,8 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
     etr__event_commit(ts, size, true);
     etr__bump(&ts->ops_recorded, 1);
   } else if (!out_len) {
-    etr__bump(&ts->nodes_dropped, 1); /* (memory exhausted) */
+    etr__bump(&ts->nodes_dropped, 1);
+    etr__trace_out_of_memory(ts->trace, "an op's outputs");
   }
   etr__unpin(ts, f);
 
@@ -447,6 +478,7 @@ void etr__trace_enter(const etr_record *rec, void *user) {
     etr__frame *f = realloc(ts->frames, cap * sizeof *f);
     if (!f) {
       etr__bump(&ts->nodes_dropped, 1);
+      etr__trace_out_of_memory(tr, "a thread's stack of ops");
       return;
     }
     ts->frames = f;
@@ -509,6 +541,7 @@ void etr__trace_enter(const etr_record *rec, void *user) {
     etr__unpin(ts, f);
     ts->arena_len = off;
     etr__bump(&ts->nodes_dropped, 1);
+    etr__trace_out_of_memory(tr, "an op's encoding");
     return;
   }
   ts->depth++;

@@ -214,6 +214,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   etr__trace_options_read(&o, opt, &tb_0_1);
   if ((unsigned)o.schema > ETR_SCHEMA_1_1_0) return ETR_EINVAL;
   if (!(o.sample_probability >= 0.0 && o.sample_probability <= 1.0)) return ETR_EINVAL;
+  if (o.buffer_kb > ETR__BUFFER_KB_MAX) return ETR_EINVAL; /* (as ETR_TRACE_BUFFER_KB: env.c) */
 
   pthread_mutex_lock(&g_lock);
   if (g_trace) {
@@ -434,7 +435,10 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
 
 int etr_trace_enable(etr_trace *tr) {
   if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
-  if (atomic_load(&tr->failed)) return ETR_EIO;
+  if (atomic_load(&tr->failed)) {
+    int e = etr__trace_error(tr);
+    return e ? e : ETR_EIO;
+  }
   return etr_observer_enable(tr->obs);
 }
 
@@ -486,7 +490,7 @@ static int trace_flush(etr_trace *tr) {
   pthread_mutex_unlock(&tr->q_mutex);
   etr_script_release_pending();
   if (thr) etr__quiet_leave(thr);
-  return atomic_load(&tr->write_error) ? ETR_EIO : 0;
+  return etr__trace_error(tr);
 }
 
 int etr_trace_dump(etr_trace *tr) { return etr_trace_flush(tr); }
@@ -646,7 +650,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
     etr__jw_trim(&tr->jw); /* the blocks reserved past the end go back */
     if (close(tr->fd) != 0 && !atomic_load(&tr->write_error)) atomic_store(&tr->write_error, errno);
   }
-  if (atomic_load(&tr->write_error)) rc = ETR_EIO;
+  rc = etr__trace_error(tr);
   if (tr->tables_fd >= 0) { /* the footer holds the whole tables now (unless it failed) */
     close(tr->tables_fd);
     tr->tables_fd = -1;

@@ -13,6 +13,7 @@
 #ifndef ETR_OBSERVER_TRACE_INTERNAL_H
 #define ETR_OBSERVER_TRACE_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -324,6 +325,7 @@ struct etr_trace {
   /* ops written nodes name that are not written (openrefs.h; the live JSON writer only):
    * the seal at a fatal signal gives each a placeholder */
   struct etr__openrefs *open_refs;
+  bool open_refs_lost;         /* memory ran out for open_refs itself */
   uint64_t cross_ends_at_open; /* the registry's count of cross-thread ends at open (the
                                   trace's ends_cross_thread counts from there) */
   /* Process-group nodes held back until the trace's first collective (emit.c): copies of
@@ -408,6 +410,19 @@ void etr__hand_over(etr__tstate *ts);
  * write error (write_error ETIMEDOUT), recording stops and the writer discards the rest,
  * counted as dropped; said once on the log. Any thread. */
 void etr__trace_stalled(etr_trace *tr, int ms, const char *who);
+/* Memory ran out for what a node needs (`what`: a thread's buffer, its state, an op's
+ * encoding; recording threads and the writer): as on a write error, write_error becomes
+ * ENOMEM (unless an error came first), recording stops and every node after is counted as
+ * dropped; said once on the log. The file stays writable, so close still finalizes it, with
+ * a placeholder for each op that written nodes name and that was lost (emit.c). Any thread,
+ * no lock held. */
+void etr__trace_out_of_memory(etr_trace *tr, const char *what);
+/* What a call that reports the trace's failure returns: 0, ETR_ENOMEM when memory ran out,
+ * else ETR_EIO (a write error, a stalled output). */
+static inline int etr__trace_error(const etr_trace *tr) {
+  int e = atomic_load(&tr->write_error);
+  return e == 0 ? 0 : e == ENOMEM ? ETR_ENOMEM : ETR_EIO;
+}
 
 /* Room for a compact event of size bytes in the thread's chunk; NULL when it cannot be
  * written (a write error, memory exhausted), counted as a dropped node when node is true.
@@ -532,9 +547,11 @@ void etr__emit_footer_with(struct etr_trace *tr, bool process_node, int64_t fini
                            int fatal_sig, const char *tables, size_t tables_len,
                            const etr__stat_pair *st, size_t n);
 
-/* A placeholder node (ETR__SEAL_PLACEHOLDER) for each op that the nodes written name and that
- * is not written: ops open at a fatal signal (the seal). Returns how many were written. */
-uint64_t etr__emit_open_placeholders(struct etr_trace *tr);
+/* A placeholder node named name (openrefs.h) for each op that the nodes written name and
+ * that is not written: ops open at a fatal signal (the seal), ops lost after recording
+ * stopped for lack of memory (close). Returns how many were written; UINT64_MAX when memory
+ * ran out for them, now or while the writer noted what it wrote (none written then). */
+uint64_t etr__emit_open_placeholders(struct etr_trace *tr, const char *name);
 
 /* ---- binlog.c (writer thread, binary log) ---- */
 

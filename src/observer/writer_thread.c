@@ -18,6 +18,7 @@
 
 #include "observer/binlog.h"
 #include "observer/internal.h"
+#include "observer/openrefs.h"
 #include "observer/ring.h"
 #include "observer/tbtable.h"
 #include "observer/trace_internal.h"
@@ -189,6 +190,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
   }
   if (!owner->dec && !(owner->dec = etr__cev_dec_new())) {
     atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes, memory_order_relaxed);
+    etr__trace_out_of_memory(tr, "a thread's decoder");
     return 0;
   }
   while (off < to) {
@@ -199,6 +201,7 @@ static uint32_t emit_range(etr_trace *tr, const etr__chunk *c, uint32_t from, ui
     if (!size) { /* memory exhausted (our own events are well-formed): the rest is lost */
       etr__log(ETR_LOG_ERROR, "cannot decode a thread's events (%s): %u bytes dropped",
                why ? why : "?", (unsigned)(to - off));
+      etr__trace_out_of_memory(tr, "decoding a thread's events");
       break;
     }
     off += (uint32_t)size;
@@ -299,6 +302,13 @@ enum { DUMP_BESIDE, DUMP_IN_PLACE, DUMP_FAILED };
 
 /* Whether fd still refers to the file dev:ino (the host may have closed it and reused the
  * number: such a descriptor is never ours to close). */
+/* Whether the output failed (a write error, a stalled output), rather than recording alone
+ * (memory ran out: the file can still be written, a dump still made of what the ring holds,
+ * with placeholders for what its events name and it lacks). */
+static bool output_failed(etr_trace *tr) {
+  return atomic_load(&tr->failed) && (tr->jw.err || atomic_load(&tr->write_error) != ENOMEM);
+}
+
 static bool fd_is(int fd, dev_t dev, ino_t ino) {
   struct stat st;
   return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
@@ -347,7 +357,7 @@ static int dump_file_begin(etr_trace *tr, dump_prev *prev) {
  * was. DUMP_IN_PLACE: the file cannot be renamed over, the dump must be made again in
  * place. */
 static int dump_file_end(etr_trace *tr, const dump_prev *prev, int sig) {
-  bool whole = !tr->jw.err && !atomic_load(&tr->failed);
+  bool whole = !tr->jw.err && !output_failed(tr);
   if (whole && tr->opt.sync) fdatasync(tr->fd);
   if (whole) etr__jw_trim(&tr->jw); /* (nothing reserved past the end of a finished dump) */
   whole = whole && !tr->jw.err;
@@ -418,7 +428,7 @@ static int ring_dump_to(etr_trace *tr, int sig, bool beside) {
 static void ring_dump(etr_trace *tr, int sig) {
   uint64_t none = 0;
   etr__writer_flush(tr, &none);
-  if (atomic_load(&tr->failed)) return;
+  if (output_failed(tr)) return;
   if (!tr->dump_path || ring_dump_to(tr, sig, true) == DUMP_IN_PLACE) ring_dump_to(tr, sig, false);
 }
 
@@ -527,12 +537,15 @@ static void writer_seal(etr_trace *tr, uint64_t *buffered, bool locked, int sig)
   unseal(tr);
   *buffered += etr__emit_held(tr);
   etr__writer_flush(tr, buffered);
-  if (atomic_load(&tr->failed)) return;
+  if (output_failed(tr)) return;
   uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
   tr->seal_any_node = tr->any_node;
-  /* The ops open at the signal: their children are in the file, so each gets a placeholder
-   * (cut off with the footer if the process goes on; not counted, like the process node). */
-  if (!tr->binary) etr__emit_open_placeholders(tr);
+  /* The ops open at the signal, or lost when memory ran out: their children are in the
+   * file, so each gets a placeholder (cut off with the footer if the process goes on; not
+   * counted, like the process node). Without memory for them, no footer after lost ops. */
+  if (!tr->binary && etr__emit_open_placeholders(tr, ETR__SEAL_PLACEHOLDER) == UINT64_MAX &&
+      atomic_load(&tr->failed))
+    return;
   emit_footer(tr, sig);
   uint64_t process_node = 0; /* not counted: cut off again if the process goes on */
   etr__writer_flush(tr, &process_node);
@@ -670,6 +683,18 @@ static void writer_run(etr_trace *tr) {
   }
   unseal(tr);
   buffered += etr__emit_held(tr);
+  /* Nodes lost after recording stopped (memory ran out) may be parents of nodes written
+   * before: each gets a placeholder (not counted, like a seal's), so every ctrl_deps of the
+   * file resolves. Without the memory to make them, no footer: the file stays a prefix that
+   * etr repair completes, as after a write error. */
+  if (!tr->binary && etr__emit_open_placeholders(tr, ETR__LOST_PLACEHOLDER) == UINT64_MAX &&
+      atomic_load(&tr->failed)) {
+    etr__log(ETR_LOG_ERROR,
+             "out of memory: the trace is left without its end (etr repair "
+             "completes it)");
+    etr__writer_flush(tr, &buffered);
+    return;
+  }
   etr__writer_flush(tr, &buffered); /* (counted before the footer's stats) */
   emit_footer(tr, 0);
   buffered++; /* the process node */
