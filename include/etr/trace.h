@@ -79,7 +79,10 @@ typedef struct etr_trace etr_trace;
 
 /* Create the trace file at path and return a disabled trace. A path ending in ".gz" is
  * written as gzip (one gzip member per flush: a cut file decompresses up to its last flush;
- * docs/FORMAT.md). ETR_EINVAL for options out of range,
+ * docs/FORMAT.md). A path that names a descriptor of this process (/dev/stdout,
+ * /dev/stderr, /dev/fd/N, /proc/self/fd/N, /proc/<its pid>/fd/N) is written through a
+ * duplicate of that descriptor: never truncated, and what the host writes there lands
+ * between the trace's writes (docs/API.md). ETR_EINVAL for options out of range,
  * ETR_EBUSY if a trace is open already, ETR_EOPEN if the file cannot be created (errno then
  * says why), ETR_ETHREAD if the writer cannot start.
  * opt may be NULL (defaults). Any thread; allocates. */

@@ -195,6 +195,47 @@ static void install_hooks(void) {
 
 static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
 
+/* The number at p when p holds only digits (at most 9), else -1. */
+static int whole_number(const char *p) {
+  int n = 0, k = 0;
+  for (; p[k] >= '0' && p[k] <= '9' && k < 9; k++) n = n * 10 + (p[k] - '0');
+  return k && !p[k] ? n : -1;
+}
+
+/* The descriptor of this process that path names: /dev/stdin, /dev/stdout, /dev/stderr,
+ * /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N, /proc/<our pid>/fd/N; else -1 (a
+ * path of another process's descriptor is opened as any file). */
+static int own_descriptor(const char *path) {
+  static const char *const std[] = {"/dev/stdin", "/dev/stdout", "/dev/stderr"};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(path, std[i])) return i;
+  static const char *const dirs[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
+  for (int i = 0; i < 3; i++)
+    if (!strncmp(path, dirs[i], strlen(dirs[i]))) return whole_number(path + strlen(dirs[i]));
+  if (strncmp(path, "/proc/", 6) != 0) return -1;
+  const char *fd = strstr(path + 6, "/fd/");
+  char pid[16];
+  size_t n = fd ? (size_t)(fd - (path + 6)) : 0;
+  if (!n || n >= sizeof pid) return -1;
+  memcpy(pid, path + 6, n);
+  pid[n] = '\0';
+  return whole_number(pid) == (int)getpid() ? whole_number(fd + 4) : -1;
+}
+
+/* A descriptor of this process to write through: a duplicate of fd (close-on-exec), which
+ * shares its open file description, so its offset (the host's output and ours follow each
+ * other, as a shell's `> file` or `2>&1` makes them) and its flags. -1 with errno when fd is
+ * not open for writing. */
+static int dup_for_writing(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) return -1;
+  if ((fl & O_ACCMODE) == O_RDONLY) {
+    errno = EBADF;
+    return -1;
+  }
+  return fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
 static void *writer_entry(void *arg); /* (the writer thread's start) */
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
   int cancel = etr__cancel_off();
@@ -287,9 +328,13 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   }
   /* A path that names a descriptor the host has open (/dev/stdout, /dev/stderr, /dev/fd/N,
    * /proc/<pid>/fd/N), maybe on its own log file: it is written on, never truncated, and
-   * gets no file beside it. (Other paths under /dev, such as /dev/shm/..., are files.) */
+   * gets no file beside it. (Other paths under /dev, such as /dev/shm/..., are files.) One
+   * of this process's is written through a duplicate, never reopened: a new open file
+   * description would have an offset of its own, and the host's writes would land on the
+   * trace's bytes (stdout redirected to a file). */
   bool stream_path = !strncmp(path, "/dev/std", 8) || !strncmp(path, "/dev/fd/", 8) ||
                      (!strncmp(path, "/proc/", 6) && strstr(path, "/fd/") != NULL);
+  int own_fd = stream_path ? own_descriptor(path) : -1;
   if (rc == 0 && !tr->binary && !tr->ring && !stream_path) {
     /* path.tables: the traceback tables as they grow (writer_thread.c). One left by an
      * earlier run that was cut short would be taken for this trace's: removed now. */
@@ -302,8 +347,11 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   if (rc == 0) {
     /* O_NONBLOCK: opening a FIFO with no reader must not block the host (ENXIO instead). */
     /* (not truncated yet: a regular file another process writes is left to it, below) */
-    tr->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : 0),
-                  0644);
+    tr->fd =
+        own_fd >= 0
+            ? dup_for_writing(own_fd)
+            : open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : 0),
+                   0644);
     struct stat st;
     bool busy = false; /* (another writer's lock: not open's own EBUSY, a busy device) */
     if (tr->fd >= 0 && !stream_path && fstat(tr->fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -346,7 +394,8 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     struct stat st;
     if (fstat(tr->fd, &st) != 0) memset(&st, 0, sizeof st);
     bool stream = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
-    if (!stream) fcntl(tr->fd, F_SETFL, fcntl(tr->fd, F_GETFL) & ~O_NONBLOCK);
+    /* (a duplicate shares the host's flags: left as the host has them) */
+    if (!stream && own_fd < 0) fcntl(tr->fd, F_SETFL, fcntl(tr->fd, F_GETFL) & ~O_NONBLOCK);
     if (tr->tables_path && !S_ISREG(st.st_mode)) { /* a pipe or device: no file beside it */
       free(tr->tables_path);
       tr->tables_path = NULL;
@@ -416,7 +465,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   if (rc != 0) {
     if (tr->fd >= 0) {
       close(tr->fd);
-      unlink(path);
+      if (!stream_path) unlink(path); /* (never /dev/stdout, or the host's log behind it) */
     }
     trace_free(tr, false);
     free(tr);

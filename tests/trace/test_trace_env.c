@@ -189,6 +189,51 @@ static void test_env_dev_stdout_keeps_the_log(void **state) {
   tu_rmdir(dir);
 }
 
+/* ETR_TRACE=/dev/stdout (or /proc/self/fd/1) with the program's stdout redirected to a file
+ * (`> log`: no O_APPEND, one offset shared by whoever holds that open file description): the
+ * host's lines and the trace's bytes both survive, one after the other. Before, the trace
+ * reopened the path, a description with its own offset, and the host's writes overwrote
+ * the trace's header. */
+static void test_env_dev_stdout_redirected_shares_the_offset(void **state) {
+  (void)state;
+  static const char *const paths[] = {"/dev/stdout", "/proc/self/fd/1"};
+  for (int k = 0; k < 2; k++) {
+    char dir[256], log[400];
+    tu_mkdtemp(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/app.log", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 || dup2(fd, 1) < 0) _exit(126);
+      setenv("ETR_TRACE", paths[k], 1);
+      execl(TRACE_HELPER, TRACE_HELPER, "host-log", (char *)NULL);
+      _exit(127);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    size_t len;
+    char *text = tu_read_file(log, &len);
+    assert_non_null(text);
+    for (int i = 0; i < 3; i++) {
+      char line[32];
+      snprintf(line, sizeof line, "host log line %d\n", i);
+      if (!strstr(text, line))
+        fail_msg("%s: the host's \"%.15s\" is lost: %.80s", paths[k], line, text);
+    }
+    if (strncmp(text, "{\n  \"schema\": ", 14) != 0)
+      fail_msg("%s: the trace's header is overwritten: %.80s", paths[k], text);
+    size_t ops = 0;
+    for (const char *p = text; (p = strstr(p, "\"host_log_op\"")) != NULL; p++) ops++;
+    assert_int_equal(ops, 3);
+    assert_non_null(strstr(text, "\"finish_ts\"")); /* (finalized at exit) */
+    free(text);
+    tu_rmdir(dir);
+  }
+}
+
 /* A traced process forks a child that lives on (doing nothing with etr) and ends; a new run
  * under the same ETR_TRACE path then takes t.json again, as it would with no child around.
  * Before, the child's copy of the trace's descriptor kept the file's lock, and the new run
@@ -577,6 +622,7 @@ int main(void) {
       TU_TEST(test_env_ring_dump_keeps_the_file_known),
       TU_TEST(test_env_ignored_when_setuid),
       TU_TEST(test_env_dev_stdout_keeps_the_log),
+      TU_TEST(test_env_dev_stdout_redirected_shares_the_offset),
       TU_TEST(test_env_exec_child_reexecs),
       TU_TEST(test_env_lingering_child_releases_the_file),
   };

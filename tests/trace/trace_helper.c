@@ -4,6 +4,9 @@
  *   trace_helper env                 records ops without calling any trace API (for
  *                                    ETR_TRACE activation) and returns from main
  *   trace_helper env-current         same, and exits 3 when etr_trace_current() is NULL
+ *   trace_helper host-log            3 times: writes "host log line <i>\n" with write(1,...),
+ *                                    records an op "host_log_op", flushes the trace
+ *                                    (ETR_TRACE=/dev/stdout: the host's log and the trace)
  *   trace_helper exec                records "exec_parent" ops, runs itself as a child
  *                                    (fork + exec, mode env: ETR_TRACE is inherited), waits,
  *                                    records "exec_after" ops and returns
@@ -397,6 +400,19 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "env") == 0 || strcmp(mode, "env-current") == 0) {
     record_some("env");
     if (strcmp(mode, "env-current") == 0 && etr_trace_current() == NULL) return 3;
+    return 0;
+  }
+  if (strcmp(mode, "host-log") == 0) {
+    for (int i = 0; i < 3; i++) {
+      char line[32];
+      int n = snprintf(line, sizeof line, "host log line %d\n", i);
+      if (write(1, line, (size_t)n) != n) return 2;
+      etr_record r;
+      etr_record_init(&r, "host_log_op", ETR_SCOPE_FUNCTION);
+      etr_record_begin(&r);
+      etr_record_end(&r);
+      if (etr_trace_flush(etr_trace_current()) != 0) return 2;
+    }
     return 0;
   }
   /* exec without fork: records, flushes, then becomes "env" (the same process). */
