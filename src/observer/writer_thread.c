@@ -432,8 +432,10 @@ static void ring_dump(etr_trace *tr, int sig) {
   if (!tr->dump_path || ring_dump_to(tr, sig, true) == DUMP_IN_PLACE) ring_dump_to(tr, sig, false);
 }
 
+/* (after memory ran out, what was recorded before still goes to the file: each thread's
+ * events up to then are whole, its thread node first, as none is recorded after) */
 static void process_chunk(etr_trace *tr, etr__chunk *c, uint64_t *buffered) {
-  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) {
+  if (output_failed(tr)) {
     atomic_fetch_add_explicit(&tr->nodes_dropped_writer, c->nodes - c->peeked_nodes,
                               memory_order_relaxed);
     return;
@@ -462,7 +464,7 @@ static void put_back_locked(etr_trace *tr, etr__chunk **spare) {
  * chunk still queued is left for the next flush: its older events must go first (an op
  * comes after the ops it encloses). */
 static void peek_threads_locked(etr_trace *tr, uint64_t *buffered) {
-  if (atomic_load_explicit(&tr->failed, memory_order_relaxed)) return;
+  if (output_failed(tr)) return;
   for (etr__tstate *ts = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); ts; ts = ts->next) {
     etr__chunk *c = __atomic_load_n(&ts->chunk, __ATOMIC_ACQUIRE);
     if (!c || ts->queued) continue;
