@@ -503,6 +503,16 @@ ThreadState::~ThreadState() {
   etr_torch::held_leave(held);
 }
 
+// An op's own values among those PyTorch gives the callback: the last n. For an op the
+// TorchScript interpreter runs, inputs() and outputs() are the interpreter's whole stack
+// (values of earlier ops, waiting to be used, come first), and num_inputs() /
+// num_outputs() are the operator's schema's argument / return counts; for other records
+// they are the sizes of inputs() / outputs() themselves. PyTorch 1.13's observer keeps the
+// last ones too. A count larger than what is there keeps all (never read out of range).
+c10::ArrayRef<const c10::IValue> own_values(c10::ArrayRef<const c10::IValue> vs, size_t n) {
+  return n < vs.size() ? vs.slice(vs.size() - n) : vs;
+}
+
 // A c10d collective gets a record_param_comms child, as PyTorch 2.x records one inside the
 // c10d op: the collective attrs (comm.h) and the inputs PyTorch gives it, which PARAM's comm
 // replay reads by position (docs/FORMAT.md): the input message's tensors, the group's
@@ -513,7 +523,9 @@ ThreadState::~ThreadState() {
 void comm_begin(ThreadState *st, Context *ctx, const char *name, const at::RecordFunction &fn) {
   etr_torch::CommCall call;
   try {
-    if (!etr_torch::comm_info(name, fn.inputs(), &call)) return;  // (no process group)
+    // (the op's own inputs, as converted into st->top: in_arg indexes both)
+    if (!etr_torch::comm_info(name, own_values(fn.inputs(), fn.num_inputs()), &call))
+      return;  // (no process group)
   } catch (...) {
     return;
   }
@@ -579,7 +591,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     // (a value that cannot be converted, memory exhausted: the op is recorded without its
     // inputs rather than lost, and nothing escapes into PyTorch's dispatch)
     try {
-      c10::ArrayRef<const c10::IValue> args = fn.inputs();
+      c10::ArrayRef<const c10::IValue> args = own_values(fn.inputs(), fn.num_inputs());
       st->all(args.data(), args.size());
       r.inputs = st->top.get();
       r.n_inputs = static_cast<uint32_t>(st->n_top);
@@ -607,7 +619,9 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   if (st && etr_record_needs_outputs(&ctx->rec)) {
     st->clear();
     try {  // (as in on_start; and the op is ended whatever happens, never left open)
-      const std::vector<c10::IValue> &o = fn.outputs();
+      const std::vector<c10::IValue> &all = fn.outputs();
+      c10::ArrayRef<const c10::IValue> o =
+          own_values(c10::ArrayRef<const c10::IValue>(all.data(), all.size()), fn.num_outputs());
       st->all(o.data(), o.size());
       ctx->rec.outputs = st->top.get();
       ctx->rec.n_outputs = static_cast<uint32_t>(st->n_top);
