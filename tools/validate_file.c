@@ -137,8 +137,7 @@ void vd_check_trailer(vrun *w, rd_reader *r, uint64_t end_off) {
          * placeholders for ops never written (a fatal signal's seal, repair) are not */
         uint64_t own = w->nodes - w->placeholders;
         if (nw && nw->kind == ETR_J_INT && (uint64_t)nw->v.i != own &&
-            (uint64_t)nw->v.i != own + 1 && (uint64_t)nw->v.i != w->nodes &&
-            (uint64_t)nw->v.i != w->nodes + 1)
+            (uint64_t)nw->v.i != w->nodes)
           vd_problem(v, SEV_WARN, K_FOOTER, end_off, -1,
                      "the footer says %" PRId64 " nodes written, the file has %" PRIu64, nw->v.i,
                      w->nodes);

@@ -306,11 +306,26 @@ def chrome_mixed_timing():
               "chrome of a timed trace: %r %r" % (d["otherData"], r.stderr))
 
 
+def validate_footer_count_exact():
+    """The footer's nodes_written against the nodes read: a trace that lost one leaf op is
+    not valid under --strict (before: one node either way was let through, so a file that
+    lost exactly one node was called valid). etr's own footer counts the process node."""
+    ops = [op(3, "a", timing=(0, 1, 1)), op(4, "b", timing=(2, 1, 1))]
+    stats = lambda n: {"etr": {"version": "0.1.0", "stats": {"nodes_written": n}}}
+    r = run(["validate", "--strict", trace("count_ok.json", ops, stats(4))])
+    ran(r, "validate --strict, the footer's count right")
+    for n in (3, 5):
+        r = run(["validate", "--strict", trace("count_off_%d.json" % n, ops, stats(n))])
+        ran(r, "validate --strict, the footer says %d nodes for 4" % n, want=1)
+        check(b"the footer says %d nodes written, the file has 4" % n in r.stdout + r.stderr,
+              "validate names the count: %r" % (r.stdout + r.stderr)[-300:])
+
+
 CASES = [summary_top_tensors, summary_names_with_nul, deep_nesting_is_linear,
          replay_model_unreadable,
          chrome_args_keys_once,
          summary_json_non_finite,
-         chrome_mixed_timing]
+         chrome_mixed_timing, validate_footer_count_exact]
 
 for case in CASES:
     try:
