@@ -256,7 +256,8 @@ int rd_source_open(int fd, uint64_t base, bool positional, size_t block, rd_sour
  * when memory ran out (rd_source_errno). A stream ending early hands over the bytes it had
  * decompressed first: the call giving the last ones already reports the end. */
 ssize_t rd_source_read(rd_source *s, const unsigned char **p);
-/* rd_source_read into dst (up to n bytes; plain input is read straight into it). */
+/* rd_source_read into dst (up to n bytes; plain input is read straight into it). What a
+ * block holds past n is kept for the next call: do not mix with rd_source_read then. */
 ssize_t rd_source_read_into(rd_source *s, unsigned char *dst, size_t n);
 rd_source_end rd_source_ended(const rd_source *s, const char **detail);
 int rd_source_errno(const rd_source *s);          /* errno of the failure of a -1 */

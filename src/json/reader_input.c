@@ -42,6 +42,10 @@ struct rd_source {
   size_t zst_last;    /* ZSTD_decompressStream's last answer: 0 = a frame just ended */
   bool out_full;      /* the last decompression filled out: it may hold more without input */
   unsigned char *out; /* decompressed bytes */
+  /* What rd_source_read_into took from a block but could not hand over (n smaller than the
+   * block); given out first by the next rd_source_read_into. */
+  const unsigned char *left;
+  size_t left_n;
 };
 
 int rd_source_open(int fd, uint64_t base, bool positional, size_t block, rd_source **out) {
@@ -199,6 +203,13 @@ ssize_t rd_source_read(rd_source *s, const unsigned char **p) {
 }
 
 ssize_t rd_source_read_into(rd_source *s, unsigned char *dst, size_t n) {
+  if (s->left_n) {
+    size_t k = s->left_n < n ? s->left_n : n;
+    memcpy(dst, s->left, k);
+    s->left += k;
+    s->left_n -= k;
+    return (ssize_t)k;
+  }
   if (s->sniffed && !s->zst && !s->gz && s->in_pos == s->in_len && s->end == RD_SRC_OPEN) {
     /* plain input, its sniffed bytes used up: straight into dst, one copy less */
     if (s->eof) {
@@ -211,6 +222,11 @@ ssize_t rd_source_read_into(rd_source *s, unsigned char *dst, size_t n) {
   }
   const unsigned char *blk = NULL;
   ssize_t k = rd_source_read(s, &blk);
+  if (k > (ssize_t)n) { /* (the block stays valid until rd_source_read is called again) */
+    s->left = blk + n;
+    s->left_n = (size_t)k - n;
+    k = (ssize_t)n;
+  }
   if (k > 0) memcpy(dst, blk, (size_t)k);
   return k;
 }
