@@ -380,6 +380,9 @@ static uint32_t put_values(enc *e, const etr_value *vals, uint32_t n, unsigned d
       kept = i;
       break;
     }
+    /* Each value costs its text in the node beyond its bytes here ("<None>", [] and a type:
+     * 256 lists of 4096 Nones were 1 MiB here and a 41 MB node, past what a reader takes) */
+    e->expanded += ETR__VALUE_COST;
     if (vals[i].kind == ETR_VALUE_TENSOR)
       put_tensor(e, vals[i].u.tensor);
     else

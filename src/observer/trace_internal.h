@@ -37,6 +37,18 @@
 #define ETR__DEPTH_MAX 32u
 #define ETR__NODE_BUDGET (1u << 20) /* encoded bytes of values per op, beyond it lists are cut */
 #define ETR__SHORT_MAX 255u         /* dtype and device names */
+#define ETR__VALUE_COST 32u /* each value counts this much more against the budget (encode.c) */
+/* What a reader of events (cev.c, binlog_read.c) takes as the most the recorder writes, so
+ * that a damaged or forged log cannot make a node past what the readers of JSON take:
+ * - an op's inputs, and its outputs, each cost at most this, counted as encode.c counts its
+ *   budget (a tensor reference as the tensor it stands for, a list 24 bytes more, a cut 16,
+ *   every value ETR__VALUE_COST more):
+ *   the budget, plus the last value begun inside it (a tensor whole: 45 bytes, dtype and
+ *   device of ETR__SHORT_MAX, ETR_MAX_NDIM sizes and strides) and the references written
+ *   before the budget is looked at (at most 9 tensors: encode_hit.h);
+ * - its collective block: four strings and two lists of split sizes, cut as encode.c cuts. */
+#define ETR__VALUES_MAX (ETR__NODE_BUDGET + (64u << 10))
+#define ETR__COLL_MAX (4u * (4u + ETR__STRING_MAX) + 2u * (4u + ETR__LIST_MAX * 8u) + 64u)
 
 /* ---- events ---- */
 enum { ETR__EV_OP = 1, ETR__EV_THREAD = 2 };

@@ -528,6 +528,36 @@ static void test_self_holding_list_stays_readable(void **state) {
   free(items);
 }
 
+/* Lists of many small values: 256 lists of 4096 Nones (or Ints) are about 1 MiB of event,
+ * within the byte budget, but each value is ~25 bytes of text and four values for a reader:
+ * the node was 41 MB of None (7 MB of Int that the reader still refused). The budget counts
+ * each value's text too (ETR__VALUE_COST); the node stays readable. */
+static void test_many_small_values_stay_readable(void **state) {
+  (void)state;
+  enum { WIDE = 4096, LISTS = 256 };
+  etr_value *items = malloc(sizeof(etr_value) * WIDE), lists[LISTS];
+  assert_non_null(items);
+  for (int kind = 0; kind < 2; kind++) {
+    for (int i = 0; i < WIDE; i++)
+      items[i] = kind ? etr_value_int(-1234567890123456789LL) : etr_value_none();
+    for (int i = 0; i < LISTS; i++) lists[i] = etr_value_list(items, WIDE);
+    tu_trace t;
+    tu_open(&t, NULL);
+    tu_op("many_small", lists, LISTS, lists, LISTS);
+    etr_trace_stats st;
+    close_checked(&t, &st);
+    assert_int_equal(tu_count(&t, "many_small"), 1);
+    assert_true(st.lists_cut > 0);
+    if (t.len > (8u << 20))
+      fail_msg("the trace is %zu bytes: its node is past what a reader takes", t.len);
+#ifdef ETR_TOOL
+    tu_assert_valid(ETR_TOOL, t.path);
+#endif
+    tu_free(&t);
+  }
+  free(items);
+}
+
 /* ---- nesting 10 000 deep, on a 64 KiB stack ---- */
 
 enum { DEEP = 10000, SMALL_STACK = 64 * 1024 };
@@ -1603,6 +1633,7 @@ int main(void) {
       TU_TEST(test_1m_element_lists_cut_at_4096),
       TU_TEST(test_nesting_10000_deep_cut_on_64k_stack),
       TU_TEST(test_self_holding_list_stays_readable),
+      TU_TEST(test_many_small_values_stay_readable),
       TU_TEST(test_special_numbers_written_exactly),
       TU_TEST(test_null_pointers_in_records_and_values),
       TU_TEST(test_null_inputs_with_count_is_counted),
