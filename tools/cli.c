@@ -250,12 +250,22 @@ bool cli_is_binary_log(const char *path) {
   if (stat(path, &pre) != 0 || !S_ISREG(pre.st_mode)) return false;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
-  char head[8];
+  /* Its first bytes decompressed, as the reader reads it (a log gzipped to copy it off a
+   * machine is one too) */
+  unsigned char head[8];
+  size_t got = 0;
   struct stat st;
-  bool is = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && read(fd, head, 8) == 8 &&
-            etr__bin_is_log(head, 8);
+  rd_source *src = NULL;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && rd_source_open(fd, 0, true, 4096, &src) == 0) {
+    while (got < sizeof head) {
+      ssize_t k = rd_source_read_into(src, head + got, sizeof head - got);
+      if (k <= 0) break;
+      got += (size_t)k;
+    }
+  }
+  rd_source_close(src);
   close(fd);
-  return is;
+  return etr__bin_is_log(head, got);
 }
 
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt) {

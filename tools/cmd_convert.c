@@ -1,12 +1,16 @@
 /* etr convert: the JSON execution trace of a binary event log (ETR_TRACE=x.etr; the format
  * is in docs/FORMAT.md, the code in src/observer/binlog.c).
  *
- * The JSON goes to a temporary file beside OUT first. A complete log gives a complete trace,
- * moved (or copied, or gzip-compressed) to OUT. A log cut short (kill -9, power loss, full
- * disk) gives the nodes of its complete events, and the traceback tables its TABLES records
- * kept, with a footer saying it was cut ("log_cut"); `etr repair` then adds placeholders
- * for the ops that were open and the process node. So does a log finalized at a fatal signal, whose
- * open ops were never written.
+ * The log is read through the trace reader's byte source (json/reader.h), so a gzip- or
+ * zstd-compressed log is read as it is. The JSON goes to a temporary file beside OUT first,
+ * compressed already when OUT ends in .gz (so it takes about the output's room, not the
+ * JSON's). A complete log gives a complete trace, moved (or copied) to OUT. A log cut short
+ * (kill -9, power loss, full disk) gives the nodes of its complete events, and the traceback
+ * tables its TABLES records kept, with a footer saying it was cut ("log_cut"); `etr repair`
+ * then adds placeholders for the ops that were open and the process node (into a second
+ * temporary file, compressed the same way). So does a log finalized at a fatal signal, whose
+ * open ops were never written. When that repair fails, OUT gets the events as converted and
+ * the command says so (exit 1).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,11 +24,13 @@
 #include <zlib.h>
 
 #include "cli.h"
+#include "json/reader.h"
 #include "observer/binlog.h"
+#include "repair.h"
 
 #define CMD "convert"
 
-int cmd_repair(int argc, char **argv);
+#define GZIP_LEVEL 6
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -32,7 +38,8 @@ static void usage(FILE *f) {
           "\n"
           "Makes the JSON execution trace of a binary event log, the file a program writes\n"
           "with ETR_TRACE=x.etr (docs/FORMAT.md). The trace is the one the program would\n"
-          "have written with ETR_TRACE=x.json: the same nodes, ids and footer.\n"
+          "have written with ETR_TRACE=x.json: the same nodes, ids and footer. FILE may be\n"
+          "gzip- or zstd-compressed, or '-' (stdin).\n"
           "\n"
           "  -o, --output OUT  the JSON trace (default: FILE with .etr replaced by .json);\n"
           "                    OUT ending in .gz is gzip-compressed; '-' is stdout\n"
@@ -44,8 +51,9 @@ static void usage(FILE *f) {
           "and 'etr repair' adds a placeholder for each op still open and the process node;\n"
           "the command says so. A log of another format version or event layout is refused.\n"
           "\n"
-          "exit status: 0 converted (also a cut log, completed), 1 not a binary log or an\n"
-          "I/O error, 2 usage error.\n");
+          "exit status: 0 converted (also a cut log, completed), 1 not a binary log, an I/O\n"
+          "error, or a cut log that could not be completed (OUT then holds its events as\n"
+          "converted), 2 usage error.\n");
 }
 
 /* OUT by default: FILE less its ".etr", plus ".json". */
@@ -77,20 +85,10 @@ static int temp_in(const char *out, char *buf, size_t cap) {
   return fd;
 }
 
-/* Copy src to the open fd out, gzip-compressed when gz; 0 or an errno. */
-static int copy_to(const char *src, int out, bool gz) {
+/* Copy src to the open fd out; 0 or an errno. */
+static int copy_to(const char *src, int out) {
   int in = open(src, O_RDONLY | O_CLOEXEC);
   if (in < 0) return errno;
-  gzFile z = NULL;
-  if (gz) {
-    int d = dup(out);
-    z = d >= 0 ? gzdopen(d, "wb6") : NULL;
-    if (!z) {
-      if (d >= 0) close(d);
-      close(in);
-      return ENOMEM;
-    }
-  }
   static char buf[1 << 16];
   int err = 0;
   for (;;) {
@@ -100,13 +98,6 @@ static int copy_to(const char *src, int out, bool gz) {
       if (errno == EINTR) continue;
       err = errno;
       break;
-    }
-    if (gz) {
-      if (gzwrite(z, buf, (unsigned)k) != (int)k) {
-        err = EIO;
-        break;
-      }
-      continue;
     }
     for (ssize_t done = 0; done < k;) {
       ssize_t w = write(out, buf + done, (size_t)(k - done));
@@ -119,27 +110,30 @@ static int copy_to(const char *src, int out, bool gz) {
     }
     if (err) break;
   }
-  if (z && gzclose(z) != Z_OK && !err) err = EIO;
   close(in);
   return err;
 }
 
-/* The finished JSON at src goes to out: renamed over it when it is (or will be) a regular
- * file in the same place, else copied; compressed when out ends in .gz, into a temporary
- * file beside a regular out that is then renamed over it (out keeps what it held until
- * then). 0 or an errno. */
-static int deliver(const char *src, const char *out) {
+/* Whether out gets the trace gzip-compressed (a name ending in .gz, not stdout). */
+static bool wants_gzip(const char *out) {
   size_t n = strlen(out);
-  bool gz = n > 3 && strcmp(out + n - 3, ".gz") == 0;
-  if (!strcmp(out, "-")) return copy_to(src, STDOUT_FILENO, false);
+  return strcmp(out, "-") != 0 && n > 3 && strcmp(out + n - 3, ".gz") == 0;
+}
+
+/* The finished trace at src (already compressed when out wants it) goes to out: renamed over
+ * it when it is (or will be) a regular file in the same place, else copied, into a
+ * temporary file beside a regular out that is then renamed over it (out keeps what it held
+ * until then). 0 or an errno. */
+static int deliver(const char *src, const char *out) {
+  if (!strcmp(out, "-")) return copy_to(src, STDOUT_FILENO);
   struct stat st;
   bool regular = stat(out, &st) != 0 || S_ISREG(st.st_mode);
-  if (!gz && regular && rename(src, out) == 0) return 0;
+  if (regular && rename(src, out) == 0) return 0;
   char tmp[PATH_MAX];
   int fd = regular ? temp_in(out, tmp, sizeof tmp)
                    : open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
-  int err = copy_to(src, fd, gz);
+  int err = copy_to(src, fd);
   if (close(fd) != 0 && !err) err = errno;
   if (regular) {
     if (!err && rename(tmp, out) != 0) err = errno;
@@ -147,6 +141,27 @@ static int deliver(const char *src, const char *out) {
     cli_temp_unwatch(tmp);
   }
   return err;
+}
+
+/* The log through the reader's byte source: gzip and zstd decompressed (etr__bin_source). */
+typedef struct log_in {
+  rd_source *src;
+  int fd;
+} log_in;
+
+static long log_read(void *user, void *buf, size_t n) {
+  log_in *l = user;
+  ssize_t k = rd_source_read_into(l->src, buf, n);
+  if (k < 0) errno = rd_source_errno(l->src);
+  return (long)k;
+}
+
+static long long log_size(void *user) {
+  log_in *l = user;
+  struct stat st;
+  if (rd_source_is_compressed(l->src) || fstat(l->fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return -1; /* (the rest is read to be counted) */
+  return (long long)st.st_size;
 }
 
 int cmd_convert(int argc, char **argv) {
@@ -219,8 +234,21 @@ int cmd_convert(int argc, char **argv) {
     status = ETR_CLI_FAIL;
     goto done;
   }
+  rd_source *src = NULL;
+  if (rd_source_open(in, 0, false, 0, &src) != 0) {
+    cli_error(CMD, "out of memory");
+    close(tfd);
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
+  log_in li = {src, in};
+  etr__bin_source bs = {log_read, log_size, &li};
+  bool gz = wants_gzip(out);
   etr__bin_result res;
-  int rc = etr__bin_convert(in, tfd, &res);
+  int rc = etr__bin_convert_from(&bs, tfd, gz ? GZIP_LEVEL : 0, &res);
+  const char *detail = NULL;
+  rd_source_end ended = rd_source_ended(src, &detail);
+  rd_source_close(src);
   if (close(tfd) != 0 && rc == 0) {
     snprintf(res.error, sizeof res.error, "cannot write the output: %s", strerror(errno));
     rc = -1;
@@ -232,6 +260,16 @@ int cmd_convert(int argc, char **argv) {
   }
   FILE *say = to_stdout ? stderr : stdout;
   const char *final = tmp;
+  char why[512];
+  if (!res.complete && (ended == RD_SRC_CUT || ended == RD_SRC_CORRUPT)) {
+    snprintf(why, sizeof why, "%s; the compressed stream %s%s",
+             res.stop_reason ? res.stop_reason : "no trailer",
+             ended == RD_SRC_CUT ? "is cut short" : "is corrupt: ",
+             ended == RD_SRC_CUT ? ""
+             : detail            ? detail
+                                 : "corrupt data");
+    res.stop_reason = why;
+  }
   if (!res.complete || res.signal) {
     /* Completed as a cut JSON trace is: etr repair, into a second temporary file. Its report
      * goes where ours goes (never into a trace written on stdout). */
@@ -261,12 +299,27 @@ int cmd_convert(int argc, char **argv) {
     fflush(say);
     char *rargv[] = {"repair", tmp, "-o", tmp2, "--name", (char *)(from_stdin ? "<stdin>" : path),
                      NULL};
-    int rs = cmd_repair(6, rargv); /* its report goes to stderr */
-    if (rs != ETR_CLI_OK) {
+    int rs = cli_repair(6, rargv, gz); /* its report goes to stderr */
+    if (rs == ETR_CLI_OK) {
+      final = tmp2;
+    } else {
+      /* Not completed (a node over the reader's limit, a full disk, ...: repair said why).
+       * The events converted are not thrown away with it: OUT gets them as they are. */
       status = ETR_CLI_FAIL;
+      int err = deliver(tmp, out);
+      if (err) {
+        cli_error(CMD, "%s: %s", to_stdout ? "<stdout>" : out, strerror(err));
+        goto done;
+      }
+      cli_error(CMD,
+                "%s: the trace was not completed (above: byte offsets of its JSON); %s holds "
+                "its %llu events as converted, with the footer of a cut log but no "
+                "placeholders and no process node: 'etr repair' completes it once what "
+                "stopped it is fixed",
+                from_stdin ? "<stdin>" : path, to_stdout ? "<stdout>" : out,
+                (unsigned long long)res.events);
       goto done;
     }
-    final = tmp2;
   }
   int err = deliver(final, out);
   if (err) {

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "cli.h"
 #include "etr/common.h"
@@ -175,6 +176,51 @@ static int report(const repair *w, bool json) {
 
 /* ------------------------------------------------------------------- main ---- */
 
+/* The reader's last error, naming the input as w->file (--name: etr convert's log, not the
+ * hidden temporary file it converted it into). */
+static const char *read_error(const repair *w) {
+  const char *e = rd_error(w->r), *p = rd_path(w->r);
+  size_t n = p ? strlen(p) : 0;
+  if (!p || !strcmp(p, w->file) || strncmp(e, p, n) != 0 || e[n] != ':') return e;
+  static char buf[1024];
+  snprintf(buf, sizeof buf, "%s%s", w->file, e + n);
+  return buf;
+}
+
+/* A stdio stream that gzip-compresses into a gzFile (etr convert -o OUT.gz). */
+static ssize_t gz_write(void *c, const char *buf, size_t n) {
+  int err = errno;
+  errno = 0;
+  int k = n ? gzwrite((gzFile)c, buf, (unsigned)n) : 0;
+  if (n && k <= 0) {
+    if (!errno) errno = EIO;
+    return -1;
+  }
+  errno = err;
+  return k;
+}
+
+static int gz_close(void *c) {
+  errno = 0;
+  if (gzclose((gzFile)c) == Z_OK) return 0;
+  if (!errno) errno = EIO;
+  return EOF;
+}
+
+static FILE *gz_stream(FILE *f) {
+  int d = dup(fileno(f));
+  gzFile z = d >= 0 ? gzdopen(d, "wb6") : NULL;
+  if (!z) {
+    if (d >= 0) close(d);
+    return NULL;
+  }
+  gzbuffer(z, 1u << 17);
+  cookie_io_functions_t io = {NULL, gz_write, NULL, gz_close};
+  FILE *g = fopencookie(z, "w", io);
+  if (!g) gzclose(z);
+  return g;
+}
+
 /* The message and status when the reader cannot read FILE's header. */
 static int open_failed(repair *w, int rc) {
   if (!w->r) {
@@ -194,7 +240,7 @@ static int open_failed(repair *w, int rc) {
                 w->file, at, why);
     return ETR_CLI_USAGE;
   }
-  cli_error(CMD, "%s", rd_error(w->r));
+  cli_error(CMD, "%s", read_error(w));
   return rc == ETR_EOPEN ? ETR_CLI_USAGE : ETR_CLI_FAIL;
 }
 
@@ -243,11 +289,11 @@ static int copy_nodes(repair *w) {
     if (w->intact) return ETR_CLI_OK;
   }
   if (rc != ETR_EFORMAT) { /* out of memory, a read error: no repair from a partial view */
-    cli_error(CMD, "%s", rd_error(w->r));
+    cli_error(CMD, "%s", read_error(w));
     return ETR_CLI_FAIL;
   }
   if (rd_error_is_limit(w->r)) { /* not where the file was cut: it may go on, whole */
-    cli_error(CMD, "%s; not repaired: a limit of the reader, not a cut", rd_error(w->r));
+    cli_error(CMD, "%s; not repaired: a limit of the reader, not a cut", read_error(w));
     return ETR_CLI_FAIL;
   }
   snprintf(w->why, sizeof w->why, "%s", split_error(w->r, &w->reason_at));
@@ -255,7 +301,9 @@ static int copy_nodes(repair *w) {
   return ETR_CLI_OK;
 }
 
-int cmd_repair(int argc, char **argv) {
+int cmd_repair(int argc, char **argv) { return cli_repair(argc, argv, false); }
+
+int cli_repair(int argc, char **argv, bool gzip) {
   const char *out_path = NULL, *path = NULL, *name = NULL;
   bool json = false;
   static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
@@ -321,7 +369,7 @@ int cmd_repair(int argc, char **argv) {
   w.out_path = out_path;
   w.free_head = SIZE_MAX;
   int status = ETR_CLI_OK, own_fd = -1, open_errno = 0;
-  FILE *f = NULL;
+  FILE *f = NULL, *gz = NULL;
   bool created = false;
 
   /* the raw stream's source, then the reader (which reads the header) */
@@ -376,6 +424,11 @@ int cmd_repair(int argc, char **argv) {
   }
   setvbuf(f, NULL, _IOFBF, 1u << 20);
   w.o.f = f;
+  if (gzip && !(w.o.f = gz = gz_stream(f))) {
+    cli_error(CMD, "%s: out of memory", w.file);
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
 
   status = copy_nodes(&w);
   if (status != ETR_CLI_OK) goto done;
@@ -415,7 +468,21 @@ int cmd_repair(int argc, char **argv) {
       w.reason_at = w.input_bytes;
     }
   }
-  status = cli_close_output(CMD, f, out_path);
+  if (gz) {
+    errno = 0;
+    int gz_err = fclose(gz) != 0 ? (errno ? errno : EIO) : 0;
+    gz = NULL;
+    if (gz_err) {
+      cli_error(CMD, "%s: write error: %s", cli_term(out_path), strerror(gz_err));
+      fclose(f);
+      cli_discard_output(out_path);
+      status = ETR_CLI_FAIL;
+    } else {
+      status = cli_close_output(CMD, f, out_path);
+    }
+  } else {
+    status = cli_close_output(CMD, f, out_path);
+  }
   f = NULL;
   if (status != ETR_CLI_OK) {
     if (created) cli_discard_output(out_path); /* no half-written output */
@@ -424,6 +491,7 @@ int cmd_repair(int argc, char **argv) {
   status = report(&w, json);
 
 done:
+  if (gz) fclose(gz);
   if (f) {
     if (f != stdout) {
       fclose(f);

@@ -148,4 +148,8 @@ bool rp_add_nodes(repair *w);
 void rp_put_footer(repair *w);
 void rp_idset_free(idset *s);
 
+/* `etr repair` (cmd_repair) with its argv, OUT gzip-compressed when gzip: etr convert
+ * completes a cut log into OUT.gz that way, its temporary files about the output's size. */
+int cli_repair(int argc, char **argv, bool gzip);
+
 #endif /* ETR_TOOLS_REPAIR_H */

@@ -133,6 +133,21 @@ static inline bool etr__bin_is_log(const void *head, size_t n) {
  * layout or version this etr does not read, an I/O error). Memory: one record at a time. */
 int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res);
 
+/* Where etr__bin_convert_from reads the log: read() gives up to n bytes at buf (their count,
+ * 0 at the end, -1 with errno set); size() the input's length when it is known cheaply, else
+ * -1 (then the bytes after where the conversion stopped are read to be counted; size may be
+ * NULL). `etr convert` reads a gzip or zstd log through the trace reader's byte source. */
+typedef struct etr__bin_source {
+  long (*read)(void *user, void *buf, size_t n);
+  long long (*size)(void *user);
+  void *user;
+} etr__bin_source;
+
+/* etr__bin_convert from src, the JSON gzip-compressed (one member per MiB written) when
+ * gzip_level is 1..9, plain when 0. */
+int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level,
+                          etr__bin_result *res);
+
 /* The traceback tables a JSON trace's writer kept beside it (`<trace>.tables`: a binary log
  * header, then TABLES records; trace.c), for `etr repair` of a trace cut short: the
  * elements of the frames and tracebacks tables appended to *frames and *tbs (comma-

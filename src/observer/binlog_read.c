@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "etr/version.h"
 #include "json/check.h"
 #include "observer/trace_internal.h"
 
@@ -41,8 +42,9 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
       return n <= left - 5 ? p + 5 + n : NULL;
     }
     case ETR__V_TENSOR: {
-      if (left < 45 || etr__rd64(p + 5) > INT64_MAX || etr__rd64(p + 13) > INT64_MAX)
-        return NULL; /* ids */
+      if (left < 45 || etr__rd64(p + 5) > INT64_MAX || etr__rd64(p + 13) > INT64_MAX ||
+          p[2] > ETR_MAX_NDIM)
+        return NULL; /* ids; dimensions past what the recorder keeps */
       size_t need = 45;
       if (p[1]) need += (size_t)p[3] + p[4] + (size_t)p[2] * 16;
       return need <= left ? p + need : NULL;
@@ -57,6 +59,7 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
     case ETR__V_TUPLE: {
       if (left < 5 || depth > ETR__DEPTH_MAX) return NULL;
       uint32_t n = etr__rd32(p + 1);
+      if (n > ETR__LIST_MAX) return NULL;
       const uint8_t *q = p + 5;
       for (uint32_t i = 0; i < n && q; i++) q = check_value(q, end, depth + 1, dec);
       return q;
@@ -67,6 +70,7 @@ static const uint8_t *check_value(const uint8_t *p, const uint8_t *end, unsigned
 }
 
 static bool check_values(const uint8_t *p, size_t len, uint32_t n, etr__cev_dec *dec) {
+  if (n > ETR__LIST_MAX) return false;
   const uint8_t *end = p + len;
   for (uint32_t i = 0; i < n && p; i++) p = check_value(p, end, 0, dec);
   return p != NULL;
@@ -105,8 +109,15 @@ static bool event_ok(const etr__ev *ev, size_t avail, etr__cev_dec *dec) {
   /* Ids are int64 in the format, and times must not overflow when added up (emit.c). */
   if ((ev->id | ev->parent | ev->rf_id | ev->fw_parent | ev->tid) > INT64_MAX) return false;
   if (ev->ts_ns < 0 || ev->incl_ns < 0 || ev->ts_ns > INT64_MAX - ev->incl_ns) return false;
-  if (ev->type == ETR__EV_THREAD) return true;
+  if (ev->type == ETR__EV_THREAD) return ev->name_len <= ETR__STRING_MAX;
   if (ev->type != ETR__EV_OP) return false;
+  /* No part past what the recorder writes (trace_internal.h): a node made of a damaged or
+   * forged event stays as small as the recorder's (a compact event's tensor references were
+   * counted as their tensors when it was decoded, cev.c). */
+  if (ev->name_len > ETR__STRING_MAX || ev->schema_len > ETR__STRING_MAX ||
+      ev->kback_len > ETR__STRING_MAX || ev->kfile_len > ETR__STRING_MAX ||
+      ev->coll_len > ETR__COLL_MAX || ev->in_len > ETR__VALUES_MAX || ev->out_len > ETR__VALUES_MAX)
+    return false;
   const uint8_t *p = (const uint8_t *)(ev + 1) + (size_t)ev->tb_n * 8 + ev->name_len +
                      ev->schema_len + ev->kback_len + ev->kfile_len;
   if ((ev->flags & ETR__EVF_COLLECTIVE) && !check_collective(p, ev->coll_len)) return false;
@@ -116,18 +127,28 @@ static bool event_ok(const etr__ev *ev, size_t avail, etr__cev_dec *dec) {
 }
 
 typedef struct reader {
-  int fd;
+  const etr__bin_source *src;
   uint64_t off; /* bytes consumed */
   uint8_t *buf; /* one record, 8-aligned */
   size_t cap;
 } reader;
+
+/* A file descriptor as a source: read(2), and its size by lseek when it has one. */
+static long fd_read(void *user, void *buf, size_t n) {
+  return (long)read(*(const int *)user, buf, n);
+}
+
+static long long fd_size(void *user) {
+  off_t end = lseek(*(const int *)user, 0, SEEK_END);
+  return end >= 0 ? (long long)end : -1;
+}
 
 /* Read exactly n bytes into p; the count read (short at the end of the file or on error,
  * *err then set). */
 static size_t read_full(reader *r, void *p, size_t n, int *err) {
   size_t got = 0;
   while (got < n) {
-    ssize_t k = read(r->fd, (char *)p + got, n - got);
+    long k = r->src->read(r->src->user, (char *)p + got, n - got);
     if (k > 0) {
       got += (size_t)k;
     } else if (k == 0) {
@@ -237,6 +258,13 @@ static void convert_one(etr_trace *tr, etr__ev *ev, etr__bin_result *res, recove
   if (tr->jw.len >= (1u << 20)) etr__jw_flush(&tr->jw);
 }
 
+/* Whether none of n bytes at s needs JSON escaping. */
+static bool bytes_plain(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!etr__json_plain[(unsigned char)s[i]]) return false;
+  return true;
+}
+
 /* The full events of an EVENTS record (a flight recorder's dump). */
 static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result *res,
                           uint64_t rec_off, recovered *rc) {
@@ -245,6 +273,13 @@ static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result
     if (len - off < sizeof(etr__ev)) break;
     etr__ev *ev = (etr__ev *)(void *)(p + off);
     if (!event_ok(ev, len - off, NULL)) break;
+    /* Which of the name and schema need no escaping (emit.c copies those as they are) is
+     * worked out again from their bytes, never taken from the file: one damaged byte there
+     * would put a raw control character into the JSON. (A compact event's are cev.c's.) */
+    const char *name = (const char *)(ev + 1) + (size_t)ev->tb_n * 8;
+    ev->plain =
+        (uint16_t)((bytes_plain(name, ev->name_len) ? ETR__EVP_NAME : 0) |
+                   (bytes_plain(name + ev->name_len, ev->schema_len) ? ETR__EVP_SCHEMA : 0));
     convert_one(tr, ev, res, rc, NULL);
     off += ev->size;
   }
@@ -346,7 +381,8 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
 
 int etr__bin_read_tables(int fd, int64_t pid, int64_t start_ms, etr__jw *frames, etr__jw *tbs,
                          uint64_t *n_tbs, const char **stop) {
-  reader r = {fd, 0, NULL, 0};
+  etr__bin_source src = {fd_read, NULL, &fd};
+  reader r = {&src, 0, NULL, 0};
   etr__bin_header h;
   int err = 0;
   *n_tbs = 0;
@@ -392,8 +428,25 @@ int etr__bin_read_tables(int fd, int64_t pid, int64_t start_ms, etr__jw *frames,
 }
 
 int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
+  etr__bin_source src = {fd_read, fd_size, &in_fd};
+  return etr__bin_convert_from(&src, out_fd, 0, res);
+}
+
+/* What follows the bytes read, counted: by the source's size, else by reading it. */
+static uint64_t input_size(reader *r) {
+  long long size = r->src->size ? r->src->size(r->src->user) : -1;
+  if (size >= 0) return (uint64_t)size > r->off ? (uint64_t)size : r->off;
+  static char sink[1 << 16];
+  int err = 0;
+  while (read_full(r, sink, sizeof sink, &err) == sizeof sink) {
+  }
+  return r->off;
+}
+
+int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level,
+                          etr__bin_result *res) {
   memset(res, 0, sizeof *res);
-  reader r = {in_fd, 0, NULL, 0};
+  reader r = {src, 0, NULL, 0};
   etr__bin_header h;
   int err = 0;
   size_t got = read_full(&r, &h, sizeof h, &err);
@@ -422,6 +475,12 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
   }
   etr_trace *tr = calloc(1, sizeof *tr);
   if (!tr || etr__jw_init(&tr->jw, out_fd, 1u << 20) != 0) {
+    free(tr);
+    FAIL(res, "out of memory");
+    return -1;
+  }
+  if (gzip_level > 0 && etr__jw_set_gzip(&tr->jw, gzip_level) != 0) {
+    etr__jw_free(&tr->jw);
     free(tr);
     FAIL(res, "out of memory");
     return -1;
@@ -488,10 +547,24 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
       char ours[1024];
       size_t n = etr__bin_layout_text(ours, sizeof ours);
       if (rec.type != ETR__BIN_LAYOUT || !whole || rec.len != n || memcmp(r.buf, ours, n) != 0) {
-        FAIL(res,
-             "the events' layout is not this etr's (written by etr %.7s: convert it with "
-             "that version)",
-             h.version_s);
+        /* A log of this very version whose layout differs is damaged, or from another build
+         * of the version (a layout changes between releases too: the events cannot be read
+         * with this one's then, and the record cannot tell which). Refused either way. */
+        if (strncmp(h.version_s, ETR_VERSION_STRING, sizeof h.version_s) == 0) {
+          size_t at = 0;
+          if (rec.type == ETR__BIN_LAYOUT && whole)
+            while (at < n && at < rec.len && r.buf[at] == (uint8_t)ours[at]) at++;
+          FAIL(res,
+               "the layout record (byte %llu on) differs from this etr's, though the header "
+               "names this etr's own version (%.8s): the record is damaged, or the log comes "
+               "from another build of that version; its events are not read",
+               (unsigned long long)(rec_off + sizeof rec + at), h.version_s);
+        } else {
+          FAIL(res,
+               "the events' layout is not this etr's (written by etr %.8s: convert it with "
+               "that version)",
+               h.version_s);
+        }
         rc = -1;
         break;
       }
@@ -553,8 +626,7 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
   }
   if (rc == 0 && res->complete) res->stop_reason = NULL;
   if (rc == 0) {
-    off_t end = lseek(in_fd, 0, SEEK_END);
-    uint64_t size = end > 0 ? (uint64_t)end : r.off;
+    uint64_t size = input_size(&r);
     res->bytes_dropped = size > res->bytes_read ? size - res->bytes_read : 0;
   }
   etr__jw_free(&tr->jw);

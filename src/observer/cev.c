@@ -11,7 +11,9 @@
 #include "observer/trace_internal.h"
 
 /* A full event larger than this is malformed: the recorder's budget keeps a node's values to
- * about ETR__NODE_BUDGET, its strings to a few times ETR__STRING_MAX. */
+ * about ETR__NODE_BUDGET, its strings to a few times ETR__STRING_MAX. Each part is checked
+ * against its own bound as it is read (ETR__VALUES_MAX, ETR__STRING_MAX, ETR__COLL_MAX,
+ * counting a tensor reference as its tensor, also when references stay references). */
 #define DECODED_MAX (64u << 20)
 
 typedef struct dstr {
@@ -91,7 +93,8 @@ static const uint8_t *take(rd *r, uint64_t n) {
 typedef struct wr {
   etr__cev_out *o;
   size_t len;
-  bool bad; /* out of memory, or beyond DECODED_MAX */
+  size_t cost; /* of the values being read, as the recorder's budget counts it (values) */
+  bool bad;    /* out of memory, or beyond DECODED_MAX */
 } wr;
 
 static uint8_t *room_slow(wr *w, size_t n) {
@@ -131,17 +134,24 @@ static inline void put(wr *w, const void *p, size_t n) {
 
 /* ---- values ---- */
 
-/* The length of the V_TENSOR value at v (left bytes from it), 0 when it does not fit. */
+/* The length of the V_TENSOR value at v (left bytes from it), 0 when it does not fit or has
+ * more dimensions than the recorder keeps. */
 static size_t tensor_len(const uint8_t *v, size_t left) {
-  if (left < 45) return 0;
+  if (left < 45 || v[2] > ETR_MAX_NDIM) return 0;
   size_t need = 45;
   if (v[1]) need += (size_t)v[3] + v[4] + (size_t)v[2] * 16;
   return need <= left ? need : 0;
 }
 
-/* Copy one value, a tensor reference replaced by the tensor. */
+/* Copy one value, a tensor reference replaced by the tensor (or kept, r->refs), its cost
+ * added to w->cost as encode.c counts it. */
 static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
   if (r->bad || w->bad) return;
+  if (w->cost > ETR__VALUES_MAX) { /* (checked before each value: a list of references too) */
+    r->bad = "values larger than the recorder writes";
+    return;
+  }
+  w->cost += ETR__VALUE_COST;
   if (r->p >= r->end) {
     r->bad = "a value runs past the event's end";
     return;
@@ -150,8 +160,11 @@ static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
   size_t left = (size_t)(r->end - r->p), n = 0;
   switch (v[0]) {
     case ETR__V_NONE:
+      n = 1;
+      break;
     case ETR__V_CUT:
       n = 1;
+      w->cost += 16;
       break;
     case ETR__V_BOOL:
       n = 2;
@@ -179,6 +192,7 @@ static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
         put(w, v, 2);
       else
         put(w, t->b, t->len);
+      w->cost += t->len;
       r->p += 2;
       return;
     }
@@ -188,9 +202,14 @@ static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
         r->bad = "a malformed list";
         return;
       }
-      put(w, v, 5);
-      r->p += 5;
       uint32_t count = etr__rd32(v + 1);
+      if (count > ETR__LIST_MAX) {
+        r->bad = "a list longer than the recorder writes";
+        return;
+      }
+      put(w, v, 5);
+      w->cost += 5 + 24;
+      r->p += 5;
       for (uint32_t i = 0; i < count && !r->bad && !w->bad; i++) value(d, r, w, depth + 1);
       return;
     }
@@ -203,15 +222,19 @@ static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
     return;
   }
   put(w, v, n);
+  w->cost += n;
   r->p += n;
 }
 
 /* uv count, then the values; their length in *len. */
 static uint32_t values(const etr__cev_dec *d, rd *r, wr *w, uint32_t *len) {
+  const uint8_t *count_at = r->p;
   uint64_t n = get_uv(r);
-  if (n > UINT32_MAX && !r->bad) r->bad = "a value count out of range";
+  if (n > ETR__LIST_MAX && !r->bad) r->bad = "more values than the recorder writes";
   size_t at = w->len;
+  w->cost = (size_t)(r->p - count_at);
   for (uint64_t i = 0; i < n && !r->bad && !w->bad; i++) value(d, r, w, 0);
+  if (w->cost > ETR__VALUES_MAX && !r->bad) r->bad = "values larger than the recorder writes";
   *len = (uint32_t)(w->len - at);
   return (uint32_t)n;
 }
@@ -224,6 +247,7 @@ static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w, bool *plain) {
   if (r->bad) return 0;
   if (k == 0) {
     uint64_t n = get_uv(r);
+    if (n > ETR__STRING_MAX && !r->bad) r->bad = "a string longer than the recorder writes";
     const uint8_t *s = take(r, n);
     if (s) put(w, s, (size_t)n);
     return s ? (uint32_t)n : 0;
@@ -240,6 +264,7 @@ static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w, bool *plain) {
 /* uv length and the bytes, copied. */
 static uint32_t inline_str(rd *r, wr *w) {
   uint64_t n = get_uv(r);
+  if (n > ETR__STRING_MAX && !r->bad) r->bad = "a string longer than the recorder writes";
   const uint8_t *s = take(r, n);
   if (s) put(w, s, (size_t)n);
   return s ? (uint32_t)n : 0;
@@ -359,6 +384,8 @@ static void decode_op(const etr__cev_dec *d, rd *r, wr *w, etr__ev *h, uint8_t f
   }
   if (flags & ETR__EVF_COLLECTIVE) {
     const uint8_t *l = take(r, 4);
+    if (l && etr__rd32(l) > ETR__COLL_MAX)
+      r->bad = "a collective block larger than the recorder writes";
     const uint8_t *c = l ? take(r, etr__rd32(l)) : NULL;
     if (c) {
       h->coll_len = etr__rd32(l);
@@ -393,7 +420,7 @@ size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, siz
   etr__ev h;
   memset(&h, 0, sizeof h);
   h.tid = tid;
-  wr w = {out, 0, false};
+  wr w = {out, 0, 0, false};
   room(&w, sizeof h); /* the header, written last */
   if (type == ETR__CEV_THREAD)
     decode_thread(&r, &w, &h);

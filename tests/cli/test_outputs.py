@@ -11,6 +11,7 @@ usage: test_outputs.py ETR EXAMPLE OUTDIR
 """
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -136,18 +137,24 @@ def output_through_a_symlink():
     check(not leftovers(d), "nothing left beside it: %r" % leftovers(d))
 
 
+def fsize_limit(n):
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+    return limit
+
+
 def convert_gz_keeps_the_old_file():
     """convert -o x.json.gz past RLIMIT_FSIZE keeps the old file (before: truncated and
     partly written, the uncompressed JSON left beside it)."""
     d = fresh_dir("convert-gz")
     out = os.path.join(d, "out.json.gz")
+    ref = os.path.join(d, "ref.json.gz")
+    check(run(["convert", LOG, "-o", ref]).returncode == 0, "convert .gz")
+    gz_size = os.path.getsize(ref)
+    os.unlink(ref)
     put_old(out)
-
-    def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(LOG) * 3, ) * 2)
-
-    r = run(["convert", LOG, "-o", out], preexec_fn=limit)
+    r = run(["convert", LOG, "-o", out], preexec_fn=fsize_limit(gz_size // 2))
     check(r.returncode == 1, "convert .gz past RLIMIT_FSIZE: exit %d (%s)" % (r.returncode,
                                                                              r.stderr[-200:]))
     check(is_old(out), "convert .gz: the old output kept")
@@ -155,6 +162,39 @@ def convert_gz_keeps_the_old_file():
           "convert .gz: nothing left beside it: %r" % os.listdir(d))
     r = run(["convert", LOG, "-o", out])
     check(r.returncode == 0 and not is_old(out), "convert .gz then succeeds")
+
+
+def convert_gz_needs_the_room_of_the_output():
+    """convert -o x.json.gz writes its temporary file compressed: a file limit that the
+    compressed trace fits in, and the JSON does not, is no obstacle, for a complete log and
+    a cut one (completed by repair, compressed too). Before: the whole JSON went to a
+    temporary file beside OUT first (ENOSPC on a small file system)."""
+    d = fresh_dir("convert-gz-room")
+    with open(LOG, "rb") as f:
+        log = f.read()
+    cut = os.path.join(d, "cut.etr")
+    with open(cut, "wb") as f:
+        f.write(log[: len(log) - 100])
+    for src in (LOG, cut):
+        plain = os.path.join(d, "plain.json")
+        check(run(["convert", src, "-o", plain]).returncode == 0, "convert %s" % src)
+        json_size = os.path.getsize(plain)
+        gz = os.path.join(d, "out.json.gz")
+        r = run(["convert", src, "-o", gz], preexec_fn=fsize_limit(json_size // 3))
+        if check(r.returncode == 0, "convert %s -o .gz, files limited to a third of the JSON "
+                 "(%d bytes): exit %d (%s)" % (src, json_size, r.returncode, r.stderr[-300:])):
+            check(os.path.getsize(gz) < json_size // 3, "the output is compressed")
+            with open(plain, "rb") as f:
+                want = f.read()
+            got = subprocess.run(["gzip", "-dc", gz], capture_output=True).stdout
+            # (a cut log's repair member counts the bytes of the file convert made first)
+            same = re.compile(rb'"source_bytes": [0-9]+')
+            check(same.sub(b"", got) == same.sub(b"", want),
+                  "the .gz holds the JSON of the plain conversion")
+        check(not leftovers(d), "nothing left beside it: %r" % leftovers(d))
+        for p in (plain, gz):
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def interrupted_run_keeps_the_old_file():
@@ -404,6 +444,7 @@ def stdout_into_an_input():
 
 
 for case in (reports_and_settings, stdout_into_an_input, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
+             convert_gz_needs_the_room_of_the_output,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
              summary_bytes_saturate, validate_escapes):
     try:

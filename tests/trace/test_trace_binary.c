@@ -656,6 +656,326 @@ static void test_gzip_members(void **state) {
   tu_rmdir(dir);
 }
 
+/* ---- damaged and hostile logs (findings 6: 2, 4, 6, 8) ---- */
+
+/* `sh -c cmd` with extra environment env (NULL-terminated, or NULL); its exit status. */
+static int run_sh(const char *cmd, const char *const *env) {
+  const char *args[] = {"-c", cmd, NULL};
+  int st = tu_run("/bin/sh", args, env, NULL);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Whether the file at path holds s. */
+static bool file_has(const char *path, const char *s) {
+  size_t n;
+  char *t = tu_read_file(path, &n);
+  assert_non_null(t);
+  bool has = memmem(t, n, s, strlen(s)) != NULL;
+  free(t);
+  return has;
+}
+
+/* A flight recorder's dump writes full events, whose header says whether the name and the
+ * schema need escaping. One damaged byte of a name (0x1f) once went into the JSON raw, the
+ * bit taken from the file: invalid JSON, exit 0. Now it is escaped. */
+static void test_ring_damaged_name_escaped(void **state) {
+  (void)state;
+  char dir[256], bin[300], bad[300], out[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/ring.etr", dir);
+  snprintf(bad, sizeof bad, "%s/bad.etr", dir);
+  snprintf(out, sizeof out, "%s/bad.json", dir);
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.ring_mb = 1;
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(bin, &o, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  for (int i = 0; i < 10; i++) {
+    etr_record r;
+    etr_record_init(&r, "aten::mm", ETR_SCOPE_FUNCTION);
+    r.schema = "aten::mm(Tensor a) -> Tensor";
+    etr_record_begin(&r);
+    etr_record_end(&r);
+  }
+  assert_int_equal(etr_trace_close(tr), 0);
+  size_t len;
+  char *b = tu_read_file(bin, &len);
+  assert_non_null(b);
+  char *at = memmem(b, len, "aten::mm(Tensor", 15);
+  assert_non_null(at);
+  at[4] = 0x1f;
+  write_file(bad, b, len);
+  free(b);
+  assert_int_equal(convert(bad, out), 0);
+  assert_valid(out);
+  assert_true(file_has(out, "\"aten\\u001f:mm(Tensor a) -> Tensor\""));
+  tu_rmdir(dir);
+}
+
+/* The header and layout record of a log (the first bytes of it up to its first events), and
+ * its trailer record: a frame for events made up by a test. */
+static void log_frame(const char *bin, char **head, size_t *head_n, char **trailer,
+                      size_t *trailer_n) {
+  size_t len;
+  char *b = tu_read_file(bin, &len);
+  assert_non_null(b);
+  uint32_t t, l;
+  memcpy(&t, b + 80, 4);
+  memcpy(&l, b + 84, 4);
+  assert_int_equal(t, 1);
+  *head_n = 80 + 8 + ((l + 7u) & ~7u);
+  *head = malloc(*head_n);
+  assert_non_null(*head);
+  memcpy(*head, b, *head_n);
+  *trailer = NULL;
+  for (size_t off = 80; off + 8 <= len;) {
+    memcpy(&t, b + off, 4);
+    memcpy(&l, b + off + 4, 4);
+    size_t n = 8 + ((l + 7u) & ~7u);
+    if (t == 3) {
+      *trailer = malloc(n);
+      assert_non_null(*trailer);
+      memcpy(*trailer, b + off, n);
+      *trailer_n = n;
+    }
+    off += n;
+  }
+  assert_non_null(*trailer);
+  free(b);
+}
+
+typedef struct bytes {
+  unsigned char *p;
+  size_t n, cap;
+} bytes;
+
+static void put_bytes(bytes *b, const void *p, size_t n) {
+  if (b->n + n > b->cap) {
+    b->cap = (b->n + n) * 2;
+    b->p = realloc(b->p, b->cap);
+    assert_non_null(b->p);
+  }
+  memcpy(b->p + b->n, p, n);
+  b->n += n;
+}
+
+static void put_byte(bytes *b, unsigned v) {
+  unsigned char c = (unsigned char)v;
+  put_bytes(b, &c, 1);
+}
+
+static void put_uv(bytes *b, uint64_t v) {
+  do {
+    put_byte(b, (unsigned)(v & 0x7f) | (v > 0x7f ? 0x80u : 0));
+    v >>= 7;
+  } while (v);
+}
+
+/* A compact event: type, flags, the body's length, the body. */
+static void put_event(bytes *b, unsigned type, const bytes *body) {
+  put_byte(b, type);
+  put_byte(b, 0);
+  put_uv(b, body->n);
+  put_bytes(b, body->p, body->n);
+}
+
+/* A log of 34 KB whose one op lists 8192 two-byte references to a tensor of 1,579 bytes: it
+ * once converted, exit 0, to a node of 20 MB that no etr command reads (and took ~200 MB).
+ * The recorder never writes that much (its budget counts a reference as its tensor): the
+ * event is damage, where the conversion stops; the trace is valid without it. */
+static void test_tensor_references_bounded(void **state) {
+  (void)state;
+  char dir[256], bin[300], big[300], out[300], cmd[1400], err[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/good.etr", dir);
+  snprintf(big, sizeof big, "%s/big.etr", dir);
+  snprintf(out, sizeof out, "%s/big.json", dir);
+  snprintf(err, sizeof err, "%s/report.txt", dir);
+  record_to(bin, 1, false);
+  char *head, *trailer;
+  size_t head_n, trailer_n = 0;
+  log_frame(bin, &head, &head_n, &trailer, &trailer_n);
+
+  bytes evs = {0}, body = {0};
+  put_uv(&body, 2); /* thread event: id 2, tid 1, OS tid 99, its name */
+  put_uv(&body, 1);
+  put_uv(&body, 99);
+  put_bytes(&body, "thr", 3);
+  put_event(&evs, 2, &body);
+  body.n = 0;
+  put_uv(&body, 0); /* tensor definition, slot 0: 64 dimensions, names of 255 bytes */
+  const unsigned char th[5] = {6, 1, 64, 255, 255};
+  put_bytes(&body, th, 5);
+  const uint64_t ids[5] = {5, 6, 0, 1, 4};
+  put_bytes(&body, ids, sizeof ids);
+  for (int i = 0; i < 255; i++) put_byte(&body, 'f');
+  for (int i = 0; i < 255; i++) put_byte(&body, 'c');
+  for (int i = 0; i < 128; i++) {
+    int64_t d = 123456789012;
+    put_bytes(&body, &d, 8);
+  }
+  put_event(&evs, 4, &body);
+  body.n = 0;
+  put_uv(&body, 3); /* op 3 under the thread node, named "big" */
+  put_uv(&body, 2);
+  put_uv(&body, 0);
+  put_uv(&body, 3);
+  put_bytes(&body, "big", 3);
+  for (int i = 0; i < 5; i++) put_uv(&body, 0); /* schema "", rf_id, seq, scope */
+  put_uv(&body, 2);
+  for (int k = 0; k < 2; k++) { /* two lists of 4096 references to slot 0 */
+    put_byte(&body, 7);
+    uint32_t count = 4096;
+    put_bytes(&body, &count, 4);
+    for (uint32_t i = 0; i < count; i++) {
+      put_byte(&body, 11);
+      put_byte(&body, 0);
+    }
+  }
+  put_uv(&body, 0);
+  put_event(&evs, 1, &body);
+
+  bytes file = {0};
+  put_bytes(&file, head, head_n);
+  uint32_t rec[2] = {5, (uint32_t)(24 + evs.n)};
+  put_bytes(&file, rec, 8);
+  const uint32_t stream[2] = {0, 0};
+  const int64_t tid_base[2] = {1, 0};
+  put_bytes(&file, stream, 8);
+  put_bytes(&file, tid_base, 16);
+  put_bytes(&file, evs.p, evs.n);
+  while (file.n % 8) put_byte(&file, 0);
+  put_bytes(&file, trailer, trailer_n);
+  write_file(big, file.p, file.n);
+  assert_true(file.n < 40000);
+
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' >'%s' 2>&1", ETR_TOOL, big, out, err);
+  assert_int_equal(run_sh(cmd, NULL), 0);
+  assert_valid(out);
+  struct stat st;
+  assert_int_equal(stat(out, &st), 0);
+  assert_true(st.st_size < (1 << 20));
+  tu_trace t;
+  tu_load_path(&t, out);
+  assert_null(tu_find(&t, "big"));
+  assert_non_null(tu_find(&t, "[pytorch|profiler|execution_trace|thread]"));
+  tu_free(&t);
+  if (!file_has(err, "values larger than the recorder writes"))
+    fail_msg("convert does not say why it stopped");
+  free(head);
+  free(trailer);
+  free(evs.p);
+  free(body.p);
+  free(file.p);
+  tu_rmdir(dir);
+}
+
+/* A cut log is completed by etr repair; when that fails (here: a node over a reader limit
+ * lowered to 1 MiB), the message named convert's hidden temporary file and every event
+ * was lost (exit 1, nothing written). Now it names the log, and OUT holds the events as
+ * converted (exit 1, and the command says so). */
+static void test_cut_log_repair_fails(void **state) {
+  (void)state;
+  char dir[256], bin[300], cut[300], out[300], cmd[1400], err[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/run.etr", dir);
+  snprintf(cut, sizeof cut, "%s/cut.etr", dir);
+  snprintf(out, sizeof out, "%s/cut.json", dir);
+  snprintf(err, sizeof err, "%s/report.txt", dir);
+  etr_trace *tr = NULL;
+  assert_int_equal(etr_trace_open(bin, NULL, &tr), 0);
+  assert_int_equal(etr_trace_enable(tr), 0);
+  static char text[8000];
+  memset(text, 'a', sizeof text);
+  etr_value in[120];
+  for (int i = 0; i < 120; i++) in[i] = etr_value_string_n(text, sizeof text);
+  tu_op("small::before", NULL, 0, NULL, 0);
+  tu_op("big::strings", in, 120, in, 120); /* ~2 MB of JSON: within the recorder's budget */
+  tu_op("small::after", NULL, 0, NULL, 0);
+  assert_int_equal(etr_trace_close(tr), 0);
+  size_t len;
+  char *b = tu_read_file(bin, &len);
+  assert_non_null(b);
+  write_file(cut, b, len - 64); /* (the trailer cut off) */
+  free(b);
+
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' >'%s' 2>&1", ETR_TOOL, cut, out, err);
+  const char *env[] = {"ETR_READER_LIMIT_MB=1", NULL};
+  assert_int_equal(run_sh(cmd, env), 1);
+  size_t n;
+  char *report = tu_read_file(err, &n);
+  assert_non_null(report);
+  if (strstr(report, ".etr-convert-") || !strstr(report, "cut.etr: byte") ||
+      !strstr(report, "not completed"))
+    fail_msg("the report names the temporary file, not the log: %s", report);
+  free(report);
+  json_error_t je;
+  json_t *root = json_load_file(out, JSON_ALLOW_NUL, &je);
+  if (!root) fail_msg("%s: not the events converted: %s", out, je.text);
+  size_t nodes = json_array_size(json_object_get(root, "nodes"));
+  assert_true(nodes >= 4); /* the thread node, the three ops */
+  json_decref(root);
+  tu_rmdir(dir);
+}
+
+/* A log compressed with gzip (or zstd) converts as it is, to the trace of the plain log;
+ * other commands say it is a binary log and name etr convert, as for a plain one. Before:
+ * "not an etr binary event log", and "the trace is not a JSON object". */
+static void test_compressed_log(void **state) {
+  (void)state;
+  char dir[256], bin[300], out[300], outz[300], cmd[1400], err[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/run.etr", dir);
+  snprintf(out, sizeof out, "%s/plain.json", dir);
+  snprintf(outz, sizeof outz, "%s/gz.json", dir);
+  snprintf(err, sizeof err, "%s/report.txt", dir);
+  record_to(bin, 3, true);
+  assert_int_equal(convert(bin, out), 0);
+  snprintf(cmd, sizeof cmd, "gzip -c '%s' > '%s.gz'", bin, bin);
+  assert_int_equal(run_sh(cmd, NULL), 0);
+  char gz[310];
+  snprintf(gz, sizeof gz, "%s.gz", bin);
+  assert_int_equal(convert(gz, outz), 0);
+  size_t n1, n2;
+  char *a = tu_read_file(out, &n1), *z = tu_read_file(outz, &n2);
+  assert_non_null(a);
+  assert_non_null(z);
+  if (n1 != n2 || memcmp(a, z, n1) != 0) fail_msg("the gzipped log gives another trace");
+  free(a);
+  free(z);
+  snprintf(cmd, sizeof cmd, "'%s' validate '%s' >'%s' 2>&1", ETR_TOOL, gz, err);
+  assert_int_equal(run_sh(cmd, NULL), 1);
+  if (!file_has(err, "a binary event log") || !file_has(err, "etr convert"))
+    fail_msg("validate of a gzipped log does not name etr convert");
+  tu_rmdir(dir);
+}
+
+/* One flipped bit in the layout record of a log this very etr wrote: "written by etr 0.1.0:
+ * convert it with that version" from etr 0.1.0. Now: the record is damaged (or the log is
+ * from another build of the version), refused. */
+static void test_damaged_layout_of_our_version(void **state) {
+  (void)state;
+  char dir[256], bin[300], bad[300], out[300], cmd[1400], err[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/run.etr", dir);
+  snprintf(bad, sizeof bad, "%s/bad.etr", dir);
+  snprintf(out, sizeof out, "%s/bad.json", dir);
+  snprintf(err, sizeof err, "%s/report.txt", dir);
+  record_to(bin, 1, true);
+  size_t len;
+  char *b = tu_read_file(bin, &len);
+  assert_non_null(b);
+  b[100] ^= 0x20;
+  write_file(bad, b, len);
+  free(b);
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' >'%s' 2>&1", ETR_TOOL, bad, out, err);
+  assert_int_equal(run_sh(cmd, NULL), 1);
+  if (file_has(err, "convert it with that version") || !file_has(err, "damaged") ||
+      !file_has(err, "byte 100"))
+    fail_msg("the message does not say the layout record is damaged");
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_same_trace_as_json),
@@ -667,6 +987,11 @@ int main(void) {
       TU_TEST(test_fatal_signal),
       TU_TEST(test_tensor_texts_counted),
       TU_TEST(test_gzip_members),
+      TU_TEST(test_ring_damaged_name_escaped),
+      TU_TEST(test_tensor_references_bounded),
+      TU_TEST(test_cut_log_repair_fails),
+      TU_TEST(test_compressed_log),
+      TU_TEST(test_damaged_layout_of_our_version),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
