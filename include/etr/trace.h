@@ -102,7 +102,10 @@ ETR_API int etr_trace_set_traceback(etr_trace *trace, const etr_traceback_option
 /* Wait until every node completed before the call, by any thread, is written to the file
  * (a node in a buffer another thread is handing over at that very instant may follow a
  * moment later). Also resolves pending traceback frames. Once recording stopped: ETR_ENOMEM
- * when memory ran out, else ETR_EIO (a write error). */
+ * when memory ran out, else ETR_EIO (a write error).
+ * Any thread, also while another thread closes the trace: a flush that close overtakes
+ * before the writer has done it returns ETR_ESTATE at once (close writes those nodes and
+ * reports how that went); one called once close has begun returns ETR_ESTATE. */
 ETR_API int etr_trace_flush(etr_trace *trace);
 
 /* Flight recorder (ring_mb): write the ring's events now as a complete trace, replacing what
@@ -111,7 +114,9 @@ ETR_API int etr_trace_flush(etr_trace *trace);
  * beside it, then renamed over it): a kill or a write error during a dump leaves the
  * previous one. Without a ring, the same as etr_trace_flush (the file already holds every
  * node). Returns when the file is written; ETR_EIO after a write error (the file then keeps
- * the previous dump). Any thread, not from inside an observer callback. */
+ * the previous dump). Any thread, not from inside an observer callback. Racing close, it
+ * answers as etr_trace_flush does: ETR_ESTATE when close overtook it (close's own dump then
+ * writes the ring) or had begun before it. */
 ETR_API int etr_trace_dump(etr_trace *trace);
 
 /* Stop recording, write the open ops of every thread (marked, counted), the thread nodes,
@@ -123,10 +128,18 @@ ETR_API int etr_trace_dump(etr_trace *trace);
  * NULL is a no-op. In a forked child it frees the trace without writing and returns
  * ETR_EFORKED.
  *
+ * Other threads may go on calling the trace's functions while it closes. From the moment
+ * close begins, new calls return ETR_ESTATE (etr_trace_stats_get: the live counters, then
+ * the final ones). Calls already under way finish: a flush or dump waiting for the writer is
+ * woken and returns ETR_ESTATE unless the writer had done it (then its usual result); the
+ * others complete, or return ETR_ESTATE where close removed what they act on. Close frees
+ * the trace only once all of them have returned, so none of them ever blocks for good or
+ * touches freed memory.
+ *
  * close, flush, dump and disable are not async-signal-safe: do not call them from a signal
  * handler (fatal_signals finalizes the file at a fatal signal). Called from a handler that
- * interrupted the thread while it waited inside etr for the writer, they return ETR_EBUSY
- * rather than wait on what they interrupted. */
+ * interrupted the thread while it waited inside etr for the writer, or inside any call on the
+ * trace, they return ETR_EBUSY rather than wait on what they interrupted. */
 ETR_API int etr_trace_close(etr_trace *trace);
 /* A trace handle stays recognisable after close: a second close, or any other call on it,
  * returns ETR_ESTATE (etr_trace_stats_get still returns the final counters). */

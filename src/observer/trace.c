@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,12 +80,65 @@ static void object_died(bool tensor, const void *p) {
 void etr__tensor_died(const void *impl) { object_died(true, impl); }
 void etr__storage_died(const void *storage) { object_died(false, storage); }
 
-/* A host's signal handler that interrupted this thread inside etr's wait for the writer:
- * close, flush, dump and disable would wait on what it interrupted (they are not
- * async-signal-safe); they return ETR_EBUSY instead. */
-#define REFUSE_IN_HANDLER()                      \
-  do {                                           \
-    if (etr__thread_waiting()) return ETR_EBUSY; \
+/* ---- calls against close ----
+ *
+ * Any thread may call flush, dump, disable, enable, is_enabled, set_traceback or stats_get on
+ * a handle while another closes it. Each of those counts itself in tr->calls for as long as
+ * it uses the trace's locks or memory, and close frees them only once the count is back to 0.
+ * New calls are refused (ETR_ESTATE) once close has set tr->closing, stats_get's copy of the
+ * live counters once close has set tr->closed (it then copies final_stats). Close sets the
+ * mark, stops the writer (a flush waiting for it is woken and returns), then waits.
+ *
+ * Why a call that close does not wait for never touches the trace: the counter and the marks
+ * are seq_cst atomics, so their operations have one total order. A call adds 1, then loads the
+ * mark; close stores the mark, then loads the count. If the call's load comes after close's
+ * store, it sees the mark (never cleared) and leaves at once. Otherwise its increment came
+ * before close's store, hence before every load of the count close makes after it: close sees
+ * the call until its decrement, which comes after the call's last use of the trace. The
+ * counter and the marks are in the handle, which outlives the trace (a tombstone).
+ *
+ * Close waits by polling, not on a condition variable: leaving takes no lock (a signal
+ * handler's or a forked child's view of it never blocks), and the calls it waits for are
+ * short once the writer is stopped. t_calls counts this thread's calls in progress: close (or
+ * flush, dump, disable) from a signal handler that interrupted one of them would wait for
+ * itself; they return ETR_EBUSY. */
+static _Thread_local uint32_t t_calls __attribute__((tls_model("initial-exec")));
+
+int etr__trace_call_enter(const etr_trace *ctr) {
+  if (!etr__trace_usable(ctr)) return etr__trace_unusable(ctr);
+  etr_trace *tr = (etr_trace *)ctr; /* (the handle is never const: only its counters change) */
+  atomic_fetch_add(&tr->calls, 1);
+  if (atomic_load(&tr->closing)) {
+    atomic_fetch_sub(&tr->calls, 1);
+    return ETR_ESTATE;
+  }
+  t_calls++;
+  return 0;
+}
+
+void etr__trace_call_leave(const etr_trace *ctr) {
+  t_calls--;
+  atomic_fetch_sub(&((etr_trace *)ctr)->calls, 1);
+}
+
+/* Until no call uses tr (close, after it set tr->closing and tr->closed). */
+static void wait_calls(etr_trace *tr) {
+  for (unsigned spins = 0; atomic_load(&tr->calls) != 0; spins++) {
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 100000}; /* 0.1 ms */
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+/* A host's signal handler that interrupted this thread inside etr's wait for the writer, or
+ * inside a call on the trace: close, flush, dump and disable would wait on what it
+ * interrupted (they are not async-signal-safe); they return ETR_EBUSY instead. */
+#define REFUSE_IN_HANDLER()                                      \
+  do {                                                           \
+    if (etr__thread_waiting() || t_calls != 0) return ETR_EBUSY; \
   } while (0)
 
 /* ---- life cycle ---- */
@@ -483,33 +537,45 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
 }
 
 int etr_trace_enable(etr_trace *tr) {
-  if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
+  int rc = etr__trace_call_enter(tr);
+  if (rc != 0) return rc;
   if (atomic_load(&tr->failed)) {
     int e = etr__trace_error(tr);
-    return e ? e : ETR_EIO;
+    rc = e ? e : ETR_EIO;
+  } else {
+    rc = etr_observer_enable(tr->obs);
   }
-  return etr_observer_enable(tr->obs);
+  if (rc == ETR_ENOENT) rc = ETR_ESTATE; /* (a close that began meanwhile removed it) */
+  etr__trace_call_leave(tr);
+  return rc;
 }
 
 int etr_trace_disable(etr_trace *tr) {
   if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
   REFUSE_IN_HANDLER();
+  int rc = etr__trace_call_enter(tr);
+  if (rc != 0) return rc;
   /* Ops in flight are counted at the transition only: threads_mutex orders racing calls. */
   pthread_mutex_lock(&tr->threads_mutex);
   bool was_enabled = etr_observer_is_enabled(tr->obs) == 1;
-  int rc = etr_observer_disable(tr->obs);
+  rc = etr_observer_disable(tr->obs);
+  if (rc == ETR_ENOENT) rc = ETR_ESTATE; /* (a close that began meanwhile removed it) */
   uint64_t open = 0;
   if (was_enabled)
     for (etr__tstate *ts = tr->threads; ts; ts = ts->next)
       open += atomic_load_explicit(&ts->depth_pub, memory_order_relaxed);
   pthread_mutex_unlock(&tr->threads_mutex);
   atomic_fetch_add_explicit(&tr->ops_open_at_disable, open, memory_order_relaxed);
+  etr__trace_call_leave(tr);
   etr_script_release_pending(); /* a safe point for the script unwinder (no lock held) */
   return rc;
 }
 
 bool etr_trace_is_enabled(const etr_trace *tr) {
-  return etr__trace_usable(tr) && etr_observer_is_enabled(tr->obs) == 1;
+  if (etr__trace_call_enter(tr) != 0) return false;
+  bool on = etr_observer_is_enabled(tr->obs) == 1;
+  etr__trace_call_leave(tr);
+  return on;
 }
 
 static int trace_flush(etr_trace *tr);
@@ -520,26 +586,39 @@ int etr_trace_flush(etr_trace *tr) {
   return rc;
 }
 
+/* A flush (or dump) that close overtakes, before the writer did its work, returns ETR_ESTATE
+ * at once: close writes those nodes (and says how that went). */
 static int trace_flush(etr_trace *tr) {
   if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
   REFUSE_IN_HANDLER();
+  int rc = etr__trace_call_enter(tr);
+  if (rc != 0) return rc;
   etr__thread *thr = etr__thread_self();
   /* The caller's own chunk is safe to take only outside our callbacks on this thread. */
   bool own = thr && thr->in_callback == 0 && thr->trace_state && thr->trace_serial == tr->serial;
   if (thr) etr__quiet_enter(thr); /* (the queue's lock, held below, is the recorders') */
   if (own) {
+    /* (threads_mutex: close may be finishing this thread's state right now) */
+    pthread_mutex_lock(&tr->threads_mutex);
     etr__tstate *ts = thr->trace_state;
     if (!ts->finished) etr__hand_over(ts);
+    pthread_mutex_unlock(&tr->threads_mutex);
   }
   pthread_mutex_lock(&tr->q_mutex);
-  uint64_t gen = ++tr->flush_gen;
-  tr->flush_target = tr->q_pushed;
-  sem_post(&tr->wake);
-  while (tr->flush_done < gen && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
+  bool served = false;
+  if (!tr->stop) {
+    uint64_t gen = ++tr->flush_gen;
+    tr->flush_target = tr->q_pushed;
+    sem_post(&tr->wake);
+    while (tr->flush_done < gen && !tr->stop) pthread_cond_wait(&tr->done_cond, &tr->q_mutex);
+    served = tr->flush_done >= gen;
+  }
   pthread_mutex_unlock(&tr->q_mutex);
+  rc = !served ? ETR_ESTATE : etr__trace_error(tr); /* (before leave: then tr may be freed) */
+  etr__trace_call_leave(tr);
   etr_script_release_pending();
   if (thr) etr__quiet_leave(thr);
-  return etr__trace_error(tr);
+  return rc;
 }
 
 int etr_trace_dump(etr_trace *tr) { return etr_trace_flush(tr); }
@@ -646,6 +725,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
     pthread_mutex_unlock(&g_lock);
     return ETR_ESTATE;
   }
+  atomic_store(&tr->closing, true); /* new calls on the handle are refused (calls against close) */
   /* From here on thread exits leave their state to us. */
   __atomic_store_n(&g_trace, NULL, __ATOMIC_RELEASE);
   if (g_env_trace == tr) g_env_trace = NULL;
@@ -672,9 +752,10 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
      * the writer frees it when its write returns (if it ever does). Handed over last, once
      * close is done with it. */
     etr__trace_collect_stats(tr, &tr->final_stats);
+    tr->closed = true;
+    wait_calls(tr); /* (before the writer may free the trace) */
     if (out) etr_trace_stats_get(tr, out);
     pthread_mutex_lock(&g_lock);
-    tr->closed = true;
     tr->abandoned_next = g_abandoned;
     g_abandoned = tr;
     pthread_mutex_unlock(&g_lock);
@@ -706,6 +787,8 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
     if (rc == 0) unlink(tr->tables_path);
   }
   etr__trace_collect_stats(tr, &tr->final_stats);
+  tr->closed = true; /* (stats_get copies final_stats from here on) */
+  wait_calls(tr);    /* the calls that began before closing (the writer's stop woke them) */
   if (out) etr_trace_stats_get(tr, out);
   trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
@@ -784,10 +867,17 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
 int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {
   if (!tr || !out) return ETR_EINVAL;
   etr_trace_stats s;
+  /* Counted as a call, refused only once close has the final counters (calls against
+   * close): the live ones are read from memory close frees. */
+  _Atomic uint32_t *calls = &((etr_trace *)tr)->calls;
+  t_calls++;
+  atomic_fetch_add(calls, 1);
   if (tr->closed)
     s = tr->final_stats;
   else
     etr__trace_collect_stats(tr, &s);
+  atomic_fetch_sub(calls, 1);
+  t_calls--;
   size_t n = out->struct_size == 0 || out->struct_size > sizeof s ? sizeof s : out->struct_size;
   memcpy(out, &s, n);
   out->struct_size = n;

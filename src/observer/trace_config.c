@@ -81,7 +81,9 @@ int etr__trace_tb_configure(etr_trace *tr, const etr_traceback_options *in) {
 }
 
 int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
-  if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
-  if (!opt) return ETR_EINVAL;
-  return etr__trace_tb_configure(tr, opt);
+  int rc = etr__trace_call_enter(tr); /* (close frees tb_mutex and the configurations) */
+  if (rc != 0) return rc;
+  rc = opt ? etr__trace_tb_configure(tr, opt) : ETR_EINVAL;
+  etr__trace_call_leave(tr);
+  return rc;
 }

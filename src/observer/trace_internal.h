@@ -255,7 +255,14 @@ enum { ETR__IO_IDLE = 0, ETR__IO_BUSY = 1, ETR__IO_HANDLER = 2 };
 
 struct etr_trace {
   uint64_t serial;
-  bool closed; /* a tombstone: the handle was closed (see trace.c) */
+  /* A tombstone: the handle was closed (see trace.c). Set once the final counters are in
+   * final_stats, before the trace is freed; read without a lock (etr__trace_usable). */
+  _Atomic bool closed;
+  /* Public calls at work on the trace (etr__trace_call_enter) and close's mark that refuses
+   * new ones: close frees the trace only once calls is back to 0 (trace.c, "Calls against
+   * close"). Never reset: a tombstone keeps them. */
+  _Atomic uint32_t calls;
+  _Atomic bool closing;
   struct etr_trace *next_closed;
   etr_trace_stats final_stats; /* of a closed trace */
   pid_t pid;
@@ -676,6 +683,11 @@ static inline bool etr__trace_usable(const struct etr_trace *tr) {
 static inline int etr__trace_unusable(const struct etr_trace *tr) {
   return !tr ? ETR_EINVAL : tr->closed ? ETR_ESTATE : ETR_EFORKED;
 }
+/* Around every public call that uses an open trace's locks or memory: 0 when the call may go
+ * on (then etr__trace_call_leave once it is done with the trace), else the error to return
+ * (ETR_ESTATE once close has begun). Lock-free; trace.c, "Calls against close". */
+int etr__trace_call_enter(const struct etr_trace *tr);
+void etr__trace_call_leave(const struct etr_trace *tr);
 
 /* ---- trace_config.c ---- */
 

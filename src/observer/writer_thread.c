@@ -676,7 +676,8 @@ static void writer_run(etr_trace *tr) {
     locked = writer_lock(tr);
   }
   put_back_locked(tr, &spare);
-  tr->flush_done = tr->flush_gen;
+  /* (flush_done stays: a flush still waiting was overtaken by close, which woke it; it
+   * returns ETR_ESTATE, and the rest below writes its nodes) */
   pthread_cond_broadcast(&tr->done_cond);
   pthread_mutex_unlock(&tr->q_mutex);
   if (tr->ring) {

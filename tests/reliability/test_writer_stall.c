@@ -163,10 +163,50 @@ static void test_close_leaves_a_stuck_writer_behind(void **state) {
   remove_files(&c);
 }
 
+/* A flush waiting for that writer when close begins is woken and returns ETR_ESTATE (close
+ * wrote nothing more either); close still gives up after about stall_ms, and waits for the
+ * flush to return before it hands the trace to the writer, which may free it. */
+static atomic_int g_flush_rc = 1;
+
+static void *flush_once(void *arg) {
+  atomic_store(&g_flush_rc, etr_trace_flush(arg));
+  return NULL;
+}
+
+static void test_flush_waiting_when_close_leaves_the_writer(void **state) {
+  (void)state;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.stall_ms = 300;
+  stall_case c;
+  open_stuck(&c, &opt);
+  etr_record r;
+  etr_record_init(&r, "before_flush", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&r);
+  etr_record_end(&r);
+  alarm(30); /* (a hang is a failure) */
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, flush_once, c.tr), 0);
+  while (!atomic_load(&g_blocked)) usleep(1000); /* the flush made the writer write */
+  usleep(20000);
+  assert_int_equal(atomic_load(&g_flush_rc), 1); /* (still waiting) */
+  etr_trace_stats st;
+  assert_int_equal(close_stats(&c, &st), ETR_EIO);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(atomic_load(&g_flush_rc), ETR_ESTATE);
+  assert_int_equal(etr_trace_flush(c.tr), ETR_ESTATE);
+  atomic_store(&g_release, 1);
+  for (int i = 0; i < 3000 && etr__trace_left_behind() != 0; i++) usleep(10000);
+  alarm(0);
+  assert_int_equal(etr__trace_left_behind(), 0);
+  etr__test_before_write = NULL;
+  remove_files(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_recorders_go_on_when_the_writer_is_stuck),
       cmocka_unit_test(test_close_leaves_a_stuck_writer_behind),
+      cmocka_unit_test(test_flush_waiting_when_close_leaves_the_writer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

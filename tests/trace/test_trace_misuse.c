@@ -1,8 +1,10 @@
 /* tests/trace/test_trace_misuse.c — misuse never corrupts the tree (docs/API.md): ends without
  * begins, double ends, out-of-order ends, ops open at disable, at close and at thread exit,
- * close while other threads record, a second open, NULL handles. Each misuse is counted. */
+ * close while other threads record, flush, dump and the other calls on other threads while
+ * the trace closes, a second open, NULL handles. Each misuse is counted. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,6 +320,142 @@ static void test_close_while_recording(void **state) {
   tu_free(&t2);
 }
 
+/* Calls on other threads while the main thread closes the trace (trace.h: a call that close
+ * overtakes returns ETR_ESTATE, one made after close returned gets ETR_ESTATE, and close
+ * waits for the calls in progress before it frees the trace). Until 2026-11-27 a flush or
+ * dump racing close used the mutex close had destroyed and hung for good, in the first
+ * round: a watchdog (SIGALRM's default action) ends a hang as a failure. */
+enum { CALL_FLUSH, CALL_DUMP, CALL_EVERY };
+typedef struct {
+  etr_trace *tr;
+  int what;
+  atomic_int calls;  /* calls made */
+  atomic_int estate; /* calls that returned ETR_ESTATE */
+  atomic_int bad;    /* calls whose result the docs do not allow */
+  atomic_int bad_rc; /* (the last of them) */
+} close_caller;
+static atomic_int callers_stop;
+static atomic_int trace_closed; /* set once etr_trace_close returned */
+
+static void caller_check(close_caller *c, bool after_close, int rc, bool ok) {
+  if (rc == ETR_ESTATE) atomic_fetch_add(&c->estate, 1);
+  /* (a call begun after close returned must see the handle closed) */
+  if (!ok || (after_close && rc != ETR_ESTATE)) {
+    atomic_fetch_add(&c->bad, 1);
+    atomic_store(&c->bad_rc, rc);
+  }
+}
+
+static void *close_caller_loop(void *p) {
+  close_caller *c = p;
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  for (unsigned i = 0; !atomic_load(&callers_stop); i++) {
+    bool after = atomic_load(&trace_closed) != 0;
+    unsigned what = c->what == CALL_EVERY ? i % 7 : (unsigned)c->what;
+    int rc;
+    switch (what) {
+      case CALL_FLUSH:
+        rc = etr_trace_flush(c->tr);
+        caller_check(c, after, rc, rc == 0 || rc == ETR_ESTATE);
+        break;
+      case CALL_DUMP:
+        rc = etr_trace_dump(c->tr);
+        caller_check(c, after, rc, rc == 0 || rc == ETR_ESTATE);
+        break;
+      case 2: {
+        etr_trace_stats st;
+        memset(&st, 0, sizeof st);
+        st.struct_size = sizeof st;
+        rc = etr_trace_stats_get(c->tr, &st); /* (a closed trace's: the final counters) */
+        caller_check(c, false, rc, rc == 0);
+        break;
+      }
+      case 3: {
+        bool on = etr_trace_is_enabled(c->tr);
+        caller_check(c, false, 0, !(after && on));
+        break;
+      }
+      case 4:
+        rc = etr_trace_enable(c->tr);
+        caller_check(c, after, rc, rc == 0 || rc == ETR_ESTATE);
+        break;
+      case 5:
+        rc = etr_trace_disable(c->tr);
+        caller_check(c, after, rc, rc == 0 || rc == ETR_ESTATE);
+        break;
+      default:
+        tb.enabled = (i & 8) != 0;
+        rc = etr_trace_set_traceback(c->tr, &tb);
+        caller_check(c, after, rc, rc == 0 || rc == ETR_ESTATE);
+        break;
+    }
+    atomic_fetch_add(&c->calls, 1);
+  }
+  return NULL;
+}
+
+static void calls_during_close(int what, uint32_t ring_mb) {
+  enum { ROUNDS = 50, THREADS = 4 };
+  alarm(60); /* (the whole loop takes well under a second here) */
+  int estate = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    tu_trace t;
+    etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+    opt.ring_mb = ring_mb;
+    tu_open(&t, &opt);
+    tu_op("before_close", NULL, 0, NULL, 0);
+    atomic_store(&callers_stop, 0);
+    atomic_store(&trace_closed, 0);
+    close_caller c[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+      c[i] = (close_caller){.tr = t.trace, .what = what};
+      assert_int_equal(pthread_create(&th[i], NULL, close_caller_loop, &c[i]), 0);
+    }
+    if (round % 2) /* (half the rounds: the calls under way first) */
+      for (int i = 0; i < THREADS; i++)
+        while (atomic_load(&c[i].calls) == 0) tu_sleep_us(100);
+    t.close_rc = etr_trace_close(t.trace);
+    t.trace = NULL;
+    atomic_store(&trace_closed, 1);
+    int seen[THREADS];
+    for (int i = 0; i < THREADS; i++) seen[i] = atomic_load(&c[i].calls);
+    /* every caller makes a few calls on the closed handle too */
+    for (int i = 0; i < THREADS; i++)
+      while (atomic_load(&c[i].calls) < seen[i] + 2) tu_sleep_us(100);
+    atomic_store(&callers_stop, 1);
+    for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < THREADS; i++) {
+      if (atomic_load(&c[i].bad))
+        fail_msg("round %d, caller %d: %d calls returned what the docs do not allow (%d: %s)",
+                 round, i, atomic_load(&c[i].bad), atomic_load(&c[i].bad_rc),
+                 etr_strerror(atomic_load(&c[i].bad_rc)));
+      estate += atomic_load(&c[i].estate);
+    }
+    assert_int_equal(t.close_rc, 0);
+    tu_load(&t); /* valid JSON, tree invariants hold */
+    assert_int_equal(tu_count(&t, "before_close"), 1);
+    tu_free(&t);
+  }
+  alarm(0);
+  if (what != CALL_EVERY) assert_true(estate >= ROUNDS * THREADS * 2);
+}
+
+static void test_flush_during_close(void **state) {
+  (void)state;
+  calls_during_close(CALL_FLUSH, 0);
+}
+
+static void test_dump_during_close_ring(void **state) {
+  (void)state;
+  calls_during_close(CALL_DUMP, 1);
+}
+
+static void test_every_call_during_close(void **state) {
+  (void)state;
+  calls_during_close(CALL_EVERY, 0);
+}
+
 static void test_second_open_busy(void **state) {
   (void)state;
   tu_trace t;
@@ -395,6 +533,9 @@ int main(void) {
       TU_TEST(test_open_at_close),
       TU_TEST(test_thread_exit_open),
       TU_TEST(test_close_while_recording),
+      TU_TEST(test_flush_during_close),
+      TU_TEST(test_dump_during_close_ring),
+      TU_TEST(test_every_call_during_close),
       TU_TEST(test_second_open_busy),
       TU_TEST(test_null_handles),
       TU_TEST(test_enable_disable_repeat),
