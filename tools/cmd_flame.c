@@ -247,6 +247,14 @@ int cmd_flame(int argc, char **argv) {
       fprintf(stderr, "etr flame: note: %llu stack(s) deeper than --max-depth %llu were cut\n",
               (unsigned long long)cut_stacks, (unsigned long long)max_depth);
     }
+    /* The recorder's tables were full: ops of the stacks it left out have no traceback. */
+    const rd_jval *etr = rd_trailer(in.r, "etr");
+    int64_t tb_cut = an_jint(rd_jobj_get(rd_jobj_get(etr, "stats"), "tracebacks_cut"), 0);
+    if (tb_cut > 0)
+      fprintf(stderr,
+              "etr flame: note: the recorder left %lld stack(s) out of its full traceback "
+              "tables (tracebacks_cut): their ops have no traceback and are not counted\n",
+              (long long)tb_cut);
     if (fl.n_tb_nodes > 0 && bad_tb) {
       fprintf(stderr, "etr flame: note: %llu stack(s) name a traceback the table does not have\n",
               (unsigned long long)bad_tb);

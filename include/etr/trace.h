@@ -187,6 +187,9 @@ typedef struct etr_trace_stats {
                                        ends_without_begin) */
   uint64_t ring_dropped;            /* flight recorder: op nodes dropped, oldest first, to keep
                                        the ring within ring_mb */
+  uint64_t tracebacks_cut;          /* distinct stacks left out of the traceback tables, which
+                                       were full (docs/FORMAT.md): their ops carry no traceback
+                                       attr (updated at flush/close) */
 } etr_trace_stats;
 
 /* Fill *out (struct_size 0 means sizeof(etr_trace_stats)). Any thread; counters are read without

@@ -203,7 +203,8 @@ static PyObject *stats_dict(const etr_trace_stats *s) {
            {"tracebacks", s->tracebacks},
            {"tracebacks_unique", s->tracebacks_unique},
            {"frames_unique", s->frames_unique},
-           {"ring_dropped", s->ring_dropped}};
+           {"ring_dropped", s->ring_dropped},
+           {"tracebacks_cut", s->tracebacks_cut}};
   PyObject *d = PyDict_New();
   for (size_t i = 0; d && i < sizeof f / sizeof f[0]; i++) {
     PyObject *v = PyLong_FromUnsignedLongLong(f[i].v);

@@ -459,6 +459,7 @@ size_t etr__footer_stats(etr_trace *tr, etr__stat_pair *out) {
     PAIR(tracebacks);
     PAIR(tracebacks_unique);
     PAIR(frames_unique);
+    if (s.tracebacks_cut) PAIR(tracebacks_cut); /* (the tables were full) */
   }
 #undef PAIR
   return n;
@@ -476,6 +477,7 @@ bool etr__footer_tables(etr_trace *tr, etr__jw *out) {
   if (!tr->tbtab) return false;
   etr__tbtab_emit(tr->tbtab, out);
   atomic_store(&tr->tb_frames, etr__tbtab_frames(tr->tbtab));
+  atomic_store(&tr->tb_cut, etr__tbtab_cut(tr->tbtab));
   return true;
 }
 

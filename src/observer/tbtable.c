@@ -11,6 +11,16 @@
  *    address once; the module is still loaded then), so two call sites that read the same
  *    (same function, file and line) share one entry.
  * Addresses are return addresses, so the call instruction is looked up (address - 1).
+ *
+ * Bounded tables. etr's reader (src/json/reader.c) reads a top-level value whole and refuses
+ * one that takes more than its limit (16 MiB by default) to read: its text, and the values
+ * parsed from it, which for a traceback's small indices is about 8 times their text. A
+ * traceback is added to the tables only while both tables together stay under
+ * ETR__TABLES_BUDGET by that measure (frame_cost, traceback_cost); a new one that would pass it is
+ * left out (its ops carry no "traceback" attr, tracebacks_cut counts it), and so is any frame only
+ * it would have used: a frame joins the "frames" table with the first traceback that uses it. A
+ * traceback left out stays out, so the same stack gets the same answer every time the writer asks
+ * (the binary log asks twice per event, a flight recorder at each dump).
  */
 #include "observer/tbtable.h"
 
@@ -19,6 +29,23 @@
 #include <string.h>
 
 #include "unwind/unwind.h"
+
+/* The reader's default limit on one top-level value (ETR_READER_LIMIT_MB unset; CLI.md). A
+ * test build (tests/trace/test_trace_tbbound.c, ETR_TEST_HOOKS) lowers it to 1 MiB, and runs
+ * the tools with ETR_READER_LIMIT_MB=1, so a few thousand tracebacks reach it. */
+#ifdef ETR_TEST_HOOKS
+#define ETR__TABLES_READ_LIMIT (1u << 20)
+#else
+#define ETR__TABLES_READ_LIMIT (16u << 20)
+#endif
+/* What the two tables may take to read, by the reader's measure (frame_cost below): 7/8 of
+ * its limit; the rest covers the arena's block ends (a block of 64 KiB wastes at most the
+ * 4 KiB its last allocation did not find; larger ones are counted twice) and the header and
+ * the "etr" object, which the reader keeps in the same arena. */
+#define ETR__TABLES_BUDGET ((uint64_t)ETR__TABLES_READ_LIMIT / 8 * 7)
+
+#define TB_UNKNOWN UINT32_MAX   /* pub_of: not looked at yet */
+#define TB_CUT (UINT32_MAX - 1) /* pub_of: left out, the tables were full */
 
 typedef struct site {
   uint64_t gen, word;
@@ -64,7 +91,7 @@ struct etr__tbtab {
   uint32_t n_tbs, cap_tbs;
   uint32_t *tb_index;
   uint32_t tb_slots;
-  uint32_t *pub_of; /* site sequence -> its traceback (UINT32_MAX: not known yet) */
+  uint32_t *pub_of; /* site sequence -> its traceback, TB_UNKNOWN or TB_CUT */
   uint32_t cap_pub_of;
   /* tracebacks: frame sequences back to back, as the table is written */
   uint32_t *pseq;
@@ -73,6 +100,13 @@ struct etr__tbtab {
   uint32_t n_pub, cap_pub;
   uint32_t *pub_index;
   uint32_t pub_slots;
+  /* The "frames" table: the frames some traceback of the table uses, in first-use order. */
+  uint32_t *frame_pub; /* frame -> its index in the table, UINT32_MAX: not in it */
+  uint32_t cap_frame_pub;
+  uint32_t *pub_frames; /* index in the table -> frame */
+  uint32_t n_pub_frames, cap_pub_frames;
+  uint64_t cost;                /* what the two tables take to read (frame_cost) */
+  uint64_t cut;                 /* site sequences left out: the tables were full */
   uint32_t frames_out, pub_out; /* written by etr__tbtab_emit_new so far */
   /* Recent raw sequences (hash of gen and words) to their traceback: most ops repeat a
    * stack seen moments ago, and this skips the per-frame site lookups for them. */
@@ -192,6 +226,8 @@ void etr__tbtab_free(etr__tbtab *t) {
   free(t->pseq);
   free(t->pub_off);
   free(t->pub_index);
+  free(t->frame_pub);
+  free(t->pub_frames);
   while (t->strings) {
     strblock *n = t->strings->next;
     free(t->strings);
@@ -239,13 +275,14 @@ static bool same_raw(const etr__tbtab *t, uint32_t tb, uint64_t gen, const uint6
 static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n);
 static uint32_t traceback_of(etr__tbtab *t, uint32_t sites);
 
-/* The traceback of site sequence i, found (symbolizing it) the first time. */
+/* The traceback of site sequence i, found (symbolizing it) the first time; UINT64_MAX when
+ * it was left out (the tables were full) or memory ran out. */
 static uint64_t public_index(etr__tbtab *t, uint32_t i) {
-  if (t->pub_of[i] == UINT32_MAX) {
+  if (t->pub_of[i] == TB_UNKNOWN) {
     etr__tbtab_symbolize(t);
     t->pub_of[i] = traceback_of(t, i);
   }
-  return t->pub_of[i] == UINT32_MAX ? UINT64_MAX : t->pub_of[i];
+  return t->pub_of[i] >= TB_CUT ? UINT64_MAX : t->pub_of[i];
 }
 
 uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
@@ -281,7 +318,7 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
   if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2) ||
       !grow((void **)&t->pub_of, &t->cap_pub_of, sizeof *t->pub_of, t->n_tbs + 1))
     return UINT64_MAX;
-  t->pub_of[t->n_tbs] = UINT32_MAX;
+  t->pub_of[t->n_tbs] = TB_UNKNOWN;
   t->seq_len += n;
   t->tb_off[++t->n_tbs] = t->seq_len;
   t->tb_index[h] = t->n_tbs;
@@ -293,7 +330,8 @@ static uint32_t frame_of(etr__tbtab *t, const frame *f) {
   if ((t->n_frames + 1) * 2 > t->frame_slots &&
       !rehash(&t->frame_index, &t->frame_slots, t->n_frames, t, frame_hash))
     return UINT32_MAX;
-  if (!grow((void **)&t->frames, &t->cap_frames, sizeof *t->frames, t->n_frames + 1))
+  if (!grow((void **)&t->frames, &t->cap_frames, sizeof *t->frames, t->n_frames + 1) ||
+      !grow((void **)&t->frame_pub, &t->cap_frame_pub, sizeof *t->frame_pub, t->n_frames + 1))
     return UINT32_MAX;
   t->frames[t->n_frames] = *f; /* hashed in place, kept only if new */
   uint32_t mask = t->frame_slots - 1;
@@ -305,6 +343,7 @@ static uint32_t frame_of(etr__tbtab *t, const frame *f) {
         (!g->module || (!strcmp(g->module, f->module) && !strcmp(g->build_id, f->build_id))))
       return t->frame_index[h] - 1;
   }
+  t->frame_pub[t->n_frames] = UINT32_MAX;
   t->frame_index[h] = ++t->n_frames;
   return t->n_frames - 1;
 }
@@ -380,8 +419,41 @@ static void resolve(etr__tbtab *t, site *s) {
   add_site_frame(t, s, &f);
 }
 
+/* What the reader's arena takes for an allocation of n bytes: rounded to 16, and twice that
+ * past 4 KiB (it may leave that much of a block unused). */
+static uint64_t arena_cost(uint64_t n) {
+  n = (n + 15) & ~(uint64_t)15;
+  return n > 4096 ? 2 * n : n;
+}
+
+/* A string value or key as the reader keeps it: its bytes (each byte that may be invalid
+ * UTF-8 counted as the 3 bytes of U+FFFD, though the writer has replaced those) and a NUL. */
+static uint64_t str_cost(const char *s) {
+  uint64_t n = 1;
+  for (; *s; s++) n += (unsigned char)*s < 0x80 ? 1 : 3;
+  return arena_cost(n);
+}
+
+/* What an element of either table takes to read. Every element: its slot on the
+ * reader's member stack while its array is read (40 bytes: key, key length, value) and its
+ * value in the array (24 bytes), both counted. A frame: its members (40 bytes each), their
+ * keys and strings. A traceback: its indices (24 bytes each). The reader measures the same
+ * way with either parser (docs/CLI.md, "Reader limit"). */
+#define ELEM_COST 64u
+static uint64_t frame_cost(const frame *f) {
+  uint64_t members = f->module ? 6 : 3;
+  uint64_t c = ELEM_COST + arena_cost(members * 40) + members * 16 /* keys, < 16 bytes each */ +
+               str_cost(f->name) + str_cost(f->filename);
+  if (f->module) c += str_cost(f->module) + str_cost(f->build_id);
+  return c;
+}
+static uint64_t traceback_cost(uint32_t n) {
+  return ELEM_COST + (n ? arena_cost((uint64_t)n * 24) : 0);
+}
+
 /* The traceback (frame sequence) of site sequence i, whose sites are symbolized: added when
- * new. UINT32_MAX when memory runs out. */
+ * new and when it fits in the tables, with the frames it is the first to use. UINT32_MAX when
+ * memory runs out, TB_CUT when it does not fit. */
 static uint32_t traceback_of(etr__tbtab *t, uint32_t i) {
   uint32_t need = 0;
   for (uint32_t k = t->tb_off[i]; k < t->tb_off[i + 1]; k++) need += t->sites[t->seq[k]].count;
@@ -403,7 +475,28 @@ static uint32_t traceback_of(etr__tbtab *t, uint32_t i) {
         memcmp(t->pseq + t->pub_off[p], cand, n * sizeof *cand) == 0)
       return p;
   }
-  if (!grow((void **)&t->pub_off, &t->cap_pub, sizeof *t->pub_off, t->n_pub + 2)) return UINT32_MAX;
+  if (!grow((void **)&t->pub_off, &t->cap_pub, sizeof *t->pub_off, t->n_pub + 2) ||
+      !grow((void **)&t->pub_frames, &t->cap_pub_frames, sizeof *t->pub_frames,
+            t->n_pub_frames + n))
+    return UINT32_MAX;
+  /* Its new frames get the next indices of the frames table, taken back if it does not fit. */
+  uint64_t cost = traceback_cost(n);
+  uint32_t added = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t f = cand[k];
+    if (t->frame_pub[f] != UINT32_MAX) continue;
+    t->frame_pub[f] = t->n_pub_frames + added;
+    t->pub_frames[t->n_pub_frames + added++] = f;
+    cost += frame_cost(&t->frames[f]);
+  }
+  if (t->cost + cost > ETR__TABLES_BUDGET) {
+    for (uint32_t k = 0; k < added; k++)
+      t->frame_pub[t->pub_frames[t->n_pub_frames + k]] = UINT32_MAX;
+    t->cut++;
+    return TB_CUT;
+  }
+  t->cost += cost;
+  t->n_pub_frames += added;
   t->pseq_len += n;
   t->pub_off[++t->n_pub] = t->pseq_len;
   t->pub_index[h] = t->n_pub;
@@ -436,12 +529,12 @@ static char *put_frame(char *o, const frame *f, uint64_t *replaced) {
   return o;
 }
 
-/* Traceback i's frame indices, "[a, b, c]". */
+/* Traceback i's indices in the frames table, "[a, b, c]". */
 static void put_traceback(const etr__tbtab *t, etr__jw *w, uint32_t i) {
   etr__jw_char(w, '[');
   for (uint32_t k = t->pub_off[i]; k < t->pub_off[i + 1]; k++) {
     if (k > t->pub_off[i]) ETR__JW_LIT(w, ", ");
-    etr__jw_u64(w, t->pseq[k]);
+    etr__jw_u64(w, t->frame_pub[t->pseq[k]]);
   }
   etr__jw_char(w, ']');
 }
@@ -461,16 +554,16 @@ static void put_frame_elem(etr__jw *w, const frame *f, bool first) {
 void etr__tbtab_emit_new(etr__tbtab *t, etr__jw *frames, etr__jw *tbs, uint32_t *n_frames,
                          uint32_t *n_tbs) {
   etr__tbtab_symbolize(t);
-  *n_frames = t->n_frames - t->frames_out;
+  *n_frames = t->n_pub_frames - t->frames_out;
   *n_tbs = t->n_pub - t->pub_out;
-  for (uint32_t i = t->frames_out; i < t->n_frames; i++)
-    put_frame_elem(frames, &t->frames[i], i == t->frames_out);
+  for (uint32_t i = t->frames_out; i < t->n_pub_frames; i++)
+    put_frame_elem(frames, &t->frames[t->pub_frames[i]], i == t->frames_out);
   for (uint32_t i = t->pub_out; i < t->n_pub; i++) {
     if (i > t->pub_out) etr__jw_char(tbs, ',');
     ETR__JW_LIT(tbs, "\n    ");
     put_traceback(t, tbs, i);
   }
-  t->frames_out = t->n_frames;
+  t->frames_out = t->n_pub_frames;
   t->pub_out = t->n_pub;
 }
 
@@ -479,7 +572,8 @@ void etr__tbtab_rewind(etr__tbtab *t) { t->frames_out = t->pub_out = 0; }
 void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
   etr__tbtab_symbolize(t);
   ETR__JW_LIT(w, "\"frames\": [");
-  for (uint32_t i = 0; i < t->n_frames; i++) put_frame_elem(w, &t->frames[i], i == 0);
+  for (uint32_t i = 0; i < t->n_pub_frames; i++)
+    put_frame_elem(w, &t->frames[t->pub_frames[i]], i == 0);
   ETR__JW_LIT(w, "\n  ],\n  \"tracebacks\": [");
   for (uint32_t i = 0; i < t->n_pub; i++) {
     if (i) etr__jw_char(w, ',');
@@ -490,4 +584,5 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
 }
 
 uint64_t etr__tbtab_tracebacks(const etr__tbtab *t) { return t ? t->n_pub : 0; }
-uint64_t etr__tbtab_frames(const etr__tbtab *t) { return t ? t->n_frames : 0; }
+uint64_t etr__tbtab_frames(const etr__tbtab *t) { return t ? t->n_pub_frames : 0; }
+uint64_t etr__tbtab_cut(const etr__tbtab *t) { return t ? t->cut : 0; }

@@ -3,6 +3,8 @@
  * symbolized then (each once), so the index is that of its frame sequence: tracebacks that
  * read the same share it. Written after "finish_ts" as "frames" (each unique {name,
  * filename, line} once) and "tracebacks" (frame indices, innermost first, each once).
+ * Both together stay small enough for etr's reader to read back (tbtable.c, "Bounded
+ * tables"): a new traceback that would pass that bound is left out, its ops carry none.
  *
  * Used by the writer thread only: no locks.
  */
@@ -22,7 +24,8 @@ void etr__tbtab_free(etr__tbtab *t); /* NULL is a no-op */
 
 /* Index of the traceback made of these frame words (native return addresses of module
  * generation gen, or ETR__SCRIPT_TAG | script frame id), innermost first; a new index when
- * the sequence is new. UINT64_MAX when memory runs out. */
+ * the sequence is new. UINT64_MAX when memory runs out or when the sequence is left out of
+ * the full tables (then always: the same words get the same answer). */
 uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n);
 
 /* Symbolize the frames first seen since the last call. */
@@ -43,6 +46,8 @@ void etr__tbtab_emit_new(etr__tbtab *t, etr__jw *frames, etr__jw *tbs, uint32_t 
 void etr__tbtab_rewind(etr__tbtab *t);
 
 uint64_t etr__tbtab_tracebacks(const etr__tbtab *t);
-uint64_t etr__tbtab_frames(const etr__tbtab *t); /* unique frames symbolized so far */
+uint64_t etr__tbtab_frames(const etr__tbtab *t); /* entries of the "frames" table so far */
+/* Distinct stacks (sequences of frame words) left out because the tables were full. */
+uint64_t etr__tbtab_cut(const etr__tbtab *t);
 
 #endif

@@ -861,6 +861,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
   s->write_error = atomic_load(&tr->write_error);
   s->tracebacks_unique = atomic_load(&tr->tb_unique);
   s->frames_unique = atomic_load(&tr->tb_frames);
+  s->tracebacks_cut = atomic_load(&tr->tb_cut);
   s->ring_dropped = atomic_load(&tr->ring_dropped);
 }
 

@@ -371,7 +371,7 @@ struct etr_trace {
   /* Counters shared by many threads (rare events) or written by the writer. */
   _Atomic uint64_t nodes_written, bytes_written, utf8_replaced, buffer_waits, ids_retired,
       threads_count, ops_open_at_disable, ops_open_at_thread_exit, ops_open_at_close,
-      nodes_dropped_writer, tb_unique, tb_frames, values_fixed, ring_dropped;
+      nodes_dropped_writer, tb_unique, tb_frames, tb_cut, values_fixed, ring_dropped;
   _Atomic int write_error;
 };
 

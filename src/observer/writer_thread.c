@@ -656,6 +656,7 @@ static void writer_run(etr_trace *tr) {
       if (flush_req && tr->tbtab) {
         etr__tbtab_symbolize(tr->tbtab);
         atomic_store_explicit(&tr->tb_frames, etr__tbtab_frames(tr->tbtab), memory_order_relaxed);
+        atomic_store_explicit(&tr->tb_cut, etr__tbtab_cut(tr->tbtab), memory_order_relaxed);
       }
       deadline = next_deadline(tr);
       if (!(locked = writer_lock(tr))) continue;
