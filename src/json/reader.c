@@ -326,6 +326,10 @@ int etr__rd_top_key(rd_reader *r, const unsigned char *k, size_t len) {
       return 0;
     }
   r->top_keys[r->n_top_keys++] = p;
+  /* After "nodes" (the tables, the footer, kept together): ETR_READER_TABLES_FACTOR times the
+   * node limit, so that a trace's traceback tables (docs/FORMAT.md, "How large the tables may
+   * grow") are read whole; before: the limit of a node. */
+  r->limit = r->ph == PH_TRAILER ? r->trailer_limit : r->opt.max_node_bytes;
   if (strcmp(p, "nodes") && !is_header_key(p) && r->ph == PH_HEADER)
     etr__rd_warn(r, etr__rd_cur_off(r) - len - 2, -1,
                  "unknown top-level key \"%s\" before \"nodes\"", p);
@@ -408,6 +412,9 @@ int rd_open(const char *path, const rd_options *opt, rd_reader **out) {
   }
   r->opt = o;
   r->limit = o.max_node_bytes;
+  r->trailer_limit = o.max_node_bytes > SIZE_MAX / ETR_READER_TABLES_FACTOR
+                         ? SIZE_MAX
+                         : o.max_node_bytes * ETR_READER_TABLES_FACTOR;
   r->fd = -1;
   r->hdr.pid = -1;
   r->hdr.start_ts = -1;

@@ -133,14 +133,20 @@ typedef struct rd_reader rd_reader;
 /* Called for each warning; `offset` is a byte offset in the (decompressed) input. */
 typedef void (*rd_warn_fn)(uint64_t offset, int64_t node_id, const char *msg, void *user);
 
+/* How many times a node's limit the trailer (everything after "nodes") may take: the
+ * recorder's traceback tables grow with the distinct stacks a run makes (observer/tbtable.c
+ * bounds them by this). */
+#define ETR_READER_TABLES_FACTOR 8u
+
 typedef struct rd_options {
   size_t struct_size;
   rd_warn_fn warn; /* NULL: warnings are counted only */
   void *user;
   /* The most memory one node may take to read (its text, and the values built from it),
-   * and all header and trailer values together: a node over it is an error, a top-level
-   * value over it is skipped with a warning (rd_skipped). 0 = the environment's
-   * ETR_READER_LIMIT_MB, else 16 MiB. */
+   * and all header values together; the values after "nodes" (the traceback tables, the
+   * footer) may take ETR_READER_TABLES_FACTOR times as much together. A node over it is an
+   * error, a top-level value over it is skipped with a warning (rd_skipped). 0 = the
+   * environment's ETR_READER_LIMIT_MB, else 16 MiB. */
   size_t max_node_bytes;
   /* For `etr validate`: a node whose text has the shape our writer (or PyTorch's) writes and
    * which conforms to docs/FORMAT.md is handed over without its tree (rd_rnode.conforms),

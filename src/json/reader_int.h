@@ -179,9 +179,10 @@ struct rd_reader {
   size_t hb_cap, hb_len, hpos;
   uint64_t hb_base;
   bool heof, h_first, n_first;
-  bool need_item; /* a ',' was read: a node, or a top-level member, must follow */
-  bool have_key;  /* a top-level key and its ':' were read: its value must follow */
-  size_t limit;   /* opt.max_node_bytes: the most a node, or all tables, may take */
+  bool need_item;       /* a ',' was read: a node, or a top-level member, must follow */
+  bool have_key;        /* a top-level key and its ':' were read: its value must follow */
+  size_t limit;         /* the most the value being read may take: a node's, or trailer_limit */
+  size_t trailer_limit; /* the most everything after "nodes" may take together */
   /* a top-level value over the limit is skipped: brackets and strings are followed */
   bool skip_next, skipping, sk_started, sk_str, sk_esc;
   uint64_t sk_depth;

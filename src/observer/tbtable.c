@@ -28,15 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json/reader.h"
 #include "unwind/unwind.h"
 
 /* The reader's default limit on one top-level value (ETR_READER_LIMIT_MB unset; CLI.md). A
  * test build (tests/trace/test_trace_tbbound.c, ETR_TEST_HOOKS) lowers it to 1 MiB, and runs
  * the tools with ETR_READER_LIMIT_MB=1, so a few thousand tracebacks reach it. */
 #ifdef ETR_TEST_HOOKS
-#define ETR__TABLES_READ_LIMIT (1u << 20)
+#define ETR__TABLES_READ_LIMIT ((1u << 20) * ETR_READER_TABLES_FACTOR)
 #else
-#define ETR__TABLES_READ_LIMIT (16u << 20)
+#define ETR__TABLES_READ_LIMIT ((16u << 20) * ETR_READER_TABLES_FACTOR)
 #endif
 /* What the two tables may take to read, by the reader's measure (frame_cost below): 7/8 of
  * its limit; the rest covers the arena's block ends (a block of 64 KiB wastes at most the

@@ -10,7 +10,7 @@
  *
  * Linked with its own copy of src/observer/tbtable.c compiled with ETR_TEST_HOOKS, which
  * bounds the tables for a reader limit of 1 MiB instead of 16, and the tools run with
- * ETR_READER_LIMIT_MB=1: 2^12 distinct stacks (a few thousand, not a few hundred thousand)
+ * ETR_READER_LIMIT_MB=1: 2^14 distinct stacks (a few thousand, not a few hundred thousand)
  * pass the bound. Each mode is checked: the JSON trace, .json.gz, the binary log through
  * `etr convert`, the flight recorder's dump, and `etr repair` of a trace cut short, whose
  * tables come from FILE.tables. A trace under the bound is checked to keep every traceback.
@@ -57,7 +57,7 @@ static void record_paths(int depth) {
   for (g_path = 0; g_path < (1L << depth); g_path++) tb_f(0);
 }
 
-#define DEEP 12   /* 4096 stacks: about 2.4 MB of tables to read, past the test's bound */
+#define DEEP 14   /* 16384 stacks: about 9.6 MB of tables to read, past the test's bound (7 MiB) */
 #define SHALLOW 6 /* 64 stacks: well under it */
 
 /* Open a trace with a traceback on every op at dir/name (opt's other settings kept). */
