@@ -93,10 +93,14 @@ static void call_host(const struct sigaction *prev, int sig, siginfo_t *si, void
  * handler that a crash reporter hands the signal on to. A handler that only put the default
  * action back for next time (a second Ctrl-C kills) leaves nothing pending: the process goes
  * on. */
-static bool ends_on_return(const struct sigaction *prev, int sig, const siginfo_t *si) {
+static bool ends_on_return(const struct sigaction *prev, const struct sigaction *at_entry, int sig,
+                           const siginfo_t *si) {
   struct sigaction cur;
   if (sigaction(sig, NULL, &cur) != 0) return false;
   if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fatal) return false;
+  /* Installed when the signal came to us: a handler the host installed after ours, which
+   * chains to it (a crash reporter, libjsig), left in place. */
+  if (same_handler(&cur, at_entry)) return false;
   if (same_handler(&cur, prev)) return false;
   if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) return false;
   if ((sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0) return true;
@@ -131,24 +135,27 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   int idx = signal_index(sig);
   struct etr_trace *tr = atomic_load(&g_fatal_trace);
-  if (idx >= 0 && atomic_load_explicit(&g_host_resolves[idx], memory_order_relaxed)) {
+  bool host = idx >= 0 && calls_handler(&g_previous[idx]);
+  struct sigaction at_entry; /* (what is installed now: ours, or a later handler chaining) */
+  memset(&at_entry, 0, sizeof at_entry);
+  if (host) sigaction(sig, NULL, &at_entry);
+  if (host && atomic_load_explicit(&g_host_resolves[idx], memory_order_relaxed)) {
     /* The host's handler first: a signal it resolves costs nothing and touches no file. */
     call_host(&g_previous[idx], sig, si, uc);
     /* The process ends as we return: finalize now. The writer's hold on the file is never
      * released (it expires by itself should the process go on after all). */
-    if (tr && ends_on_return(&g_previous[idx], sig, si)) etr__trace_fatal(tr, sig);
+    if (tr && ends_on_return(&g_previous[idx], &at_entry, sig, si)) etr__trace_fatal(tr, sig);
     errno = saved_errno;
     return;
   }
   if (tr) etr__trace_fatal(tr, sig);
-  bool host = idx >= 0 && calls_handler(&g_previous[idx]);
   bool survived = idx >= 0 && chain(idx, sig, si, uc);
   /* The host's handler returned and the signal does not come again to end the process: the
    * host resolves this signal (a GC barrier, a flag), and from now on its handler runs
    * first. Until then a handler that ends the process itself (faulthandler, a sanitizer's,
    * one that calls _exit) finds the file finalized. Not SIGABRT: abort() ends the process
    * after a handler that returns, without calling ours again. */
-  bool ends = host && survived && ends_on_return(&g_previous[idx], sig, si);
+  bool ends = host && survived && ends_on_return(&g_previous[idx], &at_entry, sig, si);
   if (host && survived && sig != SIGABRT && !ends)
     atomic_store_explicit(&g_host_resolves[idx], true, memory_order_relaxed);
   /* Until the signal's outcome is known, the file stays as finalized: the host's threads
@@ -277,7 +284,10 @@ static int64_t mono_ns(void) {
 
 void etr__trace_fatal_end(etr_trace *tr, bool survived) {
   if (tr->closed || tr->pid != getpid() || !survived) return;
-  atomic_fetch_sub(&tr->fatal_hold, 1);
+  /* (never below 0: the writer forgets a hold that expired, writer_thread.c) */
+  uint32_t holds = atomic_load(&tr->fatal_hold);
+  while (holds && !atomic_compare_exchange_weak(&tr->fatal_hold, &holds, holds - 1)) {
+  }
   sem_post(&tr->wake);
 }
 

@@ -336,6 +336,7 @@ struct etr_trace {
   struct etr__shape_memo *memo; /* emit.c: the text of recent shapes, types and strides */
   bool any_node;
   bool sealed;         /* the file ends with a footer written at a fatal signal */
+  bool jw_err_said;    /* the writer kept and logged its write error (writer thread only) */
   bool unseal_pending; /* new output follows: cut the file back to seal_off first */
   bool seal_any_node;
   uint64_t seal_off; /* where the process node of that footer starts */

@@ -146,7 +146,13 @@ void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
   atomic_store_explicit(&tr->bytes_written, tr->jw.written, memory_order_relaxed);
   atomic_store_explicit(&tr->utf8_replaced, tr->jw.replaced, memory_order_relaxed);
   atomic_store_explicit(&tr->values_fixed, tr->jw.fixed, memory_order_relaxed);
-  if (tr->jw.err && !atomic_load(&tr->failed)) {
+  /* A write error is said and kept even when recording had already stopped for another
+   * reason (memory ran out, a stalled output): the file is then cut, and what close
+   * returns must say so (ETR_EIO, not ETR_ENOMEM, which promises a finalized file). */
+  int had = atomic_load(&tr->write_error);
+  if (tr->jw.err && had != tr->jw.err && (had == 0 || had == ENOMEM || had == ETIMEDOUT) &&
+      !tr->jw_err_said) {
+    tr->jw_err_said = true;
     atomic_store(&tr->write_error, tr->jw.err);
     atomic_store(&tr->failed, 1);
     if (tr->jw.err == EBADF)
@@ -593,7 +599,14 @@ static void writer_run(etr_trace *tr) {
     }
     put_back_locked(tr, &spare);
     etr__clock_tick();
-    if (atomic_load(&tr->fatal_hold) && !tr->stop &&
+    uint32_t holds = atomic_load(&tr->fatal_hold);
+    if (holds &&
+        etr__now_ns() - atomic_load(&tr->fatal_hold_ns) >= (int64_t)FATAL_HOLD_MS * 1000000)
+      /* Expired: forgotten, so that a hold never released (a SIGABRT the process survived,
+       * a handler left by siglongjmp) does not make every later one last its full time. A
+       * signal that took a hold meanwhile set a new time first: the exchange then fails. */
+      if (atomic_compare_exchange_strong(&tr->fatal_hold, &holds, 0)) holds = 0;
+    if (holds && !tr->stop &&
         etr__now_ns() - atomic_load(&tr->fatal_hold_ns) < (int64_t)FATAL_HOLD_MS * 1000000) {
       /* The file was finalized at a fatal signal whose outcome is not known yet: leave
        * it whole (recorders wait once the queue is full). A host handler that left by

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -213,6 +215,53 @@ static void test_open_parent_lost(void **state) {
   remove_case(&c);
 }
 
+static atomic_int g_write_lines; /* log lines that say a write failed */
+
+static void count_log_writes(etr_log_level level, const char *msg, void *user) {
+  count_log(level, msg, user);
+  if (strstr(msg, "trace write failed")) atomic_fetch_add(&g_write_lines, 1);
+}
+
+/* Memory runs out, then the file cannot take what close writes (a file-size limit, as a
+ * full disk): the write error is said and returned (ETR_EIO, write_error EFBIG), not hidden
+ * behind the memory one, whose ETR_ENOMEM promises a finalized file. In a child (the limit
+ * is the process's). Before, close returned ETR_ENOMEM with write_error ENOMEM, nothing
+ * said the write failed, and the file had no end. */
+static void test_write_error_after_memory_ran_out(void **state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    oom_case c;
+    open_case(&c, "t.json");
+    etr_set_log(count_log_writes, NULL);
+    for (int i = 0; i < 50; i++) op("before");
+    if (etr_trace_flush(c.tr) != 0) _exit(10);
+    char *text = read_all(c.path);
+    size_t size = strlen(text);
+    free(text);
+    atomic_store(&g_fail_next, 1);
+    for (int i = 0; i < 500; i++) op("lost"); /* memory runs out: recording stops */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {(rlim_t)size + 16, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(11);
+    etr_trace_stats st;
+    int closed = close_case(&c, &st);
+    if (closed != ETR_EIO) _exit(12);
+    if (st.write_error != EFBIG) _exit(13);
+    if (atomic_load(&g_write_lines) != 1) _exit(14);
+    remove_case(&c);
+    _exit(0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg(
+        "the child: status 0x%x (10-11 set-up, 12 close's code, 13 write_error, 14 "
+        "the log)",
+        status);
+}
+
 /* buffer_kb has the range of ETR_TRACE_BUFFER_KB, 1..65536 (0: the default). Before, any
  * value was taken: 0xffffffff asked 4 GiB a thread, and from 4194304 on the size in bytes
  * wrapped. */
@@ -245,6 +294,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_thread_node_lost, close_left_open),
       cmocka_unit_test_teardown(test_open_parent_lost, close_left_open),
       cmocka_unit_test(test_buffer_kb_beyond_its_range_is_refused),
+      cmocka_unit_test(test_write_error_after_memory_ran_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -256,6 +256,64 @@ static void test_gc_barrier_faults_not_finalized(void **state) {
   munmap(gc_page, (size_t)gc_page_size);
 }
 
+/* A handler installed after etr's that chains to it (a crash reporter, libjsig): the faults
+ * the GC barrier installed before resolves still cost nothing after the first. Before, etr
+ * took the later handler, still installed when the barrier's returned, for a crash
+ * handler's hand-over and finalized the file at every fault. */
+static struct sigaction gc_chained_to;
+
+static void later_chains(int sig, siginfo_t *si, void *uc) {
+  gc_chained_to.sa_sigaction(sig, si, uc);
+}
+
+static void test_gc_barrier_faults_with_a_later_handler(void **state) {
+  (void)state;
+  enum { FAULTS = 20 };
+  gc_page_size = sysconf(_SC_PAGESIZE);
+  gc_page = mmap(NULL, (size_t)gc_page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(gc_page != MAP_FAILED);
+  atomic_store(&gc_faults, 0);
+  struct sigaction sa, old, ours;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = gc_on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGSEGV, &sa, &old), 0);
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.fatal_signals = true;
+  opt.flush_ms = ETR_FLUSH_NEVER;
+  tu_trace t;
+  tu_open(&t, &opt);
+  sa.sa_sigaction = later_chains; /* installed after etr's, chains to it */
+  assert_int_equal(sigaction(SIGSEGV, &sa, &gc_chained_to), 0);
+  assert_true(gc_chained_to.sa_flags & SA_SIGINFO);
+  size_t len = 0;
+  for (int i = 0; i < FAULTS; i++) {
+    tu_op("gc_before", NULL, 0, NULL, 0);
+    ((volatile char *)gc_page)[0] = (char)i;
+    assert_int_equal(mprotect(gc_page, (size_t)gc_page_size, PROT_READ), 0);
+    tu_op("gc_after", NULL, 0, NULL, 0);
+    if (i == 0) { /* finalized once, reopened at the next node (see the test above) */
+      assert_int_equal(etr_trace_flush(t.trace), 0);
+      char *text = tu_read_file(t.path, &len);
+      assert_non_null(text);
+      assert_null(strstr(text, "\"signal\":"));
+      free(text);
+      continue;
+    }
+    char when[64];
+    snprintf(when, sizeof when, "after fault %d", i + 1);
+    assert_untouched(t.path, len, when);
+  }
+  assert_int_equal(atomic_load(&gc_faults), FAULTS);
+  assert_int_equal(sigaction(SIGSEGV, &gc_chained_to, &ours), 0); /* etr's back, then close */
+  tu_close_ok(&t);
+  assert_int_equal(tu_count(&t, "gc_after"), FAULTS);
+  tu_free(&t);
+  sigaction(SIGSEGV, &old, NULL);
+  munmap(gc_page, (size_t)gc_page_size);
+}
+
 /* CPython's SIGINT handler only sets a flag: the file is not finalized, recording goes on,
  * and close gives a valid trace with every op. */
 static void test_sigint_flag_handler_not_finalized(void **state) {
@@ -562,6 +620,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_ctrl_c_interrupts_read, tu_cleanup),
       cmocka_unit_test_teardown(test_host_handler_longjmp, tu_cleanup),
       cmocka_unit_test_teardown(test_gc_barrier_faults_not_finalized, tu_cleanup),
+      cmocka_unit_test_teardown(test_gc_barrier_faults_with_a_later_handler, tu_cleanup),
       cmocka_unit_test_teardown(test_sigint_flag_handler_not_finalized, tu_cleanup),
       cmocka_unit_test(test_env_signals_opt_in),
       cmocka_unit_test(test_env_signals_switch_values),

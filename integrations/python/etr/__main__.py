@@ -19,6 +19,7 @@ import builtins
 import errno
 import io
 import os
+import pkgutil
 import runpy
 import sys
 import types
@@ -105,6 +106,11 @@ def _script_runner(path):
     if not os.path.exists(path):  # (found now, before the trace's file is made)
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     if not os.path.isfile(path) or path.endswith((".zip", ".pyz")):
+        # (a directory or zip runs its __main__: found now too, as python3 would refuse it)
+        importer = pkgutil.get_importer(path)
+        finder = getattr(importer, "find_spec", None)
+        if finder is None or finder("__main__") is None:
+            raise FileNotFoundError(errno.ENOENT, "can't find '__main__' module", path)
         return lambda: runpy.run_path(path, run_name="__main__")
     with io.open_code(path) as f:
         code = compile(f.read(), path, "exec")

@@ -170,6 +170,15 @@ def dash_m_failures():
           r.stderr and kept == "precious\n",
           "a missing script: usage error, -o untouched (%d %r %r)" % (r.returncode, kept,
                                                                       r.stderr[-300:]))
+    empty = os.path.join(TMP, "no_main_dir")
+    os.makedirs(empty, exist_ok=True)
+    r = launch(["-o", keep, empty])
+    with open(keep) as f:
+        kept = f.read()
+    check(r.returncode == 2 and "__main__" in r.stderr and "Traceback" not in r.stderr and
+          kept == "precious\n",
+          "a directory without __main__: usage error, -o untouched (%d %r %r)" %
+          (r.returncode, kept, r.stderr[-300:]))
     ok = os.path.join(TMP, "ok_script.py")
     with open(ok, "w") as f:
         f.write("print('script ran')\n")
