@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,8 +96,9 @@ static void group_free(group *g) {
 
 static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
 
-/* etr_process_group as it was first released (any later field goes after these). */
-#define PROCESS_GROUP_FIRST_SIZE 56
+/* etr_process_group as it was first released, up to its last field then (any later field
+ * goes after it). */
+#define PROCESS_GROUP_FIRST_SIZE (offsetof(etr_process_group, size) + sizeof(int64_t))
 _Static_assert(sizeof(etr_process_group) >= PROCESS_GROUP_FIRST_SIZE, "structs grow only");
 
 int etr_dist_declare_group(const etr_process_group *in) {

@@ -237,6 +237,10 @@ static void seal_direct(etr_trace *tr, int sig) {
   /* A binary log needs no footer (etr convert reads any prefix); a flight recorder's file
    * holds its last dump, which a handler cannot make (it allocates). */
   if (tr->binary || tr->ring) return;
+  /* A descriptor the host writes too (/dev/stdout...): its end is not ours to place or cut
+   * (the writer's own footer goes through the shared offset; a handler's would land in the
+   * middle of the host's writes and cut the ones after). */
+  if (tr->jw.shared) return;
   int idle = ETR__IO_IDLE;
   if (!atomic_compare_exchange_strong(&tr->io_state, &idle, ETR__IO_HANDLER)) return;
   if (tr->sealed || tr->jw.err || tr->seal_node_len == 0) return;

@@ -18,6 +18,7 @@
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -285,8 +286,9 @@ static int slot_of(etr_observer_id id) {
   return (int)(idx - 1);
 }
 
-/* etr_observer_options as it was first released (any later field goes after these). */
-#define OBSERVER_OPTIONS_FIRST_SIZE 56
+/* etr_observer_options as it was first released, up to its last field then (any later
+ * field goes after it; the padding after it is not required of a caller). */
+#define OBSERVER_OPTIONS_FIRST_SIZE (offsetof(etr_observer_options, start_disabled) + sizeof(bool))
 _Static_assert(sizeof(etr_observer_options) >= OBSERVER_OPTIONS_FIRST_SIZE, "options grow only");
 
 int etr_observer_add(const etr_observer_options *in, etr_observer_id *out) {

@@ -48,6 +48,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -558,8 +559,9 @@ static bool resolve(unw *x, const char *name) {
   return true;
 }
 
-/* etr_script_unwinder as it was first released (any later field goes after these). */
-#define SCRIPT_UNWINDER_FIRST_SIZE 64
+/* etr_script_unwinder as it was first released, up to its last field then (any later field
+ * goes after it). */
+#define SCRIPT_UNWINDER_FIRST_SIZE (offsetof(etr_script_unwinder, user) + sizeof(void *))
 _Static_assert(sizeof(etr_script_unwinder) >= SCRIPT_UNWINDER_FIRST_SIZE, "structs grow only");
 
 int etr_script_unwinder_register(const etr_script_unwinder *in) {
