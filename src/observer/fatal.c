@@ -57,6 +57,23 @@ static bool g_installed[N_SIGNALS];
 /* Per signal: the host's handler returned from one and the process went on (on_fatal). */
 static _Atomic bool g_host_resolves[N_SIGNALS];
 static _Atomic(struct etr_trace *) g_fatal_trace;
+/* Handlers using g_fatal_trace's trace right now: close waits for them (etr__fatal_remove)
+ * before it closes the file and frees what they use. Not counted while the host's handler
+ * runs, which may leave by siglongjmp. The argument is the one of trace.c's "calls against
+ * close": a handler adds 1 then loads the pointer, close clears it then loads the count
+ * (seq_cst), so close sees every handler that found the trace. */
+static _Atomic int g_handlers_in;
+
+static struct etr_trace *handler_trace_take(void) {
+  atomic_fetch_add(&g_handlers_in, 1);
+  struct etr_trace *tr = atomic_load(&g_fatal_trace);
+  if (!tr) atomic_fetch_sub(&g_handlers_in, 1);
+  return tr;
+}
+
+static void handler_trace_drop(struct etr_trace *tr) {
+  if (tr) atomic_fetch_sub(&g_handlers_in, 1);
+}
 
 static int signal_index(int sig) {
   for (size_t i = 0; i < N_SIGNALS; i++)
@@ -134,7 +151,6 @@ static bool chain(int idx, int sig, siginfo_t *si, void *uc) {
 static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   int idx = signal_index(sig);
-  struct etr_trace *tr = atomic_load(&g_fatal_trace);
   bool host = idx >= 0 && calls_handler(&g_previous[idx]);
   struct sigaction at_entry; /* (what is installed now: ours, or a later handler chaining) */
   memset(&at_entry, 0, sizeof at_entry);
@@ -144,11 +160,17 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
     call_host(&g_previous[idx], sig, si, uc);
     /* The process ends as we return: finalize now. The writer's hold on the file is never
      * released (it expires by itself should the process go on after all). */
-    if (tr && ends_on_return(&g_previous[idx], &at_entry, sig, si)) etr__trace_fatal(tr, sig);
+    if (ends_on_return(&g_previous[idx], &at_entry, sig, si)) {
+      struct etr_trace *tr = handler_trace_take();
+      if (tr) etr__trace_fatal(tr, sig);
+      handler_trace_drop(tr);
+    }
     errno = saved_errno;
     return;
   }
+  struct etr_trace *tr = handler_trace_take();
   if (tr) etr__trace_fatal(tr, sig);
+  handler_trace_drop(tr);
   bool survived = idx >= 0 && chain(idx, sig, si, uc);
   /* The host's handler returned and the signal does not come again to end the process: the
    * host resolves this signal (a GC barrier, a flag), and from now on its handler runs
@@ -161,8 +183,13 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
   /* Until the signal's outcome is known, the file stays as finalized: the host's threads
    * may go on recording, and the process may die any moment (as it does when the host's
    * handler left the signal to come again to the default action). A SIGABRT handler that
-   * returned is no sign of life: abort() goes on to end the process. */
-  if (tr) etr__trace_fatal_end(tr, survived && !ends && sig != SIGABRT);
+   * returned is no sign of life: abort() goes on to end the process. The trace is the one
+   * finalized, unless it was closed meanwhile (another may be open by now). */
+  if (tr) {
+    struct etr_trace *now = handler_trace_take();
+    if (now == tr) etr__trace_fatal_end(tr, survived && !ends && sig != SIGABRT);
+    handler_trace_drop(now);
+  }
   errno = saved_errno;
 }
 
@@ -200,6 +227,12 @@ int etr__fatal_install(struct etr_trace *tr) {
 void etr__fatal_remove(struct etr_trace *tr) {
   if (atomic_load(&g_fatal_trace) != tr) return;
   atomic_store(&g_fatal_trace, NULL);
+  /* Handlers that found the trace finish with it first (bounded: one waits at most
+   * FATAL_WAIT_MS for the writer, which close has not stopped yet). */
+  for (int i = 0; i < 50000 && atomic_load(&g_handlers_in) > 0; i++) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
   for (size_t i = 0; i < N_SIGNALS; i++) {
     if (!g_installed[i]) continue;
     g_installed[i] = false;
