@@ -11,6 +11,7 @@
 #include "etr/dist.h"
 #include "etr/record.h"
 #include "observer/internal.h"
+#include "observer/registry.h"
 
 /* The recorder cuts String values here (docs/FORMAT.md); a longer list would not parse. */
 #define STRING_CUT 8192
@@ -79,12 +80,14 @@ int64_t etr_dist_world_size(void) {
 
 int etr_dist_set_rank(int64_t rank, int64_t world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) return ETR_EINVAL;
+  etr__thread *q = etr__quiet_self(); /* (the lock: registry.h, ETR__QUIET_CALL) */
   pthread_mutex_lock(&g_lock);
   g_env_read = true;
   g_rank = rank;
   g_world = world_size;
   pthread_mutex_unlock(&g_lock);
-  return etr_dist_record_groups();
+  etr__quiet_scope_end(&q);
+  return etr_dist_record_groups(); /* (not quiet: it records the groups' node) */
 }
 
 static void group_free(group *g) {
@@ -101,7 +104,9 @@ static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
 #define PROCESS_GROUP_FIRST_SIZE (offsetof(etr_process_group, size) + sizeof(int64_t))
 _Static_assert(sizeof(etr_process_group) >= PROCESS_GROUP_FIRST_SIZE, "structs grow only");
 
-int etr_dist_declare_group(const etr_process_group *in) {
+/* etr_dist_declare_group but the node: quiet, as it allocates and locks. */
+static int declare_group(const etr_process_group *in) {
+  ETR__QUIET_CALL();
   etr_process_group pgo = ETR_PROCESS_GROUP_INIT;
   if (!in || !etr__options_in(&pgo, sizeof pgo, in, PROCESS_GROUP_FIRST_SIZE)) return ETR_EINVAL;
   const etr_process_group *pg = &pgo;
@@ -143,11 +148,13 @@ int etr_dist_declare_group(const etr_process_group *in) {
     if (rc == 0) g_groups[g_n++] = g;
   }
   pthread_mutex_unlock(&g_lock);
-  if (rc != 0) {
-    group_free(&g);
-    return rc;
-  }
-  return etr_dist_record_groups();
+  if (rc != 0) group_free(&g);
+  return rc;
+}
+
+int etr_dist_declare_group(const etr_process_group *in) {
+  int rc = declare_group(in);
+  return rc != 0 ? rc : etr_dist_record_groups(); /* (not quiet: it records the node) */
 }
 
 /* g's member count and this process's rank in it (-1: not a member). */
@@ -298,11 +305,13 @@ int etr_dist_record_groups(void) {
   if (!etr_record_is_active(&rec)) return 0; /* nobody observes: nothing to build */
   /* Measured and written under one lock hold: a group declared meanwhile by another thread
    * cannot make the text outgrow its buffer (a cut list would not parse). */
+  etr__thread *q = etr__quiet_self(); /* (the lock and malloc: registry.h, ETR__QUIET_CALL) */
   pthread_mutex_lock(&g_lock);
   size_t n = groups_json_locked(NULL, 0);
   char *json = malloc(n + 1);
   if (json) groups_json_locked(json, n + 1);
   pthread_mutex_unlock(&g_lock);
+  etr__quiet_scope_end(&q);
   if (!json) return ETR_ENOMEM; /* rec was never begun: nothing to end */
   if (n > STRING_CUT)
     etr__log(ETR_LOG_WARN, "the process-group list (%zu bytes) is cut at %d bytes in the trace", n,

@@ -27,6 +27,7 @@
 
 #include "etr/value.h"
 #include "observer/internal.h"
+#include "observer/registry.h"
 
 #define BLOCK_BYTES (64u * 1024u)
 #define MAX_BLOCKS 64u /* 4 MiB of copies in all; past that, etr_intern returns NULL */
@@ -88,6 +89,7 @@ static char *room_locked(size_t n) {
 }
 
 const char *etr_intern(const char *s) {
+  ETR__QUIET_CALL();
   if (!s) return NULL;
   size_t n = strnlen(s, ETR_INTERN_MAX + 1);
   if (n > ETR_INTERN_MAX) return NULL;

@@ -151,6 +151,7 @@ uint64_t etr_thread_id(void) {
 }
 
 int etr_thread_set_name(const char *name) {
+  ETR__QUIET_CALL();
   etr__thread *t = etr__thread_self();
   if (!t) return ETR_ESTATE;
   size_t n = name ? strlen(name) : 0;
@@ -292,6 +293,7 @@ static int slot_of(etr_observer_id id) {
 _Static_assert(sizeof(etr_observer_options) >= OBSERVER_OPTIONS_FIRST_SIZE, "options grow only");
 
 int etr_observer_add(const etr_observer_options *in, etr_observer_id *out) {
+  ETR__QUIET_CALL();
   etr_observer_options o = ETR_OBSERVER_OPTIONS_INIT;
   if (!in || !out || !etr__options_in(&o, sizeof o, in, OBSERVER_OPTIONS_FIRST_SIZE))
     return ETR_EINVAL;
@@ -384,6 +386,7 @@ void etr__observer_drop_in_child(uint64_t id) {
 }
 
 int etr_observer_remove(etr_observer_id id) {
+  ETR__QUIET_CALL();
   pthread_mutex_lock(&reg_lock);
   int i = slot_of(id);
   if (i < 0) {

@@ -86,6 +86,23 @@ static inline void etr__quiet_leave(etr__thread *t) {
   t->in_callback--;
 }
 
+/* The host's calls into etr that take a lock or allocate (open, close, enable, disable,
+ * set_traceback, stats, intern, the observer and dist calls) begin with ETR__QUIET_CALL():
+ * the calling thread is quiet (above) until the call returns, whatever path it returns by,
+ * so that a signal handler that records while it interrupted one never waits for a lock or
+ * for malloc's lock its own thread holds. */
+static inline etr__thread *etr__quiet_self(void) {
+  etr__thread *t = etr__thread_self();
+  if (t) etr__quiet_enter(t);
+  return t;
+}
+static inline void etr__quiet_scope_end(etr__thread **t) {
+  if (*t) etr__quiet_leave(*t);
+}
+#define ETR__QUIET_CALL()                                                            \
+  etr__thread *etr__quiet_t __attribute__((cleanup(etr__quiet_scope_end), unused)) = \
+      etr__quiet_self()
+
 /* Wait until no thread other than the caller has any of `mask` in hazard_slots. */
 void etr__wait_slots(uint64_t mask);
 /* Wait until no thread other than the caller is inside an object-id map operation. */

@@ -292,6 +292,7 @@ static int dup_for_writing(int fd) {
 
 static void *writer_entry(void *arg); /* (the writer thread's start) */
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
+  ETR__QUIET_CALL();
   int cancel = etr__cancel_off();
   int rc = trace_open(path, opt, out);
   etr__cancel_restore(cancel);
@@ -537,6 +538,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
 }
 
 int etr_trace_enable(etr_trace *tr) {
+  ETR__QUIET_CALL();
   int rc = etr__trace_call_enter(tr);
   if (rc != 0) return rc;
   if (atomic_load(&tr->failed)) {
@@ -551,6 +553,7 @@ int etr_trace_enable(etr_trace *tr) {
 }
 
 int etr_trace_disable(etr_trace *tr) {
+  ETR__QUIET_CALL();
   if (!etr__trace_usable(tr)) return etr__trace_unusable(tr);
   REFUSE_IN_HANDLER();
   int rc = etr__trace_call_enter(tr);
@@ -698,6 +701,7 @@ static bool join_writer(etr_trace *tr) {
 
 static int trace_close(etr_trace *tr, etr_trace_stats *out);
 int etr_trace_close_stats(etr_trace *tr, etr_trace_stats *out) {
+  ETR__QUIET_CALL();
   int cancel = etr__cancel_off();
   int rc = trace_close(tr, out);
   etr__cancel_restore(cancel);
@@ -713,9 +717,15 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
     return ETR_ESTATE;
   }
   if (tr->pid != getpid()) {
-    /* A forked child: the file and the writer are the parent's. Free quietly. */
+    /* A forked child: the file and the writer are the parent's. Free quietly, unless the
+     * parent was closing it when it forked: then part of it is freed already (the fork
+     * handlers take none of its locks once close has let it go), and what is left stays. */
     if (g_forked_trace == tr) g_forked_trace = NULL;
     if (g_env_trace == tr) g_env_trace = NULL;
+    if (atomic_load(&tr->closing)) {
+      pthread_mutex_unlock(&g_lock);
+      return ETR_EFORKED;
+    }
     trace_free(tr, true);
     entomb_locked(tr);
     pthread_mutex_unlock(&g_lock);
@@ -866,6 +876,7 @@ void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
 }
 
 int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {
+  ETR__QUIET_CALL();
   if (!tr || !out) return ETR_EINVAL;
   etr_trace_stats s;
   /* Counted as a call, refused only once close has the final counters (calls against

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "observer/registry.h"
 #include "observer/trace_internal.h"
 
 /* etr 0.1.0's etr_trace_options held its traceback options by value in the middle (104
@@ -81,6 +82,7 @@ int etr__trace_tb_configure(etr_trace *tr, const etr_traceback_options *in) {
 }
 
 int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
+  ETR__QUIET_CALL();
   int rc = etr__trace_call_enter(tr); /* (close frees tb_mutex and the configurations) */
   if (rc != 0) return rc;
   rc = opt ? etr__trace_tb_configure(tr, opt) : ETR_EINVAL;

@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "observer/internal.h"
+#include "observer/registry.h"
 #include "unwind/script.h"
 #include "unwind/unwind.h"
 
@@ -565,6 +566,7 @@ static bool resolve(unw *x, const char *name) {
 _Static_assert(sizeof(etr_script_unwinder) >= SCRIPT_UNWINDER_FIRST_SIZE, "structs grow only");
 
 int etr_script_unwinder_register(const etr_script_unwinder *in) {
+  ETR__QUIET_CALL();
   etr_script_unwinder uo = ETR_SCRIPT_UNWINDER_INIT;
   if (!in || !etr__options_in(&uo, sizeof uo, in, SCRIPT_UNWINDER_FIRST_SIZE)) return ETR_EINVAL;
   const etr_script_unwinder *u = &uo;
@@ -599,6 +601,7 @@ int etr_script_unwinder_register(const etr_script_unwinder *in) {
 }
 
 int etr_script_unwinder_unregister(void) {
+  ETR__QUIET_CALL();
   tstate *self = tls_ts;
   if (self && self->busy) return ETR_EBUSY; /* from inside one of the unwinder's callbacks */
   pthread_mutex_lock(&ctl_lock);

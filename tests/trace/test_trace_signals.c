@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -614,6 +615,78 @@ static void test_records_with_tracebacks_from_a_signal_handler(void **state) {
   records_from_a_signal_handler(SIG_ROUNDS / 2, true);
 }
 
+/* A profiler's timer handler that records, on a thread busy with etr's control calls (the
+ * only thread: the handler can interrupt nothing else). Before, it deadlocked in round 0:
+ * on the trace's thread list inside etr_trace_disable, on malloc's lock inside
+ * etr_trace_set_traceback and etr_intern (the record's first op in a trace allocates). Now
+ * the host's calls into etr make the thread quiet: such records are not observed. In a
+ * child, so that a hang fails the test instead of stopping it. */
+static volatile sig_atomic_t ctl_samples;
+
+static void ctl_on_alarm(int sig) {
+  (void)sig;
+  etr_record r;
+  etr_record_init(&r, "profiler::sample", ETR_SCOPE_USER_SCOPE);
+  etr_record_begin(&r);
+  etr_record_end(&r);
+  ctl_samples++;
+}
+
+static int control_calls_under_a_timer(const char *path) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = ctl_on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGALRM, &sa, NULL) != 0) return 2;
+  struct itimerval it = {{0, 20}, {0, 20}};
+  if (setitimer(ITIMER_REAL, &it, NULL) != 0) return 2;
+  for (int round = 0; round < 40; round++) {
+    etr_trace *t;
+    if (etr_trace_open(path, NULL, &t) != 0 || etr_trace_enable(t) != 0) return 3;
+    for (int k = 0; k < 50; k++) {
+      etr_trace_disable(t);
+      etr_trace_enable(t);
+      etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+      tb.enabled = true;
+      tb.pattern = "aten::*";
+      etr_trace_set_traceback(t, &tb);
+      char b[64];
+      snprintf(b, sizeof b, "interned-%d-%d", round, k);
+      etr_intern(b);
+      etr_trace_stats st;
+      memset(&st, 0, sizeof st);
+      etr_trace_stats_get(t, &st);
+    }
+    if (etr_trace_close(t) != 0) return 4;
+  }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  return ctl_samples > 0 ? 0 : 5;
+}
+
+static void test_records_from_a_handler_during_control_calls(void **state) {
+  (void)state;
+  char dir[256], path[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ctl.json", dir);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(control_calls_under_a_timer(path));
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 6000 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++) tu_sleep_us(10000);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    fail_msg("the child hung (60 s): a record from the timer's handler waited on its thread");
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("the child: status 0x%x (2 set-up, 3 open, 4 close, 5 no sample)", status);
+  tu_assert_valid(ETR_TOOL, path);
+  tu_rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_host_flags_and_mask_kept, tu_cleanup),
@@ -627,6 +700,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_writer_blocks_signals, tu_cleanup),
       cmocka_unit_test_teardown(test_records_from_a_signal_handler, tu_cleanup),
       cmocka_unit_test_teardown(test_records_with_tracebacks_from_a_signal_handler, tu_cleanup),
+      cmocka_unit_test(test_records_from_a_handler_during_control_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
