@@ -96,6 +96,20 @@ static bool same_handler(const struct sigaction *a, const struct sigaction *b) {
 
 static void on_fatal(int sig, siginfo_t *si, void *uc);
 
+/* Per signal: the host's handler was installed with SA_RESETHAND (one-shot). Ours is not
+ * (it would be one-shot too: the next such signal would go to the default action without
+ * being finalized), so the host's is spent here instead: from its first call on, the
+ * previous action is the default one, as it would have been without us. */
+static bool g_oneshot[N_SIGNALS];
+static _Atomic bool g_spent[N_SIGNALS];
+static const struct sigaction g_default_action; /* (zero: SIG_DFL, no flags) */
+
+/* What was installed before ours, as it stands now. */
+static const struct sigaction *previous(int idx) {
+  return atomic_load_explicit(&g_spent[idx], memory_order_relaxed) ? &g_default_action
+                                                                   : &g_previous[idx];
+}
+
 static void call_host(const struct sigaction *prev, int sig, siginfo_t *si, void *uc) {
   if (prev->sa_flags & SA_SIGINFO)
     prev->sa_sigaction(sig, si, uc);
@@ -128,8 +142,9 @@ static bool ends_on_return(const struct sigaction *prev, const struct sigaction 
 /* Hand the signal on as if we had never been there. Returns false when the default action
  * follows (the process ends), true when a handler of the host's returned. */
 static bool chain(int idx, int sig, siginfo_t *si, void *uc) {
-  const struct sigaction *prev = &g_previous[idx];
+  const struct sigaction *prev = previous(idx);
   if (calls_handler(prev)) {
+    if (g_oneshot[idx]) atomic_store_explicit(&g_spent[idx], true, memory_order_relaxed);
     call_host(prev, sig, si, uc);
     return true;
   }
@@ -151,12 +166,13 @@ static bool chain(int idx, int sig, siginfo_t *si, void *uc) {
 static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   int idx = signal_index(sig);
-  bool host = idx >= 0 && calls_handler(&g_previous[idx]);
+  bool host = idx >= 0 && calls_handler(previous(idx));
   struct sigaction at_entry; /* (what is installed now: ours, or a later handler chaining) */
   memset(&at_entry, 0, sizeof at_entry);
   if (host) sigaction(sig, NULL, &at_entry);
   if (host && atomic_load_explicit(&g_host_resolves[idx], memory_order_relaxed)) {
     /* The host's handler first: a signal it resolves costs nothing and touches no file. */
+    if (g_oneshot[idx]) atomic_store_explicit(&g_spent[idx], true, memory_order_relaxed);
     call_host(&g_previous[idx], sig, si, uc);
     /* The process ends as we return: finalize now. The writer's hold on the file is never
      * released (it expires by itself should the process go on after all). */
@@ -204,9 +220,12 @@ int etr__fatal_install(struct etr_trace *tr) {
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fatal;
     bool host = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL;
+    atomic_store(&g_spent[i], false);
+    g_oneshot[i] = host && (cur.sa_flags & SA_RESETHAND);
     if (host) {
-      /* The host's flags and mask, as if its handler were still the one installed. */
-      sa.sa_flags = cur.sa_flags | SA_SIGINFO;
+      /* The host's flags and mask, as if its handler were still the one installed; not
+       * SA_RESETHAND, which the handler emulates (g_oneshot). */
+      sa.sa_flags = (cur.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
       sa.sa_mask = cur.sa_mask;
     } else {
       /* The default action ends the process: nothing of the host's to keep. */
@@ -241,7 +260,7 @@ void etr__fatal_remove(struct etr_trace *tr) {
     struct sigaction cur;
     if (sigaction(k_signals[i], NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
         cur.sa_sigaction == on_fatal)
-      sigaction(k_signals[i], &g_previous[i], NULL);
+      sigaction(k_signals[i], previous((int)i), NULL); /* (a spent one-shot: the default) */
   }
 }
 

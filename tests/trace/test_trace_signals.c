@@ -615,6 +615,60 @@ static void test_records_with_tracebacks_from_a_signal_handler(void **state) {
   records_from_a_signal_handler(SIG_ROUNDS / 2, true);
 }
 
+/* A host handler installed with SA_RESETHAND (one-shot, sysv_signal's kind): its first
+ * SIGINT is the host's, the second ends the process, and the file is finalized then. Before,
+ * etr's handler took the host's flags, SA_RESETHAND included: the kernel reset it with the
+ * first signal, and the second went to the default action unfinalized. In a child. */
+static volatile sig_atomic_t oneshot_calls;
+
+static void oneshot_host(int sig) {
+  (void)sig;
+  oneshot_calls++;
+}
+
+static int oneshot_child(const char *path) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = oneshot_host;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGINT, &sa, NULL) != 0) return 2;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.fatal_signals = true;
+  etr_trace *t;
+  if (etr_trace_open(path, &opt, &t) != 0 || etr_trace_enable(t) != 0) return 3;
+  for (int i = 0; i < 10; i++) tu_op("before_int", NULL, 0, NULL, 0);
+  raise(SIGINT); /* the host's, once */
+  if (oneshot_calls != 1) return 4;
+  for (int i = 0; i < 10; i++) tu_op("after_int", NULL, 0, NULL, 0);
+  raise(SIGINT); /* the default action now: the process ends here */
+  return 5;
+}
+
+static void test_oneshot_host_handler(void **state) {
+  (void)state;
+  char dir[256], path[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/oneshot.json", dir);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(oneshot_child(path));
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGINT)
+    fail_msg(
+        "the child: status 0x%x, expected death by SIGINT (exit 4: the host's handler "
+        "was not called once, 5: the second SIGINT did not end it)",
+        status);
+  tu_trace t;
+  tu_load_path(&t, path); /* (fails on a file without its end) */
+  assert_int_equal(tu_count(&t, "after_int"), 10);
+  json_t *sig = json_object_get(json_object_get(t.root, "etr"), "signal");
+  assert_true(json_is_integer(sig) && json_integer_value(sig) == SIGINT);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
 /* A profiler's timer handler that records, on a thread busy with etr's control calls (the
  * only thread: the handler can interrupt nothing else). Before, it deadlocked in round 0:
  * on the trace's thread list inside etr_trace_disable, on malloc's lock inside
@@ -704,6 +758,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_records_from_a_signal_handler, tu_cleanup),
       cmocka_unit_test_teardown(test_records_with_tracebacks_from_a_signal_handler, tu_cleanup),
       cmocka_unit_test(test_records_from_a_handler_during_control_calls),
+      cmocka_unit_test(test_oneshot_host_handler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
