@@ -126,7 +126,8 @@ ETR_API int etr_trace_dump(etr_trace *trace);
  * whose children were written and it was not gets a placeholder node), ETR_EIO after a
  * write error or a stalled output (the file is a prefix etr repair completes), else 0.
  * NULL is a no-op. In a forked child it frees the trace without writing and returns
- * ETR_EFORKED.
+ * ETR_EFORKED (if the parent was closing it at the fork, it frees nothing: part of it was
+ * freed already).
  *
  * Other threads may go on calling the trace's functions while it closes. From the moment
  * close begins, new calls return ETR_ESTATE (etr_trace_stats_get: the live counters, then
