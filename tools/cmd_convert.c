@@ -270,7 +270,7 @@ int cmd_convert(int argc, char **argv) {
                                  : "corrupt data");
     res.stop_reason = why;
   }
-  if (!res.complete || res.signal) {
+  if (!res.complete || res.signal || res.nodes_lost) {
     /* Completed as a cut JSON trace is: etr repair, into a second temporary file. Its report
      * goes where ours goes (never into a trace written on stdout). */
     int t2 = temp_in(regular_out ? out : NULL, tmp2, sizeof tmp2);
@@ -281,11 +281,18 @@ int cmd_convert(int argc, char **argv) {
       goto done;
     }
     close(t2);
-    if (res.complete)
+    if (res.complete && res.signal)
       fprintf(say,
               "%s: finalized at signal %d, %llu events; ops open then are completed as etr "
               "repair does:\n",
               from_stdin ? "<stdin>" : path, res.signal, (unsigned long long)res.events);
+    else if (res.complete)
+      fprintf(say,
+              "%s: the recorder lost %llu node(s) (nodes_dropped: memory ran out, or a write "
+              "error), %llu events; parents their children name are completed as etr repair "
+              "does:\n",
+              from_stdin ? "<stdin>" : path, (unsigned long long)res.nodes_lost,
+              (unsigned long long)res.events);
     else
       fprintf(say,
               "%s: cut short after %llu complete events (%s; %llu bytes after them "

@@ -115,6 +115,8 @@ typedef struct etr__bin_result {
   uint64_t tracebacks_damaged; /* events naming a traceback index no log could give them
                                   (past the next new one): written without a traceback */
   int signal;                  /* the trailer's: finalized at this fatal signal (ops were open) */
+  uint64_t nodes_lost;         /* the trailer's nodes_dropped: nodes the recorder lost (memory
+                                  ran out, a write error), whose children may name them */
   const char *stop_reason;     /* why the input ended early (NULL when complete) */
   char error[256];             /* why the conversion failed (return -1) */
 } etr__bin_result;

@@ -372,6 +372,7 @@ static int convert_trailer(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
     /* Strings are made valid here, not when recorded: the JSON writer's own counts. */
     if (strcmp(s[i].name, "utf8_replaced") == 0) st[i].value = tr->jw.replaced;
     if (strcmp(s[i].name, "values_fixed") == 0) st[i].value = tr->jw.fixed;
+    if (strcmp(s[i].name, "nodes_dropped") == 0) res->nodes_lost = s[i].value;
   }
   const char *tables = (const char *)p + sizeof t + t.n_stats * sizeof *s;
   etr__emit_held(tr);
