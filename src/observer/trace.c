@@ -80,65 +80,12 @@ static void object_died(bool tensor, const void *p) {
 void etr__tensor_died(const void *impl) { object_died(true, impl); }
 void etr__storage_died(const void *storage) { object_died(false, storage); }
 
-/* ---- calls against close ----
- *
- * Any thread may call flush, dump, disable, enable, is_enabled, set_traceback or stats_get on
- * a handle while another closes it. Each of those counts itself in tr->calls for as long as
- * it uses the trace's locks or memory, and close frees them only once the count is back to 0.
- * New calls are refused (ETR_ESTATE) once close has set tr->closing, stats_get's copy of the
- * live counters once close has set tr->closed (it then copies final_stats). Close sets the
- * mark, stops the writer (a flush waiting for it is woken and returns), then waits.
- *
- * Why a call that close does not wait for never touches the trace: the counter and the marks
- * are seq_cst atomics, so their operations have one total order. A call adds 1, then loads the
- * mark; close stores the mark, then loads the count. If the call's load comes after close's
- * store, it sees the mark (never cleared) and leaves at once. Otherwise its increment came
- * before close's store, hence before every load of the count close makes after it: close sees
- * the call until its decrement, which comes after the call's last use of the trace. The
- * counter and the marks are in the handle, which outlives the trace (a tombstone).
- *
- * Close waits by polling, not on a condition variable: leaving takes no lock (a signal
- * handler's or a forked child's view of it never blocks), and the calls it waits for are
- * short once the writer is stopped. t_calls counts this thread's calls in progress: close (or
- * flush, dump, disable) from a signal handler that interrupted one of them would wait for
- * itself; they return ETR_EBUSY. */
-static _Thread_local uint32_t t_calls __attribute__((tls_model("initial-exec")));
-
-int etr__trace_call_enter(const etr_trace *ctr) {
-  if (!etr__trace_usable(ctr)) return etr__trace_unusable(ctr);
-  etr_trace *tr = (etr_trace *)ctr; /* (the handle is never const: only its counters change) */
-  atomic_fetch_add(&tr->calls, 1);
-  if (atomic_load(&tr->closing)) {
-    atomic_fetch_sub(&tr->calls, 1);
-    return ETR_ESTATE;
-  }
-  t_calls++;
-  return 0;
-}
-
-void etr__trace_call_leave(const etr_trace *ctr) {
-  t_calls--;
-  atomic_fetch_sub(&((etr_trace *)ctr)->calls, 1);
-}
-
-/* Until no call uses tr (close, after it set tr->closing and tr->closed). */
-static void wait_calls(etr_trace *tr) {
-  for (unsigned spins = 0; atomic_load(&tr->calls) != 0; spins++) {
-    if (spins < 64) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, 100000}; /* 0.1 ms */
-      nanosleep(&ts, NULL);
-    }
-  }
-}
-
 /* A host's signal handler that interrupted this thread inside etr's wait for the writer, or
  * inside a call on the trace: close, flush, dump and disable would wait on what it
  * interrupted (they are not async-signal-safe); they return ETR_EBUSY instead. */
-#define REFUSE_IN_HANDLER()                                      \
-  do {                                                           \
-    if (etr__thread_waiting() || t_calls != 0) return ETR_EBUSY; \
+#define REFUSE_IN_HANDLER()                                              \
+  do {                                                                   \
+    if (etr__thread_waiting() || etr__trace_in_call()) return ETR_EBUSY; \
   } while (0)
 
 /* ---- life cycle ---- */
@@ -249,47 +196,6 @@ static void install_hooks(void) {
 
 static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out);
 
-/* The number at p when p holds only digits (at most 9), else -1. */
-static int whole_number(const char *p) {
-  int n = 0, k = 0;
-  for (; p[k] >= '0' && p[k] <= '9' && k < 9; k++) n = n * 10 + (p[k] - '0');
-  return k && !p[k] ? n : -1;
-}
-
-/* The descriptor of this process that path names: /dev/stdin, /dev/stdout, /dev/stderr,
- * /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N, /proc/<our pid>/fd/N; else -1 (a
- * path of another process's descriptor is opened as any file). */
-static int own_descriptor(const char *path) {
-  static const char *const std[] = {"/dev/stdin", "/dev/stdout", "/dev/stderr"};
-  for (int i = 0; i < 3; i++)
-    if (!strcmp(path, std[i])) return i;
-  static const char *const dirs[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
-  for (int i = 0; i < 3; i++)
-    if (!strncmp(path, dirs[i], strlen(dirs[i]))) return whole_number(path + strlen(dirs[i]));
-  if (strncmp(path, "/proc/", 6) != 0) return -1;
-  const char *fd = strstr(path + 6, "/fd/");
-  char pid[16];
-  size_t n = fd ? (size_t)(fd - (path + 6)) : 0;
-  if (!n || n >= sizeof pid) return -1;
-  memcpy(pid, path + 6, n);
-  pid[n] = '\0';
-  return whole_number(pid) == (int)getpid() ? whole_number(fd + 4) : -1;
-}
-
-/* A descriptor of this process to write through: a duplicate of fd (close-on-exec), which
- * shares its open file description, so its offset (the host's output and ours follow each
- * other, as a shell's `> file` or `2>&1` makes them) and its flags. -1 with errno when fd is
- * not open for writing. */
-static int dup_for_writing(int fd) {
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0) return -1;
-  if ((fl & O_ACCMODE) == O_RDONLY) {
-    errno = EBADF;
-    return -1;
-  }
-  return fcntl(fd, F_DUPFD_CLOEXEC, 3);
-}
-
 static void *writer_entry(void *arg); /* (the writer thread's start) */
 int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
   ETR__QUIET_CALL();
@@ -389,7 +295,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
    * trace's bytes (stdout redirected to a file). */
   bool stream_path = !strncmp(path, "/dev/std", 8) || !strncmp(path, "/dev/fd/", 8) ||
                      (!strncmp(path, "/proc/", 6) && strstr(path, "/fd/") != NULL);
-  int own_fd = stream_path ? own_descriptor(path) : -1;
+  int own_fd = stream_path ? etr__own_descriptor(path) : -1;
   if (rc == 0 && !tr->binary && !tr->ring && !stream_path) {
     /* path.tables: the traceback tables as they grow (writer_thread.c). One left by an
      * earlier run that was cut short would be taken for this trace's: removed now. */
@@ -404,7 +310,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     /* (not truncated yet: a regular file another process writes is left to it, below) */
     tr->fd =
         own_fd >= 0
-            ? dup_for_writing(own_fd)
+            ? etr__dup_for_writing(own_fd)
             : open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (stream_path ? O_APPEND : 0),
                    0644);
     struct stat st;
@@ -763,7 +669,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
      * close is done with it. */
     etr__trace_collect_stats(tr, &tr->final_stats);
     tr->closed = true;
-    wait_calls(tr); /* (before the writer may free the trace) */
+    etr__trace_wait_calls(tr); /* (before the writer may free the trace) */
     if (out) etr_trace_stats_get(tr, out);
     pthread_mutex_lock(&g_lock);
     tr->abandoned_next = g_abandoned;
@@ -797,8 +703,8 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
     if (rc == 0) unlink(tr->tables_path);
   }
   etr__trace_collect_stats(tr, &tr->final_stats);
-  tr->closed = true; /* (stats_get copies final_stats from here on) */
-  wait_calls(tr);    /* the calls that began before closing (the writer's stop woke them) */
+  tr->closed = true;         /* (stats_get copies final_stats from here on) */
+  etr__trace_wait_calls(tr); /* the calls that began before closing (the writer's stop woke them) */
   if (out) etr_trace_stats_get(tr, out);
   trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
@@ -836,64 +742,6 @@ bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned l
 void etr__trace_shutdown(void) {
   etr_trace *tr = __atomic_load_n(&g_trace, __ATOMIC_ACQUIRE);
   if (tr && tr->pid == getpid()) etr_trace_close(tr);
-}
-
-void etr__trace_collect_stats(const etr_trace *tr, etr_trace_stats *s) {
-  memset(s, 0, sizeof *s);
-  s->struct_size = sizeof *s;
-  /* The list is walked without threads_mutex (prepended with release stores, never
-   * shortened while the trace is open): the writer calls this at a fatal signal, when the
-   * thread that crashed may hold that lock. */
-  for (etr__tstate *ts = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); ts; ts = ts->next) {
-    s->ops_recorded += atomic_load_explicit(&ts->ops_recorded, memory_order_relaxed);
-    s->ends_without_begin += atomic_load_explicit(&ts->ends_without_begin, memory_order_relaxed);
-    s->ends_out_of_order += atomic_load_explicit(&ts->ends_out_of_order, memory_order_relaxed);
-    s->strings_cut += atomic_load_explicit(&ts->strings_cut, memory_order_relaxed);
-    s->lists_cut += atomic_load_explicit(&ts->lists_cut, memory_order_relaxed);
-    s->nesting_cut += atomic_load_explicit(&ts->nesting_cut, memory_order_relaxed);
-    s->nodes_dropped += atomic_load_explicit(&ts->nodes_dropped, memory_order_relaxed);
-    s->objects += atomic_load_explicit(&ts->objects, memory_order_relaxed);
-    s->tracebacks += atomic_load_explicit(&ts->tracebacks, memory_order_relaxed);
-    s->ops_abandoned += atomic_load_explicit(&ts->ops_abandoned, memory_order_relaxed);
-  }
-  s->nodes_written = atomic_load(&tr->nodes_written);
-  s->bytes_written = atomic_load(&tr->bytes_written);
-  s->threads = atomic_load(&tr->threads_count);
-  s->ids_retired = atomic_load(&tr->ids_retired);
-  s->utf8_replaced = atomic_load(&tr->utf8_replaced);
-  s->values_fixed = atomic_load(&tr->values_fixed);
-  s->ends_cross_thread = atomic_load(&etr__ends_cross_thread) - tr->cross_ends_at_open;
-  s->ops_open_at_disable = atomic_load(&tr->ops_open_at_disable);
-  s->ops_open_at_thread_exit = atomic_load(&tr->ops_open_at_thread_exit);
-  s->ops_open_at_close = atomic_load(&tr->ops_open_at_close);
-  s->nodes_dropped += atomic_load(&tr->nodes_dropped_writer);
-  s->buffer_waits = atomic_load(&tr->buffer_waits);
-  s->write_error = atomic_load(&tr->write_error);
-  s->tracebacks_unique = atomic_load(&tr->tb_unique);
-  s->frames_unique = atomic_load(&tr->tb_frames);
-  s->tracebacks_cut = atomic_load(&tr->tb_cut);
-  s->ring_dropped = atomic_load(&tr->ring_dropped);
-}
-
-int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {
-  ETR__QUIET_CALL();
-  if (!tr || !out) return ETR_EINVAL;
-  etr_trace_stats s;
-  /* Counted as a call, refused only once close has the final counters (calls against
-   * close): the live ones are read from memory close frees. */
-  _Atomic uint32_t *calls = &((etr_trace *)tr)->calls;
-  t_calls++;
-  atomic_fetch_add(calls, 1);
-  if (tr->closed)
-    s = tr->final_stats;
-  else
-    etr__trace_collect_stats(tr, &s);
-  atomic_fetch_sub(calls, 1);
-  t_calls--;
-  size_t n = out->struct_size == 0 || out->struct_size > sizeof s ? sizeof s : out->struct_size;
-  memcpy(out, &s, n);
-  out->struct_size = n;
-  return 0;
 }
 
 /* ---- fork ---- */

@@ -1,7 +1,11 @@
 /* What a trace is told (trace.c opens it): its options, read in this library's layout or in
- * etr 0.1.0's, and its traceback configuration, which can change while it records. */
+ * etr 0.1.0's, its traceback configuration, which can change while it records, and the
+ * paths that name one of this process's descriptors. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "observer/registry.h"
 #include "observer/trace_internal.h"
@@ -88,4 +92,47 @@ int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
   rc = opt ? etr__trace_tb_configure(tr, opt) : ETR_EINVAL;
   etr__trace_call_leave(tr);
   return rc;
+}
+
+/* ---- paths that name a descriptor (etr_trace_open) ---- */
+
+/* The number at p when p holds only digits (at most 9), else -1. */
+static int whole_number(const char *p) {
+  int n = 0, k = 0;
+  for (; p[k] >= '0' && p[k] <= '9' && k < 9; k++) n = n * 10 + (p[k] - '0');
+  return k && !p[k] ? n : -1;
+}
+
+/* The descriptor of this process that path names: /dev/stdin, /dev/stdout, /dev/stderr,
+ * /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N, /proc/<our pid>/fd/N; else -1 (a
+ * path of another process's descriptor is opened as any file). */
+int etr__own_descriptor(const char *path) {
+  static const char *const std[] = {"/dev/stdin", "/dev/stdout", "/dev/stderr"};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(path, std[i])) return i;
+  static const char *const dirs[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
+  for (int i = 0; i < 3; i++)
+    if (!strncmp(path, dirs[i], strlen(dirs[i]))) return whole_number(path + strlen(dirs[i]));
+  if (strncmp(path, "/proc/", 6) != 0) return -1;
+  const char *fd = strstr(path + 6, "/fd/");
+  char pid[16];
+  size_t n = fd ? (size_t)(fd - (path + 6)) : 0;
+  if (!n || n >= sizeof pid) return -1;
+  memcpy(pid, path + 6, n);
+  pid[n] = '\0';
+  return whole_number(pid) == (int)getpid() ? whole_number(fd + 4) : -1;
+}
+
+/* A descriptor of this process to write through: a duplicate of fd (close-on-exec), which
+ * shares its open file description, so its offset (the host's output and ours follow each
+ * other, as a shell's `> file` or `2>&1` makes them) and its flags. -1 with errno when fd is
+ * not open for writing. */
+int etr__dup_for_writing(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) return -1;
+  if ((fl & O_ACCMODE) == O_RDONLY) {
+    errno = EBADF;
+    return -1;
+  }
+  return fcntl(fd, F_DUPFD_CLOEXEC, 3);
 }

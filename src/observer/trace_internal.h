@@ -686,9 +686,14 @@ static inline int etr__trace_unusable(const struct etr_trace *tr) {
 }
 /* Around every public call that uses an open trace's locks or memory: 0 when the call may go
  * on (then etr__trace_call_leave once it is done with the trace), else the error to return
- * (ETR_ESTATE once close has begun). Lock-free; trace.c, "Calls against close". */
+ * (ETR_ESTATE once close has begun). Lock-free; trace_calls.c, "calls against close". */
 int etr__trace_call_enter(const struct etr_trace *tr);
 void etr__trace_call_leave(const struct etr_trace *tr);
+/* Whether this thread is inside such a call (a signal handler that interrupted it must not
+ * wait on the trace). */
+bool etr__trace_in_call(void);
+/* Until no call uses tr (close, after it set tr->closing and tr->closed). */
+void etr__trace_wait_calls(struct etr_trace *tr);
 
 /* ---- trace_config.c ---- */
 
@@ -701,7 +706,13 @@ void etr__trace_options_read(etr_trace_options *o, const etr_trace_options *in,
  * ETR_EINVAL for bad options, ETR_ENOMEM. */
 int etr__trace_tb_configure(struct etr_trace *tr, const etr_traceback_options *in);
 
-/* Fill a stats snapshot (trace.c). */
+/* The descriptor of this process that path names (/dev/stdout, /dev/fd/N,
+ * /proc/self/fd/N, ...), else -1; and a duplicate of it to write through (shared offset),
+ * -1 with errno when it is not open for writing. */
+int etr__own_descriptor(const char *path);
+int etr__dup_for_writing(int fd);
+
+/* Fill a stats snapshot (trace_calls.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);
 /* How many closed traces still wait for their writer, which close left behind (trace.c;
  * for tests). */
