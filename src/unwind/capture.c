@@ -357,6 +357,29 @@ typedef struct walk {
   uint64_t hits, misses;
 } walk;
 
+/* The rule for key when the module map has no module for it although the loader has one
+ * there: the map could not be brought up to date (refresh_sync gave up on a builder stuck
+ * behind the loader's lock). glibc's _dl_find_object (lock-free) gives the object's
+ * unwind tables; an FDE covering the address says it is code. Not cached (the rule cache
+ * follows the map), and the capture walks again once the map has caught up
+ * (capture_again); until then the frame is kept, not the walk cut there. 0 when the loader
+ * has nothing there either. */
+static uint32_t rule_unmapped(walk *w, uintptr_t key) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+  struct dl_find_object fo;
+  if (_dl_find_object((void *)(key - 1), &fo) != 0 || !fo.dlfo_eh_frame) return 0;
+  etr__cfi_rule cr;
+  etr__cfi_find((uintptr_t)fo.dlfo_eh_frame, key - 1, &cr);
+  if (cr.kind == ETR__CFI_NOFDE) return 0;
+  w->map_changed = true;
+  return encode_rule(&cr) | R_MAY_UNLOAD | 0x80000000u;
+#else
+  (void)w;
+  (void)key;
+  return 0;
+#endif
+}
+
 /* The rule for key (an address after the instruction of interest) when it is not cached:
  * compute it and cache it. 0 when key is not in a known executable module. */
 static ETR_NOINLINE uint32_t rule_miss(walk *w, uintptr_t key) {
@@ -370,7 +393,7 @@ static ETR_NOINLINE uint32_t rule_miss(walk *w, uintptr_t key) {
     }
   }
   const etr__modent *m = etr__modmap_exec(w->map, key - 1);
-  if (!m) return 0;
+  if (!m) return w->nested ? 0 : rule_unmapped(w, key);
   etr__cfi_rule cr;
   etr__cfi_find(m->eh_frame_hdr, key - 1, &cr);
   uint32_t rule = encode_rule(&cr) | (m->permanent ? 0 : R_MAY_UNLOAD);

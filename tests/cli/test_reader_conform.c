@@ -330,7 +330,9 @@ static void test_no_strides(void **state) {
     char a[sizeof node_ok], b[sizeof node_ok + 64];
     const char *s1 = strstr(node_ok, ", \"strides\": [[8,1]"), *e1 = strstr(s1, "]]}") + 2;
     const char *s2 = strstr(e1, ", \"strides\": []}"), *e2 = s2 + strlen(", \"strides\": []");
-    snprintf(a, sizeof a, "%.*s%.*s%s", (int)(s1 - node_ok), node_ok, (int)(s2 - e1), e1, e2);
+    int na =
+        snprintf(a, sizeof a, "%.*s%.*s%s", (int)(s1 - node_ok), node_ok, (int)(s2 - e1), e1, e2);
+    assert_true(na > 0 && (size_t)na < sizeof a);
     const char *at = strstr(a, cases[c].from);
     assert_non_null(at);
     snprintf(b, sizeof b, "%.*s%s%s", (int)(at - a), a, cases[c].to, at + strlen(cases[c].from));
