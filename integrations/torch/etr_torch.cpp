@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -456,6 +457,10 @@ struct Context final : at::ObserverContext {
   Context *next_free;
   // A c10d collective's record_param_comms child (comm.h), begun after rec and ended before
   std::unique_ptr<etr_record> comm;
+  // Exceptions in flight when the op began: more of them at its end means one left the op
+  // (PyTorch ends a record from its guard's destructor while an exception unwinds through
+  // it), and the op is ended as failed.
+  int uncaught = 0;
 
   // A context from the thread's freed ones, else a new one.
   static Context *make(ThreadState *s) {
@@ -578,6 +583,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     return nullptr;
   }
   st->note_thread();
+  ctx->uncaught = std::uncaught_exceptions();
   etr_record &r = ctx->rec;
   // (rf_id is PyTorch's handle, as its own observer writes it: Kineto's "Record function
   // id", which links a Kineto trace's events to these nodes, e.g. Chakra's trace_link)
@@ -611,9 +617,17 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
 void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   auto *ctx = static_cast<Context *>(c);
   if (!ctx) return;
+  bool failed = std::uncaught_exceptions() > ctx->uncaught;
   if (ctx->comm) {
-    etr_record_end(ctx->comm.get());
+    if (failed)
+      etr_record_end_failed(ctx->comm.get());
+    else
+      etr_record_end(ctx->comm.get());
     ctx->comm.reset();
+  }
+  if (failed) {  // (no outputs: the op returned none)
+    etr_record_end_failed(&ctx->rec);
+    return;
   }
   ThreadState *st = state();
   if (st && etr_record_needs_outputs(&ctx->rec)) {

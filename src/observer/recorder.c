@@ -209,10 +209,10 @@ uint8_t *etr__event_room_slow(etr__tstate *ts, size_t size, bool node) {
 
 /* ---- per-thread state ---- */
 
-_Atomic(etr__tstate *) *etr__tid_slot(etr_trace *tr, uint64_t tid, bool create) {
+_Atomic uintptr_t *etr__tid_slot(etr_trace *tr, uint64_t tid, bool create) {
   if (tid == 0 || tid >= (uint64_t)ETR__TID_PAGE * ETR__TID_PAGES) return NULL;
   size_t page = (size_t)(tid / ETR__TID_PAGE);
-  _Atomic(etr__tstate *) *p = __atomic_load_n(&tr->tid_pages[page], __ATOMIC_ACQUIRE);
+  _Atomic uintptr_t *p = __atomic_load_n(&tr->tid_pages[page], __ATOMIC_ACQUIRE);
   if (!p && create) {
     p = calloc(ETR__TID_PAGE, sizeof *p);
     if (!p) return NULL;
@@ -259,13 +259,14 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   ts->tid = thr->tid;
   /* (from the shared counter, like op ids: a thread node comes before its first op) */
   ts->thread_node_id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
+  atomic_store_explicit(&ts->top_id, ts->thread_node_id, memory_order_relaxed);
   if (fresh) {
     ts->stream = tr->n_streams++;
     ts->next = tr->threads;
     __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
   }
-  _Atomic(etr__tstate *) *slot = etr__tid_slot(tr, ts->tid, true);
-  if (slot) atomic_store_explicit(slot, ts, memory_order_release);
+  _Atomic uintptr_t *slot = etr__tid_slot(tr, ts->tid, true);
+  if (slot) atomic_store_explicit(slot, (uintptr_t)ts, memory_order_release);
   pthread_mutex_unlock(&tr->threads_mutex);
   atomic_fetch_add_explicit(&tr->threads_count, 1, memory_order_relaxed);
   thr->trace_state = ts;
@@ -379,7 +380,7 @@ static void finish_frame(etr__tstate *ts, uint32_t idx, int64_t end_ns, const et
     memmove(&ts->frames[idx], &ts->frames[idx + 1], (ts->depth - idx - 1) * sizeof *f);
   }
   ts->depth--;
-  atomic_store_explicit(&ts->top_id, ts->depth ? ts->frames[ts->depth - 1].id : 0,
+  atomic_store_explicit(&ts->top_id, ts->depth ? ts->frames[ts->depth - 1].id : ts->thread_node_id,
                         memory_order_relaxed);
   atomic_store_explicit(&ts->depth_pub, ts->depth, memory_order_relaxed);
 }
@@ -494,9 +495,14 @@ void etr__trace_enter(const etr_record *rec, void *user) {
   f->parent = ts->depth ? ts->frames[ts->depth - 1].id : ts->thread_node_id;
   uint64_t fw_parent = 0;
   if (rec->fw_tid) {
-    _Atomic(etr__tstate *) *slot = etr__tid_slot(tr, rec->fw_tid, false);
-    etr__tstate *fw = slot ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
-    if (fw) fw_parent = atomic_load_explicit(&fw->top_id, memory_order_relaxed);
+    /* (the forward thread's thread node when it has no op open or has exited, as
+     * PyTorch's observer writes it: the backward ops of a forward run outside any op) */
+    _Atomic uintptr_t *slot = etr__tid_slot(tr, rec->fw_tid, false);
+    uintptr_t fw = slot ? atomic_load_explicit(slot, memory_order_acquire) : 0;
+    if (fw & 1)
+      fw_parent = fw >> 1;
+    else if (fw)
+      fw_parent = atomic_load_explicit(&((etr__tstate *)fw)->top_id, memory_order_relaxed);
     flags |= ETR__EVF_FW;
   }
   const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);

@@ -220,7 +220,7 @@ typedef struct etr__tstate {
     bool match;
   } tb_names[16]; /* pattern results */
   uintptr_t *tb_ips;
-  _Atomic uint64_t top_id;    /* id of the innermost open op, for fw_parent lookups */
+  _Atomic uint64_t top_id;    /* id of the innermost open op, else the thread node's: fw_parent */
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
   /* Counters, written by the owner only (plain load+store), read by stats. */
   _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut, lists_cut,
@@ -287,10 +287,13 @@ struct etr_trace {
   bool writer_ended;                /* the writer thread is done (q_mutex) */
   bool writer_orphaned;             /* close left it behind: it frees the trace (q_mutex) */
 
-  pthread_mutex_t threads_mutex;      /* threads list and tid pages */
-  etr__tstate *threads;               /* prepended with a release store; the writer walks it */
-  etr__tstate *tstate_free;           /* states of exited threads, for new threads to reuse */
-  _Atomic(etr__tstate *) **tid_pages; /* ETR__TID_PAGES pages */
+  pthread_mutex_t threads_mutex; /* threads list and tid pages */
+  etr__tstate *threads;          /* prepended with a release store; the writer walks it */
+  etr__tstate *tstate_free;      /* states of exited threads, for new threads to reuse */
+  /* By etr thread id: the thread's state while it lives (its address), then its thread
+   * node's id once it has exited (id << 1 | 1), so that the backward ops of a forward
+   * thread that is gone still name it in fw_parent (etr__tid_slot). */
+  _Atomic uintptr_t **tid_pages; /* ETR__TID_PAGES pages */
 
   /* Queue between recorders and the writer (q_mutex). */
   pthread_mutex_t q_mutex;
@@ -646,8 +649,10 @@ void etr__trace_exit(const etr_record *rec, void *user);
 /* Write the thread's open ops (innermost first, marked incomplete) and hand its chunk over;
  * its memory is freed. The owner thread must not be inside our callbacks. */
 void etr__finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter);
-/* The slot of the state of thread tid in the trace's pages (made when create), or NULL. */
-_Atomic(etr__tstate *) *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool create);
+/* The slot of thread tid in the trace's pages (made when create), or NULL. */
+_Atomic uintptr_t *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool create);
+/* A slot's value for an exited thread whose thread node is node_id. */
+static inline uintptr_t etr__tid_exited(uint64_t node_id) { return (uintptr_t)(node_id << 1 | 1); }
 
 /* ---- writer_thread.c ---- */
 

@@ -175,6 +175,7 @@ static void test_fw_parent(void **state) {
   assert_int_equal(pthread_create(&tb, NULL, thread_b, &c), 0);
   assert_int_equal(pthread_join(ta, NULL), 0);
   assert_int_equal(pthread_join(tb, NULL), 0);
+  bw_op("bwd_after_exit", c.a_tid); /* A has exited */
   pthread_mutex_destroy(&c.mu);
   pthread_cond_destroy(&c.cv);
   tu_close_ok(&t);
@@ -189,8 +190,13 @@ static void test_fw_parent(void **state) {
   assert_int_equal(tu_attr_int(b1, "fw_tid"), (json_int_t)c.a_tid);
   assert_int_equal(tu_attr_int(b2, "fw_parent"), tu_id(fi));
   assert_int_equal(tu_attr_int(b2, "fw_tid"), (json_int_t)c.a_tid);
-  assert_int_equal(tu_attr_int(b3, "fw_parent"), 0);
+  /* A with nothing open, or gone: its thread node, as PyTorch's observer writes it */
+  json_t *tna = tu_thread_node(&t, (json_int_t)c.a_tid);
+  assert_non_null(tna);
+  assert_int_equal(tu_attr_int(b3, "fw_parent"), tu_id(tna));
   assert_int_equal(tu_attr_int(b3, "fw_tid"), (json_int_t)c.a_tid);
+  json_t *bx = tu_node(&t, "bwd_after_exit");
+  assert_int_equal(tu_attr_int(bx, "fw_parent"), tu_id(tna));
   assert_int_equal(tu_attr_int(bu, "fw_parent"), 0);
   assert_int_equal(tu_attr_int(bu, "fw_tid"), 999999);
   assert_int_equal(tu_attr_int(bn, "fw_parent"), 0);

@@ -155,6 +155,7 @@ def main():
             n_ops, n_tensors = compare(eg_nodes, json.load(f)["nodes"], label)
     dropin_edges(tool, tmp, steps)
     same_rf_ids(tool, tmp, steps)
+    failed_ops(tool, tmp)
     return finish("side by side: %d ops on 2 threads, %d tensors, identical (etr.torch.trace "
                   "and the drop-in observer)" % (n_ops, n_tensors))
 
@@ -261,6 +262,33 @@ def same_rf_ids(tool, tmp, steps):
     check(len(ours) > 100 and ours == theirs,
           "the same rf_id for the same op as PyTorch's observer: %d ops, %d the same" %
           (len(ours), sum(1 for k in ours if theirs.get(k) == ours[k])))
+
+
+def failed_ops(tool, tmp):
+    """An op an exception leaves (PyTorch ends its record while the exception unwinds) is
+    marked etr_failed, with no outputs; so are the ops it was inside of that the exception
+    left too, and nothing else (before, a failed op looked like one that returned nothing,
+    and a replay ran it again)."""
+    path = os.path.join(tmp, "failed.json")
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+    with etr.torch.trace(path):
+        a.relu()
+        try:
+            torch.nn.functional.linear(a, b)  # aten::linear > aten::matmul > aten::mm raises
+        except RuntimeError:
+            pass
+        a.sigmoid()
+    validate(tool, path)
+    with open(path) as f:
+        nodes = json.load(f)["nodes"]
+    failed = {n["name"] for n in nodes if any(x["name"] == "etr_failed" and x["value"]
+                                              for x in n.get("attrs", []))}
+    check("aten::mm" in failed and "aten::linear" in failed,
+          "the op that raised and the op it was in are marked failed: %r" % sorted(failed))
+    check(not failed & {"aten::relu", "aten::sigmoid"}, "ops that returned are not: %r" %
+          sorted(failed))
+    mm = [n for n in nodes if n["name"] == "aten::mm"]
+    check(len(mm) == 1 and not mm[0]["outputs"]["values"], "a failed op has no outputs")
 
 
 def compare(eg_nodes, et_nodes, label):
