@@ -48,23 +48,8 @@ static void usage(FILE *f) {
 
 /* ---- re-serialization of reader values ---- */
 
-static void put_double(etr__jw *w, double v) {
-  if (!isfinite(v)) { /* not valid JSON input; keep the file valid */
-    etr__jw_double(w, v);
-    return;
-  }
-  char tmp[48];
-  int n = snprintf(tmp, sizeof tmp, "%.15g", v);
-  if (strtod(tmp, NULL) != v) n = snprintf(tmp, sizeof tmp, "%.17g", v);
-  for (int i = 0; i < n; i++)
-    if (tmp[i] == ',') tmp[i] = '.';
-  /* Stay a floating-point number ("2.0", not "2"). */
-  if (strpbrk(tmp, ".eE") == NULL && n + 2 < (int)sizeof tmp) {
-    memcpy(tmp + n, ".0", 3);
-    n += 2;
-  }
-  etr__jw_raw(w, tmp, (size_t)n);
-}
+/* (a whole number stays a floating-point one: "2.0", not "2") */
+static void put_double(etr__jw *w, double v) { etr__jw_double(w, v); }
 
 static void put_val(etr__jw *w, const rd_jval *v) {
   switch (v->kind) {

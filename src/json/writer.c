@@ -370,6 +370,12 @@ void etr__jw_double(etr__jw *w, double v) {
   /* The C locale is assumed by JSON; a ',' decimal separator would break the file. */
   for (int i = 0; i < n; i++)
     if (tmp[i] == ',') tmp[i] = '.';
+  /* A whole number stays a floating-point one ("3.0", "-0.0", not "3", "-0"): a JSON reader
+   * would take it for an int, and a replay run the op on ints (as PyTorch's "%f" does). */
+  if (!memchr(tmp, '.', (size_t)n) && !memchr(tmp, 'e', (size_t)n) && n + 2 < (int)sizeof tmp) {
+    memcpy(tmp + n, ".0", 2);
+    n += 2;
+  }
   etr__jw_raw(w, tmp, (size_t)n);
 }
 
