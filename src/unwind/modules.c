@@ -48,6 +48,27 @@ static _Atomic int g_build_phase;
 static inline void build_phase(int p) {
   atomic_store_explicit(&g_build_phase, p, memory_order_relaxed);
 }
+
+/* Whether this thread holds g_build_lock: a signal handler that lands while it does and
+ * captures must not wait for the build it interrupted (refresh_sync). */
+static _Thread_local bool t_build_locked __attribute__((tls_model("initial-exec")));
+
+static void build_lock(void) {
+  pthread_mutex_lock(&g_build_lock);
+  t_build_locked = true;
+}
+
+static bool build_trylock(void) {
+  if (pthread_mutex_trylock(&g_build_lock) != 0) return false;
+  t_build_locked = true;
+  return true;
+}
+
+static void build_unlock(void) {
+  build_phase(BUILD_NONE);
+  t_build_locked = false;
+  pthread_mutex_unlock(&g_build_lock);
+}
 static char g_exe_path[4096];
 
 typedef struct counts {
@@ -317,11 +338,10 @@ static etr__modmap *build_map(etr__modmap *older) {
 const etr__modmap *etr__modmap_current(void) {
   etr__modmap *m = atomic_load_explicit(&g_current, memory_order_acquire);
   if (m) return m;
-  pthread_mutex_lock(&g_build_lock);
+  build_lock();
   m = atomic_load_explicit(&g_current, memory_order_acquire);
   if (!m) m = build_map(NULL);
-  build_phase(BUILD_NONE);
-  pthread_mutex_unlock(&g_build_lock);
+  build_unlock();
   return m;
 }
 
@@ -330,14 +350,13 @@ const etr__modmap *etr__modmap_refresh(void) {
   if (!m) return etr__modmap_current();
   counts c = read_counts();
   if (c.adds == m->adds && c.subs == m->subs) return m;
-  if (pthread_mutex_trylock(&g_build_lock) != 0) return m;
+  if (!build_trylock()) return m;
   m = atomic_load_explicit(&g_current, memory_order_acquire);
   if (c.adds != m->adds || c.subs != m->subs) {
     etr__modmap *n = build_map(m);
     if (n) m = n;
   }
-  build_phase(BUILD_NONE);
-  pthread_mutex_unlock(&g_build_lock);
+  build_unlock();
   return m;
 }
 
@@ -346,6 +365,7 @@ const etr__modmap *etr__modmap_refresh_sync(void) {
   if (!m) return etr__modmap_current();
   counts c = read_counts();
   if (c.adds == m->adds && c.subs == m->subs) return m;
+  if (t_build_locked) return m; /* (a handler that interrupted this thread's build) */
   /* Another thread may be building: wait for it, but never block on our lock. The
    * caller may hold the loader's lock (a host that records inside its own dl_iterate_phdr
    * callback), which that builder needs: a builder that has not got past the loader for
@@ -355,7 +375,7 @@ const etr__modmap *etr__modmap_refresh_sync(void) {
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
-    if (pthread_mutex_trylock(&g_build_lock) == 0) {
+    if (build_trylock()) {
       m = atomic_load_explicit(&g_current, memory_order_acquire);
       build_phase(BUILD_ENTERING);
       c = read_counts(); /* (the other thread may have built it meanwhile) */
@@ -363,8 +383,7 @@ const etr__modmap *etr__modmap_refresh_sync(void) {
         etr__modmap *n = build_map(m);
         if (n) m = n;
       }
-      build_phase(BUILD_NONE);
-      pthread_mutex_unlock(&g_build_lock);
+      build_unlock();
       return m;
     }
     m = atomic_load_explicit(&g_current, memory_order_acquire);
@@ -404,10 +423,10 @@ const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip) {
   if (m->gen != gen) {
     /* An older generation: the chain is immutable, the lock only orders us after a
      * concurrent build (as the interface promises). */
-    pthread_mutex_lock(&g_build_lock);
+    build_lock();
     m = atomic_load_explicit(&g_current, memory_order_acquire);
     while (m && m->gen > gen) m = m->older;
-    pthread_mutex_unlock(&g_build_lock);
+    build_unlock();
     if (!m || m->gen != gen) return NULL;
   }
   const etr__modent *e = find_in(m, ip);
