@@ -253,6 +253,18 @@ int cmd_convert(int argc, char **argv) {
     snprintf(res.error, sizeof res.error, "cannot write the output: %s", strerror(errno));
     rc = -1;
   }
+  static const char k_out[] = "cannot write the output";
+  if (rc != 0 && !regular_out && !strncmp(res.error, k_out, sizeof k_out - 1)) {
+    /* (what failed is the copy in $TMPDIR that a pipe or device output is written from) */
+    const char *slash = strrchr(tmp, '/');
+    cli_error(CMD,
+              "%s: cannot write the temporary copy of the JSON in %.*s (set TMPDIR to a "
+              "larger file system)%s",
+              from_stdin ? "<stdin>" : path, slash ? (int)(slash - tmp) : 1, slash ? tmp : ".",
+              cli_term(res.error + sizeof k_out - 1));
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
   if (rc != 0) {
     cli_error(CMD, "%s: %s", from_stdin ? "<stdin>" : path, cli_term(res.error));
     status = ETR_CLI_FAIL;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -223,6 +224,40 @@ static void test_same_trace_as_json(void **state) {
   free(x);
   free(y);
   assert_valid(conv);
+  tu_rmdir(dir);
+}
+
+/* A JSON written to a pipe or device goes through a temporary copy in $TMPDIR first: when that
+ * cannot be written (a small TMPDIR; here a file-size limit), the error names the copy and
+ * where it is, not "the output" (the pipe, which was fine). */
+static void test_full_tmpdir_is_named(void **state) {
+  (void)state;
+  char dir[256], bin[300], err[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/run.etr", dir);
+  snprintf(err, sizeof err, "%s/err.txt", dir);
+  record_to(bin, 40, true);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct rlimit rl = {4096, 4096}; /* (the log's JSON is larger) */
+    signal(SIGXFSZ, SIG_IGN);
+    int o = open("/dev/null", O_WRONLY), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || setenv("TMPDIR", dir, 1) != 0 ||
+        setrlimit(RLIMIT_FSIZE, &rl) != 0)
+      _exit(99);
+    execl(ETR_TOOL, "etr", "convert", bin, "-o", "-", (char *)NULL);
+    _exit(98);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  char *text = tu_read_file(err, NULL);
+  assert_non_null(text);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 1) fail_msg("status 0x%x: %s", st, text);
+  char want[400];
+  snprintf(want, sizeof want, "cannot write the temporary copy of the JSON in %s", dir);
+  if (!strstr(text, want)) fail_msg("stderr does not say '%s': %s", want, text);
+  free(text);
   tu_rmdir(dir);
 }
 
@@ -980,6 +1015,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_same_trace_as_json),
       TU_TEST(test_default_output_and_input_kept),
+      TU_TEST(test_full_tmpdir_is_named),
       TU_TEST(test_cut_anywhere),
       TU_TEST(test_damaged_logs),
       TU_TEST(test_traceback_index_past_the_tables),
