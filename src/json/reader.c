@@ -369,12 +369,18 @@ static ssize_t source_answer(rd_reader *r, ssize_t k) {
   }
   const char *detail = NULL;
   rd_source_end end = rd_source_ended(r->src, &detail);
-  if (end == RD_SRC_OPEN || end == RD_SRC_DONE) return k;
+  if (end == RD_SRC_OPEN || end == RD_SRC_DONE) {
+    r->fed += (uint64_t)k;
+    return k;
+  }
   const char *z = rd_source_is_gzip(r->src) ? "gzip" : "zstd";
+  /* (where the decompressed bytes stop, as etr repair says: past the window the parser may
+   * still hold, and the last block, dropped with the error) */
   if (end == RD_SRC_CUT)
-    etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "%s: the compressed stream is truncated", z);
+    etr__rd_set_error(r, ETR_EFORMAT, r->fed + (uint64_t)k,
+                      "%s: the compressed stream is truncated", z);
   else if (end == RD_SRC_CORRUPT)
-    etr__rd_set_error(r, ETR_EFORMAT, r->consumed + (uint64_t)k, "%s: %s", z, detail);
+    etr__rd_set_error(r, ETR_EFORMAT, r->fed + (uint64_t)k, "%s: %s", z, detail);
   else
     etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "gzip: cannot reset");
   return -1;

@@ -139,6 +139,7 @@ struct rd_reader {
   uint64_t top_end;         /* offset just after the top-level object's '}' (yajl) */
   const unsigned char *feed_ptr;
   uint64_t consumed; /* decompressed bytes handed to the parser and fully parsed */
+  uint64_t fed;      /* decompressed bytes handed to the parser (source_answer) */
   phase ph;
   int depth;        /* open containers in the file */
   const char *tkey; /* pending top-level key (depth 1) */

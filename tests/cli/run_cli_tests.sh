@@ -76,6 +76,16 @@ part_ours() {
   gzip -c "$t" > "$out/ours.gz"
   expect 0 "summary of gzip" -- "$etr" summary --json --top 5 "$out/ours.gz" &&
     { same_summary "$out/plain.summary.json" "$out/last.out" || fail "gzip summary differs"; }
+  # a cut gzip stream: the error names the byte where its decompressed bytes stop, as repair
+  # does (it named where the parser was when it read ahead, up to 58 KB before)
+  head -c $(($(wc -c < "$out/ours.gz") * 2 / 3)) "$out/ours.gz" > "$out/cut.gz"
+  avail=$( (gzip -dc "$out/cut.gz" 2> /dev/null || true) | wc -c)
+  expect 1 "cut gzip" -- "$etr" validate "$out/cut.gz" && one_line_error "cut gz" "$out/cut.gz" &&
+    err_has "cut gzip offset" "cut.gz: byte $avail: gzip: the compressed stream is truncated"
+  expect 1 "summary of cut gzip" -- "$etr" summary "$out/cut.gz" &&
+    err_has "summary cut gzip offset" "cut.gz: byte $avail: gzip: "
+  expect 0 "repair of cut gzip" -- "$etr" repair "$out/cut.gz" -o "$out/cut.gz.json" &&
+    err_has "repair of cut gzip" "the gzip stream is cut short at byte $avail"
   # zstd (by magic bytes too; two frames one after the other), when the zstd tool is here;
   # cut short: a one-line error, and `etr repair` keeps the nodes before the cut
   if command -v zstd > /dev/null 2>&1; then
