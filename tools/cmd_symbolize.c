@@ -3,12 +3,14 @@
  * file and line, on a machine that has the binaries (docs/CLI.md, docs/FORMAT.md).
  *
  * Streams: the header and every node are re-serialized as they are read (keys in file order,
- * the project's JSON escaping), so memory is bounded by the largest node and the tables after
- * "nodes". Modules are found at their recorded path (build-id checked when recorded), or by
- * build-id / basename under each --search-dir and by build-id under /usr/lib/debug; each
- * unique (module, offset) is resolved once (src/unwind/symbolize.c). An address in inlined
- * code becomes several frames (the inlined calls, innermost first), so the "frames" table is
- * rebuilt (each unique frame once) and "tracebacks" renumbered to it.
+ * the project's JSON escaping), so memory is bounded by the largest node, the tables after
+ * "nodes" and the module files loaded (CLI_MAX_LOADED at once). Modules are found at their recorded
+ * path (build-id checked when recorded), or by build-id / basename under each --search-dir and by
+ * build-id under /usr/lib/debug; each unique (module, offset) is resolved once
+ * (src/unwind/symbolize.c), all of them first in the order of their modules, as the symbolizer
+ * keeps only a few module files loaded (modules that are the same file share one). An address in
+ * inlined code becomes several frames (the inlined calls, innermost first), so the "frames" table
+ * is rebuilt (each unique frame once) and "tracebacks" renumbered to it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -325,17 +327,28 @@ static int add_oframe(frame_map *fm, oframe f) {
 
 #define MAX_INLINE_FRAMES 64
 
+/* Module files (with their debug files) kept loaded at once (docs/CLI.md). */
+#define CLI_MAX_LOADED 2
+
+/* The module string and offset of a frame that names both (*mod, *vaddr); NULL otherwise. */
+static const rd_jval *frame_module(const rd_jval *fr, uint64_t *vaddr) {
+  const rd_jval *mod = fr->kind == ETR_J_OBJECT ? rd_jobj_get(fr, "module") : NULL;
+  const rd_jval *off = fr->kind == ETR_J_OBJECT ? rd_jobj_get(fr, "offset") : NULL;
+  if (mod == NULL || mod->kind != ETR_J_STRING || off == NULL ||
+      !((off->kind == ETR_J_INT && off->v.i >= 0) || off->kind == ETR_J_UINT))
+    return NULL;
+  *vaddr = off->kind == ETR_J_INT ? (uint64_t)off->v.i : off->v.u;
+  return mod;
+}
+
 /* One input frame: resolved (and expanded) when it names a module and an offset, else
  * copied. 0 or -1 on ENOMEM. */
 static int map_frame(frame_map *fm, etr__symbolizer *s, const rd_jval *fr, counts *c) {
   c->frames++;
   oframe copy = {.src = fr, .copy = true};
-  const rd_jval *mod = fr->kind == ETR_J_OBJECT ? rd_jobj_get(fr, "module") : NULL;
-  const rd_jval *off = fr->kind == ETR_J_OBJECT ? rd_jobj_get(fr, "offset") : NULL;
-  if (mod == NULL || mod->kind != ETR_J_STRING || off == NULL ||
-      !((off->kind == ETR_J_INT && off->v.i >= 0) || off->kind == ETR_J_UINT))
-    return add_oframe(fm, copy);
-  uint64_t vaddr = off->kind == ETR_J_INT ? (uint64_t)off->v.i : off->v.u;
+  uint64_t vaddr;
+  const rd_jval *mod = frame_module(fr, &vaddr);
+  if (mod == NULL) return add_oframe(fm, copy);
   c->with_module++;
   uint8_t bid[64];
   size_t bid_len = parse_build_id(rd_jobj_get(fr, "build_id"), bid, sizeof bid);
@@ -358,8 +371,60 @@ static int map_frame(frame_map *fm, etr__symbolizer *s, const rd_jval *fr, count
   return 0;
 }
 
+/* A module frame for the resolving pass in module order. */
+typedef struct warm_item {
+  const rd_jval *mod, *bid; /* bid: the "build_id" string, NULL when absent */
+  uint64_t vaddr;
+} warm_item;
+
+static int str_cmp(const rd_jval *a, const rd_jval *b) {
+  if (a == NULL || b == NULL) return (a != NULL) - (b != NULL);
+  if (a->kind != ETR_J_STRING || b->kind != ETR_J_STRING) return (int)a->kind - (int)b->kind;
+  size_t n = a->v.str.len < b->v.str.len ? a->v.str.len : b->v.str.len;
+  int c = memcmp(a->v.str.s, b->v.str.s, n);
+  if (c != 0) return c;
+  return (a->v.str.len > b->v.str.len) - (a->v.str.len < b->v.str.len);
+}
+
+static int warm_cmp(const void *pa, const void *pb) {
+  const warm_item *a = pa, *b = pb;
+  int c = str_cmp(a->bid, b->bid);
+  if (c == 0) c = str_cmp(a->mod, b->mod);
+  if (c == 0) c = (a->vaddr > b->vaddr) - (a->vaddr < b->vaddr);
+  return c;
+}
+
+/* Resolve every module frame once, in the order of build-id, module path, offset, so that
+ * each module file is used in one stretch: the symbolizer keeps only a few files loaded
+ * (src/unwind/symbolize.c), and frames of many modules interleaved would load them again
+ * and again. The answers are cached; map_frames then takes them in the table's order. 0 or
+ * -1 on ENOMEM. */
+static int warm_frames(etr__symbolizer *s, const rd_jval *frames) {
+  size_t n = 0;
+  warm_item *items = malloc((frames->v.arr.n ? frames->v.arr.n : 1) * sizeof *items);
+  if (items == NULL) return -1;
+  for (size_t i = 0; i < frames->v.arr.n; i++) {
+    const rd_jval *fr = &frames->v.arr.items[i];
+    uint64_t vaddr;
+    const rd_jval *mod = frame_module(fr, &vaddr);
+    if (mod != NULL) items[n++] = (warm_item){mod, rd_jobj_get(fr, "build_id"), vaddr};
+  }
+  qsort(items, n, sizeof *items, warm_cmp);
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    uint8_t bid[64];
+    size_t bid_len = parse_build_id(items[i].bid, bid, sizeof bid);
+    etr__symbol sym;
+    if (etr__symbolize(s, items[i].mod->v.str.s, bid, bid_len, items[i].vaddr, 0, &sym) < 0)
+      rc = -1;
+  }
+  free(items);
+  return rc;
+}
+
 /* Map every input frame (frames is an array). 0 or -1 on ENOMEM. */
 static int map_frames(frame_map *fm, etr__symbolizer *s, const rd_jval *frames, counts *c) {
+  if (warm_frames(s, frames) != 0) return -1;
   fm->nin = frames->v.arr.n;
   fm->start = malloc((fm->nin + 1) * sizeof *fm->start);
   if (fm->start == NULL) return -1;
@@ -513,6 +578,8 @@ int cmd_symbolize(int argc, char **argv) {
     cli_error(CMD, "out of memory");
     goto done;
   }
+  /* Frames are resolved in module order (warm_frames): two loaded files are enough. */
+  etr__symbolizer_set_max_loaded(s, CLI_MAX_LOADED);
   for (size_t i = 0; i < ndirs; i++) {
     if (etr__symbolizer_add_search_dir(s, dirs[i]) != 0) {
       cli_error(CMD, "out of memory");

@@ -6,9 +6,18 @@
  *
  * Per unique address (warm): a look-up in the module table (the last module used is tried
  * first), one in the answer cache, and on a miss the file side's binary searches (symbol
- * table, CU table, line table, inlined calls) and a cache insert. The answers' strings are
- * pointers into the mapped file and libdw's tables, or copies in the arena (demangled names,
- * fallback names, the frames of inlined calls): they live as long as the symbolizer.
+ * table, CU table, line table, inlined calls), the answer's strings interned in the arena
+ * (one copy per distinct string) and a cache insert. The answers live as long as the
+ * symbolizer, whatever happens to the file they came from.
+ *
+ * Files: a module (a recorded path and build-id) is located once (symbolize_file.c: which
+ * file on disk, and which debug file, by path and identity); modules whose files are the same
+ * (links to one library, or absent paths whose build-id finds one debug file) share one
+ * loaded file. At most max_loaded files (ETR__SYMBOLIZER_MAX_LOADED by default) are kept
+ * loaded; loading another closes the least recently used, which is loaded again if a new
+ * address of it comes (cached answers need no file). So memory for files does not grow with
+ * the number of modules: it is at most max_loaded times the largest loaded file (libdw's
+ * index of its DWARF, our tables, the mappings).
  *
  * One address gives a chain of frames (etr__symbolize_frames), innermost first, as
  * `addr2line -i` prints it: in inlined code, the inlined function at the code's own line;
@@ -33,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* ---- process-wide counters ---- */
 
@@ -105,15 +116,37 @@ static const char *arena_strdup(arena_block **head, const char *s) {
 
 /* ---- the symbolizer: modules, cached answers, strings ---- */
 
+/* A file on disk (and its debug file) that one or more modules resolve to. */
+typedef struct sfile {
+  etr__symfile_loc loc; /* where, and the identity key */
+  uint64_t hash;        /* of loc.key and loc.dbg_key */
+  int state;            /* 0 not loaded (yet, or closed to make room), 1 loaded, -1 unusable */
+  etr__symfile *mf;     /* when state is 1 */
+  struct sfile *newer, *older; /* the list of loaded files, most recently used first */
+  struct pstr *pstrs;          /* while loaded: the file's strings given so far -> copies */
+  size_t pstrs_cap, pstrs_n;   /* power of two (or 0); grown at 1/2 load */
+} sfile;
+
+/* A string of a loaded file (its address) and its copy in the arena. */
+typedef struct pstr {
+  const char *raw, *str; /* raw NULL = empty slot */
+} pstr;
+
 typedef struct module {
   char *path;       /* as given (the key, with the build-id) */
   const char *base; /* basename of path, for fallback names */
   uint8_t build_id[64];
   uint8_t build_id_len;
-  int state; /* 0 not opened yet, 1 file open, -1 no usable file */
+  int state; /* 0 not located yet, 1 file located, -1 no usable file */
   uint64_t hash;
-  etr__symfile *file; /* when state is 1 */
+  sfile *file; /* when state is 1 (shared, owned by the symbolizer) */
 } module;
+
+/* A string of the arena, in the table that keeps one copy of each. */
+typedef struct istr {
+  uint64_t hash;
+  const char *s; /* NULL = empty slot */
+} istr;
 
 /* One cached answer, keyed by (module index + 1, vaddr): the outermost frame, and the
  * frames of the calls inlined at vaddr, innermost first (in the arena). */
@@ -136,6 +169,14 @@ struct etr__symbolizer {
   cache_entry *cache;
   size_t cache_cap, cache_n; /* power of two; grown at 1/2 load */
   arena_block *arena;
+  istr *strs;
+  size_t strs_cap, strs_n; /* power of two (or 0); grown at 1/2 load */
+  sfile **files;
+  size_t nfiles, capfiles;
+  uint32_t *filetab;  /* open addressing: file index + 1, 0 = empty */
+  size_t filetab_cap; /* power of two */
+  sfile *mru, *lru;   /* loaded files, most and least recently used */
+  size_t nloaded, max_loaded, loads;
   char **dirs;
   size_t ndirs;
 };
@@ -162,9 +203,13 @@ etr__symbolizer *etr__symbolizer_new(void) {
   s->cache = calloc(s->cache_cap, sizeof *s->cache);
   s->modtab_cap = 64;
   s->modtab = calloc(s->modtab_cap, sizeof *s->modtab);
-  if (s->cache == NULL || s->modtab == NULL) {
+  s->filetab_cap = 64;
+  s->filetab = calloc(s->filetab_cap, sizeof *s->filetab);
+  s->max_loaded = ETR__SYMBOLIZER_MAX_LOADED;
+  if (s->cache == NULL || s->modtab == NULL || s->filetab == NULL) {
     free(s->cache);
     free(s->modtab);
+    free(s->filetab);
     free(s);
     return NULL;
   }
@@ -174,10 +219,18 @@ etr__symbolizer *etr__symbolizer_new(void) {
 void etr__symbolizer_free(etr__symbolizer *s) {
   if (s == NULL) return;
   for (size_t i = 0; i < s->nmods; i++) {
-    etr__symfile_close(s->mods[i]->file);
     free(s->mods[i]->path);
     free(s->mods[i]);
   }
+  for (size_t i = 0; i < s->nfiles; i++) {
+    etr__symfile_close(s->files[i]->mf);
+    free(s->files[i]->pstrs);
+    etr__symfile_loc_free(&s->files[i]->loc);
+    free(s->files[i]);
+  }
+  free(s->files);
+  free(s->filetab);
+  free(s->strs);
   free(s->mods);
   free(s->modtab);
   free(s->cache);
@@ -202,6 +255,49 @@ int etr__symbolizer_add_search_dir(etr__symbolizer *s, const char *dir) {
   return 0;
 }
 
+void etr__symbolizer_set_max_loaded(etr__symbolizer *s, size_t n) {
+  s->max_loaded = n != 0 ? n : 1;
+  /* Fewer now: the others are closed when the next file is loaded. */
+}
+
+size_t etr__symbolizer_loads(const etr__symbolizer *s) { return s->loads; }
+
+/* ---- interned strings ---- */
+
+static int strs_grow(etr__symbolizer *s) {
+  size_t cap = s->strs_cap ? s->strs_cap * 2 : 256;
+  istr *t = calloc(cap, sizeof *t);
+  if (t == NULL) return -1;
+  for (size_t i = 0; i < s->strs_cap; i++) {
+    if (s->strs[i].s == NULL) continue;
+    size_t j = s->strs[i].hash & (cap - 1);
+    while (t[j].s != NULL) j = (j + 1) & (cap - 1);
+    t[j] = s->strs[i];
+  }
+  free(s->strs);
+  s->strs = t;
+  s->strs_cap = cap;
+  return 0;
+}
+
+/* The arena's copy of str (made on its first time). NULL on ENOMEM. */
+static const char *intern(etr__symbolizer *s, const char *str) {
+  size_t n = strlen(str);
+  uint64_t h = hash_bytes(0xcbf29ce484222325ull, str, n);
+  if ((s->strs_n + 1) * 2 > s->strs_cap && strs_grow(s) != 0) return NULL;
+  size_t mask = s->strs_cap - 1, j = h & mask;
+  while (s->strs[j].s != NULL) {
+    if (s->strs[j].hash == h && strcmp(s->strs[j].s, str) == 0) return s->strs[j].s;
+    j = (j + 1) & mask;
+  }
+  char *p = arena_alloc(&s->arena, n + 1);
+  if (p == NULL) return NULL;
+  memcpy(p, str, n + 1);
+  s->strs[j] = (istr){h, p};
+  s->strs_n++;
+  return p;
+}
+
 /* ---- what the file side (symbolize_file.c) uses ---- */
 
 size_t etr__symbolizer_search_dirs(const etr__symbolizer *s, const char *const **dirs) {
@@ -219,12 +315,190 @@ const char *etr__symbolizer_demangle(etr__symbolizer *s, const char *raw) {
     if (g_demangle != NULL) {
       int status = -1;
       char *d = g_demangle(raw, NULL, NULL, &status);
-      const char *r = (d != NULL && status == 0) ? arena_strdup(&s->arena, d) : NULL;
+      const char *r = (d != NULL && status == 0) ? intern(s, d) : NULL;
       free(d);
       if (r != NULL) return r;
     }
   }
-  return arena_strdup(&s->arena, raw);
+  return intern(s, raw);
+}
+
+/* ---- files shared by modules ---- */
+
+static uint64_t file_hash(const etr__symfile_loc *loc) {
+  return mix64(hash_bytes(hash_bytes(0xcbf29ce484222325ull, &loc->key, sizeof loc->key),
+                          &loc->dbg_key, sizeof loc->dbg_key));
+}
+
+static bool file_matches(const sfile *f, const etr__symfile_loc *loc) {
+  return memcmp(&f->loc.key, &loc->key, sizeof loc->key) == 0 &&
+         memcmp(&f->loc.dbg_key, &loc->dbg_key, sizeof loc->dbg_key) == 0;
+}
+
+static int filetab_grow(etr__symbolizer *s) {
+  size_t cap = s->filetab_cap * 2;
+  uint32_t *t = calloc(cap, sizeof *t);
+  if (t == NULL) return -1;
+  for (size_t i = 0; i < s->nfiles; i++) {
+    size_t j = s->files[i]->hash & (cap - 1);
+    while (t[j] != 0) j = (j + 1) & (cap - 1);
+    t[j] = (uint32_t)(i + 1);
+  }
+  free(s->filetab);
+  s->filetab = t;
+  s->filetab_cap = cap;
+  return 0;
+}
+
+/* The file entry for a location just found: an existing one with the same keys (loc's
+ * strings are then freed), else a new one that takes loc's strings. NULL on ENOMEM (loc's
+ * strings freed). */
+static sfile *file_get(etr__symbolizer *s, etr__symfile_loc *loc) {
+  uint64_t h = file_hash(loc);
+  size_t j = h & (s->filetab_cap - 1);
+  while (s->filetab[j] != 0) {
+    sfile *f = s->files[s->filetab[j] - 1];
+    if (f->hash == h && file_matches(f, loc)) {
+      etr__symfile_loc_free(loc);
+      return f;
+    }
+    j = (j + 1) & (s->filetab_cap - 1);
+  }
+  sfile *f = NULL;
+  if ((s->nfiles + 1) * 2 > s->filetab_cap) {
+    if (filetab_grow(s) != 0) goto enomem;
+    j = h & (s->filetab_cap - 1);
+    while (s->filetab[j] != 0) j = (j + 1) & (s->filetab_cap - 1);
+  }
+  if (s->nfiles == s->capfiles) {
+    size_t cap = s->capfiles ? s->capfiles * 2 : 16;
+    sfile **files = realloc(s->files, cap * sizeof *files);
+    if (files == NULL) goto enomem;
+    s->files = files;
+    s->capfiles = cap;
+  }
+  if ((f = calloc(1, sizeof *f)) == NULL) goto enomem;
+  f->loc = *loc;
+  f->hash = h;
+  s->files[s->nfiles] = f;
+  s->filetab[j] = (uint32_t)(s->nfiles + 1);
+  s->nfiles++;
+  return f;
+enomem:
+  etr__symfile_loc_free(loc);
+  return NULL;
+}
+
+static void lru_unlink(etr__symbolizer *s, sfile *f) {
+  if (f->newer != NULL)
+    f->newer->older = f->older;
+  else
+    s->mru = f->older;
+  if (f->older != NULL)
+    f->older->newer = f->newer;
+  else
+    s->lru = f->newer;
+  f->newer = f->older = NULL;
+}
+
+static void lru_push(etr__symbolizer *s, sfile *f) {
+  f->newer = NULL;
+  f->older = s->mru;
+  if (s->mru != NULL) s->mru->newer = f;
+  s->mru = f;
+  if (s->lru == NULL) s->lru = f;
+}
+
+/* Whether loading f fits in the address-space limit (RLIMIT_AS), if one is set: libdw does
+ * not survive running out of memory (it asserts or faults), so a load is not started
+ * without room for it. The estimate is generous: twice the files' sizes (mapped, and libdw's
+ * tables, which grow with the DWARF; a libc with its debug file takes 6 MB of files and
+ * about 17 MB) plus 8 MiB. */
+static bool load_fits(const sfile *f) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return true;
+  unsigned long long pages = 0;
+  FILE *st = fopen("/proc/self/statm", "re");
+  if (st == NULL) return true;
+  int n = fscanf(st, "%llu", &pages);
+  fclose(st);
+  if (n != 1) return true;
+  uint64_t used = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t files = f->loc.key.size;
+  if (memcmp(&f->loc.dbg_key, &f->loc.key, sizeof f->loc.key) != 0) files += f->loc.dbg_key.size;
+  uint64_t need = 2 * files + ((uint64_t)8 << 20);
+  return used < (uint64_t)rl.rlim_cur && need <= (uint64_t)rl.rlim_cur - used;
+}
+
+static void file_unload(etr__symbolizer *s, sfile *f) {
+  lru_unlink(s, f);
+  etr__symfile_close(f->mf);
+  free(f->pstrs); /* its addresses may hold other strings once the file is loaded again */
+  f->pstrs = NULL;
+  f->pstrs_cap = f->pstrs_n = 0;
+  f->mf = NULL;
+  f->state = 0;
+  s->nloaded--;
+}
+
+/* The loaded file of f, loaded now when it is not (closing the least recently used ones
+ * beyond max_loaded first, and all others when the address-space limit leaves too little
+ * room); *mf NULL when f is unusable. 0 or ETR_ENOMEM (also when even then there is no room
+ * for it). */
+static int file_use(etr__symbolizer *s, sfile *f, etr__symfile **mf) {
+  *mf = NULL;
+  if (f->state == 1) {
+    if (s->mru != f) {
+      lru_unlink(s, f);
+      lru_push(s, f);
+    }
+    *mf = f->mf;
+    return 0;
+  }
+  if (f->state < 0) return 0;
+  while (s->nloaded >= s->max_loaded && s->lru != NULL) file_unload(s, s->lru);
+  if (!load_fits(f)) {
+    while (s->lru != NULL) file_unload(s, s->lru);
+    if (!load_fits(f)) return ETR_ENOMEM; /* f stays unloaded: a later address may try again */
+  }
+  f->state = -1; /* also after running out of memory: the fallbacks answer from then on */
+  if (etr__symfile_load(&f->loc, &f->mf) != 0) return ETR_ENOMEM;
+  if (f->mf == NULL) return 0; /* gone or changed on disk since it was located */
+  f->state = 1;
+  s->loads++;
+  s->nloaded++;
+  lru_push(s, f);
+  *mf = f->mf;
+  return 0;
+}
+
+/* The arena's copy of raw, a string of the loaded file f: by raw's address when it was given
+ * before (no hashing of the string), else interned. NULL on ENOMEM. */
+static const char *file_str(etr__symbolizer *s, sfile *f, const char *raw) {
+  if ((f->pstrs_n + 1) * 2 > f->pstrs_cap) {
+    size_t cap = f->pstrs_cap ? f->pstrs_cap * 2 : 256;
+    pstr *t = calloc(cap, sizeof *t);
+    if (t == NULL) return intern(s, raw);
+    for (size_t i = 0; i < f->pstrs_cap; i++) {
+      if (f->pstrs[i].raw == NULL) continue;
+      size_t j = mix64((uintptr_t)f->pstrs[i].raw) & (cap - 1);
+      while (t[j].raw != NULL) j = (j + 1) & (cap - 1);
+      t[j] = f->pstrs[i];
+    }
+    free(f->pstrs);
+    f->pstrs = t;
+    f->pstrs_cap = cap;
+  }
+  size_t mask = f->pstrs_cap - 1, j = mix64((uintptr_t)raw) & mask;
+  while (f->pstrs[j].raw != NULL) {
+    if (f->pstrs[j].raw == raw) return f->pstrs[j].str;
+    j = (j + 1) & mask;
+  }
+  const char *str = intern(s, raw);
+  if (str == NULL) return NULL;
+  f->pstrs[j] = (pstr){raw, str};
+  f->pstrs_n++;
+  return str;
 }
 
 /* ---- modules ---- */
@@ -332,15 +606,31 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
   *ninner = 0;
   if (m->state == 0) {
     etr__symfile_id id = {m->path, m->base, m->build_id, m->build_id_len};
+    etr__symfile_loc loc;
     m->state = -1; /* also after running out of memory: the fallbacks answer from then on */
-    if (etr__symfile_open(s, &id, live_ip, &m->file) != 0) return ETR_ENOMEM;
-    if (m->file != NULL) m->state = 1;
+    if (etr__symfile_locate(s, &id, live_ip, &loc) != 0) return ETR_ENOMEM;
+    if (loc.path != NULL) {
+      if ((m->file = file_get(s, &loc)) == NULL) return ETR_ENOMEM;
+      m->state = 1;
+    }
   }
-  if (m->state > 0) {
+  etr__symfile *mf = NULL;
+  if (m->state > 0 && file_use(s, m->file, &mf) != 0) return ETR_ENOMEM;
+  if (mf != NULL) {
     etr__symbol found;
-    if (etr__symfile_resolve(s, m->file, vaddr, &found, inner, ninner) != 0) return ETR_ENOMEM;
-    name = found.name;
-    file = found.filename;
+    etr__symbol *fr;
+    if (etr__symfile_resolve(s, mf, vaddr, &found, &fr, ninner) != 0) return ETR_ENOMEM;
+    /* Copies in the arena: the file may be closed to make room for another. */
+    sfile *f = m->file;
+    for (size_t k = 0; k < *ninner; k++) {
+      if ((fr[k].name = file_str(s, f, fr[k].name)) == NULL) return ETR_ENOMEM;
+      if (fr[k].filename != NULL && (fr[k].filename = file_str(s, f, fr[k].filename)) == NULL)
+        return ETR_ENOMEM;
+    }
+    *inner = fr;
+    if (found.name != NULL && (name = file_str(s, f, found.name)) == NULL) return ETR_ENOMEM;
+    if (found.filename != NULL && (file = file_str(s, f, found.filename)) == NULL)
+      return ETR_ENOMEM;
     line = found.line;
   }
   int rc = 0;

@@ -2,10 +2,14 @@
  * about an address, read with libelf and libdw.
  *
  * Everything is read from the file, never from live memory, so an address of a library
- * unloaded since capture still resolves. Per module, once (cold), etr__symfile_open:
+ * unloaded since capture still resolves. Per module path, once, etr__symfile_locate (cheap):
  *   - the file is opened and mapped (libelf), its build-id checked against the recorded one;
  *     when it is not at its recorded path (or its build-id differs), a copy is looked for
  *     by build-id and by basename under the search directories and /usr/lib/debug;
+ *   - the separate debug file that would serve it is looked for (below); both are closed
+ *     again and named by path and identity (device, inode, size, mtime), the key under which
+ *     the symbolizer shares one loaded file between modules.
+ * Per file loaded, etr__symfile_load (cold; again if the symbolizer closed it meanwhile):
  *   - names: our own sorted symbol table (symtab.c) from .symtab, or .dynsym when stripped;
  *   - lines: libdw on the file's DWARF, or on a separate debug file found by build-id
  *     (/usr/lib/debug/.build-id/xx/rest.debug and the search dirs) or by .gnu_debuglink;
@@ -116,8 +120,20 @@ void etr__symfile_close(etr__symfile *mf) {
 static pthread_once_t g_elf_once = PTHREAD_ONCE_INIT;
 static void elf_init(void) { elf_version(EV_CURRENT); }
 
-/* Open path as an ELF file; when want_len != 0 its build-id must equal want. */
-static Elf *open_elf(const char *path, const uint8_t *want, size_t want_len, int *fd_out) {
+static etr__file_key file_key(const struct stat *st) {
+  return (etr__file_key){
+      (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+      (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec};
+}
+
+static bool key_equal(const etr__file_key *a, const etr__file_key *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
+
+/* Open path as an ELF file; when want_len != 0 its build-id must equal want. Its identity
+ * into *key (when key is not NULL). */
+static Elf *open_elf_key(const char *path, const uint8_t *want, size_t want_len, int *fd_out,
+                         etr__file_key *key) {
   /* O_NONBLOCK: a path naming a FIFO must not hang us (only regular files are read). */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return NULL;
@@ -126,6 +142,7 @@ static Elf *open_elf(const char *path, const uint8_t *want, size_t want_len, int
     close(fd);
     return NULL;
   }
+  if (key != NULL) *key = file_key(&st);
   Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
   if (elf == NULL || elf_kind(elf) != ELF_K_ELF) goto fail;
   if (want_len != 0) {
@@ -139,6 +156,10 @@ fail:
   if (elf != NULL) elf_end(elf);
   close(fd);
   return NULL;
+}
+
+static Elf *open_elf(const char *path, const uint8_t *want, size_t want_len, int *fd_out) {
+  return open_elf_key(path, want, want_len, fd_out, NULL);
 }
 
 /* "dir/.build-id/xx/rest<suffix>" */
@@ -177,9 +198,9 @@ static Elf *find_elsewhere(const search_dirs *sd, const etr__symfile_id *id, int
 }
 
 /* A separate debug file for elf (at file path `path`): by the file's build-id, then by its
- * .gnu_debuglink next to it, in .debug/ beside it and under /usr/lib/debug. */
-static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, int *fd) {
-  char buf[PATH_MAX];
+ * .gnu_debuglink next to it, in .debug/ beside it and under /usr/lib/debug. Its path into
+ * buf (PATH_MAX bytes). */
+static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, int *fd, char *buf) {
   Elf *dbg;
   const void *bidp = NULL;
   ssize_t n = dwelf_elf_gnu_build_id(elf, &bidp);
@@ -200,7 +221,7 @@ static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, i
   *slash = '\0';
   static const char *const fmts[] = {"%s/%s", "%s/.debug/%s", "/usr/lib/debug%s/%s"};
   for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
-    snprintf(buf, sizeof buf, fmts[i], dir, link);
+    snprintf(buf, PATH_MAX, fmts[i], dir, link);
     if (strcmp(buf, path) == 0) continue;
     /* The debug file has the same build-id as the module when it has one. */
     if ((dbg = open_elf(buf, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, fd)) != NULL) return dbg;
@@ -275,16 +296,19 @@ static void release_fd(Elf *elf, int *fd) {
   }
 }
 
-int etr__symfile_open(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t live_ip,
-                      etr__symfile **out) {
+void etr__symfile_loc_free(etr__symfile_loc *loc) {
+  free(loc->path);
+  free(loc->dbg_path);
+  loc->path = loc->dbg_path = NULL;
+}
+
+int etr__symfile_locate(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t live_ip,
+                        etr__symfile_loc *loc) {
   pthread_once(&g_elf_once, elf_init);
-  *out = NULL;
-  etr__symfile *mf = calloc(1, sizeof *mf);
-  if (mf == NULL) return ETR_ENOMEM;
-  mf->fd = mf->dbg_fd = -1;
+  memset(loc, 0, sizeof *loc);
   search_dirs sd;
   sd.n = etr__symbolizer_search_dirs(s, &sd.dir);
-  char exe[PATH_MAX], found[PATH_MAX];
+  char exe[PATH_MAX], found[PATH_MAX], dbg_found[PATH_MAX];
   const char *path = id->path;
   if (path[0] == '\0') {
     /* The main program of this process (only meaningful in process). */
@@ -292,12 +316,53 @@ int etr__symfile_open(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t l
     exe[n > 0 ? n : 0] = '\0';
     path = exe;
   }
-  if (path[0] != '\0') mf->elf = open_elf(path, id->build_id, id->build_id_len, &mf->fd);
-  if (mf->elf == NULL) {
-    mf->elf = find_elsewhere(&sd, id, &mf->fd, found);
+  int fd = -1, dbg_fd = -1;
+  Elf *elf = NULL;
+  if (path[0] != '\0') elf = open_elf_key(path, id->build_id, id->build_id_len, &fd, &loc->key);
+  if (elf == NULL) {
+    elf = find_elsewhere(&sd, id, &fd, found);
     path = found;
+    if (elf != NULL) {
+      struct stat st;
+      if (fstat(fd, &st) != 0) st = (struct stat){0};
+      loc->key = file_key(&st);
+    }
   }
-  if (mf->elf == NULL) {
+  if (elf == NULL) return 0;
+  /* Looked for whether or not the file needs it (etr__symfile_load decides, as before): the
+   * same file with the same candidate gives the same answers. */
+  Elf *dbg = find_debug_file(&sd, elf, path, &dbg_fd, dbg_found);
+  int rc = 0;
+  loc->path = strdup(path);
+  if (loc->path == NULL) rc = ETR_ENOMEM;
+  if (dbg != NULL && rc == 0) {
+    struct stat st;
+    if (fstat(dbg_fd, &st) != 0) st = (struct stat){0};
+    loc->dbg_key = file_key(&st);
+    loc->dbg_path = strdup(dbg_found);
+    if (loc->dbg_path == NULL) rc = ETR_ENOMEM;
+  }
+  size_t bl = id->build_id_len < sizeof loc->build_id ? id->build_id_len : sizeof loc->build_id;
+  if (bl != 0) memcpy(loc->build_id, id->build_id, bl);
+  loc->build_id_len = bl;
+  if (dbg != NULL) elf_end(dbg);
+  if (dbg_fd >= 0) close(dbg_fd);
+  elf_end(elf);
+  close(fd);
+  if (rc != 0) etr__symfile_loc_free(loc);
+  return rc;
+}
+
+int etr__symfile_load(const etr__symfile_loc *loc, etr__symfile **out) {
+  pthread_once(&g_elf_once, elf_init);
+  *out = NULL;
+  if (loc->path == NULL) return 0;
+  etr__symfile *mf = calloc(1, sizeof *mf);
+  if (mf == NULL) return ETR_ENOMEM;
+  mf->fd = mf->dbg_fd = -1;
+  etr__file_key key;
+  mf->elf = open_elf_key(loc->path, loc->build_id, loc->build_id_len, &mf->fd, &key);
+  if (mf->elf == NULL || !key_equal(&key, &loc->key)) { /* gone or changed since located */
     etr__symfile_close(mf);
     return 0;
   }
@@ -305,9 +370,19 @@ int etr__symfile_open(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t l
   if (etr__symtab_build(mf->elf, &mf->symtab) != 0) goto enomem;
   int rc = load_dwarf(mf, mf->elf);
   if (rc < 0) goto enomem;
-  if (rc == 0 || mf->symtab.n == 0 || mf->symtab.from_dynsym) {
-    /* Stripped: line info (and the full symbol table) from a separate debug file. */
-    mf->dbg_elf = find_debug_file(&sd, mf->elf, path, &mf->dbg_fd);
+  if ((rc == 0 || mf->symtab.n == 0 || mf->symtab.from_dynsym) && loc->dbg_path != NULL) {
+    /* Stripped: line info (and the full symbol table) from a separate debug file. It has the
+     * file's build-id when the file has one (as find_debug_file checked). */
+    const void *bidp = NULL;
+    ssize_t n = dwelf_elf_gnu_build_id(mf->elf, &bidp);
+    mf->dbg_elf =
+        open_elf_key(loc->dbg_path, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, &mf->dbg_fd, &key);
+    if (mf->dbg_elf != NULL && !key_equal(&key, &loc->dbg_key)) {
+      elf_end(mf->dbg_elf);
+      close(mf->dbg_fd);
+      mf->dbg_elf = NULL;
+      mf->dbg_fd = -1;
+    }
     if (mf->dbg_elf != NULL) {
       if (rc == 0 && load_dwarf(mf, mf->dbg_elf) < 0) goto enomem;
       etr__symtab dt;
@@ -573,7 +648,7 @@ static const char *symbol_name(etr__symbolizer *s, etr__symfile *mf, size_t i) {
 }
 
 int etr__symfile_resolve(etr__symbolizer *s, etr__symfile *mf, uint64_t vaddr, etr__symbol *out,
-                         const etr__symbol **inner, size_t *ninner) {
+                         etr__symbol **inner, size_t *ninner) {
   const char *name = NULL, *file = NULL;
   int64_t line = 0;
   *inner = NULL;
@@ -612,11 +687,21 @@ int etr__symfile_resolve(etr__symbolizer *s, etr__symfile *mf, uint64_t vaddr, e
 
 #else /* no libdw: no file is read, every address takes the symbolizer's fallbacks */
 
-int etr__symfile_open(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t live_ip,
-                      etr__symfile **out) {
+#include <string.h>
+
+int etr__symfile_locate(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t live_ip,
+                        etr__symfile_loc *loc) {
   (void)s;
   (void)id;
   (void)live_ip;
+  memset(loc, 0, sizeof *loc);
+  return 0;
+}
+
+void etr__symfile_loc_free(etr__symfile_loc *loc) { (void)loc; }
+
+int etr__symfile_load(const etr__symfile_loc *loc, etr__symfile **out) {
+  (void)loc;
   *out = NULL;
   return 0;
 }
@@ -624,7 +709,7 @@ int etr__symfile_open(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t l
 void etr__symfile_close(etr__symfile *mf) { (void)mf; }
 
 int etr__symfile_resolve(etr__symbolizer *s, etr__symfile *mf, uint64_t vaddr, etr__symbol *out,
-                         const etr__symbol **inner, size_t *ninner) {
+                         etr__symbol **inner, size_t *ninner) {
   (void)s;
   (void)mf;
   (void)vaddr;

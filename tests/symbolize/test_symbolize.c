@@ -3,7 +3,8 @@
  * lines, also after the library was closed; build-id checks; fallbacks (dladdr,
  * module+offset); the symbol cache and its counters; C++ demangling; stripped libraries,
  * separate debug files and search directories; a library with 20k functions; inlined calls
- * (nested, and C++) expanded into frames of their own.
+ * (nested, and C++) expanded into frames of their own; module paths that are one file share
+ * one load of it; with more files than are kept loaded, answers do not change.
  *
  * Addresses are captured with glibc's backtrace() (return addresses), and symbolized at
  * return address - 1, the call instruction, as a trace writer does for outer frames. */
@@ -687,6 +688,161 @@ static void test_inline_frames_cxx(void **state) {
   dlclose(lib);
 }
 
+/* ---- files shared between modules, and only a few kept loaded ---- */
+
+/* A temporary directory (asserts it was made) and removing it with the files in it. */
+static void temp_dir(char *dir, size_t cap) {
+  snprintf(dir, cap, "/tmp/etr-symtest-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+}
+
+static void remove_tree(const char *dir) {
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* A copy of the file src at dst (a file of its own: another inode). */
+static void copy_file(const char *src, const char *dst) {
+  FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+  assert_non_null(in);
+  assert_non_null(out);
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) != 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+  fclose(in);
+  assert_int_equal(fclose(out), 0);
+}
+
+static void assert_same_symbol(const etr__symbol *a, const etr__symbol *b) {
+  assert_string_equal(a->name, b->name);
+  assert_string_equal(a->filename, b->filename);
+  assert_int_equal(a->line, b->line);
+}
+
+/* Module paths that are one file (symlinks to it; absent paths whose build-id finds it under
+ * a search directory) share one load of it, and answer as its own path does. Before, each
+ * path loaded the file again (findings-12 F1: ~17 MB each for libc). */
+static void test_shared_file(void **state) {
+  (void)state;
+  void *lib = load_lib(SYMCHAIN_PATH);
+  modinfo m;
+  uint64_t vaddr;
+  uintptr_t live;
+  chain_b_address(lib, &m, &vaddr, &live);
+  dlclose(lib);
+  char dir[64], hex[129], sub[PATH_MAX], file[PATH_MAX + 200];
+  temp_dir(dir, sizeof dir);
+  for (size_t i = 0; i < m.bid_len; i++) snprintf(hex + 2 * i, 3, "%02x", m.bid[i]);
+  snprintf(sub, sizeof sub, "%s/.build-id", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(sub, sizeof sub, "%s/.build-id/%.2s", dir, hex);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(file, sizeof file, "%s/%s.debug", sub, hex + 2);
+  assert_int_equal(symlink(SYMCHAIN_PATH, file), 0);
+
+  etr__symbolizer *s = new_symbolizer();
+  assert_int_equal(etr__symbolizer_add_search_dir(s, dir), 0);
+  etr__symbol want, got;
+  assert_int_equal(etr__symbolize(s, SYMCHAIN_PATH, m.bid, m.bid_len, vaddr, 0, &want), 0);
+  assert_string_equal(want.name, "symchain_b");
+  assert_int_equal(etr__symbolizer_loads(s), 1);
+  for (int k = 0; k < 100; k++) {
+    char path[PATH_MAX];
+    if (k % 2) {
+      snprintf(path, sizeof path, "%s/lib%d.so", dir, k);
+      assert_int_equal(symlink(SYMCHAIN_PATH, path), 0);
+    } else {
+      snprintf(path, sizeof path, "/nonexistent/dir/lib%d.so", k);
+    }
+    /* Links are the file with or without the build-id; absent paths need it. */
+    size_t bid_len = k % 4 == 1 ? 0 : m.bid_len;
+    assert_int_equal(etr__symbolize(s, path, m.bid, bid_len, vaddr, 0, &got), 0);
+    assert_same_symbol(&got, &want);
+    assert_int_equal(etr__symbolize(s, path, m.bid, bid_len, vaddr + 1, 0, &got), 0);
+    assert_string_equal(got.name, "symchain_b");
+  }
+  assert_int_equal(etr__symbolizer_loads(s), 1);
+  /* An absent path without a build-id has no file at all: nothing loaded. */
+  assert_int_equal(etr__symbolize(s, "/nonexistent/dir/libz.so", NULL, 0, vaddr, 0, &got), 1);
+  assert_int_equal(etr__symbolizer_loads(s), 1);
+  etr__symbolizer_free(s);
+  remove_tree(dir);
+}
+
+/* Every frame of the addresses [lo, lo + n) of module path, through s, into out[i * 8...]:
+ * the frame counts into counts. */
+static void frames_range(etr__symbolizer *s, const char *path, uint64_t lo, int n, etr__symbol *out,
+                         int *counts) {
+  for (int i = 0; i < n; i++) {
+    counts[i] = etr__symbolize_frames(s, path, NULL, 0, lo + (uint64_t)i, 0, out + 8 * i, 8);
+    assert_true(counts[i] >= 1);
+  }
+}
+
+/* More distinct files than are kept loaded, used in turns: the least recently used is closed
+ * and loaded again when needed; answers (and the strings given before, which must outlive
+ * the file they came from) do not change. */
+static void test_loaded_bound(void **state) {
+  (void)state;
+  enum { COPIES = 6, N = 96 };
+  static const char *const src[2] = {SYMCHAIN_PATH, SYMCXX_PATH};
+  uint64_t lo[2];
+  {
+    void *lib = load_lib(SYMCHAIN_PATH);
+    modinfo m;
+    uintptr_t live;
+    chain_b_address(lib, &m, &lo[0], &live);
+    lo[0] -= 32;
+    dlclose(lib);
+    lib = load_lib(SYMCXX_PATH);
+    void *(*addr)(void) = (void *(*)(void))dlsym(lib, "symcxx_addr");
+    uintptr_t f = (uintptr_t)addr();
+    assert_true(find_module(f, &m));
+    lo[1] = f - m.bias;
+    dlclose(lib);
+  }
+  char dir[64], path[2 * COPIES][PATH_MAX];
+  temp_dir(dir, sizeof dir);
+  for (int k = 0; k < 2 * COPIES; k++) {
+    snprintf(path[k], sizeof path[k], "%s/copy%d.so", dir, k);
+    copy_file(src[k % 2], path[k]);
+  }
+  /* What each copy says with every file kept loaded, */
+  static etr__symbol want[2 * COPIES][N * 8], got[2 * COPIES][N * 8];
+  static int nwant[2 * COPIES][N], ngot[2 * COPIES][N];
+  etr__symbolizer *ref = new_symbolizer();
+  for (int k = 0; k < 2 * COPIES; k++) frames_range(ref, path[k], lo[k % 2], N, want[k], nwant[k]);
+  assert_int_equal(etr__symbolizer_loads(ref), 2 * COPIES);
+  /* and with two: the copies in turns, a new address of each every time. */
+  etr__symbolizer *s = new_symbolizer();
+  etr__symbolizer_set_max_loaded(s, 2);
+  for (int i = 0; i < N; i++)
+    for (int k = 0; k < 2 * COPIES; k++)
+      frames_range(s, path[k], lo[k % 2] + (uint64_t)i, 1, got[k] + 8 * i, ngot[k] + i);
+  assert_true(etr__symbolizer_loads(s) > 2 * COPIES * (N - 1));
+  bool demangled = false;
+  for (int k = 0; k < 2 * COPIES; k++) {
+    for (int i = 0; i < N; i++) {
+      assert_int_equal(ngot[k][i], nwant[k][i]);
+      for (int j = 0; j < nwant[k][i]; j++) {
+        assert_same_symbol(&got[k][8 * i + j], &want[k][8 * i + j]);
+        demangled |= strstr(got[k][8 * i + j].name, "etrtest::") != NULL;
+      }
+    }
+  }
+  assert_true(demangled);
+  /* Cached answers come back without a load. */
+  size_t loads = etr__symbolizer_loads(s);
+  etr__symbol again;
+  assert_true(etr__symbolize(s, path[0], NULL, 0, lo[0], 0, &again) >= 0);
+  assert_ptr_equal(again.name, got[0][8 * 0 + ngot[0][0] - 1].name);
+  assert_int_equal(etr__symbolizer_loads(s), loads);
+  etr__symbolizer_free(ref);
+  etr__symbolizer_free(s);
+  remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_dlopen),  cmocka_unit_test(test_chain_closed),
@@ -695,6 +851,7 @@ int main(void) {
       cmocka_unit_test(test_stripped),      cmocka_unit_test(test_search_dirs),
       cmocka_unit_test(test_20k),           cmocka_unit_test(test_no_fd_per_module),
       cmocka_unit_test(test_inline_frames), cmocka_unit_test(test_inline_frames_cxx),
+      cmocka_unit_test(test_shared_file),   cmocka_unit_test(test_loaded_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
