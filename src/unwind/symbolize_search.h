@@ -15,8 +15,13 @@
 int etr__symbolizer_add_search_dir(etr__symbolizer *s, const char *dir);
 
 /* Files (a module's file with its debug file) kept loaded at once by default: loading one
- * more closes the least recently used. Modules that resolve to the same files share one. */
-#define ETR__SYMBOLIZER_MAX_LOADED 8
+ * more closes the least recently used. Modules that resolve to the same files share one.
+ * The default is for the trace writer, which symbolizes new addresses as a run meets them,
+ * in any order over all the modules of the process (a PyTorch run has tens): a file closed
+ * there would be loaded again at its next new address (libtorch_cpu: hundreds of ms). The
+ * address-space guard still closes files when memory is short. etr symbolize, which
+ * resolves one module's frames together, keeps 2. */
+#define ETR__SYMBOLIZER_MAX_LOADED 64
 
 /* Keep at most n files loaded (n 0 counts as 1); the ones beyond are closed when the next
  * file is loaded. Answers do not change, only how often a file may be loaded again. */
