@@ -6,7 +6,8 @@
  * Memory: one entry per distinct op name, per tid and per (process group, collective), one
  * record (~120 bytes) per collective op;
  * the top tensors are kept in a heap of --top entries (a tensor is identified by its id and
- * storage id, and counts at the largest size it is seen with: PyTorch reuses ids).
+ * storage id, and counts at the largest size it is seen with: PyTorch reuses ids), with a
+ * hash index from (id, storage) to the heap position, so a sighting costs O(log N), not N.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -120,6 +121,7 @@ typedef struct tens {
   int64_t node;
   char dtype[32], device[24], op[64]; /* cut to fit; they may hold NULs ("\u0000") */
   uint8_t dtype_len, device_len, op_len;
+  uint32_t slot; /* its slot in srun.tix while in the heap */
 } tens;
 
 typedef struct srun {
@@ -138,6 +140,8 @@ typedef struct srun {
   an_colls colls;      /* the collective records, resolved after the last node */
   tens *heap;
   size_t n_heap;
+  uint32_t *tix;   /* (id, storage) -> position in heap; TIX_EMPTY, or the position */
+  size_t tix_mask; /* slots - 1: a power of two, at least twice --top */
   uint64_t tensor_values;
   bool oom;
 } srun;
@@ -150,26 +154,78 @@ static bool tens_less(const tens *a, const tens *b) {
   return a->storage > b->storage;
 }
 
-static void heap_down(tens *h, size_t n, size_t i) {
+/* ---- the heap's index: open addressing (linear probing) over heap positions, the key
+ * read from the entry there; each entry knows its slot, so an entry moving in the heap
+ * updates one slot, and a removal shifts the following slots back (no tombstones). ---- */
+
+#define TIX_EMPTY UINT32_MAX
+
+static size_t tix_home(const srun *s, int64_t id, int64_t storage) {
+  uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ull ^ (uint64_t)storage; /* splitmix64's mix */
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return (size_t)(x ^ (x >> 31)) & s->tix_mask;
+}
+
+/* The heap position of tensor (id, storage), or n_heap when it is not in the heap. */
+static size_t tix_find(const srun *s, int64_t id, int64_t storage) {
+  for (size_t i = tix_home(s, id, storage);; i = (i + 1) & s->tix_mask) {
+    uint32_t at = s->tix[i];
+    if (at == TIX_EMPTY) return s->n_heap;
+    if (s->heap[at].id == id && s->heap[at].storage == storage) return at;
+  }
+}
+
+/* Index heap[at] (not indexed yet). */
+static void tix_insert(srun *s, size_t at) {
+  size_t i = tix_home(s, s->heap[at].id, s->heap[at].storage);
+  while (s->tix[i] != TIX_EMPTY) i = (i + 1) & s->tix_mask;
+  s->tix[i] = (uint32_t)at;
+  s->heap[at].slot = (uint32_t)i;
+}
+
+/* Unindex heap[at]: the entries after its slot that probed past it move back. */
+static void tix_remove(srun *s, size_t at) {
+  size_t hole = s->heap[at].slot;
+  s->tix[hole] = TIX_EMPTY;
+  for (size_t k = (hole + 1) & s->tix_mask; s->tix[k] != TIX_EMPTY; k = (k + 1) & s->tix_mask) {
+    const tens *e = &s->heap[s->tix[k]];
+    size_t home = tix_home(s, e->id, e->storage);
+    /* it may fill the hole unless its home lies cyclically in (hole, k] */
+    if (((k - home) & s->tix_mask) < ((k - hole) & s->tix_mask)) continue;
+    s->tix[hole] = s->tix[k];
+    s->heap[s->tix[hole]].slot = (uint32_t)hole;
+    s->tix[k] = TIX_EMPTY;
+    hole = k;
+  }
+}
+
+static void heap_swap(srun *s, size_t i, size_t j) {
+  tens t = s->heap[i];
+  s->heap[i] = s->heap[j];
+  s->heap[j] = t;
+  s->tix[s->heap[i].slot] = (uint32_t)i;
+  s->tix[s->heap[j].slot] = (uint32_t)j;
+}
+
+static void heap_down(srun *s, size_t i) {
+  tens *h = s->heap;
+  size_t n = s->n_heap;
   for (;;) {
     size_t l = 2 * i + 1, r = l + 1, m = i;
     if (l < n && tens_less(&h[l], &h[m])) m = l;
     if (r < n && tens_less(&h[r], &h[m])) m = r;
     if (m == i) return;
-    tens t = h[i];
-    h[i] = h[m];
-    h[m] = t;
+    heap_swap(s, i, m);
     i = m;
   }
 }
 
-static void heap_up(tens *h, size_t i) {
+static void heap_up(srun *s, size_t i) {
   while (i) {
     size_t p = (i - 1) / 2;
-    if (!tens_less(&h[i], &h[p])) return;
-    tens t = h[i];
-    h[i] = h[p];
-    h[p] = t;
+    if (!tens_less(&s->heap[i], &s->heap[p])) return;
+    heap_swap(s, i, p);
     i = p;
   }
 }
@@ -204,9 +260,8 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
    * holds the N largest of those, whatever N. A sighting no larger than the heap's smallest
    * cannot enter it, nor grow an entry already there. */
   if (s->n_heap == s->top && !tens_less(&s->heap[0], &t)) return;
-  size_t at = s->n_heap; /* the same tensor seen again: grown in place, else kept as it was */
-  for (size_t i = 0; i < s->n_heap && at == s->n_heap; i++)
-    if (s->heap[i].id == t.id && s->heap[i].storage == t.storage) at = i;
+  /* the same tensor seen again: grown in place, else kept as it was */
+  size_t at = tix_find(s, t.id, t.storage);
   if (at < s->n_heap && s->heap[at].bytes >= t.bytes) return;
   t.node = n->id;
   /* "Tensor(float)" -> "float" */
@@ -215,15 +270,19 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
   if (it[5].kind == ETR_J_STRING)
     t.device_len = (uint8_t)copy_trunc(t.device, sizeof t.device, it[5].v.str.s, it[5].v.str.len);
   t.op_len = (uint8_t)copy_trunc(t.op, sizeof t.op, n->name, n->name_len);
-  if (at < s->n_heap) { /* larger: it moves away from the smallest, at the root */
+  if (at < s->n_heap) {        /* larger: it moves away from the smallest, at the root */
+    t.slot = s->heap[at].slot; /* (the same key: the same slot) */
     s->heap[at] = t;
-    heap_down(s->heap, s->n_heap, at);
+    heap_down(s, at);
   } else if (s->n_heap < s->top) {
     s->heap[s->n_heap] = t;
-    heap_up(s->heap, s->n_heap++);
-  } else {
+    tix_insert(s, s->n_heap);
+    heap_up(s, s->n_heap++);
+  } else { /* the smallest leaves */
+    tix_remove(s, 0);
     s->heap[0] = t;
-    heap_down(s->heap, s->n_heap, 0);
+    tix_insert(s, 0);
+    heap_down(s, 0);
   }
 }
 
@@ -708,7 +767,14 @@ int cmd_summary(int argc, char **argv) {
   const char *path = files[0];
   s.file = strcmp(path, "-") ? path : "<stdin>";
   s.heap = calloc(s.top ? s.top : 1, sizeof *s.heap);
-  if (!s.heap) {
+  size_t tix_cap = 2;
+  while (tix_cap < 2 * s.top) tix_cap *= 2;
+  s.tix = malloc(tix_cap * sizeof *s.tix);
+  s.tix_mask = tix_cap - 1;
+  if (s.tix) memset(s.tix, 0xff, tix_cap * sizeof *s.tix); /* all TIX_EMPTY */
+  if (!s.heap || !s.tix) {
+    free(s.heap);
+    free(s.tix);
     cli_error(CMD, "out of memory");
     return ETR_CLI_FAIL;
   }
@@ -744,5 +810,6 @@ done:
   an_strtab_free(&s.coll_keys);
   an_colls_free(&s.colls);
   free(s.heap);
+  free(s.tix);
   return ret;
 }
