@@ -2,9 +2,15 @@
  * trace, streamed: one complete ("X") event per op as its node is read, one track per
  * thread, flow arrows from each fw_parent to its backward ops.
  *
+ * Time: linear in the input; an op read looks up the flows waiting for it by its id (and
+ * sorts them by their place, k log k for k of them).
+ *
  * Memory: per thread a few words; per parent whose children were seen but which is not yet
- * read itself, one map entry (children come before parents, so this is bounded by nesting
- * depth times threads); for untimed ops, the flows still waiting for their fw_parent;
+ * read itself, one map entry (children come before parents, so this is nesting depth times
+ * threads in a valid trace), at most 2 * PEND_GEN of them for timed parents and as many for
+ * untimed ones: past PEND_GEN at once the oldest are forgotten with a warning (see pend);
+ * for untimed ops, the flows still waiting for their fw_parent (40 bytes each, plus a map
+ * entry per fw_parent waited for: not bounded, a valid trace may have every op wait);
  * per thread, its slices since its last top-level op (at most TBUF_MAX, and TBUF_TOTAL_MAX
  * for all threads together, see tbuf); the
  * output buffer (CH_FILE_BUF, chrome_out.h), written out in large blocks as it fills.
@@ -46,12 +52,36 @@ static void help(void) {
       "write error, 2 usage error.\n");
 }
 
+/* An untimed op's flow arrow waiting for its fw_parent to be read, in `waiting`. The flows
+ * waiting for one fw_parent are chained through their positions (prev, next), the chain's
+ * head found by the fw_parent's id (waiting_ix), so that reading an op looks at the flows
+ * waiting for it only. */
 typedef struct flow {
   int64_t op_id;
   uint64_t tid;
   int64_t ts;
   int64_t fw_parent;
+  uint32_t prev, next; /* positions in `waiting` of the chain's neighbours, or NO_FLOW */
 } flow;
+
+/* (so at most UINT32_MAX - 1 flows wait at once: 160 GiB of them) */
+#define NO_FLOW UINT32_MAX
+
+/* Parent id -> a value (the latest end of its timed children, or the earliest start of its
+ * untimed ones), for the parents whose children were read but which are not read
+ * themselves yet. In two generations: an entry is put into `cur`, and moved there from
+ * `old` when it is put again. When `cur` holds PEND_GEN entries, the entries of `old` (not
+ * put since cur began) are forgotten, `cur` becomes `old` and a new `cur` begins. So
+ * nothing is forgotten while at most PEND_GEN parents are pending at once (in a trace
+ * whose children come before their parent, at most nesting depth x threads), and at most
+ * 2 * PEND_GEN are held whatever the trace (parents that never come, say). */
+typedef struct pend {
+  an_u64map cur, old;
+  uint64_t forgotten; /* entries forgotten */
+  size_t most;        /* the most entries held at once */
+} pend;
+
+#define PEND_GEN ((size_t)1 << 17)
 
 /* A thread's slices since its last top-level op ended, in file order (children before
  * their parent): written out in reverse once that op is read, so that every slice comes
@@ -92,11 +122,45 @@ typedef struct chrome {
   an_u64map cursor;  /* synthetic: tid -> next free time */
   /* parent id -> the latest end of its timed children / the earliest start of its untimed
    * ones (each op is laid out by its own timing: a parent spans its children of its kind) */
-  an_u64map pending, pending_synth;
-  flow *waiting; /* untimed ops' flows whose fw_parent is not read yet */
+  pend pending, pending_synth;
+  flow *waiting; /* untimed ops' flows whose fw_parent is not read yet (in no order) */
   size_t n_waiting, cap_waiting;
+  an_u64map waiting_ix; /* fw_parent -> position in `waiting` of its chain's head */
+  uint32_t *found;      /* resolve_flows: the positions of the flows it resolves */
+  size_t cap_found;
   uint64_t n_timed, n_untimed, n_flows_dropped;
+  uint64_t n_flows_waited; /* flows put in `waiting` */
+  uint64_t flow_visits;    /* flows resolve_flows looked at or moved (ETR_CHROME_STATS) */
 } chrome;
+
+static bool pend_get(const pend *p, uint64_t id, uint64_t *val) {
+  return an_u64map_get(&p->cur, id, val) || an_u64map_get(&p->old, id, val);
+}
+
+static void pend_del(pend *p, uint64_t id) {
+  an_u64map_del(&p->cur, id);
+  an_u64map_del(&p->old, id);
+}
+
+/* false when memory ran out. */
+static bool pend_put(pend *p, uint64_t id, uint64_t val) {
+  an_u64map_del(&p->old, id);
+  if (!an_u64map_get(&p->cur, id, NULL) && p->cur.n + (p->cur.has_max ? 1 : 0) >= PEND_GEN) {
+    p->forgotten += p->old.n + (p->old.has_max ? 1 : 0);
+    an_u64map_free(&p->old);
+    p->old = p->cur;
+    memset(&p->cur, 0, sizeof p->cur);
+  }
+  if (!an_u64map_put(&p->cur, id, val)) return false;
+  size_t held = p->cur.n + p->old.n + (p->cur.has_max ? 1 : 0) + (p->old.has_max ? 1 : 0);
+  if (held > p->most) p->most = held;
+  return true;
+}
+
+static void pend_free(pend *p) {
+  an_u64map_free(&p->cur);
+  an_u64map_free(&p->old);
+}
 
 static void sep(chrome *c) {
   if (!c->first_event) CH_LIT(&c->o, ",\n");
@@ -399,16 +463,85 @@ static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts,
   ch_done(&c->o, p);
 }
 
-/* Flows waiting for fw_parent `id`, which was just laid out at (tid, start). */
-static void resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
-  for (size_t i = 0; i < c->n_waiting;) {
-    if (c->waiting[i].fw_parent == id) {
-      emit_flow(c, c->waiting[i].op_id, tid, start, c->waiting[i].tid, c->waiting[i].ts);
-      c->waiting[i] = c->waiting[--c->n_waiting];
-    } else {
-      i++;
+/* The chain (flows waiting for one fw_parent) of the flow at position `at` points at it
+ * from its neighbours, or from waiting_ix when it is the head. */
+static bool flow_relink(chrome *c, uint32_t at) {
+  const flow *f = &c->waiting[at];
+  if (f->next != NO_FLOW) c->waiting[f->next].prev = at;
+  if (f->prev != NO_FLOW) {
+    c->waiting[f->prev].next = at;
+    return true;
+  }
+  return an_u64map_put(&c->waiting_ix, (uint64_t)f->fw_parent, at);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Flows waiting for fw_parent `id`, which was just laid out at (tid, start): the flows of its
+ * chain only. They are written, and taken out of `waiting`, in the order (and with the
+ * moves) of the scan this replaces, which went through the whole array for each op laid out
+ * (quadratic): from the front, each flow found written and the array's last flow moved into
+ * its place, and looked at there again. So the output is byte for byte what it was. false
+ * when memory ran out. */
+static bool resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
+  uint64_t head;
+  if (!an_u64map_get(&c->waiting_ix, (uint64_t)id, &head)) return true;
+  an_u64map_del(&c->waiting_ix, (uint64_t)id);
+  size_t k = 0;
+  for (uint32_t at = (uint32_t)head; at != NO_FLOW; at = c->waiting[at].next) {
+    if (k == c->cap_found) {
+      size_t cap = c->cap_found ? c->cap_found * 2 : 64;
+      uint32_t *v = realloc(c->found, cap * sizeof *v);
+      if (v == NULL) return false;
+      c->found = v;
+      c->cap_found = cap;
+    }
+    c->found[k++] = at;
+  }
+  c->flow_visits += k;
+  qsort(c->found, k, sizeof *c->found, cmp_u32);
+  uint32_t n = (uint32_t)c->n_waiting;
+  /* (positions at or past n were taken from the array's end already) */
+  for (size_t j = 0; j < k && c->found[j] < n; j++) {
+    uint32_t i = c->found[j];
+    for (;;) {
+      const flow *f = &c->waiting[i];
+      emit_flow(c, f->op_id, tid, start, f->tid, f->ts);
+      uint32_t last = --n;
+      if (last == i) break;
+      c->waiting[i] = c->waiting[last];
+      if (c->waiting[i].fw_parent == id) continue; /* another of them: written next */
+      c->flow_visits++;
+      if (!flow_relink(c, i)) return false;
+      break;
     }
   }
+  c->n_waiting = n;
+  return true;
+}
+
+/* Puts an untimed op's flow into `waiting`, at its fw_parent's chain's head. */
+static bool flow_wait(chrome *c, const rd_rnode *n, int64_t start) {
+  if (c->n_waiting >= NO_FLOW - 1) return false;
+  if (c->n_waiting == c->cap_waiting) {
+    size_t nc = c->cap_waiting ? c->cap_waiting * 2 : 64;
+    flow *nw = realloc(c->waiting, nc * sizeof *nw);
+    if (nw == NULL) return false;
+    c->waiting = nw;
+    c->cap_waiting = nc;
+  }
+  uint64_t head;
+  uint32_t at = (uint32_t)c->n_waiting;
+  bool chained = an_u64map_get(&c->waiting_ix, n->fw_parent, &head);
+  c->waiting[at] = (flow){
+      n->id, n->tid, start, (int64_t)n->fw_parent, NO_FLOW, chained ? (uint32_t)head : NO_FLOW};
+  if (!flow_relink(c, at)) return false;
+  c->n_waiting++;
+  c->n_flows_waited++;
+  return true;
 }
 
 static tbuf *tbuf_of(chrome *c, uint64_t tid) {
@@ -498,17 +631,20 @@ static bool node(chrome *c, const rd_rnode *n) {
   if (special && an_is_thread_node(n)) {
     thread_meta_named(c, n->tid, n);
     if (n->id > 0 && !an_u64map_put(&c->thread_nodes, (uint64_t)n->id, 1)) return false;
-    an_u64map_del(&c->pending, (uint64_t)n->id);
-    an_u64map_del(&c->pending_synth, (uint64_t)n->id);
+    pend_del(&c->pending, (uint64_t)n->id);
+    pend_del(&c->pending_synth, (uint64_t)n->id);
     return true;
   }
   thread_meta(c, n->tid);
   /* Each op by its own timing (so a trace that mixes both comes out the same whatever the
    * order of its nodes): recorded, else laid out in recorded order below. */
-  an_u64map *pend = n->has_timing ? &c->pending : &c->pending_synth;
+  pend *pd = n->has_timing ? &c->pending : &c->pending_synth;
   uint64_t pv;
-  bool had = an_u64map_get(pend, (uint64_t)n->id, &pv);
-  if (had) an_u64map_del(pend, (uint64_t)n->id);
+  bool had = pend_get(pd, (uint64_t)n->id, &pv);
+  if (had) pend_del(pd, (uint64_t)n->id);
+  /* A parent that is a thread node read already is never looked up again (a thread node
+   * read later deletes its entries): no entry for it. */
+  bool parent_read = an_u64map_get(&c->thread_nodes, (uint64_t)n->ctrl_deps, NULL);
   if (n->has_timing) {
     c->n_timed++;
     /* In ns: the attrs ts_ns and dur_ns when the recorder wrote them (ETR_TRACE_TIMING=ns),
@@ -535,11 +671,12 @@ static bool node(chrome *c, const rd_rnode *n) {
     if (!emit_op_buffered(c, n, ts, dur)) return false;
     uint64_t cur;
     int64_t end = ts + dur;
-    if (!an_u64map_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end) {
-      if (!an_u64map_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
+    if (!parent_read &&
+        (!pend_get(&c->pending, (uint64_t)n->ctrl_deps, &cur) || (int64_t)cur < end)) {
+      if (!pend_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
     }
     if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, ts, n->tid, ts);
-    if (c->n_waiting) resolve_flows(c, n->id, n->tid, ts);
+    if (c->n_waiting && !resolve_flows(c, n->id, n->tid, ts)) return false;
     return true;
   }
   /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its
@@ -552,20 +689,11 @@ static bool node(chrome *c, const rd_rnode *n) {
   if (!an_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
   sep(c);
   emit_op(c, &c->o, n, start, end - start);
-  if (!an_u64map_get(&c->pending_synth, (uint64_t)n->ctrl_deps, NULL)) {
-    if (!an_u64map_put(&c->pending_synth, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
+  if (!parent_read && !pend_get(&c->pending_synth, (uint64_t)n->ctrl_deps, NULL)) {
+    if (!pend_put(&c->pending_synth, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
   }
-  resolve_flows(c, n->id, n->tid, start);
-  if (c->flows && n->fw_parent != 0) {
-    if (c->n_waiting == c->cap_waiting) {
-      size_t nc = c->cap_waiting ? c->cap_waiting * 2 : 64;
-      flow *nw = realloc(c->waiting, nc * sizeof *nw);
-      if (nw == NULL) return false;
-      c->waiting = nw;
-      c->cap_waiting = nc;
-    }
-    c->waiting[c->n_waiting++] = (flow){n->id, n->tid, start, (int64_t)n->fw_parent};
-  }
+  if (c->n_waiting && !resolve_flows(c, n->id, n->tid, start)) return false;
+  if (c->flows && n->fw_parent != 0 && !flow_wait(c, n, start)) return false;
   return true;
 }
 
@@ -702,13 +830,30 @@ int cmd_chrome(int argc, char **argv) {
               "etr chrome: note: %llu fw_parent flow(s) left out (fw_parent not found "
               "after the op)\n",
               (unsigned long long)c.n_flows_dropped);
+    uint64_t forgotten = c.pending.forgotten + c.pending_synth.forgotten;
+    if (forgotten)
+      fprintf(stderr,
+              "etr chrome: warning: %s: more than %zu parents whose children were read were "
+              "not read themselves at once (ids that never come?): %llu of them forgotten, "
+              "each laid out, if it comes, without spanning the children read before it\n",
+              file, PEND_GEN, (unsigned long long)forgotten);
   }
+  const char *stats = getenv("ETR_CHROME_STATS");
+  if (stats && strcmp(stats, "1") == 0) /* (for the tests: the work and memory counted) */
+    fprintf(stderr,
+            "etr chrome: stats: flows_waited %llu flow_visits %llu pending_most %zu "
+            "pending_synth_most %zu pending_forgotten %llu\n",
+            (unsigned long long)c.n_flows_waited, (unsigned long long)c.flow_visits, c.pending.most,
+            c.pending_synth.most,
+            (unsigned long long)(c.pending.forgotten + c.pending_synth.forgotten));
   cli_close(&in);
   an_u64map_free(&c.threads);
   an_u64map_free(&c.cursor);
-  an_u64map_free(&c.pending);
-  an_u64map_free(&c.pending_synth);
+  pend_free(&c.pending);
+  pend_free(&c.pending_synth);
   free(c.waiting);
+  free(c.found);
+  an_u64map_free(&c.waiting_ix);
   for (size_t i = 0; i < c.n_tb; i++) {
     ch_free(&c.tb[i].out);
     free(c.tb[i].offs);
