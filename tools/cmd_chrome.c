@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chrome_flows.h"
 #include "chrome_out.h"
 #include "cli.h"
 #include "lib_an_util.h"
@@ -51,21 +52,6 @@ static void help(void) {
       "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input or\n"
       "write error, 2 usage error.\n");
 }
-
-/* An untimed op's flow arrow waiting for its fw_parent to be read, in `waiting`. The flows
- * waiting for one fw_parent are chained through their positions (prev, next), the chain's
- * head found by the fw_parent's id (waiting_ix), so that reading an op looks at the flows
- * waiting for it only. */
-typedef struct flow {
-  int64_t op_id;
-  uint64_t tid;
-  int64_t ts;
-  int64_t fw_parent;
-  uint32_t prev, next; /* positions in `waiting` of the chain's neighbours, or NO_FLOW */
-} flow;
-
-/* (so at most UINT32_MAX - 1 flows wait at once: 160 GiB of them) */
-#define NO_FLOW UINT32_MAX
 
 /* Parent id -> a value (the latest end of its timed children, or the earliest start of its
  * untimed ones), for the parents whose children were read but which are not read
@@ -123,14 +109,8 @@ typedef struct chrome {
   /* parent id -> the latest end of its timed children / the earliest start of its untimed
    * ones (each op is laid out by its own timing: a parent spans its children of its kind) */
   pend pending, pending_synth;
-  flow *waiting; /* untimed ops' flows whose fw_parent is not read yet (in no order) */
-  size_t n_waiting, cap_waiting;
-  an_u64map waiting_ix; /* fw_parent -> position in `waiting` of its chain's head */
-  uint32_t *found;      /* resolve_flows: the positions of the flows it resolves */
-  size_t cap_found;
+  ch_flows waiting; /* untimed ops' flows whose fw_parent is not read yet */
   uint64_t n_timed, n_untimed, n_flows_dropped;
-  uint64_t n_flows_waited; /* flows put in `waiting` */
-  uint64_t flow_visits;    /* flows resolve_flows looked at or moved (ETR_CHROME_STATS) */
 } chrome;
 
 static bool pend_get(const pend *p, uint64_t id, uint64_t *val) {
@@ -463,85 +443,21 @@ static void emit_flow(chrome *c, int64_t id, uint64_t from_tid, int64_t from_ts,
   ch_done(&c->o, p);
 }
 
-/* The chain (flows waiting for one fw_parent) of the flow at position `at` points at it
- * from its neighbours, or from waiting_ix when it is the head. */
-static bool flow_relink(chrome *c, uint32_t at) {
-  const flow *f = &c->waiting[at];
-  if (f->next != NO_FLOW) c->waiting[f->next].prev = at;
-  if (f->prev != NO_FLOW) {
-    c->waiting[f->prev].next = at;
-    return true;
-  }
-  return an_u64map_put(&c->waiting_ix, (uint64_t)f->fw_parent, at);
+/* The flow arrows waiting for the op just laid out at (tid, start) (chrome_flows.c). */
+typedef struct flows_to {
+  chrome *c;
+  uint64_t tid;
+  int64_t start;
+} flows_to;
+
+static void emit_waited(void *ctx, const ch_flow *f) {
+  const flows_to *t = ctx;
+  emit_flow(t->c, f->op_id, t->tid, t->start, f->tid, f->ts);
 }
 
-static int cmp_u32(const void *a, const void *b) {
-  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Flows waiting for fw_parent `id`, which was just laid out at (tid, start): the flows of its
- * chain only. They are written, and taken out of `waiting`, in the order (and with the
- * moves) of the scan this replaces, which went through the whole array for each op laid out
- * (quadratic): from the front, each flow found written and the array's last flow moved into
- * its place, and looked at there again. So the output is byte for byte what it was. false
- * when memory ran out. */
 static bool resolve_flows(chrome *c, int64_t id, uint64_t tid, int64_t start) {
-  uint64_t head;
-  if (!an_u64map_get(&c->waiting_ix, (uint64_t)id, &head)) return true;
-  an_u64map_del(&c->waiting_ix, (uint64_t)id);
-  size_t k = 0;
-  for (uint32_t at = (uint32_t)head; at != NO_FLOW; at = c->waiting[at].next) {
-    if (k == c->cap_found) {
-      size_t cap = c->cap_found ? c->cap_found * 2 : 64;
-      uint32_t *v = realloc(c->found, cap * sizeof *v);
-      if (v == NULL) return false;
-      c->found = v;
-      c->cap_found = cap;
-    }
-    c->found[k++] = at;
-  }
-  c->flow_visits += k;
-  qsort(c->found, k, sizeof *c->found, cmp_u32);
-  uint32_t n = (uint32_t)c->n_waiting;
-  /* (positions at or past n were taken from the array's end already) */
-  for (size_t j = 0; j < k && c->found[j] < n; j++) {
-    uint32_t i = c->found[j];
-    for (;;) {
-      const flow *f = &c->waiting[i];
-      emit_flow(c, f->op_id, tid, start, f->tid, f->ts);
-      uint32_t last = --n;
-      if (last == i) break;
-      c->waiting[i] = c->waiting[last];
-      if (c->waiting[i].fw_parent == id) continue; /* another of them: written next */
-      c->flow_visits++;
-      if (!flow_relink(c, i)) return false;
-      break;
-    }
-  }
-  c->n_waiting = n;
-  return true;
-}
-
-/* Puts an untimed op's flow into `waiting`, at its fw_parent's chain's head. */
-static bool flow_wait(chrome *c, const rd_rnode *n, int64_t start) {
-  if (c->n_waiting >= NO_FLOW - 1) return false;
-  if (c->n_waiting == c->cap_waiting) {
-    size_t nc = c->cap_waiting ? c->cap_waiting * 2 : 64;
-    flow *nw = realloc(c->waiting, nc * sizeof *nw);
-    if (nw == NULL) return false;
-    c->waiting = nw;
-    c->cap_waiting = nc;
-  }
-  uint64_t head;
-  uint32_t at = (uint32_t)c->n_waiting;
-  bool chained = an_u64map_get(&c->waiting_ix, n->fw_parent, &head);
-  c->waiting[at] = (flow){
-      n->id, n->tid, start, (int64_t)n->fw_parent, NO_FLOW, chained ? (uint32_t)head : NO_FLOW};
-  if (!flow_relink(c, at)) return false;
-  c->n_waiting++;
-  c->n_flows_waited++;
-  return true;
+  flows_to t = {c, tid, start};
+  return ch_flows_resolve(&c->waiting, id, emit_waited, &t);
 }
 
 static tbuf *tbuf_of(chrome *c, uint64_t tid) {
@@ -676,7 +592,7 @@ static bool node(chrome *c, const rd_rnode *n) {
       if (!pend_put(&c->pending, (uint64_t)n->ctrl_deps, (uint64_t)end)) return false;
     }
     if (c->flows && n->fw_parent != 0) emit_flow(c, n->id, n->fw_tid, ts, n->tid, ts);
-    if (c->n_waiting && !resolve_flows(c, n->id, n->tid, ts)) return false;
+    if (!resolve_flows(c, n->id, n->tid, ts)) return false;
     return true;
   }
   /* Synthetic layout (children come before their parent): a leaf takes the next 1 us of its
@@ -692,8 +608,10 @@ static bool node(chrome *c, const rd_rnode *n) {
   if (!parent_read && !pend_get(&c->pending_synth, (uint64_t)n->ctrl_deps, NULL)) {
     if (!pend_put(&c->pending_synth, (uint64_t)n->ctrl_deps, (uint64_t)start)) return false;
   }
-  if (c->n_waiting && !resolve_flows(c, n->id, n->tid, start)) return false;
-  if (c->flows && n->fw_parent != 0 && !flow_wait(c, n, start)) return false;
+  if (!resolve_flows(c, n->id, n->tid, start)) return false;
+  if (c->flows && n->fw_parent != 0 &&
+      !ch_flows_wait(&c->waiting, n->id, n->tid, start, n->fw_parent))
+    return false;
   return true;
 }
 
@@ -778,7 +696,7 @@ int cmd_chrome(int argc, char **argv) {
   }
   if (status == ETR_CLI_OK) {
     for (size_t i = 0; i < c.n_tb; i++) tbuf_flush(&c, &c.tb[i]);
-    c.n_flows_dropped = c.n_waiting;
+    c.n_flows_dropped = c.waiting.n;
     CH_LIT(&c.o,
            "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"etr chrome\","
            "\"schema\":");
@@ -843,17 +761,15 @@ int cmd_chrome(int argc, char **argv) {
     fprintf(stderr,
             "etr chrome: stats: flows_waited %llu flow_visits %llu pending_most %zu "
             "pending_synth_most %zu pending_forgotten %llu\n",
-            (unsigned long long)c.n_flows_waited, (unsigned long long)c.flow_visits, c.pending.most,
-            c.pending_synth.most,
+            (unsigned long long)c.waiting.waited, (unsigned long long)c.waiting.visits,
+            c.pending.most, c.pending_synth.most,
             (unsigned long long)(c.pending.forgotten + c.pending_synth.forgotten));
   cli_close(&in);
   an_u64map_free(&c.threads);
   an_u64map_free(&c.cursor);
   pend_free(&c.pending);
   pend_free(&c.pending_synth);
-  free(c.waiting);
-  free(c.found);
-  an_u64map_free(&c.waiting_ix);
+  ch_flows_free(&c.waiting);
   for (size_t i = 0; i < c.n_tb; i++) {
     ch_free(&c.tb[i].out);
     free(c.tb[i].offs);

@@ -4,10 +4,8 @@
  * collective attrs, c10d::X, gloo:X / nccl:X; one per call), the same as chakra and replay.
  *
  * Memory: one entry per distinct op name, per tid and per (process group, collective), one
- * record (~120 bytes) per collective op;
- * the top tensors are kept in a heap of --top entries (a tensor is identified by its id and
- * storage id, and counts at the largest size it is seen with: PyTorch reuses ids), with a
- * hash index from (id, storage) to the heap position, so a sighting costs O(log N), not N.
+ * record (~120 bytes) per collective op; the --top largest tensors (summary_top.h: a
+ * sighting costs O(log N), not N).
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -19,6 +17,7 @@
 #include "lib_an_ops.h"
 #include "lib_an_ranks.h"
 #include "lib_an_util.h"
+#include "summary_top.h"
 
 #define CMD "summary"
 #define PROCESS_NAME "[pytorch|profiler|execution_trace|process]"
@@ -113,17 +112,6 @@ typedef struct coll {
   bool no_pg; /* the nodes have no pg_name (not an empty one) */
 } coll;
 
-/* ---- top tensors: a min-heap on bytes ---- */
-
-typedef struct tens {
-  uint64_t bytes;
-  int64_t id, storage, offset, numel, itemsize;
-  int64_t node;
-  char dtype[32], device[24], op[64]; /* cut to fit; they may hold NULs ("\u0000") */
-  uint8_t dtype_len, device_len, op_len;
-  uint32_t slot; /* its slot in srun.tix while in the heap */
-} tens;
-
 typedef struct srun {
   uint64_t top;
   bool json;
@@ -138,97 +126,10 @@ typedef struct srun {
   size_t n_coll, cap_coll;
   an_strtab coll_keys; /* "pg\0name" (as kept) -> index in coll: the same index */
   an_colls colls;      /* the collective records, resolved after the last node */
-  tens *heap;
-  size_t n_heap;
-  uint32_t *tix;   /* (id, storage) -> position in heap; TIX_EMPTY, or the position */
-  size_t tix_mask; /* slots - 1: a power of two, at least twice --top */
+  sum_top top_tens;    /* the --top largest tensors */
   uint64_t tensor_values;
   bool oom;
 } srun;
-
-/* A total order on (bytes, id, storage): each tensor has one place, so the heap holds the
- * same N largest whatever the order they come in. */
-static bool tens_less(const tens *a, const tens *b) {
-  if (a->bytes != b->bytes) return a->bytes < b->bytes;
-  if (a->id != b->id) return a->id > b->id; /* on a tie, the lower id ranks higher */
-  return a->storage > b->storage;
-}
-
-/* ---- the heap's index: open addressing (linear probing) over heap positions, the key
- * read from the entry there; each entry knows its slot, so an entry moving in the heap
- * updates one slot, and a removal shifts the following slots back (no tombstones). ---- */
-
-#define TIX_EMPTY UINT32_MAX
-
-static size_t tix_home(const srun *s, int64_t id, int64_t storage) {
-  uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ull ^ (uint64_t)storage; /* splitmix64's mix */
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return (size_t)(x ^ (x >> 31)) & s->tix_mask;
-}
-
-/* The heap position of tensor (id, storage), or n_heap when it is not in the heap. */
-static size_t tix_find(const srun *s, int64_t id, int64_t storage) {
-  for (size_t i = tix_home(s, id, storage);; i = (i + 1) & s->tix_mask) {
-    uint32_t at = s->tix[i];
-    if (at == TIX_EMPTY) return s->n_heap;
-    if (s->heap[at].id == id && s->heap[at].storage == storage) return at;
-  }
-}
-
-/* Index heap[at] (not indexed yet). */
-static void tix_insert(srun *s, size_t at) {
-  size_t i = tix_home(s, s->heap[at].id, s->heap[at].storage);
-  while (s->tix[i] != TIX_EMPTY) i = (i + 1) & s->tix_mask;
-  s->tix[i] = (uint32_t)at;
-  s->heap[at].slot = (uint32_t)i;
-}
-
-/* Unindex heap[at]: the entries after its slot that probed past it move back. */
-static void tix_remove(srun *s, size_t at) {
-  size_t hole = s->heap[at].slot;
-  s->tix[hole] = TIX_EMPTY;
-  for (size_t k = (hole + 1) & s->tix_mask; s->tix[k] != TIX_EMPTY; k = (k + 1) & s->tix_mask) {
-    const tens *e = &s->heap[s->tix[k]];
-    size_t home = tix_home(s, e->id, e->storage);
-    /* it may fill the hole unless its home lies cyclically in (hole, k] */
-    if (((k - home) & s->tix_mask) < ((k - hole) & s->tix_mask)) continue;
-    s->tix[hole] = s->tix[k];
-    s->heap[s->tix[hole]].slot = (uint32_t)hole;
-    s->tix[k] = TIX_EMPTY;
-    hole = k;
-  }
-}
-
-static void heap_swap(srun *s, size_t i, size_t j) {
-  tens t = s->heap[i];
-  s->heap[i] = s->heap[j];
-  s->heap[j] = t;
-  s->tix[s->heap[i].slot] = (uint32_t)i;
-  s->tix[s->heap[j].slot] = (uint32_t)j;
-}
-
-static void heap_down(srun *s, size_t i) {
-  tens *h = s->heap;
-  size_t n = s->n_heap;
-  for (;;) {
-    size_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < n && tens_less(&h[l], &h[m])) m = l;
-    if (r < n && tens_less(&h[r], &h[m])) m = r;
-    if (m == i) return;
-    heap_swap(s, i, m);
-    i = m;
-  }
-}
-
-static void heap_up(srun *s, size_t i) {
-  while (i) {
-    size_t p = (i - 1) / 2;
-    if (!tens_less(&s->heap[i], &s->heap[p])) return;
-    heap_swap(s, i, p);
-    i = p;
-  }
-}
 
 /* The length copied (at most size - 1 bytes, then a NUL). */
 static size_t copy_trunc(char *dst, size_t size, const char *src, size_t len) {
@@ -246,7 +147,7 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
     if (it[i].kind != ETR_J_INT) return;
   s->tensor_values++;
   if (!s->top) return;
-  tens t;
+  sum_tens t;
   memset(&t, 0, sizeof t);
   t.id = it[0].v.i;
   t.storage = it[1].v.i;
@@ -256,13 +157,7 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
   if (t.numel < 0 || t.itemsize < 0) return;
   if (__builtin_mul_overflow((uint64_t)t.numel, (uint64_t)t.itemsize, &t.bytes))
     t.bytes = UINT64_MAX; /* (saturates, as every size here does) */
-  /* A tensor counts at the largest size it is seen with (PyTorch reuses ids): the heap
-   * holds the N largest of those, whatever N. A sighting no larger than the heap's smallest
-   * cannot enter it, nor grow an entry already there. */
-  if (s->n_heap == s->top && !tens_less(&s->heap[0], &t)) return;
-  /* the same tensor seen again: grown in place, else kept as it was */
-  size_t at = tix_find(s, t.id, t.storage);
-  if (at < s->n_heap && s->heap[at].bytes >= t.bytes) return;
+  if (!sum_top_wants(&s->top_tens, &t)) return;
   t.node = n->id;
   /* "Tensor(float)" -> "float" */
   if (type_len > 8)
@@ -270,20 +165,7 @@ static void add_tensor(srun *s, const rd_rnode *n, const char *type, size_t type
   if (it[5].kind == ETR_J_STRING)
     t.device_len = (uint8_t)copy_trunc(t.device, sizeof t.device, it[5].v.str.s, it[5].v.str.len);
   t.op_len = (uint8_t)copy_trunc(t.op, sizeof t.op, n->name, n->name_len);
-  if (at < s->n_heap) {        /* larger: it moves away from the smallest, at the root */
-    t.slot = s->heap[at].slot; /* (the same key: the same slot) */
-    s->heap[at] = t;
-    heap_down(s, at);
-  } else if (s->n_heap < s->top) {
-    s->heap[s->n_heap] = t;
-    tix_insert(s, s->n_heap);
-    heap_up(s, s->n_heap++);
-  } else { /* the smallest leaves */
-    tix_remove(s, 0);
-    s->heap[0] = t;
-    tix_insert(s, 0);
-    heap_down(s, 0);
-  }
+  sum_top_put(&s->top_tens, &t);
 }
 
 /* Tensors inside a value of the given type (lists and tuples are walked). */
@@ -449,13 +331,6 @@ static int cmp_excl(const void *a, const void *b) {
   return cmp_name(x, y);
 }
 
-static int cmp_tens(const void *a, const void *b) {
-  const tens *x = a, *y = b;
-  if (tens_less(x, y)) return 1;
-  if (tens_less(y, x)) return -1;
-  return 0;
-}
-
 static int cmp_thr(const void *a, const void *b) {
   const thr *x = a, *y = b;
   return x->tid < y->tid ? -1 : x->tid > y->tid;
@@ -537,7 +412,7 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
     if (t->slots[i].name) all[k++] = &t->slots[i];
   size_t top = s->top < k ? (size_t)s->top : k;
   if (s->n_thr) qsort(s->thr, s->n_thr, sizeof *s->thr, cmp_thr);
-  if (s->n_heap) qsort(s->heap, s->n_heap, sizeof *s->heap, cmp_tens);
+  sum_top_sort(&s->top_tens);
   if (s->n_coll) qsort(s->coll, s->n_coll, sizeof *s->coll, cmp_coll);
   const rd_jval *ver = etr ? rd_jobj_get(etr, "version") : NULL;
   const rd_jval *stats = etr ? rd_jobj_get(etr, "stats") : NULL;
@@ -578,8 +453,8 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
       }
     }
     fprintf(f, "],\n \"tensors\": {\"values\": %" PRIu64 ", \"top_by_bytes\": [", s->tensor_values);
-    for (size_t i = 0; i < s->n_heap; i++) {
-      tens *x = &s->heap[i];
+    for (size_t i = 0; i < s->top_tens.n; i++) {
+      const sum_tens *x = &s->top_tens.heap[i];
       fprintf(f,
               "%s{\"bytes\": %" PRIu64 ", \"tensor_id\": %" PRId64 ", \"storage_id\": %" PRId64
               ", \"offset\": %" PRId64 ", \"numel\": %" PRId64 ", \"itemsize\": %" PRId64,
@@ -644,11 +519,11 @@ static void report(srun *s, FILE *f, const rd_rheader *h, int64_t finish_ts, con
   }
   fprintf(f, "\ntensors: %" PRIu64 " tensor values; largest (numel x itemsize)\n",
           s->tensor_values);
-  if (s->n_heap)
+  if (s->top_tens.n)
     fprintf(f, "  %14s %10s %10s %12s %-12s %-10s %s\n", "bytes", "tensor", "storage", "numel",
             "dtype", "device", "seen in");
-  for (size_t i = 0; i < s->n_heap; i++) {
-    tens *x = &s->heap[i];
+  for (size_t i = 0; i < s->top_tens.n; i++) {
+    const sum_tens *x = &s->top_tens.heap[i];
     fprintf(f,
             "  %14" PRIu64 " %10" PRId64 " %10" PRId64 " %12" PRId64
             " %-12s %-10s %s (node %" PRId64 ")\n",
@@ -766,15 +641,7 @@ int cmd_summary(int argc, char **argv) {
   if (ro.beta_GBps > 0) return cli_usage(CMD, "--alpha-us/--beta-gbps need several rank traces");
   const char *path = files[0];
   s.file = strcmp(path, "-") ? path : "<stdin>";
-  s.heap = calloc(s.top ? s.top : 1, sizeof *s.heap);
-  size_t tix_cap = 2;
-  while (tix_cap < 2 * s.top) tix_cap *= 2;
-  s.tix = malloc(tix_cap * sizeof *s.tix);
-  s.tix_mask = tix_cap - 1;
-  if (s.tix) memset(s.tix, 0xff, tix_cap * sizeof *s.tix); /* all TIX_EMPTY */
-  if (!s.heap || !s.tix) {
-    free(s.heap);
-    free(s.tix);
+  if (!sum_top_init(&s.top_tens, (size_t)s.top)) {
     cli_error(CMD, "out of memory");
     return ETR_CLI_FAIL;
   }
@@ -809,7 +676,6 @@ done:
   free(s.coll);
   an_strtab_free(&s.coll_keys);
   an_colls_free(&s.colls);
-  free(s.heap);
-  free(s.tix);
+  sum_top_free(&s.top_tens);
   return ret;
 }
