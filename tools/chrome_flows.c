@@ -79,8 +79,8 @@ bool ch_flows_wait(ch_flows *f, int64_t op_id, uint64_t tid, int64_t ts, uint64_
   uint64_t head;
   uint32_t at = (uint32_t)f->n;
   bool chained = an_u64map_get(&f->ix, fw_parent, &head);
-  f->w[at] = (ch_flow){op_id, tid, ts, (int64_t)fw_parent, CH_NO_FLOW,
-                       chained ? (uint32_t)head : CH_NO_FLOW};
+  f->w[at] = (ch_flow){
+      op_id, tid, ts, (int64_t)fw_parent, CH_NO_FLOW, chained ? (uint32_t)head : CH_NO_FLOW};
   if (!relink(f, at)) return false;
   f->n++;
   f->waited++;

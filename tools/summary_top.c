@@ -16,7 +16,6 @@ static bool tens_less(const sum_tens *a, const sum_tens *b) {
  * read from the entry there; each entry knows its slot, so an entry moving in the heap
  * updates one slot, and a removal shifts the following slots back (no tombstones). ---- */
 
-
 static size_t ix_home(const sum_top *s, int64_t id, int64_t storage) {
   uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ull ^ (uint64_t)storage; /* splitmix64's mix */
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -120,7 +119,7 @@ bool sum_top_wants(const sum_top *t, const sum_tens *x) {
 
 void sum_top_put(sum_top *t, const sum_tens *x) {
   size_t at = ix_find(t, x->id, x->storage);
-  if (at < t->n) {          /* larger: it moves away from the smallest, at the root */
+  if (at < t->n) {                    /* larger: it moves away from the smallest, at the root */
     uint32_t slot = t->heap[at].slot; /* (the same key: the same slot) */
     t->heap[at] = *x;
     t->heap[at].slot = slot;

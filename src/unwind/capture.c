@@ -24,8 +24,7 @@
  * lie in permanent modules reads nothing more; one through a library opened with dlopen
  * reads the counters (dl_iterate_phdr: the loader's lock, about 8 ns).
  *
- * Counters are per thread (plain relaxed stores by the owner), summed on demand through
- * the list of threads; the counts of exited threads are folded into a global total.
+ * The per-thread state (the frame cache, stack bounds, counters) is capture_state.c's.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -36,6 +35,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "unwind/capture_state.h"
 #include "unwind/cfi.h"
 
 #define ETR_NOINLINE __attribute__((noinline))
@@ -53,143 +53,6 @@
 #ifndef ETR_WALK_INLINE
 #define ETR_WALK_INLINE __attribute__((always_inline)) inline
 #endif
-
-/* ---- counters ---- */
-
-enum {
-  C_CAPTURES,
-  C_TRUNCATED,
-  C_FAILURES,
-  C_FRAMES,
-  C_HITS,
-  C_MISSES,
-  C_FALLBACKS,
-  C_FC_HITS,
-  C_FC_PARTIAL,
-  C_FC_MISSES,
-  C_REUSED,
-  C_WALKED,
-  C_COUNT
-};
-
-/* ---- per-thread state ---- */
-
-enum {
-  SKIP_KEEP = 16, /* skipped return addresses kept for aligning libunwind's frames */
-  FB_MAX = 512,   /* frames asked from libunwind */
-  FC_MAX = 256    /* frames kept by the per-thread frame cache */
-};
-
-/* The frames of a thread's previous capture, innermost first: each frame's registers
- * (sp, bp), key and rule, as the walk found them. */
-typedef struct fent {
-  uintptr_t sp, key, bp;
-  uint32_t rule;
-} fent;
-typedef struct fcache {
-  uint64_t gen; /* rule-cache generation of the rules */
-  uint32_t n;
-  /* f[ulo, uhi) holds every frame whose rule has R_MAY_UNLOAD (empty: ulo >= uhi), so that
-   * a capture that reuses frames from here tests them only when there are such frames
-   * (walk_stack). (n and these share the 8 bytes n alone had: f[] keeps its place, which
-   * the walk's speed depends on.) */
-  uint16_t ulo, uhi;
-  fent f[FC_MAX];
-} fcache;
-_Static_assert(FC_MAX <= UINT16_MAX, "ulo and uhi index f[]");
-
-typedef struct tstate {
-  struct tstate *next, *prev;
-  _Atomic uint64_t c[C_COUNT];
-  volatile sig_atomic_t in_capture;
-  bool fc_off; /* frame cache disabled for this thread (benchmarks, tests) */
-  uint32_t ncap;
-  uintptr_t rlo[2], rhi[2]; /* stack mappings seen by this thread (most recent first) */
-  unsigned fc_cur;          /* fc[fc_cur] holds the previous capture */
-  fcache fc[2];
-  uintptr_t fbuf[FB_MAX];
-} tstate;
-
-static pthread_mutex_t g_threads_lock = PTHREAD_MUTEX_INITIALIZER;
-static tstate *g_threads;
-static uint64_t g_dead[C_COUNT];
-static _Atomic uint64_t g_resets;
-static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_key;
-static bool g_key_ok;
-/* initial-exec: no __tls_get_addr call on the hot path (16 bytes of static TLS, which
- * glibc reserves room for even when libetr.so is loaded with dlopen) */
-#define ETR_TLS_IE __attribute__((tls_model("initial-exec")))
-static _Thread_local tstate *t_state ETR_TLS_IE;
-static _Thread_local bool t_dead ETR_TLS_IE;
-
-static void tstate_destroy(void *p) {
-  tstate *ts = p;
-  pthread_mutex_lock(&g_threads_lock);
-  for (int i = 0; i < C_COUNT; i++)
-    g_dead[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
-  if (ts->prev)
-    ts->prev->next = ts->next;
-  else
-    g_threads = ts->next;
-  if (ts->next) ts->next->prev = ts->prev;
-  pthread_mutex_unlock(&g_threads_lock);
-  t_state = NULL;
-  t_dead = true;
-  free(ts);
-}
-
-static void key_init(void) { g_key_ok = pthread_key_create(&g_key, tstate_destroy) == 0; }
-
-static tstate *tstate_get(void) {
-  tstate *ts = t_state;
-  if (__builtin_expect(ts != NULL, 1)) return ts;
-  if (t_dead) return NULL; /* thread-exit destructors: no-op */
-  pthread_once(&g_key_once, key_init);
-  if (!g_key_ok) return NULL;
-  ts = calloc(1, sizeof *ts);
-  if (!ts) return NULL;
-  if (pthread_setspecific(g_key, ts) != 0) {
-    free(ts);
-    return NULL;
-  }
-  pthread_mutex_lock(&g_threads_lock);
-  ts->next = g_threads;
-  if (g_threads) g_threads->prev = ts;
-  g_threads = ts;
-  pthread_mutex_unlock(&g_threads_lock);
-  t_state = ts;
-  return ts;
-}
-
-static inline void cadd(tstate *ts, int i, uint64_t v) {
-  if (v)
-    atomic_store_explicit(&ts->c[i], atomic_load_explicit(&ts->c[i], memory_order_relaxed) + v,
-                          memory_order_relaxed);
-}
-
-void etr__unwind_stats_add(etr_traceback_stats *out) {
-  uint64_t sum[C_COUNT];
-  pthread_mutex_lock(&g_threads_lock);
-  memcpy(sum, g_dead, sizeof sum);
-  for (tstate *ts = g_threads; ts; ts = ts->next)
-    for (int i = 0; i < C_COUNT; i++)
-      sum[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);
-  pthread_mutex_unlock(&g_threads_lock);
-  out->captures += sum[C_CAPTURES];
-  out->captures_truncated += sum[C_TRUNCATED];
-  out->capture_failures += sum[C_FAILURES];
-  out->frames_captured += sum[C_FRAMES];
-  out->unwind_cache_hits += sum[C_HITS];
-  out->unwind_cache_misses += sum[C_MISSES];
-  out->unwind_cache_resets += atomic_load_explicit(&g_resets, memory_order_relaxed);
-  out->unwind_fallbacks += sum[C_FALLBACKS];
-  out->frame_cache_hits += sum[C_FC_HITS];
-  out->frame_cache_partial_hits += sum[C_FC_PARTIAL];
-  out->frame_cache_misses += sum[C_FC_MISSES];
-  out->frames_reused += sum[C_REUSED];
-  out->frames_walked += sum[C_WALKED];
-}
 
 /* ---- libunwind, opened privately on first need ---- */
 
@@ -276,7 +139,7 @@ static ETR_NOINLINE void rc_sync_slow(uint64_t gen) {
     if (atomic_compare_exchange_weak_explicit(&g_rc_gen, &cur, gen, memory_order_acq_rel,
                                               memory_order_acquire)) {
       for (size_t i = 0; i < RC_SIZE; i++) atomic_store_explicit(&g_rc[i], 0, memory_order_relaxed);
-      if (cur != 0) atomic_fetch_add_explicit(&g_resets, 1, memory_order_relaxed);
+      if (cur != 0) atomic_fetch_add_explicit(&etr__cap_resets, 1, memory_order_relaxed);
       return;
     }
   }
