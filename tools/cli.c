@@ -615,3 +615,16 @@ void cli_json_strn(FILE *f, const char *s, size_t len) {
   }
   putc('"', f);
 }
+
+int cli_check_schema(const char *cmd, const char *path, const rd_rheader *h) {
+  int a, b, c;
+  if (h == NULL || h->schema == NULL || sscanf(h->schema, "%d.%d.%d", &a, &b, &c) != 3)
+    return ETR_CLI_OK;
+  if (a > 1 || (a == 1 && (b > 0 || c >= 2))) return ETR_CLI_OK;
+  cli_error(cmd,
+            "%s: byte 0: schema \"%s\" is PyTorch's execution_graph trace (before 1.0.2: "
+            "nodes name their parent \"parent\", inputs are flat lists), which etr does not "
+            "read; it reads schemas 1.0.2 to 1.1.1 (etr.torch writes 1.1.1)",
+            strcmp(path, "-") ? cli_term(path) : "<stdin>", cli_term(h->schema));
+  return ETR_CLI_FAIL;
+}

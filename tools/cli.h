@@ -153,6 +153,12 @@ void cli_json_str(FILE *f, const char *s);
 /* The same for len bytes (NUL bytes inside are written as \u0000). */
 void cli_json_strn(FILE *f, const char *s, size_t len);
 
+/* A trace of a schema before 1.0.2 (PyTorch's `execution_graph` traces, whose nodes name
+ * their parent `parent` and hold flat inputs: read as ours they give meaningless numbers,
+ * and validate an error per node) is refused, after the one-line error naming path:
+ * ETR_CLI_FAIL; else ETR_CLI_OK. */
+int cli_check_schema(const char *cmd, const char *path, const rd_rheader *h);
+
 /* Human-readable byte count into buf ("12.3 MB"); returns buf. */
 const char *cli_bytes(uint64_t n, char *buf, size_t size);
 

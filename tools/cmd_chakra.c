@@ -239,7 +239,7 @@ static int load(cx_trace *c) {
   cli_input in;
   if (cli_open(&in, CMD, c->path, NULL) != 0) return ETR_CLI_FAIL;
   const rd_rheader *h = rd_header(in.r);
-  if (an_check_schema(CMD, c->path, h) != ETR_CLI_OK) {
+  if (cli_check_schema(CMD, c->path, h) != ETR_CLI_OK) {
     cli_close(&in);
     return ETR_CLI_FAIL;
   }

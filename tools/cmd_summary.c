@@ -648,7 +648,7 @@ int cmd_summary(int argc, char **argv) {
   int ret = ETR_CLI_FAIL;
   cli_input in;
   if (cli_open(&in, CMD, path, NULL)) goto done;
-  if (an_check_schema(CMD, path, rd_header(in.r)) != ETR_CLI_OK) goto done;
+  if (cli_check_schema(CMD, path, rd_header(in.r)) != ETR_CLI_OK) goto done;
   const rd_rnode *n;
   int rc;
   while ((rc = cli_next(&in, &n)) == 1) on_node(&s, n);

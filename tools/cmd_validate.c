@@ -170,14 +170,7 @@ int cmd_validate(int argc, char **argv) {
     return ETR_CLI_FAIL;
   }
   w.v.hdr = rd_header(in.r);
-  if (w.v.hdr->schema && w.v.hdr->schema_major == 1 && w.v.hdr->schema_minor == 0 &&
-      w.v.hdr->schema_patch < 2) {
-    /* (every node would be an error: one line says why, as the other commands do) */
-    cli_error(CMD,
-              "%s: byte 0: schema \"%s\" is PyTorch's execution_graph trace (before 1.0.2: "
-              "nodes name their parent \"parent\", inputs are flat lists), which etr does not "
-              "read; it validates schemas 1.0.2 to 1.1.1 (etr.torch writes 1.1.1)",
-              cli_term(w.v.file), cli_term(w.v.hdr->schema));
+  if (cli_check_schema(CMD, path, w.v.hdr) != ETR_CLI_OK) {
     cli_close(&in);
     vd_tree_free(&w);
     return ETR_CLI_FAIL;

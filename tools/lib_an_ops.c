@@ -375,23 +375,10 @@ bool an_optab_finish(an_optab *t) {
   return true;
 }
 
-int an_check_schema(const char *cmd, const char *path, const rd_rheader *h) {
-  int a, b, c;
-  if (h == NULL || h->schema == NULL || sscanf(h->schema, "%d.%d.%d", &a, &b, &c) != 3)
-    return ETR_CLI_OK;
-  if (a > 1 || (a == 1 && (b > 0 || c >= 2))) return ETR_CLI_OK;
-  cli_error(cmd,
-            "%s: byte 0: schema \"%s\" is PyTorch's execution_graph trace (before 1.0.2: "
-            "nodes name their parent \"parent\", inputs are flat lists), which etr does not "
-            "read; it reads schemas 1.0.2 to 1.1.1 (etr.torch writes 1.1.1)",
-            strcmp(path, "-") ? cli_term(path) : "<stdin>", cli_term(h->schema));
-  return ETR_CLI_FAIL;
-}
-
 int an_optab_load(an_optab *t, const char *cmd, const char *path) {
   cli_input in;
   if (cli_open(&in, cmd, path, NULL) != 0) return ETR_CLI_FAIL;
-  if (an_check_schema(cmd, path, rd_header(in.r)) != ETR_CLI_OK) {
+  if (cli_check_schema(cmd, path, rd_header(in.r)) != ETR_CLI_OK) {
     cli_close(&in);
     return ETR_CLI_FAIL;
   }

@@ -238,14 +238,8 @@ const char *an_optab_name(const an_optab *t, uint32_t op_ix);
 void an_optab_mark_flops(an_optab *t);
 
 /* Read a whole trace into t (then finishes it), with the progress line of command cmd.
- * ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error (an_check_schema's too). */
+ * ETR_CLI_OK, or ETR_CLI_FAIL after printing the one-line error (cli_check_schema's too). */
 int an_optab_load(an_optab *t, const char *cmd, const char *path);
-
-/* For the commands that read a trace's ops (summary, replay, graph, chakra): a trace of a
- * schema before 1.0.2 (PyTorch's `execution_graph` traces, whose nodes name their parent
- * `parent` and hold flat inputs: read as ours they give meaningless numbers) is refused,
- * after the one-line error naming path: ETR_CLI_FAIL; else ETR_CLI_OK. */
-int an_check_schema(const char *cmd, const char *path, const rd_rheader *h);
 
 /* FLOPs of a matrix-multiply / convolution op from its input and output shapes, or 0 when
  * the name is not one of those or the shapes do not fit. */

@@ -78,4 +78,3 @@ void etr__unwind_stats_add(etr_traceback_stats *out) {
   out->frames_reused += sum[C_REUSED];
   out->frames_walked += sum[C_WALKED];
 }
-
