@@ -204,6 +204,32 @@ static void assert_untouched(const char *path, size_t size, const char *when) {
   free(text);
 }
 
+/* `faults` writes to gc_page, each a fault that the host's handler resolves (it makes the
+ * page writable, and the loop protects it again), between two ops. The first fault was
+ * finalized before the host's handler (etr could not know it resolves SIGSEGV); the flush
+ * waits until the writer has reopened the file. From then on the host's handler runs first,
+ * and nothing is written at a fault. */
+static void gc_faults_cost_nothing(tu_trace *t, int faults) {
+  size_t len = 0;
+  for (int i = 0; i < faults; i++) {
+    tu_op("gc_before", NULL, 0, NULL, 0);
+    ((volatile char *)gc_page)[0] = (char)i;
+    assert_int_equal(mprotect(gc_page, (size_t)gc_page_size, PROT_READ), 0);
+    tu_op("gc_after", NULL, 0, NULL, 0);
+    if (i == 0) {
+      assert_int_equal(etr_trace_flush(t->trace), 0);
+      char *text = tu_read_file(t->path, &len);
+      assert_non_null(text);
+      assert_null(strstr(text, "\"signal\":"));
+      free(text);
+      continue;
+    }
+    char when[64];
+    snprintf(when, sizeof when, "after fault %d", i + 1);
+    assert_untouched(t->path, len, when);
+  }
+}
+
 static void test_gc_barrier_faults_not_finalized(void **state) {
   (void)state;
   enum { FAULTS = 50 };
@@ -226,27 +252,7 @@ static void test_gc_barrier_faults_not_finalized(void **state) {
   assert_int_equal(sigaction(SIGSEGV, NULL, &cur), 0);
   assert_true(cur.sa_flags & SA_SIGINFO);
   assert_true(cur.sa_sigaction != gc_on_segv); /* ours wraps the host's */
-  size_t len = 0;
-  for (int i = 0; i < FAULTS; i++) {
-    tu_op("gc_before", NULL, 0, NULL, 0);
-    ((volatile char *)gc_page)[0] = (char)i; /* faults: the host's handler resolves it */
-    assert_int_equal(mprotect(gc_page, (size_t)gc_page_size, PROT_READ), 0);
-    tu_op("gc_after", NULL, 0, NULL, 0);
-    if (i == 0) {
-      /* The first fault was finalized before the host's handler (etr could not know it
-       * resolves SIGSEGV); the flush waits until the writer has reopened the file. From
-       * now on the host's handler runs first, and nothing is written. */
-      assert_int_equal(etr_trace_flush(t.trace), 0);
-      char *text = tu_read_file(t.path, &len);
-      assert_non_null(text);
-      assert_null(strstr(text, "\"signal\":"));
-      free(text);
-      continue;
-    }
-    char when[64];
-    snprintf(when, sizeof when, "after fault %d", i + 1);
-    assert_untouched(t.path, len, when);
-  }
+  gc_faults_cost_nothing(&t, FAULTS);
   assert_int_equal(atomic_load(&gc_faults), FAULTS);
   tu_close_ok(&t);
   assert_int_equal(tu_count(&t, "gc_before"), FAULTS);
@@ -288,24 +294,7 @@ static void test_gc_barrier_faults_with_a_later_handler(void **state) {
   sa.sa_sigaction = later_chains; /* installed after etr's, chains to it */
   assert_int_equal(sigaction(SIGSEGV, &sa, &gc_chained_to), 0);
   assert_true(gc_chained_to.sa_flags & SA_SIGINFO);
-  size_t len = 0;
-  for (int i = 0; i < FAULTS; i++) {
-    tu_op("gc_before", NULL, 0, NULL, 0);
-    ((volatile char *)gc_page)[0] = (char)i;
-    assert_int_equal(mprotect(gc_page, (size_t)gc_page_size, PROT_READ), 0);
-    tu_op("gc_after", NULL, 0, NULL, 0);
-    if (i == 0) { /* finalized once, reopened at the next node (see the test above) */
-      assert_int_equal(etr_trace_flush(t.trace), 0);
-      char *text = tu_read_file(t.path, &len);
-      assert_non_null(text);
-      assert_null(strstr(text, "\"signal\":"));
-      free(text);
-      continue;
-    }
-    char when[64];
-    snprintf(when, sizeof when, "after fault %d", i + 1);
-    assert_untouched(t.path, len, when);
-  }
+  gc_faults_cost_nothing(&t, FAULTS);
   assert_int_equal(atomic_load(&gc_faults), FAULTS);
   assert_int_equal(sigaction(SIGSEGV, &gc_chained_to, &ours), 0); /* etr's back, then close */
   tu_close_ok(&t);
