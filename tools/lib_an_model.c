@@ -33,15 +33,14 @@ int an_model_line(an_model *m, const char *line, char *err, size_t errlen) {
     return -1;
   }
   memcpy(buf, line, len + 1);
-  char *hash = strchr(buf, '#');
-  /* '#' starts a comment only at the start of a word ("## forward ##" names need quotes). */
-  if (hash != NULL && (hash == buf || isspace((unsigned char)hash[-1]))) *hash = '\0';
   char *tok[8];
   int nt = 0;
   char *p = buf;
   while (*p && nt < 8) {
     while (isspace((unsigned char)*p)) p++;
-    if (!*p) break;
+    /* '#' starts a comment only at the start of a word outside quotes ("## forward ##"
+     * names need quotes; a quoted name may hold '#' and be followed by a comment). */
+    if (!*p || *p == '#') break;
     if (*p == '"') { /* quoted name: "## forward ##" */
       char *q = strchr(p + 1, '"');
       if (q == NULL) {

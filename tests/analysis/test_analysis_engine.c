@@ -184,8 +184,18 @@ static void test_model_parse(void **state) {
   assert_int_equal(an_model_line(&m, "flops_per_s 1e12", err, sizeof err), 0);
   assert_int_equal(an_model_line(&m, "link 5 12.5", err, sizeof err), 0);
   assert_int_equal(an_model_line(&m, "untimed_us 3", err, sizeof err), 0);
-  assert_int_equal(m.n_speedups, 3);
+  /* a '#' inside quotes is the name's, one after a quoted name starts a comment */
+  assert_int_equal(an_model_line(&m, "speedup \"a #b\" 4 # comment", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "speedup \"## x\" 5 #comment", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "speedup a#b 6", err, sizeof err), 0);
+  assert_int_equal(an_model_line(&m, "#speedup a 7", err, sizeof err), 1);
+  assert_int_equal(m.n_speedups, 6);
   assert_string_equal(m.speedups[1].pattern, "## forward ##");
+  assert_string_equal(m.speedups[3].pattern, "a #b");
+  assert_true(m.speedups[3].factor == 4);
+  assert_string_equal(m.speedups[4].pattern, "## x");
+  assert_true(m.speedups[4].factor == 5);
+  assert_string_equal(m.speedups[5].pattern, "a#b");
   assert_true(m.flops_per_s == 1e12 && m.link_latency_us == 5 && m.link_GBps == 12.5);
   assert_true(m.untimed_us == 3);
   assert_int_equal(an_model_line(&m, "speedup aten::mm 0", err, sizeof err), -1);
