@@ -78,8 +78,11 @@ part_ours() {
     { same_summary "$out/plain.summary.json" "$out/last.out" || fail "gzip summary differs"; }
   # a cut gzip stream: the error names the byte where its decompressed bytes stop, as repair
   # does (it named where the parser was when it read ahead, up to 58 KB before)
+  # (what zlib, which etr reads with, gets out of it: gzip(1) has its own inflate, and at
+  # about one cut in ten it keeps the last byte back)
   head -c $(($(wc -c < "$out/ours.gz") * 2 / 3)) "$out/ours.gz" > "$out/cut.gz"
-  avail=$( (gzip -dc "$out/cut.gz" 2> /dev/null || true) | wc -c)
+  avail=$(python3 -c 'import sys, zlib
+print(len(zlib.decompressobj(31).decompress(open(sys.argv[1], "rb").read())))' "$out/cut.gz")
   expect 1 "cut gzip" -- "$etr" validate "$out/cut.gz" && one_line_error "cut gz" "$out/cut.gz" &&
     err_has "cut gzip offset" "cut.gz: byte $avail: gzip: the compressed stream is truncated"
   expect 1 "summary of cut gzip" -- "$etr" summary "$out/cut.gz" &&
