@@ -2,8 +2,11 @@
  *
  * Every public header includes this one. Control-plane calls return 0 or a negative
  * ETR_E... code; hot-path calls never fail loudly (they drop and count). The library never
- * aborts, exits or prints on its own: diagnostics go to the log hook, which by default
- * writes to stderr only when the environment variable ETR_LOG is set.
+ * aborts or exits on its own: diagnostics go to the log hook, which by default writes to
+ * stderr every level when the environment variable ETR_LOG is set (none when it is 0, off,
+ * false or no), and when it is not, errors and warnings only while ETR_TRACE is set (the
+ * trace it opens has no caller to return an error to); a program that only calls the API
+ * gets nothing on stderr.
  */
 #ifndef ETR_COMMON_H
 #define ETR_COMMON_H
@@ -75,7 +78,7 @@ typedef enum etr_log_level {
 
 typedef void (*etr_log_fn)(etr_log_level level, const char *msg, void *user);
 
-/* Route diagnostics to fn (NULL restores the default: stderr when ETR_LOG is set).
+/* Route diagnostics to fn (NULL restores the default: stderr, as said above).
  * The hook may be called from any thread, including the writer thread; it must not record
  * operators. Not to be called concurrently with itself. */
 ETR_API void etr_set_log(etr_log_fn fn, void *user);

@@ -77,9 +77,11 @@ typedef struct etr_trace_options {
 
 typedef struct etr_trace etr_trace;
 
-/* Create the trace file at path and return a disabled trace. A path ending in ".gz" is
- * written as gzip (one gzip member per flush: a cut file decompresses up to its last flush;
- * docs/FORMAT.md). A path that names a descriptor of this process (/dev/stdout,
+/* Create the trace file at path and return a disabled trace. A path ending in ".gz" (in
+ * any case) is written as gzip (one gzip member per flush: a cut file decompresses up to
+ * its last flush; docs/FORMAT.md), one ending in ".etr" as the binary event log; ".zst",
+ * ".zstd", ".xz", ".bz2", ".lz4" and ".etr.gz" are ETR_EINVAL (never plain JSON under a
+ * compressed name). A path that names a descriptor of this process (/dev/stdout,
  * /dev/stderr, /dev/fd/N, /proc/self/fd/N, /proc/<its pid>/fd/N) is written through a
  * duplicate of that descriptor: never truncated, and what the host writes there lands
  * between the trace's writes (docs/API.md). ETR_EINVAL for options out of range,

@@ -56,8 +56,19 @@ void etr__log(etr_log_level level, const char *fmt, ...) {
     fn(level, msg, __atomic_load_n(&log_user, __ATOMIC_RELAXED));
     return;
   }
+  /* ETR_LOG set: all levels, or none (0, off, false, no). Unset: errors and warnings when
+   * the trace was asked for through ETR_TRACE, whose user has no return code to look at
+   * (a path that cannot be opened, a bad ETR_TRACE_* value, a write error); nothing for a
+   * program that calls the API, which gets the error codes. */
   const char *env = getenv("ETR_LOG");
-  if (env && *env && *env != '0') {
+  bool print;
+  if (env && *env) {
+    print = !etr__env_flag_off(env);
+  } else {
+    const char *tr = getenv("ETR_TRACE");
+    print = level <= ETR_LOG_WARN && tr && *tr;
+  }
+  if (print) {
     static const char *names[] = {"error", "warn", "info", "debug"};
     fprintf(stderr, "etr: %s: %s\n", names[(unsigned)level & 3u], msg);
   }

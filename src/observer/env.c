@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -171,7 +172,7 @@ static bool own_path(const char *path, unsigned n, char *out, size_t cap) {
   static const char *const endings[] = {".json.gz", ".json", ".etr"};
   for (size_t i = 0; i < sizeof endings / sizeof endings[0]; i++) {
     size_t k = strlen(endings[i]);
-    if (len > k && strcmp(path + len - k, endings[i]) == 0) {
+    if (len > k && strcasecmp(path + len - k, endings[i]) == 0) {
       base = len - k;
       break;
     }

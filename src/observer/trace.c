@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -259,9 +260,11 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     rc = ETR_ENOMEM;
   /* path.gz: gzip output, at level 1 (the writer thread keeps up with the recorders; a trace
    * still shrinks about tenfold). */
+  /* (endings in any case: T.JSON.GZ is gzip too) */
   size_t plen = strlen(path);
-  tr->binary = plen > 4 && strcmp(path + plen - 4, ".etr") == 0; /* a binary log (binlog.h) */
-  if (plen > 7 && strcmp(path + plen - 7, ".etr.gz") == 0) {
+#define ENDS_WITH(e) (plen > sizeof e - 1 && strcasecmp(path + plen - (sizeof e - 1), e) == 0)
+  tr->binary = ENDS_WITH(".etr"); /* a binary log (binlog.h) */
+  if (ENDS_WITH(".etr.gz")) {
     /* JSON under a binary log's name, or a log etr convert cannot read: neither */
     etr__log(ETR_LOG_ERROR,
              "%s: a binary log is written uncompressed (.etr, about a tenth of "
@@ -269,9 +272,15 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
              path);
     rc = ETR_EINVAL;
   }
-  if (rc == 0 && plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
-      etr__jw_set_gzip(&tr->jw, 1) != 0)
-    rc = ETR_ENOMEM;
+  if (ENDS_WITH(".zst") || ENDS_WITH(".zstd") || ENDS_WITH(".bz2") || ENDS_WITH(".xz") ||
+      ENDS_WITH(".lz4")) {
+    /* (the commands read zstd, but the library writes gzip only: plain JSON under a
+     * compressed name would fail every tool that goes by the name) */
+    etr__log(ETR_LOG_ERROR, "%s: etr writes gzip (.json.gz), not this compression", path);
+    rc = ETR_EINVAL;
+  }
+  if (rc == 0 && ENDS_WITH(".gz") && etr__jw_set_gzip(&tr->jw, 1) != 0) rc = ETR_ENOMEM;
+#undef ENDS_WITH
   if (rc == 0 && o.traceback) {
     etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
     size_t n = o.traceback->struct_size && o.traceback->struct_size < sizeof tb

@@ -152,6 +152,104 @@ static void test_env_bad_path(void **state) {
   tu_rmdir(dir);
 }
 
+/* Runs trace_helper with args and the extra environment, its stderr into err (NUL-ended,
+ * cut at cap); returns its wait status. */
+static int run_stderr(const char *const *args, const char *const *env, char *err, size_t cap) {
+  char dir[256], path[300];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/stderr", dir);
+  const char *sh[8] = {"-c", "f=$1; shift; exec \"$@\" 2> \"$f\"", "sh", path, TRACE_HELPER};
+  for (size_t i = 0; args[i] && i < 3; i++) sh[5 + i] = args[i];
+  int status = tu_run("/bin/sh", sh, env, NULL);
+  size_t len = 0;
+  char *text = tu_read_file(path, &len);
+  snprintf(err, cap, "%s", text ? text : "");
+  free(text);
+  unlink(path);
+  tu_rmdir(dir);
+  return status;
+}
+
+/* What etr prints without a log hook: under ETR_TRACE, its errors and warnings (the user of
+ * the variable has no return code to look at), nothing with ETR_LOG=0/off/false/no (which
+ * printed everything before), and nothing for a program that opens its trace through the
+ * API and gets the error code. */
+static void test_env_log_policy(void **state) {
+  (void)state;
+  char dir[256], var[600], err[4096];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/missing/dir/t.json", dir);
+  const char *env_mode[] = {"env", NULL};
+  const char *quiet[][2] = {{var, "ETR_LOG="},
+                            {var, "ETR_LOG=off"},
+                            {var, "ETR_LOG=0"},
+                            {var, "ETR_LOG=False"},
+                            {var, "ETR_LOG=no"}};
+  for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+    const char *env[] = {quiet[i][0], quiet[i][1], NULL};
+    int status = run_stderr(env_mode, env, err, sizeof err);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (i == 0) { /* ETR_LOG unset */
+      if (!strstr(err, "etr: error: ") || !strstr(err, "missing/dir/t.json"))
+        fail_msg("no error on stderr for an unopenable ETR_TRACE: '%s'", err);
+    } else if (err[0]) {
+      fail_msg("%s printed '%s'", quiet[i][1], err);
+    }
+  }
+  /* a bad value: said, and the trace is still made */
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *bad[] = {var, "ETR_LOG=", "ETR_TRACE_SAMPLE=2", NULL};
+  assert_int_equal(run_stderr(env_mode, bad, err, sizeof err), 0);
+  if (!strstr(err, "etr: warn: ETR_TRACE_SAMPLE=2"))
+    fail_msg("no warning for ETR_TRACE_SAMPLE=2: '%s'", err);
+  char made[400];
+  snprintf(made, sizeof made, "%s/t.json", dir);
+  assert_int_equal(access(made, F_OK), 0);
+  unlink(made);
+  unlink(strcat(made, ".tables"));
+  /* the API: the error code, no print (tu_run leaves ETR_TRACE out of the environment) */
+  snprintf(var, sizeof var, "%s/missing/api.json", dir);
+  const char *api[] = {"exit", var, NULL};
+  const char *api_env[] = {"ETR_LOG=", NULL};
+  int status = run_stderr(api, api_env, err, sizeof err);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2); /* (its open failed) */
+  if (!strncmp(err, "etr: ", 5) || strstr(err, "\netr: "))
+    fail_msg("an API open printed '%s'", err);
+  tu_rmdir(dir);
+}
+
+/* The path's ending chooses the format in any case (t.JSON.GZ is gzip); an ending of a
+ * compression etr does not write is refused and said, never plain JSON under that name. */
+static void test_env_path_endings(void **state) {
+  (void)state;
+  char dir[256], var[600], path[400], err[4096];
+  tu_mkdtemp(dir, sizeof dir);
+  const char *env_mode[] = {"env", NULL};
+  snprintf(path, sizeof path, "%s/T.JSON.GZ", dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s", path);
+  const char *gz[] = {var, NULL};
+  assert_int_equal(run_stderr(env_mode, gz, err, sizeof err), 0);
+  size_t len = 0;
+  char *b = tu_read_file(path, &len);
+  assert_non_null(b);
+  assert_true(len > 2 && (unsigned char)b[0] == 0x1f && (unsigned char)b[1] == 0x8b);
+  free(b);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/T.JSON.GZ.tables", dir);
+  unlink(path);
+  const char *zst_names[] = {"t.json.zst", "t.json.ZST", "t.json.xz"};
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, zst_names[i]);
+    snprintf(var, sizeof var, "ETR_TRACE=%s", path);
+    const char *zst[] = {var, "ETR_LOG=", NULL};
+    assert_int_equal(run_stderr(env_mode, zst, err, sizeof err), 0);
+    if (access(path, F_OK) == 0) fail_msg("%s was written", zst_names[i]);
+    if (!strstr(err, "etr writes gzip")) fail_msg("%s: not said: '%s'", zst_names[i], err);
+  }
+  assert_int_equal(tu_dir_entries(dir), 0);
+  tu_rmdir(dir);
+}
+
 /* ETR_TRACE=/dev/stdout with the program's stdout appended to the host's log: the trace goes
  * after what the log held, which stays, and no file appears beside /dev/stdout. Before,
  * the open truncated the log (O_TRUNC through /dev/stdout). */
@@ -616,6 +714,8 @@ int main(void) {
       TU_TEST(test_env_current),
       TU_TEST(test_env_traceback),
       TU_TEST(test_env_bad_path),
+      TU_TEST(test_env_log_policy),
+      TU_TEST(test_env_path_endings),
       TU_TEST(test_env_exec_child_own_file),
       TU_TEST(test_env_exec_child_own_file_ending),
       TU_TEST(test_env_exec_self_keeps_first_file),
