@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "etr/common.h"
 #include "etr/version.h"
@@ -69,8 +70,16 @@ void etr__log(etr_log_level level, const char *fmt, ...) {
     print = level <= ETR_LOG_WARN && tr && *tr;
   }
   if (print) {
+    /* (one write(2), no stdio: a record made in a signal handler may log, and stderr's
+     * lock may be held by the code it interrupted) */
     static const char *names[] = {"error", "warn", "info", "debug"};
-    fprintf(stderr, "etr: %s: %s\n", names[(unsigned)level & 3u], msg);
+    char line[sizeof msg + 32];
+    int n = snprintf(line, sizeof line, "etr: %s: %s\n", names[(unsigned)level & 3u], msg);
+    if (n > 0) {
+      size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+      ssize_t w = write(STDERR_FILENO, line, len);
+      (void)w;
+    }
   }
 }
 
