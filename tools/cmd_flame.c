@@ -140,6 +140,10 @@ int cmd_flame(int argc, char **argv) {
 
   cli_input in;
   if (cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
+  if (cli_check_schema(CMD, file, rd_header(in.r)) != ETR_CLI_OK) {
+    cli_close(&in);
+    return ETR_CLI_FAIL;
+  }
   flame fl;
   memset(&fl, 0, sizeof fl);
   fl.by_time = by_time;

@@ -86,8 +86,9 @@ static void usage(FILE *f) {
           "                     reads stdin; a pipe or FIFO is first copied to $TMPDIR\n"
           "\n"
           "exit status: 0 repaired (or intact, copied), 1 cannot write OUT or read FILE\n"
-          "through, 2 usage error or FILE is not a trace (no complete header: nothing is\n"
-          "written).\n");
+          "through, or FILE's schema is before 1.0.2 (PyTorch's execution_graph traces,\n"
+          "which etr does not read: nothing is written), 2 usage error or FILE is not a\n"
+          "trace (no complete header: nothing is written).\n");
 }
 
 /* Splits the reader's "FILE: byte N: reason" into N and reason. */
@@ -403,6 +404,13 @@ int cli_repair(int argc, char **argv, bool gzip) {
     goto done;
   }
   const rd_rheader *h = rd_header(w.r);
+  /* A schema it does not read has its own process node ("execution_graph" before 1.0.2),
+   * which repair would take for a missing one and add ours after it: a second id 1 in
+   * another layout. Refused before OUT is created. */
+  if (cli_check_schema(CMD, w.file, h) != ETR_CLI_OK) {
+    status = ETR_CLI_FAIL;
+    goto done;
+  }
   /* before the nodes are read: they are counted against what the tables hold */
   if (!from_stdin) rp_read_side_tables(&w, path, h->pid, h->start_ts);
   w.strides = h->schema_major > 1 ||

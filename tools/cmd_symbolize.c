@@ -587,6 +587,7 @@ int cmd_symbolize(int argc, char **argv) {
     }
   }
   if (cli_open(&in, CMD, in_path, NULL) != 0) goto done;
+  if (cli_check_schema(CMD, in_path, rd_header(in.r)) != ETR_CLI_OK) goto done;
   /* (a regular output is written beside it and renamed over it at the end: cli.h) */
   struct stat ost;
   bool in_place = !to_stdout && stat(out_path, &ost) == 0 && !S_ISREG(ost.st_mode);

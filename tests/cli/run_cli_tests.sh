@@ -498,6 +498,17 @@ EOF
     expect 1 "$c of ranks with a 1.0.1 trace" -- "$etr" $c "$t" "$out/pt101.json" &&
       one_line_error "$c ranks 1.0.1" "$out/pt101.json"
   done
+  # chrome, flame and symbolize too (they wrote meaningless output, exit 0), and repair (it
+  # added a second node with id 1, in our layout, to the intact file): nothing written
+  head -c 600 "$out/pt101.json" > "$out/pt101cut.json"
+  for c in chrome flame symbolize repair repair-cut; do
+    f="$out/pt101.json"
+    [ $c = repair-cut ] && c=repair f="$out/pt101cut.json"
+    rm -f "$out/pt101.out"
+    expect 1 "$c of a 1.0.1 trace" -- "$etr" $c "$f" -o "$out/pt101.out" &&
+      one_line_error "$c 1.0.1" "$f" && err_has "$c 1.0.1" 'schema "1.0.1"'
+    [ ! -e "$out/pt101.out" ] || fail "$c of a 1.0.1 trace: wrote its output"
+  done
   if "$etr" chakra --help > /dev/null 2>&1; then
     expect 1 "chakra of a 1.0.1 trace" -- "$etr" chakra "$out/pt101.json" -o "$out/pt101-et" &&
       one_line_error "chakra 1.0.1" "$out/pt101.json" && err_has "chakra 1.0.1" 'schema "1.0.1"'
