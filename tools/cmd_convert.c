@@ -41,8 +41,9 @@ static void usage(FILE *f) {
           "have written with ETR_TRACE=x.json: the same nodes, ids and footer. FILE may be\n"
           "gzip- or zstd-compressed, or '-' (stdin).\n"
           "\n"
-          "  -o, --output OUT  the JSON trace (default: FILE with .etr replaced by .json);\n"
-          "                    OUT ending in .gz is gzip-compressed; '-' is stdout\n"
+          "  -o, --output OUT  the JSON trace (default: FILE less a .gz or .zst, with .etr\n"
+          "                    replaced by .json: run.etr.gz gives run.json); OUT ending\n"
+          "                    in .gz is gzip-compressed; '-' is stdout\n"
           "  -h, --help        this text\n"
           "\n"
           "A log cut short (kill -9, power loss, a full disk) loses nothing that was\n"
@@ -56,10 +57,16 @@ static void usage(FILE *f) {
           "converted), 2 usage error.\n");
 }
 
-/* OUT by default: FILE less its ".etr", plus ".json". */
+/* OUT by default: FILE less its ".etr", plus ".json". A log compressed to copy it off a
+ * machine (run.etr.gz) names the same trace as the log (run.json, not run.etr.gz.json); the
+ * trace is written plain, so the compression suffix goes too. */
 static char *default_output(const char *in) {
   size_t n = strlen(in);
-  if (n > 4 && strcmp(in + n - 4, ".etr") == 0) n -= 4;
+  if (n > 3 && strncmp(in + n - 3, ".gz", 3) == 0)
+    n -= 3;
+  else if (n > 4 && strncmp(in + n - 4, ".zst", 4) == 0)
+    n -= 4;
+  if (n > 4 && strncmp(in + n - 4, ".etr", 4) == 0) n -= 4;
   char *out = malloc(n + 6);
   if (out) {
     memcpy(out, in, n);

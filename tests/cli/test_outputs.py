@@ -224,6 +224,29 @@ def interrupted_run_keeps_the_old_file():
         check(not leftovers(d), "chrome interrupted: nothing left beside it: %r" % leftovers(d))
 
 
+def convert_default_name():
+    """convert LOG.etr.gz (or .zst) without -o writes LOG.json, as for LOG.etr (docs/CLI.md:
+    FILE with .etr replaced by .json). Before (audit13 #7): LOG.etr.gz.json."""
+    d = fresh_dir("convert-name")
+    with open(LOG, "rb") as f:
+        log = f.read()
+    packers = [("gz", ["gzip", "-k"])]
+    if shutil.which("zstd"):
+        packers.append(("zst", ["zstd", "-q"]))
+    for ext, pack in packers:
+        name = os.path.join(d, "run-%s.etr" % ext)
+        with open(name, "wb") as f:
+            f.write(log)
+        subprocess.run([*pack, name], check=True)
+        os.unlink(name)
+        r = run(["convert", "run-%s.etr.%s" % (ext, ext)], cwd=d)
+        check(r.returncode == 0 and b"-> run-%s.json" % ext.encode() in r.stdout,
+              "convert run.etr.%s: exit %d %r %r" % (ext, r.returncode, r.stdout, r.stderr))
+        check(os.path.exists(os.path.join(d, "run-%s.json" % ext)) and
+              not os.path.exists(os.path.join(d, "run-%s.etr.%s.json" % (ext, ext))),
+              "convert run.etr.%s: run.json made: %r" % (ext, os.listdir(d)))
+
+
 def no_output_over_an_input():
     """replay --model M --csv M is refused and M kept (before: replaced by the CSV, exit 0);
     chakra with an input in its output directory under an output's name is refused before
@@ -446,6 +469,7 @@ def stdout_into_an_input():
 for case in (reports_and_settings, stdout_into_an_input, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              convert_gz_needs_the_room_of_the_output,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
+             convert_default_name,
              summary_bytes_saturate, validate_escapes):
     try:
         case()
