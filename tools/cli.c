@@ -5,9 +5,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -371,20 +373,53 @@ void cli_close(cli_input *in) {
  * interruption leaves the file that was there as it was, and no half-written one. The
  * temporary files are removed at SIGINT, SIGTERM, SIGHUP and SIGQUIT too (before the
  * signal goes on), so that none is left behind. */
-#define OUT_SLOTS 8
-static char *volatile g_temps[OUT_SLOTS]; /* (read by the signal handler) */
-static struct {
+/* The slots grow as needed: `etr chakra` keeps one per rank until every rank is written. */
+#define OUT_SLOTS_FIRST 8
+/* (read by the signal handler, which may run at any instruction of ours: a larger array is
+ * filled before it is published, and its size published after it) */
+static char *volatile *volatile g_temps;
+static volatile size_t g_n_slots;
+static struct out_slot {
   FILE *f;      /* (NULL: written through a descriptor) */
   char *final;  /* the path as the command was given it (how the slot is found) */
   char *target; /* what the temporary file is renamed to: a symlink's target, else final */
-} g_outs[OUT_SLOTS];
+} * g_outs;
 
 static void remove_temps_on_signal(int sig) {
-  for (int i = 0; i < OUT_SLOTS; i++) {
-    char *t = g_temps[i];
+  size_t n = g_n_slots;
+  char *volatile *temps = g_temps;
+  for (size_t i = 0; i < n; i++) {
+    char *t = temps[i];
     if (t) unlink(t);
   }
   raise(sig); /* (the handler was reset: delivered, at the default action, once we return) */
+}
+
+/* A free slot, the slots grown when all are taken; -1 when memory ran out. */
+static int free_slot(void) {
+  size_t n = g_n_slots;
+  for (size_t i = 0; i < n; i++)
+    if (!g_temps[i] && !g_outs[i].final) return (int)i;
+  size_t cap = n ? n * 2 : OUT_SLOTS_FIRST;
+  if (cap > INT_MAX) return -1;
+  char *volatile *temps = calloc(cap, sizeof *temps);
+  struct out_slot *outs = temps ? calloc(cap, sizeof *outs) : NULL;
+  if (!outs) {
+    free((void *)temps);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    temps[i] = g_temps[i];
+    outs[i] = g_outs[i];
+  }
+  char *volatile *old_temps = g_temps;
+  g_temps = temps;
+  atomic_signal_fence(memory_order_seq_cst);
+  g_n_slots = cap;
+  free((void *)old_temps);
+  free(g_outs);
+  g_outs = outs;
+  return (int)n;
 }
 
 static void watch_signals(void) {
@@ -443,9 +478,7 @@ int cli_out_temp(const char *cmd, const char *path) {
     cli_error(cmd, "%s: out of memory", cli_term(path));
     return -1;
   }
-  int slot = -1;
-  for (int i = 0; i < OUT_SLOTS && slot < 0; i++)
-    if (!g_temps[i] && !g_outs[i].final) slot = i;
+  int slot = free_slot();
   const char *slash = strrchr(target, '/');
   size_t dir = slash ? (size_t)(slash - target) + 1 : 0;
   size_t need = strlen(target) + sizeof ".etr-XXXXXX" + 1;
@@ -476,7 +509,7 @@ int cli_out_temp(const char *cmd, const char *path) {
 }
 
 static int slot_of(const char *path) {
-  for (int i = 0; i < OUT_SLOTS; i++)
+  for (int i = 0; i < (int)g_n_slots; i++)
     if (g_outs[i].final && !strcmp(g_outs[i].final, path)) return i;
   return -1;
 }
@@ -492,16 +525,14 @@ static void slot_free(int i) {
 }
 
 void cli_temp_watch(const char *tmp) {
-  for (int i = 0; i < OUT_SLOTS; i++)
-    if (!g_temps[i] && !g_outs[i].final) {
-      watch_signals();
-      g_temps[i] = strdup(tmp); /* (NULL: not watched; nothing worse) */
-      return;
-    }
+  int i = free_slot();
+  if (i < 0) return; /* (not watched; nothing worse) */
+  watch_signals();
+  g_temps[i] = strdup(tmp);
 }
 
 void cli_temp_unwatch(const char *tmp) {
-  for (int i = 0; i < OUT_SLOTS; i++)
+  for (int i = 0; i < (int)g_n_slots; i++)
     if (g_temps[i] && !g_outs[i].final && !strcmp(g_temps[i], tmp)) {
       slot_free(i);
       return;
@@ -558,11 +589,21 @@ void cli_discard_output(const char *path) {
   if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
 }
 
+static int close_output(const char *cmd, FILE *f, const char *path, int write_err, bool commit);
+
 int cli_close_output(const char *cmd, FILE *f, const char *path) {
-  return cli_close_output_err(cmd, f, path, 0);
+  return close_output(cmd, f, path, 0, true);
 }
 
 int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_err) {
+  return close_output(cmd, f, path, write_err, true);
+}
+
+int cli_close_output_pending(const char *cmd, FILE *f, const char *path) {
+  return close_output(cmd, f, path, 0, false);
+}
+
+static int close_output(const char *cmd, FILE *f, const char *path, int write_err, bool commit) {
   if (!f) return ETR_CLI_FAIL;
   const char *name = (!path || !strcmp(path, "-")) ? "<stdout>" : path;
   bool bad = ferror(f) != 0;
@@ -581,7 +622,7 @@ int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_e
     if (f != stdout) cli_discard_output(path);
     return ETR_CLI_FAIL;
   }
-  return f == stdout ? ETR_CLI_OK : cli_out_commit(cmd, path);
+  return f == stdout || !commit ? ETR_CLI_OK : cli_out_commit(cmd, path);
 }
 
 void cli_json_str(FILE *f, const char *s) { cli_json_strn(f, s, strlen(s)); }

@@ -142,6 +142,10 @@ int cli_close_output(const char *cmd, FILE *f, const char *path);
  * buffer to fail again at the flush): the error printed is `write_err` (the errno of the
  * last write that failed, 0 if none) when the flush and close give none. */
 int cli_close_output_err(const char *cmd, FILE *f, const char *path, int write_err);
+/* The same as cli_close_output, but path is not made yet: its temporary file (removed at the
+ * signals above) waits for cli_out_commit or cli_discard_output, so that a command writing
+ * several files makes all of them or none. */
+int cli_close_output_pending(const char *cmd, FILE *f, const char *path);
 /* Drop a half-written output: its temporary file, or (written in place) path itself if it
  * is a regular file, never a device such as /dev/null or /dev/full (which, run as root,
  * unlink would delete). */

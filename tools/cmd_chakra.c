@@ -557,7 +557,8 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
     cli_discard_output(out_path);
     return ETR_CLI_FAIL;
   }
-  return cli_close_output(CMD, f, out_path) == 0 ? ETR_CLI_OK : ETR_CLI_FAIL;
+  /* (made out_path by cmd_chakra once every rank is written) */
+  return cli_close_output_pending(CMD, f, out_path) == 0 ? ETR_CLI_OK : ETR_CLI_FAIL;
 }
 
 static void cx_free(cx_trace *c) {
@@ -678,8 +679,20 @@ int cmd_chakra(int argc, char **argv) {
     free(files);
     return ETR_CLI_FAIL;
   }
+  /* A rank is known only once its trace is read (the process-group node may come last).
+   * So each file is written beside its name and all are made theirs at the end: a later
+   * trace of a rank already written, or any other error, leaves DIR as it was, never a
+   * partial set that ASTRA-sim would take for a run of fewer ranks. The report lines wait
+   * for that too. */
   int64_t *ranks = calloc(nfiles, sizeof *ranks);
-  if (ranks == NULL) {
+  char **outs = calloc(nfiles, sizeof *outs);
+  size_t n_outs = 0;
+  char *report = NULL;
+  size_t report_len = 0;
+  FILE *rep = ranks && outs ? open_memstream(&report, &report_len) : NULL;
+  if (rep == NULL) {
+    free(ranks);
+    free(outs);
     free(files);
     cli_error(CMD, "out of memory");
     return ETR_CLI_FAIL;
@@ -717,15 +730,17 @@ int cmd_chakra(int argc, char **argv) {
       cx_counts cnt = {0};
       if (rc == ETR_CLI_OK) rc = write_et(&c, out, &cnt);
       if (rc == ETR_CLI_OK) {
-        printf(
-            "%s: rank %lld: %llu COMP, %llu COMM_COLL, %llu METADATA nodes; %llu data deps, "
-            "%llu ctrl deps",
-            out, (long long)rank, (unsigned long long)cnt.comp, (unsigned long long)cnt.coll,
-            (unsigned long long)cnt.meta, (unsigned long long)cnt.data_deps,
-            (unsigned long long)cnt.ctrl_deps);
+        outs[n_outs++] = out;
+        out = NULL;
+        fprintf(rep,
+                "%s: rank %lld: %llu COMP, %llu COMM_COLL, %llu METADATA nodes; %llu data deps, "
+                "%llu ctrl deps",
+                outs[n_outs - 1], (long long)rank, (unsigned long long)cnt.comp,
+                (unsigned long long)cnt.coll, (unsigned long long)cnt.meta,
+                (unsigned long long)cnt.data_deps, (unsigned long long)cnt.ctrl_deps);
         if (c.skipped)
-          printf("; %llu ops with a repeated id left out", (unsigned long long)c.skipped);
-        printf("\n");
+          fprintf(rep, "; %llu ops with a repeated id left out", (unsigned long long)c.skipped);
+        fprintf(rep, "\n");
         if (cnt.no_pg)
           cli_error(CMD,
                     "%s: %llu collective(s) name no process group: written in group \"0\" "
@@ -743,6 +758,20 @@ int cmd_chakra(int argc, char **argv) {
     }
     cx_free(&c);
   }
+  if (fclose(rep) != 0 && rc == ETR_CLI_OK) {
+    cli_error(CMD, "out of memory");
+    rc = ETR_CLI_FAIL;
+  }
+  for (size_t i = 0; i < n_outs; i++) {
+    if (rc == ETR_CLI_OK)
+      rc = cli_out_commit(CMD, outs[i]);
+    else
+      cli_discard_output(outs[i]);
+    free(outs[i]);
+  }
+  if (rc == ETR_CLI_OK && report_len) fwrite(report, 1, report_len, stdout);
+  free(report);
+  free(outs);
   free(ranks);
   free(files);
   return rc;

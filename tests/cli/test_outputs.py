@@ -224,6 +224,64 @@ def interrupted_run_keeps_the_old_file():
         check(not leftovers(d), "chrome interrupted: nothing left beside it: %r" % leftovers(d))
 
 
+def small_rank(path):
+    """A trace with no process-group node: chakra gives it its position as its rank."""
+    e = {"values": [], "shapes": [], "types": []}
+    a = [{"name": "tid", "type": "uint64", "value": 1}]
+    with open(path, "w") as f:
+        json.dump({"schema": "1.1.1", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 0,
+                   "nodes": [{"id": 2, "name": "[pytorch|profiler|execution_trace|thread]",
+                              "ctrl_deps": 1, "inputs": e, "outputs": e, "attrs": a},
+                             {"id": 3, "name": "op", "ctrl_deps": 2, "inputs": e,
+                              "outputs": e, "attrs": a},
+                             {"id": 1, "name": "[pytorch|profiler|execution_trace|process]",
+                              "ctrl_deps": 1, "inputs": e, "outputs": e, "attrs": []}],
+                   "finish_ts": 1}, f)
+    return path
+
+
+def chakra_all_ranks_or_none():
+    """chakra writes every rank's file or none: a trace of a rank already converted (the
+    example trace's process-group node says rank 0, the first small trace is rank 0 by its
+    position) exits 1 and leaves DIR as it was, with 2 traces before it and with 20 (more
+    files waiting than the outputs' first 8 slots); SIGINT while 12 wait removes them all.
+    Before (audit13 #6): the ranks before the duplicate were written, a partial set."""
+    if run(["chakra", "--help"]).returncode != 0:
+        return
+    src = fresh_dir("chakra-ranks")
+    smalls = [small_rank(os.path.join(src, "s%02d.json" % i)) for i in range(20)]
+    for n in (2, 20):
+        d = fresh_dir("chakra-dup-%d" % n)
+        put_old(os.path.join(d, "rank.0.et"))
+        r = run(["chakra", *smalls[:n], TRACE, "-o", d])
+        check(r.returncode == 1 and b"rank 0 again" in r.stderr,
+              "chakra, %d ranks then rank 0 again: exit %d %r" % (n, r.returncode,
+                                                                 r.stderr[-200:]))
+        check(sorted(os.listdir(d)) == ["rank.0.et"] and is_old(os.path.join(d, "rank.0.et")),
+              "chakra, %d ranks then rank 0 again: DIR as it was: %r" % (n, os.listdir(d)))
+        check(r.stdout == b"", "chakra that failed reports no file: %r" % r.stdout[:200])
+    d = fresh_dir("chakra-20")
+    r = run(["chakra", *smalls, "-o", d])
+    check(r.returncode == 0 and r.stdout.count(b"\n") == 20,
+          "chakra of 20 traces: exit %d %r" % (r.returncode, r.stderr[-200:]))
+    check(sorted(os.listdir(d)) == sorted("rank.%d.et" % i for i in range(20)),
+          "chakra of 20 traces: their 20 files and nothing else: %r" % os.listdir(d))
+    d = fresh_dir("chakra-interrupt")
+    fifo = os.path.join(src, "last.fifo")
+    os.mkfifo(fifo)
+    p = subprocess.Popen([ETR, "chakra", *smalls[:12], fifo, "-o", d],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(leftovers(d)) < 12 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    check(len(leftovers(d)) == 12, "chakra: 12 files wait while it reads the 13th: %r" %
+          os.listdir(d))
+    p.send_signal(signal.SIGINT)
+    rc = p.wait(timeout=60)
+    check(rc == -signal.SIGINT, "chakra ends by SIGINT: %r" % rc)
+    check(os.listdir(d) == [], "chakra interrupted: nothing left in DIR: %r" % os.listdir(d))
+
+
 def convert_default_name():
     """convert LOG.etr.gz (or .zst) without -o writes LOG.json, as for LOG.etr (docs/CLI.md:
     FILE with .etr replaced by .json). Before (audit13 #7): LOG.etr.gz.json."""
@@ -469,7 +527,7 @@ def stdout_into_an_input():
 for case in (reports_and_settings, stdout_into_an_input, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              convert_gz_needs_the_room_of_the_output,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
-             convert_default_name,
+             chakra_all_ranks_or_none, convert_default_name,
              summary_bytes_saturate, validate_escapes):
     try:
         case()
