@@ -590,7 +590,12 @@ static void help(void) {
       "  -o, --output DIR   output directory (created when missing)\n"
       "  --prefix NAME      file name prefix (default rank)\n"
       "  --rank N           rank of the single TRACE (overrides the trace's own)\n"
-      "Prints one line per file: its path, rank and node counts.\n");
+      "Prints one line per file: its path, rank and node counts.\n"
+      "\n"
+      "TRACE may be gzip- or zstd-compressed; '-' reads stdin. The files are written only\n"
+      "once every TRACE is converted: after an error none is (DIR keeps what it held).\n"
+      "Exit status: 0 ok, 1 bad input (two traces of one rank, a trace in DIR under an\n"
+      "output's name) or write error, 2 usage error.\n");
 }
 
 /* Whether path is a file of dir (the same directory by any name) named prefix.N.et. */

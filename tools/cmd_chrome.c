@@ -49,8 +49,8 @@ static void help(void) {
       "  --no-flows         leave out the fw_parent flow arrows\n"
       "  -h, --help         this text\n"
       "\n"
-      "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input or\n"
-      "write error, 2 usage error.\n");
+      "FILE may be gzip- or zstd-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad\n"
+      "input or write error, 2 usage error.\n");
 }
 
 /* Parent id -> a value (the latest end of its timed children, or the earliest start of its

@@ -37,8 +37,8 @@ static void help(void) {
       "  -h, --help           this text\n"
       "\n"
       "';' in names becomes ':', control characters become spaces, invalid UTF-8 U+FFFD.\n"
-      "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input,\n"
-      "2 usage error.\n");
+      "FILE may be gzip- or zstd-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad\n"
+      "input, 2 usage error.\n");
 }
 
 typedef struct flame {

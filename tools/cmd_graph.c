@@ -28,8 +28,8 @@ static void help(void) {
       "  --path N         print the first N ops of the critical path (default 30, 0 = all)\n"
       "  -h, --help       this text\n"
       "\n"
-      "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input,\n"
-      "2 usage error.\n");
+      "FILE may be gzip- or zstd-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad\n"
+      "input, 2 usage error.\n");
 }
 
 /* The inside of a DOT string: quotes and backslashes escaped, control bytes and invalid

@@ -46,7 +46,7 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: etr repair [--json] FILE -o OUT\n"
+          "usage: etr repair [--json] [--name NAME] FILE -o OUT\n"
           "\n"
           "Makes a trace that was cut short (kill -9, power loss, full disk) valid again.\n"
           "OUT holds every node of FILE that was completely written, byte for byte (with\n"

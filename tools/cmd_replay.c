@@ -51,8 +51,8 @@ static void help(void) {
       "per rank the predicted makespan, the time exposed in communication and how much of it\n"
       "was waiting, and per collective (first --path N) its start, duration and straggler.\n"
       "\n"
-      "FILE may be gzip-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad input or\n"
-      "bad model file, 2 usage error.\n");
+      "FILE may be gzip- or zstd-compressed; '-' reads stdin. Exit status: 0 ok, 1 bad\n"
+      "input or bad model file, 2 usage error.\n");
 }
 
 int cmd_replay(int argc, char **argv) {

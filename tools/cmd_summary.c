@@ -583,7 +583,7 @@ static void usage(FILE *f) {
           "  --alpha-us US, --beta-gbps GBPS\n"
           "             network model of several ranks: a collective takes US + bytes / GBPS\n"
           "             GB/s (10^9 bytes/s); bytes as `etr replay` counts them\n"
-          "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
+          "  FILE       a trace, .json or gzip- or zstd-compressed; '-' reads stdin\n"
           "\n"
           "exit status: 0 ok, 1 unreadable input, 2 usage error.\n");
 }

@@ -109,7 +109,7 @@ static void usage(FILE *f) {
       "  --strict   warnings count as errors\n"
       "  --max N    list at most N problems of each kind (default 50; the rest are counted)\n"
       "  --quiet    print only the verdict line\n"
-      "  FILE       a trace, .json or gzip-compressed; '-' reads stdin\n"
+      "  FILE       a trace, .json or gzip- or zstd-compressed; '-' reads stdin\n"
       "\n"
       "Memory is bounded whatever the number of nodes (docs/CLI.md); a trace past the\n"
       "bounds is checked in part, and the verdict says what was not checked.\n"

@@ -91,7 +91,7 @@ static void usage(FILE *f) {
           "       etr --help | --version\n"
           "\n"
           "Reads execution traces (PyTorch / Chakra format, ours and real ones). FILE may be\n"
-          "gzip-compressed; '-' reads stdin. 'etr <command> --help' describes a command.\n"
+          "gzip- or zstd-compressed; '-' reads stdin. 'etr <command> --help' describes a command.\n"
           "\n"
           "commands:\n");
   for (size_t i = 0; commands[i].name; i++)

@@ -154,6 +154,18 @@ EOF
   [ ! -s "$out/last.err" ] || fail "output on stderr without a terminal"
   # command line
   expect 0 "etr --help" -- "$etr" --help && { out_has help validate; out_has help summary; }
+  # every help says that zstd is read too, and its exit statuses; repair's usage line names
+  # --name (audit13 #8: "gzip-compressed" only, chakra without exit statuses, no --name)
+  out_has "etr --help" "gzip- or zstd-compressed"
+  for c in validate summary chrome graph replay flame symbolize repair convert chakra; do
+    "$etr" $c --help > /dev/null 2>&1 || continue # (not built: chakra without protobuf-c)
+    expect 0 "$c --help" -- "$etr" $c --help && {
+      out_has "$c --help" "gzip- or zstd-compressed"
+      grep -qi "exit status" "$out/last.out" || fail "$c --help: no exit status"
+    }
+  done
+  expect 0 "repair --help" -- "$etr" repair --help &&
+    out_has "repair --help" "^usage: etr repair \[--json\] \[--name NAME\] FILE -o OUT$"
   expect 0 "etr --version" -- "$etr" --version && out_has version "etr 0.1.0"
   expect 2 "etr (no command)" -- "$etr"
   expect 2 "etr unknown command" -- "$etr" frobnicate && err_has unknown "unknown command"
