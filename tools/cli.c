@@ -16,6 +16,7 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define PROGRESS_MIN_BYTES (4u << 20) /* inputs shorter than this draw no progress line */
 #define PROGRESS_PERIOD 0.2           /* seconds between redraws */
@@ -552,6 +553,59 @@ int cli_out_commit(const char *cmd, const char *path) {
   return rc;
 }
 
+int cli_out_compression(const char *cmd, const char *path) {
+  if (!path || !strcmp(path, "-")) return 0;
+  size_t n = strlen(path);
+  if (n > 3 && !strcasecmp(path + n - 3, ".gz")) return 1;
+  static const char *const unwritten[] = {".zst", ".zstd", ".xz", ".bz2", ".lz4"};
+  for (size_t i = 0; i < sizeof unwritten / sizeof unwritten[0]; i++) {
+    size_t k = strlen(unwritten[i]);
+    if (n > k && !strcasecmp(path + n - k, unwritten[i])) {
+      cli_error(cmd, "%s: etr writes gzip (.gz) or plain files, not this compression",
+                cli_term(path));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* A FILE writing gzip through zlib onto a descriptor (fopencookie): every command's output
+ * named .gz is compressed, as `etr convert`'s and the library's are. Level 1: the output is
+ * written as fast as it is made. */
+static ssize_t gz_cookie_write(void *c, const char *buf, size_t n) {
+  size_t done = 0;
+  while (done < n) { /* (gzwrite takes an unsigned count) */
+    unsigned part = n - done > (1u << 30) ? (1u << 30) : (unsigned)(n - done);
+    int w = gzwrite((gzFile)c, buf + done, part);
+    if (w <= 0) {
+      int zerr;
+      gzerror((gzFile)c, &zerr);
+      if (zerr != Z_ERRNO) errno = EIO;
+      return -1;
+    }
+    done += (size_t)w;
+  }
+  return (ssize_t)n;
+}
+
+static int gz_cookie_close(void *c) {
+  errno = 0;
+  int rc = gzclose((gzFile)c); /* (finishes the stream, closes the descriptor) */
+  if (rc == Z_OK) return 0;
+  if (rc != Z_ERRNO || !errno) errno = EIO;
+  return -1;
+}
+
+static FILE *open_stream(int fd, bool gz) {
+  if (!gz) return fdopen(fd, "w");
+  gzFile g = gzdopen(fd, "wb1");
+  if (!g) return NULL;
+  cookie_io_functions_t io = {NULL, gz_cookie_write, NULL, gz_cookie_close};
+  FILE *f = fopencookie(g, "w", io);
+  if (!f) gzclose(g);
+  return f;
+}
+
 FILE *cli_open_output(const char *cmd, const char *path) {
   if (!path || !strcmp(path, "-")) return cli_stdout_check(cmd) == ETR_CLI_OK ? stdout : NULL;
   if (cli_is_input(path)) {
@@ -559,16 +613,22 @@ FILE *cli_open_output(const char *cmd, const char *path) {
               cli_term(path));
     return NULL;
   }
+  int comp = cli_out_compression(cmd, path);
+  if (comp < 0) return NULL;
   if (!wants_temp(path)) {
-    FILE *f = fopen(path, "w");
-    if (!f) cli_error(cmd, "%s: cannot create: %s", cli_term(path), strerror(errno));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? open_stream(fd, comp == 1) : NULL;
+    if (!f) {
+      cli_error(cmd, "%s: cannot create: %s", cli_term(path), strerror(errno));
+      if (fd >= 0) close(fd);
+    }
     return f;
   }
   int fd = cli_out_temp(cmd, path);
   if (fd < 0) return NULL;
-  FILE *f = fdopen(fd, "w");
+  FILE *f = open_stream(fd, comp == 1);
   if (!f) {
-    cli_error(cmd, "%s: %s", cli_term(path), strerror(errno));
+    cli_error(cmd, "%s: %s", cli_term(path), strerror(errno ? errno : ENOMEM));
     close(fd);
     cli_discard_output(path);
     return NULL;

@@ -113,10 +113,16 @@ void cli_remember_input(const char *path);
  * after cli_remember_input. */
 int cli_stdout_check(const char *cmd);
 
+/* How an output named path is written: 1 gzip (a name ending in .gz, in any case), 0 plain
+ * (stdout too), -1 after printing an error for an ending of a compression etr reads but does
+ * not write (.zst, .zstd) or does not know (.xz, .bz2, .lz4): never plain bytes under a
+ * compressed name. */
+int cli_out_compression(const char *cmd, const char *path);
 /* Open an output file ("-" or NULL = stdout). NULL after printing an error, also when path
  * is one of the command's inputs (it would be truncated before it is read). A regular file
  * (or a new one) is written beside path and renamed over it by cli_close_output: until then,
- * and after any failure or interruption, path keeps what it held. */
+ * and after any failure or interruption, path keeps what it held. Written gzip-compressed
+ * when cli_out_compression says so (refused when it refuses). */
 FILE *cli_open_output(const char *cmd, const char *path);
 /* The same for an output written through a descriptor: a temporary file beside path (its
  * descriptor, or -1 after printing an error), made path by cli_out_commit, removed by

@@ -121,12 +121,6 @@ static int copy_to(const char *src, int out) {
   return err;
 }
 
-/* Whether out gets the trace gzip-compressed (a name ending in .gz, not stdout). */
-static bool wants_gzip(const char *out) {
-  size_t n = strlen(out);
-  return strcmp(out, "-") != 0 && n > 3 && strcmp(out + n - 3, ".gz") == 0;
-}
-
 /* The finished trace at src (already compressed when out wants it) goes to out: renamed over
  * it when it is (or will be) a regular file in the same place, else copied, into a
  * temporary file beside a regular out that is then renamed over it (out keeps what it held
@@ -207,6 +201,11 @@ int cmd_convert(int argc, char **argv) {
     cli_error(CMD, "out of memory");
     return ETR_CLI_FAIL;
   }
+  int comp = cli_out_compression(CMD, out); /* (gzip for .gz; .zst refused) */
+  if (comp < 0) {
+    free(out_own);
+    return ETR_CLI_FAIL;
+  }
   bool to_stdout = !strcmp(out, "-");
   int status = ETR_CLI_OK;
   int in = from_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
@@ -250,7 +249,7 @@ int cmd_convert(int argc, char **argv) {
   }
   log_in li = {src, in};
   etr__bin_source bs = {log_read, log_size, &li};
-  bool gz = wants_gzip(out);
+  bool gz = comp == 1;
   etr__bin_result res;
   int rc = etr__bin_convert_from(&bs, tfd, gz ? GZIP_LEVEL : 0, &res);
   const char *detail = NULL;

@@ -564,6 +564,11 @@ int cmd_symbolize(int argc, char **argv) {
     return ETR_CLI_FAIL;
   }
 
+  int comp = cli_out_compression(CMD, out_path); /* (gzip for .gz; .zst refused) */
+  if (comp < 0) {
+    free(dirs);
+    return ETR_CLI_FAIL;
+  }
   int result = ETR_CLI_FAIL;
   etr__symbolizer *s = etr__symbolizer_new();
   bool to_stdout = strcmp(out_path, "-") == 0;
@@ -604,6 +609,10 @@ int cmd_symbolize(int argc, char **argv) {
     goto done;
   }
   jw_ok = true;
+  if (comp == 1 && etr__jw_set_gzip(&w, 1) != 0) { /* (an output named .gz: gzip) */
+    cli_error(CMD, "out of memory");
+    goto done;
+  }
 
   /* Header: the keys before "nodes", in file order. */
   const rd_rheader *h = rd_header(in.r);

@@ -305,6 +305,50 @@ def convert_default_name():
               "convert run.etr.%s: run.json made: %r" % (ext, os.listdir(d)))
 
 
+def compressed_outputs():
+    """An output named .gz (in any case) is gzip from every command, as convert's always was
+    (before, chrome, summary, graph, replay, symbolize and repair wrote plain bytes under the
+    name); one of a compression etr does not write (.zst, .xz, ...) is refused, nothing
+    written (before: plain JSON under it, audit13 #4)."""
+    import gzip
+    d = fresh_dir("compressed")
+    cmds = dict(COMMANDS, repair=["repair", "I", "-o", "O"], convert=["convert", "I", "-o", "O"])
+    for cmd in cmds:
+        inp = LOG if cmd == "convert" else TRACE
+        plain = os.path.join(d, cmd + ".out")
+        packed = os.path.join(d, cmd + ".OUT.Gz")
+        COMMANDS_SAVED = COMMANDS.get(cmd)
+        COMMANDS[cmd] = cmds[cmd]
+        try:
+            r1 = run(args_of(cmd, inp, plain))
+            r2 = run(args_of(cmd, inp, packed))
+            check(r1.returncode == 0 and r2.returncode == 0,
+                  "%s: exit %d / %d %r" % (cmd, r1.returncode, r2.returncode, r2.stderr[-200:]))
+            with open(packed, "rb") as f:
+                head = f.read(2)
+            if check(head == b"\x1f\x8b", "%s -o x.OUT.Gz: not gzip (%r)" % (cmd, head)):
+                with gzip.open(packed, "rb") as f:
+                    got = f.read()
+                with open(plain, "rb") as f:
+                    want = f.read()
+                if cmd in ("chrome", "summary"):  # (they name their output or time themselves)
+                    check(len(got) > 0, "%s: the gzip holds nothing" % cmd)
+                else:
+                    check(got == want, "%s: the gzip's bytes differ from the plain output" % cmd)
+            for ext in (".json.zst", ".zstd", ".XZ", ".bz2", ".lz4"):
+                out = os.path.join(d, cmd + ext)
+                r = run(args_of(cmd, inp, out))
+                check(r.returncode == 1 and b"etr writes gzip" in r.stderr,
+                      "%s -o *%s: exit %d %r" % (cmd, ext, r.returncode, r.stderr[-200:]))
+                check(not os.path.exists(out), "%s -o *%s: written" % (cmd, ext))
+        finally:
+            if COMMANDS_SAVED is None:
+                del COMMANDS[cmd]
+            else:
+                COMMANDS[cmd] = COMMANDS_SAVED
+    check(leftovers(d) == [], "compressed outputs: temporary files left %r" % leftovers(d))
+
+
 def no_output_over_an_input():
     """replay --model M --csv M is refused and M kept (before: replaced by the CSV, exit 0);
     chakra with an input in its output directory under an output's name is refused before
@@ -527,7 +571,7 @@ def stdout_into_an_input():
 for case in (reports_and_settings, stdout_into_an_input, output_through_a_symlink, failed_runs_keep_the_old_file, repair_stops_at_a_limit, convert_gz_keeps_the_old_file,
              convert_gz_needs_the_room_of_the_output,
              interrupted_run_keeps_the_old_file, no_output_over_an_input,
-             chakra_all_ranks_or_none, convert_default_name,
+             chakra_all_ranks_or_none, convert_default_name, compressed_outputs,
              summary_bytes_saturate, validate_escapes):
     try:
         case()
