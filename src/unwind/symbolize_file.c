@@ -197,6 +197,33 @@ static Elf *find_elsewhere(const search_dirs *sd, const etr__symfile_id *id, int
   return NULL;
 }
 
+/* The section of elf named name (its first), or NULL. elf_strptr checks that a section
+ * name ends inside the section-name table. */
+static Elf_Scn *section_named(Elf *elf, const char *name) {
+  size_t shstrndx;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return NULL;
+  Elf_Scn *scn = NULL;
+  while ((scn = elf_nextscn(elf, scn)) != NULL) {
+    GElf_Shdr sh;
+    const char *n = gelf_getshdr(scn, &sh) != NULL ? elf_strptr(elf, shstrndx, sh.sh_name) : NULL;
+    if (n != NULL && strcmp(n, name) == 0) return scn;
+  }
+  return NULL;
+}
+
+/* The file name in elf's .gnu_debuglink (the name, its NUL, padding, a 4-byte CRC), or NULL.
+ * Read here, bounded, rather than with dwelf_elf_gnu_debuglink, which not every libdw
+ * version checks: the name is used as a C string, and one without its NUL inside the
+ * section would be read past the section and the mapping. */
+static const char *gnu_debuglink(Elf *elf) {
+  Elf_Scn *scn = section_named(elf, ".gnu_debuglink");
+  Elf_Data *d = scn != NULL ? elf_rawdata(scn, NULL) : NULL;
+  if (d == NULL || d->d_buf == NULL || d->d_size <= 4 ||
+      memchr(d->d_buf, '\0', d->d_size - 4) == NULL)
+    return NULL;
+  return d->d_buf;
+}
+
 /* A separate debug file for elf (at file path `path`): by the file's build-id, then by its
  * .gnu_debuglink next to it, in .debug/ beside it and under /usr/lib/debug. Its path into
  * buf (PATH_MAX bytes). */
@@ -211,9 +238,8 @@ static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, i
       if ((dbg = open_elf(buf, bidp, (size_t)n, fd)) != NULL) return dbg;
     }
   }
-  GElf_Word crc;
-  const char *link = dwelf_elf_gnu_debuglink(elf, &crc);
-  if (link == NULL || strchr(link, '/') != NULL) return NULL;
+  const char *link = gnu_debuglink(elf);
+  if (link == NULL || link[0] == '\0' || strchr(link, '/') != NULL) return NULL;
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
@@ -221,8 +247,8 @@ static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, i
   *slash = '\0';
   static const char *const fmts[] = {"%s/%s", "%s/.debug/%s", "/usr/lib/debug%s/%s"};
   for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
-    snprintf(buf, PATH_MAX, fmts[i], dir, link);
-    if (strcmp(buf, path) == 0) continue;
+    int len = snprintf(buf, PATH_MAX, fmts[i], dir, link);
+    if (len < 0 || len >= PATH_MAX || strcmp(buf, path) == 0) continue; /* cut: another file */
     /* The debug file has the same build-id as the module when it has one. */
     if ((dbg = open_elf(buf, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, fd)) != NULL) return dbg;
   }
@@ -272,10 +298,42 @@ static int build_cu_table(etr__symfile *mf) {
   return 0;
 }
 
-/* Open the DWARF of elf and index its CUs; 1 when it has any, 0 when none, -1 on ENOMEM. */
+/* True when every DWARF string section of elf ends with a NUL. libdw hands out their
+ * strings (DW_FORM_strp and line_strp: names of inlined functions, source files) after
+ * checking only that the offset is inside the section, so in a section without a final NUL
+ * the last string would be read past its end. Called after dwarf_begin_elf, which has
+ * decompressed the compressed ones in place. */
+static bool dwarf_strings_end(Elf *elf) {
+  static const char *const names[] = {".debug_str",
+                                      ".debug_line_str",
+                                      ".zdebug_str",
+                                      ".zdebug_line_str",
+                                      ".debug_str.dwo",
+                                      ".debug_line_str.dwo",
+                                      ".gnu.debuglto_.debug_str",
+                                      ".gnu.debuglto_.debug_line_str"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    Elf_Scn *scn = section_named(elf, names[i]);
+    Elf_Data *d = scn != NULL ? elf_getdata(scn, NULL) : NULL;
+    if (d != NULL && d->d_buf != NULL && d->d_size != 0 &&
+        ((const char *)d->d_buf)[d->d_size - 1] != '\0')
+      return false;
+  }
+  return true;
+}
+
+/* Open the DWARF of elf and index its CUs; 1 when it has any, 0 when none, -1 on ENOMEM.
+ * DWARF whose string sections (or those of its dwz alternate file) do not end with a NUL is
+ * not used: no line info then, names still come from the symbol table. */
 static int load_dwarf(etr__symfile *mf, Elf *elf) {
   mf->dwarf = dwarf_begin_elf(elf, DWARF_C_READ, NULL);
   if (mf->dwarf == NULL) return 0;
+  Dwarf *alt = dwarf_getalt(mf->dwarf); /* opened now rather than on its first string */
+  if (!dwarf_strings_end(elf) || (alt != NULL && !dwarf_strings_end(dwarf_getelf(alt)))) {
+    dwarf_end(mf->dwarf);
+    mf->dwarf = NULL;
+    return 0;
+  }
   if (build_cu_table(mf) != 0) return -1;
   if (mf->nranges != 0) return 1;
   dwarf_end(mf->dwarf);

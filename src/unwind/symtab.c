@@ -81,7 +81,12 @@ int etr__symtab_build(Elf *elf, etr__symtab *t) {
   Elf_Data *str = str_scn != NULL ? elf_getdata(str_scn, NULL) : NULL;
   if (data == NULL || str == NULL || str->d_buf == NULL || str->d_size == 0) return 0;
   const char *strtab = str->d_buf;
-  size_t strsize = str->d_size;
+  /* Names are read up to their NUL straight from the mapping: a table that does not end with
+   * one (a damaged or hostile file) would let the last name run past the section and the
+   * mapping. Only the part up to its last NUL is used; names starting after it are dropped. */
+  const char *last_nul = memrchr(strtab, '\0', str->d_size);
+  if (last_nul == NULL) return 0;
+  size_t strsize = (size_t)(last_nul - strtab) + 1;
   size_t count = shdr.sh_size / shdr.sh_entsize;
 
   /* Section "holds code" answers, computed once per section index. */
