@@ -21,8 +21,8 @@
  * Per address, etr__symfile_resolve: a binary search in the symbol table, one in the CU
  * table, one in the CU's line table and one per level of inlining in the CU's tree. Names and
  * file names are pointers into the mapped file and libdw's tables (no copy); demangled names
- * (once per symbol, once per inlined call) and the frames of inlined calls go into the
- * symbolizer's arena.
+ * and names cut from their ELF version, "name@@VER" (once per symbol, once per inlined call),
+ * and the frames of inlined calls go into the symbolizer's arena.
  *
  * An inlined function is named by the call's DW_AT_abstract_origin, through
  * DW_AT_specification: DW_AT_linkage_name demangled, else DW_AT_name.
@@ -90,7 +90,9 @@ struct etr__symfile {
   Elf *elf, *dbg_elf;
   Dwarf *dwarf; /* of elf or of dbg_elf; NULL without line info */
   etr__symtab symtab;
-  const char **demangled; /* per symtab entry, filled on first use; NULL until needed */
+  /* per symtab entry, its name demangled or without its version, filled on first use (for
+   * the names that need either); NULL until needed */
+  const char **demangled;
   cu_info *cus;
   size_t ncus;
   cu_range *ranges; /* sorted by lo */
@@ -690,16 +692,28 @@ static const char *inl_name(etr__symbolizer *s, etr__symfile *mf, inl_sub *sub) 
   return sub->name;
 }
 
-/* The demangled name of symbol i (cached per symbol). NULL on ENOMEM. */
+/* The name of symbol i as frames show it (cached per symbol): without its ELF version,
+ * then demangled. NULL on ENOMEM.
+ *
+ * A .symtab keeps versioned symbols as "name@VERSION" or "name@@VERSION" (glibc's, in its
+ * debug file: "__libc_start_main@@GLIBC_2.34"), where dladdr and .dynsym give "name": the
+ * suffix is cut, as addr2line and perf do, so one function has one name whichever way it
+ * was resolved. It goes before demangling, which fails on the suffix. A leading '@' is part
+ * of the name. */
 static const char *symbol_name(etr__symbolizer *s, etr__symfile *mf, size_t i) {
   const char *raw = etr__symtab_name(&mf->symtab, i);
-  if (raw[0] != '_' || raw[1] != 'Z') return raw;
+  const char *at = raw[0] != '\0' ? strchr(raw + 1, '@') : NULL;
+  if (at == NULL && (raw[0] != '_' || raw[1] != 'Z')) return raw;
   if (mf->demangled == NULL) {
     mf->demangled = calloc(mf->symtab.n, sizeof *mf->demangled);
     if (mf->demangled == NULL) return NULL;
   }
   if (mf->demangled[i] != NULL) return mf->demangled[i];
-  const char *name = etr__symbolizer_demangle(s, raw);
+  char *cut = at != NULL ? strndup(raw, (size_t)(at - raw)) : NULL;
+  if (at != NULL && cut == NULL) return NULL;
+  /* (the symbolizer keeps its own copy, demangled or not: cut can go) */
+  const char *name = etr__symbolizer_demangle(s, cut != NULL ? cut : raw);
+  free(cut);
   if (name == NULL) return NULL;
   mf->demangled[i] = name;
   return name;

@@ -73,13 +73,14 @@ int etr__symfile_load(const etr__symfile_loc *loc, etr__symfile **out);
 void etr__symfile_close(etr__symfile *mf);
 
 /* What the file says of vaddr (an ELF virtual address): out->name from the symbol table
- * (demangled; NULL when no symbol holds vaddr), out->filename / out->line from the line
- * table (NULL / 0 without line info); when calls are inlined at vaddr, their frames,
- * innermost first, in *inner (in the symbolizer's arena; *ninner of them, else NULL and 0),
- * and then out's file and line are the call site in the real function. The strings may point
- * into the file's mapping and libdw's tables, valid until etr__symfile_close: the symbolizer
- * copies what it keeps. 0 or ETR_ENOMEM. Allocates on a CU's first address (its tree of
- * inlined calls) and for demangled names. */
+ * (without an ELF version suffix such as "@@GLIBC_2.34", demangled; NULL when no symbol
+ * holds vaddr), out->filename / out->line from the line table (NULL / 0 without line info);
+ * when calls are inlined at vaddr, their frames, innermost first, in *inner (in the
+ * symbolizer's arena; *ninner of them, else NULL and 0), and then out's file and line are
+ * the call site in the real function. The strings may point into the file's mapping and
+ * libdw's tables, valid until etr__symfile_close: the symbolizer copies what it keeps. 0 or
+ * ETR_ENOMEM. Allocates on a CU's first address (its tree of inlined calls) and for
+ * demangled or version-cut names. */
 int etr__symfile_resolve(etr__symbolizer *s, etr__symfile *mf, uint64_t vaddr, etr__symbol *out,
                          etr__symbol **inner, size_t *ninner);
 

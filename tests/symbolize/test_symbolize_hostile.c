@@ -1,7 +1,9 @@
 /* Symbolization of ELF files made by hand (src/unwind/symtab.c, symbolize_file.c): string
  * tables without a final NUL (a name at the edge of its section must never be read past it:
  * findings-14 item 1, where `etr symbolize` crashed or copied process memory into a name),
- * a .gnu_debuglink without its NUL, DWARF string sections without a final NUL.
+ * a .gnu_debuglink without its NUL, DWARF string sections without a final NUL, and ELF symbol
+ * versions ("name@@VER" in a .symtab, as glibc's debug file has them) cut from names
+ * (findings-14 item 5).
  *
  * The hostile part of each file is put at its very end, with the file a whole number of
  * pages long: a read past it leaves the mapping libelf made of the file (a crash, or bytes of
@@ -102,8 +104,11 @@ static void write_elf(const char *path, const sec *secs, size_t n) {
     h->sh_entsize = secs[i].entsize;
     if (secs[i].data != NULL) memcpy(buf + data_off[i], secs[i].data, secs[i].size);
   }
-  sh[n + 1] = (Elf64_Shdr){.sh_name = (uint32_t)name_off[n], .sh_type = SHT_STRTAB,
-                           .sh_offset = shstr_off, .sh_size = shstr_len, .sh_addralign = 1};
+  sh[n + 1] = (Elf64_Shdr){.sh_name = (uint32_t)name_off[n],
+                           .sh_type = SHT_STRTAB,
+                           .sh_offset = shstr_off,
+                           .sh_size = shstr_len,
+                           .sh_addralign = 1};
   memcpy(buf + sizeof eh, sh, nsh * sizeof *sh);
   memcpy(buf + shstr_off, shstr, shstr_len);
 
@@ -130,8 +135,8 @@ static void write_symbols(const char *path, uint32_t symtype, const Elf64_Sym *s
                           const void *strtab, size_t strsize, const sec *extra) {
   sec s[4] = {
       {".text", SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, TEXT_ADDR, NULL, 0x100, 0, 0, 0},
-      {symtype == SHT_SYMTAB ? ".symtab" : ".dynsym", symtype, 0, 0, syms,
-       nsyms * sizeof *syms, 3, 1, sizeof *syms},
+      {symtype == SHT_SYMTAB ? ".symtab" : ".dynsym", symtype, 0, 0, syms, nsyms * sizeof *syms, 3,
+       1, sizeof *syms},
       {symtype == SHT_SYMTAB ? ".strtab" : ".dynstr", SHT_STRTAB, 0, 0, strtab, strsize, 0, 0, 0},
   };
   if (extra != NULL) { /* before the string table, which stays last */
@@ -336,12 +341,80 @@ static void test_dwarf_strings_without_nul(void **state) {
   remove_tree(dir);
 }
 
+/* ---- ELF symbol versions ---- */
+
+/* "name@VER" and "name@@VER" in a .symtab come out as "name" (a C++ one demangled after the
+ * cut); a leading '@' is part of the name. */
+static void test_version_suffix(void **state) {
+  (void)state;
+  char dir[64], path[128];
+  temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/versioned.so", dir);
+  static const char strtab[] =
+      "\0foo@@VER_1\0bar@VER_2\0@lead\0_ZN2ns4funcEv@@V_3\0plain\0@x@V_4\0mid@dle@@V_5";
+  static const struct {
+    const char *raw, *want;
+  } cases[] = {{"foo@@VER_1", "foo"},  {"bar@VER_2", "bar"},
+               {"@lead", "@lead"},     {"_ZN2ns4funcEv@@V_3", "ns::func()"},
+               {"plain", "plain"},     {"@x@V_4", "@x"},
+               {"mid@dle@@V_5", "mid"}};
+  size_t n = sizeof cases / sizeof cases[0];
+  Elf64_Sym syms[8] = {{0}};
+  for (size_t i = 0; i < n; i++) {
+    const char *p = strtab + 1;
+    while (strcmp(p, cases[i].raw) != 0) p += strlen(p) + 1;
+    syms[i + 1] = func((uint32_t)(p - strtab), TEXT_ADDR + 0x10 * i, 0x10);
+  }
+  write_symbols(path, SHT_SYMTAB, syms, n + 1, strtab, sizeof strtab, NULL);
+  etr__symbolizer *s = etr__symbolizer_new();
+  assert_non_null(s);
+  for (size_t i = 0; i < n; i++) {
+    etr__symbol sym, again;
+    assert_int_equal(etr__symbolize(s, path, NULL, 0, TEXT_ADDR + 0x10 * i + 2, 0, &sym), 0);
+    assert_string_equal(sym.name, cases[i].want);
+    /* another address of the function: the same string (made once per symbol) */
+    assert_int_equal(etr__symbolize(s, path, NULL, 0, TEXT_ADDR + 0x10 * i + 3, 0, &again), 0);
+    assert_ptr_equal(sym.name, again.name);
+  }
+  etr__symbolizer_free(s);
+  remove_tree(dir);
+}
+
+/* A stripped file (.dynsym "__libc_start_main") whose .gnu_debuglink names a debug file next
+ * to it with the full .symtab, where the name is versioned as in glibc's debug file: the
+ * frame is named as dladdr and .dynsym name it. */
+static void test_version_suffix_debug_file(void **state) {
+  (void)state;
+  char dir[64], path[128], dbg[128], got[256];
+  temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/libv.so", dir);
+  snprintf(dbg, sizeof dbg, "%s/libv.so.debug", dir);
+  static const char dynstr[] = "\0__libc_start_main";
+  static const char strtab[] = "\0__libc_start_main@@GLIBC_2.34\0__libc_start_call_main";
+  Elf64_Sym dsyms[] = {{0}, func(1, TEXT_ADDR, 0x40)};
+  uint32_t local = (uint32_t)strlen(strtab + 1) + 2;
+  Elf64_Sym syms[] = {{0}, func(1, TEXT_ADDR, 0x40), func(local, TEXT_ADDR + 0x40, 0x40)};
+  static const char link[20] = "libv.so.debug"; /* name, NUL, padding; CRC (not checked) 0 */
+  sec extra = {".gnu_debuglink", SHT_PROGBITS, 0, 0, link, sizeof link, 0, 0, 0};
+  write_symbols(path, SHT_DYNSYM, dsyms, 2, dynstr, sizeof dynstr, &extra);
+  write_symbols(dbg, SHT_SYMTAB, syms, 3, strtab, sizeof strtab, NULL);
+  int rc;
+  assert_string_equal(name_at(path, TEXT_ADDR + 8, &rc, got, sizeof got), "__libc_start_main");
+  assert_int_equal(rc, 0);
+  /* the local function only the debug file has: proof that it was read */
+  assert_string_equal(name_at(path, TEXT_ADDR + 0x48, &rc, got, sizeof got),
+                      "__libc_start_call_main");
+  remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_strtab_without_nul),
       cmocka_unit_test(test_strtab_edge),
       cmocka_unit_test(test_debuglink_without_nul),
       cmocka_unit_test(test_dwarf_strings_without_nul),
+      cmocka_unit_test(test_version_suffix),
+      cmocka_unit_test(test_version_suffix_debug_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
