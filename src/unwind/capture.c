@@ -276,11 +276,15 @@ static inline uint32_t rule_for(walk *w, uintptr_t key) {
 
 /* Append libunwind's frames after the f return addresses found so far (kept in skipped[]
  * for the first min(f, skip, SKIP_KEEP) and in ips[] after skip). Returns the new count
- * of stored frames; *more tells whether frames were left over. */
+ * of stored frames; *more tells whether frames were left over, *last is the last return
+ * address libunwind gave (0 when its list ended with a zero one, which ends some stacks, or
+ * filled its buffer: either way not a walk that stopped early). */
 static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uintptr_t *ips,
-                               size_t n, size_t max, size_t skip, size_t *added, bool *more) {
+                               size_t n, size_t max, size_t skip, size_t *added, bool *more,
+                               uintptr_t *last) {
   *added = 0;
   *more = false;
+  *last = 0;
   if (w->nested || f == 0) return n;
   unw_backtrace_fn fn = unw_get();
   if (!fn) return n;
@@ -296,7 +300,11 @@ static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uint
   }
   for (size_t j = d + f, i = f; j < (size_t)m; j++, i++) {
     uintptr_t ra = w->ts->fbuf[j];
-    if (ra == 0) break;
+    if (ra == 0) {
+      *last = 0;
+      break;
+    }
+    *last = m == FB_MAX ? 0 : ra;
     if (i >= skip) {
       if (n == max) {
         *more = true;
@@ -491,10 +499,14 @@ static ETR_WALK_INLINE ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t 
       }
       size_t added;
       bool more;
-      n = splice_libunwind(w, skipped, f, ips, n, max, skip, &added, &more);
+      uintptr_t last;
+      n = splice_libunwind(w, skipped, f, ips, n, max, skip, &added, &more, &last);
       o->fallbacks += added;
       rules |= R_MAY_UNLOAD; /* (libunwind's frames are not classified) */
-      if (added == 0) o->failed = true;
+      /* libunwind also stops where it cannot go on (a frame without unwind information, a
+       * bad rbp), without saying so: as for our own walk, only an outermost frame (return
+       * address undefined: _start, clone3) ends a complete stack. */
+      if (added == 0 || (!more && last != 0 && (rule_for(w, last) & 3) != K_END)) o->failed = true;
       o->truncated = more;
       break;
     }

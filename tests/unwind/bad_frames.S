@@ -65,4 +65,23 @@ rbx_cfa_call:
         .cfi_endproc
         .size rbx_cfa_call, .-rbx_cfa_call
 
+/* size_t nocfi_call(size_t (*fn)(void *), void *arg): a frame with no unwind information at
+ * all (no FDE) whose rbp is 0 while fn runs, like hand-written assembly that uses rbp as a
+ * general register: nothing (neither our walk nor libunwind) can unwind past it. */
+        .globl nocfi_call
+        .type nocfi_call, @function
+nocfi_call:
+        push %rbp
+        push %rbx
+        sub $8, %rsp
+        xor %ebp, %ebp
+        mov %rdi, %rax
+        mov %rsi, %rdi
+        call *%rax
+        add $8, %rsp
+        pop %rbx
+        pop %rbp
+        ret
+        .size nocfi_call, .-nocfi_call
+
         .section .note.GNU-stack,"",@progbits

@@ -39,6 +39,7 @@ CHAIN_DECL(nofp_)
 size_t bad_rbp_call(chain_cb fn, void *arg, uintptr_t bad_rbp);
 size_t rbx_cfa_call(chain_cb fn, void *arg);
 size_t bad_ra_call(chain_cb fn, void *arg, uintptr_t bad_ra);
+size_t nocfi_call(chain_cb fn, void *arg);
 
 enum { MAXF = 128 };
 
@@ -308,6 +309,35 @@ __attribute__((noinline)) size_t rbx_cfa_caller(cap *k) {
   size_t r = rbx_cfa_call(test_cb, k);
   __asm__ volatile("" ::: "memory");
   return r;
+}
+
+/* Called by nocfi_call: its frame is fine, the one above it (no unwind information) is not. */
+__attribute__((noinline)) size_t rbx_cfa_thunk(void *k) {
+  size_t r = rbx_cfa_call(test_cb, k);
+  __asm__ volatile("" ::: "memory");
+  return r;
+}
+
+/* libunwind takes over at a complex frame, adds some frames, then stops at a frame nothing
+ * can unwind (no FDE, rbp 0) before any outermost frame: the traceback lacks main and _start,
+ * and the capture counts as a failure, as it does when our walk stops there itself. */
+static void test_fallback_stops_early(void **state) {
+  (void)state;
+  void *h = dlopen("libunwind.so.8", RTLD_LAZY | RTLD_LOCAL);
+  if (!h) skip();
+  etr_traceback_stats s0 = stats();
+  cap k;
+  memset(&k, 0, sizeof k);
+  assert_true(nocfi_call(rbx_cfa_thunk, &k) > 0);
+  etr_traceback_stats s1 = stats();
+  dump("fallback stops early", k.ips, k.n);
+  assert_true(s1.unwind_fallbacks > s0.unwind_fallbacks);
+  assert_true(k.n >= 3);
+  assert_true(in_fn(k.ips[1], fn_range((void *)rbx_cfa_call)));
+  assert_true(in_fn(k.ips[2], fn_range((void *)rbx_cfa_thunk)));
+  assert_int_equal(find_frame(k.ips, k.n, 0, fn_range((void *)test_fallback_stops_early)), -1);
+  assert_int_equal(s1.capture_failures - s0.capture_failures, 1);
+  assert_int_equal(s1.captures_truncated, s0.captures_truncated);
 }
 
 /* Frames without a simple rule (a 16 KiB frame, a realigned frame) go to libunwind. */
@@ -799,6 +829,7 @@ int main(void) {
       cmocka_unit_test(test_cache_counters),
       cmocka_unit_test(test_frame_cache_changed_caller),
       cmocka_unit_test(test_fallback),
+      cmocka_unit_test(test_fallback_stops_early),
       cmocka_unit_test(test_module_map),
       cmocka_unit_test(test_dlopen_dlclose),
       cmocka_unit_test(test_reload_same_address),
