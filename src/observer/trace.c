@@ -547,6 +547,13 @@ int etr_trace_close(etr_trace *tr) { return etr_trace_close_stats(tr, NULL); }
 /* Traces whose writer close left behind (join_writer), kept for it until it ends (g_lock). */
 static etr_trace *g_abandoned;
 
+/* With no trace open and no writer left behind, no capture runs through the recorder and no
+ * writer resolves an older module-map generation: their maps can go (unwind.h). g_lock held,
+ * so that a trace opened meanwhile waits. */
+static void release_modules_locked(void) {
+  if (!g_trace && !g_abandoned) etr__modules_release_old();
+}
+
 /* Frees a trace close left behind, once its writer has ended (the file is not finalized:
  * etr repair completes it). By the writer thread itself, or by close when the writer ended
  * before close handed the trace over. */
@@ -562,6 +569,7 @@ static void free_left_behind(etr_trace *tr) {
   trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
   entomb_locked(tr);
+  release_modules_locked();
   pthread_mutex_unlock(&g_lock);
 }
 
@@ -719,6 +727,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
   entomb_locked(tr);
+  release_modules_locked();
   pthread_mutex_unlock(&g_lock);
   etr_script_release_pending();
   return rc;

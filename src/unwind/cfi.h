@@ -9,8 +9,12 @@
  * (return address undefined) have their own kinds.
  *
  * modules.c keeps the module map: one immutable snapshot per generation of the set of
- * loaded objects (dl_iterate_phdr), published through an atomic pointer and never freed, so
- * lock-free readers can hold on to it and addresses of unloaded libraries still resolve.
+ * loaded objects (dl_iterate_phdr), published through an atomic pointer, so lock-free
+ * readers can hold on to it and addresses of unloaded libraries still resolve. A snapshot is
+ * an array of pointers to module records, which generations share while a module stays
+ * loaded: a reload costs a header, a pointer per module and a record per module that
+ * changed. Older snapshots and the records only they use are freed when no trace is open
+ * (etr__modules_release_old).
  */
 #ifndef ETR_UNWIND_CFI_H
 #define ETR_UNWIND_CFI_H
@@ -54,14 +58,15 @@ typedef struct etr__modent {
    * and its dependencies, the vDSO. Another module may be closed and a different one
    * opened at its addresses: captures through it check the loader's counters (capture.c). */
   bool permanent;
+  struct etr__modent *next_rec; /* modules.c's list of every record kept */
 } etr__modent;
 
 typedef struct etr__modmap {
   uint64_t gen;                  /* 1, 2, ... */
   unsigned long long adds, subs; /* dl_iterate_phdr counters this map was built at */
   size_t n;
-  etr__modent *mods;         /* sorted by m.lo */
-  struct etr__modmap *older; /* previous generation (kept, never freed) */
+  struct etr__modmap *older; /* previous generation (kept until etr__modules_release_old) */
+  const etr__modent *mods[]; /* sorted by m.lo; records shared between generations */
 } etr__modmap;
 
 /* The current map (built on first use; NULL when memory ran out). Lock-free. */
@@ -81,6 +86,13 @@ const etr__modmap *etr__modmap_refresh(void);
  * may hold the loader's lock, which the builder needs; after 2 ms the older map is
  * returned). */
 const etr__modmap *etr__modmap_refresh_sync(void);
+
+/* What the module map holds (tests): the maps of every generation kept, module records, the
+ * current map's count, and their bytes (headers, arrays, records, paths). Takes our lock. */
+typedef struct etr__modmap_mem {
+  size_t maps, records, current_n, bytes;
+} etr__modmap_mem;
+void etr__modmap_mem_get(etr__modmap_mem *out);
 
 /* ---- capture (capture.c) ---- */
 

@@ -2,10 +2,15 @@
  * the mapping that holds an address (a thread's stack bounds, etr__maps_find).
  *
  * A map is built from dl_iterate_phdr and published through an atomic pointer; it is
- * immutable once published and never freed (a new generation links to the older one), so
- * a capture can use the current map without a lock, and an address captured before a
- * library was closed still resolves through the map of its generation. Memory grows only
- * when the set of loaded objects changes.
+ * immutable once published (a new generation links to the older one), so a capture can use
+ * the current map without a lock, and an address captured before a library was closed still
+ * resolves through the map of its generation. A map is an array of pointers to module
+ * records; a module that is the same in the new generation (same addresses, file, build-id
+ * and class) keeps its record, so a reload costs a map header, 8 bytes per module and a
+ * record per module that changed. Maps and records of earlier generations are freed only
+ * when no trace is open (etr__modules_release_old): until then any of them may be asked for
+ * by a writer resolving older events, or held by a capture that began before the reload
+ * (captures publish nothing per call that would tell when they are done).
  *
  * Changes are found through dl_iterate_phdr's dlpi_adds/dlpi_subs counters. Reading them
  * takes the loader's lock (about 8 ns uncontended), so captures do not read them on every
@@ -35,6 +40,7 @@
 
 static _Atomic(etr__modmap *) g_current;
 static pthread_mutex_t g_build_lock = PTHREAD_MUTEX_INITIALIZER;
+static etr__modent *g_records; /* every record kept (next_rec), g_build_lock held */
 /* Where the holder of g_build_lock is, for refresh_sync's waiters: a holder that may still
  * need the loader's lock (BUILD_ENTERING: before its dl_iterate_phdr call has run a
  * callback) can be stuck behind a waiter that holds that lock (a host recording inside its
@@ -307,6 +313,37 @@ static void free_build(build *b) {
   free_deps(b);
 }
 
+static const etr__modent *find_in(const etr__modmap *map, uintptr_t ip);
+
+/* Whether record r describes module e exactly (the same object still loaded). */
+static bool same_module(const etr__modent *r, const etr__modent *e) {
+  return r->m.lo == e->m.lo && r->m.hi == e->m.hi && r->m.bias == e->m.bias && r->xlo == e->xlo &&
+         r->xhi == e->xhi && r->eh_frame_hdr == e->eh_frame_hdr && r->permanent == e->permanent &&
+         r->m.build_id_len == e->m.build_id_len &&
+         memcmp(r->m.build_id, e->m.build_id, e->m.build_id_len) == 0 &&
+         strcmp(r->m.path, e->m.path) == 0;
+}
+
+/* The record for module e (its path strdup'ed, freed here): older's when older holds the
+ * same module, else a new one (path stored after it) added to g_records. NULL on ENOMEM. */
+static const etr__modent *record_for(const etr__modmap *older, etr__modent *e) {
+  const etr__modent *r = older ? find_in(older, e->m.lo) : NULL;
+  if (r && r->m.lo == e->m.lo && same_module(r, e)) {
+    free((void *)e->m.path);
+    return r;
+  }
+  size_t len = strlen(e->m.path) + 1;
+  etr__modent *n = malloc(sizeof *n + len);
+  if (n) {
+    *n = *e;
+    n->m.path = memcpy((char *)(n + 1), e->m.path, len);
+    n->next_rec = g_records;
+    g_records = n;
+  }
+  free((void *)e->m.path);
+  return n;
+}
+
 /* Build a new generation and publish it. Caller holds g_build_lock. */
 static etr__modmap *build_map(etr__modmap *older) {
   if (!g_exe_path[0]) {
@@ -317,7 +354,7 @@ static etr__modmap *build_map(etr__modmap *older) {
   build_phase(BUILD_ENTERING);
   dl_iterate_phdr(build_cb, &b);
   build_phase(BUILD_PAST_LOADER);
-  etr__modmap *m = b.oom ? NULL : calloc(1, sizeof *m);
+  etr__modmap *m = b.oom ? NULL : calloc(1, sizeof *m + b.n * sizeof *m->mods);
   if (!m) {
     free_build(&b);
     return NULL;
@@ -325,11 +362,24 @@ static etr__modmap *build_map(etr__modmap *older) {
   classify(&b); /* (in dl_iterate_phdr's order: the main program first) */
   free_deps(&b);
   qsort(b.mods, b.n, sizeof *b.mods, cmp_lo);
+  bool oom = false;
+  for (size_t i = 0; i < b.n; i++) {
+    if (oom) { /* (the records made so far stay in g_records, freed by release_old) */
+      free((void *)b.mods[i].m.path);
+      continue;
+    }
+    m->mods[i] = record_for(older, &b.mods[i]);
+    oom = m->mods[i] == NULL;
+  }
+  free(b.mods);
+  if (oom) {
+    free(m);
+    return NULL;
+  }
   m->gen = older ? older->gen + 1 : 1;
   m->adds = b.c.adds;
   m->subs = b.c.subs;
   m->n = b.n;
-  m->mods = b.mods;
   m->older = older;
   atomic_store_explicit(&g_current, m, memory_order_release);
   return m;
@@ -401,13 +451,13 @@ static const etr__modent *find_in(const etr__modmap *map, uintptr_t ip) {
   size_t lo = 0, hi = map->n;
   while (lo < hi) { /* first module with lo > ip */
     size_t mid = lo + (hi - lo) / 2;
-    if (map->mods[mid].m.lo <= ip)
+    if (map->mods[mid]->m.lo <= ip)
       lo = mid + 1;
     else
       hi = mid;
   }
   if (lo == 0) return NULL;
-  const etr__modent *e = &map->mods[lo - 1];
+  const etr__modent *e = map->mods[lo - 1];
   return ip < e->m.hi ? e : NULL;
 }
 
@@ -431,6 +481,48 @@ const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip) {
   }
   const etr__modent *e = find_in(m, ip);
   return e ? &e->m : NULL;
+}
+
+void etr__modules_release_old(void) {
+  if (!build_trylock()) return;
+  etr__modmap *cur = atomic_load_explicit(&g_current, memory_order_acquire);
+  if (cur) {
+    for (etr__modmap *m = cur->older; m;) {
+      etr__modmap *o = m->older;
+      free(m);
+      m = o;
+    }
+    cur->older = NULL;
+    etr__modent *keep = NULL;
+    for (etr__modent *r = g_records; r;) {
+      etr__modent *next = r->next_rec;
+      if (find_in(cur, r->m.lo) == r) {
+        r->next_rec = keep;
+        keep = r;
+      } else {
+        free(r);
+      }
+      r = next;
+    }
+    g_records = keep;
+  }
+  build_unlock();
+}
+
+void etr__modmap_mem_get(etr__modmap_mem *out) {
+  memset(out, 0, sizeof *out);
+  build_lock();
+  const etr__modmap *cur = atomic_load_explicit(&g_current, memory_order_acquire);
+  out->current_n = cur ? cur->n : 0;
+  for (const etr__modmap *m = cur; m; m = m->older) {
+    out->maps++;
+    out->bytes += sizeof *m + m->n * sizeof *m->mods;
+  }
+  for (const etr__modent *r = g_records; r; r = r->next_rec) {
+    out->records++;
+    out->bytes += sizeof *r + strlen(r->m.path) + 1;
+  }
+  build_unlock();
 }
 
 uint64_t etr__modules_generation(void) {

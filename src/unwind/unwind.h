@@ -50,14 +50,21 @@ typedef struct etr__module {
 } etr__module;
 
 /* The module containing ip in the map of generation gen (maps of earlier generations are
- * kept for the life of the process, as a capture may still read one; they grow only when
+ * kept until etr__modules_release_old, as a capture may still read one; they grow only when
  * libraries are loaded or unloaded, so addresses of a library unloaded since capture still
- * resolve). NULL when no module contains it. Any thread; takes a lock only when the
- * generation is not the current one. */
+ * resolve). The record stays valid until etr__modules_release_old. NULL when no module contains it.
+ * Any thread; takes a lock only when the generation is not the current one. */
 const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip);
 
 /* The current generation (bumped when libraries are loaded or unloaded). */
 uint64_t etr__modules_generation(void);
+
+/* Free the maps of earlier generations and the module records only they use, for when
+ * nothing can hold one or look a generation up any more: no trace is open (so no capture
+ * runs through the recorder and no writer resolves). Generations stay numbered on (the
+ * current map is kept); etr__modules_find of a freed generation gives NULL. Returns without
+ * waiting when a map is being built (a later call frees them). Any thread. */
+void etr__modules_release_old(void);
 
 /* The readable mapping that holds addr ([*lo, *hi)), from /proc/self/maps read with plain
  * system calls (async-signal safe, no allocation): the bounds of a thread's stack. */
