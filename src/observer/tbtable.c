@@ -8,8 +8,8 @@
  *  - site sequences: one per unique sequence of sites (return addresses), each mapped to
  *  - tracebacks: one per unique sequence of frames: the "tracebacks" table, whose index is
  *    the node's "traceback" attr. A new site sequence is symbolized when first seen (each
- *    address once; the module is still loaded then), so two call sites that read the same
- *    (same function, file and line) share one entry.
+ *    address once, from the file that was mapped: etr__symbolize_frames_mapped), so two call
+ *    sites that read the same (same function, file and line) share one entry.
  * Addresses are return addresses, so the call instruction is looked up (address - 1).
  *
  * Bounded tables. etr's reader (src/json/reader.c) reads a top-level value whole and refuses
@@ -392,9 +392,7 @@ static void resolve(etr__tbtab *t, site *s) {
       if (t->mode == ETR_SYMBOLIZE_FULL) {
         if (!t->sym) t->sym = etr__symbolizer_new();
         uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
-        if (t->sym)
-          n = etr__symbolize_frames(t->sym, m->path, m->build_id, m->build_id_len, vaddr, live, sym,
-                                    ETR__INLINE_MAX);
+        if (t->sym) n = etr__symbolize_frames_mapped(t->sym, m, vaddr, live, sym, ETR__INLINE_MAX);
       }
       if (n > 0) {
         /* Calls inlined at this address come first (innermost), the real function last. */

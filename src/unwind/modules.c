@@ -33,6 +33,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,13 +107,115 @@ typedef struct deps {
   char *needed;
 } deps;
 
+static const etr__modent *find_in(const etr__modmap *map, uintptr_t ip);
+
+/* A mapping of a file at offset 0 (where a module's first segment is), from /proc/self/maps. */
+typedef struct fmap {
+  uintptr_t lo, hi;
+  uint64_t dev, ino;
+} fmap;
+
 typedef struct build {
+  const etr__modmap *older; /* the map this one follows (records to take identities from) */
   etr__modent *mods;
   deps *deps; /* parallel to mods, in dl_iterate_phdr's order */
   size_t n, cap;
   bool oom;
   counts c;
+  fmap *maps; /* sorted by lo (the kernel lists mappings in address order) */
+  size_t nmaps;
 } build;
+
+static int hexval(char ch) {
+  return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* One line's head of /proc/self/maps ("lo-hi perms offset major:minor inode ..."), added to
+ * b->maps when it maps a file at offset 0. */
+static void maps_line(build *b, const char *l, size_t n) {
+  uint64_t v[7] = {0}; /* lo, hi, (perms), offset, major, minor, inode */
+  size_t f = 0;
+  bool any = false;
+  for (size_t i = 0; i < n && f < 7; i++) {
+    if (f == 2) { /* perms: letters that read as hex digits */
+      if (l[i] == ' ') f++;
+      continue;
+    }
+    int d = f == 6 ? (l[i] >= '0' && l[i] <= '9' ? l[i] - '0' : -1) : hexval(l[i]);
+    if (d >= 0) {
+      v[f] = v[f] * (f == 6 ? 10 : 16) + (uint64_t)d;
+      any = true;
+    } else if (any) {
+      f++;
+      any = false;
+    }
+  }
+  if (any) f++;
+  if (f < 7 || v[3] != 0 || v[6] == 0) return;
+  if (b->nmaps % 64 == 0) {
+    fmap *m = realloc(b->maps, (b->nmaps + 64) * sizeof *m);
+    if (!m) return; /* (then the modules there have no identity) */
+    b->maps = m;
+  }
+  b->maps[b->nmaps++] =
+      (fmap){(uintptr_t)v[0], (uintptr_t)v[1], makedev((unsigned)v[4], (unsigned)v[5]), v[6]};
+}
+
+/* The files mapped at offset 0, read while the loader's lock is held (dl_iterate_phdr's
+ * callback), so that they are the files of the modules it lists. */
+static void read_file_maps(build *b) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[4096], line[160];
+  size_t ln = 0;
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] == '\n') {
+        maps_line(b, line, ln);
+        ln = 0;
+      } else if (ln < sizeof line) {
+        line[ln++] = buf[i];
+      }
+    }
+  }
+  close(fd);
+}
+
+/* The identity of the file mapped where module e begins. */
+static void set_identity(const build *b, etr__modent *e) {
+  size_t lo = 0, hi = b->nmaps;
+  while (lo < hi) { /* first mapping with lo > e's */
+    size_t mid = lo + (hi - lo) / 2;
+    if (b->maps[mid].lo <= e->m.lo)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == 0 || e->m.lo >= b->maps[lo - 1].hi) return;
+  const fmap *f = &b->maps[lo - 1];
+  e->m.dev = f->dev;
+  e->m.ino = f->ino;
+  e->m.map_lo = f->lo;
+  e->m.map_hi = f->hi;
+  /* Size and time: the older map's when it has this mapping of this file, else stat'ed now
+   * (under the loader's lock: the mapping cannot change meanwhile). */
+  const etr__modent *r = b->older ? find_in(b->older, e->m.lo) : NULL;
+  if (r && r->m.lo == e->m.lo && r->m.dev == f->dev && r->m.ino == f->ino && r->m.map_lo == f->lo &&
+      r->m.map_hi == f->hi) {
+    e->m.size = r->m.size;
+    e->m.mtime_ns = r->m.mtime_ns;
+    return;
+  }
+  char path[64];
+  struct stat st;
+  snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", (unsigned long)f->lo,
+           (unsigned long)f->hi);
+  if (stat(path, &st) == 0 && (uint64_t)st.st_ino == f->ino) {
+    e->m.size = (uint64_t)st.st_size;
+    e->m.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+  }
+}
 
 static void read_build_id(etr__module *m, uintptr_t bias, const ElfW(Phdr) * ph) {
   const uint8_t *p = (const uint8_t *)(bias + ph->p_vaddr);
@@ -187,6 +292,7 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *data) {
   build *b = data;
   if (b->n == 0) build_phase(BUILD_PAST_LOADER);
   if (b->oom) return 1;
+  if (b->n == 0 && !b->maps) read_file_maps(b);
   if (b->n == 0 && b->c.adds == 0 &&
       size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
     b->c.adds = info->dlpi_adds;
@@ -222,6 +328,7 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *data) {
     if (info->dlpi_phdr[i].p_type == PT_NOTE && e.m.build_id_len == 0)
       read_build_id(&e.m, info->dlpi_addr, &info->dlpi_phdr[i]);
   }
+  set_identity(b, &e);
   const char *name = info->dlpi_name ? info->dlpi_name : "";
   if (name[0] == '\0' && b->n == 0) name = g_exe_path; /* the main program comes first */
   e.m.path = strdup(name);
@@ -311,15 +418,16 @@ static void free_build(build *b) {
   for (size_t i = 0; i < b->n; i++) free((void *)b->mods[i].m.path);
   free(b->mods);
   free_deps(b);
+  free(b->maps);
 }
-
-static const etr__modent *find_in(const etr__modmap *map, uintptr_t ip);
 
 /* Whether record r describes module e exactly (the same object still loaded). */
 static bool same_module(const etr__modent *r, const etr__modent *e) {
   return r->m.lo == e->m.lo && r->m.hi == e->m.hi && r->m.bias == e->m.bias && r->xlo == e->xlo &&
          r->xhi == e->xhi && r->eh_frame_hdr == e->eh_frame_hdr && r->permanent == e->permanent &&
-         r->m.build_id_len == e->m.build_id_len &&
+         r->m.build_id_len == e->m.build_id_len && r->m.dev == e->m.dev && r->m.ino == e->m.ino &&
+         r->m.size == e->m.size && r->m.mtime_ns == e->m.mtime_ns && r->m.map_lo == e->m.map_lo &&
+         r->m.map_hi == e->m.map_hi &&
          memcmp(r->m.build_id, e->m.build_id, e->m.build_id_len) == 0 &&
          strcmp(r->m.path, e->m.path) == 0;
 }
@@ -350,7 +458,7 @@ static etr__modmap *build_map(etr__modmap *older) {
     ssize_t n = readlink("/proc/self/exe", g_exe_path, sizeof g_exe_path - 1);
     g_exe_path[n > 0 ? n : 0] = '\0';
   }
-  build b = {NULL, NULL, 0, 0, false, {0, 0}};
+  build b = {older, NULL, NULL, 0, 0, false, {0, 0}, NULL, 0};
   build_phase(BUILD_ENTERING);
   dl_iterate_phdr(build_cb, &b);
   build_phase(BUILD_PAST_LOADER);
@@ -361,6 +469,7 @@ static etr__modmap *build_map(etr__modmap *older) {
   }
   classify(&b); /* (in dl_iterate_phdr's order: the main program first) */
   free_deps(&b);
+  free(b.maps);
   qsort(b.mods, b.n, sizeof *b.mods, cmp_lo);
   bool oom = false;
   for (size_t i = 0; i < b.n; i++) {

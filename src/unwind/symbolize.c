@@ -10,10 +10,13 @@
  * (one copy per distinct string) and a cache insert. The answers live as long as the
  * symbolizer, whatever happens to the file they came from.
  *
- * Files: a module (a recorded path and build-id) is located once (symbolize_file.c: which
- * file on disk, and which debug file, by path and identity); modules whose files are the same
- * (links to one library, or absent paths whose build-id finds one debug file) share one
- * loaded file. At most max_loaded files (ETR__SYMBOLIZER_MAX_LOADED by default) are kept
+ * Files: a module (a recorded path and build-id, and in process the identity of the file
+ * that was mapped: only that file is read for it, at its path or through
+ * /proc/self/map_files, so a build replaced at the same path never lends its names) is
+ * located once (again at a new address while it is still mapped, when it was not found)
+ * (symbolize_file.c: which file on disk, and which debug file, by path and identity); modules whose
+ * files are the same (links to one library, or absent paths whose build-id finds one debug file)
+ * share one loaded file. At most max_loaded files (ETR__SYMBOLIZER_MAX_LOADED by default) are kept
  * loaded; loading another closes the least recently used, which is loaded again if a new
  * address of it comes (cached answers need no file). So memory for files does not grow with
  * the number of modules: it is at most max_loaded times the largest loaded file (libdw's
@@ -43,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- process-wide counters ---- */
@@ -140,6 +144,10 @@ typedef struct module {
   int state; /* 0 not located yet, 1 file located, -1 no usable file */
   uint64_t hash;
   sfile *file; /* when state is 1 (shared, owned by the symbolizer) */
+  /* The file that was mapped (etr__module: in process; all 0 when not known, as for `etr
+   * symbolize`): part of the key, and what the file found must be. */
+  uint64_t dev, ino, size, mtime_ns;
+  uintptr_t map_lo, map_hi;
 } module;
 
 /* A string of the arena, in the table that keeps one copy of each. */
@@ -359,6 +367,14 @@ static sfile *file_get(etr__symbolizer *s, etr__symfile_loc *loc) {
   while (s->filetab[j] != 0) {
     sfile *f = s->files[s->filetab[j] - 1];
     if (f->hash == h && file_matches(f, loc)) {
+      if (f->state < 0 && strcmp(f->loc.path, loc->path) != 0) {
+        /* The same file, unusable under its old path (a /proc/self/map_files name whose
+         * mapping went away): try the new one. */
+        etr__symfile_loc_free(&f->loc);
+        f->loc = *loc;
+        f->state = 0;
+        return f;
+      }
       etr__symfile_loc_free(loc);
       return f;
     }
@@ -503,9 +519,17 @@ static const char *file_str(etr__symbolizer *s, sfile *f, const char *raw) {
 
 /* ---- modules ---- */
 
-static int module_matches(const module *m, const char *path, const uint8_t *bid, size_t bid_len) {
-  return m->build_id_len == bid_len && strcmp(m->path, path) == 0 &&
-         (bid_len == 0 || memcmp(m->build_id, bid, bid_len) == 0);
+/* What the caller knows of the mapped file (etr__module), or all 0. */
+typedef struct mapped {
+  uint64_t dev, ino, size, mtime_ns;
+  uintptr_t map_lo, map_hi;
+} mapped;
+
+static int module_matches(const module *m, const char *path, const uint8_t *bid, size_t bid_len,
+                          const mapped *mp) {
+  return m->build_id_len == bid_len && m->dev == mp->dev && m->ino == mp->ino &&
+         m->size == mp->size && m->mtime_ns == mp->mtime_ns && m->map_lo == mp->map_lo &&
+         strcmp(m->path, path) == 0 && (bid_len == 0 || memcmp(m->build_id, bid, bid_len) == 0);
 }
 
 static int modtab_grow(etr__symbolizer *s) {
@@ -525,17 +549,18 @@ static int modtab_grow(etr__symbolizer *s) {
 
 /* The module entry for (path, build-id), created (not loaded) when new. Sets *index. */
 static module *module_get(etr__symbolizer *s, const char *path, const uint8_t *bid, size_t bid_len,
-                          size_t *index) {
-  if (s->last != NULL && module_matches(s->last, path, bid, bid_len)) {
+                          const mapped *mp, size_t *index) {
+  if (s->last != NULL && module_matches(s->last, path, bid, bid_len, mp)) {
     *index = s->last_index;
     return s->last;
   }
   size_t plen = strlen(path);
   uint64_t h = hash_bytes(hash_bytes(0xcbf29ce484222325ull, path, plen), bid, bid_len);
+  h = hash_bytes(hash_bytes(h, &mp->ino, sizeof mp->ino), &mp->mtime_ns, sizeof mp->mtime_ns);
   size_t j = h & (s->modtab_cap - 1);
   while (s->modtab[j] != 0) {
     module *m = s->mods[s->modtab[j] - 1];
-    if (m->hash == h && module_matches(m, path, bid, bid_len)) {
+    if (m->hash == h && module_matches(m, path, bid, bid_len, mp)) {
       s->last = m;
       s->last_index = s->modtab[j] - 1;
       *index = s->last_index;
@@ -569,6 +594,12 @@ static module *module_get(etr__symbolizer *s, const char *path, const uint8_t *b
   if (bid_len != 0) memcpy(m->build_id, bid, bid_len);
   m->build_id_len = (uint8_t)bid_len;
   m->hash = h;
+  m->dev = mp->dev;
+  m->ino = mp->ino;
+  m->size = mp->size;
+  m->mtime_ns = mp->mtime_ns;
+  m->map_lo = mp->map_lo;
+  m->map_hi = mp->map_hi;
   s->mods[s->nmods] = m;
   s->modtab[j] = (uint32_t)(s->nmods + 1);
   *index = s->nmods;
@@ -595,6 +626,59 @@ static int cache_grow(etr__symbolizer *s) {
   return 0;
 }
 
+/* Whether file identity k is m's mapped file (size and time only when they are known). */
+static bool same_file(const module *m, const etr__file_key *k) {
+  return k->dev == m->dev && k->ino == m->ino &&
+         (m->mtime_ns == 0 || (k->size == m->size && k->mtime_ns == m->mtime_ns));
+}
+
+/* Whether the file located for m is the one that was mapped: any file when m's file is not
+ * known; the build-id when m has one (etr__symfile_locate checked it); else the identity. */
+static bool is_mapped_file(const module *m, const etr__symfile_loc *loc) {
+  return m->ino == 0 || m->build_id_len != 0 || same_file(m, &loc->key);
+}
+
+/* m's mapping under /proc/self/map_files into buf; false when m has no known mapping. */
+static bool map_files_path(const module *m, char *buf, size_t cap) {
+  if (m->ino == 0 || m->map_hi <= m->map_lo) return false;
+  snprintf(buf, cap, "/proc/self/map_files/%lx-%lx", (unsigned long)m->map_lo,
+           (unsigned long)m->map_hi);
+  return true;
+}
+
+/* Whether m's file is still mapped where it was (it may be found again later). */
+static bool still_mapped(const module *m) {
+  char mf[64];
+  struct stat st;
+  if (!map_files_path(m, mf, sizeof mf) || stat(mf, &st) != 0) return false;
+  etr__file_key k = {(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
+                     (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec};
+  return same_file(m, &k);
+}
+
+/* Locate m's file: at its path (or elsewhere by build-id) when that is the file that was
+ * mapped, else the mapped file itself while it is mapped. m->state: 1 found, -1 not found,
+ * 0 not found but still mapped (looked for again at the next new address). */
+static int module_locate(etr__symbolizer *s, module *m, uintptr_t live_ip) {
+  etr__symfile_id id = {m->path, m->base, m->build_id, m->build_id_len};
+  etr__symfile_loc loc;
+  m->state = -1; /* also after running out of memory: the fallbacks answer from then on */
+  if (etr__symfile_locate(s, &id, live_ip, &loc) != 0) return ETR_ENOMEM;
+  if (loc.path != NULL && !is_mapped_file(m, &loc)) etr__symfile_loc_free(&loc);
+  char mf[64];
+  if (loc.path == NULL && map_files_path(m, mf, sizeof mf)) {
+    etr__symfile_id mid = {mf, m->base, m->build_id, m->build_id_len};
+    if (etr__symfile_locate(s, &mid, live_ip, &loc) != 0) return ETR_ENOMEM;
+    if (loc.path != NULL && !same_file(m, &loc.key)) etr__symfile_loc_free(&loc);
+    if (loc.path == NULL && still_mapped(m)) m->state = 0;
+  }
+  if (loc.path != NULL) {
+    if ((m->file = file_get(s, &loc)) == NULL) return ETR_ENOMEM;
+    m->state = 1;
+  }
+  return 0;
+}
+
 /* Resolve one address of module m: the outermost frame into *out, and the frames of the
  * calls inlined at vaddr, innermost first, into *inner (arena; *ninner of them, 0 without
  * inlining). The result goes into the cache. */
@@ -604,16 +688,9 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
   int64_t line = 0;
   *inner = NULL;
   *ninner = 0;
-  if (m->state == 0) {
-    etr__symfile_id id = {m->path, m->base, m->build_id, m->build_id_len};
-    etr__symfile_loc loc;
-    m->state = -1; /* also after running out of memory: the fallbacks answer from then on */
-    if (etr__symfile_locate(s, &id, live_ip, &loc) != 0) return ETR_ENOMEM;
-    if (loc.path != NULL) {
-      if ((m->file = file_get(s, &loc)) == NULL) return ETR_ENOMEM;
-      m->state = 1;
-    }
-  }
+  /* (a module not found before may have been found later: still mapped, at a new address) */
+  if (m->state < 0 && m->ino != 0 && still_mapped(m)) m->state = 0;
+  if (m->state == 0 && module_locate(s, m, live_ip) != 0) return ETR_ENOMEM;
   etr__symfile *mf = NULL;
   if (m->state > 0 && file_use(s, m->file, &mf) != 0) return ETR_ENOMEM;
   if (mf != NULL) {
@@ -660,12 +737,14 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
 /* The cached answer for (module, vaddr), resolved first when new: rc (0 or 1) or negative;
  * the outermost frame in *out, inlined frames in *inner / *ninner. */
 static int lookup(etr__symbolizer *s, const char *path, const uint8_t *build_id,
-                  size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
-                  const etr__symbol **inner, size_t *ninner) {
+                  size_t build_id_len, const mapped *mp, uint64_t vaddr, uintptr_t live_ip,
+                  etr__symbol *out, const etr__symbol **inner, size_t *ninner) {
+  static const mapped none = {0, 0, 0, 0, 0, 0};
   if (path == NULL) path = "";
   if (build_id == NULL) build_id_len = 0;
+  if (mp == NULL) mp = &none;
   size_t idx;
-  module *m = module_get(s, path, build_id, build_id_len, &idx);
+  module *m = module_get(s, path, build_id, build_id_len, mp, &idx);
   if (m == NULL) return ETR_ENOMEM;
   uint32_t mod1 = (uint32_t)(idx + 1);
   size_t mask = s->cache_cap - 1;
@@ -685,6 +764,9 @@ static int lookup(etr__symbolizer *s, const char *path, const uint8_t *build_id,
   if (rc < 0) return rc;
   atomic_fetch_add_explicit(&g_misses, 1, memory_order_relaxed);
   if (rc == 1) atomic_fetch_add_explicit(&g_fallbacks, 1, memory_order_relaxed);
+  /* A fallback of a module whose mapped file was not found is not kept: the same module (a
+   * file that got the inode back, at the same place) may be found at a later load. */
+  if (rc == 1 && m->state != 1 && m->ino != 0) return rc;
   if ((s->cache_n + 1) * 2 > s->cache_cap) {
     if (cache_grow(s) != 0) return rc; /* answer anyway, uncached */
     mask = s->cache_cap - 1;
@@ -701,7 +783,7 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
   if (s == NULL || out == NULL) return ETR_EINVAL;
   const etr__symbol *inner;
   size_t ninner;
-  return lookup(s, path, build_id, build_id_len, vaddr, live_ip, out, &inner, &ninner);
+  return lookup(s, path, build_id, build_id_len, NULL, vaddr, live_ip, out, &inner, &ninner);
 }
 
 /* A source file that is etr's public header etr/record.h. */
@@ -711,14 +793,14 @@ static bool is_etr_record_site(const char *file) {
   return n >= m && memcmp(file + n - m, suffix, m) == 0;
 }
 
-int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
-                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
-                          size_t max) {
+static int frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                  size_t build_id_len, const mapped *mp, uint64_t vaddr, uintptr_t live_ip,
+                  etr__symbol *out, size_t max) {
   if (s == NULL || out == NULL || max == 0) return ETR_EINVAL;
   etr__symbol outer;
   const etr__symbol *inner;
   size_t ninner;
-  int rc = lookup(s, path, build_id, build_id_len, vaddr, live_ip, &outer, &inner, &ninner);
+  int rc = lookup(s, path, build_id, build_id_len, mp, vaddr, live_ip, &outer, &inner, &ninner);
   if (rc < 0) return rc;
   /* etr's own record-site functions (etr/record.h, always inlined into the runtime's code)
    * are the innermost inline frames of every traceback: they say nothing, leave them out. */
@@ -730,4 +812,17 @@ int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *b
   if (n != 0) memcpy(out, inner, n * sizeof *out);
   out[n] = outer;
   return (int)(n + 1);
+}
+
+int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
+                          size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
+                          size_t max) {
+  return frames(s, path, build_id, build_id_len, NULL, vaddr, live_ip, out, max);
+}
+
+int etr__symbolize_frames_mapped(etr__symbolizer *s, const etr__module *m, uint64_t vaddr,
+                                 uintptr_t live_ip, etr__symbol *out, size_t max) {
+  if (m == NULL) return ETR_EINVAL;
+  mapped mp = {m->dev, m->ino, m->size, m->mtime_ns, m->map_lo, m->map_hi};
+  return frames(s, m->path, m->build_id, m->build_id_len, &mp, vaddr, live_ip, out, max);
 }

@@ -47,6 +47,14 @@ typedef struct etr__module {
   const char *path; /* absolute path as loaded ("" or the exe path for the main program) */
   uint8_t build_id[64];
   uint8_t build_id_len; /* 0 when the module has no build-id note */
+  /* The file mapped there, as the module map found it in /proc/self/maps when the module
+   * entered the map: its device and inode (0 when unknown: the vDSO, or maps unreadable),
+   * and the mapping [map_lo, map_hi) that begins the module (its name under
+   * /proc/self/map_files reaches the file while it is mapped, also once replaced or
+   * deleted on disk); its size and modification time (0 when unknown), which tell a file
+   * from a later one that got the inode number back. */
+  uint64_t dev, ino, size, mtime_ns;
+  uintptr_t map_lo, map_hi;
 } etr__module;
 
 /* The module containing ip in the map of generation gen (maps of earlier generations are
@@ -108,6 +116,16 @@ int etr__symbolize(etr__symbolizer *s, const char *path, const uint8_t *build_id
 int etr__symbolize_frames(etr__symbolizer *s, const char *path, const uint8_t *build_id,
                           size_t build_id_len, uint64_t vaddr, uintptr_t live_ip, etr__symbol *out,
                           size_t max);
+
+/* etr__symbolize_frames for an address of module m of this process's module map: the
+ * module's file is the one that was mapped (m's device and inode): the file at m->path when
+ * it still is that file (or carries m's build-id), else the mapped file itself through
+ * /proc/self/map_files while it is still mapped; another file is never read for it (the
+ * fallbacks answer). m's modules are keyed by path, build-id and inode, so two builds at one
+ * path never share answers, and a module whose file was not found while it is still mapped
+ * is looked for again at its next new address. */
+int etr__symbolize_frames_mapped(etr__symbolizer *s, const etr__module *m, uint64_t vaddr,
+                                 uintptr_t live_ip, etr__symbol *out, size_t max);
 
 void etr__symbolize_stats_add(etr_traceback_stats *out);
 

@@ -4,16 +4,23 @@ recorded through one build of the plugin must never be named after the other bui
 function, and the builds that were loaded, or on disk unchanged, when the writer symbolized
 them must be named.
 
-usage: check_reload.py TRACE MODE
+usage: check_reload.py TEST_RELOAD MODE WORKDIR LIB_A LIB_B
+(runs `TEST_RELOAD names MODE WORKDIR/MODE.json WORKDIR/libplug-MODE.so LIB_A LIB_B` first)
 """
 import json
+import os
+import subprocess
 import sys
 
 NAMES = {"A": "reload_fn_alpha", "B": "reload_fn_bravo"}
 
 
 def main():
-    path, mode = sys.argv[1:3]
+    exe, mode, work, lib_a, lib_b = sys.argv[1:6]
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, mode + ".json")
+    plugin = os.path.join(work, "libplug-%s.so" % mode)
+    subprocess.run([exe, "names", mode, path, plugin, lib_a, lib_b], check=True)
     d = json.load(open(path))
     frames, tbs = d["frames"], d["tracebacks"]
     seen = {}
@@ -26,7 +33,7 @@ def main():
         seen.setdefault(n["name"], []).append(names)
     # which ops must be named by their own build (else a module+offset fallback is allowed)
     must = {"noflush": ["op_B"], "flush": ["op_A", "op_B"],
-            "stale": ["op_A", "op_B2"]}[mode]
+            "stale": ["op_A", "op_B2"], "deleted": ["op_A", "op_B"]}[mode]
     bad = []
     for op, stacks in sorted(seen.items()):
         build = op[3]
@@ -36,7 +43,7 @@ def main():
                 bad.append("%s (build %s) named %s: %s" % (op, build, other, names))
             if op in must and own not in names:
                 bad.append("%s (build %s) not named %s: %s" % (op, build, own, names))
-    want = {"noflush": 6, "flush": 6, "stale": 9}[mode]
+    want = {"noflush": 6, "flush": 6, "stale": 9, "deleted": 6}[mode]
     got = sum(len(v) for v in seen.values())
     if got != want:
         bad.append("%d ops with a traceback, expected %d" % (got, want))

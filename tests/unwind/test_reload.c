@@ -10,6 +10,7 @@
  *       build ran: op_A, op_B...), closed; check_reload.py reads the trace. MODE:
  *         noflush  A then B, symbolized at close only (A's file is gone by then)
  *         flush    A then B, each flushed while loaded
+ *         deleted  A's file deleted while loaded, then flushed; B (flushed)
  *         stale    A (flushed); B (op_B1) closed and A installed again before the flush
  *                  that symbolizes it; B installed again (op_B2) and flushed while loaded
  *
@@ -52,8 +53,9 @@ static void open_trace(const char *path) {
 
 typedef void (*entry_fn)(void (*cb)(const char *), const char *op);
 
-/* Open lib, record n ops named op through it, flush when asked, close it. */
-static void through(const char *lib, const char *op, int n, bool flush) {
+/* Open lib, record n ops named op through it, flush when asked (after deleting lib's file
+ * when unlink_first), close it. */
+static void through_ex(const char *lib, const char *op, int n, bool flush, bool unlink_first) {
   void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!h) die(dlerror());
   void *sym = dlsym(h, "reload_entry");
@@ -62,8 +64,13 @@ static void through(const char *lib, const char *op, int n, bool flush) {
   entry_fn entry;
   memcpy(&entry, &sym, sizeof entry);
   for (int i = 0; i < n; i++) entry(record_op, op);
+  if (unlink_first && unlink(lib) != 0) die("cannot delete the plugin");
   if (flush && etr_trace_flush(g_tr) != 0) die("etr_trace_flush failed");
   if (dlclose(h) != 0) die("dlclose failed");
+}
+
+static void through(const char *lib, const char *op, int n, bool flush) {
+  through_ex(lib, op, n, flush, false);
 }
 
 /* Copy src to dst through a temporary file renamed over it: dst is a new file (inode). */
@@ -88,9 +95,10 @@ static int run_mem(const char *trace, const char *lib) {
   for (int i = 0; i < 40; i++) through(lib, "op", 1, false);
   etr__modmap_mem_get(&m1);
   size_t gens = m1.maps - m0.maps;
-  fprintf(stderr, "before: %zu maps, %zu records, %zu bytes; after 40 reloads: %zu maps, %zu "
-          "records, %zu bytes (%zu modules)\n", m0.maps, m0.records, m0.bytes, m1.maps,
-          m1.records, m1.bytes, m1.current_n);
+  fprintf(stderr,
+          "before: %zu maps, %zu records, %zu bytes; after 40 reloads: %zu maps, %zu "
+          "records, %zu bytes (%zu modules)\n",
+          m0.maps, m0.records, m0.bytes, m1.maps, m1.records, m1.bytes, m1.current_n);
   if (gens < 20) die("the reloads were not seen (fewer than 20 new generations)");
   /* a map header and a pointer per module; a new record for the library at most */
   size_t per_gen = (m1.bytes - m0.bytes) / gens;
@@ -99,8 +107,7 @@ static int run_mem(const char *trace, const char *lib) {
   if (per_gen > bound) die("a reload costs more than the modules that changed");
   if (etr_trace_close(g_tr) != 0) die("etr_trace_close failed");
   etr__modmap_mem_get(&m2);
-  fprintf(stderr, "after close: %zu maps, %zu records, %zu bytes\n", m2.maps, m2.records,
-          m2.bytes);
+  fprintf(stderr, "after close: %zu maps, %zu records, %zu bytes\n", m2.maps, m2.records, m2.bytes);
   if (m2.maps != 1 || m2.records != m2.current_n) die("older maps kept after the last close");
   return 0;
 }
@@ -114,6 +121,11 @@ static int run_names(const char *mode, const char *trace, const char *plugin, co
     through(plugin, "op_A", 3, flush);
     install(b, plugin);
     through(plugin, "op_B", 3, flush);
+  } else if (!strcmp(mode, "deleted")) {
+    install(a, plugin);
+    through_ex(plugin, "op_A", 3, true, true);
+    install(b, plugin);
+    through(plugin, "op_B", 3, true);
   } else if (!strcmp(mode, "stale")) {
     install(a, plugin);
     through(plugin, "op_A", 3, true);
