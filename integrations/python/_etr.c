@@ -7,6 +7,7 @@
  * profile(on, pass_prefix=None)   record every Python function call of the thread as an op
  *                                  (python_calls.c)
  * thread_set_name(s)  thread_id()
+ * env_trace_open()  close_env_trace()   the ETR_TRACE trace (a forked child's, before os._exit)
  *
  * Python values become etr values: None, bool, int (outside int64: a double), float, str,
  * list, tuple (nested values and long lists are cut as etr cuts them, and counted), and any other
@@ -655,6 +656,30 @@ static PyObject *mod_python_frames(PyObject *m, PyObject *arg) {
   return PyBool_FromLong(rc >= 0);
 }
 
+static PyObject *mod_env_trace_open(PyObject *m, PyObject *unused) {
+  (void)m;
+  (void)unused;
+  return PyBool_FromLong(etr_trace_current() != NULL);
+}
+
+/* For a forked child about to end with os._exit (etr/__init__.py): what exit's destructor
+ * would do for the ETR_TRACE trace, without which the child loses every op the writer had
+ * not flushed yet. The parent's copy (a child that has not recorded) answers the flush
+ * ETR_EFORKED and is left alone: closing it would free what the child's first record
+ * reads to keep off the parent's file (env.c). */
+static PyObject *mod_close_env_trace(PyObject *m, PyObject *unused) {
+  (void)m;
+  (void)unused;
+  etr_trace *tr = etr_trace_current();
+  int rc = ETR_EFORKED;
+  if (tr) {
+    Py_BEGIN_ALLOW_THREADS rc = etr_trace_flush(tr);
+    if (rc != ETR_EFORKED) rc = etr_trace_close(tr);
+    Py_END_ALLOW_THREADS
+  }
+  return PyBool_FromLong(rc != ETR_EFORKED);
+}
+
 static PyMethodDef mod_methods[] = {
     {"python_frames", mod_python_frames, METH_O,
      "python_frames(on): put Python frames into tracebacks (CPython 3.11); True when they "
@@ -678,6 +703,12 @@ static PyMethodDef mod_methods[] = {
     {"rank", etr_py_rank, METH_NOARGS, "This process's rank (set_rank's, else the launcher's)."},
     {"world_size", etr_py_world_size, METH_NOARGS, "The world size (as rank())."},
     {"thread_id", mod_thread_id, METH_NOARGS, "etr's logical id of the calling thread."},
+    {"env_trace_open", mod_env_trace_open, METH_NOARGS,
+     "env_trace_open(): whether ETR_TRACE opened a trace (in a forked child: the parent's "
+     "too)."},
+    {"close_env_trace", mod_close_env_trace, METH_NOARGS,
+     "close_env_trace(): finalize this process's own ETR_TRACE trace now, as exit does; "
+     "False when there is none (a forked child's copy of its parent's is left alone)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef mod_def = {PyModuleDef_HEAD_INIT, .m_name = "_etr",

@@ -11,11 +11,16 @@ The trace is the JSON execution trace that PyTorch's observer writes and Chakra 
 (docs/FORMAT.md of etr). ``etr.trace(..., python_calls=True)`` also records every Python
 function call of the thread as an op. ``python3 -m etr script.py`` runs a script under
 tracing. Each op belongs to the thread that began it.
+
+Under ETR_TRACE with ETR_TRACE_FORKS=1, a forked child that records and ends with os._exit
+(a multiprocessing fork worker) finalizes its own file first: the package's after-fork hook
+makes os._exit in the child do so.
 """
 
 import functools as _functools
 import inspect as _inspect
 import os as _os
+import signal as _signal
 import warnings as _warnings
 
 from . import _etr
@@ -137,6 +142,37 @@ def _close_quietly(t):
         t.close()
     except EtrError:
         pass
+
+
+def _exit_finishing(prev):
+    """os._exit for a forked child: the child's own ETR_TRACE trace (ETR_TRACE_FORKS) is
+    finalized first, then prev ends the process. _exit skips the library's destructor, so
+    without this the child loses every op its writer had not flushed yet (up to flush_ms:
+    all of a short multiprocessing worker's, whose Process ends with os._exit)."""
+    def _exit(status, /):
+        try:
+            # (a SIGTERM now, Pool.terminate's, would cut the file short; the process ends
+            # in a moment anyway, and a SIGTERM still pending then is moot)
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGTERM,))
+            _etr.close_env_trace()
+        finally:
+            prev(status)
+    _exit._etr_finishes = True
+    _exit.__wrapped__ = prev
+    _exit.__doc__ = prev.__doc__
+    return _exit
+
+
+def _forked_child():
+    """After a fork, in the child: os._exit finalizes the child's trace when the parent
+    was recorded through ETR_TRACE (a child that records under ETR_TRACE_FORKS writes its
+    own file; one that does not leaves nothing, and os._exit does only what it did)."""
+    if _etr.env_trace_open() and not getattr(_os._exit, "_etr_finishes", False):
+        _os._exit = _exit_finishing(_os._exit)
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_forked_child)
 
 
 _frames_on = None

@@ -484,6 +484,96 @@ def torch_observer_in_forked_child():
               "the parent's file holds the parent's ops only")
 
 
+def run_env(code, env, cwd):
+    """Runs code (a script written to a file) with this Python and env added; (returncode,
+    stderr)."""
+    script = os.path.join(TMP, "s_%d.py" % time.monotonic_ns())
+    with open(script, "w") as f:
+        f.write(textwrap.dedent(code))
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True,
+                       env=dict(ENV, **env), cwd=cwd, timeout=120)
+    return r.returncode, r.stderr
+
+
+def forked_children_finish_trace():
+    """Under ETR_TRACE with ETR_TRACE_FORKS=1, a forked child that ends with os._exit (every
+    multiprocessing fork worker, and a plain os.fork child) finalizes its own file (before:
+    the file held what the writer had flushed, only its header for a short worker: every op
+    lost). The timed flush is put off for the whole run, so that no op reaches a file but
+    through the fix, however slow the machine."""
+    d = os.path.join(TMP, "forks")
+    os.makedirs(d)
+    env = {"ETR_TRACE": os.path.join(d, "pool.json"), "ETR_TRACE_FORKS": "1",
+           "ETR_TRACE_FLUSH_MS": "86400000"}
+    rc, err = run_env("""
+        import multiprocessing as mp, etr
+
+        def work(i):
+            with etr.record_function("child_op_%d" % i):
+                return i * i
+
+        if __name__ == "__main__":
+            with etr.record_function("parent_op"):
+                pool = mp.get_context("fork").Pool(2)
+                assert pool.map(work, range(8), chunksize=1) == [i * i for i in range(8)]
+                pool.close()
+                pool.join()
+    """, env, d)
+    check(rc == 0, "the Pool script ran: %d %s" % (rc, err[-400:]))
+    kids = sorted(f for f in os.listdir(d) if f.startswith("pool.") and f != "pool.json")
+    check(1 <= len(kids) <= 2, "one file per worker that recorded: %r" % kids)
+    seen = []
+    for f in kids:
+        if validate(TOOL, os.path.join(d, f)):
+            mine = [n["name"] for n in load(os.path.join(d, f))["nodes"]
+                    if n["name"].startswith("child_op_")]
+            check(mine, "%s holds its worker's ops" % f)
+            seen += mine
+    check(sorted(seen) == sorted("child_op_%d" % i for i in range(8)),
+          "every task's op is in a worker's file: %r" % sorted(seen))
+    if validate(TOOL, os.path.join(d, "pool.json")):
+        check(len(ops(os.path.join(d, "pool.json"), "parent_op")) == 1 and
+              not any(n["name"].startswith("child_op_")
+                      for n in load(os.path.join(d, "pool.json"))["nodes"]),
+              "the parent's file holds the parent's op only")
+
+    # A plain os.fork child that records, then ends with os._exit; one that records
+    # nothing leaves no file; the parent's file is untouched by either.
+    for forks in ("1", "0"):
+        d = os.path.join(TMP, "forks" + forks)
+        os.makedirs(d)
+        env = dict(env, ETR_TRACE=os.path.join(d, "f.json"), ETR_TRACE_FORKS=forks)
+        rc, err = run_env("""
+            import os, sys, etr
+            with etr.record_function("parent_op"):
+                pass
+            recorder = os.fork()
+            if recorder == 0:
+                with etr.record_function("child_op"):
+                    pass
+                os._exit(3)
+            idle = os.fork()
+            if idle == 0:
+                os._exit(4)
+            codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in (recorder, idle)]
+            sys.exit(0 if codes == [3, 4] else 9)
+        """, env, d)
+        check(rc == 0, "os._exit keeps the children's status (FORKS=%s): %d %s" %
+              (forks, rc, err[-400:]))
+        kids = sorted(f for f in os.listdir(d) if f != "f.json")
+        if forks == "1":
+            check(len(kids) == 1, "one file, the recording child's: %r" % kids)
+            if kids and validate(TOOL, os.path.join(d, kids[0])):
+                check(len(ops(os.path.join(d, kids[0]), "child_op")) == 1,
+                      "the child's op is in its file")
+        else:
+            check(not kids, "without ETR_TRACE_FORKS no child writes a file: %r" % kids)
+        if validate(TOOL, os.path.join(d, "f.json")):
+            check(len(ops(os.path.join(d, "f.json"), "parent_op")) == 1 and
+                  not ops(os.path.join(d, "f.json"), "child_op"),
+                  "the parent's file holds the parent's op only (FORKS=%s)" % forks)
+
+
 def pg_groups(path):
     """The groups listed by the trace's process-group node(s): one list per node."""
     return [json.loads(n["inputs"]["values"][0]) for n in load(path)["nodes"]
@@ -726,7 +816,8 @@ def main():
                  python_calls_generators_and_profiler, concurrent_close, bad_arguments,
                  async_annotate, write_error_in_block_with_exception, signals_option,
                  torch_observer_in_forked_child, dash_m_ranks, dash_m_busy_file, dist_api,
-                 torch_dist_groups, torch_dist_late_groups):
+                 torch_dist_groups, torch_dist_late_groups,
+                 forked_children_finish_trace):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
