@@ -1,6 +1,7 @@
 /* _etr: the CPython extension behind the `etr` Python package (integrations/python/etr).
  *
- * Trace(path, timing=True, schema="1.1.1", flush_ms=0, gzip by the path's ".gz")
+ * Trace(path, timing=True (False; "ns": also ts_ns, dur_ns), schema="1.1.1", flush_ms=0, gzip
+ *       by the path's ".gz")
  *     .enable() .disable() .flush() .stats() -> dict .close() -> dict .closed
  * Op(name, inputs=(), scope=0, schema=None)        one operator call; a context manager:
  *     .begin() .end(outputs=(), failed=False)      __exit__ ends it failed on an exception
@@ -226,14 +227,28 @@ static bool opt_in_range(const char *name, long long v, long long max) {
 static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"path",      "timing",          "schema",          "flush_ms", "ring_mb",
                            "traceback", "traceback_every", "traceback_depth", "signals",  NULL};
-  PyObject *path, *traceback = Py_None;
-  int timing = 1, signals = 0;
+  PyObject *path, *traceback = Py_None, *timing = Py_True;
+  int signals = 0;
   const char *schema = "1.1.1";
   long long flush_ms = 0, ring_mb = 0, tb_every = 0, tb_depth = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$psLLOLLp", kwlist, PyUnicode_FSConverter, &path,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$OsLLOLLp", kwlist, PyUnicode_FSConverter, &path,
                                    &timing, &schema, &flush_ms, &ring_mb, &traceback, &tb_every,
                                    &tb_depth, &signals))
     return -1;
+  /* timing: True, False or "ns", not a truth value: as one, "ns" (and "0", "off") gave
+   * whole-µs timing without a word. 0 and 1 are False and True, as Python compares them. */
+  bool no_timing = false, ns_timing = false;
+  int overflow = 0;
+  long long tv = PyLong_Check(timing) ? PyLong_AsLongLongAndOverflow(timing, &overflow) : -1;
+  if (PyUnicode_Check(timing) && PyUnicode_CompareWithASCIIString(timing, "ns") == 0) {
+    ns_timing = true;
+  } else if (tv == 0 || tv == 1) {
+    no_timing = tv == 0;
+  } else {
+    PyErr_Format(PyExc_ValueError, "timing must be True, False or \"ns\", not %R", timing);
+    Py_DECREF(path);
+    return -1;
+  }
   /* (the ranges of the environment variables, docs/API.md) */
   if (!opt_in_range("flush_ms", flush_ms, 86400000) || !opt_in_range("ring_mb", ring_mb, 1048576) ||
       !opt_in_range("traceback_every", tb_every, 1000000000) ||
@@ -267,7 +282,8 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
     return -1;
   }
   etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
-  o.no_timing = !timing;
+  o.no_timing = no_timing;
+  o.ns_timing = ns_timing;
   o.flush_ms = (uint32_t)flush_ms;
   o.ring_mb = (uint32_t)ring_mb;
   o.traceback = &tb;

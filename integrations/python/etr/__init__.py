@@ -51,7 +51,9 @@ class trace:
     """Context manager: open ``path`` (``.gz``: gzip; ``.etr``: the binary event log that
     ``etr convert`` makes JSON of), record the block, close the file.
 
-    ``timing=False`` leaves out ts/inclusive_dur/exclusive_dur; ``schema`` is "1.1.1"
+    ``timing=False`` leaves out ts/inclusive_dur/exclusive_dur, ``timing="ns"`` adds each
+    op's start and duration in nanoseconds (attrs ts_ns, dur_ns; anything but True, False
+    and "ns" is a ValueError); ``schema`` is "1.1.1"
     (default) or "1.1.0"; ``flush_ms`` bounds how long a finished op may stay unwritten;
     ``ring_mb=n`` makes it a flight recorder: only the latest n MiB of events are kept, and
     written as a complete trace at the end of the block and on ``dump()``;
@@ -68,7 +70,8 @@ class trace:
     After the block, ``stats`` holds the trace's final counters (a dict), also when closing
     failed (a write error: raised as EtrError, unless the block itself raised, which then
     goes on with a warning). A process forked inside the block leaves it without closing
-    anything: the file is the parent's.
+    anything: the file is the parent's. The ETR_TRACE_* variables set the ETR_TRACE trace
+    only, never this one.
     """
 
     def __init__(self, path, *, timing=True, schema="1.1.1", flush_ms=0, ring_mb=0,

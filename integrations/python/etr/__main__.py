@@ -1,14 +1,16 @@
-"""python3 -m etr [-o TRACE] [--torch] [--python-calls] [--no-timing] script.py [args...]
+"""python3 -m etr [-o TRACE] [--torch] [--python-calls] [--no-timing | --ns-timing]
+               script.py [args...]
 python3 -m etr [options] -m module [args...]
 
 Runs the script (or ``-m module``) as __main__ under an etr trace and writes TRACE
 (default: etr-trace.json; ``%p`` in it becomes the process id, ``%r`` the rank). Under a
 launcher of several ranks (WORLD_SIZE > 1) a name without %p or %r gets the rank before its
 ending (t.json: t.3.json), and a file another process is writing is left to it (this one
-writes t.<pid>.json): each is said on stderr. Ops are what the script
-records (etr.record_function, @etr.annotate), with --torch every op PyTorch runs (aten ops,
+writes t.<pid>.json): each is said on stderr. Ops are what the script records
+(etr.record_function, @etr.annotate), with --torch every op PyTorch runs (aten ops,
 autograd's backward functions, record_function scopes; on every thread, as etr.torch.trace
-records them), and with --python-calls every Python function call of the main thread.
+records them), and with --python-calls every Python function call of the main thread. The
+ETR_TRACE_* variables (ETR_TRACE_TIMING, ...) set the ETR_TRACE trace only, not this one.
 Everything after the script or the module's name goes to it unchanged, as with python3;
 ``--`` ends etr's options. The exit status is the script's; a trace that could not be
 written whole is said on stderr, and a script that ended well then exits 1.
@@ -26,7 +28,7 @@ import types
 
 import etr
 
-_FLAGS = ("--torch", "--python-calls", "--no-timing", "-h", "--help")
+_FLAGS = ("--torch", "--python-calls", "--no-timing", "--ns-timing", "-h", "--help")
 
 
 def _parser():
@@ -34,13 +36,18 @@ def _parser():
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", default="etr-trace.json", metavar="TRACE",
-                   help="trace file (.gz: gzip; %%p: the process id; %%r: the rank); default "
+                   help="trace file (.gz: gzip; .etr: the binary event log, made JSON by "
+                        "etr convert; %%p: the process id; %%r: the rank); default "
                         "etr-trace.json")
     p.add_argument("--torch", action="store_true",
                    help="record PyTorch's ops too (etr.torch; needs etr built with libtorch)")
     p.add_argument("--python-calls", action="store_true",
                    help="record every Python function call of the main thread as an op")
-    p.add_argument("--no-timing", action="store_true", help="leave out ts and durations")
+    timing = p.add_mutually_exclusive_group()
+    timing.add_argument("--no-timing", action="store_true", help="leave out ts and durations")
+    timing.add_argument("--ns-timing", action="store_true",
+                        help="also each op's start and duration in ns (attrs ts_ns, dur_ns), "
+                             "as ETR_TRACE_TIMING=ns gives the ETR_TRACE trace")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python3 -m")
     return p
 
@@ -206,7 +213,8 @@ def main(argv=None):
     sys.argv = [argv0] + args
     code = 0
     tracer = etr_torch.trace if a.torch else etr.trace
-    t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)
+    timing = False if a.no_timing else "ns" if a.ns_timing else True
+    t = tracer(path, timing=timing, python_calls=a.python_calls)
     try:
         t.__enter__()
     except etr.EtrError as e:
@@ -217,7 +225,7 @@ def main(argv=None):
         path = _insert(path, str(os.getpid()))
         print("etr: %s is written by another process; this one writes %s" % (a.output, path),
               file=sys.stderr)
-        t = tracer(path, timing=not a.no_timing, python_calls=a.python_calls)
+        t = tracer(path, timing=timing, python_calls=a.python_calls)
         try:
             t.__enter__()
         except etr.EtrError as e:

@@ -142,8 +142,8 @@ def _watch_groups(on):
 
 
 class trace(_etr.trace):
-    """etr.trace that also records PyTorch's ops: same arguments (path, timing=, schema=,
-    flush_ms=, python_calls=). The trace names the run's rank and process groups (from
+    """etr.trace that also records PyTorch's ops: same arguments (path, timing= (True, False
+    or "ns"), schema=, flush_ms=, python_calls=, ...). The trace names the run's rank and process groups (from
     torch.distributed when it is initialized as the block starts, else the launcher's
     RANK / WORLD_SIZE), as PyTorch's observer does."""
 

@@ -574,6 +574,64 @@ def forked_children_finish_trace():
                   "the parent's file holds the parent's op only (FORKS=%s)" % forks)
 
 
+def timing_ns():
+    """timing="ns" gives ts_ns / dur_ns (before: taken as a truth value, whole µs without a
+    word), through etr.trace, python3 -m etr --ns-timing and, when built, etr.torch; any
+    value but True, False and "ns" is a ValueError."""
+    path = os.path.join(TMP, "ns.json")
+    with etr.trace(path, timing="ns"):
+        with etr.record_function("ns_op"):
+            pass
+    if validate(TOOL, path):
+        n = ops(path, "ns_op")
+        check(len(n) == 1 and attr(n[0], "ts_ns") is not None and
+              attr(n[0], "dur_ns") is not None, "timing='ns': ts_ns and dur_ns")
+    for good, has_ts in ((True, True), (False, False), (1, True), (0, False)):
+        with etr.trace(path, timing=good):
+            with etr.record_function("t_op"):
+                pass
+        n = ops(path, "t_op")
+        check(len(n) == 1 and ("ts" in n[0]) == has_ts and attr(n[0], "ts_ns") is None,
+              "timing=%r: ts %s, no ts_ns" % (good, "kept" if has_ts else "left out"))
+    for bad in ("us", "NS", "0", None, 2, 1.0):
+        try:
+            etr.trace(path, timing=bad).__enter__()
+            check(False, "timing=%r raises" % (bad,))
+        except ValueError as e:
+            check("timing" in str(e), "the error names timing: %s" % e)
+    script = os.path.join(TMP, "ns_script.py")
+    with open(script, "w") as f:
+        f.write("import etr\nwith etr.record_function('m_op'):\n    pass\n")
+    out = os.path.join(TMP, "ns_m.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "--ns-timing", "-o", out, script],
+                       capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 0, "python3 -m etr --ns-timing: %d %s" % (r.returncode, r.stderr))
+    if r.returncode == 0 and validate(TOOL, out):
+        n = ops(out, "m_op")
+        check(len(n) == 1 and attr(n[0], "ts_ns") is not None, "--ns-timing: ts_ns")
+    r = subprocess.run([sys.executable, "-m", "etr", "--help"], capture_output=True,
+                       text=True, env=ENV, cwd=TMP, timeout=120)
+    check(".etr: the binary event log" in r.stdout and "--ns-timing" in r.stdout,
+          "--help names -o x.etr and --ns-timing: %s" % r.stdout[-800:])
+    try:
+        import etr.torch as etr_torch  # noqa: F401
+    except ImportError:
+        return
+    tpath = os.path.join(TMP, "ns_torch.json")
+    rc, err = run_py("""
+        import torch, etr.torch
+        with etr.torch.trace(%r, timing="ns"):
+            torch.ones(2) + 1
+        et = etr.torch.ExecutionTraceObserver(timing="ns").register_callback(%r)
+        et.start(); torch.ones(2) * 2; et.stop(); et.unregister_callback()
+    """ % (tpath, tpath + ".obs.json"))
+    check(rc == 0, "etr.torch with timing='ns': %d %s" % (rc, err[-400:]))
+    for p, name in ((tpath, "aten::add"), (tpath + ".obs.json", "aten::mul")):
+        if rc == 0 and validate(TOOL, p):
+            n = ops(p, name)
+            check(len(n) == 1 and attr(n[0], "ts_ns") is not None, "%s: ts_ns" % p)
+
+
 def pg_groups(path):
     """The groups listed by the trace's process-group node(s): one list per node."""
     return [json.loads(n["inputs"]["values"][0]) for n in load(path)["nodes"]
@@ -817,7 +875,7 @@ def main():
                  async_annotate, write_error_in_block_with_exception, signals_option,
                  torch_observer_in_forked_child, dash_m_ranks, dash_m_busy_file, dist_api,
                  torch_dist_groups, torch_dist_late_groups,
-                 forked_children_finish_trace):
+                 forked_children_finish_trace, timing_ns):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
