@@ -12,8 +12,9 @@ autograd's backward functions, record_function scopes; on every thread, as etr.t
 records them), and with --python-calls every Python function call of the main thread. The
 ETR_TRACE_* variables (ETR_TRACE_TIMING, ...) set the ETR_TRACE trace only, not this one.
 Everything after the script or the module's name goes to it unchanged, as with python3;
-``--`` ends etr's options. The exit status is the script's; a trace that could not be
-written whole is said on stderr, and a script that ended well then exits 1.
+``--`` ends etr's options. The exit status is the script's, and an exception it leaves
+shows the script's frames only, as with python3; a trace that could not be written whole is
+said on stderr, and a script that ended well then exits 1.
 """
 
 import argparse
@@ -24,6 +25,7 @@ import os
 import pkgutil
 import runpy
 import sys
+import traceback
 import types
 
 import etr
@@ -171,6 +173,50 @@ def _output_path(spec):
     return path
 
 
+# Where the launcher's own frames come from: this file and runpy (frozen in 3.11).
+_LAUNCHER_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+
+
+def _script_traceback(tb):
+    """tb from the script's first frame on: python3 script.py shows none of the launcher's,
+    and a traceback that begins in runpy and etr/__main__.py sends a reader to look for the
+    fault there."""
+    while tb is not None and (tb.tb_frame.f_code.co_filename in _LAUNCHER_FILES or
+                              os.path.abspath(tb.tb_frame.f_code.co_filename) in
+                              _LAUNCHER_FILES):
+        tb = tb.tb_next
+    return tb
+
+
+def _report(e):
+    """Say exception e as python3 says one the script left: through sys.excepthook (the
+    script may have set its own), with the script's frames only."""
+    tb = _script_traceback(e.__traceback__)
+    e.__traceback__ = tb  # (what the default hook prints, whatever tb it is given)
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    try:
+        sys.excepthook(type(e), e, tb)
+    except BaseException as h:  # (python3's own words for a hook that fails)
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(type(h), h, h.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        traceback.print_exception(type(e), e, tb)
+
+
+def _end_interrupted(e):
+    """Leave as python3 does after a KeyboardInterrupt the script left (said already): the
+    interrupt goes on up, so that the interpreter finalizes (atexit) and then ends the
+    process by SIGINT, as a shell expects of an interrupted program; the hook stays quiet
+    for it."""
+    hook = sys.excepthook
+
+    def quiet(t, v, tb):
+        if v is not e:
+            hook(t, v, tb)
+    sys.excepthook = quiet
+    raise e.with_traceback(None)
+
+
 class _Entered:
     """A block around a trace entered already: leaving it leaves the trace."""
 
@@ -204,14 +250,20 @@ def main(argv=None):
             run = _script_runner(name)
         except OSError as e:
             p.error("cannot read %s: %s" % (name, e.strerror or e))
+        except SyntaxError as e:  # (as python3 says it: no launcher frames, exit 1)
+            _report(e)
+            return 1
         sys.path.insert(0, "" if name == "-" else os.path.dirname(os.path.abspath(name)))
     else:
         try:
             run, argv0 = _module_runner(name)
         except ImportError as e:  # (runpy's "No module named ...")
             p.error("-m %s: %s" % (name, e))
+        except SyntaxError as e:
+            _report(e)
+            return 1
     sys.argv = [argv0] + args
-    code = 0
+    code, interrupted = 0, None
     tracer = etr_torch.trace if a.torch else etr.trace
     timing = False if a.no_timing else "ns" if a.ns_timing else True
     t = tracer(path, timing=timing, python_calls=a.python_calls)
@@ -236,14 +288,21 @@ def main(argv=None):
                 run()
             except SystemExit as e:
                 code = e.code
+            except BaseException as e:  # (said now, as python3 would; the trace closed after)
+                _report(e)
+                code = 1
+                if isinstance(e, KeyboardInterrupt):
+                    interrupted = e
     except etr.EtrError as e:  # (the script ended; its trace could not be written whole)
         print("etr: %s: %s" % (path, e), file=sys.stderr)
-        return code if code not in (0, None) else 1
-    st = t.stats
-    if st is None:  # (a process forked in the script: the trace is its parent's)
-        return code
-    print("etr: %s: %d nodes, %d bytes" % (path, st["nodes_written"], st["bytes_written"]),
-          file=sys.stderr)
+        code = code if code not in (0, None) else 1
+    else:
+        st = t.stats
+        if st is not None:  # (else a process forked in the script: the trace is its parent's)
+            print("etr: %s: %d nodes, %d bytes" % (path, st["nodes_written"],
+                                                  st["bytes_written"]), file=sys.stderr)
+    if interrupted is not None:
+        _end_interrupted(interrupted)
     return code
 
 

@@ -632,6 +632,37 @@ def timing_ns():
             check(len(n) == 1 and attr(n[0], "ts_ns") is not None, "%s: ts_ns" % p)
 
 
+def dash_m_script_exception():
+    """An exception the script leaves is said as python3 says it, with the script's frames
+    only (before: runpy's and etr/__main__.py's first), and the status is python3's: 1, the
+    SystemExit's code, death by SIGINT after a KeyboardInterrupt; the trace is finalized in
+    every case."""
+    cases = (("raise_value", "def f():\n    raise ValueError('boom')\n\nf()\n", 1),
+             ("chained", "try:\n    1/0\nexcept Exception as e:\n"
+              "    raise KeyError('k') from e\n", 1),
+             ("interrupt", "raise KeyboardInterrupt\n", -2),
+             ("exit_code", "import sys\nsys.exit(7)\n", 7),
+             ("exit_text", "import sys\nsys.exit('bye')\n", 1),
+             ("syntax", "def f(:\n", 1))
+    for name, code, status in cases:
+        script = os.path.join(TMP, "exc_%s.py" % name)
+        with open(script, "w") as f:
+            f.write(code)
+        plain = subprocess.run([sys.executable, script], capture_output=True, text=True,
+                               env=ENV, cwd=TMP, timeout=120)
+        out = os.path.join(TMP, "exc_%s.json" % name)
+        r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script],
+                           capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
+        said = "".join(line for line in r.stderr.splitlines(True)
+                       if not line.startswith("etr: %s:" % out))
+        check(plain.returncode == status and r.returncode == status,
+              "%s: status %d as python3's %d" % (name, r.returncode, plain.returncode))
+        check(said == plain.stderr, "%s: said as python3 says it:\n%s\nnot:\n%s" %
+              (name, plain.stderr, r.stderr))
+        if name != "syntax":  # (a script that does not compile never opens the trace)
+            validate(TOOL, out)
+
+
 def pg_groups(path):
     """The groups listed by the trace's process-group node(s): one list per node."""
     return [json.loads(n["inputs"]["values"][0]) for n in load(path)["nodes"]
@@ -874,8 +905,8 @@ def main():
                  python_calls_generators_and_profiler, concurrent_close, bad_arguments,
                  async_annotate, write_error_in_block_with_exception, signals_option,
                  torch_observer_in_forked_child, dash_m_ranks, dash_m_busy_file, dist_api,
-                 torch_dist_groups, torch_dist_late_groups,
-                 forked_children_finish_trace, timing_ns):
+                 torch_dist_groups, torch_dist_late_groups, forked_children_finish_trace,
+                 timing_ns, dash_m_script_exception):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
