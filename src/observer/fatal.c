@@ -214,6 +214,13 @@ int etr__fatal_install(struct etr_trace *tr) {
   for (size_t i = 0; i < N_SIGNALS; i++) {
     struct sigaction cur;
     if (sigaction(k_signals[i], NULL, &cur) != 0) continue;
+    /* Ours already (a forked child's copy of its parent's, whose trace the child let go
+     * before opening its own): what it chains to stays the host's. Taken as the previous
+     * handler, it would call itself until the stack ran out (SIGSEGV for a SIGTERM). */
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fatal) {
+      g_installed[i] = true;
+      continue;
+    }
     /* A signal the host ignores stays ignored: it does not end the process. */
     if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) continue;
     struct sigaction sa;
@@ -241,6 +248,11 @@ int etr__fatal_install(struct etr_trace *tr) {
   }
   atomic_store(&g_fatal_trace, tr);
   return rc;
+}
+
+void etr__fatal_forget(struct etr_trace *tr) {
+  struct etr_trace *mine = tr;
+  atomic_compare_exchange_strong(&g_fatal_trace, &mine, NULL);
 }
 
 void etr__fatal_remove(struct etr_trace *tr) {

@@ -646,6 +646,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
      * handlers take none of its locks once close has let it go), and what is left stays. */
     if (g_forked_trace == tr) g_forked_trace = NULL;
     if (g_env_trace == tr) g_env_trace = NULL;
+    etr__fatal_forget(tr);
     if (atomic_load(&tr->closing)) {
       pthread_mutex_unlock(&g_lock);
       return ETR_EFORKED;

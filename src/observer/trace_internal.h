@@ -675,6 +675,9 @@ void etr__chunk_recycle_locked(struct etr_trace *tr, etr__chunk *c);
  * chained to. */
 int etr__fatal_install(struct etr_trace *tr);
 void etr__fatal_remove(struct etr_trace *tr);
+/* A forked child lets its copy of the parent's trace go: the handlers stay installed (they
+ * hand signals on to the host's) and no longer name it. */
+void etr__fatal_forget(struct etr_trace *tr);
 /* From a signal handler (async-signal-safe): finalize tr's file as well as possible. */
 void etr__trace_fatal(struct etr_trace *tr, int sig);
 /* After the signal was handed on: survived, the writer goes on (cutting the footer off

@@ -618,6 +618,40 @@ static void test_env_fork_child_own_file(void **state) {
 /* A daemon's start under ETR_TRACE_FORKS=1: the parent exits (t.json finalized), then its
  * child records. The child must not take t.json for a file nobody writes any more and
  * truncate it: it writes t.<pid>.json. */
+/* Fatal-signal handlers and forked children: the child opens its own trace while the
+ * parent's handlers, inherited, are installed. Before, it took them for the host's and
+ * chained to itself: a SIGTERM ended the child with SIGSEGV (stack overflow). Now it dies
+ * of SIGTERM, its file finalized. */
+static void test_env_fork_sigterm_child(void **state) {
+  (void)state;
+  char dir[256], var[600];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
+  const char *env[] = {var, "ETR_TRACE_SIGNALS=1", "ETR_TRACE_FORKS=1", "ETR_LOG=0", NULL};
+  const char *args[] = {"fork_sigterm", NULL};
+  pid_t pid = 0;
+  int status = tu_run(TRACE_HELPER, args, env, &pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("fork_sigterm: status 0x%x (7: the child did not die of SIGTERM)", status);
+  assert_int_equal(tu_dir_entries(dir), 2); /* the parent's and the child's */
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  char child[600] = "";
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && strcmp(e->d_name, "t.json") != 0)
+      snprintf(child, sizeof child, "%s/%s", dir, e->d_name);
+  closedir(d);
+  assert_true(child[0] != '\0');
+  tu_trace t;
+  memset(&t, 0, sizeof t);
+  tu_load_path(&t, child); /* (a whole JSON document: finalized) */
+  assert_int_equal(tu_count(&t, "fork_child_outer"), 5);
+  assert_int_equal(tu_count(&t, "fork_parent_outer"), 0);
+  tu_free(&t);
+  tu_rmdir(dir);
+}
+
 static void test_env_fork_daemon_keeps_parent_file(void **state) {
   (void)state;
 #if defined(TU_TSAN) || defined(TU_ASAN)
@@ -721,6 +755,7 @@ int main(void) {
       TU_TEST(test_env_exec_self_keeps_first_file),
       TU_TEST(test_env_fork_child_own_file),
       TU_TEST(test_env_fork_daemon_keeps_parent_file),
+      TU_TEST(test_env_fork_sigterm_child),
       TU_TEST(test_env_ring_dump_keeps_the_file_known),
       TU_TEST(test_env_ignored_when_setuid),
       TU_TEST(test_env_dev_stdout_keeps_the_log),

@@ -472,6 +472,27 @@ int main(int argc, char **argv) {
     record_some("fork_after");
     return 0;
   }
+  /* ETR_TRACE_SIGNALS=1 with ETR_TRACE_FORKS=1: a forked child that records and is ended by
+   * SIGTERM must die of SIGTERM (its file finalized), not of a SIGSEGV from the handler
+   * calling itself. 0, or 7 with the child's status on stderr. */
+  if (strcmp(mode, "fork_sigterm") == 0) {
+    record_some("fork_parent");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      record_some("fork_child");
+      raise(SIGTERM);
+      _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) return 2;
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGTERM) {
+      fprintf(stderr, "fork_sigterm: child status 0x%x\n", st);
+      return 7;
+    }
+    return 0;
+  }
   /* A daemon's start: the parent records, forks and exits; the child records only once the
    * parent is gone (its file finalized), then exits. */
   if (strcmp(mode, "daemon") == 0) {
