@@ -194,15 +194,17 @@ static void set_identity(const build *b, etr__modent *e) {
   }
   if (lo == 0 || e->m.lo >= b->maps[lo - 1].hi) return;
   const fmap *f = &b->maps[lo - 1];
-  e->m.dev = f->dev;
+  e->m.map_dev = f->dev;
   e->m.ino = f->ino;
   e->m.map_lo = f->lo;
   e->m.map_hi = f->hi;
-  /* Size and time: the older map's when it has this mapping of this file, else stat'ed now
-   * (under the loader's lock: the mapping cannot change meanwhile). */
+  /* Device, size and time: the older map's when it has this mapping of this file, else
+   * stat'ed now (under the loader's lock: the mapping cannot change meanwhile). The device
+   * is stat's, which the symbolizer compares with (maps shows btrfs's another number). */
   const etr__modent *r = b->older ? find_in(b->older, e->m.lo) : NULL;
-  if (r && r->m.lo == e->m.lo && r->m.dev == f->dev && r->m.ino == f->ino && r->m.map_lo == f->lo &&
-      r->m.map_hi == f->hi) {
+  if (r && r->m.lo == e->m.lo && r->m.map_dev == f->dev && r->m.ino == f->ino &&
+      r->m.map_lo == f->lo && r->m.map_hi == f->hi) {
+    e->m.dev = r->m.dev;
     e->m.size = r->m.size;
     e->m.mtime_ns = r->m.mtime_ns;
     return;
@@ -212,6 +214,7 @@ static void set_identity(const build *b, etr__modent *e) {
   snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", (unsigned long)f->lo,
            (unsigned long)f->hi);
   if (stat(path, &st) == 0 && (uint64_t)st.st_ino == f->ino) {
+    e->m.dev = (uint64_t)st.st_dev;
     e->m.size = (uint64_t)st.st_size;
     e->m.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
   }
@@ -425,8 +428,9 @@ static void free_build(build *b) {
 static bool same_module(const etr__modent *r, const etr__modent *e) {
   return r->m.lo == e->m.lo && r->m.hi == e->m.hi && r->m.bias == e->m.bias && r->xlo == e->xlo &&
          r->xhi == e->xhi && r->eh_frame_hdr == e->eh_frame_hdr && r->permanent == e->permanent &&
-         r->m.build_id_len == e->m.build_id_len && r->m.dev == e->m.dev && r->m.ino == e->m.ino &&
-         r->m.size == e->m.size && r->m.mtime_ns == e->m.mtime_ns && r->m.map_lo == e->m.map_lo &&
+         r->m.build_id_len == e->m.build_id_len && r->m.dev == e->m.dev &&
+         r->m.map_dev == e->m.map_dev && r->m.ino == e->m.ino && r->m.size == e->m.size &&
+         r->m.mtime_ns == e->m.mtime_ns && r->m.map_lo == e->m.map_lo &&
          r->m.map_hi == e->m.map_hi &&
          memcmp(r->m.build_id, e->m.build_id, e->m.build_id_len) == 0 &&
          strcmp(r->m.path, e->m.path) == 0;

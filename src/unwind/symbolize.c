@@ -626,9 +626,10 @@ static int cache_grow(etr__symbolizer *s) {
   return 0;
 }
 
-/* Whether file identity k is m's mapped file (size and time only when they are known). */
+/* Whether file identity k is m's mapped file (device, size and time only when they are
+ * known). */
 static bool same_file(const module *m, const etr__file_key *k) {
-  return k->dev == m->dev && k->ino == m->ino &&
+  return (m->dev == 0 || k->dev == m->dev) && k->ino == m->ino &&
          (m->mtime_ns == 0 || (k->size == m->size && k->mtime_ns == m->mtime_ns));
 }
 

@@ -48,12 +48,13 @@ typedef struct etr__module {
   uint8_t build_id[64];
   uint8_t build_id_len; /* 0 when the module has no build-id note */
   /* The file mapped there, as the module map found it in /proc/self/maps when the module
-   * entered the map: its device and inode (0 when unknown: the vDSO, or maps unreadable),
-   * and the mapping [map_lo, map_hi) that begins the module (its name under
-   * /proc/self/map_files reaches the file while it is mapped, also once replaced or
-   * deleted on disk); its size and modification time (0 when unknown), which tell a file
-   * from a later one that got the inode number back. */
-  uint64_t dev, ino, size, mtime_ns;
+   * entered the map: its inode (0 when unknown: the vDSO, or maps unreadable) and device
+   * as maps shows it (map_dev), and the mapping [map_lo, map_hi) that begins the module
+   * (its name under /proc/self/map_files reaches the file while it is mapped, also once
+   * replaced or deleted on disk); its device as stat(2) gives it (dev; 0 when unknown: on
+   * btrfs, maps shows another number), size and modification time (0 when unknown), which
+   * tell a file from a later one that got the inode number back. */
+  uint64_t dev, ino, size, mtime_ns, map_dev;
   uintptr_t map_lo, map_hi;
 } etr__module;
 
