@@ -426,9 +426,10 @@ int cli_repair(int argc, char **argv, bool gzip) {
       status = ETR_CLI_FAIL;
       goto done;
     }
-    /* removed again on failure only when it is a regular file (never /dev/full & co.) */
-    struct stat os;
-    created = fstat(fileno(f), &os) == 0 && S_ISREG(os.st_mode);
+    /* Removed again on failure: cli_discard_output takes this run's temporary file, or a
+     * regular file written in place, never a device (/dev/full & co.). (Not by fstat of the
+     * stream: a .gz output's has no descriptor, and its temporary file was left.) */
+    created = true;
   }
   setvbuf(f, NULL, _IOFBF, 1u << 20);
   w.o.f = f;

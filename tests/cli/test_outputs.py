@@ -347,6 +347,31 @@ def compressed_outputs():
             else:
                 COMMANDS[cmd] = COMMANDS_SAVED
     check(leftovers(d) == [], "compressed outputs: temporary files left %r" % leftovers(d))
+    # a run that fails after opening its .gz output leaves the old file and no temporary one
+    # (repair took a .gz output's stream, which has no descriptor, for a device: its
+    # temporary file stayed; findings-15 #2)
+    big = json.loads(TEXT)
+    node = dict(big["nodes"][-1])
+    node["name"] = "x" * (2 << 20)  # one node over a 1 MiB reader limit
+    big["nodes"].append(node)
+    bad = os.path.join(d, "big.json")
+    with open(bad, "w") as f:
+        json.dump(big, f)
+    for cmd in ("repair", "chrome", "symbolize"):
+        out = os.path.join(d, "failed-%s.json.gz" % cmd)
+        put_old(out)
+        COMMANDS_SAVED = COMMANDS.get(cmd)
+        COMMANDS[cmd] = cmds[cmd]
+        try:
+            r = run(args_of(cmd, bad, out), env=dict(os.environ, ETR_READER_LIMIT_MB="1"))
+        finally:
+            if COMMANDS_SAVED is None:
+                del COMMANDS[cmd]
+            else:
+                COMMANDS[cmd] = COMMANDS_SAVED
+        check(r.returncode != 0, "%s of a node over the limit -o .gz: exit 0" % cmd)
+        check(is_old(out), "%s -o .gz that failed: the old file replaced" % cmd)
+        check(leftovers(d) == [], "%s -o .gz that failed: left %r" % (cmd, leftovers(d)))
 
 
 def no_output_over_an_input():
