@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -62,11 +63,11 @@ static void usage(FILE *f) {
  * trace is written plain, so the compression suffix goes too. */
 static char *default_output(const char *in) {
   size_t n = strlen(in);
-  if (n > 3 && strncmp(in + n - 3, ".gz", 3) == 0)
+  if (n > 3 && strncasecmp(in + n - 3, ".gz", 3) == 0) /* (endings in any case) */
     n -= 3;
-  else if (n > 4 && strncmp(in + n - 4, ".zst", 4) == 0)
+  else if (n > 4 && strncasecmp(in + n - 4, ".zst", 4) == 0)
     n -= 4;
-  if (n > 4 && strncmp(in + n - 4, ".etr", 4) == 0) n -= 4;
+  if (n > 4 && strncasecmp(in + n - 4, ".etr", 4) == 0) n -= 4;
   char *out = malloc(n + 6);
   if (out) {
     memcpy(out, in, n);

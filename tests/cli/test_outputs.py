@@ -288,7 +288,7 @@ def convert_default_name():
     d = fresh_dir("convert-name")
     with open(LOG, "rb") as f:
         log = f.read()
-    packers = [("gz", ["gzip", "-k"])]
+    packers = [("gz", ["gzip", "-k"]), ("GZ", ["gzip", "-k", "-S", ".GZ"])]
     if shutil.which("zstd"):
         packers.append(("zst", ["zstd", "-q"]))
     for ext, pack in packers:
