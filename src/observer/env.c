@@ -244,11 +244,13 @@ static void env_open(const writer_mark *parent, const char *parent_path) {
         return;
       }
     } while ((exec_again || wrote_before) && access(mine, F_OK) == 0 && ++n < 10000);
+    /* (information, not a warning: a forked worker or a child that inherits the variable
+     * does this as designed, and prints nothing unless ETR_LOG asks) */
     if (other && read_mark(&m) && names_marked_file(&m, full))
-      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is the file of process %ld; this process writes %s",
+      etr__log(ETR_LOG_INFO, "ETR_TRACE=%s is the file of process %ld; this process writes %s",
                full, m.pid, mine);
     else if (other)
-      etr__log(ETR_LOG_WARN, "ETR_TRACE=%s is written by another process; this process writes %s",
+      etr__log(ETR_LOG_INFO, "ETR_TRACE=%s is written by another process; this process writes %s",
                full, mine);
     else
       etr__log(ETR_LOG_WARN,

@@ -215,6 +215,21 @@ static void test_env_log_policy(void **state) {
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2); /* (its open failed) */
   if (!strncmp(err, "etr: ", 5) || strstr(err, "\netr: "))
     fail_msg("an API open printed '%s'", err);
+  /* a forked child writing its own file, as designed: said on ETR_LOG, silent without (it
+   * printed a warning in every worker, findings-15 #3) */
+  snprintf(var, sizeof var, "ETR_TRACE=%s/f.json", dir);
+  const char *fork_mode[] = {"fork", NULL};
+  const char *fork_quiet[] = {var, "ETR_TRACE_FORKS=1", "ETR_LOG=", NULL};
+  assert_int_equal(run_stderr(fork_mode, fork_quiet, err, sizeof err), 0);
+  if (!strncmp(err, "etr: ", 5) || strstr(err, "\netr: "))
+    fail_msg("a forked child printed '%s'", err);
+  tu_rmdir(dir);
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(var, sizeof var, "ETR_TRACE=%s/f.json", dir);
+  const char *fork_log[] = {var, "ETR_TRACE_FORKS=1", "ETR_LOG=1", NULL};
+  assert_int_equal(run_stderr(fork_mode, fork_log, err, sizeof err), 0);
+  if (!strstr(err, "etr: info: ") || !strstr(err, "this process writes"))
+    fail_msg("ETR_LOG=1: the forked child's own file not said: '%s'", err);
   tu_rmdir(dir);
 }
 
