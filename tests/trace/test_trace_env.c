@@ -215,8 +215,9 @@ static void test_env_log_policy(void **state) {
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2); /* (its open failed) */
   if (!strncmp(err, "etr: ", 5) || strstr(err, "\netr: "))
     fail_msg("an API open printed '%s'", err);
-  /* a forked child writing its own file, as designed: said on ETR_LOG, silent without (it
-   * printed a warning in every worker, findings-15 #3) */
+    /* a forked child writing its own file, as designed: said on ETR_LOG, silent without (it
+     * printed a warning in every worker, findings-15 #3) */
+#if !defined(TU_TSAN) && !defined(TU_ASAN) /* (the child goes on after a multi-threaded fork) */
   snprintf(var, sizeof var, "ETR_TRACE=%s/f.json", dir);
   const char *fork_mode[] = {"fork", NULL};
   const char *fork_quiet[] = {var, "ETR_TRACE_FORKS=1", "ETR_LOG=", NULL};
@@ -230,6 +231,7 @@ static void test_env_log_policy(void **state) {
   assert_int_equal(run_stderr(fork_mode, fork_log, err, sizeof err), 0);
   if (!strstr(err, "etr: info: ") || !strstr(err, "this process writes"))
     fail_msg("ETR_LOG=1: the forked child's own file not said: '%s'", err);
+#endif
   tu_rmdir(dir);
 }
 
@@ -639,6 +641,9 @@ static void test_env_fork_child_own_file(void **state) {
  * of SIGTERM, its file finalized. */
 static void test_env_fork_sigterm_child(void **state) {
   (void)state;
+#if defined(TU_TSAN)
+  skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
+#endif
   char dir[256], var[600];
   tu_mkdtemp(dir, sizeof dir);
   snprintf(var, sizeof var, "ETR_TRACE=%s/t.json", dir);
