@@ -4,6 +4,7 @@
  * the file exists (ETR_HAVE_CMD_<NAME>); see tools/CMakeLists.txt.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,13 @@ static int run(int argc, char **argv) {
     return ETR_CLI_OK;
   }
   check_reader_env();
+  /* A file size limit (ulimit -f) reached: a write error (EFBIG) that the command reports,
+   * its output left as it was, rather than SIGXFSZ's default, which kills it with its
+   * temporary file beside the output. (A handler the caller chose, or SIG_IGN, stays.) */
+  struct sigaction xfsz;
+  if (sigaction(SIGXFSZ, NULL, &xfsz) == 0 && !(xfsz.sa_flags & SA_SIGINFO) &&
+      xfsz.sa_handler == SIG_DFL)
+    signal(SIGXFSZ, SIG_IGN);
   for (size_t i = 0; commands[i].name; i++)
     if (!strcmp(c, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
   fprintf(stderr, "etr: unknown command '%s' (see 'etr --help')\n", c);
