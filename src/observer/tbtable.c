@@ -1,8 +1,13 @@
 /* Traceback tables of the trace writer (tbtable.h).
  *
  * Three levels, each an open-addressing hash table owned by the writer thread:
- *  - sites: one per (module generation, frame word) seen; each is symbolized once and then
- *    points at a frame;
+ *  - sites: one per (module record, frame word) seen; each is symbolized once and then
+ *    points at its frames. The record (etr__modules_in) is what a frame word resolves
+ *    through, and a module closed and opened again unchanged keeps it (modules.c), so a
+ *    plugin reloaded with tracebacks on adds no site, site sequence or frame per reload; a
+ *    different file opened at the same addresses has another record, hence its own sites
+ *    and names. Script frame words and addresses outside every module have no record;
+ *    neither depends on the generation;
  *  - frames: one per unique written frame ({name, filename, line}, plus module, build id
  *    and offset in module mode), in first-seen order: the "frames" table;
  *  - site sequences: one per unique sequence of sites (return addresses), each mapped to
@@ -49,7 +54,8 @@
 #define TB_CUT (UINT32_MAX - 1) /* pub_of: left out, the tables were full */
 
 typedef struct site {
-  uint64_t gen, word;
+  const etr__module *mod; /* the module record the word resolves through; NULL: none */
+  uint64_t word;
   /* Its frames (several where calls were inlined at the address, innermost first):
    * site_frames[first .. first + count), count 0 until symbolized. */
   uint32_t first, count;
@@ -109,10 +115,15 @@ struct etr__tbtab {
   uint64_t cost;                /* what the two tables take to read (frame_cost) */
   uint64_t cut;                 /* site sequences left out: the tables were full */
   uint32_t frames_out, pub_out; /* written by etr__tbtab_emit_new so far */
-  /* Recent raw sequences (hash of gen and words) to their traceback: most ops repeat a
-   * stack seen moments ago, and this skips the per-frame site lookups for them. */
+  /* The module map of the generation last asked for: most words come in the current one,
+   * and this saves the lock an older one takes (etr__modules_map). */
+  uint64_t map_gen;
+  const etr__modmap *map;
+  bool map_valid;
+  /* Recent raw sequences (gen and words) to their site sequence: most ops repeat a stack
+   * seen moments ago, and this skips the per-frame site lookups for them. */
   struct {
-    uint64_t hash;
+    uint64_t hash, gen;
     uint32_t tb;
   } recent[1024];
   strblock *strings;
@@ -161,7 +172,7 @@ static bool rehash(uint32_t **index, uint32_t *slots, uint32_t n, const etr__tbt
 }
 
 static uint64_t site_hash(const etr__tbtab *t, uint32_t i) {
-  return mix(t->sites[i].word ^ mix(t->sites[i].gen));
+  return mix(t->sites[i].word ^ mix((uint64_t)(uintptr_t)t->sites[i].mod));
 }
 
 static uint64_t frame_hash(const etr__tbtab *t, uint32_t i) {
@@ -237,19 +248,30 @@ void etr__tbtab_free(etr__tbtab *t) {
   free(t);
 }
 
+/* The module record native word resolves through in generation gen, NULL when none. */
+static const etr__module *module_of(etr__tbtab *t, uint64_t gen, uint64_t word) {
+  if (!t->map_valid || t->map_gen != gen) {
+    t->map = etr__modules_map(gen);
+    t->map_gen = gen;
+    t->map_valid = t->map != NULL; /* (none when memory ran out: ask again next time) */
+  }
+  return etr__modules_in(t->map, (uintptr_t)word);
+}
+
 static uint32_t site_of(etr__tbtab *t, uint64_t gen, uint64_t word) {
-  if ((word & ETR__SCRIPT_TAG) != 0) gen = 0; /* script ids do not depend on modules */
+  /* (script ids do not depend on modules) */
+  const etr__module *mod = (word & ETR__SCRIPT_TAG) ? NULL : module_of(t, gen, word);
   if ((t->n_sites + 1) * 2 > t->site_slots &&
       !rehash(&t->site_index, &t->site_slots, t->n_sites, t, site_hash))
     return UINT32_MAX;
   uint32_t mask = t->site_slots - 1;
-  uint32_t h = (uint32_t)mix(word ^ mix(gen)) & mask;
+  uint32_t h = (uint32_t)mix(word ^ mix((uint64_t)(uintptr_t)mod)) & mask;
   for (; t->site_index[h]; h = (h + 1) & mask) {
     const site *s = &t->sites[t->site_index[h] - 1];
-    if (s->word == word && s->gen == gen) return t->site_index[h] - 1;
+    if (s->word == word && s->mod == mod) return t->site_index[h] - 1;
   }
   if (!grow((void **)&t->sites, &t->cap_sites, sizeof *t->sites, t->n_sites + 1)) return UINT32_MAX;
-  t->sites[t->n_sites] = (site){gen, word, 0, 0};
+  t->sites[t->n_sites] = (site){mod, word, 0, 0};
   t->site_index[h] = ++t->n_sites;
   return t->n_sites - 1;
 }
@@ -260,16 +282,13 @@ static uint64_t raw_hash(uint64_t gen, const uint64_t *words, uint32_t n) {
   return h | 1; /* 0 marks an empty entry */
 }
 
-/* Whether traceback tb is exactly these words of generation gen. */
-static bool same_raw(const etr__tbtab *t, uint32_t tb, uint64_t gen, const uint64_t *words,
-                     uint32_t n) {
+/* Whether site sequence tb is exactly these words (the caller compared the generation:
+ * within one, a word always resolves through the same record). */
+static bool same_raw(const etr__tbtab *t, uint32_t tb, const uint64_t *words, uint32_t n) {
   if (t->tb_off[tb + 1] - t->tb_off[tb] != n) return false;
   const uint32_t *seq = t->seq + t->tb_off[tb];
-  for (uint32_t i = 0; i < n; i++) {
-    const site *s = &t->sites[seq[i]];
-    uint64_t g = (words[i] & ETR__SCRIPT_TAG) ? 0 : gen;
-    if (s->word != words[i] || s->gen != g) return false;
-  }
+  for (uint32_t i = 0; i < n; i++)
+    if (t->sites[seq[i]].word != words[i]) return false;
   return true;
 }
 
@@ -289,11 +308,13 @@ static uint64_t public_index(etr__tbtab *t, uint32_t i) {
 uint64_t etr__tbtab_intern(etr__tbtab *t, uint64_t gen, const uint64_t *words, uint32_t n) {
   uint64_t h = raw_hash(gen, words, n);
   size_t slot = (size_t)(h >> 54); /* 1024 entries */
-  if (t->recent[slot].hash == h && same_raw(t, t->recent[slot].tb, gen, words, n))
+  if (t->recent[slot].hash == h && t->recent[slot].gen == gen &&
+      same_raw(t, t->recent[slot].tb, words, n))
     return public_index(t, t->recent[slot].tb);
   uint64_t sites = intern_sites(t, gen, words, n);
   if (sites == UINT64_MAX) return UINT64_MAX;
   t->recent[slot].hash = h;
+  t->recent[slot].gen = gen;
   t->recent[slot].tb = (uint32_t)sites;
   return public_index(t, (uint32_t)sites);
 }
@@ -380,7 +401,7 @@ static void resolve(etr__tbtab *t, site *s) {
     }
   } else {
     uintptr_t ip = (uintptr_t)s->word;
-    const etr__module *m = etr__modules_find(s->gen, ip);
+    const etr__module *m = s->mod;
     uintptr_t call = ip ? ip - 1 : ip; /* the call instruction, not the return address */
     if (!m) {
       snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)ip);
@@ -391,7 +412,8 @@ static void resolve(etr__tbtab *t, site *s) {
       etr__symbol sym[ETR__INLINE_MAX];
       if (t->mode == ETR_SYMBOLIZE_FULL) {
         if (!t->sym) t->sym = etr__symbolizer_new();
-        uintptr_t live = s->gen == etr__modules_generation() ? call : 0;
+        /* dladdr may answer only while this record is still what is loaded there. */
+        uintptr_t live = etr__modules_find(etr__modules_generation(), ip) == m ? call : 0;
         if (t->sym) n = etr__symbolize_frames_mapped(t->sym, m, vaddr, live, sym, ETR__INLINE_MAX);
       }
       if (n > 0) {
@@ -585,3 +607,7 @@ void etr__tbtab_emit(etr__tbtab *t, etr__jw *w) {
 uint64_t etr__tbtab_tracebacks(const etr__tbtab *t) { return t ? t->n_pub : 0; }
 uint64_t etr__tbtab_frames(const etr__tbtab *t) { return t ? t->n_pub_frames : 0; }
 uint64_t etr__tbtab_cut(const etr__tbtab *t) { return t ? t->cut : 0; }
+void etr__tbtab_kept(const etr__tbtab *t, uint64_t *sites, uint64_t *stacks) {
+  *sites = t ? t->n_sites : 0;
+  *stacks = t ? t->n_tbs : 0;
+}

@@ -49,5 +49,8 @@ uint64_t etr__tbtab_tracebacks(const etr__tbtab *t);
 uint64_t etr__tbtab_frames(const etr__tbtab *t); /* entries of the "frames" table so far */
 /* Distinct stacks (sequences of frame words) left out because the tables were full. */
 uint64_t etr__tbtab_cut(const etr__tbtab *t);
+/* What the writer keeps to find those (tests): distinct (module record, frame word) sites
+ * and distinct sequences of them; neither grows when an unchanged library is reloaded. */
+void etr__tbtab_kept(const etr__tbtab *t, uint64_t *sites, uint64_t *stacks);
 
 #endif

@@ -5,9 +5,9 @@
  * immutable once published (a new generation links to the older one), so a capture can use
  * the current map without a lock, and an address captured before a library was closed still
  * resolves through the map of its generation. A map is an array of pointers to module
- * records; a module that is the same in the new generation (same addresses, file, build-id
- * and class) keeps its record, so a reload costs a map header, 8 bytes per module and a
- * record per module that changed. Maps and records of earlier generations are freed only
+ * records; a module that is the same as in an earlier generation (same addresses, file,
+ * build-id and class) keeps its record, so a reload costs a map header, 8 bytes per module
+ * and a record per module that changed. Maps and records of earlier generations are freed only
  * when no trace is open (etr__modules_release_old): until then any of them may be asked for
  * by a writer resolving older events, or held by a capture that began before the reload
  * (captures publish nothing per call that would tell when they are done).
@@ -437,10 +437,17 @@ static bool same_module(const etr__modent *r, const etr__modent *e) {
 }
 
 /* The record for module e (its path strdup'ed, freed here): older's when older holds the
- * same module, else a new one (path stored after it) added to g_records. NULL on ENOMEM. */
+ * same module, else any kept record of the same module, else a new one (path stored after
+ * it) added to g_records. NULL on ENOMEM. A plugin closed and opened again unchanged thus
+ * keeps its record even when a map was built while it was closed: the trace writer keys
+ * its traceback tables by record (tbtable.c), so such a reload adds nothing there either. */
 static const etr__modent *record_for(const etr__modmap *older, etr__modent *e) {
   const etr__modent *r = older ? find_in(older, e->m.lo) : NULL;
-  if (r && r->m.lo == e->m.lo && same_module(r, e)) {
+  if (!r || r->m.lo != e->m.lo || !same_module(r, e)) {
+    r = g_records; /* (only modules new since older are looked for here) */
+    while (r && !(r->m.lo == e->m.lo && same_module(r, e))) r = r->next_rec;
+  }
+  if (r) {
     free((void *)e->m.path);
     return r;
   }
@@ -580,20 +587,25 @@ const etr__modent *etr__modmap_exec(const etr__modmap *map, uintptr_t ip) {
   return e && ip >= e->xlo && ip < e->xhi ? e : NULL;
 }
 
-const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip) {
+const etr__modmap *etr__modules_map(uint64_t gen) {
   const etr__modmap *m = etr__modmap_current();
-  if (!m) return NULL;
-  if (m->gen != gen) {
-    /* An older generation: the chain is immutable, the lock only orders us after a
-     * concurrent build (as the interface promises). */
-    build_lock();
-    m = atomic_load_explicit(&g_current, memory_order_acquire);
-    while (m && m->gen > gen) m = m->older;
-    build_unlock();
-    if (!m || m->gen != gen) return NULL;
-  }
-  const etr__modent *e = find_in(m, ip);
+  if (!m || m->gen == gen) return m;
+  /* An older generation: the chain is immutable, the lock only orders us after a
+   * concurrent build (as the interface promises). */
+  build_lock();
+  m = atomic_load_explicit(&g_current, memory_order_acquire);
+  while (m && m->gen > gen) m = m->older;
+  build_unlock();
+  return m && m->gen == gen ? m : NULL;
+}
+
+const etr__module *etr__modules_in(const etr__modmap *map, uintptr_t ip) {
+  const etr__modent *e = map ? find_in(map, ip) : NULL;
   return e ? &e->m : NULL;
+}
+
+const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip) {
+  return etr__modules_in(etr__modules_map(gen), ip);
 }
 
 void etr__modules_release_old(void) {

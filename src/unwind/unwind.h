@@ -65,6 +65,18 @@ typedef struct etr__module {
  * Any thread; takes a lock only when the generation is not the current one. */
 const etr__module *etr__modules_find(uint64_t gen, uintptr_t ip);
 
+/* The map of generation gen, for many lookups in one generation (etr__modules_in); NULL
+ * when gen is unknown or was freed. Valid until etr__modules_release_old. Any thread; takes
+ * a lock only when the generation is not the current one. */
+typedef struct etr__modmap etr__modmap;
+const etr__modmap *etr__modules_map(uint64_t gen);
+
+/* The module containing ip in map (NULL for a NULL map). Lock-free. A module that stays the
+ * same (addresses, file, build-id) keeps its record in every generation, also when it was
+ * closed and opened again meanwhile: the record's address identifies "this file loaded
+ * there" for as long as the records live (until etr__modules_release_old). */
+const etr__module *etr__modules_in(const etr__modmap *map, uintptr_t ip);
+
 /* The current generation (bumped when libraries are loaded or unloaded). */
 uint64_t etr__modules_generation(void);
 

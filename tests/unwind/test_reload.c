@@ -4,6 +4,11 @@
  *       LIB opened, an op recorded through it, closed, 40 times: the module map must grow by
  *       about a pointer per module per reload (records shared), and only the current map
  *       may be left once the trace is closed.
+ *   test_reload tables LIB
+ *       LIB opened, a stack captured through it, closed, 40 times (every other time a map
+ *       is built while LIB is closed), each stack added to a writer's traceback tables: the
+ *       sites and stacks they keep must not grow with the reloads, and the stack must read
+ *       as LIB's functions.
  *   test_reload names MODE TRACE PLUGIN LIB_A LIB_B
  *       LIB_A and LIB_B (other function names) installed in turn at PLUGIN (copy + rename,
  *       as a rebuild does), each opened, 3 ops recorded through it (op names say which
@@ -23,6 +28,7 @@
 #include <unistd.h>
 
 #include "etr/etr.h"
+#include "observer/tbtable.h"
 #include "unwind/cfi.h"
 
 static etr_trace *g_tr;
@@ -112,6 +118,74 @@ static int run_mem(const char *trace, const char *lib) {
   return 0;
 }
 
+static uint64_t g_words[64];
+static uint32_t g_n;
+static uint64_t g_gen;
+
+__attribute__((noinline)) static size_t capture_cb(void *arg) {
+  (void)arg;
+  uintptr_t ips[64];
+  size_t n = etr__unwind_capture(ips, 64, 0, &g_gen);
+  for (size_t i = 0; i < n; i++) g_words[i] = ips[i];
+  g_n = (uint32_t)n;
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+typedef size_t (*dl_entry_fn)(size_t (*cb)(void *), void *arg);
+
+/* Open lib, capture a stack through it, close it, add the stack to t; its generation. */
+static uint64_t capture_through(etr__tbtab *t, const char *lib, bool map_while_closed) {
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) die(dlerror());
+  void *sym = dlsym(h, "unwind_dl_entry");
+  if (!sym) die("no entry point");
+  dl_entry_fn entry;
+  memcpy(&entry, &sym, sizeof entry);
+  g_n = 0;
+  entry(capture_cb, NULL);
+  if (g_n < 3) die("the capture did not reach the library");
+  if (dlclose(h) != 0) die("dlclose failed");
+  /* A map built now lacks lib: its next load then cannot take the record of the map before */
+  if (map_while_closed) etr__modmap_refresh();
+  if (etr__tbtab_intern(t, g_gen, g_words, g_n) == UINT64_MAX) die("the stack was not added");
+  etr__tbtab_symbolize(t);
+  return g_gen;
+}
+
+static int run_tables(const char *lib) {
+  etr__tbtab *t = etr__tbtab_new(ETR_SYMBOLIZE_FULL);
+  if (!t) die("out of memory");
+  uint64_t gen0 = 0, gen1 = 0, sites0 = 0, stacks0 = 0, sites1, stacks1;
+  for (int i = 0; i < 42; i++) { /* (one call site: the stacks differ in the library only) */
+    gen1 = capture_through(t, lib, i % 2 == 1);
+    if (i == 1) {
+      gen0 = gen1;
+      etr__tbtab_kept(t, &sites0, &stacks0);
+    }
+  }
+  etr__tbtab_kept(t, &sites1, &stacks1);
+  fprintf(stderr,
+          "generations %llu..%llu; after 2 loads: %llu sites, %llu stacks; after 42: %llu "
+          "sites, %llu stacks\n",
+          (unsigned long long)gen0, (unsigned long long)gen1, (unsigned long long)sites0,
+          (unsigned long long)stacks0, (unsigned long long)sites1, (unsigned long long)stacks1);
+  if (gen1 - gen0 < 20) die("the reloads were not seen (fewer than 20 new generations)");
+  if (sites1 != sites0 || stacks1 != stacks0) die("the tables grew with unchanged reloads");
+  if (etr__tbtab_tracebacks(t) != 1) die("one stack read as several tracebacks");
+  /* The library's own names, not addresses: the stack was resolved through its file. */
+  etr__jw w; /* (no file: the tables are small and stay in the buffer) */
+  if (etr__jw_init(&w, -1, 1u << 20) != 0) die("out of memory");
+  etr__tbtab_emit(t, &w);
+  etr__jw_char(&w, '\0');
+  bool named = w.buf && strstr(w.buf, "unwind_dl_inner") && strstr(w.buf, "unwind_dl_entry");
+  if (!named) fprintf(stderr, "%s\n", w.buf ? w.buf : "(no output)");
+  etr__jw_free(&w);
+  etr__tbtab_free(t);
+  if (!named) die("the library's functions were not named");
+  return 0;
+}
+
 static int run_names(const char *mode, const char *trace, const char *plugin, const char *a,
                      const char *b) {
   open_trace(trace);
@@ -145,6 +219,7 @@ static int run_names(const char *mode, const char *trace, const char *plugin, co
 
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "mem")) return run_mem(argv[2], argv[3]);
+  if (argc == 3 && !strcmp(argv[1], "tables")) return run_tables(argv[2]);
   if (argc == 7 && !strcmp(argv[1], "names"))
     return run_names(argv[2], argv[3], argv[4], argv[5], argv[6]);
   fprintf(stderr, "usage: test_reload mem TRACE LIB | names MODE TRACE PLUGIN LIB_A LIB_B\n");
