@@ -258,29 +258,12 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   tr->tid_pages = calloc(ETR__TID_PAGES, sizeof *tr->tid_pages);
   if (!tr->tensors || !tr->storages || !tr->tid_pages || etr__jw_init(&tr->jw, -1, 1u << 20) != 0)
     rc = ETR_ENOMEM;
-  /* path.gz: gzip output, at level 1 (the writer thread keeps up with the recorders; a trace
-   * still shrinks about tenfold). */
-  /* (endings in any case: T.JSON.GZ is gzip too) */
   size_t plen = strlen(path);
-#define ENDS_WITH(e) (plen > sizeof e - 1 && strcasecmp(path + plen - (sizeof e - 1), e) == 0)
-  tr->binary = ENDS_WITH(".etr"); /* a binary log (binlog.h) */
-  if (ENDS_WITH(".etr.gz")) {
-    /* JSON under a binary log's name, or a log etr convert cannot read: neither */
-    etr__log(ETR_LOG_ERROR,
-             "%s: a binary log is written uncompressed (.etr, about a tenth of "
-             "the JSON's size); .json.gz is compressed JSON",
-             path);
-    rc = ETR_EINVAL;
-  }
-  if (ENDS_WITH(".zst") || ENDS_WITH(".zstd") || ENDS_WITH(".bz2") || ENDS_WITH(".xz") ||
-      ENDS_WITH(".lz4")) {
-    /* (the commands read zstd, but the library writes gzip only: plain JSON under a
-     * compressed name would fail every tool that goes by the name) */
-    etr__log(ETR_LOG_ERROR, "%s: etr writes gzip (.json.gz), not this compression", path);
-    rc = ETR_EINVAL;
-  }
-  if (rc == 0 && ENDS_WITH(".gz") && etr__jw_set_gzip(&tr->jw, 1) != 0) rc = ETR_ENOMEM;
-#undef ENDS_WITH
+  bool gzip = false;
+  if (rc == 0) rc = etr__trace_path_format(path, &tr->binary, &gzip);
+  /* gzip at level 1: the writer thread keeps up with the recorders; a trace still shrinks
+   * about tenfold */
+  if (rc == 0 && gzip && etr__jw_set_gzip(&tr->jw, 1) != 0) rc = ETR_ENOMEM;
   if (rc == 0 && o.traceback) {
     etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
     size_t n = o.traceback->struct_size && o.traceback->struct_size < sizeof tb

@@ -1,12 +1,14 @@
 /* What a trace is told (trace.c opens it): its options, read in this library's layout or in
- * etr 0.1.0's, its traceback configuration, which can change while it records, and the
- * paths that name one of this process's descriptors. */
+ * etr 0.1.0's, its traceback configuration, which can change while it records, the
+ * paths that name one of this process's descriptors, and what a path's ending asks for. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "observer/internal.h"
 #include "observer/registry.h"
 #include "observer/trace_internal.h"
 
@@ -135,4 +137,29 @@ int etr__dup_for_writing(int fd) {
     return -1;
   }
   return fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
+int etr__trace_path_format(const char *path, bool *binary, bool *gzip) {
+  size_t plen = strlen(path);
+#define ENDS_WITH(e) (plen > sizeof e - 1 && strcasecmp(path + plen - (sizeof e - 1), e) == 0)
+  *binary = ENDS_WITH(".etr");
+  *gzip = ENDS_WITH(".gz");
+  int rc = 0;
+  if (ENDS_WITH(".etr.gz")) {
+    /* JSON under a binary log's name, or a log etr convert cannot read: neither */
+    etr__log(ETR_LOG_ERROR,
+             "%s: a binary log is written uncompressed (.etr, about a tenth of "
+             "the JSON's size); .json.gz is compressed JSON",
+             path);
+    rc = ETR_EINVAL;
+  }
+  if (ENDS_WITH(".zst") || ENDS_WITH(".zstd") || ENDS_WITH(".bz2") || ENDS_WITH(".xz") ||
+      ENDS_WITH(".lz4")) {
+    /* (the commands read zstd, but the library writes gzip only: plain JSON under a
+     * compressed name would fail every tool that goes by the name) */
+    etr__log(ETR_LOG_ERROR, "%s: etr writes gzip (.json.gz), not this compression", path);
+    rc = ETR_EINVAL;
+  }
+#undef ENDS_WITH
+  return rc;
 }

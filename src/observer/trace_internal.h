@@ -719,6 +719,10 @@ int etr__trace_tb_configure(struct etr_trace *tr, const etr_traceback_options *i
  * -1 with errno when it is not open for writing. */
 int etr__own_descriptor(const char *path);
 int etr__dup_for_writing(int fd);
+/* What path's ending asks for, in any case: a binary log (.etr) or gzip (.gz). ETR_EINVAL,
+ * said on the log, for a binary log compressed (.etr.gz) or a compression etr does not
+ * write (.zst, .zstd, .xz, .bz2, .lz4): never plain JSON under a compressed name. */
+int etr__trace_path_format(const char *path, bool *binary, bool *gzip);
 
 /* Fill a stats snapshot (trace_calls.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);

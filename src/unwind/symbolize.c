@@ -33,6 +33,7 @@
  * module path (or the source file when only the name was missing), line 0 when unknown.
  * Without libdw (ETR_WITH_LIBDW unset) only the fallbacks exist.
  */
+#include "unwind/arena.h"
 #include "unwind/symbolize_file.h"
 #include "unwind/symbolize_search.h"
 #include "unwind/unwind.h"
@@ -74,48 +75,6 @@ static void demangle_init(void) {
   }
   /* Casting a data pointer to a function pointer, as dlsym requires. */
   memcpy(&g_demangle, &f, sizeof f);
-}
-
-/* ---- arena for the strings the symbolizer makes ---- */
-
-typedef struct arena_block {
-  struct arena_block *next;
-  size_t used, cap;
-  char data[];
-} arena_block;
-
-static char *arena_alloc(arena_block **head, size_t n) {
-  arena_block *b = *head;
-  if (b == NULL || b->cap - b->used < n) {
-    size_t cap = n > 60000 ? n : 60000;
-    arena_block *nb = malloc(sizeof *nb + cap);
-    if (nb == NULL) return NULL;
-    nb->next = b;
-    nb->used = 0;
-    nb->cap = cap;
-    *head = b = nb;
-  }
-  char *p = b->data + b->used;
-  b->used += n;
-  return p;
-}
-
-/* n bytes aligned for pointers (arrays of etr__symbol). */
-static void *arena_alloc_aligned(arena_block **head, size_t n) {
-  arena_block *b = *head;
-  if (b != NULL) {
-    size_t pad = (size_t)(-(uintptr_t)(b->data + b->used)) & (sizeof(void *) - 1);
-    b->used = b->used + pad <= b->cap ? b->used + pad : b->cap;
-  }
-  /* A new block's data is pointer-aligned (it follows a pointer and two size_t). */
-  return arena_alloc(head, n);
-}
-
-static const char *arena_strdup(arena_block **head, const char *s) {
-  size_t n = strlen(s) + 1;
-  char *p = arena_alloc(head, n);
-  if (p != NULL) memcpy(p, s, n);
-  return p;
 }
 
 /* ---- the symbolizer: modules, cached answers, strings ---- */
@@ -176,7 +135,7 @@ struct etr__symbolizer {
   size_t last_index;
   cache_entry *cache;
   size_t cache_cap, cache_n; /* power of two; grown at 1/2 load */
-  arena_block *arena;
+  etr__arena_block *arena;
   istr *strs;
   size_t strs_cap, strs_n; /* power of two (or 0); grown at 1/2 load */
   sfile **files;
@@ -244,12 +203,7 @@ void etr__symbolizer_free(etr__symbolizer *s) {
   free(s->cache);
   for (size_t i = 0; i < s->ndirs; i++) free(s->dirs[i]);
   free(s->dirs);
-  arena_block *b = s->arena;
-  while (b != NULL) {
-    arena_block *next = b->next;
-    free(b);
-    b = next;
-  }
+  etr__arena_free(&s->arena);
   free(s);
 }
 
@@ -298,7 +252,7 @@ static const char *intern(etr__symbolizer *s, const char *str) {
     if (s->strs[j].hash == h && strcmp(s->strs[j].s, str) == 0) return s->strs[j].s;
     j = (j + 1) & mask;
   }
-  char *p = arena_alloc(&s->arena, n + 1);
+  char *p = etr__arena_alloc(&s->arena, n + 1);
   if (p == NULL) return NULL;
   memcpy(p, str, n + 1);
   s->strs[j] = (istr){h, p};
@@ -314,7 +268,7 @@ size_t etr__symbolizer_search_dirs(const etr__symbolizer *s, const char *const *
 }
 
 void *etr__symbolizer_alloc(etr__symbolizer *s, size_t n) {
-  return arena_alloc_aligned(&s->arena, n);
+  return etr__arena_alloc_aligned(&s->arena, n);
 }
 
 const char *etr__symbolizer_demangle(etr__symbolizer *s, const char *raw) {
@@ -721,7 +675,7 @@ static int resolve(etr__symbolizer *s, module *m, uint64_t vaddr, uintptr_t live
     } else {
       char buf[PATH_MAX + 32];
       snprintf(buf, sizeof buf, "%s+0x%" PRIx64, m->base[0] ? m->base : "[unknown]", vaddr);
-      name = arena_strdup(&s->arena, buf);
+      name = etr__arena_strdup(&s->arena, buf);
     }
     if (name == NULL) return ETR_ENOMEM;
   }
