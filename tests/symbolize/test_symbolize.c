@@ -27,6 +27,8 @@
 
 #include <cmocka.h>
 
+#include "symtest_dir.h"
+
 #include "unwind/symbolize_search.h"
 #include "unwind/unwind.h"
 
@@ -689,18 +691,6 @@ static void test_inline_frames_cxx(void **state) {
 }
 
 /* ---- files shared between modules, and only a few kept loaded ---- */
-
-/* A temporary directory (asserts it was made) and removing it with the files in it. */
-static void temp_dir(char *dir, size_t cap) {
-  snprintf(dir, cap, "/tmp/etr-symtest-XXXXXX");
-  assert_non_null(mkdtemp(dir));
-}
-
-static void remove_tree(const char *dir) {
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
-}
 
 /* A copy of the file src at dst (a file of its own: another inode). */
 static void copy_file(const char *src, const char *dst) {

@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "symtest_dir.h"
+
 #include "unwind/unwind.h"
 
 /* ---- writing ELF files ---- */
@@ -148,17 +150,6 @@ static void write_symbols(const char *path, uint32_t symtype, const Elf64_Sym *s
 }
 
 /* ---- helpers ---- */
-
-static void temp_dir(char *dir, size_t cap) {
-  snprintf(dir, cap, "/tmp/etr-symhostile-XXXXXX");
-  assert_non_null(mkdtemp(dir));
-}
-
-static void remove_tree(const char *dir) {
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
-}
 
 /* The name etr__symbolize gives vaddr of the file at path, with a fresh symbolizer (no answer
  * cached from another file); *rc_out its return code. Copied into buf. */
