@@ -15,14 +15,12 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from etr_checks import check, finish  # noqa: E402
+from etr_checks import PROCESS, THREAD, check, finish  # noqa: E402
 
 ETR, WORK = sys.argv[1:3]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 
-THREAD = "[pytorch|profiler|execution_trace|thread]"
-PROCESS = "[pytorch|profiler|execution_trace|process]"
 IO = '"inputs":{"values":[],"shapes":[],"types":[]},"outputs":{"values":[],"shapes":[],"types":[]}'
 PEND_GEN = 1 << 17  # tools/cmd_chrome.c
 

@@ -9,8 +9,7 @@ A test finds this module through its own path (tests/pylib), not through PYTHONP
 """
 import json
 
-THREAD = "[pytorch|profiler|execution_trace|thread]"
-PROCESS = "[pytorch|profiler|execution_trace|process]"
+from etr_checks import PROCESS, THREAD  # noqa: F401 (also for the tests that import them from here)
 
 
 def tensor(tid, sid, numel, item=4):

@@ -11,6 +11,11 @@ import subprocess
 import sys
 import tempfile
 
+# The names of a trace's thread and process nodes (docs/FORMAT.md), for tests that build
+# traces by hand.
+THREAD = "[pytorch|profiler|execution_trace|thread]"
+PROCESS = "[pytorch|profiler|execution_trace|process]"
+
 failures = []
 scratch = []
 
