@@ -447,6 +447,37 @@ static inline uint64_t rng_next(etr__thread *t) {
   return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* Computes the thread's decision for (ep, mask): which enabled slots observe every record of
+ * t and which decide record by record. A slot added after ep (live_epoch > ep) is left out:
+ * a later epoch is another key. The slots' options are set before they are published and
+ * never change, and begin checks each slot's epoch again, so a cached decision is as good
+ * as one made at the record. */
+static __attribute__((noinline)) void decide_for_thread(etr__thread *t, uint64_t ep,
+                                                        uint64_t mask) {
+  uint64_t all = 0, per_record = 0;
+  uint32_t needs = 0;
+  for (uint64_t m = mask; m; m &= m - 1) {
+    int i = __builtin_ctzll(m);
+    slot *s = &slots[i];
+    uint64_t le = atomic_load_explicit(&s->live_epoch, memory_order_acquire);
+    if (le == 0 || le > ep) continue;
+    etr__thread *owner = atomic_load_explicit(&s->owner, memory_order_relaxed);
+    if (owner && owner != t) continue;
+    if (atomic_load_explicit(&s->scopes, memory_order_relaxed) ||
+        atomic_load_explicit(&s->sample_threshold, memory_order_relaxed)) {
+      per_record |= 1ull << i;
+      continue;
+    }
+    all |= 1ull << i;
+    needs |= atomic_load_explicit(&s->needs, memory_order_relaxed);
+  }
+  t->dec_active = all;
+  t->dec_needs = needs;
+  t->dec_per_record = per_record;
+  t->dec_mask = mask;
+  t->dec_epoch = ep;
+}
+
 void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
   rec->name = name;
   rec->scope = (uint32_t)scope;
@@ -463,16 +494,12 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
 decide:
   ep = atomic_load_explicit(&epoch, memory_order_acquire);
   mask = atomic_load_explicit(&enabled_mask, memory_order_acquire);
-  active = 0;
-  needs = 0;
-  while (mask) {
-    int i = __builtin_ctzll(mask);
-    mask &= mask - 1;
+  if (ETR__UNLIKELY(ep != t->dec_epoch || mask != t->dec_mask)) decide_for_thread(t, ep, mask);
+  active = t->dec_active;
+  needs = t->dec_needs;
+  for (uint64_t m = t->dec_per_record; ETR__UNLIKELY(m); m &= m - 1) {
+    int i = __builtin_ctzll(m);
     slot *s = &slots[i];
-    uint64_t le = atomic_load_explicit(&s->live_epoch, memory_order_acquire);
-    if (le == 0 || le > ep) continue;
-    etr__thread *owner = atomic_load_explicit(&s->owner, memory_order_relaxed);
-    if (owner && owner != t) continue;
     uint32_t scopes = atomic_load_explicit(&s->scopes, memory_order_relaxed);
     if (scopes && (rec->scope >= 32 || !(scopes & (1u << rec->scope)))) continue;
     uint64_t thr = atomic_load_explicit(&s->sample_threshold, memory_order_relaxed);

@@ -24,6 +24,12 @@ struct etr__thread {
   uint64_t tid;                  /* logical id, 1, 2, ... */
   uint64_t rng;                  /* sampling state */
   uint64_t rf_next, rf_end;      /* block of record handles */
+  /* The registry's decision for this thread at (dec_epoch, dec_mask): the slots that observe
+   * every record (dec_active, their needs in dec_needs) and those that decide per record
+   * (dec_per_record: a scope filter, sampling, another thread's owner). Recomputed when the
+   * epoch or the enabled mask changes; dec_epoch 0 never matches. */
+  uint64_t dec_epoch, dec_mask, dec_active, dec_per_record;
+  uint32_t dec_needs;
   /* Per-thread counters: written by the owner only, read by stats. */
   _Atomic uint64_t n_observed, n_ends_without_begin, n_begins_repeated, n_in_callbacks;
   /* State an observer module keeps for this thread (the trace observer's, through the hooks
