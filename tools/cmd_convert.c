@@ -54,8 +54,9 @@ static void usage(FILE *f) {
           "the command says so. A log of another format version or event layout is refused.\n"
           "\n"
           "exit status: 0 converted (also a cut log, completed), 1 not a binary log, an I/O\n"
-          "error, or a cut log that could not be completed (OUT then holds its events as\n"
-          "converted), 2 usage error.\n");
+          "error, memory exhausted, a cut log that could not be completed (OUT then holds\n"
+          "its events as converted), or bytes after the log's trailer (another log appended:\n"
+          "OUT holds the first one's trace), 2 usage error.\n");
 }
 
 /* OUT by default: FILE less its ".etr", plus ".json". A log compressed to copy it off a
@@ -273,7 +274,12 @@ int cmd_convert(int argc, char **argv) {
     goto done;
   }
   if (rc != 0) {
-    cli_error(CMD, "%s: %s", from_stdin ? "<stdin>" : path, cli_term(res.error));
+    /* (a compressed log cut or damaged early: what the decompressor saw explains the rest) */
+    cli_error(CMD, "%s: %s%s%s", from_stdin ? "<stdin>" : path, cli_term(res.error),
+              ended == RD_SRC_CUT       ? "; the compressed stream is cut short"
+              : ended == RD_SRC_CORRUPT ? "; the compressed stream is corrupt: "
+                                        : "",
+              ended == RD_SRC_CORRUPT ? (detail ? detail : "corrupt data") : "");
     status = ETR_CLI_FAIL;
     goto done;
   }
@@ -363,6 +369,15 @@ int cmd_convert(int argc, char **argv) {
     fprintf(say, "%s: %llu events -> %s%s\n", from_stdin ? "<stdin>" : path,
             (unsigned long long)res.events, to_stdout ? "<stdout>" : out,
             res.records_skipped ? " (records of a later version skipped)" : "");
+  if (res.complete && res.bytes_dropped) {
+    /* (a log ends at its trailer: what follows is another log appended to it, or damage) */
+    cli_error(CMD,
+              "%s: %llu bytes follow the log's trailer (from byte %llu) and were not converted: "
+              "another log appended to it (convert each log on its own) or damage",
+              from_stdin ? "<stdin>" : path, (unsigned long long)res.bytes_dropped,
+              (unsigned long long)res.bytes_read);
+    status = ETR_CLI_FAIL;
+  }
 
 done:
   if (tmp[0]) unlink(tmp);

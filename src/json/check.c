@@ -125,17 +125,24 @@ static bool value(ck *c, unsigned depth) {
   }
 }
 
-bool etr__json_elements_ok(const char *s, size_t n) {
+bool etr__json_elements_count(const char *s, size_t n, uint64_t *count) {
   ck c = {(const unsigned char *)s, (const unsigned char *)s + n};
+  *count = 0;
   ws(&c);
   if (c.p == c.end) return true; /* no elements */
   for (;;) {
     ws(&c);
     if (!value(&c, 0)) return false;
+    ++*count;
     ws(&c);
     if (c.p == c.end) return true;
     if (*c.p++ != ',') return false;
   }
+}
+
+bool etr__json_elements_ok(const char *s, size_t n) {
+  uint64_t count;
+  return etr__json_elements_count(s, n, &count);
 }
 
 bool etr__json_members_ok(const char *s, size_t n) {

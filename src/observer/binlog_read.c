@@ -184,8 +184,12 @@ static bool take_tables(recovered *rc, const uint8_t *p, size_t len) {
   const char *f = (const char *)p + sizeof h, *t = f + h.frames_len;
   uLong crc = crc32(0L, (const Bytef *)f, (uInt)h.frames_len);
   if ((uint32_t)crc32(crc, (const Bytef *)t, (uInt)h.tbs_len) != h.crc) return false;
-  /* copied into the JSON as they are: made to break it, they are refused like damage */
-  if (!etr__json_elements_ok(f, h.frames_len) || !etr__json_elements_ok(t, h.tbs_len)) return false;
+  /* Copied into the JSON as they are: made to break it, they are refused like damage. The
+   * counts, outside the checksum, must be the texts' own (they size a cut log's footer). */
+  uint64_t n_frames, n_tbs;
+  if (!etr__json_elements_count(f, h.frames_len, &n_frames) ||
+      !etr__json_elements_count(t, h.tbs_len, &n_tbs) || n_frames != h.n_frames || n_tbs != h.n_tbs)
+    return false;
   if (h.frames_len) {
     if (rc->frames.len) etr__jw_char(&rc->frames, ',');
     etr__jw_raw(&rc->frames, f, h.frames_len);
@@ -200,9 +204,9 @@ static bool take_tables(recovered *rc, const uint8_t *p, size_t len) {
 
 /* The footer of a log cut short: the process node, finish_ts (the end of the last timed
  * event), the tables recovered (a traceback named but lost: []), and counters that say so. */
-static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
+static bool cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
   etr__jw tables;
-  if (etr__jw_init(&tables, -1, 0) != 0) return;
+  if (etr__jw_init(&tables, -1, 0) != 0) return false;
   uint64_t missing = rc->tbs_named > rc->n_tbs ? rc->tbs_named - rc->n_tbs : 0;
   uint64_t lost = missing + rc->tbs_damaged;
   if (rc->n_tbs || missing) {
@@ -225,7 +229,9 @@ static void cut_footer(etr_trace *tr, recovered *rc, etr__bin_result *res) {
   etr__stat_pair st[2] = {{"log_cut", 1}, {"tracebacks_lost", lost}};
   etr__emit_held(tr); /* (counted as events when they were read) */
   etr__emit_footer_with(tr, false, finish, 0, tables.buf, tables.len, st, 2);
+  bool ok = !tables.err;
   etr__jw_free(&tables);
+  return ok;
 }
 
 /* One full event (checked) into the JSON trace, noting what a cut log's footer needs. */
@@ -287,10 +293,15 @@ static int convert_events(etr_trace *tr, uint8_t *p, size_t len, etr__bin_result
   return off == len ? 0 : -1;
 }
 
-/* The decoders of a log's streams, by number. */
+/* The decoders of a log's streams, by number. Their tables (about 23 KiB a stream that
+ * defines strings and tensors) are bounded as a whole: a log names one stream per thread
+ * state its process made, and a forged one that names a million streams, each with a
+ * definition, would otherwise take tens of GiB. */
+#define STREAM_TABLES_MAX ((size_t)512 << 20)
 typedef struct streams {
   etr__cev_dec **dec;
   size_t n;
+  size_t table_bytes; /* the decoders' tables */
   etr__cev_out out;
 } streams;
 
@@ -315,7 +326,9 @@ static etr__cev_dec *stream_dec(streams *st, uint32_t k) {
   return st->dec[k];
 }
 
-/* The compact events of a CEVENTS record (len bytes at p). */
+/* The compact events of a CEVENTS record (len bytes at p): 0 done, -1 stopped (corrupt or
+ * cut data: the events before are kept, as for a cut log), -2 failed (memory ran out, or
+ * the decoders' tables outgrew their bound): *why says which. */
 static int convert_cevents(etr_trace *tr, const uint8_t *p, size_t len, etr__bin_result *res,
                            uint64_t rec_off, recovered *rc, streams *st, const char **why) {
   etr__bin_cevents h;
@@ -324,16 +337,28 @@ static int convert_cevents(etr_trace *tr, const uint8_t *p, size_t len, etr__bin
     return -1;
   }
   memcpy(&h, p, sizeof h);
+  if (h.stream >= ETR__BIN_STREAMS_MAX) {
+    *why = "a stream number out of range: corrupt data";
+    return -1;
+  }
   etr__cev_dec *d = stream_dec(st, h.stream);
   if (!d) {
-    *why = h.stream >= ETR__BIN_STREAMS_MAX ? "a stream number out of range: corrupt data"
-                                            : "out of memory";
-    return -1;
+    *why = etr__cev_oom;
+    return -2;
   }
   size_t off = sizeof h;
   while (off < len) {
     const etr__ev *ev;
+    size_t before = etr__cev_dec_bytes(d);
     size_t n = etr__cev_decode(d, &st->out, p + off, len - off, h.tid, h.base_ns, true, &ev, why);
+    if (!n && *why == etr__cev_oom) return -2;
+    st->table_bytes += etr__cev_dec_bytes(d) - before;
+    if (st->table_bytes > STREAM_TABLES_MAX) {
+      *why =
+          "the log's streams define more tables than any process of etr makes (over 512 MiB "
+          "of them; stream numbers are one per recording thread): corrupt data";
+      return -2;
+    }
     if (!n) break;
     if (ev) {
       etr__ev *e = (etr__ev *)(void *)st->out.buf;
@@ -433,6 +458,19 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
   return etr__bin_convert_from(&src, out_fd, 0, res);
 }
 
+/* Whether the input holds only zero bytes from here on (read through: the bytes after a
+ * stop are counted by the source's size, or by r->off). */
+static bool zero_stretch(reader *r) {
+  static uint8_t block[1 << 16];
+  int err = 0;
+  for (;;) {
+    size_t n = read_full(r, block, sizeof block, &err);
+    for (size_t i = 0; i < n; i++)
+      if (block[i]) return false;
+    if (n < sizeof block) return true;
+  }
+}
+
 /* What follows the bytes read, counted: by the source's size, else by reading it. */
 static uint64_t input_size(reader *r) {
   long long size = r->src->size ? r->src->size(r->src->user) : -1;
@@ -453,6 +491,14 @@ int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level
   size_t got = read_full(&r, &h, sizeof h, &err);
   if (err) {
     FAIL(res, "cannot read the input: %s", strerror(err));
+    return -1;
+  }
+  if (got == 0) {
+    FAIL(res, "an empty log (no bytes to read)");
+    return -1;
+  }
+  if (got < 8 && memcmp(&h, ETR__BIN_MAGIC, got) == 0) {
+    FAIL(res, "the file ends inside its header (%zu of %zu bytes)", got, sizeof h);
     return -1;
   }
   if (!etr__bin_is_log(&h, got)) {
@@ -494,7 +540,7 @@ int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level
   tr->when[sizeof tr->when - 1] = '\0';
   int rc = 0;
   bool layout_seen = false;
-  streams st = {NULL, 0, {NULL, 0}};
+  streams st = {NULL, 0, 0, {NULL, 0}};
   recovered got_back;
   memset(&got_back, 0, sizeof got_back);
   if (etr__jw_init(&got_back.frames, -1, 0) != 0 || etr__jw_init(&got_back.tbs, -1, 0) != 0) {
@@ -519,7 +565,9 @@ int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level
       break;
     }
     if (rec.type == 0 && rec.len == 0) {
-      res->stop_reason = "zero bytes where a record starts: a zero-filled tail";
+      res->stop_reason = zero_stretch(&r) ? "zero bytes where a record starts: a zero-filled tail"
+                                          : "zero bytes where a record starts, then other bytes: "
+                                            "a zeroed stretch (damage)";
       break;
     }
     if (rec.len > ETR__BIN_RECORD_MAX) {
@@ -576,7 +624,14 @@ int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level
     if (rec.type == ETR__BIN_CEVENTS) {
       const char *why = "a malformed event: corrupt data";
       size_t have = whole ? rec.len : (got < rec.len ? got : rec.len);
-      if (convert_cevents(tr, r.buf, have, res, rec_off, &got_back, &st, &why) != 0 || !whole) {
+      int cv = convert_cevents(tr, r.buf, have, res, rec_off, &got_back, &st, &why);
+      if (cv == -2) { /* not the log's end: the conversion fails, as for any other record */
+        FAIL(res, "%s (at the record at byte %llu; %llu events converted before it)", why,
+             (unsigned long long)rec_off, (unsigned long long)res->events);
+        rc = -1;
+        break;
+      }
+      if (cv != 0 || !whole) {
         res->stop_reason = whole ? why : "the file ends inside a record";
         break;
       }
@@ -592,7 +647,7 @@ int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level
       res->bytes_read = r.off;
     } else if (rec.type == ETR__BIN_TABLES) {
       if (!whole || !take_tables(&got_back, r.buf, rec.len)) {
-        res->stop_reason = whole ? "damaged traceback tables (their checksum fails)"
+        res->stop_reason = whole ? "damaged traceback tables (their checksum or counts fail)"
                                  : "the file ends inside a record";
         break;
       }
@@ -614,7 +669,10 @@ int etr__bin_convert_from(const etr__bin_source *src, int out_fd, int gzip_level
       break;
     }
   }
-  if (rc == 0 && !res->complete) cut_footer(tr, &got_back, res);
+  if (rc == 0 && !res->complete && !cut_footer(tr, &got_back, res)) {
+    FAIL(res, "out of memory for the footer of a cut log");
+    rc = -1;
+  }
   etr__jw_free(&got_back.frames);
   etr__jw_free(&got_back.tbs);
   streams_free(&st);

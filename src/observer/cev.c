@@ -29,9 +29,11 @@ typedef struct dten {
   etr__tfrag frag; /* its JSON texts (emit_values.c) */
 } dten;
 
+/* The tables are allocated at their first definition: a stream that defines nothing (a
+ * thread that recorded no op, or a forged log naming a million streams) costs a few bytes. */
 struct etr__cev_dec {
-  dstr str[ETR__CSTR_SLOTS];
-  dten ten[ETR__CTEN_SLOTS];
+  dstr *str;            /* ETR__CSTR_SLOTS, or NULL */
+  dten *ten;            /* ETR__CTEN_SLOTS, or NULL */
   uint64_t thread_node; /* the id of the stream's last thread event (its thread's node) */
 };
 
@@ -39,18 +41,29 @@ uint64_t etr__cev_dec_thread_node(const etr__cev_dec *d) { return d ? d->thread_
 
 etr__cev_dec *etr__cev_dec_new(void) { return calloc(1, sizeof(etr__cev_dec)); }
 
+size_t etr__cev_dec_bytes(const etr__cev_dec *d) {
+  return (d->str ? ETR__CSTR_SLOTS * sizeof(dstr) : 0) +
+         (d->ten ? ETR__CTEN_SLOTS * sizeof(dten) : 0);
+}
+
+const char etr__cev_oom[] = "out of memory";
+
 void etr__cev_dec_free(etr__cev_dec *d) {
   if (!d) return;
-  for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(d->str[i].s);
-  for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) {
-    free(d->ten[i].b);
-    free(d->ten[i].frag.buf);
-  }
+  if (d->str)
+    for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(d->str[i].s);
+  if (d->ten)
+    for (uint32_t i = 0; i < ETR__CTEN_SLOTS; i++) {
+      free(d->ten[i].b);
+      free(d->ten[i].frag.buf);
+    }
+  free(d->str);
+  free(d->ten);
   free(d);
 }
 
 const uint8_t *etr__cev_slot(etr__cev_dec *d, uint32_t k, size_t *len, etr__tfrag **frag) {
-  if (k >= ETR__CTEN_SLOTS || !d->ten[k].b) return NULL;
+  if (k >= ETR__CTEN_SLOTS || !d->ten || !d->ten[k].b) return NULL;
   if (len) *len = d->ten[k].len;
   *frag = &d->ten[k].frag;
   return d->ten[k].b;
@@ -95,6 +108,7 @@ typedef struct wr {
   size_t len;
   size_t cost; /* of the values being read, as the recorder's budget counts it (values) */
   bool bad;    /* out of memory, or beyond DECODED_MAX */
+  bool oom;    /* out of memory */
 } wr;
 
 static uint8_t *room_slow(wr *w, size_t n) {
@@ -107,7 +121,7 @@ static uint8_t *room_slow(wr *w, size_t n) {
     while (cap < w->len + n) cap *= 2;
     uint8_t *b = realloc(w->o->buf, cap); /* (malloc's alignment is at least 8) */
     if (!b) {
-      w->bad = true;
+      w->bad = w->oom = true;
       return NULL;
     }
     w->o->buf = b;
@@ -183,7 +197,7 @@ static void value(const etr__cev_dec *d, rd *r, wr *w, unsigned depth) {
       if (!n) n = left + 1;
       break;
     case ETR__V_TREF: {
-      const dten *t = left >= 2 ? &d->ten[v[1]] : NULL;
+      const dten *t = left >= 2 && d->ten ? &d->ten[v[1]] : NULL;
       if (!t || !t->b) {
         r->bad = "a tensor reference to a slot never defined";
         return;
@@ -252,7 +266,7 @@ static uint32_t sref(const etr__cev_dec *d, rd *r, wr *w, bool *plain) {
     if (s) put(w, s, (size_t)n);
     return s ? (uint32_t)n : 0;
   }
-  if (k > ETR__CSTR_SLOTS || !d->str[k - 1].set) {
+  if (k > ETR__CSTR_SLOTS || !d->str || !d->str[k - 1].set) {
     r->bad = "a string reference to a slot never defined";
     return 0;
   }
@@ -286,15 +300,17 @@ size_t etr__cev_size(const uint8_t *p, size_t avail, uint8_t *type, uint8_t *fla
   return at + (size_t)body;
 }
 
-static bool define_str(etr__cev_dec *d, rd *r) {
+/* A definition into the decoder's table: 1 done, 0 malformed, -1 out of memory. */
+static int define_str(etr__cev_dec *d, rd *r) {
   uint64_t k = get_uv(r);
-  if (r->bad || k >= ETR__CSTR_SLOTS) return false;
-  dstr *s = &d->str[k];
+  if (r->bad || k >= ETR__CSTR_SLOTS) return 0;
   size_t n = (size_t)(r->end - r->p);
-  if (n > ETR__STRING_MAX) return false;
+  if (n > ETR__STRING_MAX) return 0;
+  if (!d->str && !(d->str = calloc(ETR__CSTR_SLOTS, sizeof *d->str))) return -1;
+  dstr *s = &d->str[k];
   if (n + 1 > s->cap) {
     char *b = realloc(s->s, n + 1);
-    if (!b) return false;
+    if (!b) return -1;
     s->s = b;
     s->cap = (uint32_t)(n + 1);
   }
@@ -304,18 +320,19 @@ static bool define_str(etr__cev_dec *d, rd *r) {
   s->plain = true;
   for (size_t i = 0; i < n && s->plain; i++) s->plain = etr__json_plain[(unsigned char)s->s[i]];
   r->p = r->end;
-  return true;
+  return 1;
 }
 
-static bool define_tensor(etr__cev_dec *d, rd *r) {
+static int define_tensor(etr__cev_dec *d, rd *r) {
   uint64_t k = get_uv(r);
-  if (r->bad || k >= ETR__CTEN_SLOTS) return false;
+  if (r->bad || k >= ETR__CTEN_SLOTS) return 0;
   size_t n = (size_t)(r->end - r->p);
-  if (n == 0 || r->p[0] != ETR__V_TENSOR || tensor_len(r->p, n) != n) return false;
+  if (n == 0 || r->p[0] != ETR__V_TENSOR || tensor_len(r->p, n) != n) return 0;
+  if (!d->ten && !(d->ten = calloc(ETR__CTEN_SLOTS, sizeof *d->ten))) return -1;
   dten *t = &d->ten[k];
   if (n > t->cap) {
     uint8_t *b = realloc(t->b, n);
-    if (!b) return false;
+    if (!b) return -1;
     t->b = b;
     t->cap = (uint32_t)n;
   }
@@ -323,7 +340,7 @@ static bool define_tensor(etr__cev_dec *d, rd *r) {
   t->len = (uint32_t)n;
   t->frag.ok = false;
   r->p = r->end;
-  return true;
+  return 1;
 }
 
 static void decode_thread(rd *r, wr *w, etr__ev *h) {
@@ -409,9 +426,9 @@ size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, siz
   }
   rd r = {p + at, p + size, NULL, refs};
   if (type == ETR__CEV_DEF_STR || type == ETR__CEV_DEF_TEN) {
-    bool ok = type == ETR__CEV_DEF_STR ? define_str(d, &r) : define_tensor(d, &r);
-    if (!ok && why) *why = "a malformed definition (or memory exhausted)";
-    return ok ? size : 0;
+    int ok = type == ETR__CEV_DEF_STR ? define_str(d, &r) : define_tensor(d, &r);
+    if (ok <= 0 && why) *why = ok < 0 ? etr__cev_oom : "a malformed definition";
+    return ok > 0 ? size : 0;
   }
   if (type != ETR__CEV_OP && type != ETR__CEV_THREAD) {
     if (why) *why = "an event of an unknown type";
@@ -420,21 +437,23 @@ size_t etr__cev_decode(etr__cev_dec *d, etr__cev_out *out, const uint8_t *p, siz
   etr__ev h;
   memset(&h, 0, sizeof h);
   h.tid = tid;
-  wr w = {out, 0, 0, false};
+  wr w = {out, 0, 0, false, false};
   room(&w, sizeof h); /* the header, written last */
   if (type == ETR__CEV_THREAD)
     decode_thread(&r, &w, &h);
   else
     decode_op(d, &r, &w, &h, flags, base_ns);
   if (!r.bad && r.p != r.end) r.bad = "bytes after the event's last field";
-  if (r.bad || w.bad) {
-    if (why) *why = r.bad ? r.bad : "a decoded event too large (or memory exhausted)";
+  if (!w.bad) {
+    static const uint8_t zeros[8] = {0};
+    put(&w, zeros, ((w.len + 7) & ~(size_t)7) - w.len);
+  }
+  if (w.oom) {
+    if (why) *why = etr__cev_oom;
     return 0;
   }
-  static const uint8_t zeros[8] = {0};
-  put(&w, zeros, ((w.len + 7) & ~(size_t)7) - w.len);
-  if (w.bad) {
-    if (why) *why = "a decoded event too large (or memory exhausted)";
+  if (r.bad || w.bad) {
+    if (why) *why = r.bad ? r.bad : "a decoded event too large";
     return 0;
   }
   h.size = (uint32_t)w.len;

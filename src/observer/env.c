@@ -309,7 +309,15 @@ static void env_open(const writer_mark *parent, const char *parent_path) {
   etr_trace *tr;
   int rc = etr_trace_open(full, &opt, &tr);
   if (rc != 0) {
-    etr__log(ETR_LOG_ERROR, "ETR_TRACE=%s: %s", full, etr_strerror(rc));
+    /* (the flight recorder's ring is allocated whole at open: a size the machine cannot give
+     * is the likely cause, and the message names it) */
+    if (rc == ETR_ENOMEM && opt.ring_mb)
+      etr__log(ETR_LOG_ERROR,
+               "ETR_TRACE=%s: out of memory for the flight recorder's ring "
+               "(ETR_TRACE_RING_MB=%lu: a smaller ring, or none, records)",
+               full, (unsigned long)opt.ring_mb);
+    else
+      etr__log(ETR_LOG_ERROR, "ETR_TRACE=%s: %s", full, etr_strerror(rc));
     return;
   }
   struct stat st;

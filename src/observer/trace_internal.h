@@ -606,6 +606,10 @@ size_t etr__emit_process_text(struct etr_trace *tr, char *buf, size_t cap);
 typedef struct etr__cev_dec etr__cev_dec;
 etr__cev_dec *etr__cev_dec_new(void);
 void etr__cev_dec_free(etr__cev_dec *d); /* NULL is a no-op */
+/* The bytes a decoder's tables take (allocated at its stream's first definitions). */
+size_t etr__cev_dec_bytes(const etr__cev_dec *d);
+/* The reason etr__cev_decode gives when memory ran out (compared by address). */
+extern const char etr__cev_oom[];
 /* The node id of the thread whose events the decoder reads now (0: none yet, or NULL). */
 uint64_t etr__cev_dec_thread_node(const etr__cev_dec *d);
 
