@@ -696,6 +696,11 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   /* Never close a descriptor that is no longer ours (the host closed it and reused it). */
   if (etr__fd_is_ours(tr)) {
     etr__jw_trim(&tr->jw); /* the blocks reserved past the end go back */
+    /* The file's lock goes now, not with the last descriptor: a child forked meanwhile
+     * holds a copy until its fork handler closes it, which a child scheduled late has not
+     * done by the time this process ends, and a run started then took the file for another
+     * process's. (Not on the host's descriptor that a stream path shares: no lock of ours.) */
+    if (!tr->jw.shared) (void)flock(tr->fd, LOCK_UN);
     if (close(tr->fd) != 0 && !atomic_load(&tr->write_error)) atomic_store(&tr->write_error, errno);
   }
   rc = etr__trace_error(tr);
