@@ -541,7 +541,10 @@ static void release_modules_locked(void) {
  * etr repair completes it). By the writer thread itself, or by close when the writer ended
  * before close handed the trace over. */
 static void free_left_behind(etr_trace *tr) {
-  if (etr__fd_is_ours(tr)) close(tr->fd);
+  if (etr__fd_is_ours(tr)) {
+    if (!tr->jw.shared) (void)flock(tr->fd, LOCK_UN); /* (as trace_close, for a child's copy) */
+    close(tr->fd);
+  }
   pthread_mutex_lock(&g_lock);
   for (etr_trace **p = &g_abandoned; *p; p = &(*p)->abandoned_next)
     if (*p == tr) {

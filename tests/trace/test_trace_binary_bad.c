@@ -93,8 +93,8 @@ static void record_ops(int rounds, int salt) {
   const int64_t sz[2] = {2, 3}, st[2] = {3, 1};
   char name[32];
   for (int i = 0; i < rounds; i++) {
-    etr_tensor a = {&impl[(i + salt) % 64], &stor[(i + salt) % 64], 0, 6, 4, "float", "cpu", 2,
-                    sz, st};
+    etr_tensor a = {
+        &impl[(i + salt) % 64], &stor[(i + salt) % 64], 0, 6, 4, "float", "cpu", 2, sz, st};
     etr_value in[2] = {etr_value_tensor(&a), etr_value_int(i)};
     etr_record outer;
     etr_record_init(&outer, "## step ##", ETR_SCOPE_USER_SCOPE);

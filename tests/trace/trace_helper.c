@@ -57,6 +57,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -510,11 +511,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   /* fork_linger DIR: records, forks a child that does nothing with etr and lives on until
-   * DIR/done exists (10 s at most), and returns (its trace finalized at exit). */
-  if (strcmp(mode, "fork_linger") == 0 && argc == 3) {
+   * DIR/done exists (10 s at most), and returns (its trace finalized at exit).
+   * fork_linger_raw DIR: the same through the raw system call, which runs no fork handler:
+   * the child keeps the trace's descriptor as one scheduled late still has it. */
+  if ((strcmp(mode, "fork_linger") == 0 || strcmp(mode, "fork_linger_raw") == 0) && argc == 3) {
     record_some("linger_parent");
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = strcmp(mode, "fork_linger_raw") == 0 ? (pid_t)syscall(SYS_fork) : fork();
     if (pid < 0) return 2;
     if (pid == 0) {
       char done[600];
