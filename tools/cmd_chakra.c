@@ -416,9 +416,10 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
   if (th_nodes == NULL || th_n == NULL || th_cap == NULL || last_fw_target == NULL) ok = false;
   for (size_t i = 0; ok && i < nth; i++) last_fw_target[i] = ETR_NOIX;
 
-  /* METADATA nodes first: nothing depends on them. */
-  for (size_t k = 0; ok && k < t->n; k++) {
-    uint32_t i = t->order[k];
+  /* METADATA nodes first: nothing depends on them. In the trace's order, not start or id
+   * order: the writer puts the newest first, so that the first lists every group (what PARAM
+   * reads; docs/FORMAT.md). The op table keeps the file's order. */
+  for (uint32_t i = 0; ok && i < t->n; i++) {
     if (c->x[i].sim != SIM_META) continue;
     const char *io = c->arena + c->x[i].io_off;
     ChakraProtoMsg__Node node = CHAKRA_PROTO_MSG__NODE__INIT;
