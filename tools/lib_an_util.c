@@ -297,7 +297,19 @@ void an_out_jstr(an_out *o, const char *s, size_t len) {
   an_out_raw(o, "\"", 1);
 }
 
-void an_out_jval(an_out *o, const rd_jval *v) {
+void an_fmt_double(char *buf, size_t size, double d) {
+  /* The shortest of 15, 16, 17 digits that reads back as d: %.17g alone turns -0.1 into
+   * -0.10000000000000001, text the trace never held. */
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, size, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d) break;
+  }
+  /* A double keeps a '.' or an exponent (docs/FORMAT.md, Values): 1.0, not 1, which a reader
+   * would take for an int. ('n', 'i': nan, inf, when a caller gives those.) */
+  if (strpbrk(buf, ".eEni") == NULL && strlen(buf) + 3 <= size) strcat(buf, ".0");
+}
+
+static void out_jval(an_out *o, const rd_jval *v, bool values) {
   switch (v->kind) {
     case ETR_J_NULL:
       an_out_raw(o, "null", 4);
@@ -312,7 +324,11 @@ void an_out_jval(an_out *o, const rd_jval *v) {
       an_out_u64(o, v->v.u);
       break;
     case ETR_J_DOUBLE:
-      if (isfinite(v->v.d)) {
+      if (isfinite(v->v.d) && values) {
+        char buf[40];
+        an_fmt_double(buf, sizeof buf, v->v.d);
+        an_out_cstr(o, buf);
+      } else if (isfinite(v->v.d)) {
         an_out_fmt(o, "%.17g", v->v.d);
       } else {
         an_out_cstr(o, isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"");
@@ -325,7 +341,7 @@ void an_out_jval(an_out *o, const rd_jval *v) {
       an_out_raw(o, "[", 1);
       for (size_t i = 0; i < v->v.arr.n; i++) {
         if (i) an_out_raw(o, ",", 1);
-        an_out_jval(o, &v->v.arr.items[i]);
+        out_jval(o, &v->v.arr.items[i], values);
       }
       an_out_raw(o, "]", 1);
       break;
@@ -335,12 +351,16 @@ void an_out_jval(an_out *o, const rd_jval *v) {
         if (i) an_out_raw(o, ",", 1);
         an_out_jstr(o, v->v.obj.items[i].key, v->v.obj.items[i].key_len);
         an_out_raw(o, ":", 1);
-        an_out_jval(o, &v->v.obj.items[i].val);
+        out_jval(o, &v->v.obj.items[i].val, values);
       }
       an_out_raw(o, "}", 1);
       break;
   }
 }
+
+void an_out_jval(an_out *o, const rd_jval *v) { out_jval(o, v, false); }
+
+void an_out_jval_values(an_out *o, const rd_jval *v) { out_jval(o, v, true); }
 
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl) {
   const unsigned char *p = (const unsigned char *)s;

@@ -87,6 +87,14 @@ void an_out_fmt(an_out *o, const char *fmt, ...)
 void an_out_jstr(an_out *o, const char *s, size_t len);
 /* A JSON value (compact). Doubles that are not finite are written as strings. */
 void an_out_jval(an_out *o, const rd_jval *v);
+/* The same, with finite doubles as an_fmt_double writes them: for text that must keep the
+ * trace's Values rule (etr chakra's IOInfo). an_out_jval keeps %.17g, which chrome_out.c
+ * matches byte for byte. */
+void an_out_jval_values(an_out *o, const rd_jval *v);
+/* A double as JSON number text into buf (size >= 32): the shortest of %.15g, %.16g, %.17g that
+ * reads back as d, with ".0" added when that text has no '.' or exponent (docs/FORMAT.md,
+ * Values: a double never reads as an int). */
+void an_fmt_double(char *buf, size_t size, double d);
 /* Write s with invalid UTF-8 replaced (U+FFFD), control characters (C0, DEL and C1) replaced
  * by spaces and
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
