@@ -271,6 +271,14 @@ bool cli_is_binary_log(const char *path) {
   return etr__bin_is_log(head, got);
 }
 
+int cli_stdin_once(const char *cmd, const char *const *paths, size_t n) {
+  size_t seen = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(paths[i], "-") == 0 && ++seen == 2)
+      return cli_usage(cmd, "'-' given twice: stdin can be given once (it holds one trace)");
+  return ETR_CLI_OK;
+}
+
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt) {
   memset(in, 0, sizeof *in);
   in->cmd = cmd;

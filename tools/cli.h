@@ -64,6 +64,11 @@ typedef struct cli_input {
   double t0, last;
 } cli_input;
 
+/* For a command reading several inputs: '-' (stdin) given more than once is a usage error
+ * (the second read would find stdin at its end and call a whole trace cut short). ETR_CLI_OK,
+ * or ETR_CLI_USAGE after the message. */
+int cli_stdin_once(const char *cmd, const char *const *paths, size_t n);
+
 /* Open path for command cmd with the reader options opt (NULL: defaults). 0, or
  * ETR_CLI_FAIL after printing the one-line error (also when stdout is that file: see
  * cli_stdout_check). On failure, in->r is closed already. */

@@ -593,8 +593,9 @@ static void help(void) {
       "  --rank N           rank of the single TRACE (overrides the trace's own)\n"
       "Prints one line per file: its path, rank and node counts.\n"
       "\n"
-      "TRACE may be gzip- or zstd-compressed; '-' reads stdin. The files are written only\n"
-      "once every TRACE is converted: after an error none is (DIR keeps what it held).\n"
+      "TRACE may be gzip- or zstd-compressed; '-' reads stdin (once). The files are\n"
+      "written only once every TRACE is converted: after an error none is (DIR keeps\n"
+      "what it held).\n"
       "Exit status: 0 ok, 1 bad input (two traces of one rank, a trace in DIR under an\n"
       "output's name) or write error, 2 usage error.\n");
 }
@@ -661,6 +662,7 @@ int cmd_chakra(int argc, char **argv) {
     rc = cli_usage(CMD, "--rank needs exactly one TRACE");
   if (rc == ETR_CLI_OK && (prefix[0] == '\0' || strchr(prefix, '/')))
     rc = cli_usage(CMD, "--prefix must be a file name without '/'");
+  if (rc == ETR_CLI_OK) rc = cli_stdin_once(CMD, files, nfiles);
   if (rc != ETR_CLI_OK) {
     free(files);
     return rc;
