@@ -60,6 +60,7 @@ typedef struct cx_trace {
   size_t alen, acap;
   bool oom;
   int64_t rank;     /* from the process-group node, -1 when none */
+  int64_t world;    /* group "0"'s group_size there, -1 when none */
   uint64_t skipped; /* duplicate op ids left out */
   const char *schema;
 } cx_trace;
@@ -158,32 +159,6 @@ static const rd_jval *io_values(const rd_jval *io) {
   return v && v->kind == ETR_J_ARRAY ? v : NULL;
 }
 
-/* The rank in a process-group list: the "rank" of group "0" (etr writes it; docs/FORMAT.md). */
-static int64_t rank_of_groups(const char *json) {
-  const char *p = json;
-  while ((p = strstr(p, "\"pg_name\"")) != NULL) {
-    const char *end = strchr(p, '}');
-    const char *q = p + strlen("\"pg_name\"");
-    while (*q == ' ' || *q == ':') q++;
-    if (end && strncmp(q, "\"0\"", 3) == 0) {
-      /* "rank" may come before or after pg_name within this object */
-      const char *start = p;
-      while (start > json && *start != '{') start--;
-      for (const char *r = start; r && r < end; r++) {
-        r = strstr(r, "\"rank\"");
-        if (r == NULL || r > end) break;
-        const char *s = r + strlen("\"rank\"");
-        while (*s == ' ' || *s == ':') s++;
-        char *e;
-        long long v = strtoll(s, &e, 10);
-        if (e != s) return v;
-      }
-    }
-    p = end ? end : p + 1;
-  }
-  return -1;
-}
-
 /* ---- loading ---- */
 
 static bool add_node(cx_trace *c, const rd_rnode *n) {
@@ -211,7 +186,9 @@ static bool add_node(cx_trace *c, const rd_rnode *n) {
     const char *json = v && v->v.arr.n >= 1 && v->v.arr.items[0].kind == ETR_J_STRING
                            ? v->v.arr.items[0].v.str.s
                            : "[]";
-    if (c->rank < 0) c->rank = rank_of_groups(json);
+    /* The first node is the newest (docs/FORMAT.md): it wins over stale ones. */
+    if (c->rank < 0) c->rank = an_pg0_int(json, "rank");
+    if (c->world < 0) c->world = an_pg0_int(json, "group_size");
     /* ASTRA-sim strips two characters at each end: "['" and "']" (a Python list literal). */
     size_t jl = strlen(json);
     char *wrapped = malloc(jl + 5);
@@ -596,8 +573,10 @@ static void help(void) {
       "TRACE may be gzip- or zstd-compressed; '-' reads stdin (once). The files are\n"
       "written only once every TRACE is converted: after an error none is (DIR keeps\n"
       "what it held).\n"
-      "Exit status: 0 ok, 1 bad input (two traces of one rank, a trace in DIR under an\n"
-      "output's name) or write error, 2 usage error.\n");
+      "Several TRACEs that record their world size must be all its ranks, of one run.\n"
+      "Exit status: 0 ok, 1 bad input (two traces of one rank, a rank missing, traces of\n"
+      "different runs, a trace in DIR under an output's name) or write error, 2 usage\n"
+      "error.\n");
 }
 
 /* Whether path is a file of dir (the same directory by any name) named prefix.N.et. */
@@ -690,15 +669,18 @@ int cmd_chakra(int argc, char **argv) {
   /* A rank is known only once its trace is read (the process-group node may come last).
    * So each file is written beside its name and all are made theirs at the end: a later
    * trace of a rank already written, or any other error, leaves DIR as it was, never a
-   * partial set that ASTRA-sim would take for a run of fewer ranks. The report lines wait
-   * for that too. */
-  int64_t *ranks = calloc(nfiles, sizeof *ranks);
+   * partial set that ASTRA-sim would take for a run of fewer ranks. The report lines and the
+   * per-file notes wait for that too. */
+  an_rank_given *ranks = calloc(nfiles, sizeof *ranks);
   char **outs = calloc(nfiles, sizeof *outs);
   size_t n_outs = 0;
-  char *report = NULL;
-  size_t report_len = 0;
+  char *report = NULL, *notes = NULL;
+  size_t report_len = 0, notes_len = 0;
   FILE *rep = ranks && outs ? open_memstream(&report, &report_len) : NULL;
-  if (rep == NULL) {
+  FILE *nts = rep ? open_memstream(&notes, &notes_len) : NULL;
+  if (nts == NULL) {
+    if (rep) fclose(rep);
+    free(report);
     free(ranks);
     free(outs);
     free(files);
@@ -710,6 +692,7 @@ int cmd_chakra(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     c.path = files[f];
     c.rank = -1;
+    c.world = -1;
     an_optab_init(&c.t);
     rc = load(&c);
     if (rc == ETR_CLI_OK) {
@@ -721,13 +704,25 @@ int cmd_chakra(int argc, char **argv) {
     }
     if (rc == ETR_CLI_OK) {
       int64_t rank = force_rank >= 0 ? force_rank : c.rank >= 0 ? c.rank : (int64_t)f;
-      for (size_t g = 0; g < f; g++)
-        if (ranks[g] == rank) {
-          cli_error(CMD, "%s: rank %lld again (%s has it too); give each rank's trace once", c.path,
-                    (long long)rank, files[g]);
+      ranks[f] = (an_rank_given){rank, c.world, force_rank < 0 && c.rank < 0};
+      for (size_t g = 0; g < f && rc == ETR_CLI_OK; g++)
+        if (ranks[g].rank == rank) {
           rc = ETR_CLI_FAIL;
+          /* A rank from the position is no rank the trace has: say where it came from. */
+          if (ranks[f].by_pos)
+            cli_error(CMD,
+                      "%s: rank %lld again: it records no rank and is rank %lld by its position "
+                      "among the arguments, which %s records; give each rank's trace once",
+                      cli_term(c.path), (long long)rank, (long long)rank, cli_term(files[g]));
+          else if (ranks[g].by_pos)
+            cli_error(CMD,
+                      "%s: rank %lld again: %s records no rank and is rank %lld by its position "
+                      "among the arguments; give each rank's trace once",
+                      cli_term(c.path), (long long)rank, cli_term(files[g]), (long long)rank);
+          else
+            cli_error(CMD, "%s: rank %lld again (%s has it too); give each rank's trace once",
+                      cli_term(c.path), (long long)rank, cli_term(files[g]));
         }
-      ranks[f] = rank;
       c.rank = rank;
       char *out = NULL;
       if (rc == ETR_CLI_OK && asprintf(&out, "%s/%s.%lld.et", dir, prefix, (long long)rank) < 0) {
@@ -750,23 +745,26 @@ int cmd_chakra(int argc, char **argv) {
           fprintf(rep, "; %llu ops with a repeated id left out", (unsigned long long)c.skipped);
         fprintf(rep, "\n");
         if (cnt.no_pg)
-          cli_error(CMD,
-                    "%s: %llu collective(s) name no process group: written in group \"0\" "
-                    "(every rank), wrong for a collective of a sub-group, on which ASTRA-sim "
-                    "then waits forever (docs/FORMAT.md, \"Collectives in a trace\")",
-                    cli_term(c.path), (unsigned long long)cnt.no_pg);
+          fprintf(nts,
+                  "%s: %llu collective(s) name no process group: written in group \"0\" "
+                  "(every rank), wrong for a collective of a sub-group, on which ASTRA-sim "
+                  "then waits forever (docs/FORMAT.md, \"Collectives in a trace\")\n",
+                  cli_term(c.path), (unsigned long long)cnt.no_pg);
         if (cnt.unsimulated)
-          cli_error(CMD,
-                    "%s: %llu reduce, gather or scatter COMM_COLL node(s): ASTRA-sim's "
-                    "workload layer runs none of these (only all-reduce, all-gather, "
-                    "reduce-scatter, all-to-all and broadcast)",
-                    cli_term(c.path), (unsigned long long)cnt.unsimulated);
+          fprintf(nts,
+                  "%s: %llu reduce, gather or scatter COMM_COLL node(s): ASTRA-sim's "
+                  "workload layer runs none of these (only all-reduce, all-gather, "
+                  "reduce-scatter, all-to-all and broadcast)\n",
+                  cli_term(c.path), (unsigned long long)cnt.unsimulated);
       }
       free(out);
     }
     cx_free(&c);
   }
-  if (fclose(rep) != 0 && rc == ETR_CLI_OK) {
+  if (rc == ETR_CLI_OK && nfiles > 1) rc = an_check_world(CMD, files, ranks, nfiles);
+  bool closed = fclose(rep) == 0;
+  closed = fclose(nts) == 0 && closed;
+  if (!closed && rc == ETR_CLI_OK) {
     cli_error(CMD, "out of memory");
     rc = ETR_CLI_FAIL;
   }
@@ -778,7 +776,13 @@ int cmd_chakra(int argc, char **argv) {
     free(outs[i]);
   }
   if (rc == ETR_CLI_OK && report_len) fwrite(report, 1, report_len, stdout);
+  for (char *line = notes, *nl; rc == ETR_CLI_OK && line && *line; line = nl + 1) {
+    nl = strchr(line, '\n');
+    *nl = '\0';
+    cli_error(CMD, "%s", line);
+  }
   free(report);
+  free(notes);
   free(outs);
   free(ranks);
   free(files);

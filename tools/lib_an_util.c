@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "json/writer.h"
 
 /* ---- hash map ---- */
@@ -461,4 +462,73 @@ uint64_t an_ju64(const rd_jval *v) {
   if (v->kind == ETR_J_UINT) return v->v.u;
   if (v->kind == ETR_J_INT) return (uint64_t)v->v.i;
   return 0;
+}
+
+/* ---- process-group lists ---- */
+
+int64_t an_pg0_int(const char *json, const char *key) {
+  size_t kl = strlen(key);
+  const char *p = json;
+  while ((p = strstr(p, "\"pg_name\"")) != NULL) {
+    const char *end = strchr(p, '}');
+    const char *q = p + strlen("\"pg_name\"");
+    while (*q == ' ' || *q == ':') q++;
+    if (end && strncmp(q, "\"0\"", 3) == 0) {
+      /* the key may come before or after pg_name within this object */
+      const char *start = p;
+      while (start > json && *start != '{') start--;
+      for (const char *r = start; r < end; r++) {
+        if (*r != '"' || strncmp(r + 1, key, kl) != 0 || r[1 + kl] != '"') continue;
+        const char *s = r + kl + 2;
+        while (*s == ' ' || *s == ':') s++;
+        char *e;
+        long long v = strtoll(s, &e, 10);
+        if (e != s && v >= 0) return v;
+      }
+    }
+    p = end ? end : p + 1;
+  }
+  return -1;
+}
+
+static bool rank_given(const an_rank_given *r, size_t n, int64_t rank) {
+  for (size_t f = 0; f < n; f++)
+    if (r[f].rank == rank) return true;
+  return false;
+}
+
+int an_check_world(const char *cmd, const char *const *files, const an_rank_given *r, size_t n) {
+  size_t first = n;
+  for (size_t f = 0; f < n; f++) {
+    if (r[f].world < 0) continue;
+    if (first == n) {
+      first = f;
+    } else if (r[f].world != r[first].world) {
+      cli_error(cmd,
+                "%s records a world of %lld rank(s), %s of %lld: traces of different runs; "
+                "give the traces of one run",
+                cli_term(files[first]), (long long)r[first].world, cli_term(files[f]),
+                (long long)r[f].world);
+      return ETR_CLI_FAIL;
+    }
+  }
+  if (first == n) return ETR_CLI_OK;
+  int64_t world = r[first].world;
+  for (size_t f = 0; f < n; f++)
+    if (r[f].rank < 0 || r[f].rank >= world) {
+      cli_error(cmd, "%s: rank %lld, but %s records a world of %lld rank(s) (0..%lld)",
+                cli_term(files[f]), (long long)r[f].rank, cli_term(files[first]), (long long)world,
+                (long long)world - 1);
+      return ETR_CLI_FAIL;
+    }
+  /* Distinct ranks below world (the caller checked the first): all of 0..world-1 when there
+   * are world of them. */
+  if ((uint64_t)world == n) return ETR_CLI_OK;
+  int64_t missing = 0;
+  while (rank_given(r, n, missing)) missing++;
+  cli_error(cmd,
+            "the traces record a world of %lld ranks (%s) but %zu are given, rank %lld "
+            "missing: refusing to write a partial set of ranks; give every rank's trace",
+            (long long)world, cli_term(files[first]), n, (long long)missing);
+  return ETR_CLI_FAIL;
 }

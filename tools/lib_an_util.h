@@ -125,4 +125,23 @@ uint64_t an_ju64(const rd_jval *v);
 /* Parse a double / a positive integer option argument; false on a bad number. */
 bool an_parse_double(const char *s, double *out);
 
+/* In the JSON text of a `## process_group:init ##` node's group list (docs/FORMAT.md, "Ranks
+ * and process groups"): the integer `key` ("rank", "group_size") of group "0", or -1 when
+ * there is none (or it is negative). */
+int64_t an_pg0_int(const char *json, const char *key);
+
+/* A trace's rank among several given together, and group "0"'s size its process-group node
+ * records. */
+typedef struct an_rank_given {
+  int64_t rank;  /* distinct among the traces (the caller's check) */
+  int64_t world; /* -1: none recorded */
+  bool by_pos;   /* the trace records no rank: its position among the arguments */
+} an_rank_given;
+
+/* Traces that record their world size must be that many, ranks 0..size-1, all of one size:
+ * else the set is partial (a rank missing) or mixes runs, which a simulator would take for
+ * some other run (docs/CLI.md, chakra). Traces that record no size are taken as they are.
+ * ETR_CLI_OK, or ETR_CLI_FAIL after one line naming the problem (files[i] is r[i]'s). */
+int an_check_world(const char *cmd, const char *const *files, const an_rank_given *r, size_t n);
+
 #endif /* ETR_TOOLS_LIB_AN_UTIL_H */
