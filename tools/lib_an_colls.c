@@ -302,7 +302,11 @@ bool an_colls_add(an_colls *c, const rd_rnode *n) {
   if (an_is_thread_node(n) || an_is_process_node(n)) /* chains of parents end there */
     return an_u64map_put(&c->roots, (uint64_t)n->id, 0);
   int64_t rank = -1, world = -1;
-  if (an_groups_zero(n, &rank, &world) && world > 0) c->world = (uint64_t)world;
+  /* the first process-group node only: the newest (docs/FORMAT.md), later ones are older */
+  if (!c->groups_seen && an_groups_zero(n, &rank, &world)) {
+    c->groups_seen = true;
+    if (world > 0) c->world = (uint64_t)world;
+  }
   int kind;
   int level = an_coll_classify(n, &kind);
   if (level == 0) { /* not a record: what is nested in it is nested in its parent */

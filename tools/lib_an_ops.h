@@ -123,9 +123,10 @@ typedef struct an_colls {
   an_u64map waiting; /* id of an op not read yet -> first record nested in it, through wnext */
   uint32_t *wnext;
   size_t capw;
-  an_u64map by_id; /* record id -> index */
-  an_u64map roots; /* ids of the thread and process nodes read */
-  uint64_t world;  /* group "0"'s size from a `## process_group:init ##` node, 0 when none */
+  an_u64map by_id;  /* record id -> index */
+  an_u64map roots;  /* ids of the thread and process nodes read */
+  uint64_t world;   /* group "0"'s size from the first `## process_group:init ##` node, or 0 */
+  bool groups_seen; /* a process-group node naming group "0" was read */
 } an_colls;
 
 /* The kind a collective's name says ("allreduce", "all_gather", "c10d::alltoall_base_",

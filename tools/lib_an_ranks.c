@@ -28,6 +28,7 @@ typedef struct rk_rank {
   int64_t pg_rank;   /* from the process-group node, -1 when none */
   int64_t comm_rank; /* from a record_param_comms rank input in group "0", -1 when none */
   int64_t world;     /* group "0"'s size in the process-group node, -1 when none */
+  bool pg_seen;      /* the first process-group node naming group "0" was read */
   uint64_t ops, untimed;
   int64_t t0, t1; /* first op start, last op end (recorded) */
   rk_coll *c;
@@ -139,7 +140,10 @@ static int read_rank(rk_set *s, rk_rank *rk) {
     } else {
       rk->untimed++;
     }
-    an_groups_zero(nd, &rk->pg_rank, &rk->world);
+    /* The first process-group node is the newest (its writer puts them newest first:
+     * docs/FORMAT.md); a later one is older and may be stale (written before
+     * init_process_group, it says rank 0 of 1). */
+    if (!rk->pg_seen && an_groups_zero(nd, &rk->pg_rank, &rk->world)) rk->pg_seen = true;
     comm_rank_of(rk, nd);
   }
   if (rc == 0 && !oom) rc = cli_finish(&in);
