@@ -440,10 +440,15 @@ bool an_colls_resolve(an_colls *c) {
         (c->r[i].level == c->r[*b].level && depth[i] < depth[*b]))
       *b = (uint32_t)i;
   }
+  for (size_t i = 0; i < n; i++) c->r[i].absorbed = 0;
   for (size_t i = 0; i < n; i++) {
     c->r[i].counted = best[root[i]];
     c->r[i].role = best[root[i]] == i ? AN_COLL_COUNTED : AN_COLL_TWIN;
-    c->r[i].absorbed = 0;
+    /* A record nested with one of its level has that twin already: pairing (2) must not give
+     * it another (a c10d:: op whose record_param_comms was not recorded is a call of its own,
+     * not the twin of an earlier call's record_param_comms, which has its own c10d:: op). */
+    if (c->r[i].role == AN_COLL_TWIN && c->r[i].level < c->r[best[root[i]]].level)
+      c->r[best[root[i]]].absorbed |= (uint8_t)(1u << c->r[i].level);
   }
   /* 2. Records of one call on two threads (gloo's worker): paired by kind, order and tensor. */
   for (size_t i = 0; i < n; i++) ord[i] = (uint32_t)i;

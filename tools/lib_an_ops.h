@@ -68,7 +68,9 @@ enum {
  *   2. a backend record left counted by 1 is the twin of the earliest counted record of a
  *      higher level, of the same kind, that started no later (ts, then id), whose input
  *      message starts with the same tensor (or either names none), and that has no backend
- *      twin yet; then, the same way, a dispatch record with an attrs record. A backend record
+ *      twin yet (one nested with it by 1 is one); then, the same way, a dispatch record with an
+ *      attrs record (a c10d:: op whose record_param_comms is missing is a call of its own, not
+ *      the twin of an earlier call's). A backend record
  *      without such a partner (gloo:all_to_all, which PyTorch 1.13 records alone) counts.
  * Kinds known: all-reduce, reduce, all-gather, gather, scatter, broadcast, all-to-all,
  * reduce-scatter, barrier, send, recv (from the name, case and underscores ignored).
