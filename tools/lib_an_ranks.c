@@ -66,7 +66,8 @@ typedef struct rk_set {
   uint32_t (*mem)[2];
   size_t nmem, capmem;
   size_t unmatched;
-  char mismatch[256]; /* the first mismatch found, "" when none */
+  char mismatch[256];   /* the first mismatch found, "" when none */
+  char ranks_note[512]; /* the ranks given are not the recorded world's, "" when they are */
   const char *rank_source;
 } rk_set;
 
@@ -190,6 +191,72 @@ static void assign_ranks(rk_set *s) {
   qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_rank);
 }
 
+/* Group "0" is every rank (docs/FORMAT.md), and so is a collective that names no group
+ * (add_coll): a rank with none of its collectives while another has some did not take part
+ * in them (a trace cut short and repaired, a rank that recorded nothing), which is a
+ * mismatch, not a group it is not a member of. (A rank with collectives of other groups only
+ * may have left group "" out: it named them.) */
+static void every_rank(rk_set *s, size_t p) {
+  const char *pg = s->pgs.strs[p];
+  bool zero = !strcmp(pg, "0");
+  if (s->mismatch[0] || (!zero && pg[0])) return;
+  int with = -1, without = -1;
+  for (int i = 0; i < s->n && (with < 0 || without < 0); i++) {
+    size_t c = s->r[i].pgoff[p + 1] - s->r[i].pgoff[p];
+    if (c && with < 0) with = i;
+    if (!c && without < 0 && (zero || !s->r[i].n)) without = i;
+  }
+  if (with < 0 || without < 0) return;
+  snprintf(s->mismatch, sizeof s->mismatch,
+           "%s: %zu collectives on rank %" PRId64 ", none on rank %" PRId64 " (%s)",
+           zero ? "process group \"0\" (every rank)" : "collectives naming no process group",
+           s->r[with].pgoff[p + 1] - s->r[with].pgoff[p], s->r[with].rank, s->r[without].rank,
+           cli_term(s->r[without].file));
+}
+
+/* The world the traces record (group "0"'s size) against the ranks given: they should be
+ * ranks 0..size-1 of one run. Traces that record no size say nothing. */
+static void check_world(rk_set *s) {
+  int first = -1;
+  for (int i = 0; i < s->n; i++) {
+    const rk_rank *r = &s->r[i];
+    if (r->world <= 0) continue;
+    if (first < 0) {
+      first = i;
+    } else if (r->world != s->r[first].world) {
+      snprintf(s->ranks_note, sizeof s->ranks_note,
+               "the traces record different world sizes (%" PRId64 " in %s, %" PRId64 " in %s)",
+               s->r[first].world, cli_term(s->r[first].file), r->world, cli_term(r->file));
+      return;
+    }
+  }
+  if (first < 0) return;
+  int64_t world = s->r[first].world;
+  size_t len = 0, nmiss = 0;
+  char miss[160] = "";
+  /* s->r is sorted by rank: walk 0..world-1 against it */
+  int i = 0;
+  for (int64_t want = 0; want < world && nmiss < 1000000; want++) {
+    while (i < s->n && s->r[i].rank < want) i++;
+    if (i < s->n && s->r[i].rank == want) continue;
+    if (nmiss++ < 8 && len + 24 < sizeof miss)
+      len += (size_t)snprintf(miss + len, sizeof miss - len, "%s%" PRId64, nmiss > 1 ? ", " : "",
+                              want);
+  }
+  int64_t outside = 0;
+  for (int j = 0; j < s->n; j++)
+    if (s->r[j].rank < 0 || s->r[j].rank >= world) outside++;
+  if (nmiss)
+    snprintf(s->ranks_note, sizeof s->ranks_note,
+             "the traces record a world of %" PRId64 " ranks, %d given: rank%s %s%s missing", world,
+             s->n, nmiss > 1 ? "s" : "", miss, nmiss > 8 ? ", ..." : "");
+  else if (outside)
+    snprintf(s->ranks_note, sizeof s->ranks_note,
+             "the traces record a world of %" PRId64 " ranks, %d given: %" PRId64
+             " of them outside 0..%" PRId64,
+             world, s->n, outside, world - 1);
+}
+
 /* Pair the k-th collective of each group across the ranks that use the group. */
 static bool match(rk_set *s) {
   size_t npg = s->pgs.n;
@@ -224,6 +291,7 @@ static bool match(rk_set *s) {
       if (c > hi) hi = c;
     }
     if (!nm) continue;
+    every_rank(s, p);
     if (lo != hi && !s->mismatch[0])
       snprintf(s->mismatch, sizeof s->mismatch,
                "process group \"%s\": %zu collectives on one rank, %zu on another",
@@ -298,6 +366,7 @@ static int load(rk_set *s, const char *cmd, char *const *files, int n) {
   for (int i = 0; i < n; i++)
     if (read_rank(s, &s->r[i]) != ETR_CLI_OK) return ETR_CLI_FAIL;
   assign_ranks(s);
+  check_world(s);
   if (!match(s)) {
     cli_error(cmd, "out of memory");
     return ETR_CLI_FAIL;
@@ -374,6 +443,11 @@ static void print_summary_json(rk_set *s, const an_ranks_opts *o, FILE *f) {
   }
   fprintf(f, "],\n \"rank_source\": ");
   cli_json_str(f, s->rank_source);
+  fputs(", \"ranks_note\": ", f);
+  if (s->ranks_note[0])
+    cli_json_str(f, s->ranks_note);
+  else
+    fputs("null", f);
   fprintf(f, ", \"matched\": %zu, \"unmatched\": %zu, \"mismatch\": ", s->ninst, s->unmatched);
   if (s->mismatch[0])
     cli_json_str(f, s->mismatch);
@@ -420,6 +494,7 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
             span > 0 ? 100.0 * (double)r->comm_us / (double)span : 0.0, r->n, r->file,
             r->untimed == r->ops && r->ops ? " (no timing)" : "");
   }
+  if (s->ranks_note[0]) fprintf(f, "note: %s: not the ranks of one whole run\n", s->ranks_note);
   if (no_collective(s)) fprintf(f, "%s\n", NO_COLL_NOTE);
   fprintf(f, "\ncollectives matched across ranks (process group + order): %zu", s->ninst);
   if (s->unmatched) fprintf(f, ", %zu left unmatched", s->unmatched);
@@ -571,6 +646,11 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
   rk_set s;
   int rc = load(&s, cmd, files, n);
   if (rc != ETR_CLI_OK) goto done;
+  if (s.ranks_note[0]) {
+    cli_error(cmd, "the traces are not the ranks of one run: %s", s.ranks_note);
+    rc = ETR_CLI_FAIL;
+    goto done;
+  }
   if (s.mismatch[0] || s.unmatched) {
     cli_error(cmd, "the ranks' collectives do not match: %s",
               s.mismatch[0] ? s.mismatch : "some collectives have no partner");
