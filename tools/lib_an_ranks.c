@@ -16,6 +16,7 @@
 typedef struct rk_coll {
   int64_t id, ts, dur; /* recorded; dur -1 when the node has no timing */
   uint64_t k;          /* its place among this rank's collectives of the same group */
+  uint64_t ops_before; /* ops without timing before it (id order): replay's unit costs */
   uint64_t in_nelems, out_nelems;
   double bytes; /* on the wire per rank (an_coll_bytes) */
   uint32_t pg, name;
@@ -33,12 +34,15 @@ typedef struct rk_rank {
   int64_t t0, t1; /* first op start, last op end (recorded) */
   rk_coll *c;
   size_t n, cap;
+  int64_t *uid; /* ids of the ops without timing (replay only), sorted once read */
+  size_t nuid, capuid;
   int64_t comm_us; /* time inside collectives (recorded) */
   /* matching */
   uint32_t *bypg; /* collective indices ordered by (group, k) */
   size_t *pgoff;  /* per group: first position in bypg; npg + 1 entries */
   /* replay */
   double t, prev_end, wait, exposed, makespan;
+  uint64_t prev_ops; /* ops without timing consumed by the collectives fired */
   size_t pos;
   uint64_t straggled; /* collectives this rank was the straggler of */
   double held_us;     /* time the others waited for it */
@@ -69,7 +73,12 @@ typedef struct rk_set {
   char mismatch[256];   /* the first mismatch found, "" when none */
   char ranks_note[512]; /* the ranks given are not the recorded world's, "" when they are */
   const char *rank_source;
+  bool unit; /* replay: keep the ids of the ops without timing (their unit cost) */
 } rk_set;
+
+/* The cost of an op without timing in replay: the single-trace replay's default untimed_us
+ * (lib_an_model.c), so that untimed traces (all real PyTorch ones) do not replay as 0 µs. */
+#define UNTIMED_US 1.0
 
 /* A collective call of this rank: the counted record r of its trace's records. */
 static bool add_coll(rk_set *s, rk_rank *rk, const an_colls *cs, const an_coll_rec *r) {
@@ -112,6 +121,11 @@ static int cmp_coll_id(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 static int read_rank(rk_set *s, rk_rank *rk) {
   cli_input in;
   if (cli_open(&in, s->cmd, rk->file, NULL)) return ETR_CLI_FAIL;
@@ -140,6 +154,13 @@ static int read_rank(rk_set *s, rk_rank *rk) {
         rk->t1 = nd->ts + nd->inclusive_dur;
     } else {
       rk->untimed++;
+      if (s->unit) {
+        if (!an_grow((void **)&rk->uid, &rk->capuid, rk->nuid + 1, sizeof *rk->uid)) {
+          oom = true;
+          break;
+        }
+        rk->uid[rk->nuid++] = nd->id;
+      }
     }
     /* The first process-group node is the newest (its writer puts them newest first:
      * docs/FORMAT.md); a later one is older and may be stale (written before
@@ -164,6 +185,18 @@ static int read_rank(rk_set *s, rk_rank *rk) {
   if (rk->t0 > rk->t1) rk->t0 = rk->t1 = 0;
   /* Ids are drawn at op start: id order is each rank's order of collectives. */
   if (rk->n) qsort(rk->c, rk->n, sizeof *rk->c, cmp_coll_id);
+  /* the untimed ops before each collective: both lists in id order, merged */
+  if (rk->nuid) {
+    qsort(rk->uid, rk->nuid, sizeof *rk->uid, cmp_i64);
+    size_t u = 0;
+    for (size_t j = 0; j < rk->n; j++) {
+      while (u < rk->nuid && rk->uid[u] < rk->c[j].id) u++;
+      rk->c[j].ops_before = u;
+    }
+  }
+  free(rk->uid);
+  rk->uid = NULL;
+  rk->nuid = rk->capuid = 0;
   return ETR_CLI_OK;
 }
 
@@ -340,6 +373,7 @@ static bool match(rk_set *s) {
 static void set_free(rk_set *s) {
   for (int i = 0; i < s->n; i++) {
     free(s->r[i].c);
+    free(s->r[i].uid);
     free(s->r[i].bypg);
     free(s->r[i].pgoff);
   }
@@ -350,9 +384,10 @@ static void set_free(rk_set *s) {
   an_strtab_free(&s->names);
 }
 
-static int load(rk_set *s, const char *cmd, char *const *files, int n) {
+static int load(rk_set *s, const char *cmd, char *const *files, int n, bool unit) {
   memset(s, 0, sizeof *s);
   s->cmd = cmd;
+  s->unit = unit;
   s->r = calloc((size_t)n, sizeof *s->r);
   if (!s->r) {
     cli_error(cmd, "out of memory");
@@ -533,7 +568,7 @@ static void print_summary_text(rk_set *s, const an_ranks_opts *o, FILE *f) {
 int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_opts *o,
                      const char *out_path) {
   rk_set s;
-  int rc = load(&s, cmd, files, n);
+  int rc = load(&s, cmd, files, n, false);
   if (rc == ETR_CLI_OK) {
     if (s.ninst) qsort(s.inst, s.ninst, sizeof *s.inst, cmp_inst);
     straggle_recorded(&s);
@@ -556,9 +591,12 @@ int an_ranks_summary(const char *cmd, char *const *files, int n, const an_ranks_
 
 /* Fire instance `ix` if every member has it next. */
 /* When rank r is ready for collective c: where its replay clock stands, plus the compute gap
- * recorded between its previous collective and this one. */
+ * recorded between its previous collective and this one; without timing, UNTIMED_US per op
+ * between them (as single-trace replay costs them). */
 static double rank_ready(const rk_rank *r, const rk_coll *c) {
-  double gap = c->dur >= 0 ? (double)c->ts - r->prev_end : 0;
+  double gap = c->dur >= 0                   ? (double)c->ts - r->prev_end
+               : c->ops_before > r->prev_ops ? (double)(c->ops_before - r->prev_ops) * UNTIMED_US
+                                             : 0;
   return r->t + (gap > 0 ? gap : 0);
 }
 
@@ -583,7 +621,7 @@ static bool try_fire(rk_set *s, uint32_t ix, const an_ranks_opts *o) {
     if (c->dur >= 0 && (dur < 0 || (double)c->dur < dur)) dur = (double)c->dur;
   }
   if (o->beta_GBps > 0) dur = model_us(o, in->bytes);
-  if (dur < 0) dur = 0;
+  if (dur < 0) dur = UNTIMED_US; /* no rank timed it: an op without timing */
   in->start = start;
   in->dur = dur;
   in->wait = start - min_ready;
@@ -599,6 +637,7 @@ static bool try_fire(rk_set *s, uint32_t ix, const an_ranks_opts *o) {
     s->r[straggler].held_us += start - ready;
     r->t = start + dur;
     if (c->dur >= 0) r->prev_end = (double)(c->ts + c->dur);
+    r->prev_ops = c->ops_before + (c->dur < 0); /* (the collective's own record too) */
     r->pos++;
   }
   if (in->straggler >= 0) s->r[in->straggler].straggled++;
@@ -610,6 +649,7 @@ static int simulate(rk_set *s, const an_ranks_opts *o) {
     rk_rank *r = &s->r[i];
     r->t = 0;
     r->prev_end = (double)r->t0;
+    r->prev_ops = 0;
     r->pos = 0;
   }
   for (;;) {
@@ -637,6 +677,7 @@ static int simulate(rk_set *s, const an_ranks_opts *o) {
   for (int i = 0; i < s->n; i++) {
     rk_rank *r = &s->r[i];
     double tail = (double)r->t1 - r->prev_end;
+    if (r->untimed > r->prev_ops) tail += (double)(r->untimed - r->prev_ops) * UNTIMED_US;
     r->makespan = r->t + (tail > 0 ? tail : 0);
   }
   return ETR_CLI_OK;
@@ -644,7 +685,7 @@ static int simulate(rk_set *s, const an_ranks_opts *o) {
 
 int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_opts *o, FILE *f) {
   rk_set s;
-  int rc = load(&s, cmd, files, n);
+  int rc = load(&s, cmd, files, n, true);
   if (rc != ETR_CLI_OK) goto done;
   if (s.ranks_note[0]) {
     cli_error(cmd, "the traces are not the ranks of one run: %s", s.ranks_note);
@@ -665,10 +706,20 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
             o->beta_GBps);
   else
     fprintf(f, "network: recorded (a collective takes the shortest time any rank spent in it)\n");
-  fprintf(f,
-          "compute between collectives: as recorded on each rank; %zu collectives matched "
-          "across ranks in %zu process group(s)\n",
-          s.ninst, s.pgs.n);
+  uint64_t ops = 0, untimed = 0;
+  for (int i = 0; i < s.n; i++) {
+    ops += s.r[i].ops;
+    untimed += s.r[i].untimed;
+  }
+  fprintf(f, "compute between collectives: as recorded on each rank");
+  if (untimed) /* (said as single-trace replay says it) */
+    fprintf(f,
+            "; %" PRIu64
+            " op(s) without timing cost %.3g us each, a collective no rank timed "
+            "%s%s",
+            untimed, UNTIMED_US, o->beta_GBps > 0 ? "the network model's time" : "as much",
+            untimed == ops ? " (the traces have no timing: unit costs)" : "");
+  fprintf(f, "; %zu collectives matched across ranks in %zu process group(s)\n", s.ninst, s.pgs.n);
   if (no_collective(&s)) fprintf(f, "%s\n", NO_COLL_NOTE);
   int slow = 0;
   for (int i = 1; i < s.n; i++)

@@ -14,14 +14,15 @@
  * clock common to the ranks), and how long the others waited.
  *
  * replay (simulation): each rank runs its recorded compute between collectives (the gaps
- * between its collectives, as recorded), and a collective starts when the last member rank
+ * between its collectives, as recorded; without timing 1 µs per op between them, as the
+ * single-trace replay's untimed_us), and a collective starts when the last member rank
  * reaches it (that rank is the straggler) and lasts alpha + bytes / beta under the network
  * model, or without one the shortest recorded duration among the ranks (the transfer without
  * the wait). Per rank: predicted makespan, time exposed in communication (waiting plus
  * transfer), of which waiting.
  *
- * Memory: the nodes are streamed; what is kept is ~80 bytes per collective per rank.
- */
+ * Memory: the nodes are streamed; what is kept is ~80 bytes per collective per rank (and in
+ * replay, while one rank is read, 8 bytes per op of it without timing). */
 #ifndef ETR_TOOLS_LIB_AN_RANKS_H
 #define ETR_TOOLS_LIB_AN_RANKS_H
 
