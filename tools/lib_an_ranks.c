@@ -700,6 +700,17 @@ int an_ranks_replay(const char *cmd, char *const *files, int n, const an_ranks_o
   }
   rc = simulate(&s, o);
   if (rc != ETR_CLI_OK) goto done;
+  /* An extreme network model (--alpha-us 1e308 --beta-gbps 1e-300) overflows a double: the
+   * times would be inf and the waits inf - inf, not a number. Say so rather than print them. */
+  for (int i = 0; i < s.n; i++)
+    if (!isfinite(s.r[i].makespan) || !isfinite(s.r[i].exposed) || !isfinite(s.r[i].wait)) {
+      cli_error(cmd,
+                "the network model overflows: the predicted times exceed the range of a double "
+                "(rank %" PRId64 "); give a smaller --alpha-us or a larger --beta-gbps",
+                s.r[i].rank);
+      rc = ETR_CLI_FAIL;
+      goto done;
+    }
   fprintf(f, "replay of %d ranks (rank numbers: %s)\n", s.n, s.rank_source);
   if (o->beta_GBps > 0)
     fprintf(f, "network model: a collective takes %g us + bytes / %g GB/s\n", o->alpha_us,
