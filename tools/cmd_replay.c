@@ -2,6 +2,7 @@
  * ops in recorded start order, data dependencies through tensors, fw_parent links — with
  * recorded or modelled op costs (model: tools/lib_an_ops.h; format: docs/CLI.md). */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,17 @@ int cmd_replay(int argc, char **argv) {
       calls++;
       if (t.ops[i].pg_size == 0) no_size++;
     }
+  }
+  /* An extreme model (--alpha-us 1e308 --beta-gbps 1e-300, a tiny flops_per_s) overflows a
+   * double: the times would be inf and their shares inf / inf, not a number. Say so (before
+   * --csv writes anything) rather than print them. */
+  if (!isfinite(s.makespan)) {
+    cli_error(CMD,
+              "%s: the model overflows: the predicted times exceed the range of a double; give "
+              "a smaller latency or a larger bandwidth or FLOP/s",
+              file);
+    rc = ETR_CLI_FAIL;
+    goto done;
   }
   if (csv != NULL) {
     FILE *cf = cli_open_output(CMD, csv);

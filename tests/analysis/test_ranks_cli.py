@@ -14,7 +14,7 @@ small traces written here (tests/pylib/coll_traces.py's nodes):
   stray       a c10d:: op whose record_param_comms was not recorded is a call of its own, not
               the twin of an earlier call's record_param_comms (docs/FORMAT.md, rules 1-2)
   untimed     replay of ranks without timing costs each op 1 us (untimed_us) and says so, not 0
-  overflow    replay with an overflowing network model prints no NaN
+  overflow    replay (several ranks, one) with an overflowing network model prints no NaN
 
 Usage: test_ranks_cli.py --etr ETR --work DIR CASE
 Exit status: 0 pass, 1 fail.
@@ -239,6 +239,11 @@ def case_overflow():
     check("nan" not in (out + err).lower(), "overflow: NaN printed: %s%s" % (out, err))
     check(rc == 0 or (rc == 1 and "overflow" in err and err.count("\n") == 1),
           "overflow: exit %d: %s" % (rc, err))
+    # one rank (the single-trace replay): the same
+    rc, out, err = run("replay", "--alpha-us", "1e308", "--beta-gbps", "1e-300", f[0])
+    check("nan" not in (out + err).lower(), "overflow, one rank: NaN printed: %s%s" % (out, err))
+    check(rc == 0 or (rc == 1 and "overflow" in err and err.count("\n") == 1),
+          "overflow, one rank: exit %d: %s" % (rc, err))
 
 
 CASES = {"first_pg": case_first_pg, "absent": case_absent, "world": case_world,
