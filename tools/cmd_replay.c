@@ -101,6 +101,9 @@ int cmd_replay(int argc, char **argv) {
   }
   if (optind >= argc) return cli_usage(CMD, "no FILE given");
   if (an_ranks_net_check(CMD, &ro)) return ETR_CLI_USAGE;
+  if (cli_stdin_once(CMD, (const char *const *)(argv + optind), (size_t)(argc - optind)) !=
+      ETR_CLI_OK)
+    return ETR_CLI_USAGE;
   if (argc - optind > 1) {
     if (model_path || csv || !keep_idle)
       return cli_usage(CMD, "--model, --csv and --no-idle take one FILE, not several ranks");

@@ -633,6 +633,8 @@ int cmd_summary(int argc, char **argv) {
   int nfiles = argc - optind;
   if (nfiles == 0) return cli_usage(CMD, "no input file");
   if (an_ranks_net_check(CMD, &ro)) return ETR_CLI_USAGE;
+  if (cli_stdin_once(CMD, (const char *const *)files, (size_t)nfiles) != ETR_CLI_OK)
+    return ETR_CLI_USAGE;
   if (nfiles > 1) {
     ro.limit = (size_t)s.top;
     ro.json = s.json;

@@ -246,8 +246,25 @@ def case_overflow():
           "overflow, one rank: exit %d: %s" % (rc, err))
 
 
+def case_stdin_twice():
+    # '-' twice: stdin holds one trace, so a second read finds it empty; a usage error (exit
+    # 2) that says so, not "unexpected end of input (truncated file?)" about the second
+    f = write(os.path.join(a.work, "st-0.json"), rank_nodes(2), [groups(0, 1)])
+    with open(f) as fh:
+        text = fh.read()
+    for cmd in ("summary", "replay"):
+        p = subprocess.run([a.etr, cmd, "-", "-"], input=text, capture_output=True, text=True,
+                           env=dict(os.environ, ETR_PROGRESS="0"), timeout=120)
+        check(p.returncode == 2 and "stdin can be given once" in p.stderr,
+              "%s - -: exit %d: %s" % (cmd, p.returncode, p.stderr[-300:]))
+        p = subprocess.run([a.etr, cmd, "-"], input=text, capture_output=True, text=True,
+                           env=dict(os.environ, ETR_PROGRESS="0"), timeout=120)
+        check(p.returncode == 0, "%s -: exit %d: %s" % (cmd, p.returncode, p.stderr[-300:]))
+
+
 CASES = {"first_pg": case_first_pg, "absent": case_absent, "world": case_world,
-         "stray": case_stray, "untimed": case_untimed, "overflow": case_overflow}
+         "stray": case_stray, "untimed": case_untimed, "overflow": case_overflow,
+         "stdin_twice": case_stdin_twice}
 
 
 def main():
