@@ -76,7 +76,8 @@ ETR_API int etr_dist_declare_group(const etr_process_group *pg);
 ETR_API int etr_dist_record_groups(void);
 
 /* The JSON list the node carries, NUL-terminated, into buf (cap bytes). Returns its length
- * (without the NUL); when that is >= cap the text was cut (call again with a larger buf). */
+ * (without the NUL); when that is >= cap the text was cut (call again with a larger buf).
+ * buf NULL: the length only, whatever cap is. */
 ETR_API size_t etr_dist_groups_json(char *buf, size_t cap);
 
 /* Which declared group a collective used, for a runtime that knows only the group's size

@@ -293,6 +293,7 @@ static size_t groups_json_locked(char *buf, size_t cap) {
 }
 
 size_t etr_dist_groups_json(char *buf, size_t cap) {
+  if (!buf) cap = 0; /* (NULL asks for the length only, whatever cap says) */
   pthread_mutex_lock(&g_lock);
   size_t n = groups_json_locked(buf, cap);
   pthread_mutex_unlock(&g_lock);

@@ -68,6 +68,11 @@ bool etr__use_membarrier;
 
 /* Counters of threads that have exited, so stats stay monotonic (threads_lock). */
 static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, dead_in_callbacks;
+/* Records made on a thread after its state was torn down: by the host's own thread-key
+ * destructors that run after etr's (etr's key is made when libetr loads, before any of the
+ * host's, and glibc runs them in order), or at exit. Not observed, counted in
+ * records_in_callbacks. */
+static _Atomic uint64_t records_after_teardown;
 
 #define RF_BLOCK 256
 
@@ -417,7 +422,8 @@ int etr_registry_stats_get(etr_registry_stats *out) {
   s.records_observed = dead_observed;
   s.ends_without_begin = dead_ends_without_begin;
   s.begins_repeated = dead_begins_repeated;
-  s.records_in_callbacks = dead_in_callbacks;
+  s.records_in_callbacks =
+      dead_in_callbacks + atomic_load_explicit(&records_after_teardown, memory_order_relaxed);
   for (etr__thread *t = threads_head; t; t = t->next) {
     s.records_observed += atomic_load_explicit(&t->n_observed, memory_order_relaxed);
     s.ends_without_begin += atomic_load_explicit(&t->n_ends_without_begin, memory_order_relaxed);
@@ -484,7 +490,10 @@ void etr__record_prepare(etr_record *rec, const char *name, etr_scope scope) {
   rec->_active = 0;
   rec->_state = 0;
   etr__thread *t = etr__thread_self();
-  if (!t) return;
+  if (!t) {
+    if (tls_gone) atomic_fetch_add_explicit(&records_after_teardown, 1, memory_order_relaxed);
+    return;
+  }
   if (t->in_callback) {
     bump(&t->n_in_callbacks);
     return;

@@ -211,11 +211,14 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
   pthread_once(&g_hooks_once, install_hooks);
   if (out) *out = NULL;
   if (!path || !*path || !out) return ETR_EINVAL;
-  if (opt && opt->struct_size != 0 && opt->struct_size < offsetof(etr_trace_options, no_timing))
-    return ETR_EINVAL;
+  if (opt && !etr__trace_options_size_ok(opt->struct_size)) return ETR_EINVAL;
   etr_trace_options o;
   etr_traceback_options tb_0_1;
   etr__trace_options_read(&o, opt, &tb_0_1);
+  /* (the 0.1.0 layout's traceback options are its own: read as that layout was) */
+  if (o.traceback && o.traceback != &tb_0_1 &&
+      !etr__traceback_options_size_ok(o.traceback->struct_size))
+    return ETR_EINVAL;
   if ((unsigned)o.schema > ETR_SCHEMA_1_1_0) return ETR_EINVAL;
   if (!(o.sample_probability >= 0.0 && o.sample_probability <= 1.0)) return ETR_EINVAL;
   if (o.buffer_kb > ETR__BUFFER_KB_MAX) return ETR_EINVAL; /* (as ETR_TRACE_BUFFER_KB: env.c) */

@@ -62,6 +62,21 @@ void etr__trace_options_read(etr_trace_options *o, const etr_trace_options *in,
   }
 }
 
+/* The sizes of the option structs in the first release that had their layout (a field
+ * added later grows them): a struct_size between 0 and these is no layout any header had,
+ * and its fields would be read short (tracebacks asked for, and silently off). 0 means
+ * this libetr's own size. */
+#define TRACE_OPTIONS_FIRST_SIZE (offsetof(etr_trace_options, ring_mb) + sizeof(uint32_t))
+#define TRACEBACK_OPTIONS_FIRST_SIZE \
+  (offsetof(etr_traceback_options, symbolize) + sizeof(etr_symbolize_mode))
+_Static_assert(sizeof(etr_trace_options) >= TRACE_OPTIONS_FIRST_SIZE, "options grow only");
+_Static_assert(sizeof(etr_traceback_options) >= TRACEBACK_OPTIONS_FIRST_SIZE, "options grow only");
+
+bool etr__trace_options_size_ok(size_t n) { return n == 0 || n >= TRACE_OPTIONS_FIRST_SIZE; }
+bool etr__traceback_options_size_ok(size_t n) {
+  return n == 0 || n >= TRACEBACK_OPTIONS_FIRST_SIZE;
+}
+
 int etr__trace_tb_configure(etr_trace *tr, const etr_traceback_options *in) {
   etr_traceback_options o = ETR_TRACEBACK_OPTIONS_INIT;
   size_t n = in->struct_size && in->struct_size < sizeof o ? in->struct_size : sizeof o;
@@ -91,7 +106,8 @@ int etr_trace_set_traceback(etr_trace *tr, const etr_traceback_options *opt) {
   ETR__QUIET_CALL();
   int rc = etr__trace_call_enter(tr); /* (close frees tb_mutex and the configurations) */
   if (rc != 0) return rc;
-  rc = opt ? etr__trace_tb_configure(tr, opt) : ETR_EINVAL;
+  rc = opt && etr__traceback_options_size_ok(opt->struct_size) ? etr__trace_tb_configure(tr, opt)
+                                                               : ETR_EINVAL;
   etr__trace_call_leave(tr);
   return rc;
 }

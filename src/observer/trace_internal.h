@@ -714,6 +714,9 @@ void etr__trace_wait_calls(struct etr_trace *tr);
  * o->traceback then points at). */
 void etr__trace_options_read(etr_trace_options *o, const etr_trace_options *in,
                              etr_traceback_options *tb);
+/* Whether a struct_size is one a header had (or 0: this libetr's own size). */
+bool etr__trace_options_size_ok(size_t n);
+bool etr__traceback_options_size_ok(size_t n);
 /* Publish a new traceback configuration (replacing, not freeing, the current one):
  * ETR_EINVAL for bad options, ETR_ENOMEM. */
 int etr__trace_tb_configure(struct etr_trace *tr, const etr_traceback_options *in);

@@ -195,6 +195,9 @@ static void test_json_list(void **state) {
   size_t need = etr_dist_groups_json(small, sizeof small);
   assert_true(need >= sizeof small);
   assert_int_equal(strlen(small), sizeof small - 1);
+  /* NULL asks for the length, whatever the capacity says (100 once wrote through NULL) */
+  assert_int_equal(etr_dist_groups_json(NULL, 0), need);
+  assert_int_equal(etr_dist_groups_json(NULL, 100), need);
   clear_env();
 }
 

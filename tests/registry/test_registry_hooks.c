@@ -204,12 +204,51 @@ static void test_signal_record_during_thread_exit_not_observed(void **state) {
   sigaction(SIGUSR1, &old, NULL);
 }
 
+/* A host's thread-key destructor runs after etr's own (etr's key is made when libetr
+ * loads, before any of the host's; glibc runs them in order), when the thread's state is
+ * gone: its record is not observed, and is counted (it was neither, 2026-11-27). */
+static pthread_key_t g_host_key;
+
+static void host_key_destructor(void *value) {
+  (void)value;
+  etr_record r;
+  etr_record_init(&r, "in_handler", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&r);
+  etr_record_end(&r);
+}
+
+static void *record_with_host_key(void *arg) {
+  pthread_setspecific(g_host_key, &g_host_key);
+  return record_once(arg);
+}
+
+static void test_record_in_host_key_destructor_counted(void **state) {
+  (void)state;
+  by_name c = {0, 0};
+  struct sigaction old;
+  etr_observer_id h = watch(&c, &old);
+  assert_int_equal(pthread_key_create(&g_host_key, host_key_destructor), 0);
+  etr_registry_stats before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
+  assert_int_equal(etr_registry_stats_get(&before), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, record_with_host_key, NULL), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(etr_registry_stats_get(&after), 0);
+  assert_int_equal(c.own, 1);
+  assert_int_equal(c.in_handler, 0);
+  assert_int_equal(after.records_in_callbacks - before.records_in_callbacks, 1);
+  pthread_key_delete(g_host_key);
+  assert_int_equal(etr_observer_remove(h), 0);
+  sigaction(SIGUSR1, &old, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_removed_before_hazard_alone),
       cmocka_unit_test(test_removed_before_hazard_loop),
       cmocka_unit_test(test_signal_record_while_thread_state_is_made),
       cmocka_unit_test(test_signal_record_during_thread_exit_not_observed),
+      cmocka_unit_test(test_record_in_host_key_destructor_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * address. */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,6 +477,30 @@ static void test_bad_options(void **state) {
   opt_tb.max_depth = 0;
   opt_tb.symbolize = (etr_symbolize_mode)7;
   assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
+  opt_tb.symbolize = ETR_SYMBOLIZE_FULL;
+  /* A struct_size no header had (between 0 and the first release's size): refused, by open
+   * and by set_traceback, never read short (1 or 8 once copied that much: tracebacks asked
+   * for and silently off, with ETR_OK). */
+  const size_t short_tb[] = {1, 8, 9, 16, offsetof(etr_traceback_options, symbolize)};
+  for (size_t i = 0; i < TU_ARRAY_LEN(short_tb); i++) {
+    opt_tb.struct_size = short_tb[i];
+    assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
+  }
+  opt_tb.struct_size = sizeof opt_tb;
+  const size_t short_opt[] = {12, 16, 24, 40, offsetof(etr_trace_options, ring_mb)};
+  for (size_t i = 0; i < TU_ARRAY_LEN(short_opt); i++) {
+    opt.struct_size = short_opt[i];
+    assert_int_equal(etr_trace_open("/tmp/etr-never-created.json", &opt, &tr), ETR_EINVAL);
+  }
+  opt.struct_size = sizeof opt;
+  tu_trace t;
+  tu_open(&t, NULL);
+  opt_tb.struct_size = 8;
+  assert_int_equal(etr_trace_set_traceback(t.trace, &opt_tb), ETR_EINVAL);
+  opt_tb.struct_size = 0; /* (this libetr's own size) */
+  assert_int_equal(etr_trace_set_traceback(t.trace, &opt_tb), 0);
+  tu_close_ok(&t);
+  tu_free(&t);
 }
 
 int main(void) {
