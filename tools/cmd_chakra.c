@@ -761,7 +761,14 @@ int cmd_chakra(int argc, char **argv) {
     }
     cx_free(&c);
   }
-  if (rc == ETR_CLI_OK && nfiles > 1) rc = an_check_world(CMD, files, ranks, nfiles);
+  char world_note[512];
+  if (rc == ETR_CLI_OK && nfiles > 1 &&
+      an_world_note(world_note, sizeof world_note, files, ranks, nfiles)) {
+    cli_error(CMD,
+              "%s: refusing to write a partial set of ranks; give every rank's trace of one run",
+              world_note);
+    rc = ETR_CLI_FAIL;
+  }
   bool closed = fclose(rep) == 0;
   closed = fclose(nts) == 0 && closed;
   if (!closed && rc == ETR_CLI_OK) {

@@ -248,46 +248,21 @@ static void every_rank(rk_set *s, size_t p) {
 }
 
 /* The world the traces record (group "0"'s size) against the ranks given: they should be
- * ranks 0..size-1 of one run. Traces that record no size say nothing. */
+ * ranks 0..size-1 of one run (an_world_note says it as etr chakra does). */
 static void check_world(rk_set *s) {
-  int first = -1;
-  for (int i = 0; i < s->n; i++) {
-    const rk_rank *r = &s->r[i];
-    if (r->world <= 0) continue;
-    if (first < 0) {
-      first = i;
-    } else if (r->world != s->r[first].world) {
-      snprintf(s->ranks_note, sizeof s->ranks_note,
-               "the traces record different world sizes (%" PRId64 " in %s, %" PRId64 " in %s)",
-               s->r[first].world, cli_term(s->r[first].file), r->world, cli_term(r->file));
-      return;
+  an_rank_given *g = malloc((size_t)(s->n ? s->n : 1) * sizeof *g);
+  const char **files = malloc((size_t)(s->n ? s->n : 1) * sizeof *files);
+  if (g && files) {
+    for (int i = 0; i < s->n; i++) {
+      g[i] = (an_rank_given){s->r[i].rank, s->r[i].world, false};
+      files[i] = s->r[i].file;
     }
+    an_world_note(s->ranks_note, sizeof s->ranks_note, files, g, (size_t)s->n);
+  } else {
+    snprintf(s->ranks_note, sizeof s->ranks_note, "out of memory");
   }
-  if (first < 0) return;
-  int64_t world = s->r[first].world;
-  size_t len = 0, nmiss = 0;
-  char miss[160] = "";
-  /* s->r is sorted by rank: walk 0..world-1 against it */
-  int i = 0;
-  for (int64_t want = 0; want < world && nmiss < 1000000; want++) {
-    while (i < s->n && s->r[i].rank < want) i++;
-    if (i < s->n && s->r[i].rank == want) continue;
-    if (nmiss++ < 8 && len + 24 < sizeof miss)
-      len += (size_t)snprintf(miss + len, sizeof miss - len, "%s%" PRId64, nmiss > 1 ? ", " : "",
-                              want);
-  }
-  int64_t outside = 0;
-  for (int j = 0; j < s->n; j++)
-    if (s->r[j].rank < 0 || s->r[j].rank >= world) outside++;
-  if (nmiss)
-    snprintf(s->ranks_note, sizeof s->ranks_note,
-             "the traces record a world of %" PRId64 " ranks, %d given: rank%s %s%s missing", world,
-             s->n, nmiss > 1 ? "s" : "", miss, nmiss > 8 ? ", ..." : "");
-  else if (outside)
-    snprintf(s->ranks_note, sizeof s->ranks_note,
-             "the traces record a world of %" PRId64 " ranks, %d given: %" PRId64
-             " of them outside 0..%" PRId64,
-             world, s->n, outside, world - 1);
+  free(g);
+  free(files);
 }
 
 /* Pair the k-th collective of each group across the ranks that use the group. */

@@ -491,44 +491,56 @@ int64_t an_pg0_int(const char *json, const char *key) {
   return -1;
 }
 
-static bool rank_given(const an_rank_given *r, size_t n, int64_t rank) {
-  for (size_t f = 0; f < n; f++)
-    if (r[f].rank == rank) return true;
-  return false;
+static int cmp_rank(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
-int an_check_world(const char *cmd, const char *const *files, const an_rank_given *r, size_t n) {
+bool an_world_note(char *note, size_t cap, const char *const *files, const an_rank_given *r,
+                   size_t n) {
+  note[0] = '\0';
   size_t first = n;
   for (size_t f = 0; f < n; f++) {
-    if (r[f].world < 0) continue;
+    if (r[f].world <= 0) continue;
     if (first == n) {
       first = f;
     } else if (r[f].world != r[first].world) {
-      cli_error(cmd,
-                "%s records a world of %lld rank(s), %s of %lld: traces of different runs; "
-                "give the traces of one run",
-                cli_term(files[first]), (long long)r[first].world, cli_term(files[f]),
-                (long long)r[f].world);
-      return ETR_CLI_FAIL;
+      snprintf(note, cap, "the traces record different world sizes (%lld in %s, %lld in %s)",
+               (long long)r[first].world, cli_term(files[first]), (long long)r[f].world,
+               cli_term(files[f]));
+      return true;
     }
   }
-  if (first == n) return ETR_CLI_OK;
+  if (first == n) return false;
   int64_t world = r[first].world;
-  for (size_t f = 0; f < n; f++)
-    if (r[f].rank < 0 || r[f].rank >= world) {
-      cli_error(cmd, "%s: rank %lld, but %s records a world of %lld rank(s) (0..%lld)",
-                cli_term(files[f]), (long long)r[f].rank, cli_term(files[first]), (long long)world,
-                (long long)world - 1);
-      return ETR_CLI_FAIL;
-    }
-  /* Distinct ranks below world (the caller checked the first): all of 0..world-1 when there
-   * are world of them. */
-  if ((uint64_t)world == n) return ETR_CLI_OK;
-  int64_t missing = 0;
-  while (rank_given(r, n, missing)) missing++;
-  cli_error(cmd,
-            "the traces record a world of %lld ranks (%s) but %zu are given, rank %lld "
-            "missing: refusing to write a partial set of ranks; give every rank's trace",
-            (long long)world, cli_term(files[first]), n, (long long)missing);
-  return ETR_CLI_FAIL;
+  int64_t *sorted = malloc((n ? n : 1) * sizeof *sorted);
+  if (!sorted) {
+    snprintf(note, cap, "out of memory");
+    return true;
+  }
+  int64_t outside = 0;
+  for (size_t f = 0; f < n; f++) {
+    sorted[f] = r[f].rank;
+    if (r[f].rank < 0 || r[f].rank >= world) outside++;
+  }
+  qsort(sorted, n, sizeof *sorted, cmp_rank);
+  /* ranks 0..world-1 against the sorted ranks given: the first few missing named */
+  size_t len = 0, nmiss = 0, i = 0;
+  char miss[160] = "";
+  for (int64_t want = 0; want < world; want++) {
+    while (i < n && sorted[i] < want) i++;
+    if (i < n && sorted[i] == want) continue;
+    if (nmiss++ < 8 && len + 24 < sizeof miss)
+      len += (size_t)snprintf(miss + len, sizeof miss - len, "%s%lld", nmiss > 1 ? ", " : "",
+                              (long long)want);
+  }
+  free(sorted);
+  if (nmiss)
+    snprintf(note, cap, "the traces record a world of %lld ranks, %zu given: rank%s %s%s missing",
+             (long long)world, n, nmiss > 1 ? "s" : "", miss, nmiss > 8 ? ", ..." : "");
+  else if (outside)
+    snprintf(note, cap,
+             "the traces record a world of %lld ranks, %zu given: %lld of them outside 0..%lld",
+             (long long)world, n, (long long)outside, (long long)world - 1);
+  return note[0] != '\0';
 }

@@ -138,10 +138,12 @@ typedef struct an_rank_given {
   bool by_pos;   /* the trace records no rank: its position among the arguments */
 } an_rank_given;
 
-/* Traces that record their world size must be that many, ranks 0..size-1, all of one size:
- * else the set is partial (a rank missing) or mixes runs, which a simulator would take for
- * some other run (docs/CLI.md, chakra). Traces that record no size are taken as they are.
- * ETR_CLI_OK, or ETR_CLI_FAIL after one line naming the problem (files[i] is r[i]'s). */
-int an_check_world(const char *cmd, const char *const *files, const an_rank_given *r, size_t n);
+/* Traces that record their world size should be that many, ranks 0..size-1, all of one
+ * size: else the set is partial (a rank missing) or mixes runs, which a simulator would take
+ * for some other run (docs/CLI.md). Traces that record no size are taken as they are. True,
+ * with one line saying what is wrong in note (cap bytes; files[i] is r[i]'s), when the set
+ * is not a whole run's: etr chakra refuses it, summary notes it, replay refuses it. */
+bool an_world_note(char *note, size_t cap, const char *const *files, const an_rank_given *r,
+                   size_t n);
 
 #endif /* ETR_TOOLS_LIB_AN_UTIL_H */
