@@ -176,13 +176,6 @@ static char *normalised(const char *path) {
   return rebase_rf_ids(t);
 }
 
-static void write_file(const char *path, const void *p, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(p, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
 /* convert in -> out; its exit status. */
 static int convert(const char *in, const char *out) {
   const char *args[] = {"convert", in, "-o", out, NULL};
@@ -355,7 +348,7 @@ static void test_cut_anywhere(void **state) {
         offs[j] = t;
       }
   for (size_t i = 0; i < n_offs; i++) {
-    write_file(cut, full, offs[i]);
+    tu_write_file(cut, full, offs[i]);
     unlink(out);
     int rc = convert(cut, out);
     if (rc != 0) fail_msg("etr convert of the log cut at %zu of %zu: status %d", offs[i], len, rc);
@@ -368,7 +361,7 @@ static void test_cut_anywhere(void **state) {
     prev = n;
   }
   /* a cut inside the file header is an error, not a trace */
-  write_file(cut, full, 40);
+  tu_write_file(cut, full, 40);
   assert_int_equal(convert(cut, out), 1);
   free(full);
   tu_rmdir(dir);
@@ -389,21 +382,21 @@ static void test_damaged_logs(void **state) {
   assert_non_null(b);
 
   /* not a log */
-  write_file(bad, "{\"schema\": \"1.1.1\"}", 20);
+  tu_write_file(bad, "{\"schema\": \"1.1.1\"}", 20);
   assert_int_equal(convert(bad, out), 1);
   /* a later format version, and version 1 (full events only, before compact events) */
   assert_int_equal(good[8], 2);
   memcpy(b, good, len);
   b[8] = 3;
-  write_file(bad, b, len);
+  tu_write_file(bad, b, len);
   assert_int_equal(convert(bad, out), 1);
   b[8] = 1;
-  write_file(bad, b, len);
+  tu_write_file(bad, b, len);
   assert_int_equal(convert(bad, out), 1);
   /* another event layout */
   memcpy(b, good, len);
   b[80 + 8 + 8] ^= 1;
-  write_file(bad, b, len);
+  tu_write_file(bad, b, len);
   assert_int_equal(convert(bad, out), 1);
   /* flipped bytes after the layout: a valid trace of what precedes the damage, or a clear
    * error; never a crash (a signal) */
@@ -414,7 +407,7 @@ static void test_damaged_logs(void **state) {
       size_t at = 200 + (size_t)rand_r(&seed) % (len - 200);
       b[at] = (char)(i % 2 ? rand_r(&seed) : 0xff);
     }
-    write_file(bad, b, len);
+    tu_write_file(bad, b, len);
     unlink(out);
     const char *args[] = {"convert", bad, "-o", out, NULL};
     int st = tu_run(ETR_TOOL, args, NULL, NULL);
@@ -739,7 +732,7 @@ static void test_ring_damaged_name_escaped(void **state) {
   char *at = memmem(b, len, "aten::mm(Tensor", 15);
   assert_non_null(at);
   at[4] = 0x1f;
-  write_file(bad, b, len);
+  tu_write_file(bad, b, len);
   free(b);
   assert_int_equal(convert(bad, out), 0);
   assert_valid(out);
@@ -881,7 +874,7 @@ static void test_tensor_references_bounded(void **state) {
   put_bytes(&file, evs.p, evs.n);
   while (file.n % 8) put_byte(&file, 0);
   put_bytes(&file, trailer, trailer_n);
-  write_file(big, file.p, file.n);
+  tu_write_file(big, file.p, file.n);
   assert_true(file.n < 40000);
 
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' >'%s' 2>&1", ETR_TOOL, big, out, err);
@@ -931,7 +924,7 @@ static void test_cut_log_repair_fails(void **state) {
   size_t len;
   char *b = tu_read_file(bin, &len);
   assert_non_null(b);
-  write_file(cut, b, len - 64); /* (the trailer cut off) */
+  tu_write_file(cut, b, len - 64); /* (the trailer cut off) */
   free(b);
 
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' >'%s' 2>&1", ETR_TOOL, cut, out, err);
@@ -1001,7 +994,7 @@ static void test_damaged_layout_of_our_version(void **state) {
   char *b = tu_read_file(bin, &len);
   assert_non_null(b);
   b[100] ^= 0x20;
-  write_file(bad, b, len);
+  tu_write_file(bad, b, len);
   free(b);
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' >'%s' 2>&1", ETR_TOOL, bad, out, err);
   assert_int_equal(run_sh(cmd, NULL), 1);

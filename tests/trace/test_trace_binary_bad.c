@@ -40,13 +40,6 @@ static void path_in(char *out, size_t n, const char *name) {
   snprintf(out, n, "%s/%s", g_dir, name);
 }
 
-static void write_file(const char *path, const void *p, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(p, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
 /* Runs exe with args (argv[0] added), stdout and stderr into *out (NUL-terminated, the
  * caller frees), the address space limited to as_bytes when not 0 and the environment's
  * extra variables added; the exit status, or 128 + signal. */
@@ -207,7 +200,7 @@ static void test_many_streams_refused(void **state) {
     memcpy(p + 16, &tid, 8);
     memcpy(p + 32, def, sizeof def);
   }
-  write_file(forged, f, total);
+  tu_write_file(forged, f, total);
   free(f);
   free(d);
   char *text;
@@ -267,7 +260,7 @@ static void test_bytes_after_the_trailer(void **state) {
   assert_non_null(two);
   memcpy(two, d, n);
   memcpy(two + n, d, n);
-  write_file(both, two, 2 * n);
+  tu_write_file(both, two, 2 * n);
   free(two);
   free(d);
   char *text;
@@ -301,7 +294,7 @@ static void test_damaged_table_counts(void **state) {
   n_tbs += 1000;
   memcpy(p + 8, &n_tbs, 4);
   size_t cut = r[t].off + 8 + ((r[t].len + 7) & ~(size_t)7) + 16;
-  write_file(bad, d, cut < n ? cut : n);
+  tu_write_file(bad, d, cut < n ? cut : n);
   free(d);
   char *text;
   int rc = convert_captured(bad, out, 0, &text);
@@ -329,12 +322,12 @@ static void test_stop_messages(void **state) {
   char *text;
   /* empty, and cut inside the magic */
   path_in(x, sizeof x, "empty.etr");
-  write_file(x, d, 0);
+  tu_write_file(x, d, 0);
   assert_int_equal(convert_captured(x, out, 0, &text), 1);
   if (!strstr(text, "an empty log")) fail_msg("%s", text);
   free(text);
   path_in(x, sizeof x, "m4.etr");
-  write_file(x, d, 4);
+  tu_write_file(x, d, 4);
   assert_int_equal(convert_captured(x, out, 0, &text), 1);
   if (!strstr(text, "ends inside its header (4 of 80 bytes)")) fail_msg("%s", text);
   free(text);
@@ -348,14 +341,14 @@ static void test_stop_messages(void **state) {
   memcpy(z, d, b);
   memset(z + b, 0, 4096);
   path_in(x, sizeof x, "ztail.etr");
-  write_file(x, z, b + 4096);
+  tu_write_file(x, z, b + 4096);
   assert_int_equal(convert_captured(x, out, 0, &text), 0);
   if (!strstr(text, "a zero-filled tail")) fail_msg("%s", text);
   free(text);
   memcpy(z, d, n);
   memset(z + b, 0, e - b);
   path_in(x, sizeof x, "zmid.etr");
-  write_file(x, z, n);
+  tu_write_file(x, z, n);
   assert_int_equal(convert_captured(x, out, 0, &text), 0);
   if (!strstr(text, "a zeroed stretch") || strstr(text, "tail")) fail_msg("%s", text);
   free(text);

@@ -41,6 +41,13 @@ void tu_rmdir(const char *dir) {
   rmdir(dir);
 }
 
+void tu_write_file(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
 char *tu_read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (f == NULL) return NULL;

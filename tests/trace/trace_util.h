@@ -46,6 +46,8 @@ void tu_mkdtemp(char *out, size_t n);
 void tu_rmdir(const char *dir);
 /* Read a whole file (NUL-terminated); NULL when it cannot be read. */
 char *tu_read_file(const char *path, size_t *len);
+/* Write n bytes at p to path (created or truncated); fails the test on any error. */
+void tu_write_file(const char *path, const void *p, size_t n);
 /* Read a gzip file (any file when zlib is available); NULL when unavailable or unreadable. */
 char *tu_read_gz(const char *path, size_t *len);
 /* The number of gzip members in the file at path, each checked whole (header, data, CRC and
