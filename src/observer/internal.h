@@ -9,6 +9,7 @@
 
 #include "etr/common.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -17,6 +18,18 @@
 #else
 #define ETR__PRINTF(a, b)
 #endif
+
+/* In a thread-key destructor of etr's: whether to keep the thread's state for a later round
+ * of the key destructors (the key is set again), so that the host's own destructors, which
+ * may run after ours in a round, still record through it. The state is torn down in the
+ * last round POSIX guarantees (PTHREAD_DESTRUCTOR_ITERATIONS, at least 4): a destructor
+ * runs once per round while its key holds a value. */
+#ifndef PTHREAD_DESTRUCTOR_ITERATIONS
+#define PTHREAD_DESTRUCTOR_ITERATIONS 4
+#endif
+static inline bool etr__key_keep(pthread_key_t key, void *value, uint8_t *rounds) {
+  return ++*rounds < PTHREAD_DESTRUCTOR_ITERATIONS && pthread_setspecific(key, value) == 0;
+}
 
 /* The name of the op node that lists the process groups (dist.c records it; the trace's
  * writer holds it back until the first collective, emit.c; docs/FORMAT.md). */

@@ -69,8 +69,9 @@ bool etr__use_membarrier;
 /* Counters of threads that have exited, so stats stay monotonic (threads_lock). */
 static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, dead_in_callbacks;
 /* Records made on a thread after its state was torn down: by the host's own thread-key
- * destructors that run after etr's (etr's key is made when libetr loads, before any of the
- * host's, and glibc runs them in order), or at exit. Not observed, counted in
+ * destructors that run after etr's in the last round of destructors (etr's key is made when
+ * libetr loads, before any of the host's, glibc runs them in order, and etr keeps its state
+ * until that round: etr__key_keep), or at exit. Not observed, counted in
  * records_in_callbacks. */
 static _Atomic uint64_t records_after_teardown;
 
@@ -194,6 +195,7 @@ static inline const etr__registry_hooks *hooks(void) {
 
 static void thread_exit(void *arg) {
   etr__thread *t = arg;
+  if (etr__key_keep(thread_key, t, &t->exit_rounds)) return;
   /* From here on the thread's records are not observed (etr__quiet_enter): a handler of
    * the host's signals that records while the observers tear this thread's state down (the
    * trace observer frees it, inside malloc's locks) would otherwise find it half freed, or

@@ -46,6 +46,7 @@ struct etr__thread {
    * the host's signals that interrupts that wait and calls etr's control functions (close,
    * flush, dump, disable) gets ETR_EBUSY instead of deadlocking on the wait it interrupted. */
   volatile int waiting;
+  uint8_t exit_rounds; /* rounds of key destructors seen (etr__key_keep) */
   etr__thread *prev, *next;
 };
 

@@ -5,20 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "observer/internal.h"
 #include "unwind/unwind.h"
 
 static pthread_mutex_t g_threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static tstate *g_threads;
 static uint64_t g_dead[C_COUNT];
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_key;
 static bool g_key_ok;
 _Thread_local tstate *etr__cap_tls __attribute__((tls_model("initial-exec")));
 static _Thread_local bool t_dead __attribute__((tls_model("initial-exec")));
 _Atomic uint64_t etr__cap_resets;
 
+static pthread_key_t g_key;
+
 static void tstate_destroy(void *p) {
   tstate *ts = p;
+  /* (kept like the registry's: a host's destructor that records in a later round gets its
+   * traceback, registry.c thread_exit) */
+  if (etr__key_keep(g_key, ts, &ts->exit_rounds)) return;
   pthread_mutex_lock(&g_threads_lock);
   for (int i = 0; i < C_COUNT; i++)
     g_dead[i] += atomic_load_explicit(&ts->c[i], memory_order_relaxed);

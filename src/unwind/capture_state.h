@@ -56,7 +56,8 @@ typedef struct tstate {
   struct tstate *next, *prev;
   _Atomic uint64_t c[C_COUNT];
   volatile sig_atomic_t in_capture;
-  bool fc_off; /* frame cache disabled for this thread (benchmarks, tests) */
+  bool fc_off;         /* frame cache disabled for this thread (benchmarks, tests) */
+  uint8_t exit_rounds; /* rounds of key destructors seen (etr__key_keep) */
   uint32_t ncap;
   uintptr_t rlo[2], rhi[2]; /* stack mappings seen by this thread (most recent first) */
   unsigned fc_cur;          /* fc[fc_cur] holds the previous capture */

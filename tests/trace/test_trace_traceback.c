@@ -4,6 +4,7 @@
  * address. */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,6 +504,45 @@ static void test_bad_options(void **state) {
   tu_free(&t);
 }
 
+/* An op a host's thread-key destructor records as its thread exits (its key made after
+ * etr's keys, so its destructor runs after theirs in each round) is in the trace with its
+ * traceback: etr keeps the thread's recording and capture states for the later rounds
+ * (before, the op was lost and only counted). */
+static pthread_key_t host_key;
+
+static void host_key_gone(void *value) {
+  (void)value;
+  tb_root("tb::in_key_destructor");
+}
+
+static void *thread_with_host_key(void *arg) {
+  (void)arg;
+  tb_root("tb::thread_body"); /* (the thread's states exist before the host's key is set) */
+  pthread_setspecific(host_key, &host_key);
+  return NULL;
+}
+
+static void test_host_key_destructor(void **state) {
+  (void)state;
+  tu_trace t;
+  tu_open_traceback(&t, NULL);
+  tb_root("tb::main"); /* (the capture's key exists before the host's) */
+  assert_int_equal(pthread_key_create(&host_key, host_key_gone), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, thread_with_host_key, NULL), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  pthread_key_delete(host_key);
+  tu_close_ok(&t);
+  json_t *body = tu_node(&t, "tb::thread_body"), *late = tu_node(&t, "tb::in_key_destructor");
+  assert_int_equal(tu_attr_int(late, "tid"), tu_attr_int(body, "tid"));
+  json_t *fr = frames_of(&t, late);
+  assert_true(json_array_size(fr) >= 3);
+  assert_string_equal(fstr(json_array_get(fr, 2), "name"), "tb_root");
+  assert_string_equal(fstr(json_array_get(fr, 3), "name"), "host_key_gone");
+  json_decref(fr);
+  tu_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_known_chain),           TU_TEST(test_identical_stacks_share),
@@ -511,6 +551,7 @@ int main(void) {
       TU_TEST(test_runtime_switch),        TU_TEST(test_depth_limit),
       TU_TEST(test_module_mode),           TU_TEST(test_counters),
       TU_TEST(test_bad_options),           TU_TEST(test_reloaded_plugin),
+      TU_TEST(test_host_key_destructor),
   };
   return cmocka_run_group_tests_name("trace_traceback", tests, NULL, NULL);
 }
