@@ -138,6 +138,7 @@ typedef struct tstate {
   pthread_mutex_t plock;
   hlist pending;                           /* plock: deferred releases */
   _Atomic uint64_t n_frames, n_symbolized; /* written by the owner only */
+  uint8_t exit_rounds;                     /* rounds of key destructors seen (etr__key_keep) */
   struct tstate *prev, *next;              /* threads_lock */
 } tstate;
 
@@ -214,6 +215,9 @@ static void cache_drain(tstate *ts, hlist *dst) {
  * safe point, on another thread); the state is freed. */
 static void ts_exit(void *arg) {
   tstate *ts = arg;
+  /* (kept like the registry's state: a host's key destructor that records in a later round
+   * gets its script frames, registry.c thread_exit) */
+  if (etr__key_keep(ts_key, ts, &ts->exit_rounds)) return;
   tls_ts = NULL;
   tls_gone = true;
   pthread_mutex_lock(&threads_lock);

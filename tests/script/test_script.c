@@ -433,6 +433,43 @@ static void test_thread_exit(void **state) {
   assert_int_equal(outstanding(), 0);
 }
 
+/* A capture in a host's thread-key destructor (its key made after the plug-in's, so it runs
+ * after the plug-in's own destructor in each round) still gathers the script frames: the
+ * plug-in keeps the thread's state until the last round (it was gone after the first). */
+static pthread_key_t host_key;
+
+static void host_key_gone(void *value) {
+  (void)value;
+  uintptr_t h[3] = {41, 42, 43};
+  set_stack(3, h, NULL);
+  uint64_t out[16];
+  etr__script_interleave(NULL, 0, out, 16);
+}
+
+static void *thread_with_host_key(void *arg) {
+  (void)arg;
+  uint64_t out[4];
+  set_stack(0, NULL, NULL);
+  etr__script_interleave(NULL, 0, out, 4); /* (the plug-in's key exists before the host's) */
+  pthread_setspecific(host_key, &host_key);
+  return NULL;
+}
+
+static void test_capture_in_host_key_destructor(void **state) {
+  (void)state;
+  atomic_store(&reenter, 0);
+  etr_script_unwinder u = fake_unwinder(false);
+  assert_int_equal(etr_script_unwinder_register(&u), 0);
+  assert_int_equal(pthread_key_create(&host_key, host_key_gone), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, thread_with_host_key, NULL), 0);
+  pthread_join(t, NULL);
+  pthread_key_delete(host_key);
+  assert_int_equal(atomic_load(&gathered), 3);
+  etr_script_release_pending();
+  assert_int_equal(outstanding(), 0);
+}
+
 /* With release in records, another thread's next capture releases the exited thread's. */
 static void test_thread_exit_release_in_record(void **state) {
   (void)state;
@@ -547,6 +584,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_deferred_release, setup, teardown),
       cmocka_unit_test_setup_teardown(test_thread_exit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_thread_exit_release_in_record, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_capture_in_host_key_destructor, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unregister_in_callback, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stress_release_in_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stress_deferred, setup, teardown),
