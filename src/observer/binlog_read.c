@@ -460,14 +460,27 @@ int etr__bin_convert(int in_fd, int out_fd, etr__bin_result *res) {
 
 /* Whether the input holds only zero bytes from here on (read through: the bytes after a
  * stop are counted by the source's size, or by r->off). */
+/* Where the bytes read past a stop go: the record buffer once it is large, else a small one
+ * of the caller's (no static buffer: two conversions may run at once in one process). */
+static uint8_t *tail_buffer(reader *r, uint8_t *small, size_t small_n, size_t *n) {
+  if (r->buf && r->cap > small_n) {
+    *n = r->cap;
+    return r->buf;
+  }
+  *n = small_n;
+  return small;
+}
+
 static bool zero_stretch(reader *r) {
-  static uint8_t block[1 << 16];
+  uint8_t small[4096];
+  size_t cap;
+  uint8_t *block = tail_buffer(r, small, sizeof small, &cap);
   int err = 0;
   for (;;) {
-    size_t n = read_full(r, block, sizeof block, &err);
+    size_t n = read_full(r, block, cap, &err);
     for (size_t i = 0; i < n; i++)
       if (block[i]) return false;
-    if (n < sizeof block) return true;
+    if (n < cap) return true;
   }
 }
 
@@ -475,9 +488,11 @@ static bool zero_stretch(reader *r) {
 static uint64_t input_size(reader *r) {
   long long size = r->src->size ? r->src->size(r->src->user) : -1;
   if (size >= 0) return (uint64_t)size > r->off ? (uint64_t)size : r->off;
-  static char sink[1 << 16];
+  uint8_t small[4096];
+  size_t cap;
+  uint8_t *sink = tail_buffer(r, small, sizeof small, &cap);
   int err = 0;
-  while (read_full(r, sink, sizeof sink, &err) == sizeof sink) {
+  while (read_full(r, sink, cap, &err) == cap) {
   }
   return r->off;
 }
