@@ -11,7 +11,8 @@
  * `## process_group:init ##` becomes a METADATA node that declares the groups.
  * Dependencies: ctrl deps put the simulated nodes of one thread in start order and make an
  * op that runs for another thread (fw_parent, autograd's backward) wait for what that thread
- * had finished when it began; data deps go from the last simulated node that wrote a tensor's
+ * had finished when it began, and each COMM node wait for the previous one of its process
+ * group (chakra_parts.h); data deps go from the last simulated node that wrote a tensor's
  * storage (or the tensor, without storage) to each later node that reads it.
  *
  * Memory: the whole op table (about 300 bytes per op, lib_an_ops.h) plus the IOInfo text of
@@ -26,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "chakra/et_def.pb-c.h"
+#include "chakra_parts.h"
 #include "cli.h"
 #include "lib_an_ops.h"
 #include "lib_an_util.h"
@@ -390,6 +392,7 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
   uint32_t *last_fw_target = malloc(nth * sizeof *last_fw_target);
   an_u64map writer = {0}; /* tensor key -> op index of the last simulated writer */
   deps ctrl = {0}, data = {0};
+  chakra_groups groups = {0}; /* per process group: its last COMM node */
   if (th_nodes == NULL || th_n == NULL || th_cap == NULL || last_fw_target == NULL) ok = false;
   for (size_t i = 0; ok && i < nth; i++) last_fw_target[i] = ETR_NOIX;
 
@@ -444,6 +447,11 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
         last_fw_target[th] = target;
       }
     }
+    /* A group's collectives in order (chakra_parts.h). */
+    const char *pg = x->pg_name != AN_NOSTR ? an_colls_str(&t->colls, x->pg_name) : "0";
+    uint32_t prev = ETR_NOIX;
+    if (x->sim == SIM_COLL) ok = ok && chakra_group_next(&groups, pg, i, &prev);
+    if (prev != ETR_NOIX) ok = ok && dep_add(&ctrl, (uint64_t)t->ops[prev].id);
     /* Data: the last simulated writer of each tensor read. */
     for (uint32_t r = 0; r < op->n_in; r++) {
       const an_tref *tr = &t->trefs[op->tref_off + r];
@@ -506,8 +514,7 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
           x->comm_type == CHAKRA_PROTO_MSG__COLLECTIVE_COMM_TYPE__SCATTER)
         cnt->unsimulated++;
       attr_i64(&a[na++], "comm_size", clamp_i64(x->comm_size));
-      attr_str(&a[na++], "pg_name",
-               x->pg_name != AN_NOSTR ? an_colls_str(&t->colls, x->pg_name) : "0");
+      attr_str(&a[na++], "pg_name", pg);
       if (x->pg_name == AN_NOSTR) cnt->no_pg++;
       cnt->coll++;
     }
@@ -526,6 +533,7 @@ static int write_et(cx_trace *c, const char *out_path, cx_counts *cnt) {
   free(th_n);
   free(th_cap);
   free(last_fw_target);
+  free(groups.v);
   free(ctrl.v);
   free(data.v);
   an_u64map_free(&writer);
@@ -544,39 +552,6 @@ static void cx_free(cx_trace *c) {
   free(c->x);
   free(c->arena);
   free((void *)c->schema);
-}
-
-static void help(void) {
-  printf(
-      "usage: etr chakra TRACE... -o DIR [--prefix NAME] [--rank N]\n"
-      "\n"
-      "Writes Chakra's protobuf execution trace (.et) of each trace: DIR/NAME.RANK.et\n"
-      "(NAME 'rank' by default), the files ASTRA-sim's workload layer opens. The rank of a\n"
-      "trace is the one its process-group node names (etr_dist_set_rank, RANK); a trace\n"
-      "without one gets its position among the arguments (0, 1, ...), or --rank N when it\n"
-      "is the only one.\n"
-      "\n"
-      "Nodes: the leaves of each thread's op tree become COMP nodes (duration_micros = the\n"
-      "op's exclusive time); each collective call becomes one COMM_COLL node (comm_type,\n"
-      "comm_size in bytes, pg_name) for its whole subtree, whichever records it left\n"
-      "(record_param_comms, c10d::X, gloo:X / nccl:X on another thread: one counts); the\n"
-      "'## process_group:init ##' node becomes a METADATA node declaring the groups.\n"
-      "ctrl deps: start order per thread, and backward work waits for its forward thread;\n"
-      "data deps: the last node that wrote a tensor's storage, for each later reader.\n"
-      "Details: docs/FORMAT.md (Chakra output).\n"
-      "\n"
-      "  -o, --output DIR   output directory (created when missing)\n"
-      "  --prefix NAME      file name prefix (default rank)\n"
-      "  --rank N           rank of the single TRACE (overrides the trace's own)\n"
-      "Prints one line per file: its path, rank and node counts.\n"
-      "\n"
-      "TRACE may be gzip- or zstd-compressed; '-' reads stdin (once). The files are\n"
-      "written only once every TRACE is converted: after an error none is (DIR keeps\n"
-      "what it held).\n"
-      "Several TRACEs that record their world size must be all its ranks, of one run.\n"
-      "Exit status: 0 ok, 1 bad input (two traces of one rank, a rank missing, traces of\n"
-      "different runs, a trace in DIR under an output's name) or write error, 2 usage\n"
-      "error.\n");
 }
 
 /* Whether path is a file of dir (the same directory by any name) named prefix.N.et. */
@@ -598,7 +573,7 @@ static bool in_output_dir(const char *path, const char *dir, const char *prefix)
 
 int cmd_chakra(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    help();
+    chakra_help();
     return ETR_CLI_OK;
   }
   const char *dir = NULL, *prefix = "rank";

@@ -15,7 +15,8 @@
  *   --metadata        at least one METADATA node
  *   --same-colls      every file has the same collectives in the same order (type, size, group)
  *   --dump            also print every node, one line each: "node ID TYPE NAME" then
- *                     "comm_type=N comm_size=N pg=NAME" on COMM_COLL nodes, "dur=N tid=N"
+ *                     "comm_type=N comm_size=N pg=NAME" on COMM_COLL nodes, "dur=N tid=N",
+ *                     "ctrl=ID,ID data=ID,ID" (its dependencies, comma-separated)
  * Prints one line per file; exit 0 when every check passes, 1 otherwise.
  */
 #include <stdbool.h>
@@ -182,7 +183,14 @@ static void check_file(const char *path, long min_coll, long min_timed, long min
       if (g && g->value_case == CHAKRA_PROTO_MSG__ATTRIBUTE_PROTO__VALUE_STRING_VAL)
         printf(" pg=%s", g->string_val);
       int_attr(attr(x, "tid"), &tid);
-      printf(" dur=%llu tid=%lld\n", (unsigned long long)x->duration_micros, (long long)tid);
+      printf(" dur=%llu tid=%lld", (unsigned long long)x->duration_micros, (long long)tid);
+      for (int k = 0; k < 2; k++) {
+        size_t nd = k ? x->n_data_deps : x->n_ctrl_deps;
+        const uint64_t *dv = k ? x->data_deps : x->ctrl_deps;
+        printf(" %s=", k ? "data" : "ctrl");
+        for (size_t d = 0; d < nd; d++) printf("%s%llu", d ? "," : "", (unsigned long long)dv[d]);
+      }
+      printf("\n");
     }
     const ChakraProtoMsg__AttributeProto *cpu = attr(x, "is_cpu_op");
     bool is_comm = x->type == CHAKRA_PROTO_MSG__NODE_TYPE__COMM_COLL_NODE ||

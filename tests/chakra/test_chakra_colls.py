@@ -49,6 +49,56 @@ def convert(name, ranks=2, **kw):
     return nodes, p.stderr
 
 
+def deps(nodes, i):
+    """The ids node i depends on (ctrl and data)."""
+    n = nodes.get(i, {})
+    return [int(d) for k in ("ctrl", "data") for d in n.get(k, "").split(",") if d]
+
+
+def unordered(nodes):
+    """Pairs (a, b) of COMM nodes of one group, a the previous one of b in id (start) order,
+    where b does not depend on a, even through other nodes: ASTRA-sim pairs the ranks'
+    collectives by the order they are issued, so without that dependency two ranks may issue
+    them in different orders and wait for each other forever."""
+    bad, last = [], {}
+    for b in comm(nodes):
+        a = last.get(nodes[b].get("pg"))
+        if a is not None:
+            seen, todo = set(), [b]
+            while todo:
+                for d in deps(nodes, todo.pop()):
+                    if d not in seen:
+                        seen.add(d)
+                        todo.append(d)
+            if a not in seen:
+                bad.append((a, b))
+        last[nodes[b].get("pg")] = b
+    return bad
+
+
+def a2a_worker(rank=0):
+    """etr.torch with PyTorch 1.13 and gloo, as recorded by coll.py-like code: an all_reduce
+    (c10d op on the caller, tid 1; gloo:all_reduce on worker tid 2), then all_to_all_single,
+    which 1.13 records as gloo:all_to_all alone on another worker (tid 3), then a barrier.
+    Expected: 3 COMM nodes (4, 7, 8), all_to_all after the all-reduce and the barrier after
+    all_to_all. Before, gloo:all_to_all depended only on the op that wrote its tensor (3),
+    so ASTRA-sim could issue it before the all-reduce on one rank and after it on another."""
+    t5, obj = ct.tensor(105, 106, 256), ("<Object>", "Object")
+    return [
+        ct.thread(2, 1), ct.thread(20, 2), ct.thread(30, 3),
+        ct.node(3, "aten::ones", 2, 1, 100, 10, outputs=ct.io((t5, "Tensor(float)"))),
+        ct.c10d(4, "allreduce_", 2, 1, 120, 5, [([t5], ct.LIST_T), obj, obj, (-1, "Int")]),
+        ct.node(5, "gloo:all_reduce", 20, 2, 122, 900, inputs=ct.io((t5, "Tensor(float)"))),
+        ct.node(6, "aten::empty", 2, 1, 1030, 5),
+        ct.node(7, "gloo:all_to_all", 30, 3, 1100, 300, inputs=ct.io((t5, "Tensor(float)"))),
+        ct.c10d(8, "barrier", 2, 1, 1500, 2, [obj, ([], "GenericList[]"), (-1, "Int")]),
+        ct.node(9, "gloo:barrier", 20, 2, 1501, 200),
+    ]
+
+
+ct.SCENARIOS = dict(ct.SCENARIOS, a2a_worker=a2a_worker)
+
+
 def size(nodes, i):
     return int(nodes[i]["comm_size"]) if "comm_size" in nodes.get(i, {}) else None
 
@@ -126,6 +176,17 @@ check(6 not in n, "ddp113: c10d::allreduce_'s gloo record is a node")
 for name in ct.SCENARIOS:
     n, _ = convert(name)
     check(all(x.get("comm_type") != "9" for x in n.values()), name + ": a BARRIER node")
+    check(unordered(n) == [], "%s: COMM nodes of one group not in order (previous, next): %s"
+          % (name, unordered(n)))
+
+# A collective recorded on a gloo worker alone waits for the group's previous collective.
+n, _ = convert("a2a_worker")
+check(comm(n) == [4, 7, 8], "a2a_worker: COMM nodes %s, wanted [4, 7, 8]" % comm(n))
+if astra:
+    a = subprocess.run([astra, os.path.join(work, "a2a_worker-et"), "rank", "2"],
+                       capture_output=True, text=True)
+    last = (a.stdout.strip().splitlines() or [""])[-1]
+    check(a.returncode == 0 and last.startswith("astra: OK"), "ASTRA-sim on a2a_worker: " + last)
 
 # etr.torch's c10d ops with the collective attrs: still one COMM node per call, the attrs'
 # group and sizes (before: gloo:all_gather, whose first tensor is not allgather_'s first
