@@ -77,22 +77,27 @@ def unordered(nodes):
 
 
 def a2a_worker(rank=0):
-    """etr.torch with PyTorch 1.13 and gloo, as recorded by coll.py-like code: an all_reduce
-    (c10d op on the caller, tid 1; gloo:all_reduce on worker tid 2), then all_to_all_single,
-    which 1.13 records as gloo:all_to_all alone on another worker (tid 3), then a barrier.
-    Expected: 3 COMM nodes (4, 7, 8), all_to_all after the all-reduce and the barrier after
-    all_to_all. Before, gloo:all_to_all depended only on the op that wrote its tensor (3),
-    so ASTRA-sim could issue it before the all-reduce on one rank and after it on another."""
-    t5, obj = ct.tensor(105, 106, 256), ("<Object>", "Object")
+    """etr.torch with PyTorch 1.13 and gloo: an all_reduce (c10d op on the caller, tid 1;
+    gloo:all_reduce on worker tid 2), then all_to_all_single, which 1.13 records as
+    gloo:all_to_all alone on another worker (tid 3), then a barrier. Expected: 3 COMM nodes
+    (5, 8, 9), all_to_all after the all-reduce and the barrier after all_to_all. Before,
+    gloo:all_to_all depended only on the worker's view of its tensor (7), so ASTRA-sim issued
+    it after the all-reduce on rank 0, whose view lasts 500 us, and before it on rank 1, whose
+    all-reduce comes after 300 us more of work (4): the ranks' collectives were paired
+    across types and they waited for each other forever."""
+    t5, t7, obj = ct.tensor(105, 106, 256), ct.tensor(107, 106, 256), ("<Object>", "Object")
+    work, view = (1, 500) if rank == 0 else (300, 1)
     return [
         ct.thread(2, 1), ct.thread(20, 2), ct.thread(30, 3),
         ct.node(3, "aten::ones", 2, 1, 100, 10, outputs=ct.io((t5, "Tensor(float)"))),
-        ct.c10d(4, "allreduce_", 2, 1, 120, 5, [([t5], ct.LIST_T), obj, obj, (-1, "Int")]),
-        ct.node(5, "gloo:all_reduce", 20, 2, 122, 900, inputs=ct.io((t5, "Tensor(float)"))),
-        ct.node(6, "aten::empty", 2, 1, 1030, 5),
-        ct.node(7, "gloo:all_to_all", 30, 3, 1100, 300, inputs=ct.io((t5, "Tensor(float)"))),
-        ct.c10d(8, "barrier", 2, 1, 1500, 2, [obj, ([], "GenericList[]"), (-1, "Int")]),
-        ct.node(9, "gloo:barrier", 20, 2, 1501, 200),
+        ct.node(4, "aten::empty", 2, 1, 110, work),
+        ct.c10d(5, "allreduce_", 2, 1, 420, 5, [([t5], ct.LIST_T), obj, obj, (-1, "Int")]),
+        ct.node(6, "gloo:all_reduce", 20, 2, 422, 600, inputs=ct.io((t5, "Tensor(float)"))),
+        ct.node(7, "aten::view", 30, 3, 430, view, inputs=ct.io((t5, "Tensor(float)")),
+                outputs=ct.io((t7, "Tensor(float)"))),
+        ct.node(8, "gloo:all_to_all", 30, 3, 1100, 300, inputs=ct.io((t7, "Tensor(float)"))),
+        ct.c10d(9, "barrier", 2, 1, 1500, 2, [obj, ([], "GenericList[]"), (-1, "Int")]),
+        ct.node(10, "gloo:barrier", 20, 2, 1501, 200),
     ]
 
 
@@ -181,7 +186,7 @@ for name in ct.SCENARIOS:
 
 # A collective recorded on a gloo worker alone waits for the group's previous collective.
 n, _ = convert("a2a_worker")
-check(comm(n) == [4, 7, 8], "a2a_worker: COMM nodes %s, wanted [4, 7, 8]" % comm(n))
+check(comm(n) == [5, 8, 9], "a2a_worker: COMM nodes %s, wanted [5, 8, 9]" % comm(n))
 if astra:
     a = subprocess.run([astra, os.path.join(work, "a2a_worker-et"), "rank", "2"],
                        capture_output=True, text=True)
