@@ -10,12 +10,12 @@ bool chakra_group_next(chakra_groups *g, const char *pg, uint32_t ix, uint32_t *
   if (k == g->n) {
     if (g->n == g->cap) {
       size_t c = g->cap ? g->cap * 2 : 8;
-      struct chakra_grp_last *v = realloc(g->v, c * sizeof *v);
+      chakra_grp_last *v = realloc(g->v, c * sizeof *v);
       if (v == NULL) return false;
       g->v = v;
       g->cap = c;
     }
-    g->v[g->n++] = (struct chakra_grp_last){pg, UINT32_MAX};
+    g->v[g->n++] = (chakra_grp_last){pg, UINT32_MAX};
   }
   *prev = g->v[k].ix;
   g->v[k].ix = ix;

@@ -14,11 +14,13 @@
  * counted on a gloo worker thread (gloo:all_to_all) has no program order with its caller's
  * collectives, and ASTRA-sim, which pairs the ranks' collectives by the order they are issued,
  * hangs when two ranks issue them in different orders. */
+typedef struct chakra_grp_last {
+  const char *pg; /* the group's name, borrowed */
+  uint32_t ix;    /* op index of its last COMM node so far */
+} chakra_grp_last;
+
 typedef struct chakra_groups {
-  struct chakra_grp_last {
-    const char *pg; /* the group's name, borrowed */
-    uint32_t ix;    /* op index of its last COMM node so far */
-  } *v;
+  chakra_grp_last *v;
   size_t n, cap;
 } chakra_groups;
 
