@@ -56,8 +56,9 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall
 #if ETR_TORCH_HAVE_C10D
   if (std::strncmp(name, "c10d::", 6) != 0) return false;
   const c10d::ProcessGroup *pg = nullptr;
-  for (const c10::IValue &v : args)
-    if ((pg = group_of(v)) != nullptr) break;
+  size_t pg_arg = 0;
+  for (; pg_arg < args.size(); pg_arg++)
+    if ((pg = group_of(args[pg_arg])) != nullptr) break;
   if (!pg) return false;
   // The collective's name is the op's, without the namespace and the trailing "_" of an
   // in-place op: c10d::allgather_ is "allgather", c10d::_allgather_base_ "_allgather_base",
@@ -89,6 +90,18 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall
   info->out_msg_nelems = n_out;
   info->pg_size = static_cast<uint64_t>(pg->getSize());
   call->group_rank = pg->getRank();
+  // A rooted collective: PyTorch's record_param_comms holds the root's group rank there
+  // (opts.rootRank), the same on every rank, and PARAM's comm replay takes it as the root.
+  // c10d passes it as the first int after the process group (broadcast_, reduce_, gather_,
+  // scatter_; reduce_'s ReduceOp, an object, comes between).
+  static const char *const rooted[] = {"broadcast", "reduce", "gather", "scatter"};
+  for (const char *r : rooted)
+    if (std::strcmp(cname, r) == 0)
+      for (size_t i = pg_arg + 1; i < args.size(); i++)
+        if (args[i].isInt()) {
+          call->group_rank = args[i].toInt();
+          break;
+        }
   if (etr_dist_group_of(pg->getSize(), pg->getRank(), call->pg_name, sizeof call->pg_name) == 1)
     info->pg_name = call->pg_name;
   return true;

@@ -20,7 +20,7 @@ struct CommCall {
   char pg_name[64];          // (info.pg_name points here)
   std::string name;          // (and info.name here)
   int in_arg;                // the argument that holds the input message, -1 none
-  int64_t group_rank;        // this process's rank in the call's group
+  int64_t group_rank;        // this process's rank in the call's group; a rooted one's root
 };
 
 // The collective a c10d op named `name` (its "c10d::" prefix included) runs with the
