@@ -12,9 +12,9 @@ The trace is the JSON execution trace that PyTorch's observer writes and Chakra 
 function call of the thread as an op. ``python3 -m etr script.py`` runs a script under
 tracing. Each op belongs to the thread that began it.
 
-Under ETR_TRACE with ETR_TRACE_FORKS=1, a forked child that records and ends with os._exit
-(a multiprocessing fork worker) finalizes its own file first: the package's after-fork hook
-makes os._exit in the child do so.
+os._exit finalizes the traces of the process first (etr.trace's, and the ETR_TRACE trace:
+under ETR_TRACE_FORKS=1 a multiprocessing fork or forkserver worker's own file): the package
+replaces os._exit with a function that does so, then ends the process.
 """
 
 import functools as _functools
@@ -100,12 +100,14 @@ class trace:
             _close_quietly(t)  # (the one trace a process may have: never left open)
             raise
         self._t, self._pid, self.stats = t, _os.getpid(), None
+        _opened(t)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         t, self._t = self._t, None
         if t is None:
             return False
+        _closed(t)
         if self._python_calls:
             _etr.profile(False)
         if _os.getpid() != self._pid:  # a forked child: nothing of the parent's to close
@@ -147,17 +149,42 @@ def _close_quietly(t):
         pass
 
 
+# The traces this process opened through etr.trace (and etr.torch's observer) and has not
+# closed: id -> (the _etr.Trace, the pid that opened it), for os._exit to finalize.
+_open_traces = {}
+
+
+def _opened(t):
+    _open_traces[id(t)] = (t, _os.getpid())
+
+
+def _closed(t):
+    _open_traces.pop(id(t), None)
+
+
+def _finish_traces():
+    """What exit's destructors and `with` blocks would have done, for os._exit, which skips
+    them: the ETR_TRACE trace (this process's own: a forked child's copy of its parent's is
+    left alone) and the traces this process opened are finalized."""
+    _etr.close_env_trace()
+    me = _os.getpid()
+    for t, pid in list(_open_traces.values()):
+        if pid == me:
+            _close_quietly(t)
+    _open_traces.clear()
+
+
 def _exit_finishing(prev):
-    """os._exit for a forked child: the child's own ETR_TRACE trace (ETR_TRACE_FORKS) is
-    finalized first, then prev ends the process. _exit skips the library's destructor, so
-    without this the child loses every op its writer had not flushed yet (up to flush_ms:
-    all of a short multiprocessing worker's, whose Process ends with os._exit)."""
+    """os._exit that finalizes this process's traces first, then prev ends the process.
+    _exit skips the library's destructor and every `with` block, so without this the
+    process loses every op its writer had not flushed yet (up to flush_ms: all of a short
+    multiprocessing worker's, whose Process ends with os._exit), and the file has no end."""
     def _exit(status, /):
         try:
             # (a SIGTERM now, Pool.terminate's, would cut the file short; the process ends
             # in a moment anyway, and a SIGTERM still pending then is moot)
             _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGTERM,))
-            _etr.close_env_trace()
+            _finish_traces()
         finally:
             prev(status)
     _exit._etr_finishes = True
@@ -166,16 +193,18 @@ def _exit_finishing(prev):
     return _exit
 
 
-def _forked_child():
-    """After a fork, in the child: os._exit finalizes the child's trace when the parent
-    was recorded through ETR_TRACE (a child that records under ETR_TRACE_FORKS writes its
-    own file; one that does not leaves nothing, and os._exit does only what it did)."""
-    if _etr.env_trace_open() and not getattr(_os._exit, "_etr_finishes", False):
+def _finish_at_os_exit():
+    """os._exit finalizes the traces from now on (once per process): set at import, so that
+    it holds also in a process that imported the package only after it was forked
+    (multiprocessing's forkserver workers), and again after a fork, in case the host
+    replaced os._exit meanwhile."""
+    if not getattr(_os._exit, "_etr_finishes", False):
         _os._exit = _exit_finishing(_os._exit)
 
 
+_finish_at_os_exit()
 if hasattr(_os, "register_at_fork"):
-    _os.register_at_fork(after_in_child=_forked_child)
+    _os.register_at_fork(after_in_child=_finish_at_os_exit)
 
 
 _frames_on = None

@@ -272,6 +272,7 @@ class ExecutionTraceObserver(_Base):
                 t.close()
                 raise
             self._t, self._pid = t, _os.getpid()
+            _etr._opened(t)  # (os._exit finalizes it)
             self.output_file_path = self.output_file_path_observer = output_file_path
             self.resources_dir = ""
         return self
@@ -281,6 +282,7 @@ class ExecutionTraceObserver(_Base):
         let go of the parent's trace, writing nothing)."""
         if self._t is not None:
             t, self._t = self._t, None
+            _etr._closed(t)
             _torch.detach()
             if self._running:
                 _watch_groups(False)

@@ -1,0 +1,123 @@
+"""The etr Python package under a hostile but legitimate host (ctest python.hostile): ways a
+Python program ends or drops what it traced (os._exit, multiprocessing's start methods,
+generators dropped on another thread, ...). Each case was a defect found by doing exactly
+that, and fails without its fix; every trace written is checked with `etr validate`.
+
+usage: test_etr_python_hostile.py ETR_TOOL   (PYTHONPATH holds <build>/python)
+"""
+import multiprocessing
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tests", "pylib"))
+from etr_checks import check, finish, validate  # noqa: E402
+from pyrun import ENV, load, ops, run_py, setup  # noqa: E402
+
+TOOL = sys.argv[1]
+TMP = setup("etr-pyhostile-")
+NO_FLUSH = "86400000"  # (a timed flush never comes: only the fix writes the ops)
+
+
+def names(path, prefix):
+    return sorted(n["name"] for n in load(path)["nodes"] if n["name"].startswith(prefix))
+
+
+def os_exit_finishes_trace():
+    """os._exit inside an etr.trace block, in a script run by python3 -m etr, and in a
+    process recorded through ETR_TRACE finalizes the file with every op (before: the file
+    held its header only, which etr validate refuses, and every op was lost); the exit
+    status is os._exit's."""
+    path = os.path.join(TMP, "exit_block.json")
+    rc, err = run_py("""
+        import os, etr
+        with etr.trace(%r, flush_ms=%s):
+            for i in range(5):
+                with etr.record_function("op_%%d" %% i):
+                    pass
+            with etr.record_function("open_at_exit"):
+                os._exit(4)
+    """ % (path, NO_FLUSH))
+    check(rc == 4, "os._exit(4) in etr.trace's block: status %d %s" % (rc, err[-300:]))
+    if validate(TOOL, path):
+        check(names(path, "op_") == ["op_%d" % i for i in range(5)],
+              "the block's ops are in the file: %r" % names(path, "op_"))
+
+    script = os.path.join(TMP, "exit_script.py")
+    with open(script, "w") as f:
+        f.write("import os, etr\nfor i in range(3):\n    with etr.record_function('s_%d' % i):"
+                "\n        pass\nos._exit(5)\n")
+    out = os.path.join(TMP, "exit_script.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script], capture_output=True,
+                       text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 5, "python3 -m etr on a script that calls os._exit(5): status %d %s"
+          % (r.returncode, r.stderr[-300:]))
+    if validate(TOOL, out):
+        check(names(out, "s_") == ["s_0", "s_1", "s_2"], "the script's ops: %r" % names(out, "s_"))
+
+    d = os.path.join(TMP, "exit_env")
+    os.makedirs(d)
+    rc, err = run_py("""
+        import os, etr
+        with etr.record_function("env_op"):
+            pass
+        os._exit(6)
+    """, env={"ETR_TRACE": os.path.join(d, "e.json"), "ETR_TRACE_FLUSH_MS": NO_FLUSH}, cwd=d)
+    check(rc == 6, "os._exit(6) under ETR_TRACE: status %d %s" % (rc, err[-300:]))
+    if validate(TOOL, os.path.join(d, "e.json")):
+        check(len(ops(os.path.join(d, "e.json"), "env_op")) == 1, "the op is in ETR_TRACE's file")
+
+
+def forkserver_workers_finish_trace():
+    """Under ETR_TRACE with ETR_TRACE_FORKS=1, multiprocessing's forkserver workers (which
+    import etr only after they were forked, and end with os._exit) finalize their own files
+    (before: each file held its header only, every op lost); ProcessPoolExecutor on the
+    forkserver too. Skipped where the forkserver start method is missing."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        print("python.hostile: no forkserver start method, its case skipped")
+        return
+    for kind in ("process", "executor"):
+        d = os.path.join(TMP, "fs_" + kind)
+        os.makedirs(d)
+        env = {"ETR_TRACE": os.path.join(d, "fs.json"), "ETR_TRACE_FORKS": "1",
+               "ETR_TRACE_FLUSH_MS": NO_FLUSH}
+        rc, err = run_py("""
+            import concurrent.futures as cf, multiprocessing as mp, sys, etr
+
+            def work(i):
+                with etr.record_function("child_op_%%d" %% i):
+                    return i * i
+
+            if __name__ == "__main__":
+                ctx = mp.get_context("forkserver")
+                if %r == "process":
+                    ps = [ctx.Process(target=work, args=(i,)) for i in range(3)]
+                    for p in ps:
+                        p.start()
+                    for p in ps:
+                        p.join()
+                    sys.exit(0 if [p.exitcode for p in ps] == [0, 0, 0] else 9)
+                with cf.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+                    assert list(ex.map(work, range(3))) == [0, 1, 4]
+        """ % kind, env=env, cwd=d)
+        check(rc == 0, "forkserver %s script: %d %s" % (kind, rc, err[-400:]))
+        seen = []
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".json") and f != "fs.json" and validate(TOOL, os.path.join(d, f)):
+                seen += names(os.path.join(d, f), "child_op_")
+        check(sorted(seen) == ["child_op_0", "child_op_1", "child_op_2"],
+              "forkserver %s: every worker's op is in a valid file: %r" % (kind, seen))
+
+
+def main():
+    for case in (os_exit_finishes_trace, forkserver_workers_finish_trace):
+        try:
+            case()
+        except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
+            check(False, "%s raised %r" % (case.__name__, e))
+    return finish("python.hostile: passed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
