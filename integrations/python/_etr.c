@@ -546,12 +546,16 @@ static PyObject *Op_begin(OpObject *self, PyObject *unused) {
   return Py_NewRef((PyObject *)self);
 }
 
-static PyObject *op_end(OpObject *self, PyObject *outputs, bool failed) {
+/* block: the end of a `with` block, which may come on another thread than its begin (a
+ * generator resumed or closed there): then etr is told all the same (it counts the end in
+ * ends_cross_thread and leaves the op to its own thread) and nothing is raised, where
+ * end() raises EtrError. */
+static PyObject *op_end(OpObject *self, PyObject *outputs, bool failed, bool block) {
   if (self->state != 1) {
     PyErr_SetString(EtrError, self->state == 0 ? "the op has not begun" : "the op ended already");
     return NULL;
   }
-  if (self->thread != PyThread_get_thread_ident()) {
+  if (!block && self->thread != PyThread_get_thread_ident()) {
     PyErr_SetString(EtrError, "an op must end on the thread it began on");
     return NULL;
   }
@@ -588,7 +592,7 @@ static PyObject *Op_end(OpObject *self, PyObject *args, PyObject *kw) {
   PyObject *outputs = NULL;
   int failed = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$p", kwlist, &outputs, &failed)) return NULL;
-  return op_end(self, outputs, failed != 0);
+  return op_end(self, outputs, failed != 0, false);
 }
 
 static PyObject *Op_enter(OpObject *self, PyObject *unused) { return Op_begin(self, unused); }
@@ -596,7 +600,7 @@ static PyObject *Op_enter(OpObject *self, PyObject *unused) { return Op_begin(se
 static PyObject *Op_exit(OpObject *self, PyObject *args) {
   PyObject *et = Py_None, *ev = Py_None, *tb = Py_None;
   if (!PyArg_UnpackTuple(args, "__exit__", 0, 3, &et, &ev, &tb)) return NULL;
-  PyObject *r = op_end(self, NULL, et != Py_None);
+  PyObject *r = op_end(self, NULL, et != Py_None, true);
   if (!r) return NULL;
   Py_DECREF(r);
   Py_RETURN_FALSE;

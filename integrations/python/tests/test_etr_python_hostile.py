@@ -110,8 +110,63 @@ def forkserver_workers_finish_trace():
               "forkserver %s: every worker's op is in a valid file: %r" % (kind, seen))
 
 
+def generator_resumed_on_another_thread():
+    """A generator whose annotated block spans a yield, resumed or closed on another thread
+    (a shared iterator that worker threads pull from under a lock; a generator dropped there):
+    the block ends without an exception, traced or not, and the op is counted as ended on
+    another thread (before: EtrError "an op must end on the thread it began on" from inside
+    the generator, even with no trace open, and "Exception ignored" when the collector closed
+    it there)."""
+    path = os.path.join(TMP, "gen_threads.json")
+    rc, err = run_py("""
+        import gc, sys, threading, etr
+
+        def batches():
+            for i in range(2):
+                with etr.record_function("batch", inputs=[i]):
+                    yield i
+
+        def on_thread(fn):
+            out = []
+            th = threading.Thread(target=lambda: out.append(fn()))
+            th.start()
+            th.join()
+            return out[0]
+
+        def run():
+            it = batches()
+            assert next(it) == 0
+            assert on_thread(lambda: next(it)) == 1        # the first block ends there
+            assert on_thread(lambda: next(it, "end")) == "end"
+            dropped = batches()
+            next(dropped)
+            on_thread(dropped.close)                        # GeneratorExit there
+            dropped = batches()
+            next(dropped)
+            holder = [dropped]
+            del dropped
+            on_thread(lambda: (holder.clear(), gc.collect()))  # collected there
+
+        run()                                   # no trace open
+        with etr.trace(%r) as t:
+            run()
+        print(t.stats["ends_cross_thread"], file=sys.stderr)
+    """ % path)
+    check(rc == 0 and "Exception ignored" not in err and "EtrError" not in err,
+          "a generator's block ended on another thread: %d %s" % (rc, err[-600:]))
+    if validate(TOOL, path):
+        check(len(ops(path, "batch")) == 4, "the 4 blocks begun are written: %d" %
+              len(ops(path, "batch")))
+        # (the 3 blocks begun on the main thread; the one begun on a thread that has exited
+        # since may be counted either way, as the thread's end raced with it)
+        last = err.strip().splitlines()[-1:]
+        check(last and last[0].isdigit() and int(last[0]) >= 3,
+              "the ends on other threads are counted in ends_cross_thread: %r" % err[-200:])
+
+
 def main():
-    for case in (os_exit_finishes_trace, forkserver_workers_finish_trace):
+    for case in (os_exit_finishes_trace, forkserver_workers_finish_trace,
+                 generator_resumed_on_another_thread):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
