@@ -13,7 +13,8 @@ records them), and with --python-calls every Python function call of the main th
 ETR_TRACE_* variables (ETR_TRACE_TIMING, ...) set the ETR_TRACE trace only, not this one.
 Everything after the script or the module's name goes to it unchanged, as with python3;
 ``--`` ends etr's options. The exit status is the script's, and an exception it leaves
-shows the script's frames only, as with python3; a trace that could not be written whole is
+shows the script's frames only, as with python3; the trace is closed once the script's
+threads that are not daemons have ended, as python3 waits for them; a trace that could not be written whole is
 said on stderr, and a script that ended well then exits 1.
 """
 
@@ -25,6 +26,7 @@ import os
 import pkgutil
 import runpy
 import sys
+import threading  # (imported now: the trace, with --python-calls, records the script's calls)
 import traceback
 import types
 
@@ -217,6 +219,20 @@ def _end_interrupted(e):
     raise e.with_traceback(None)
 
 
+def _wait_for_threads():
+    """Wait, as python3 does before it finalizes, for the script's threads that are not
+    daemons (and for those they start meanwhile), so that the trace, closed after, holds
+    their ops."""
+    me = threading.current_thread()
+    while True:
+        left = [th for th in threading.enumerate()
+                if th is not me and not th.daemon and th.is_alive()]
+        if not left:
+            return
+        for th in left:
+            th.join()
+
+
 class _Entered:
     """A block around a trace entered already: leaving it leaves the trace."""
 
@@ -293,6 +309,14 @@ def main(argv=None):
                 code = 1
                 if isinstance(e, KeyboardInterrupt):
                     interrupted = e
+            if interrupted is None:
+                if a.python_calls:  # (the script's main thread is done: the wait is not its)
+                    etr._etr.profile(False)
+                try:
+                    _wait_for_threads()
+                except KeyboardInterrupt as e:  # (Ctrl-C while waiting: as python3 says it)
+                    print("Exception ignored in: %r" % threading, file=sys.stderr)
+                    traceback.print_exception(type(e), e, e.__traceback__)
     except etr.EtrError as e:  # (the script ended; its trace could not be written whole)
         print("etr: %s: %s" % (path, e), file=sys.stderr)
         code = code if code not in (0, None) else 1

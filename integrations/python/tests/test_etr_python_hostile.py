@@ -164,9 +164,41 @@ def generator_resumed_on_another_thread():
               "the ends on other threads are counted in ends_cross_thread: %r" % err[-200:])
 
 
+def dash_m_waits_for_threads():
+    """python3 -m etr on a script whose (non-daemon) threads go on recording after its main
+    body ends: the trace holds their ops, since python3 itself waits for those threads before
+    it finalizes (before: the trace was closed as the body ended, the threads' ops lost, one
+    left incomplete). Daemon threads are not waited for, as python3 does not wait for them."""
+    script = os.path.join(TMP, "threads_outlive.py")
+    with open(script, "w") as f:
+        f.write("import threading, time, etr\n"
+                "body_done = threading.Event()\n"
+                "def worker():\n"
+                "    body_done.wait()\n"
+                "    for i in range(20):\n"
+                "        with etr.record_function('late_op'):\n"
+                "            time.sleep(0.005)\n"
+                "def forever():\n"
+                "    while True:\n"
+                "        time.sleep(0.01)\n"
+                "threading.Thread(target=worker).start()\n"
+                "threading.Thread(target=forever, daemon=True).start()\n"
+                "with etr.record_function('main_op'):\n"
+                "    pass\n"
+                "body_done.set()\n")
+    out = os.path.join(TMP, "threads_outlive.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script], capture_output=True,
+                       text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 0, "python3 -m etr, threads outliving the body: %d %s"
+          % (r.returncode, r.stderr[-300:]))
+    if validate(TOOL, out):
+        check(len(ops(out, "late_op")) == 20 and len(ops(out, "main_op")) == 1,
+              "the thread's 20 ops are in the trace: %d" % len(ops(out, "late_op")))
+
+
 def main():
     for case in (os_exit_finishes_trace, forkserver_workers_finish_trace,
-                 generator_resumed_on_another_thread):
+                 generator_resumed_on_another_thread, dash_m_waits_for_threads):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
