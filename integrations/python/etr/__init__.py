@@ -12,9 +12,9 @@ The trace is the JSON execution trace that PyTorch's observer writes and Chakra 
 function call of the thread as an op. ``python3 -m etr script.py`` runs a script under
 tracing. Each op belongs to the thread that began it.
 
-os._exit finalizes the traces of the process first (etr.trace's, and the ETR_TRACE trace:
-under ETR_TRACE_FORKS=1 a multiprocessing fork or forkserver worker's own file): the package
-replaces os._exit with a function that does so, then ends the process.
+os._exit and os.exec* finalize the traces of the process first (etr.trace's, and the
+ETR_TRACE trace: under ETR_TRACE_FORKS=1 a multiprocessing fork or forkserver worker's own
+file): the package replaces os._exit, os.execv and os.execve with functions that do so.
 """
 
 import functools as _functools
@@ -193,13 +193,51 @@ def _exit_finishing(prev):
     return _exit
 
 
+def _will_exec(path):
+    """Whether exec of path can start it (else, as for each directory execvp tries on PATH,
+    the exec fails and the process goes on recording)."""
+    if isinstance(path, int):  # (execve on a descriptor)
+        return True
+    try:
+        return _os.access(path, _os.X_OK) and not _os.path.isdir(path)
+    except (TypeError, ValueError, OSError):
+        return False
+
+
+def _exec_finishing(prev):
+    """os.execv / os.execve that finalize this process's traces first (the new image
+    replaces the process: no destructor or `with` block of this one runs), when the exec can
+    start. execl, execvp and the others go through these two. An exec that fails after all
+    leaves the traces closed: said with a RuntimeWarning."""
+    def _exec(path, *args):
+        finished = _will_exec(path) and (_open_traces or _etr.env_trace_open())
+        if finished:
+            _finish_traces()
+        try:
+            return prev(path, *args)
+        except OSError as e:
+            if finished:
+                _warnings.warn("etr: the exec failed (%s) after the traces were finalized: "
+                               "nothing is recorded from now on" % e, RuntimeWarning, 2)
+            raise
+    _exec._etr_finishes = True
+    _exec.__wrapped__ = prev
+    _exec.__doc__ = prev.__doc__
+    _exec.__name__ = prev.__name__
+    return _exec
+
+
 def _finish_at_os_exit():
-    """os._exit finalizes the traces from now on (once per process): set at import, so that
-    it holds also in a process that imported the package only after it was forked
-    (multiprocessing's forkserver workers), and again after a fork, in case the host
-    replaced os._exit meanwhile."""
+    """os._exit, os.execv and os.execve finalize the traces from now on (once per process):
+    set at import, so that it holds also in a process that imported the package only after
+    it was forked (multiprocessing's forkserver workers), and again after a fork, in case
+    the host replaced them meanwhile."""
     if not getattr(_os._exit, "_etr_finishes", False):
         _os._exit = _exit_finishing(_os._exit)
+    for name in ("execv", "execve"):
+        f = getattr(_os, name, None)
+        if f is not None and not getattr(f, "_etr_finishes", False):
+            setattr(_os, name, _exec_finishing(f))
 
 
 _finish_at_os_exit()

@@ -196,9 +196,68 @@ def dash_m_waits_for_threads():
               "the thread's 20 ops are in the trace: %d" % len(ops(out, "late_op")))
 
 
+def exec_finishes_trace():
+    """os.execv (and execvp, execl...: they go through it) inside an etr.trace block, under
+    python3 -m etr and under ETR_TRACE finalizes the file before the new image replaces the
+    process (before: the file held its header only, every op lost); an exec that cannot
+    start (a command not found on PATH) leaves the trace recording."""
+    path = os.path.join(TMP, "exec_block.json")
+    rc, err = run_py("""
+        import os, etr
+        with etr.trace(%r, flush_ms=%s):
+            for i in range(3):
+                with etr.record_function("x_%%d" %% i):
+                    pass
+            try:
+                os.execvp("etr-no-such-command-x", ["etr-no-such-command-x"])
+            except FileNotFoundError:
+                pass
+            with etr.record_function("after_failed_exec"):
+                pass
+            os.execv("/bin/sh", ["sh", "-c", "exit 7"])
+    """ % (path, NO_FLUSH))
+    check(rc == 7, "the exec'd image's status: %d %s" % (rc, err[-300:]))
+    if validate(TOOL, path):
+        check(names(path, "x_") + names(path, "after_") ==
+              ["x_0", "x_1", "x_2", "after_failed_exec"],
+              "the ops before the exec: %r" % (names(path, "x_") + names(path, "after_")))
+
+    script = os.path.join(TMP, "exec_script.py")
+    with open(script, "w") as f:
+        f.write("import os, etr\nwith etr.record_function('s_op'):\n    pass\n"
+                "os.execl('/bin/sh', 'sh', '-c', 'exit 8')\n")
+    out = os.path.join(TMP, "exec_script.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script], capture_output=True,
+                       text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 8, "python3 -m etr, a script that execs: %d %s" % (r.returncode,
+                                                                          r.stderr[-300:]))
+    if validate(TOOL, out):
+        check(len(ops(out, "s_op")) == 1, "the script's op is in the trace")
+
+    d = os.path.join(TMP, "exec_env")
+    os.makedirs(d)
+    rc, err = run_py("""
+        import os, sys, etr
+        with etr.record_function("image_" + (sys.argv[1] if len(sys.argv) > 1 else "0")):
+            pass
+        if len(sys.argv) == 1:
+            os.execv(sys.executable, [sys.executable, __file__, "1"])
+    """, env={"ETR_TRACE": os.path.join(d, "e.json"), "ETR_TRACE_FLUSH_MS": NO_FLUSH}, cwd=d)
+    check(rc == 0, "ETR_TRACE, a Python that execs itself: %d %s" % (rc, err[-300:]))
+    if validate(TOOL, os.path.join(d, "e.json")):
+        check(names(os.path.join(d, "e.json"), "image_") == ["image_0"],
+              "ETR_TRACE's file holds the first image's op: %r" %
+              names(os.path.join(d, "e.json"), "image_"))
+    other = [f for f in os.listdir(d) if f != "e.json"]
+    check(len(other) == 1 and validate(TOOL, os.path.join(d, other[0])) and
+          names(os.path.join(d, other[0]), "image_") == ["image_1"],
+          "the new image writes its own file: %r" % other)
+
+
 def main():
     for case in (os_exit_finishes_trace, forkserver_workers_finish_trace,
-                 generator_resumed_on_another_thread, dash_m_waits_for_threads):
+                 generator_resumed_on_another_thread, dash_m_waits_for_threads,
+                 exec_finishes_trace):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
