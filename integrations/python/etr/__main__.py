@@ -170,8 +170,7 @@ def _output_path(spec):
     path = "".join(out)
     if etr.world_size() > 1 and not per_process:  # (%%p is a "%p" in the name, no pid)
         path = _insert(path, str(etr.rank()))
-        print("etr: rank %d of %d: writing %s" % (etr.rank(), etr.world_size(), path),
-              file=sys.stderr)
+        _say("etr: rank %d of %d: writing %s" % (etr.rank(), etr.world_size(), path))
     return path
 
 
@@ -217,6 +216,21 @@ def _end_interrupted(e):
             hook(t, v, tb)
     sys.excepthook = quiet
     raise e.with_traceback(None)
+
+
+def _say(line):
+    """One line of the launcher's own on standard error (descriptor 2), whatever the script
+    did to sys.stderr (closed it, set it to None, which print takes as stdout), and never an
+    error of its own (a full disk, a closed pipe): the script's status stays its own."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()  # (what the script wrote comes first)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        os.write(2, (line + "\n").encode(errors="backslashreplace"))
+    except OSError:
+        pass
 
 
 def _wait_for_threads():
@@ -291,8 +305,7 @@ def main(argv=None):
         # Another process writes that file (two ranks, one name): ours goes beside it, as
         # ETR_TRACE does, and the script runs all the same.
         path = _insert(path, str(os.getpid()))
-        print("etr: %s is written by another process; this one writes %s" % (a.output, path),
-              file=sys.stderr)
+        _say("etr: %s is written by another process; this one writes %s" % (a.output, path))
         t = tracer(path, timing=timing, python_calls=a.python_calls)
         try:
             t.__enter__()
@@ -318,13 +331,13 @@ def main(argv=None):
                     print("Exception ignored in: %r" % threading, file=sys.stderr)
                     traceback.print_exception(type(e), e, e.__traceback__)
     except etr.EtrError as e:  # (the script ended; its trace could not be written whole)
-        print("etr: %s: %s" % (path, e), file=sys.stderr)
+        _say("etr: %s: %s" % (path, e))
         code = code if code not in (0, None) else 1
     else:
         st = t.stats
         if st is not None:  # (else a process forked in the script: the trace is its parent's)
-            print("etr: %s: %d nodes, %d bytes" % (path, st["nodes_written"],
-                                                  st["bytes_written"]), file=sys.stderr)
+            _say("etr: %s: %d nodes, %d bytes" % (path, st["nodes_written"],
+                                                 st["bytes_written"]))
     if interrupted is not None:
         _end_interrupted(interrupted)
     return code

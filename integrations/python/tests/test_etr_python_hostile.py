@@ -254,10 +254,34 @@ def exec_finishes_trace():
           "the new image writes its own file: %r" % other)
 
 
+def dash_m_script_takes_stderr():
+    """python3 -m etr's own lines after the script (the trace's summary) do not depend on
+    what the script did to sys.stderr: a script that closes it and exits 4 exits 4 (before:
+    1, and "lost sys.stderr"), one that sets it to None keeps its standard output its own
+    (before: the summary went to stdout, print's fallback), and one whose stderr is a full
+    disk exits 0 as under python3 (before: 1)."""
+    cases = (("closed", "import sys\nsys.stderr.close()\nsys.exit(4)\n", None, 4, ""),
+             ("none", "import sys\nsys.stderr = None\nprint('out')\n", None, 0, "out\n"),
+             ("full", "print('out')\n", "/dev/full", 0, "out\n"))
+    for name, code, err_to, status, stdout in cases:
+        script = os.path.join(TMP, "stderr_%s.py" % name)
+        with open(script, "w") as f:
+            f.write(code)
+        out = os.path.join(TMP, "stderr_%s.json" % name)
+        with open(err_to or os.devnull, "w") as errf:
+            r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script], text=True,
+                               stdout=subprocess.PIPE, stderr=errf if err_to else
+                               subprocess.PIPE, env=ENV, cwd=TMP, timeout=120)
+        check(r.returncode == status and r.stdout == stdout,
+              "%s stderr: status %d (want %d), stdout %r (want %r) %s" %
+              (name, r.returncode, status, r.stdout, stdout, (r.stderr or "")[-300:]))
+        validate(TOOL, out)
+
+
 def main():
     for case in (os_exit_finishes_trace, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
-                 exec_finishes_trace):
+                 exec_finishes_trace, dash_m_script_takes_stderr):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
