@@ -175,6 +175,7 @@ typedef struct {
   int close_rc;         /* what the close returned */
   bool closing;         /* a thread is closing it (with the GIL released) */
   bool closed;
+  PyObject *weakrefs; /* (the package keeps open traces by weak reference: os._exit) */
 } TraceObject;
 
 static PyObject *stats_dict(const etr_trace_stats *s) {
@@ -414,6 +415,7 @@ static PyObject *Trace_close(TraceObject *self, PyObject *unused) {
 }
 
 static void Trace_dealloc(TraceObject *self) {
+  if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
   if (self->t && !self->closed && !self->closing) {
     Py_BEGIN_ALLOW_THREADS etr_trace_close(self->t);
     Py_END_ALLOW_THREADS
@@ -451,6 +453,7 @@ static PyGetSetDef Trace_getset[] = {
 static PyTypeObject TraceType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "etr._etr.Trace",
     .tp_basicsize = sizeof(TraceObject),
+    .tp_weaklistoffset = offsetof(TraceObject, weakrefs),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "An execution trace being written (opened disabled; see etr.trace).",
     .tp_new = PyType_GenericNew,

@@ -22,6 +22,7 @@ import inspect as _inspect
 import os as _os
 import signal as _signal
 import warnings as _warnings
+import weakref as _weakref
 
 from . import _etr
 from ._etr import EtrError, Op
@@ -150,16 +151,17 @@ def _close_quietly(t):
 
 
 # The traces this process opened through etr.trace (and etr.torch's observer) and has not
-# closed: id -> (the _etr.Trace, the pid that opened it), for os._exit to finalize.
-_open_traces = {}
+# closed: the _etr.Trace -> the pid that opened it, for os._exit and os.exec* to finalize.
+# Weak: a trace whose last reference goes is closed then, as it was without this.
+_open_traces = _weakref.WeakKeyDictionary()
 
 
 def _opened(t):
-    _open_traces[id(t)] = (t, _os.getpid())
+    _open_traces[t] = _os.getpid()
 
 
 def _closed(t):
-    _open_traces.pop(id(t), None)
+    _open_traces.pop(t, None)
 
 
 def _finish_traces():
@@ -168,7 +170,7 @@ def _finish_traces():
     left alone) and the traces this process opened are finalized."""
     _etr.close_env_trace()
     me = _os.getpid()
-    for t, pid in list(_open_traces.values()):
+    for t, pid in list(_open_traces.items()):
         if pid == me:
             _close_quietly(t)
     _open_traces.clear()

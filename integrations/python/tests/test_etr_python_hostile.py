@@ -69,6 +69,24 @@ def os_exit_finishes_trace():
         check(len(ops(os.path.join(d, "e.json"), "env_op")) == 1, "the op is in ETR_TRACE's file")
 
 
+def dropped_trace_closes():
+    """A trace whose last reference goes (etr.trace(...).__enter__() not kept) is closed
+    then, and the next one opens (the package's own list of open traces, kept for os._exit,
+    must not keep it alive: with a strong reference the next open failed ETR_EBUSY)."""
+    first, second = os.path.join(TMP, "dropped1.json"), os.path.join(TMP, "dropped2.json")
+    rc, err = run_py("""
+        import gc, etr
+        etr.trace(%r).__enter__()
+        gc.collect()
+        with etr.trace(%r):
+            with etr.record_function("second"):
+                pass
+    """ % (first, second))
+    check(rc == 0, "a trace opens after a dropped one: %d %s" % (rc, err[-300:]))
+    if validate(TOOL, first) and validate(TOOL, second):
+        check(len(ops(second, "second")) == 1, "the second trace recorded")
+
+
 def forkserver_workers_finish_trace():
     """Under ETR_TRACE with ETR_TRACE_FORKS=1, multiprocessing's forkserver workers (which
     import etr only after they were forked, and end with os._exit) finalize their own files
@@ -279,7 +297,7 @@ def dash_m_script_takes_stderr():
 
 
 def main():
-    for case in (os_exit_finishes_trace, forkserver_workers_finish_trace,
+    for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr):
         try:
