@@ -14,7 +14,8 @@
  * its calls still are) when it is a generator's or a coroutine's, whose every yield is a
  * return to the profiler, so that an op the user opened inside it and that spans a yield
  * is not closed there, or when it is the etr package's own (trace.__exit__, which turns the
- * profile off before it returns). */
+ * profile off before it returns). A context manager's __enter__ / __exit__ is skipped with
+ * every call inside it (is_cm_method). */
 #define PROF_DEPTH 256
 #define PROF_PASS_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)
 typedef struct prof_stack {
@@ -45,6 +46,25 @@ static prof_stack *prof_stack_get(void) {
 
 static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
 
+/* A context manager's __enter__ / __exit__ (and __aenter__ / __aexit__) is not an op, nor is
+ * any call inside it: an annotation begins its op in __enter__ and ends it in __exit__
+ * (torch.profiler.record_function, a class around etr.Op, etr.record_function inside a
+ * @contextlib.contextmanager), and ops nest per thread, so a call op around either would
+ * end with the annotation still open inside it (written incomplete, its block's calls
+ * after it) or be left open by its end. */
+static PyObject *cm_names[4]; /* (interned at init) */
+
+static bool is_cm_method(PyObject *name) {
+  if (!name) return false;
+  for (size_t i = 0; i < sizeof cm_names / sizeof cm_names[0]; i++)
+    if (name == cm_names[i]) return true;
+  /* (names are interned by the compiler; one that is not, made by hand, is compared) */
+  if (PyUnicode_CHECK_INTERNED(name) || PyUnicode_GET_LENGTH(name) < 9) return false;
+  for (size_t i = 0; i < sizeof cm_names / sizeof cm_names[0]; i++)
+    if (cm_names[i] && PyUnicode_Compare(name, cm_names[i]) == 0) return true;
+  return false;
+}
+
 /* The calling thread stops recording its calls: the calls still open end now (complete,
  * innermost first) and its previous profile function is back. */
 static void prof_uninstall(void) {
@@ -74,11 +94,12 @@ static int prof_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
   if (what == PyTrace_CALL) {
     prof_stack *ps = prof_stack_get();
     if (!ps) return 0;
-    if (ps->depth >= PROF_DEPTH || ps->skipped) {
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    if (ps->depth >= PROF_DEPTH || ps->skipped || (code && is_cm_method(code->co_name))) {
       ps->skipped++;
+      Py_XDECREF(code);
       return 0;
     }
-    PyCodeObject *code = PyFrame_GetCode(frame);
     bool pass =
         code && ((code->co_flags & PROF_PASS_FLAGS) ||
                  (prof_pass_prefix && PyUnicode_Tailmatch(code->co_filename, prof_pass_prefix, 0,
@@ -147,5 +168,8 @@ int etr_py_calls_init(void) {
   static bool made;
   if (!made && pthread_key_create(&prof_key, prof_free) != 0) return -1;
   made = true;
+  static const char *const names[] = {"__enter__", "__exit__", "__aenter__", "__aexit__"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!cm_names[i] && !(cm_names[i] = PyUnicode_InternFromString(names[i]))) return -1;
   return 0;
 }

@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
 from etr_checks import check, finish, validate  # noqa: E402
-from pyrun import ENV, load, ops, run_py, setup  # noqa: E402
+from pyrun import ENV, attr, load, ops, run_py, setup  # noqa: E402
 
 TOOL = sys.argv[1]
 TMP = setup("etr-pyhostile-")
@@ -296,10 +296,91 @@ def dash_m_script_takes_stderr():
         validate(TOOL, out)
 
 
+def python_calls_keep_annotations():
+    """python_calls=True and annotations made by a context manager's __enter__ / __exit__ (a
+    class that begins an etr.Op in __enter__, etr.record_function inside a
+    @contextlib.contextmanager, torch.profiler.record_function under etr.torch): the
+    annotation's op is whole and holds the block's calls (before: __enter__'s call op ended
+    with the annotation still open inside it, so the annotation was written etr_incomplete
+    at once, the block's calls came after it, and its real end was counted
+    ends_without_begin)."""
+    path = os.path.join(TMP, "pc_cm.json")
+    rc, err = run_py("""
+        import contextlib, sys, etr
+
+        class timed:
+            def __init__(self, name):
+                self.name = name
+
+            def __enter__(self):
+                self.op = etr.Op(self.name)
+                self.op.begin()
+                return self
+
+            def __exit__(self, *exc):
+                self.op.end()
+
+        @contextlib.contextmanager
+        def region(name):
+            with etr.record_function(name):
+                yield
+
+        def work():
+            return sum(range(10))
+
+        with etr.trace(%r, python_calls=True) as t:
+            with timed("class_region"):
+                work()
+            with region("cm_region"):
+                work()
+        st = t.stats
+        print(st["ops_abandoned"], st["ends_out_of_order"], st["ends_without_begin"],
+              file=sys.stderr)
+    """ % path)
+    check(rc == 0, "python_calls with annotations: %d %s" % (rc, err[-300:]))
+    check(err.strip().splitlines()[-1:] == ["0 0 0"],
+          "no op abandoned, out of order or ended twice: %r" % err[-200:])
+    if validate(TOOL, path):
+        nodes = load(path)["nodes"]
+        for name in ("class_region", "cm_region"):
+            mine = [n for n in nodes if n["name"] == name]
+            kids = [n["name"] for n in nodes if mine and n["ctrl_deps"] == mine[0]["id"]]
+            check(len(mine) == 1 and not attr(mine[0], "etr_incomplete") and "work" in kids,
+                  "%s is whole and holds work(): %r" % (name, kids))
+    try:
+        import etr.torch  # noqa: F401
+    except ImportError:
+        print("python.hostile: etr.torch not built, its python_calls case skipped")
+        return
+    tpath = os.path.join(TMP, "pc_torch.json")
+    rc, err = run_py("""
+        import sys, torch, etr.torch
+
+        def step():
+            return torch.ones(3) + 1
+
+        with etr.torch.trace(%r, python_calls=True) as t:
+            with torch.profiler.record_function("rf_region"):
+                step()
+        st = t.stats
+        print(st["ops_abandoned"], st["ends_out_of_order"], st["ends_without_begin"],
+              file=sys.stderr)
+    """ % tpath)
+    check(rc == 0 and err.strip().splitlines()[-1:] == ["0 0 0"],
+          "torch.profiler.record_function with python_calls: %d %r" % (rc, err[-300:]))
+    if validate(TOOL, tpath):
+        nodes = load(tpath)["nodes"]
+        rf = [n for n in nodes if n["name"] == "rf_region"]
+        kids = [n["name"] for n in nodes if rf and n["ctrl_deps"] == rf[0]["id"]]
+        check(len(rf) == 1 and not attr(rf[0], "etr_incomplete") and "step" in kids,
+              "rf_region is whole and holds step(): %r" % kids)
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
-                 exec_finishes_trace, dash_m_script_takes_stderr):
+                 exec_finishes_trace, dash_m_script_takes_stderr,
+                 python_calls_keep_annotations):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
