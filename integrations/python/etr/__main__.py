@@ -1,5 +1,5 @@
-"""python3 -m etr [-o TRACE] [--torch] [--python-calls] [--no-timing | --ns-timing]
-               script.py [args...]
+"""python3 -m etr [-o TRACE] [--torch] [--python-calls] [--signals]
+               [--no-timing | --ns-timing] script.py [args...]
 python3 -m etr [options] -m module [args...]
 
 Runs the script (or ``-m module``) as __main__ under an etr trace and writes TRACE
@@ -9,7 +9,8 @@ ending (t.json: t.3.json), and a file another process is writing is left to it (
 writes t.<pid>.json): each is said on stderr. Ops are what the script records
 (etr.record_function, @etr.annotate), with --torch every op PyTorch runs (aten ops,
 autograd's backward functions, record_function scopes; on every thread, as etr.torch.trace
-records them), and with --python-calls every Python function call of the main thread. The
+records them), and with --python-calls every Python function call of the main thread.
+With --signals the trace is finalized when SIGTERM, SIGINT or a crash ends the script. The
 ETR_TRACE_* variables (ETR_TRACE_TIMING, ...) set the ETR_TRACE trace only, not this one.
 Everything after the script or the module's name goes to it unchanged, as with python3;
 ``--`` ends etr's options. The exit status is the script's, and an exception it leaves
@@ -32,7 +33,8 @@ import types
 
 import etr
 
-_FLAGS = ("--torch", "--python-calls", "--no-timing", "--ns-timing", "-h", "--help")
+_FLAGS = ("--torch", "--python-calls", "--signals", "--no-timing", "--ns-timing", "-h",
+          "--help")
 
 
 def _parser():
@@ -47,6 +49,9 @@ def _parser():
                    help="record PyTorch's ops too (etr.torch; needs etr built with libtorch)")
     p.add_argument("--python-calls", action="store_true",
                    help="record every Python function call of the main thread as an op")
+    p.add_argument("--signals", action="store_true",
+                   help="finalize the trace when SIGTERM, SIGINT or a crash ends the "
+                        "script (as etr.trace(signals=True))")
     timing = p.add_mutually_exclusive_group()
     timing.add_argument("--no-timing", action="store_true", help="leave out ts and durations")
     timing.add_argument("--ns-timing", action="store_true",
@@ -296,7 +301,7 @@ def main(argv=None):
     code, interrupted = 0, None
     tracer = etr_torch.trace if a.torch else etr.trace
     timing = False if a.no_timing else "ns" if a.ns_timing else True
-    t = tracer(path, timing=timing, python_calls=a.python_calls)
+    t = tracer(path, timing=timing, python_calls=a.python_calls, signals=a.signals)
     try:
         t.__enter__()
     except etr.EtrError as e:
@@ -306,7 +311,7 @@ def main(argv=None):
         # ETR_TRACE does, and the script runs all the same.
         path = _insert(path, str(os.getpid()))
         _say("etr: %s is written by another process; this one writes %s" % (a.output, path))
-        t = tracer(path, timing=timing, python_calls=a.python_calls)
+        t = tracer(path, timing=timing, python_calls=a.python_calls, signals=a.signals)
         try:
             t.__enter__()
         except etr.EtrError as e:

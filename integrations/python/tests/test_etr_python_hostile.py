@@ -376,11 +376,30 @@ def python_calls_keep_annotations():
               "rf_region is whole and holds step(): %r" % kids)
 
 
+def dash_m_signals():
+    """python3 -m etr --signals: a script ended by SIGTERM (a job scheduler's, `timeout`'s)
+    leaves a finalized trace, as etr.trace(signals=True) does (before: no way to ask for it
+    from the command line, and the file held its header only); the status is death by
+    SIGTERM, as without etr."""
+    script = os.path.join(TMP, "term.py")
+    with open(script, "w") as f:
+        f.write("import os, signal, etr\nfor i in range(5):\n"
+                "    with etr.record_function('before_term'):\n        pass\n"
+                "os.kill(os.getpid(), signal.SIGTERM)\n")
+    out = os.path.join(TMP, "term.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "--signals", "-o", out, script],
+                       capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == -15, "python3 -m etr --signals, SIGTERM: status %d %s" %
+          (r.returncode, r.stderr[-300:]))
+    if validate(TOOL, out):
+        check(len(ops(out, "before_term")) == 5, "the 5 ops are in the finalized file")
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
-                 python_calls_keep_annotations):
+                 python_calls_keep_annotations, dash_m_signals):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
