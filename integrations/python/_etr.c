@@ -10,7 +10,8 @@
  * thread_set_name(s)  thread_id()
  * env_trace_open()  close_env_trace()   the ETR_TRACE trace (a forked child's, before os._exit)
  *
- * Python values become etr values: None, bool, int (outside int64: a double), float, str,
+ * Python values become etr values: None, bool, int (outside int64: a double, an infinity past
+ * a double's range), float, str,
  * list, tuple (nested values and long lists are cut as etr cuts them, and counted), and any other
  * object as an opaque object of its type's name. The converted tree lives only for the call that
  * reads it (etr copies what it keeps).
@@ -20,6 +21,7 @@
 #include <structmember.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -80,8 +82,16 @@ static int convert(vtree *t, PyObject *o, size_t at, int depth) {
     int overflow = 0;
     long long i = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (i == -1 && PyErr_Occurred()) return -1;
-    v = overflow ? etr_value_double(PyLong_AsDouble(o)) : etr_value_int(i);
-    if (overflow && PyErr_Occurred()) return -1;
+    double d = 0;
+    if (overflow) { /* beyond int64: a double; beyond a double's range: an infinity */
+      d = PyLong_AsDouble(o);
+      if (d == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear();
+        d = overflow < 0 ? -HUGE_VAL : HUGE_VAL;
+      }
+    }
+    v = overflow ? etr_value_double(d) : etr_value_int(i);
   } else if (PyFloat_Check(o)) {
     v = etr_value_double(PyFloat_AS_DOUBLE(o));
   } else if (PyUnicode_Check(o)) {

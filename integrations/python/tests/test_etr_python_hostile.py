@@ -395,11 +395,35 @@ def dash_m_signals():
         check(len(ops(out, "before_term")) == 5, "the 5 ops are in the finalized file")
 
 
+def huge_ints():
+    """An int past a double's range among an op's inputs or outputs is recorded as an
+    infinite double ("inf", "-inf"), as an int past int64 is a double (before: begin raised
+    OverflowError, so a traced block failed where the untraced one ran, and end() raised
+    it after ending the op failed)."""
+    path = os.path.join(TMP, "huge_ints.json")
+    rc, err = run_py("""
+        import etr
+        with etr.trace(%r):
+            with etr.record_function("big_in", inputs=[10 ** 400, [-(10 ** 400)], 2 ** 64]):
+                pass
+            op = etr.Op("big_out")
+            op.begin()
+            op.end([10 ** 400])
+    """ % path)
+    check(rc == 0, "huge ints in a traced op: %d %s" % (rc, err[-300:]))
+    if validate(TOOL, path):
+        bi, bo = ops(path, "big_in"), ops(path, "big_out")
+        check(len(bi) == 1 and bi[0]["inputs"]["values"] == ["inf", ["-inf"], 2.0 ** 64],
+              "the inputs: %r" % (bi and bi[0]["inputs"]["values"]))
+        check(len(bo) == 1 and bo[0]["outputs"]["values"] == ["inf"] and
+              not attr(bo[0], "etr_failed"), "the outputs: %r" % (bo and bo[0]["outputs"]))
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
-                 python_calls_keep_annotations, dash_m_signals):
+                 python_calls_keep_annotations, dash_m_signals, huge_ints):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
