@@ -503,6 +503,12 @@ static int Op_init(OpObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O$iO", kwlist, &name, &inputs, &scope, &schema))
     return -1;
   if (schema == Py_None) schema = NULL;
+  if (inputs == Py_None) inputs = NULL;
+  if (inputs && !PyList_Check(inputs) && !PyTuple_Check(inputs)) {
+    /* (now, traced or not: found at begin only when traced, it failed only then) */
+    PyErr_SetString(PyExc_TypeError, "inputs and outputs must be a list or a tuple");
+    return -1;
+  }
   if (schema && !PyUnicode_Check(schema)) {
     PyErr_SetString(PyExc_TypeError, "schema must be a str or None");
     return -1;

@@ -419,11 +419,37 @@ def huge_ints():
               not attr(bo[0], "etr_failed"), "the outputs: %r" % (bo and bo[0]["outputs"]))
 
 
+def bad_inputs_in_any_run():
+    """Inputs that are not a list or a tuple (a dict, a generator) are a TypeError when the
+    op is made, traced or not, as bad outputs are (before: accepted untraced and a TypeError
+    from begin when traced, so a block failed only under tracing)."""
+    import etr
+    for bad in ({1: 2}, (i for i in range(2)), "abc", 3):
+        for traced in (False, True):
+            raised = None
+            try:
+                if traced:
+                    with etr.trace(os.path.join(TMP, "bad_inputs.json")):
+                        etr.Op("x", bad)
+                else:
+                    etr.Op("x", bad)
+            except TypeError as e:
+                raised = e
+            check(raised is not None and "list or a tuple" in str(raised),
+                  "Op('x', %r) %s: %r" % (type(bad).__name__,
+                                          "traced" if traced else "untraced", raised))
+    with etr.trace(os.path.join(TMP, "good_inputs.json")):
+        for good in (None, [], (), [1, (2, 3)]):
+            etr.Op("ok", good).begin().end()
+    validate(TOOL, os.path.join(TMP, "good_inputs.json"))
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
-                 python_calls_keep_annotations, dash_m_signals, huge_ints):
+                 python_calls_keep_annotations, dash_m_signals, huge_ints,
+                 bad_inputs_in_any_run):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
