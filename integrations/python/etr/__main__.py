@@ -15,11 +15,13 @@ ETR_TRACE_* variables (ETR_TRACE_TIMING, ...) set the ETR_TRACE trace only, not 
 Everything after the script or the module's name goes to it unchanged, as with python3;
 ``--`` ends etr's options. The exit status is the script's, and an exception it leaves
 shows the script's frames only, as with python3; the trace is closed once the script's
-threads that are not daemons have ended, as python3 waits for them; a trace that could not be written whole is
+threads that are not daemons have ended and its atexit functions have run, as python3 does
+both before it finalizes; a trace that could not be written whole is
 said on stderr, and a script that ended well then exits 1.
 """
 
 import argparse
+import atexit
 import builtins
 import errno
 import io
@@ -335,6 +337,11 @@ def main(argv=None):
                 except KeyboardInterrupt as e:  # (Ctrl-C while waiting: as python3 says it)
                     print("Exception ignored in: %r" % threading, file=sys.stderr)
                     traceback.print_exception(type(e), e, e.__traceback__)
+                # The script's atexit functions, which python3 runs next, while the trace
+                # still records what they do (they are run once: the list is emptied).
+                run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+                if run_exitfuncs is not None:
+                    run_exitfuncs()
     except etr.EtrError as e:  # (the script ended; its trace could not be written whole)
         _say("etr: %s: %s" % (path, e))
         code = code if code not in (0, None) else 1

@@ -444,12 +444,35 @@ def bad_inputs_in_any_run():
     validate(TOOL, os.path.join(TMP, "good_inputs.json"))
 
 
+def dash_m_runs_atexit_traced():
+    """python3 -m etr: what the script's atexit functions record is in the trace, as under
+    ETR_TRACE (before: the trace was closed before the interpreter ran them, and their ops
+    were lost without a word); they run once, after the script's threads, as python3 runs
+    them."""
+    script = os.path.join(TMP, "atexit_script.py")
+    with open(script, "w") as f:
+        f.write("import atexit, etr\n"
+                "def bye():\n"
+                "    with etr.record_function('at_exit_op'):\n"
+                "        print('bye')\n"
+                "atexit.register(bye)\n"
+                "with etr.record_function('main_op'):\n"
+                "    pass\n")
+    out = os.path.join(TMP, "atexit.json")
+    r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script], capture_output=True,
+                       text=True, env=ENV, cwd=TMP, timeout=120)
+    check(r.returncode == 0 and r.stdout == "bye\n", "the atexit function ran once: %d %r %s"
+          % (r.returncode, r.stdout, r.stderr[-300:]))
+    if validate(TOOL, out):
+        check(len(ops(out, "at_exit_op")) == 1, "its op is in the trace")
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
                  python_calls_keep_annotations, dash_m_signals, huge_ints,
-                 bad_inputs_in_any_run):
+                 bad_inputs_in_any_run, dash_m_runs_atexit_traced):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
