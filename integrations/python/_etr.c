@@ -321,9 +321,11 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kw) {
     if (rc == ETR_EOPEN && err) { /* the system's reason too: "No such file or directory" */
       PyErr_Format(EtrError, "cannot open trace %R: %s (%s): %s%s", shown ? shown : path,
                    etr_strerror(rc), etr_err_name(rc), strerror(err),
-                   err == EBUSY ? " (another process is writing it: give each process its "
-                                  "own file, e.g. with %p or %r in the name)"
-                                : "");
+                   err == EBUSY   ? " (another process is writing it: give each process its "
+                                    "own file, e.g. with %p or %r in the name)"
+                   : err == ENXIO ? " (a FIFO that no process reads: start its reader first; "
+                                    "etr does not wait for one)"
+                                  : "");
       /* (the exception's errno attribute, as OSError's, for a caller that picks another
        * name: python -m etr) */
       PyObject *type, *value, *tb;

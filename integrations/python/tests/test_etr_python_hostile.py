@@ -467,12 +467,29 @@ def dash_m_runs_atexit_traced():
         check(len(ops(out, "at_exit_op")) == 1, "its op is in the trace")
 
 
+def fifo_without_reader_said():
+    """etr.trace on a FIFO that nobody reads says so (before: only the system's "No such
+    device or address", ENXIO, which names neither the FIFO nor what to do)."""
+    import etr
+    fifo = os.path.join(TMP, "fifo")
+    os.mkfifo(fifo)
+    said = None
+    try:
+        with etr.trace(fifo):
+            pass
+    except etr.EtrError as e:
+        said = str(e)
+    check(said is not None and "FIFO" in said and "reader" in said,
+          "a FIFO without a reader: %r" % said)
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
                  python_calls_keep_annotations, dash_m_signals, huge_ints,
-                 bad_inputs_in_any_run, dash_m_runs_atexit_traced):
+                 bad_inputs_in_any_run, dash_m_runs_atexit_traced,
+                 fifo_without_reader_said):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
