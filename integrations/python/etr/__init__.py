@@ -212,15 +212,19 @@ def _exec_finishing(prev):
     start. execl, execvp and the others go through these two. An exec that fails after all
     leaves the traces closed: said with a RuntimeWarning."""
     def _exec(path, *args):
-        finished = _will_exec(path) and (_open_traces or _etr.env_trace_open())
+        finished = _will_exec(path) and (len(_open_traces) > 0 or _etr.env_trace_open())
         if finished:
             _finish_traces()
         try:
             return prev(path, *args)
         except OSError as e:
             if finished:
-                _warnings.warn("etr: the exec failed (%s) after the traces were finalized: "
-                               "nothing is recorded from now on" % e, RuntimeWarning, 2)
+                try:  # (under -W error the warning raises: the host's OSError goes on)
+                    _warnings.warn("etr: the exec failed (%s) after the traces were "
+                                   "finalized: nothing is recorded from now on" % e,
+                                   RuntimeWarning, 2)
+                except Warning:
+                    pass
             raise
     _exec._etr_finishes = True
     _exec.__wrapped__ = prev

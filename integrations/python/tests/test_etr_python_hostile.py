@@ -483,13 +483,37 @@ def fifo_without_reader_said():
           "a FIFO without a reader: %r" % said)
 
 
+def failed_exec_said():
+    """An exec that fails after the traces were finalized for it (an executable script whose
+    interpreter is missing) says so with a RuntimeWarning, and under -W error the host still
+    gets its OSError (before: nothing said, so the rest of the run went unrecorded without a
+    word)."""
+    bad = os.path.join(TMP, "bad_interp.sh")
+    with open(bad, "w") as f:
+        f.write("#!/nonexistent-etr-interpreter\n")
+    os.chmod(bad, 0o755)
+    path = os.path.join(TMP, "failed_exec.json")
+    for args in ([], ["-W", "error"]):
+        rc, err = run_py("""
+            import os, etr
+            with etr.trace(%r):
+                try:
+                    os.execv(%r, ["x"])
+                except OSError:
+                    print("OSError")
+        """ % (path, bad), *args)
+        check(rc == 0 and ("RuntimeWarning" in err and "exec failed" in err) == (not args),
+              "a failed exec %s: %d %r" % (" ".join(args), rc, err[-300:]))
+        validate(TOOL, path)
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
                  python_calls_keep_annotations, dash_m_signals, huge_ints,
                  bad_inputs_in_any_run, dash_m_runs_atexit_traced,
-                 fifo_without_reader_said):
+                 fifo_without_reader_said, failed_exec_said):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
