@@ -120,8 +120,11 @@ class trace:
             self.stats = t.stats()
             if exc_type is None:
                 raise
-            _warnings.warn("etr: %s (while the block raised %s)" % (e, exc_type.__name__),
-                           RuntimeWarning, stacklevel=2)
+            try:  # (under -W error the warning raises: the block's exception goes on)
+                _warnings.warn("etr: %s (while the block raised %s)" % (e, exc_type.__name__),
+                               RuntimeWarning, stacklevel=2)
+            except Warning:
+                pass
         return False
 
     def _open(self, what):

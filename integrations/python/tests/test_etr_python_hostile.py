@@ -507,13 +507,36 @@ def failed_exec_said():
         validate(TOOL, path)
 
 
+def close_error_under_w_error():
+    """Under -W error (as test suites run), a block that raised and whose trace then could
+    not be closed (a file size limit, as a full disk) still raises the block's exception
+    (before: the close's RuntimeWarning, made an error, replaced it)."""
+    path = os.path.join(TMP, "werror_fsize.json")
+    rc, err = run_py("""
+        import resource, signal, sys, etr
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+        t = etr.trace(%r)
+        try:
+            with t:
+                for i in range(20000):
+                    with etr.record_function("x", inputs=[i, "y" * 50]):
+                        pass
+                raise ValueError("mine")
+        except ValueError:
+            sys.exit(0 if t.stats and t.stats["write_error"] else 3)
+    """ % path, "-W", "error")
+    check(rc == 0, "-W error, a failed close after the block raised: the block's exception "
+          "(rc %d: %s)" % (rc, err[-400:]))
+
+
 def main():
     for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
                  generator_resumed_on_another_thread, dash_m_waits_for_threads,
                  exec_finishes_trace, dash_m_script_takes_stderr,
                  python_calls_keep_annotations, dash_m_signals, huge_ints,
                  bad_inputs_in_any_run, dash_m_runs_atexit_traced,
-                 fifo_without_reader_said, failed_exec_said):
+                 fifo_without_reader_said, failed_exec_said, close_error_under_w_error):
         try:
             case()
         except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
