@@ -241,10 +241,15 @@ def _say(line):
 
 
 def _wait_for_threads():
-    """Wait, as python3 does before it finalizes, for the script's threads that are not
-    daemons (and for those they start meanwhile), so that the trace, closed after, holds
-    their ops."""
-    me = threading.current_thread()
+    """What python3 does first as it finalizes, so that the trace, closed after, holds what
+    the script's threads record: threading's own exit hooks run (they tell a
+    ThreadPoolExecutor's idle workers to stop), then the threads that are not daemons are
+    waited for. Done once: the interpreter's own call then returns at once."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+        return
+    me = threading.current_thread()  # (a Python without it: the waiting part only)
     while True:
         left = [th for th in threading.enumerate()
                 if th is not me and not th.daemon and th.is_alive()]

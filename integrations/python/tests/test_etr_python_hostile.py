@@ -213,6 +213,28 @@ def dash_m_waits_for_threads():
         check(len(ops(out, "late_op")) == 20 and len(ops(out, "main_op")) == 1,
               "the thread's 20 ops are in the trace: %d" % len(ops(out, "late_op")))
 
+    # A ThreadPoolExecutor left running: python3 tells its idle workers to stop (threading's
+    # own exit hooks) before it waits for them; so must the launcher (a first version of
+    # the wait joined them without that, and hung).
+    script = os.path.join(TMP, "pool_left.py")
+    with open(script, "w") as f:
+        f.write("import concurrent.futures as cf, etr\n"
+                "ex = cf.ThreadPoolExecutor(2)\n"
+                "def f():\n"
+                "    with etr.record_function('pool_op'):\n"
+                "        return 1\n"
+                "assert ex.submit(f).result() == 1\n")
+    out = os.path.join(TMP, "pool_left.json")
+    try:
+        r = subprocess.run([sys.executable, "-m", "etr", "-o", out, script],
+                           capture_output=True, text=True, env=ENV, cwd=TMP, timeout=120)
+        check(r.returncode == 0, "a ThreadPoolExecutor left running: %d %s"
+              % (r.returncode, r.stderr[-300:]))
+        if validate(TOOL, out):
+            check(len(ops(out, "pool_op")) == 1, "the pool's op is in the trace")
+    except subprocess.TimeoutExpired:
+        check(False, "python3 -m etr hangs on a ThreadPoolExecutor left running")
+
 
 def exec_finishes_trace():
     """os.execv (and execvp, execl...: they go through it) inside an etr.trace block, under
