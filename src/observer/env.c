@@ -255,7 +255,8 @@ static void env_open(const writer_mark *parent, const char *parent_path) {
     else
       etr__log(ETR_LOG_WARN,
                "ETR_TRACE=%s: this process called exec while tracing; the trace of the image "
-               "before it is kept as it was, not finalized (etr repair completes it); this "
+               "before it is kept as it was (unless that image closed it first, as the etr "
+               "Python package does, it is not finalized: etr repair completes it); this "
                "image writes %s",
                full, mine);
     memcpy(full, mine, strlen(mine) + 1);
