@@ -273,8 +273,8 @@ static void jval_number_or_literal(ch_buf *b, const rd_jval *v) {
       break;
     case ETR_J_DOUBLE:
       if (isfinite(v->v.d)) {
-        int n = snprintf(p, 32, "%.17g", v->v.d); /* at most 24 bytes */
-        if (n > 0 && n < 32) p += n;
+        an_fmt_double(p, 32, v->v.d); /* (at most 26 bytes) */
+        p += strlen(p);
       } else {
         const char *t = isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"";
         size_t n = strlen(t);

@@ -90,7 +90,7 @@ static bool arena_json(cx_trace *c, const rd_jval *v) {
   FILE *f = open_memstream(&buf, &len);
   if (f == NULL) return false;
   an_out o = {.f = f};
-  an_out_jval_values(&o, v); /* 1.0 stays 1.0, not the int 1 (docs/FORMAT.md, Values) */
+  an_out_jval(&o, v); /* 1.0 stays 1.0, not the int 1 (docs/FORMAT.md, Values) */
   bool ok = fclose(f) == 0 && !o.failed;
   ok = ok && arena_put(c, buf, len);
   free(buf);

@@ -371,9 +371,11 @@ static void print_json_value(FILE *f, const rd_jval *v) {
       fprintf(f, "%" PRIu64, v->v.u);
       break;
     case ETR_J_DOUBLE: /* (1e400 reads as inf: written as docs/FORMAT.md spells it) */
-      if (isfinite(v->v.d))
-        fprintf(f, "%.17g", v->v.d);
-      else
+      if (isfinite(v->v.d)) {
+        char buf[40];
+        an_fmt_double(buf, sizeof buf, v->v.d);
+        fputs(buf, f);
+      } else
         fputs(isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"", f);
       break;
     case ETR_J_STRING:

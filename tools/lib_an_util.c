@@ -310,7 +310,7 @@ void an_fmt_double(char *buf, size_t size, double d) {
   if (strpbrk(buf, ".eEni") == NULL && strlen(buf) + 3 <= size) strcat(buf, ".0");
 }
 
-static void out_jval(an_out *o, const rd_jval *v, bool values) {
+static void out_jval(an_out *o, const rd_jval *v) {
   switch (v->kind) {
     case ETR_J_NULL:
       an_out_raw(o, "null", 4);
@@ -325,12 +325,10 @@ static void out_jval(an_out *o, const rd_jval *v, bool values) {
       an_out_u64(o, v->v.u);
       break;
     case ETR_J_DOUBLE:
-      if (isfinite(v->v.d) && values) {
+      if (isfinite(v->v.d)) {
         char buf[40];
         an_fmt_double(buf, sizeof buf, v->v.d);
         an_out_cstr(o, buf);
-      } else if (isfinite(v->v.d)) {
-        an_out_fmt(o, "%.17g", v->v.d);
       } else {
         an_out_cstr(o, isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"");
       }
@@ -342,7 +340,7 @@ static void out_jval(an_out *o, const rd_jval *v, bool values) {
       an_out_raw(o, "[", 1);
       for (size_t i = 0; i < v->v.arr.n; i++) {
         if (i) an_out_raw(o, ",", 1);
-        out_jval(o, &v->v.arr.items[i], values);
+        out_jval(o, &v->v.arr.items[i]);
       }
       an_out_raw(o, "]", 1);
       break;
@@ -352,16 +350,14 @@ static void out_jval(an_out *o, const rd_jval *v, bool values) {
         if (i) an_out_raw(o, ",", 1);
         an_out_jstr(o, v->v.obj.items[i].key, v->v.obj.items[i].key_len);
         an_out_raw(o, ":", 1);
-        out_jval(o, &v->v.obj.items[i].val, values);
+        out_jval(o, &v->v.obj.items[i].val);
       }
       an_out_raw(o, "}", 1);
       break;
   }
 }
 
-void an_out_jval(an_out *o, const rd_jval *v) { out_jval(o, v, false); }
-
-void an_out_jval_values(an_out *o, const rd_jval *v) { out_jval(o, v, true); }
+void an_out_jval(an_out *o, const rd_jval *v) { out_jval(o, v); }
 
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl) {
   const unsigned char *p = (const unsigned char *)s;

@@ -85,12 +85,9 @@ void an_out_fmt(an_out *o, const char *fmt, ...)
 /* A JSON string literal with quotes: escapes '"', '\\' and control characters, replaces
  * each invalid UTF-8 sequence with U+FFFD. */
 void an_out_jstr(an_out *o, const char *s, size_t len);
-/* A JSON value (compact). Doubles that are not finite are written as strings. */
+/* A JSON value (compact): finite doubles as an_fmt_double writes them (the trace's Values
+ * rule: 1.0 stays a double; chrome_out.c writes the same), others as strings. */
 void an_out_jval(an_out *o, const rd_jval *v);
-/* The same, with finite doubles as an_fmt_double writes them: for text that must keep the
- * trace's Values rule (etr chakra's IOInfo). an_out_jval keeps %.17g, which chrome_out.c
- * matches byte for byte. */
-void an_out_jval_values(an_out *o, const rd_jval *v);
 /* A double as JSON number text into buf (size >= 32): the shortest of %.15g, %.16g, %.17g that
  * reads back as d, with ".0" added when that text has no '.' or exponent (docs/FORMAT.md,
  * Values: a double never reads as an int). */

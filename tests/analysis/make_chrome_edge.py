@@ -11,7 +11,9 @@ timed ones were written again when a top-level op that ends no batch of its thre
 written as it is (2026-11-26): the same events, "huge neg ts" (a child of another thread's
 op) now last; and again when chrome came to lay out each op by its own timing: the
 "untimed op" of the timed trace, left out before, is now a 1 us slice at 0 on its thread,
-and otherData.timing says "mixed: ...".
+and otherData.timing says "mixed: ...". All were written again when doubles came to be
+written in their shortest form that reads back the same (2026-11-27: 2.5e-07, not
+2.4999999999999999e-07; -0.0, not -0, which a reader takes for the int 0).
 usage: make_chrome_edge.py OUT_DIR"""
 import os
 import sys

@@ -227,19 +227,24 @@ def strict_json(text):
 def summary_json_non_finite():
     """summary --json stays JSON when a number is past a double's range: 1e400 in the "etr"
     footer (the reader reads it as inf) is written as "inf", as chrome writes such doubles and
-    docs/FORMAT.md spells them; so is a multi-rank model_us that overflows (--alpha-us 1e308
+    docs/FORMAT.md spells them (and finite doubles in their shortest form, 1.0 as a double); so is a multi-rank model_us that overflows (--alpha-us 1e308
     --beta-gbps 1e-300). Before: bare inf / -inf, which no JSON reader takes."""
     path = trace("footer-inf.json", [op(3, "a", timing=(1, 1, 1))],
                  tail={"etr": {"version": "0.1.0", "stats": {"a": 1, "b": 2.5}}})
     with open(path) as f:
-        text = f.read().replace('"a": 1, "b": 2.5', '"a": 1e400, "b": -1e400, "c": 2.5')
+        text = f.read().replace('"a": 1, "b": 2.5',
+                                '"a": 1e400, "b": -1e400, "c": 2.5, "d": 0.1, "e": 1.0')
     with open(path, "w") as f:
         f.write(text)
     r = run(["summary", "--json", path])
     if ran(r, "summary --json of a footer with 1e400"):
         try:
             stats = strict_json(r.stdout)["recorder"]["stats"]
-            check(stats == {"a": "inf", "b": "-inf", "c": 2.5}, "footer stats: %r" % stats)
+            check(stats == {"a": "inf", "b": "-inf", "c": 2.5, "d": 0.1, "e": 1.0}
+                  and isinstance(stats["e"], float), "footer stats: %r" % stats)
+            # (doubles in their shortest form, a double kept one: 0.1 was 0.10000000000000001)
+            out = r.stdout.decode().replace('":0.1,', '": 0.1,')
+            check('"d": 0.1,' in out, "0.1 written as %r" % out[out.find('"d"'):][:30])
         except ValueError as e:
             check(False, "summary --json of 1e400: %s: %r" % (e, r.stdout[-300:]))
     coll = [("collective_name", "string", "allreduce"), ("pg_name", "string", "0"),
