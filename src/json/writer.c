@@ -364,8 +364,11 @@ void etr__jw_double(etr__jw *w, double v) {
       ETR__JW_LIT(w, "\"-inf\"");
     return;
   }
+  /* The shortest of 15, 16 and 17 digits that reads back as v (0.7999999999999999, not
+   * 0.79999999999999993). */
   char tmp[40];
   int n = snprintf(tmp, sizeof tmp, "%.15g", v);
+  if (strtod(tmp, NULL) != v) n = snprintf(tmp, sizeof tmp, "%.16g", v);
   if (strtod(tmp, NULL) != v) n = snprintf(tmp, sizeof tmp, "%.17g", v);
   /* The C locale is assumed by JSON; a ',' decimal separator would break the file. */
   for (int i = 0; i < n; i++)

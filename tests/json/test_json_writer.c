@@ -196,6 +196,24 @@ static void test_doubles(void **state) {
     json_decref(root);
     etr__jw_free(&w);
   }
+  /* The shortest text that reads back the same; a whole number keeps its ".0". */
+  static const struct {
+    double v;
+    const char *text;
+  } shortest[] = {{0.1, "0.1"},
+                  {0.1 + 0.7, "0.7999999999999999"},
+                  {0.1 + 0.2, "0.30000000000000004"},
+                  {-0.0, "-0.0"},
+                  {3.0, "3.0"},
+                  {2.5e-7, "2.5e-07"}};
+  for (size_t i = 0; i < sizeof shortest / sizeof shortest[0]; i++) {
+    etr__jw w;
+    assert_int_equal(etr__jw_init(&w, -1, 0), 0);
+    etr__jw_double(&w, shortest[i].v);
+    etr__jw_char(&w, '\0');
+    assert_string_equal(w.buf, shortest[i].text);
+    etr__jw_free(&w);
+  }
   etr__jw w;
   assert_int_equal(etr__jw_init(&w, -1, 0), 0);
   etr__jw_double(&w, NAN);
