@@ -51,7 +51,7 @@ const c10d::ProcessGroup *group_of(const c10::IValue &v) {
 bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall *call) {
   etr_collective_info *info = &call->info;
   call->pg_name[0] = '\0';
-  call->in_arg = -1;
+  call->in_arg = call->out_arg = -1;
   call->group_rank = 0;
 #if ETR_TORCH_HAVE_C10D
   if (std::strncmp(name, "c10d::", 6) != 0) return false;
@@ -75,9 +75,10 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall
     in = &args[1];
     out = &args[0];
     call->in_arg = 1;
+    call->out_arg = 0;
   } else if (!args.empty() && holds_tensors(args[0])) {
     in = out = &args[0];
-    call->in_arg = 0;
+    call->in_arg = call->out_arg = 0;
   }
   const char *dtype = nullptr;
   uint64_t n_in = 0, n_out = 0;

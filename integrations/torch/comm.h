@@ -20,6 +20,7 @@ struct CommCall {
   char pg_name[64];          // (info.pg_name points here)
   std::string name;          // (and info.name here)
   int in_arg;                // the argument that holds the input message, -1 none
+  int out_arg;               // the one the collective writes (the input's when in place), -1
   int64_t group_rank;        // this process's rank in the call's group; a rooted one's root
 };
 

@@ -457,6 +457,9 @@ struct Context final : at::ObserverContext {
   Context *next_free;
   // A c10d collective's record_param_comms child (comm.h), begun after rec and ended before
   std::unique_ptr<etr_record> comm;
+  // The op's argument the collective writes (comm.h: out_arg), comm's output at its end:
+  // held from the begin, where PyTorch's inputs() are the dispatcher's stack, gone by the end.
+  c10::IValue comm_out;
   // Exceptions in flight when the op began: more of them at its end means one left the op
   // (PyTorch ends a record from its guard's destructor while an exception unwinds through
   // it), and the op is ended as failed.
@@ -567,7 +570,31 @@ void comm_begin(ThreadState *st, Context *ctx, const char *name, const at::Recor
   rc->collective = nullptr;
   rc->inputs = nullptr;
   rc->n_inputs = 0;
+  c10::ArrayRef<const c10::IValue> args = own_values(fn.inputs(), fn.num_inputs());
+  if (call.out_arg >= 0 && static_cast<size_t>(call.out_arg) < args.size())
+    ctx->comm_out = args[call.out_arg];
   ctx->comm = std::move(rc);
+}
+
+// Ends a c10d op's record_param_comms child, with the message the collective wrote as its
+// output, as PyTorch 2.x records its outputTensors (the in-place ones: the input's tensors,
+// now holding the result).
+void comm_end(ThreadState *st, Context *ctx) {
+  etr_record *rc = ctx->comm.get();
+  if (st && !ctx->comm_out.isNone() && etr_record_needs_outputs(rc)) {
+    st->clear();
+    try {
+      st->all(&ctx->comm_out, 1);
+      rc->outputs = st->top.get();
+      rc->n_outputs = 1;
+    } catch (...) {
+      rc->outputs = nullptr;
+      rc->n_outputs = 0;
+    }
+  }
+  etr_record_end(rc);
+  ctx->comm.reset();
+  ctx->comm_out = c10::IValue();
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
@@ -618,18 +645,14 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   auto *ctx = static_cast<Context *>(c);
   if (!ctx) return;
   bool failed = std::uncaught_exceptions() > ctx->uncaught;
-  if (ctx->comm) {
-    if (failed)
-      etr_record_end_failed(ctx->comm.get());
-    else
-      etr_record_end(ctx->comm.get());
-    ctx->comm.reset();
-  }
   if (failed) {  // (no outputs: the op returned none)
+    if (ctx->comm) etr_record_end_failed(ctx->comm.get());
+    ctx->comm.reset();
     etr_record_end_failed(&ctx->rec);
     return;
   }
   ThreadState *st = state();
+  if (ctx->comm) comm_end(st, ctx);
   if (st && etr_record_needs_outputs(&ctx->rec)) {
     st->clear();
     try {  // (as in on_start; and the op is ended whatever happens, never left open)

@@ -4,6 +4,8 @@ rank as its rank input (the 4th of PyTorch's inputs: tensors, seq, (pg_name, pg_
 on every rank, as PyTorch 2.x records it (ProcessGroupNCCL: opts.rootRank). PARAM's comm
 replay takes that input as the root (et_replay/comm/commsTraceParser.py); with each rank's own
 rank there (etr.torch before), every rank was a root and the replay of a broadcast hung.
+Each record_param_comms also has the message the collective wrote as its one output, as
+PyTorch 2.x records outputTensors (an all-reduce's: its input tensors, in place); it had none.
 
 Usage: check_torch_roots.py WORKDIR  (PYTHONPATH: the build's python/ folder)
 Skips (exit 77) without torch, torch.distributed with gloo, or etr.torch.
@@ -66,6 +68,11 @@ def main():
             v = n["inputs"]["values"]
             name, rank_in = v[4], v[3]
             seen[name] = rank_in
+            out = n.get("outputs", {}).get("values", [])
+            if len(out) != 1 or (name == "allreduce" and out != v[:1]):
+                print("FAIL: rank %d: %s's record_param_comms outputs %r (inputs %r)"
+                      % (r, name, out, v[:1]))
+                fails += 1
         want = {"broadcast": 1, "reduce": 1, "gather": 1, "scatter": 1, "allreduce": r}
         for name, w in want.items():
             if seen.get(name) != w:
