@@ -189,8 +189,11 @@ static bool add_node(cx_trace *c, const rd_rnode *n) {
                            ? v->v.arr.items[0].v.str.s
                            : "[]";
     /* The first node is the newest (docs/FORMAT.md): it wins over stale ones. */
-    if (c->rank < 0) c->rank = an_pg0_int(json, "rank");
-    if (c->world < 0) c->world = an_pg0_int(json, "group_size");
+    int64_t rank0 = -1, size0 = -1;
+    if ((c->rank < 0 || c->world < 0) && an_groups_zero(n, &rank0, &size0)) {
+      if (c->rank < 0 && rank0 >= 0) c->rank = rank0;
+      if (c->world < 0 && size0 >= 0) c->world = size0;
+    }
     /* ASTRA-sim strips two characters at each end: "['" and "']" (a Python list literal). */
     size_t jl = strlen(json);
     char *wrapped = malloc(jl + 5);

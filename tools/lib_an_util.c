@@ -460,33 +460,6 @@ uint64_t an_ju64(const rd_jval *v) {
   return 0;
 }
 
-/* ---- process-group lists ---- */
-
-int64_t an_pg0_int(const char *json, const char *key) {
-  size_t kl = strlen(key);
-  const char *p = json;
-  while ((p = strstr(p, "\"pg_name\"")) != NULL) {
-    const char *end = strchr(p, '}');
-    const char *q = p + strlen("\"pg_name\"");
-    while (*q == ' ' || *q == ':') q++;
-    if (end && strncmp(q, "\"0\"", 3) == 0) {
-      /* the key may come before or after pg_name within this object */
-      const char *start = p;
-      while (start > json && *start != '{') start--;
-      for (const char *r = start; r < end; r++) {
-        if (*r != '"' || strncmp(r + 1, key, kl) != 0 || r[1 + kl] != '"') continue;
-        const char *s = r + kl + 2;
-        while (*s == ' ' || *s == ':') s++;
-        char *e;
-        long long v = strtoll(s, &e, 10);
-        if (e != s && v >= 0) return v;
-      }
-    }
-    p = end ? end : p + 1;
-  }
-  return -1;
-}
-
 static int cmp_rank(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;

@@ -122,11 +122,6 @@ uint64_t an_ju64(const rd_jval *v);
 /* Parse a double / a positive integer option argument; false on a bad number. */
 bool an_parse_double(const char *s, double *out);
 
-/* In the JSON text of a `## process_group:init ##` node's group list (docs/FORMAT.md, "Ranks
- * and process groups"): the integer `key` ("rank", "group_size") of group "0", or -1 when
- * there is none (or it is negative). */
-int64_t an_pg0_int(const char *json, const char *key);
-
 /* A trace's rank among several given together, and group "0"'s size its process-group node
  * records. */
 typedef struct an_rank_given {

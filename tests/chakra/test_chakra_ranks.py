@@ -11,6 +11,7 @@
   dup_msg      a rank that came from the file's position says so in "rank N again", and a run
                that fails prints no per-file note (finding 8)
   stdin_twice  '-' given twice is a usage error (exit 2), not a truncated file (finding 10)
+  pg_text      group "0"'s rank read from its group list as JSON ('}' in a string is text)
 
 Usage: test_chakra_ranks.py ETR WORKDIR CASE...   Exit status: 0 pass, 1 fail.
 """
@@ -235,6 +236,21 @@ def case_dup_msg():
           "dup_msg: the message does not say the rank came from the position: %r" % r.stderr)
     check("name no process group" not in r.stderr,
           "dup_msg: a per-file note printed for a run that wrote nothing: %r" % r.stderr)
+
+
+def case_pg_text():
+    """Group "0"'s rank is read from the group list as JSON: a '}' inside its pg_desc string
+    (before its rank) is text, not the object's end. Before: a hand scan of the text stopped
+    there, found no rank, and the lone trace of rank 2 became rank.0.et."""
+    g = json.dumps([{"pg_name": "0", "pg_desc": "default}", "backend_config": "cpu:gloo",
+                     "ranks": [], "group_size": 3, "group_count": 1, "rank": 2}])
+    p = trace(os.path.join(work, "pgtext.json"), pgs=[pg_node(3, g)],
+              ops=[{"id": 4, "name": "aten::add"}])
+    d = fresh("pgtext-et")
+    r = run([p, "-o", d])
+    check(r.returncode == 0 and os.listdir(d) == ["rank.2.et"],
+          "pg_text: exit %d %r, files %r" % (r.returncode, r.stderr,
+                                             os.listdir(d) if os.path.exists(d) else []))
 
 
 def case_stdin_twice():
