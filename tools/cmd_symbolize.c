@@ -337,6 +337,9 @@ static const rd_jval *frame_module(const rd_jval *fr, uint64_t *vaddr) {
   if (mod == NULL || mod->kind != ETR_J_STRING || off == NULL ||
       !((off->kind == ETR_J_INT && off->v.i >= 0) || off->kind == ETR_J_UINT))
     return NULL;
+  /* A path with a NUL names no file: it is not looked up at all (it was looked up up to the
+   * NUL, so "/lib/libc.so.6\u0000x" was named after /lib/libc.so.6). */
+  if (memchr(mod->v.str.s, '\0', mod->v.str.len) != NULL) return NULL;
   *vaddr = off->kind == ETR_J_INT ? (uint64_t)off->v.i : off->v.u;
   return mod;
 }
@@ -469,8 +472,10 @@ static void put_frames(etr__jw *w, const frame_map *fm) {
 }
 
 /* "tracebacks" with each input frame index replaced by its output frames' indices; anything
- * that is not a valid index is copied. */
-static void put_tracebacks(etr__jw *w, const frame_map *fm, const rd_jval *tbs) {
+ * that is not a number is copied. An index past the input table stays past the output table:
+ * nin + k becomes nof + k (copied as it was, it named an unrelated frame once inlined calls
+ * made the table longer). *bad counts such indices and negative ones. */
+static void put_tracebacks(etr__jw *w, const frame_map *fm, const rd_jval *tbs, uint64_t *bad) {
   if (tbs->kind != ETR_J_ARRAY) {
     put_val(w, tbs);
     return;
@@ -493,7 +498,11 @@ static void put_tracebacks(etr__jw *w, const frame_map *fm, const rd_jval *tbs) 
       if (fi >= fm->nin) {
         if (!first) etr__jw_char(w, ',');
         first = false;
-        put_val(w, x);
+        if (x->kind == ETR_J_INT || x->kind == ETR_J_UINT) (*bad)++;
+        if (fi != UINT64_MAX && fi - fm->nin <= UINT64_MAX - fm->nof)
+          etr__jw_u64(w, fi - fm->nin + fm->nof);
+        else
+          put_val(w, x);
         continue;
       }
       for (size_t j = fm->start[fi]; j < fm->start[fi + 1]; j++) {
@@ -579,6 +588,7 @@ int cmd_symbolize(int argc, char **argv) {
   cli_input in = {0};
   counts c = {0};
   frame_map fm = {0};
+  uint64_t bad_refs = 0; /* traceback entries that name no input frame */
   if (s == NULL) {
     cli_error(CMD, "out of memory");
     goto done;
@@ -679,7 +689,7 @@ int cmd_symbolize(int argc, char **argv) {
     if (mapped && !strcmp(k, "frames")) {
       put_frames(&w, &fm);
     } else if (mapped && !strcmp(k, "tracebacks")) {
-      put_tracebacks(&w, &fm, v);
+      put_tracebacks(&w, &fm, v, &bad_refs);
     } else {
       put_val(&w, v);
     }
@@ -704,6 +714,12 @@ int cmd_symbolize(int argc, char **argv) {
           "etr symbolize: %" PRIu64 " frames resolved, %" PRIu64 " unresolved (%" PRIu64
           " with a module, of %" PRIu64 " frames), %" PRIu64 " inlined frames added\n",
           c.resolved, c.unresolved, c.with_module, c.frames, c.inlined);
+  if (bad_refs != 0)
+    fprintf(stderr,
+            "etr symbolize: note: %" PRIu64
+            " traceback entries name no frame of the table (negative or past its end); "
+            "those past it still are\n",
+            bad_refs);
   result = ETR_CLI_OK;
 done:
   if (jw_ok) etr__jw_free(&w);

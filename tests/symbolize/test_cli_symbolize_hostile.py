@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""`etr symbolize` on hostile module-mode traces (findings-21).
+
+- A "tracebacks" entry past the end of "frames" stays past the end of the rebuilt table (it
+  was copied as it was, and once inlined calls made the table longer it named one of them),
+  with a note on stderr.
+- A module path with a NUL names no file: it is not looked up (it was, up to the NUL, and
+  named the frame after that other file).
+- Module paths that are a FIFO, a directory, /dev/zero, a large sparse file or do not exist,
+  offsets at the ends of the range, frames and indices of the wrong types: no hang, no
+  crash, exit 0, the frames left as they were.
+
+usage: test_cli_symbolize_hostile.py ETR SYMCHAIN WORKDIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def build_id(path):
+    out = subprocess.run(["readelf", "-n", path], check=True, capture_output=True,
+                         text=True).stdout
+    m = re.search(r"Build ID: ([0-9a-f]+)", out)
+    return m.group(1) if m else ""
+
+
+def func_offset(path, name):
+    out = subprocess.run(["nm", path], check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[2] == name:
+            return int(p[0], 16)
+    raise AssertionError(name)
+
+
+def inlined_call(path):
+    """Offset of the indirect call in symchain_c (made from code inlined twice into it)."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], check=True,
+                         capture_output=True, text=True).stdout
+    body = out.split("<symchain_c>:\n", 1)[1].split("\n\n", 1)[0]
+    calls = [l for l in body.splitlines() if re.search(r"\bcall", l)]
+    assert len(calls) == 1, body
+    return int(calls[0].split(":")[0], 16)
+
+
+def node(nid, name, parent, tb=None):
+    attrs = [{"name": "rf_id", "type": "uint64", "value": nid}]
+    if tb is not None:
+        attrs.append({"name": "traceback", "type": "uint64", "value": tb})
+    return {"id": nid, "name": name, "ctrl_deps": parent,
+            "inputs": {"values": [], "shapes": [], "types": []},
+            "outputs": {"values": [], "shapes": [], "types": []}, "attrs": attrs}
+
+
+def trace(frames, tracebacks):
+    return {"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "2024-05-06 07:08:09",
+            "start_ts": 1,
+            "nodes": [node(3, "aten::mul", 2, 0),
+                      node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+                      node(1, "[pytorch|profiler|execution_trace|process]", 1)],
+            "finish_ts": 2, "frames": frames, "tracebacks": tracebacks}
+
+
+def frame(mod, off, bid):
+    return {"name": "m+0x%x" % off if isinstance(off, int) and off >= 0 else "m",
+            "filename": mod, "line": 0, "module": mod, "build_id": bid, "offset": off}
+
+
+def symbolize(etr, work, name, t, timeout=60):
+    src = os.path.join(work, name + ".json")
+    out = os.path.join(work, name + ".out.json")
+    with open(src, "w") as f:
+        json.dump(t, f)
+    r = subprocess.run([etr, "symbolize", src, "-o", out], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, (name, r.stderr)
+    with open(out) as f:
+        return json.load(f), r.stderr
+
+
+def main():
+    etr, symchain, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    bid = build_id(symchain)
+    assert bid
+
+    # 1. Indices past the table: one input frame that expands into three (inlined calls).
+    off = inlined_call(symchain)
+    res, err = symbolize(etr, work, "past_end",
+                         trace([frame(symchain, off, bid)], [[0, 1, 2, -1, "x"], [7]]))
+    assert [f["name"] for f in res["frames"]] == ["symchain_inl2", "symchain_inl",
+                                                  "symchain_c"], res["frames"]
+    n = len(res["frames"])
+    assert res["tracebacks"] == [[0, 1, 2, n, n + 1, -1, "x"], [n + 6]], res["tracebacks"]
+    assert "4 traceback entries name no frame" in err, err
+
+    # 2. A module path with a NUL: not looked up (not named after the path before the NUL).
+    f_off = func_offset(symchain, "symchain_b") + 2
+    nul = frame(symchain + "\u0000x", f_off, "")
+    res, err = symbolize(etr, work, "nul", trace([nul], [[0]]))
+    assert res["frames"] == [nul], res["frames"]
+    ok = frame(symchain, f_off, "")  # (the same path without the NUL is resolved)
+    res, err = symbolize(etr, work, "no_nul", trace([ok], [[0]]))
+    assert res["frames"][0]["name"] == "symchain_b", res["frames"]
+
+    # 3. Module paths that are no ELF file, offsets at the ends of the range, wrong types.
+    fifo = os.path.join(work, "fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    big = os.path.join(work, "big")
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)  # (sparse)
+    odd = [frame(p, 16, "") for p in (fifo, work, "/dev/zero", big, "/nonexistent/lib.so",
+                                      "", "\n\u00ff")]
+    odd += [frame(symchain, o, bid) for o in (0, 2**63, 2**64 - 1)]
+    odd += [frame(symchain, o, bid) for o in (-1, 1.5, "16", None)]
+    odd += [5, None, "s", [1], {"module": 5, "offset": 3}, {"offset": 3}]
+    res, err = symbolize(etr, work, "odd", trace(odd, [list(range(len(odd)))]))
+    for i, (a, b) in enumerate(zip(res["frames"], odd)):
+        if i in (7, 8, 9):  # (symchain offsets 0 and beyond its end: no symbol there)
+            assert a["offset"] == b["offset"] and a["module"] == b["module"], (i, a)
+        else:
+            assert a == b, (i, a, b)
+    assert res["tracebacks"] == [list(range(len(odd)))], res["tracebacks"]
+    os.unlink(big)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
