@@ -127,15 +127,20 @@ static int hexval(char c) {
   return -1;
 }
 
-/* Build-id bytes from hex; 0 bytes when absent or malformed (then not checked). */
-static size_t parse_build_id(const rd_jval *v, uint8_t *out, size_t cap) {
-  if (v == NULL || v->kind != ETR_J_STRING || v->v.str.len % 2 || v->v.str.len / 2 > cap) return 0;
+/* Build-id bytes from hex into out: *len bytes, and out itself; NULL when absent or malformed
+ * (then not checked). "" gives out with *len 0: the module was recorded without a build id,
+ * so a file that has one is another build (etr__symbolize). */
+static const uint8_t *parse_build_id(const rd_jval *v, uint8_t *out, size_t cap, size_t *len) {
+  *len = 0;
+  if (v == NULL || v->kind != ETR_J_STRING || v->v.str.len % 2 || v->v.str.len / 2 > cap)
+    return NULL;
   for (size_t i = 0; i < v->v.str.len / 2; i++) {
     int hi = hexval(v->v.str.s[2 * i]), lo = hexval(v->v.str.s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return 0;
+    if (hi < 0 || lo < 0) return NULL;
     out[i] = (uint8_t)(hi << 4 | lo);
   }
-  return v->v.str.len / 2;
+  *len = v->v.str.len / 2;
+  return out;
 }
 
 static bool key_is(const rd_jmember *m, const char *k) {
@@ -353,8 +358,10 @@ static int map_frame(frame_map *fm, etr__symbolizer *s, const rd_jval *fr, count
   const rd_jval *mod = frame_module(fr, &vaddr);
   if (mod == NULL) return add_oframe(fm, copy);
   c->with_module++;
-  uint8_t bid[64];
-  size_t bid_len = parse_build_id(rd_jobj_get(fr, "build_id"), bid, sizeof bid);
+  uint8_t bid_buf[64];
+  size_t bid_len;
+  const uint8_t *bid =
+      parse_build_id(rd_jobj_get(fr, "build_id"), bid_buf, sizeof bid_buf, &bid_len);
   etr__symbol sym[MAX_INLINE_FRAMES];
   int rc = etr__symbolize(s, mod->v.str.s, bid, bid_len, vaddr, 0, &sym[0]);
   if (rc < 0) return -1;
@@ -415,8 +422,9 @@ static int warm_frames(etr__symbolizer *s, const rd_jval *frames) {
   qsort(items, n, sizeof *items, warm_cmp);
   int rc = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
-    uint8_t bid[64];
-    size_t bid_len = parse_build_id(items[i].bid, bid, sizeof bid);
+    uint8_t bid_buf[64];
+    size_t bid_len;
+    const uint8_t *bid = parse_build_id(items[i].bid, bid_buf, sizeof bid_buf, &bid_len);
     etr__symbol sym;
     if (etr__symbolize(s, items[i].mod->v.str.s, bid, bid_len, items[i].vaddr, 0, &sym) < 0)
       rc = -1;

@@ -100,7 +100,8 @@ typedef struct module {
   const char *base; /* basename of path, for fallback names */
   uint8_t build_id[64];
   uint8_t build_id_len;
-  int state; /* 0 not located yet, 1 file located, -1 no usable file */
+  bool no_build_id; /* recorded without one: a file that has one is another build */
+  int state;        /* 0 not located yet, 1 file located, -1 no usable file */
   uint64_t hash;
   sfile *file; /* when state is 1 (shared, owned by the symbolizer) */
   /* The file that was mapped (etr__module: in process; all 0 when not known, as for `etr
@@ -480,10 +481,11 @@ typedef struct mapped {
 } mapped;
 
 static int module_matches(const module *m, const char *path, const uint8_t *bid, size_t bid_len,
-                          const mapped *mp) {
-  return m->build_id_len == bid_len && m->dev == mp->dev && m->ino == mp->ino &&
-         m->size == mp->size && m->mtime_ns == mp->mtime_ns && m->map_lo == mp->map_lo &&
-         strcmp(m->path, path) == 0 && (bid_len == 0 || memcmp(m->build_id, bid, bid_len) == 0);
+                          bool no_bid, const mapped *mp) {
+  return m->build_id_len == bid_len && m->no_build_id == no_bid && m->dev == mp->dev &&
+         m->ino == mp->ino && m->size == mp->size && m->mtime_ns == mp->mtime_ns &&
+         m->map_lo == mp->map_lo && strcmp(m->path, path) == 0 &&
+         (bid_len == 0 || memcmp(m->build_id, bid, bid_len) == 0);
 }
 
 static int modtab_grow(etr__symbolizer *s) {
@@ -503,18 +505,19 @@ static int modtab_grow(etr__symbolizer *s) {
 
 /* The module entry for (path, build-id), created (not loaded) when new. Sets *index. */
 static module *module_get(etr__symbolizer *s, const char *path, const uint8_t *bid, size_t bid_len,
-                          const mapped *mp, size_t *index) {
-  if (s->last != NULL && module_matches(s->last, path, bid, bid_len, mp)) {
+                          bool no_bid, const mapped *mp, size_t *index) {
+  if (s->last != NULL && module_matches(s->last, path, bid, bid_len, no_bid, mp)) {
     *index = s->last_index;
     return s->last;
   }
   size_t plen = strlen(path);
   uint64_t h = hash_bytes(hash_bytes(0xcbf29ce484222325ull, path, plen), bid, bid_len);
+  h = hash_bytes(h, &no_bid, sizeof no_bid);
   h = hash_bytes(hash_bytes(h, &mp->ino, sizeof mp->ino), &mp->mtime_ns, sizeof mp->mtime_ns);
   size_t j = h & (s->modtab_cap - 1);
   while (s->modtab[j] != 0) {
     module *m = s->mods[s->modtab[j] - 1];
-    if (m->hash == h && module_matches(m, path, bid, bid_len, mp)) {
+    if (m->hash == h && module_matches(m, path, bid, bid_len, no_bid, mp)) {
       s->last = m;
       s->last_index = s->modtab[j] - 1;
       *index = s->last_index;
@@ -547,6 +550,7 @@ static module *module_get(etr__symbolizer *s, const char *path, const uint8_t *b
   if (bid_len > sizeof m->build_id) bid_len = sizeof m->build_id;
   if (bid_len != 0) memcpy(m->build_id, bid, bid_len);
   m->build_id_len = (uint8_t)bid_len;
+  m->no_build_id = no_bid;
   m->hash = h;
   m->dev = mp->dev;
   m->ino = mp->ino;
@@ -615,14 +619,14 @@ static bool still_mapped(const module *m) {
  * mapped, else the mapped file itself while it is mapped. m->state: 1 found, -1 not found,
  * 0 not found but still mapped (looked for again at the next new address). */
 static int module_locate(etr__symbolizer *s, module *m, uintptr_t live_ip) {
-  etr__symfile_id id = {m->path, m->base, m->build_id, m->build_id_len};
+  etr__symfile_id id = {m->path, m->base, m->build_id, m->build_id_len, m->no_build_id};
   etr__symfile_loc loc;
   m->state = -1; /* also after running out of memory: the fallbacks answer from then on */
   if (etr__symfile_locate(s, &id, live_ip, &loc) != 0) return ETR_ENOMEM;
   if (loc.path != NULL && !is_mapped_file(m, &loc)) etr__symfile_loc_free(&loc);
   char mf[64];
   if (loc.path == NULL && map_files_path(m, mf, sizeof mf)) {
-    etr__symfile_id mid = {mf, m->base, m->build_id, m->build_id_len};
+    etr__symfile_id mid = {mf, m->base, m->build_id, m->build_id_len, m->no_build_id};
     if (etr__symfile_locate(s, &mid, live_ip, &loc) != 0) return ETR_ENOMEM;
     if (loc.path != NULL && !same_file(m, &loc.key)) etr__symfile_loc_free(&loc);
     if (loc.path == NULL && still_mapped(m)) m->state = 0;
@@ -696,10 +700,12 @@ static int lookup(etr__symbolizer *s, const char *path, const uint8_t *build_id,
                   etr__symbol *out, const etr__symbol **inner, size_t *ninner) {
   static const mapped none = {0, 0, 0, 0, 0, 0};
   if (path == NULL) path = "";
+  /* (a build id given with length 0: the module was recorded without one) */
+  bool no_bid = build_id != NULL && build_id_len == 0;
   if (build_id == NULL) build_id_len = 0;
   if (mp == NULL) mp = &none;
   size_t idx;
-  module *m = module_get(s, path, build_id, build_id_len, mp, &idx);
+  module *m = module_get(s, path, build_id, build_id_len, no_bid, mp, &idx);
   if (m == NULL) return ETR_ENOMEM;
   uint32_t mod1 = (uint32_t)(idx + 1);
   size_t mask = s->cache_cap - 1;
@@ -779,5 +785,7 @@ int etr__symbolize_frames_mapped(etr__symbolizer *s, const etr__module *m, uint6
                                  uintptr_t live_ip, etr__symbol *out, size_t max) {
   if (m == NULL) return ETR_EINVAL;
   mapped mp = {m->dev, m->ino, m->size, m->mtime_ns, m->map_lo, m->map_hi};
-  return frames(s, m->path, m->build_id, m->build_id_len, &mp, vaddr, live_ip, out, max);
+  /* (the mapped file is checked by identity: no build id is not asked of it) */
+  return frames(s, m->path, m->build_id_len != 0 ? m->build_id : NULL, m->build_id_len, &mp, vaddr,
+                live_ip, out, max);
 }

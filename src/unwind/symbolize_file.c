@@ -132,10 +132,11 @@ static bool key_equal(const etr__file_key *a, const etr__file_key *b) {
   return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
 }
 
-/* Open path as an ELF file; when want_len != 0 its build-id must equal want. Its identity
- * into *key (when key is not NULL). */
-static Elf *open_elf_key(const char *path, const uint8_t *want, size_t want_len, int *fd_out,
-                         etr__file_key *key) {
+/* Open path as an ELF file; when want_len != 0 its build-id must equal want; when none, it
+ * must have no build-id (a module recorded without one: a file that has one is another
+ * build). Its identity into *key (when key is not NULL). */
+static Elf *open_elf_key(const char *path, const uint8_t *want, size_t want_len, bool none,
+                         int *fd_out, etr__file_key *key) {
   /* O_NONBLOCK: a path naming a FIFO must not hang us (only regular files are read). */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return NULL;
@@ -147,10 +148,11 @@ static Elf *open_elf_key(const char *path, const uint8_t *want, size_t want_len,
   if (key != NULL) *key = file_key(&st);
   Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
   if (elf == NULL || elf_kind(elf) != ELF_K_ELF) goto fail;
-  if (want_len != 0) {
+  if (want_len != 0 || none) {
     const void *bid = NULL;
     ssize_t n = dwelf_elf_gnu_build_id(elf, &bid);
-    if (n <= 0 || (size_t)n != want_len || memcmp(bid, want, want_len) != 0) goto fail;
+    if (want_len == 0 ? n > 0 : n <= 0 || (size_t)n != want_len || memcmp(bid, want, want_len) != 0)
+      goto fail;
   }
   *fd_out = fd;
   return elf;
@@ -161,7 +163,7 @@ fail:
 }
 
 static Elf *open_elf(const char *path, const uint8_t *want, size_t want_len, int *fd_out) {
-  return open_elf_key(path, want, want_len, fd_out, NULL);
+  return open_elf_key(path, want, want_len, false, fd_out, NULL);
 }
 
 /* "dir/.build-id/xx/rest<suffix>" */
@@ -194,7 +196,8 @@ static Elf *find_elsewhere(const search_dirs *sd, const etr__symfile_id *id, int
   }
   for (size_t i = 0; i < sd->n && id->base[0] != '\0'; i++) {
     snprintf(buf, PATH_MAX, "%s/%s", sd->dir[i], id->base);
-    if ((elf = open_elf(buf, id->build_id, id->build_id_len, fd)) != NULL) return elf;
+    elf = open_elf_key(buf, id->build_id, id->build_id_len, id->no_build_id, fd, NULL);
+    if (elf != NULL) return elf;
   }
   return NULL;
 }
@@ -378,7 +381,8 @@ int etr__symfile_locate(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t
   }
   int fd = -1, dbg_fd = -1;
   Elf *elf = NULL;
-  if (path[0] != '\0') elf = open_elf_key(path, id->build_id, id->build_id_len, &fd, &loc->key);
+  if (path[0] != '\0')
+    elf = open_elf_key(path, id->build_id, id->build_id_len, id->no_build_id, &fd, &loc->key);
   if (elf == NULL) {
     elf = find_elsewhere(&sd, id, &fd, found);
     path = found;
@@ -405,6 +409,7 @@ int etr__symfile_locate(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t
   size_t bl = id->build_id_len < sizeof loc->build_id ? id->build_id_len : sizeof loc->build_id;
   if (bl != 0) memcpy(loc->build_id, id->build_id, bl);
   loc->build_id_len = bl;
+  loc->no_build_id = id->no_build_id;
   if (dbg != NULL) elf_end(dbg);
   if (dbg_fd >= 0) close(dbg_fd);
   elf_end(elf);
@@ -421,7 +426,8 @@ int etr__symfile_load(const etr__symfile_loc *loc, etr__symfile **out) {
   if (mf == NULL) return ETR_ENOMEM;
   mf->fd = mf->dbg_fd = -1;
   etr__file_key key;
-  mf->elf = open_elf_key(loc->path, loc->build_id, loc->build_id_len, &mf->fd, &key);
+  mf->elf =
+      open_elf_key(loc->path, loc->build_id, loc->build_id_len, loc->no_build_id, &mf->fd, &key);
   if (mf->elf == NULL || !key_equal(&key, &loc->key)) { /* gone or changed since located */
     etr__symfile_close(mf);
     return 0;
@@ -435,8 +441,8 @@ int etr__symfile_load(const etr__symfile_loc *loc, etr__symfile **out) {
      * file's build-id when the file has one (as find_debug_file checked). */
     const void *bidp = NULL;
     ssize_t n = dwelf_elf_gnu_build_id(mf->elf, &bidp);
-    mf->dbg_elf =
-        open_elf_key(loc->dbg_path, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, &mf->dbg_fd, &key);
+    mf->dbg_elf = open_elf_key(loc->dbg_path, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, false,
+                               &mf->dbg_fd, &key);
     if (mf->dbg_elf != NULL && !key_equal(&key, &loc->dbg_key)) {
       elf_end(mf->dbg_elf);
       close(mf->dbg_fd);

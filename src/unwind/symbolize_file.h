@@ -27,6 +27,7 @@ typedef struct etr__symfile_id {
   const char *base;        /* basename of path, for the search by name */
   const uint8_t *build_id; /* the file found must carry it (when build_id_len != 0) */
   size_t build_id_len;
+  bool no_build_id; /* recorded without a build id: the file found must have none either */
 } etr__symfile_id;
 
 /* Which file on disk: device, inode, size and modification time (equal for the same file
@@ -46,6 +47,7 @@ typedef struct etr__symfile_loc {
   etr__file_key key, dbg_key;
   uint8_t build_id[64]; /* the module's recorded build id: the file must carry it */
   size_t build_id_len;
+  bool no_build_id; /* the file must have no build id (etr__symfile_id) */
 } etr__symfile_loc;
 
 /* Find the module's file (at its path, else by build-id or basename under the symbolizer's

@@ -107,7 +107,9 @@ etr__symbolizer *etr__symbolizer_new(void);
 void etr__symbolizer_free(etr__symbolizer *s);
 
 /* Resolve the ELF virtual address vaddr of the module file at path (its build-id, when
- * given, must match, else the lookup fails). Falls back to dladdr for live addresses
+ * given, must match, else the lookup fails; build_id non-NULL with build_id_len 0 says the
+ * module was recorded without one, and a file that has one is then not used; NULL checks
+ * nothing). Falls back to dladdr for live addresses
  * (live_ip != 0) and then to name "module+0xoffset". Strings stay valid until the
  * symbolizer is freed. Each (module, vaddr) is resolved once (symbol cache). Returns 0 when
  * a name was found, 1 for a fallback, negative ETR_E* on error. */

@@ -112,9 +112,13 @@ def past_the_last_symbol(etr, symchain, work):
     assert start == fini, (start, fini)
     inside = fini + size - 1
     offsets = [start + size + 0x40, 1 << 20, 2**31, 2**63 - 1, 2**64 - 1]
+    # (each with its build id, and without the key: not checked)
     frames = [{"name": "libsymchain.so+0x%x" % off, "filename": symchain, "line": 0,
                "module": symchain, "build_id": b, "offset": off}
-              for off in [inside] + offsets for b in (bid, "")]
+              for off in [inside] + offsets for b in (bid, None)]
+    for fr in frames:
+        if fr["build_id"] is None:
+            del fr["build_id"]
     trace = {
         "schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "2026-01-01 00:00:00", "start_ts": 0,
         "nodes": [node(3, "a", 2, [{"name": "traceback", "type": "uint64", "value": 0}]),

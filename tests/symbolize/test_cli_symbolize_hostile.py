@@ -6,6 +6,8 @@
   with a note on stderr.
 - A module path with a NUL names no file: it is not looked up (it was, up to the NUL, and
   named the frame after that other file).
+- A module recorded without a build id ("build_id": "") is resolved only from a file that
+  has none either (a file with one is another build; it was used, with its names).
 - Module paths that are a FIFO, a directory, /dev/zero, a large sparse file or do not exist,
   offsets at the ends of the range, frames and indices of the wrong types: no hang, no
   crash, exit 0, the frames left as they were.
@@ -20,8 +22,7 @@ import sys
 
 
 def build_id(path):
-    out = subprocess.run(["readelf", "-n", path], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(["readelf", "-n", path], capture_output=True, text=True).stdout
     m = re.search(r"Build ID: ([0-9a-f]+)", out)
     return m.group(1) if m else ""
 
@@ -101,11 +102,35 @@ def main():
     nul = frame(symchain + "\u0000x", f_off, "")
     res, err = symbolize(etr, work, "nul", trace([nul], [[0]]))
     assert res["frames"] == [nul], res["frames"]
-    ok = frame(symchain, f_off, "")  # (the same path without the NUL is resolved)
+    ok = frame(symchain, f_off, bid)  # (the same path without the NUL is resolved)
     res, err = symbolize(etr, work, "no_nul", trace([ok], [[0]]))
     assert res["frames"][0]["name"] == "symchain_b", res["frames"]
 
-    # 3. Module paths that are no ELF file, offsets at the ends of the range, wrong types.
+    # 3. A module recorded without a build id ("build_id": "") is not resolved from a file
+    # that has one (another build: it was, with that build's names); a file without one is
+    # used, and so is any file when the trace does not say (no "build_id" key).
+    nobid = os.path.join(work, "libsymchain-nobid.so")
+    subprocess.run(["objcopy", "--remove-section", ".note.gnu.build-id", symchain, nobid],
+                   check=True)
+    assert build_id(nobid) == ""
+    had = frame(symchain, f_off, "")
+    res, err = symbolize(etr, work, "bid_recorded_none", trace([had], [[0]]))
+    assert res["frames"] == [had], res["frames"]
+    assert "0 frames resolved, 1 unresolved" in err, err
+    none = frame(nobid, f_off, "")
+    unknown = {k: v for k, v in frame(symchain, f_off, "").items() if k != "build_id"}
+    res, err = symbolize(etr, work, "bid_none", trace([none, unknown], [[0, 1]]))
+    assert [f["name"] for f in res["frames"]] == ["symchain_b", "symchain_b"], res["frames"]
+    # (found by basename under a search dir too: only a file without a build id)
+    moved = frame("/nonexistent/" + os.path.basename(symchain), f_off, "")
+    src = os.path.join(work, "bid_moved.json")
+    with open(src, "w") as f:
+        json.dump(trace([moved], [[0]]), f)
+    r = subprocess.run([etr, "symbolize", src, "-d", os.path.dirname(symchain)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["frames"] == [moved], r
+
+    # 4. Module paths that are no ELF file, offsets at the ends of the range, wrong types.
     fifo = os.path.join(work, "fifo")
     if not os.path.exists(fifo):
         os.mkfifo(fifo)
