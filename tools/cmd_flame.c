@@ -75,6 +75,20 @@ static bool add(flame *fl, const rd_rnode *n) {
   return true;
 }
 
+/* A traceback's element as an index into "frames": a whole number >= 0 (not a negative one,
+ * a double, a bool or a string, which an_jint would have taken as -1, 1 or a cut value). */
+static bool frame_index(const rd_jval *x, uint64_t *fi) {
+  if (x->kind == ETR_J_UINT) {
+    *fi = x->v.u;
+    return true;
+  }
+  if (x->kind == ETR_J_INT && x->v.i >= 0) {
+    *fi = (uint64_t)x->v.i;
+    return true;
+  }
+  return false;
+}
+
 static void frame_text(an_out *o, const rd_jval *frames, uint64_t fi, bool lines) {
   const rd_jval *fr = frames && frames->kind == ETR_J_ARRAY && fi < frames->v.arr.n
                           ? &frames->v.arr.items[fi]
@@ -178,7 +192,7 @@ int cmd_flame(int argc, char **argv) {
     f = cli_open_output(CMD, out_path);
     if (f == NULL) status = ETR_CLI_FAIL;
   }
-  uint64_t bad_tb = 0, cut_stacks = 0;
+  uint64_t bad_tb = 0, cut_stacks = 0, bad_frames = 0;
   bool too_big = false;
   if (status == ETR_CLI_OK) {
     an_out o = {.f = f};
@@ -204,11 +218,16 @@ int cmd_flame(int argc, char **argv) {
           cut_stacks++;
         }
         for (size_t j = depth; j-- > 0;) { /* innermost first in the file */
-          int64_t fi = an_jint(&seq->v.arr.items[j], -1);
-          if (fi < 0) continue;
+          uint64_t fi;
           if (any) an_out_raw(&o, ";", 1);
-          frame_text(&o, frames, (uint64_t)fi, lines);
           any = true;
+          if (!frame_index(&seq->v.arr.items[j], &fi)) { /* (was left out, or 1.5 was 1) */
+            bad_frames++;
+            an_out_cstr(&o, "[frame ?]");
+            continue;
+          }
+          if (fi >= frames->v.arr.n) bad_frames++;
+          frame_text(&o, frames, fi, lines);
         }
       } else {
         bad_tb++;
@@ -262,6 +281,12 @@ int cmd_flame(int argc, char **argv) {
     if (fl.n_tb_nodes > 0 && bad_tb) {
       fprintf(stderr, "etr flame: note: %llu stack(s) name a traceback the table does not have\n",
               (unsigned long long)bad_tb);
+    }
+    if (fl.n_tb_nodes > 0 && bad_frames) {
+      fprintf(stderr,
+              "etr flame: note: %llu frame reference(s) in the stacks name no entry of the "
+              "\"frames\" table ([frame N] past its end, [frame ?] not an index)\n",
+              (unsigned long long)bad_frames);
     }
     if (by_time && fl.n_tb_nodes > 0 && fl.keys.n > 0) {
       bool any = false;

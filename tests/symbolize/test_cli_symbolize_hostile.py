@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`etr symbolize` on hostile module-mode traces (findings-21).
+"""`etr symbolize` and `etr flame` on hostile traceback tables (findings-21).
 
 - A "tracebacks" entry past the end of "frames" stays past the end of the rebuilt table (it
   was copied as it was, and once inlined calls made the table longer it named one of them),
@@ -11,6 +11,8 @@
 - Module paths that are a FIFO, a directory, /dev/zero, a large sparse file or do not exist,
   offsets at the ends of the range, frames and indices of the wrong types: no hang, no
   crash, exit 0, the frames left as they were.
+- `etr flame`: stack elements that name no frame are shown ([frame N], [frame ?]) and
+  counted, not left out or taken as frame 1.
 
 usage: test_cli_symbolize_hostile.py ETR SYMCHAIN WORKDIR
 """
@@ -150,6 +152,20 @@ def main():
             assert a == b, (i, a, b)
     assert res["tracebacks"] == [list(range(len(odd)))], res["tracebacks"]
     os.unlink(big)
+
+    # 5. etr flame on a stack with elements that name no frame: each one shown, and counted
+    # (-1 and "x" were left out, 1.5 and true named frame 1).
+    fl = trace([{"name": "inner", "filename": "a.c", "line": 1},
+                {"name": "outer", "filename": "b.c", "line": 2}],
+               [[0, -1, "x", 9, 1.5, True, 1]])
+    src = os.path.join(work, "flame.json")
+    with open(src, "w") as f:
+        json.dump(fl, f)
+    r = subprocess.run([etr, "flame", src], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("outer;[frame ?];[frame ?];[frame 9];[frame ?];[frame ?];inner;"
+                        "aten::mul 1\n"), r.stdout
+    assert "5 frame reference(s)" in r.stderr, r.stderr
     print("ok")
 
 
