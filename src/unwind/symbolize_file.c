@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "unwind/symtab.h"
 
@@ -216,17 +217,41 @@ static Elf_Scn *section_named(Elf *elf, const char *name) {
   return NULL;
 }
 
-/* The file name in elf's .gnu_debuglink (the name, its NUL, padding, a 4-byte CRC), or NULL.
- * Read here, bounded, rather than with dwelf_elf_gnu_debuglink, which not every libdw
- * version checks: the name is used as a C string, and one without its NUL inside the
- * section would be read past the section and the mapping. */
-static const char *gnu_debuglink(Elf *elf) {
+/* The file name in elf's .gnu_debuglink (the name, its NUL, padding, a 4-byte CRC), or NULL;
+ * the CRC into *crc. Read here, bounded, rather than with dwelf_elf_gnu_debuglink, which not
+ * every libdw version checks: the name is used as a C string, and one without its NUL inside
+ * the section would be read past the section and the mapping. */
+static const char *gnu_debuglink(Elf *elf, uint32_t *crc) {
   Elf_Scn *scn = section_named(elf, ".gnu_debuglink");
   Elf_Data *d = scn != NULL ? elf_rawdata(scn, NULL) : NULL;
   if (d == NULL || d->d_buf == NULL || d->d_size <= 4 ||
       memchr(d->d_buf, '\0', d->d_size - 4) == NULL)
     return NULL;
+  size_t at = (strlen(d->d_buf) + 1 + 3) & ~(size_t)3; /* the CRC, 4-aligned after the name */
+  if (at > d->d_size - 4) return NULL;
+  const unsigned char *b = (const unsigned char *)d->d_buf + at;
+  GElf_Ehdr eh;
+  bool msb = gelf_getehdr(elf, &eh) != NULL && eh.e_ident[EI_DATA] == ELFDATA2MSB;
+  *crc = msb ? (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]
+             : (uint32_t)b[3] << 24 | (uint32_t)b[2] << 16 | (uint32_t)b[1] << 8 | b[0];
   return d->d_buf;
+}
+
+/* Whether the whole file fd has CRC-32 crc (what .gnu_debuglink records of its file). Reads
+ * it through once (only for a module without a build-id); false when it cannot. */
+static bool file_crc_is(int fd, uint32_t crc) {
+  enum { CHUNK = 1 << 16 };
+  unsigned char *buf = malloc(CHUNK); /* (not on the stack: flush may run on a small one) */
+  if (buf == NULL) return false;
+  uLong c = crc32(0L, Z_NULL, 0);
+  off_t off = 0;
+  ssize_t n;
+  while ((n = pread(fd, buf, CHUNK, off)) > 0) {
+    c = crc32(c, buf, (uInt)n);
+    off += n;
+  }
+  free(buf);
+  return n == 0 && (uint32_t)c == crc;
 }
 
 /* A separate debug file for elf (at file path `path`): by the file's build-id, then by its
@@ -243,7 +268,8 @@ static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, i
       if ((dbg = open_elf(buf, bidp, (size_t)n, fd)) != NULL) return dbg;
     }
   }
-  const char *link = gnu_debuglink(elf);
+  uint32_t crc = 0;
+  const char *link = gnu_debuglink(elf, &crc);
   if (link == NULL || link[0] == '\0' || strchr(link, '/') != NULL) return NULL;
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
@@ -254,8 +280,14 @@ static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, i
   for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
     int len = snprintf(buf, PATH_MAX, fmts[i], dir, link);
     if (len < 0 || len >= PATH_MAX || strcmp(buf, path) == 0) continue; /* cut: another file */
-    /* The debug file has the same build-id as the module when it has one. */
-    if ((dbg = open_elf(buf, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, fd)) != NULL) return dbg;
+    /* The debug file has the same build-id as the module when it has one; else the CRC the
+     * link records (a stale debug file of another build gave that build's names and lines) */
+    if ((dbg = open_elf(buf, n > 0 ? bidp : NULL, n > 0 ? (size_t)n : 0, fd)) != NULL) {
+      if (n > 0 || file_crc_is(*fd, crc)) return dbg;
+      elf_end(dbg);
+      close(*fd);
+      *fd = -1;
+    }
   }
   return NULL;
 }

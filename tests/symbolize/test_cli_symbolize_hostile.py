@@ -11,10 +11,14 @@
 - Module paths that are a FIFO, a directory, /dev/zero, a large sparse file or do not exist,
   offsets at the ends of the range, frames and indices of the wrong types: no hang, no
   crash, exit 0, the frames left as they were.
+- A stripped module without a build id takes its names and lines from its .gnu_debuglink
+  file only when that file's CRC is the one the link records (a stale debug file of
+  another build gave that build's names: symchain_b's address became symchain_inl /
+  symchain_c of the -O0 build).
 - `etr flame`: stack elements that name no frame are shown ([frame N], [frame ?]) and
   counted, not left out or taken as frame 1.
 
-usage: test_cli_symbolize_hostile.py ETR SYMCHAIN WORKDIR
+usage: test_cli_symbolize_hostile.py ETR SYMCHAIN SYMCHAIN_O0 WORKDIR
 """
 import json
 import os
@@ -84,7 +88,7 @@ def symbolize(etr, work, name, t, timeout=60):
 
 
 def main():
-    etr, symchain, work = sys.argv[1:4]
+    etr, symchain, other_build, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
     bid = build_id(symchain)
     assert bid
@@ -153,7 +157,23 @@ def main():
     assert res["tracebacks"] == [list(range(len(odd)))], res["tracebacks"]
     os.unlink(big)
 
-    # 5. etr flame on a stack with elements that name no frame: each one shown, and counted
+    # 5. A stale .gnu_debuglink file of a module without a build id is not used.
+    dl = os.path.join(work, "dl")
+    os.makedirs(dl, exist_ok=True)
+    lib, dbg = os.path.join(dl, "libdl.so"), os.path.join(dl, "libdl.debug")
+    nonote = ["--remove-section", ".note.gnu.build-id"]
+    subprocess.run(["objcopy", "--only-keep-debug"] + nonote + [symchain, dbg], check=True)
+    subprocess.run(["objcopy", "--strip-all"] + nonote +
+                   ["--add-gnu-debuglink=" + dbg, symchain, lib], check=True)
+    fr = frame(lib, f_off, "")
+    res, err = symbolize(etr, work, "debuglink", trace([fr], [[0]]))
+    assert [(f["name"], f["line"] > 0) for f in res["frames"]] == [("symchain_b", True)], res
+    subprocess.run(["objcopy", "--only-keep-debug"] + nonote + [other_build, dbg], check=True)
+    res, err = symbolize(etr, work, "debuglink_stale", trace([fr], [[0]]))
+    # (the name from the stripped file's .dynsym, no line)
+    assert [(f["name"], f["line"]) for f in res["frames"]] == [("symchain_b", 0)], res
+
+    # 6. etr flame on a stack with elements that name no frame: each one shown, and counted
     # (-1 and "x" were left out, 1.5 and true named frame 1).
     fl = trace([{"name": "inner", "filename": "a.c", "line": 1},
                 {"name": "outer", "filename": "b.c", "line": 2}],

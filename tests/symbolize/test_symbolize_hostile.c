@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmocka.h>
 
@@ -371,6 +372,18 @@ static void test_version_suffix(void **state) {
   remove_tree(dir);
 }
 
+/* The CRC-32 of a whole file (what .gnu_debuglink records). */
+static uint32_t file_crc(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  unsigned char buf[4096];
+  uLong c = crc32(0L, Z_NULL, 0);
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) != 0) c = crc32(c, buf, (uInt)n);
+  fclose(f);
+  return (uint32_t)c;
+}
+
 /* A stripped file (.dynsym "__libc_start_main") whose .gnu_debuglink names a debug file next
  * to it with the full .symtab, where the name is versioned as in glibc's debug file: the
  * frame is named as dladdr and .dynsym name it. */
@@ -385,16 +398,26 @@ static void test_version_suffix_debug_file(void **state) {
   Elf64_Sym dsyms[] = {{0}, func(1, TEXT_ADDR, 0x40)};
   uint32_t local = (uint32_t)strlen(strtab + 1) + 2;
   Elf64_Sym syms[] = {{0}, func(1, TEXT_ADDR, 0x40), func(local, TEXT_ADDR + 0x40, 0x40)};
-  static const char link[20] = "libv.so.debug"; /* name, NUL, padding; CRC (not checked) 0 */
+  write_symbols(dbg, SHT_SYMTAB, syms, 3, strtab, sizeof strtab, NULL);
+  char link[20] = "libv.so.debug"; /* name, NUL, padding; the debug file's CRC-32 (LE) */
+  uint32_t crc = file_crc(dbg);
+  for (int i = 0; i < 4; i++) link[16 + i] = (char)(crc >> (8 * i));
   sec extra = {".gnu_debuglink", SHT_PROGBITS, 0, 0, link, sizeof link, 0, 0, 0};
   write_symbols(path, SHT_DYNSYM, dsyms, 2, dynstr, sizeof dynstr, &extra);
-  write_symbols(dbg, SHT_SYMTAB, syms, 3, strtab, sizeof strtab, NULL);
   int rc;
   assert_string_equal(name_at(path, TEXT_ADDR + 8, &rc, got, sizeof got), "__libc_start_main");
   assert_int_equal(rc, 0);
   /* the local function only the debug file has: proof that it was read */
   assert_string_equal(name_at(path, TEXT_ADDR + 0x48, &rc, got, sizeof got),
                       "__libc_start_call_main");
+  /* A debug file whose CRC is not the link's (a stale one, of another build) is not read
+   * (findings-21: its names were used). */
+  link[16] ^= 1;
+  write_symbols(path, SHT_DYNSYM, dsyms, 2, dynstr, sizeof dynstr, &extra);
+  char want[64];
+  assert_string_equal(name_at(path, TEXT_ADDR + 0x48, &rc, got, sizeof got),
+                      fallback("libv.so", TEXT_ADDR + 0x48, want, sizeof want));
+  assert_string_equal(name_at(path, TEXT_ADDR + 8, &rc, got, sizeof got), "__libc_start_main");
   remove_tree(dir);
 }
 
