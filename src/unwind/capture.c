@@ -317,6 +317,22 @@ static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uint
   return n;
 }
 
+/* Whether ip (a return address - 1 for which no module has code) lies in an executable
+ * mapping: code made at run time (a JIT), whose frame the walk keeps as its last one (it
+ * cannot unwind through it; an address anywhere else is a corrupt frame). The thread keeps
+ * the last such mapping it found; a nested capture (a signal handler) reads the maps without
+ * keeping it (the outer one may be reading it). Cold: only a walk that stops comes here. */
+static ETR_NOINLINE __attribute__((cold)) bool jit_frame(tstate *ts, uintptr_t ip, bool nested) {
+  if (!nested && ip >= ts->jlo && ip < ts->jhi) return true;
+  uintptr_t lo, hi;
+  if (!etr__maps_find_exec(ip, &lo, &hi)) return false;
+  if (!nested) {
+    ts->jlo = lo;
+    ts->jhi = hi;
+  }
+  return true;
+}
+
 typedef struct walk_out {
   uint64_t walked, reused, fallbacks;
   bool failed, truncated;
@@ -388,7 +404,9 @@ static ETR_WALK_INLINE ETR_NO_SANITIZE_MEM size_t walk_stack(walk *w, uintptr_t 
       if (first_reuse == SIZE_MAX) first_reuse = f;
     } else {
       rule = rule_for(w, key);
-      if (!rule) { /* not code we know: a corrupt frame, or JIT code */
+      if (!rule) { /* not code we know: a corrupt frame, or JIT code (kept: the last frame) */
+        if (f > 0 && f - 1 >= skip && n < max && jit_frame(w->ts, key - 1, w->nested))
+          ips[n++] = key;
         o->failed = true;
         break;
       }

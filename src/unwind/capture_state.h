@@ -63,6 +63,8 @@ typedef struct tstate {
   unsigned fc_cur;          /* fc[fc_cur] holds the previous capture */
   fcache fc[2];
   uintptr_t fbuf[FB_MAX];
+  uintptr_t jlo, jhi; /* the last executable mapping outside every module (JIT code) a walk
+                         of this thread ended in (capture.c, jit_frame) */
 } tstate;
 
 /* The calling thread's state (made on its first capture), or NULL (memory exhausted, or

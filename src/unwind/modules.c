@@ -655,27 +655,28 @@ uint64_t etr__modules_generation(void) {
   return m ? m->gen : 0;
 }
 
-/* The readable mapping that holds addr, from /proc/self/maps read with plain system calls
- * (async-signal safe, no allocation). */
-bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+/* The mapping that holds addr with permission perm ('r' or 'x') from /proc/self/maps read
+ * with plain system calls (async-signal safe, no allocation). */
+static bool maps_find(uintptr_t addr, char perm, uintptr_t *lo, uintptr_t *hi) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[4096];
   uintptr_t a = 0, b = 0;
-  int field = 0; /* 0: start, 1: end, 2: perms' first char, 3: rest of the line */
-  bool found = false, readable = false;
+  int field = 0; /* 0: start, 1: end, 2: perms (3 chars: r, w, x), 3: rest of the line */
+  int pi = 0;    /* (the perms character at hand) */
+  bool found = false, has = false;
   ssize_t n;
   while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < n; i++) {
       char ch = buf[i];
       if (ch == '\n') {
-        if (readable && addr >= a && addr < b) {
+        if (has && addr >= a && addr < b) {
           found = true;
           break;
         }
         a = b = 0;
-        field = 0;
-        readable = false;
+        field = pi = 0;
+        has = false;
         continue;
       }
       if (field <= 1) {
@@ -689,8 +690,8 @@ bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
           field++;
         }
       } else if (field == 2) {
-        readable = ch == 'r';
-        field = 3;
+        if (ch == perm && pi == (perm == 'r' ? 0 : 2)) has = true;
+        if (++pi == 3) field = 3;
       }
     }
   }
@@ -700,4 +701,12 @@ bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
     *hi = b;
   }
   return found;
+}
+
+bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+  return maps_find(addr, 'r', lo, hi);
+}
+
+bool etr__maps_find_exec(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+  return maps_find(addr, 'x', lo, hi);
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -599,6 +600,64 @@ static void test_bad_frames(void **state) {
   bad_frames_inner();
 }
 
+/* ---- code made at run time (a JIT) ----
+ *
+ * test_cb called from a trampoline written into an anonymous executable mapping: no module
+ * holds it, so no unwind rule either. The walk cannot go past it, but it keeps its frame as
+ * the last one (findings-21: the traceback ended at test_cb, and the op seemed called from
+ * nowhere); a corrupt return address (test_bad_frames) is still not kept. */
+typedef size_t (*jit_fn)(void *arg);
+
+static void *make_trampoline(size_t *ra_off) {
+  unsigned char *code =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(code != MAP_FAILED);
+  unsigned char *p = code;
+  static const unsigned char sub[] = {0x48, 0x83, 0xec, 0x08}; /* sub $8, %rsp */
+  static const unsigned char add[] = {0x48, 0x83, 0xc4, 0x08}; /* add $8, %rsp */
+  memcpy(p, sub, sizeof sub);
+  p += sizeof sub;
+  *p++ = 0x48; /* movabs $test_cb, %rax */
+  *p++ = 0xb8;
+  uintptr_t fn = (uintptr_t)test_cb;
+  memcpy(p, &fn, sizeof fn);
+  p += sizeof fn;
+  *p++ = 0xff; /* call *%rax (the argument stays in %rdi) */
+  *p++ = 0xd0;
+  *ra_off = (size_t)(p - code);
+  memcpy(p, add, sizeof add);
+  p += sizeof add;
+  *p++ = 0xc3; /* ret */
+  assert_int_equal(mprotect(code, 4096, PROT_READ | PROT_EXEC), 0);
+  return code;
+}
+
+static void test_jit_frame(void **state) {
+  (void)state;
+#if defined(__x86_64__)
+  size_t ra_off;
+  unsigned char *code = make_trampoline(&ra_off);
+  jit_fn tramp;
+  memcpy(&tramp, &code, sizeof tramp);
+  for (int round = 0; round < 2; round++) { /* (the second: the thread's cached mapping) */
+    etr_traceback_stats s0 = stats();
+    cap k;
+    memset(&k, 0, sizeof k);
+    size_t r = tramp(&k);
+    assert_int_equal(r, k.n + 1);
+    etr_traceback_stats s1 = stats();
+    dump("jit", k.ips, k.n);
+    assert_int_equal(k.n, 2);
+    assert_true(in_fn(k.ips[0], fn_range((void *)test_cb)));
+    assert_true(k.ips[1] == (uintptr_t)code + ra_off); /* the trampoline's return address */
+    assert_int_equal(s1.capture_failures - s0.capture_failures, 1); /* (still counted) */
+  }
+  munmap(code, 4096);
+#else
+  skip();
+#endif
+}
+
 /* ---- signals ---- */
 
 static cap g_sig;
@@ -834,6 +893,7 @@ int main(void) {
       cmocka_unit_test(test_dlopen_dlclose),
       cmocka_unit_test(test_reload_same_address),
       cmocka_unit_test(test_bad_frames),
+      cmocka_unit_test(test_jit_frame),
       cmocka_unit_test(test_signal),
       cmocka_unit_test(test_signal_altstack),
       cmocka_unit_test(test_signal_storm),
