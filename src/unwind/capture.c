@@ -320,17 +320,25 @@ static size_t splice_libunwind(walk *w, const uintptr_t *skipped, size_t f, uint
 /* Whether ip (a return address - 1 for which no module has code) lies in an executable
  * mapping: code made at run time (a JIT), whose frame the walk keeps as its last one (it
  * cannot unwind through it; an address anywhere else is a corrupt frame). The thread keeps
- * the last such mapping it found; a nested capture (a signal handler) reads the maps without
- * keeping it (the outer one may be reading it). Cold: only a walk that stops comes here. */
+ * the mapping it found last, executable or not, and the last address no mapping holds, so
+ * a stack that keeps ending there reads /proc/self/maps once; a nested capture (a signal
+ * handler) reads the maps without keeping anything (the outer one may be reading it). Cold:
+ * only a walk that stops comes here. */
 static ETR_NOINLINE __attribute__((cold)) bool jit_frame(tstate *ts, uintptr_t ip, bool nested) {
-  if (!nested && ip >= ts->jlo && ip < ts->jhi) return true;
+  if (!nested && ip >= ts->jlo && ip < ts->jhi) return ts->jx;
+  if (!nested && ip == ts->jnone) return false;
   uintptr_t lo, hi;
-  if (!etr__maps_find_exec(ip, &lo, &hi)) return false;
+  bool x;
+  if (!etr__maps_find_any(ip, &lo, &hi, &x)) {
+    if (!nested) ts->jnone = ip;
+    return false;
+  }
   if (!nested) {
     ts->jlo = lo;
     ts->jhi = hi;
+    ts->jx = x;
   }
-  return true;
+  return x;
 }
 
 typedef struct walk_out {

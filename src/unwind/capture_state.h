@@ -63,8 +63,11 @@ typedef struct tstate {
   unsigned fc_cur;          /* fc[fc_cur] holds the previous capture */
   fcache fc[2];
   uintptr_t fbuf[FB_MAX];
-  uintptr_t jlo, jhi; /* the last executable mapping outside every module (JIT code) a walk
-                         of this thread ended in (capture.c, jit_frame) */
+  /* The mapping of the last address outside every module a walk of this thread stopped at
+   * (capture.c, jit_frame): [jlo, jhi), executable or not (jx); jnone: the last such address
+   * that no mapping holds. */
+  uintptr_t jlo, jhi, jnone;
+  bool jx;
 } tstate;
 
 /* The calling thread's state (made on its first capture), or NULL (memory exhausted, or

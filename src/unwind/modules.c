@@ -655,28 +655,28 @@ uint64_t etr__modules_generation(void) {
   return m ? m->gen : 0;
 }
 
-/* The mapping that holds addr with permission perm ('r' or 'x') from /proc/self/maps read
- * with plain system calls (async-signal safe, no allocation). */
-static bool maps_find(uintptr_t addr, char perm, uintptr_t *lo, uintptr_t *hi) {
+/* The mapping that holds addr and its permissions ("rwx", '-' where not) from
+ * /proc/self/maps read with plain system calls (async-signal safe, no allocation). */
+static bool maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, char perms[3]) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[4096];
   uintptr_t a = 0, b = 0;
   int field = 0; /* 0: start, 1: end, 2: perms (3 chars: r, w, x), 3: rest of the line */
   int pi = 0;    /* (the perms character at hand) */
-  bool found = false, has = false;
+  char pm[3] = {'-', '-', '-'};
+  bool found = false;
   ssize_t n;
   while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < n; i++) {
       char ch = buf[i];
       if (ch == '\n') {
-        if (has && addr >= a && addr < b) {
+        if (addr >= a && addr < b) {
           found = true;
           break;
         }
         a = b = 0;
         field = pi = 0;
-        has = false;
         continue;
       }
       if (field <= 1) {
@@ -690,7 +690,7 @@ static bool maps_find(uintptr_t addr, char perm, uintptr_t *lo, uintptr_t *hi) {
           field++;
         }
       } else if (field == 2) {
-        if (ch == perm && pi == (perm == 'r' ? 0 : 2)) has = true;
+        pm[pi] = ch;
         if (++pi == 3) field = 3;
       }
     }
@@ -699,14 +699,19 @@ static bool maps_find(uintptr_t addr, char perm, uintptr_t *lo, uintptr_t *hi) {
   if (found) {
     *lo = a;
     *hi = b;
+    memcpy(perms, pm, 3);
   }
   return found;
 }
 
 bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
-  return maps_find(addr, 'r', lo, hi);
+  char perms[3];
+  return maps_find(addr, lo, hi, perms) && perms[0] == 'r';
 }
 
-bool etr__maps_find_exec(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
-  return maps_find(addr, 'x', lo, hi);
+bool etr__maps_find_any(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, bool *exec) {
+  char perms[3];
+  if (!maps_find(addr, lo, hi, perms)) return false;
+  *exec = perms[2] == 'x';
+  return true;
 }

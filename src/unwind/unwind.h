@@ -91,8 +91,9 @@ void etr__modules_release_old(void);
  * system calls (async-signal safe, no allocation): the bounds of a thread's stack. */
 bool etr__maps_find(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
 
-/* The executable mapping that holds addr, likewise (JIT code outside every module). */
-bool etr__maps_find_exec(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
+/* The mapping that holds addr, whatever its permissions, likewise; *exec tells whether it is
+ * executable (code made at run time, outside every module: a JIT). */
+bool etr__maps_find_any(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, bool *exec);
 
 /* ---- symbolization (symbolize.c: caches and fallbacks; symbolize_file.c: ELF, DWARF) ---- */
 
