@@ -1,7 +1,8 @@
 /* Native capture (src/unwind/capture.c, cfi.c, modules.c): frames through code with and
  * without frame pointers, frames libunwind has to unwind, a library opened with dlopen and
- * one closed between two captures, corrupt frames, signal handlers (also on an alternate
- * stack, also interrupting a capture), threads, and the counters.
+ * one closed between two captures, corrupt frames, code made at run time in an anonymous
+ * executable mapping (a JIT's), signal handlers (also on an alternate stack, also
+ * interrupting a capture), threads, and the counters.
  *
  * Frames are checked against function ranges (dladdr1 with RTLD_DL_SYMENT): a return
  * address ra belongs to f when ra - 1 lies in [f, f + size). */
