@@ -21,14 +21,17 @@
 
 /* In a thread-key destructor of etr's: whether to keep the thread's state for a later round
  * of the key destructors (the key is set again), so that the host's own destructors, which
- * may run after ours in a round, still record through it. The state is torn down in the
- * last round POSIX guarantees (PTHREAD_DESTRUCTOR_ITERATIONS, at least 4): a destructor
- * runs once per round while its key holds a value. */
+ * may run after ours in a round, still record through it. A destructor runs once per round
+ * while its key holds a value, and POSIX guarantees PTHREAD_DESTRUCTOR_ITERATIONS rounds (at
+ * least 4). The state is torn down in the round before the last: the sanitizers' runtimes
+ * keep the last one for their own end of the thread (TSan's, run before ours in that round,
+ * left etr's teardown without the thread's shadow state: a crash at every thread exit). */
 #ifndef PTHREAD_DESTRUCTOR_ITERATIONS
 #define PTHREAD_DESTRUCTOR_ITERATIONS 4
 #endif
+#define ETR__KEY_ROUNDS (PTHREAD_DESTRUCTOR_ITERATIONS - 1)
 static inline bool etr__key_keep(pthread_key_t key, void *value, uint8_t *rounds) {
-  return ++*rounds < PTHREAD_DESTRUCTOR_ITERATIONS && pthread_setspecific(key, value) == 0;
+  return ++*rounds < ETR__KEY_ROUNDS && pthread_setspecific(key, value) == 0;
 }
 
 /* The name of the op node that lists the process groups (dist.c records it; the trace's
