@@ -56,3 +56,14 @@ def finish(passed=None, rc=0):
     if passed is not None:
         print(passed)
     return rc
+
+
+def run_cases(cases, passed):
+    """Run each case (a function of no argument that checks); one that raises is a failure,
+    not the end of the run. The exit status, as finish(passed) gives it."""
+    for case in cases:
+        try:
+            case()
+        except Exception as e:  # noqa: BLE001
+            check(False, "%s raised %r" % (case.__name__, e))
+    return finish(passed)

@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
-from etr_checks import check, finish, validate  # noqa: E402
+from etr_checks import check, run_cases, validate  # noqa: E402
 from pyrun import ENV, attr, load, ops, run_py, setup  # noqa: E402
 
 TOOL = sys.argv[1]
@@ -553,17 +553,13 @@ def close_error_under_w_error():
 
 
 def main():
-    for case in (os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
-                 generator_resumed_on_another_thread, dash_m_waits_for_threads,
-                 exec_finishes_trace, dash_m_script_takes_stderr,
-                 python_calls_keep_annotations, dash_m_signals, huge_ints,
-                 bad_inputs_in_any_run, dash_m_runs_atexit_traced,
-                 fifo_without_reader_said, failed_exec_said, close_error_under_w_error):
-        try:
-            case()
-        except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
-            check(False, "%s raised %r" % (case.__name__, e))
-    return finish("python.hostile: passed")
+    cases = (
+        os_exit_finishes_trace, dropped_trace_closes, forkserver_workers_finish_trace,
+        generator_resumed_on_another_thread, dash_m_waits_for_threads, exec_finishes_trace,
+        dash_m_script_takes_stderr, python_calls_keep_annotations, dash_m_signals, huge_ints,
+        bad_inputs_in_any_run, dash_m_runs_atexit_traced, fifo_without_reader_said,
+        failed_exec_said, close_error_under_w_error)
+    return run_cases(cases, "python.hostile: passed")
 
 
 if __name__ == "__main__":

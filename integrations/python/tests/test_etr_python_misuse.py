@@ -18,7 +18,7 @@ from etr import _etr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
-from etr_checks import check, finish, validate  # noqa: E402
+from etr_checks import check, run_cases, validate  # noqa: E402
 from pyrun import ENV, attr, load, ops, run_py, setup  # noqa: E402
 
 TOOL = sys.argv[1]
@@ -652,18 +652,14 @@ def dash_m_busy_file():
 
 
 def main():
-    for case in (fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
-                 python_calls_module_quiet, dash_m_failures,
-                 enter_failure_releases_trace, self_referencing_list,
-                 python_calls_generators_and_profiler, concurrent_close, bad_arguments,
-                 async_annotate, write_error_in_block_with_exception, signals_option,
-                 torch_observer_in_forked_child, dash_m_busy_file,
-                 forked_children_finish_trace, timing_ns, dash_m_script_exception):
-        try:
-            case()
-        except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
-            check(False, "%s raised %r" % (case.__name__, e))
-    return finish("python.misuse: passed")
+    cases = (
+        fork_child_leaves_block, dash_m_arguments, python_calls_launcher_quiet,
+        python_calls_module_quiet, dash_m_failures, enter_failure_releases_trace,
+        self_referencing_list, python_calls_generators_and_profiler, concurrent_close,
+        bad_arguments, async_annotate, write_error_in_block_with_exception, signals_option,
+        torch_observer_in_forked_child, dash_m_busy_file, forked_children_finish_trace,
+        timing_ns, dash_m_script_exception)
+    return run_cases(cases, "python.misuse: passed")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "tests", "pylib"))
-from etr_checks import check, finish, validate  # noqa: E402
+from etr_checks import check, run_cases, validate  # noqa: E402
 from pyrun import ENV, attr, load, ops, run_py, setup  # noqa: E402
 
 TOOL = sys.argv[1]
@@ -228,12 +228,9 @@ def torch_dist_late_groups():
 
 
 def main():
-    for case in (dash_m_ranks, dist_api, torch_dist_groups, torch_dist_late_groups):
-        try:
-            case()
-        except Exception as e:  # noqa: BLE001  (one case's crash is a failure, not the end)
-            check(False, "%s raised %r" % (case.__name__, e))
-    return finish("python.ranks: passed")
+    cases = (
+        dash_m_ranks, dist_api, torch_dist_groups, torch_dist_late_groups)
+    return run_cases(cases, "python.ranks: passed")
 
 
 if __name__ == "__main__":
