@@ -249,7 +249,7 @@ void ch_jstr(ch_buf *b, const char *str, size_t len) {
 /* ---- values ---- */
 
 static void jval_number_or_literal(ch_buf *b, const rd_jval *v) {
-  char *p = ch_room(b, 32);
+  char *p = ch_room(b, ETR__DOUBLE_MAX_LEN); /* (the longest value written here) */
   if (p == NULL) return;
   switch (v->kind) {
     case ETR_J_NULL:
@@ -273,8 +273,7 @@ static void jval_number_or_literal(ch_buf *b, const rd_jval *v) {
       break;
     case ETR_J_DOUBLE:
       if (isfinite(v->v.d)) {
-        an_fmt_double(p, 32, v->v.d); /* (at most 26 bytes) */
-        p += strlen(p);
+        p += etr__fmt_double(p, v->v.d);
       } else {
         const char *t = isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"";
         size_t n = strlen(t);

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "lib_an_ops.h"
 #include "lib_an_ranks.h"
+#include "json/writer.h"
 #include "lib_an_util.h"
 #include "summary_top.h"
 
@@ -372,8 +373,8 @@ static void print_json_value(FILE *f, const rd_jval *v) {
       break;
     case ETR_J_DOUBLE: /* (1e400 reads as inf: written as docs/FORMAT.md spells it) */
       if (isfinite(v->v.d)) {
-        char buf[40];
-        an_fmt_double(buf, sizeof buf, v->v.d);
+        char buf[ETR__DOUBLE_MAX_LEN];
+        etr__fmt_double(buf, v->v.d);
         fputs(buf, f);
       } else
         fputs(isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"", f);

@@ -298,18 +298,6 @@ void an_out_jstr(an_out *o, const char *s, size_t len) {
   an_out_raw(o, "\"", 1);
 }
 
-void an_fmt_double(char *buf, size_t size, double d) {
-  /* The shortest of 15, 16, 17 digits that reads back as d: %.17g alone turns -0.1 into
-   * -0.10000000000000001, text the trace never held. */
-  for (int prec = 15; prec <= 17; prec++) {
-    snprintf(buf, size, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d) break;
-  }
-  /* A double keeps a '.' or an exponent (docs/FORMAT.md, Values): 1.0, not 1, which a reader
-   * would take for an int. ('n', 'i': nan, inf, when a caller gives those.) */
-  if (strpbrk(buf, ".eEni") == NULL && strlen(buf) + 3 <= size) strcat(buf, ".0");
-}
-
 static void out_jval(an_out *o, const rd_jval *v) {
   switch (v->kind) {
     case ETR_J_NULL:
@@ -326,9 +314,8 @@ static void out_jval(an_out *o, const rd_jval *v) {
       break;
     case ETR_J_DOUBLE:
       if (isfinite(v->v.d)) {
-        char buf[40];
-        an_fmt_double(buf, sizeof buf, v->v.d);
-        an_out_cstr(o, buf);
+        char buf[ETR__DOUBLE_MAX_LEN];
+        an_out_raw(o, buf, etr__fmt_double(buf, v->v.d));
       } else {
         an_out_cstr(o, isnan(v->v.d) ? "\"nan\"" : v->v.d > 0 ? "\"inf\"" : "\"-inf\"");
       }

@@ -85,13 +85,9 @@ void an_out_fmt(an_out *o, const char *fmt, ...)
 /* A JSON string literal with quotes: escapes '"', '\\' and control characters, replaces
  * each invalid UTF-8 sequence with U+FFFD. */
 void an_out_jstr(an_out *o, const char *s, size_t len);
-/* A JSON value (compact): finite doubles as an_fmt_double writes them (the trace's Values
+/* A JSON value (compact): finite doubles as etr__fmt_double writes them (the trace's Values
  * rule: 1.0 stays a double; chrome_out.c writes the same), others as strings. */
 void an_out_jval(an_out *o, const rd_jval *v);
-/* A double as JSON number text into buf (size >= 32): the shortest of %.15g, %.16g, %.17g that
- * reads back as d, with ".0" added when that text has no '.' or exponent (docs/FORMAT.md,
- * Values: a double never reads as an int). */
-void an_fmt_double(char *buf, size_t size, double d);
 /* Write s with invalid UTF-8 replaced (U+FFFD), control characters (C0, DEL and C1) replaced
  * by spaces and
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */

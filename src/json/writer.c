@@ -352,6 +352,24 @@ const char etr__digits2[201] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
+size_t etr__fmt_double(char *buf, double v) {
+  /* The shortest of 15, 16 and 17 digits that reads back as v (0.7999999999999999, not
+   * 0.79999999999999993; %.17g alone turns -0.1 into -0.10000000000000001). */
+  int n = snprintf(buf, ETR__DOUBLE_MAX_LEN, "%.15g", v);
+  if (strtod(buf, NULL) != v) n = snprintf(buf, ETR__DOUBLE_MAX_LEN, "%.16g", v);
+  if (strtod(buf, NULL) != v) n = snprintf(buf, ETR__DOUBLE_MAX_LEN, "%.17g", v);
+  /* The C locale is assumed by JSON; a ',' decimal separator would break the file. */
+  for (int i = 0; i < n; i++)
+    if (buf[i] == ',') buf[i] = '.';
+  /* A whole number stays a floating-point one ("3.0", "-0.0", not "3", "-0"): a JSON reader
+   * would take it for an int, and a replay run the op on ints (as PyTorch's "%f" does). */
+  if (!memchr(buf, '.', (size_t)n) && !memchr(buf, 'e', (size_t)n)) {
+    memcpy(buf + n, ".0", 3);
+    n += 2;
+  }
+  return (size_t)n;
+}
+
 void etr__jw_double(etr__jw *w, double v) {
   if (isnan(v)) {
     ETR__JW_LIT(w, "\"nan\"");
@@ -364,22 +382,8 @@ void etr__jw_double(etr__jw *w, double v) {
       ETR__JW_LIT(w, "\"-inf\"");
     return;
   }
-  /* The shortest of 15, 16 and 17 digits that reads back as v (0.7999999999999999, not
-   * 0.79999999999999993). */
-  char tmp[40];
-  int n = snprintf(tmp, sizeof tmp, "%.15g", v);
-  if (strtod(tmp, NULL) != v) n = snprintf(tmp, sizeof tmp, "%.16g", v);
-  if (strtod(tmp, NULL) != v) n = snprintf(tmp, sizeof tmp, "%.17g", v);
-  /* The C locale is assumed by JSON; a ',' decimal separator would break the file. */
-  for (int i = 0; i < n; i++)
-    if (tmp[i] == ',') tmp[i] = '.';
-  /* A whole number stays a floating-point one ("3.0", "-0.0", not "3", "-0"): a JSON reader
-   * would take it for an int, and a replay run the op on ints (as PyTorch's "%f" does). */
-  if (!memchr(tmp, '.', (size_t)n) && !memchr(tmp, 'e', (size_t)n) && n + 2 < (int)sizeof tmp) {
-    memcpy(tmp + n, ".0", 2);
-    n += 2;
-  }
-  etr__jw_raw(w, tmp, (size_t)n);
+  char tmp[ETR__DOUBLE_MAX_LEN];
+  etr__jw_raw(w, tmp, etr__fmt_double(tmp, v));
 }
 
 /* Only the bytes around max are looked at: a unit (a valid sequence, or one invalid byte)

@@ -243,6 +243,11 @@ static inline void etr__jw_i64(etr__jw *w, int64_t v) {
 }
 /* Finite doubles in shortest round-trip form; NaN and infinities as "nan", "inf", "-inf". */
 void etr__jw_double(etr__jw *w, double v);
+/* A finite double as JSON number text at buf (ETR__DOUBLE_MAX_LEN bytes, NUL-terminated):
+ * the shortest of 15, 16 and 17 digits that reads back as v, a whole number with ".0" (a
+ * double never reads as an int: docs/FORMAT.md, Values). Returns its length (at most 26). */
+#define ETR__DOUBLE_MAX_LEN 32
+size_t etr__fmt_double(char *buf, double v);
 
 /* A quoted JSON string of n bytes. */
 void etr__jw_str(etr__jw *w, const char *s, size_t n);

@@ -215,7 +215,8 @@ int etr__symfile_locate(etr__symbolizer *s, const etr__symfile_id *id, uintptr_t
   int fd = -1, dbg_fd = -1;
   Elf *elf = NULL;
   if (path[0] != '\0')
-    elf = etr__symfile_open_elf(path, id->build_id, id->build_id_len, id->no_build_id, &fd, &loc->key);
+    elf = etr__symfile_open_elf(path, id->build_id, id->build_id_len, id->no_build_id, &fd,
+                                &loc->key);
   if (elf == NULL) {
     elf = find_elsewhere(&sd, id, &fd, found);
     path = found;
