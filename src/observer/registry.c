@@ -69,10 +69,10 @@ bool etr__use_membarrier;
 /* Counters of threads that have exited, so stats stay monotonic (threads_lock). */
 static uint64_t dead_observed, dead_ends_without_begin, dead_begins_repeated, dead_in_callbacks;
 /* Records made on a thread after its state was torn down: by the host's own thread-key
- * destructors that run after etr's in the last round of destructors (etr's key is made when
- * libetr loads, before any of the host's, glibc runs them in order, and etr keeps its state
- * until that round: etr__key_keep), or at exit. Not observed, counted in
- * records_in_callbacks. */
+ * destructors that run after etr's in the last two rounds of destructors (etr's key is made
+ * when libetr loads, before any of the host's, glibc runs them in order, and etr keeps its
+ * state until the round before the last: etr__key_keep), or at exit. Not observed, counted
+ * in records_in_callbacks. */
 static _Atomic uint64_t records_after_teardown;
 
 #define RF_BLOCK 256

@@ -435,7 +435,8 @@ static void test_thread_exit(void **state) {
 
 /* A capture in a host's thread-key destructor (its key made after the plug-in's, so it runs
  * after the plug-in's own destructor in each round) still gathers the script frames: the
- * plug-in keeps the thread's state until the last round (it was gone after the first). */
+ * plug-in keeps the thread's state until the round before the last (it was gone after the first).
+ */
 static pthread_key_t host_key;
 
 static void host_key_gone(void *value) {
