@@ -67,12 +67,14 @@ static Elf *open_elf(const char *path, const uint8_t *want, size_t want_len, int
   return etr__symfile_open_elf(path, want, want_len, false, fd_out, NULL);
 }
 
-/* "dir/.build-id/xx/rest<suffix>" */
-static void build_id_path(char *buf, size_t cap, const char *dir, const uint8_t *bid, size_t len,
+/* "dir/.build-id/xx/rest<suffix>"; false when it does not fit in cap (a path cut short
+ * would name another file). */
+static bool build_id_path(char *buf, size_t cap, const char *dir, const uint8_t *bid, size_t len,
                           const char *suffix) {
   char hex[2 * 64 + 1];
   for (size_t i = 0; i < len; i++) snprintf(hex + 2 * i, 3, "%02x", bid[i]);
-  snprintf(buf, cap, "%s/.build-id/%.2s/%s%s", dir, hex, hex + 2, suffix);
+  int n = snprintf(buf, cap, "%s/.build-id/%.2s/%s%s", dir, hex, hex + 2, suffix);
+  return n >= 0 && (size_t)n < cap;
 }
 
 /* The search directories of the symbolizer, tried in order before /usr/lib/debug. */
@@ -88,15 +90,18 @@ static Elf *find_elsewhere(const search_dirs *sd, const etr__symfile_id *id, int
   if (id->build_id_len != 0) {
     for (size_t i = 0; i <= sd->n; i++) {
       const char *dir = i < sd->n ? sd->dir[i] : "/usr/lib/debug";
-      build_id_path(buf, PATH_MAX, dir, id->build_id, id->build_id_len, ".debug");
-      if ((elf = open_elf(buf, id->build_id, id->build_id_len, fd)) != NULL) return elf;
+      if (build_id_path(buf, PATH_MAX, dir, id->build_id, id->build_id_len, ".debug") &&
+          (elf = open_elf(buf, id->build_id, id->build_id_len, fd)) != NULL)
+        return elf;
       if (i == sd->n) break;
-      build_id_path(buf, PATH_MAX, dir, id->build_id, id->build_id_len, "");
-      if ((elf = open_elf(buf, id->build_id, id->build_id_len, fd)) != NULL) return elf;
+      if (build_id_path(buf, PATH_MAX, dir, id->build_id, id->build_id_len, "") &&
+          (elf = open_elf(buf, id->build_id, id->build_id_len, fd)) != NULL)
+        return elf;
     }
   }
   for (size_t i = 0; i < sd->n && id->base[0] != '\0'; i++) {
-    snprintf(buf, PATH_MAX, "%s/%s", sd->dir[i], id->base);
+    int n = snprintf(buf, PATH_MAX, "%s/%s", sd->dir[i], id->base);
+    if (n < 0 || n >= PATH_MAX) continue; /* (cut short, it would name another file) */
     elf = etr__symfile_open_elf(buf, id->build_id, id->build_id_len, id->no_build_id, fd, NULL);
     if (elf != NULL) return elf;
   }
@@ -164,15 +169,16 @@ static Elf *find_debug_file(const search_dirs *sd, Elf *elf, const char *path, i
   if (n > 0 && (size_t)n <= 64) {
     for (size_t i = 0; i <= sd->n; i++) {
       const char *dir = i < sd->n ? sd->dir[i] : "/usr/lib/debug";
-      build_id_path(buf, PATH_MAX, dir, bidp, (size_t)n, ".debug");
-      if ((dbg = open_elf(buf, bidp, (size_t)n, fd)) != NULL) return dbg;
+      if (build_id_path(buf, PATH_MAX, dir, bidp, (size_t)n, ".debug") &&
+          (dbg = open_elf(buf, bidp, (size_t)n, fd)) != NULL)
+        return dbg;
     }
   }
   uint32_t crc = 0;
   const char *link = gnu_debuglink(elf, &crc);
   if (link == NULL || link[0] == '\0' || strchr(link, '/') != NULL) return NULL;
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", path);
+  if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return NULL;
   char *slash = strrchr(dir, '/');
   if (slash == NULL) return NULL;
   *slash = '\0';

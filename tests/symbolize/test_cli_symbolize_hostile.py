@@ -17,12 +17,15 @@
   symchain_c of the -O0 build).
 - `etr flame`: stack elements that name no frame are shown ([frame N], [frame ?]) and
   counted, not left out or taken as frame 1.
+- A search dir so long that "dir/name" does not fit in PATH_MAX is not looked up there (the
+  path cut short named another file, which was taken when it had no build id either).
 
 usage: test_cli_symbolize_hostile.py ETR SYMCHAIN SYMCHAIN_O0 WORKDIR
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -186,6 +189,33 @@ def main():
     assert r.stdout == ("outer;[frame ?];[frame ?];[frame 9];[frame ?];[frame ?];inner;"
                         "aten::mul 1\n"), r.stdout
     assert "5 frame reference(s)" in r.stderr, r.stderr
+
+    # 7. A search dir so long that "dir/name" does not fit in PATH_MAX: not looked up (cut
+    # short, the path named another file, "dir/libx." here, which was taken).
+    path_max = os.pathconf("/", "PC_PATH_MAX")
+    deep = os.path.abspath(os.path.join(work, "deep"))
+    want = path_max - 1 - len("/libx.so") + 2  # (so that "deep.../libx." is what fits)
+    parts, left = [], want - len(deep)
+    while left > 0:
+        n = min(200, left - 1) if left > 201 else left - 1
+        parts.append("d" * n)
+        left -= n + 1
+    longdir = deep + "".join("/" + p for p in parts)
+    assert len(longdir) == want, (len(longdir), want)
+    os.makedirs(longdir, exist_ok=True)
+    shutil.copyfile(nobid, longdir + "/libx.")
+    assert len(longdir + "/libx.") == path_max - 1
+    far = frame("/nonexistent/libx.so", f_off, "")
+    src = os.path.join(work, "longdir.json")
+    with open(src, "w") as f:
+        json.dump(trace([far], [[0]]), f)
+    r = subprocess.run([etr, "symbolize", src, "-d", longdir], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["frames"] == [far], r
+    shorter = os.path.dirname(longdir)  # (the same file in a shorter dir: found)
+    shutil.copyfile(nobid, shorter + "/libx.so")
+    r = subprocess.run([etr, "symbolize", src, "-d", shorter], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["frames"][0]["name"] == "symchain_b", r.stdout
     print("ok")
 
 
