@@ -300,9 +300,11 @@ size_t etr_dist_groups_json(char *buf, size_t cap) {
   return n;
 }
 
+const char etr__pg_init_name[] = ETR__PG_INIT_NAME;
+
 int etr_dist_record_groups(void) {
   etr_record rec;
-  etr_record_init(&rec, ETR__PG_INIT_NAME, ETR_SCOPE_USER_SCOPE);
+  etr_record_init(&rec, etr__pg_init_name, ETR_SCOPE_USER_SCOPE);
   if (!etr_record_is_active(&rec)) return 0; /* nobody observes: nothing to build */
   /* Measured and written under one lock hold: a group declared meanwhile by another thread
    * cannot make the text outgrow its buffer (a cut list would not parse). */

@@ -35,8 +35,10 @@ static inline bool etr__key_keep(pthread_key_t key, void *value, uint8_t *rounds
 }
 
 /* The name of the op node that lists the process groups (dist.c records it; the trace's
- * writer holds it back until the first collective, emit.c; docs/FORMAT.md). */
+ * writer holds it back until the first collective, emit.c; docs/FORMAT.md). dist.c passes
+ * etr__pg_init_name itself, so that the recorder knows its node by the name's address. */
 #define ETR__PG_INIT_NAME "## process_group:init ##"
+extern const char etr__pg_init_name[];
 
 /* The largest per-thread buffer chunk, in KiB (64 MiB): the option buffer_kb
  * (etr_trace_open: ETR_EINVAL beyond) and ETR_TRACE_BUFFER_KB (env.c: ignored beyond). */

@@ -599,6 +599,10 @@ void etr__trace_exit(const etr_record *rec, void *user) {
     while (ts->depth > idx + 1) finish_frame(ts, ts->depth - 1, end, NULL, true);
   }
   finish_frame(ts, idx, end, rec, false);
+  /* The process groups' node goes to the writer now, not when this thread's chunk fills:
+   * the writer places it before the first collective it sees, and another thread's
+   * collective (on a group declared here) would otherwise reach it first (emit.c). */
+  if (ETR__UNLIKELY(rec->name == etr__pg_init_name)) etr__hand_over(ts);
 }
 
 /* Writes the thread's open ops (innermost first, marked incomplete) and hands its chunk

@@ -871,8 +871,8 @@ def main(argv):
             continue
         if args.rank is not None and (world[0]["group_size"] != args.world or world[0]["rank"] != args.rank):
             ck.fail("groups", "%s: group 0 is %r, expected size %d and rank %d" % (where(n), world[0], args.world, args.rank))
-    if args.rank is not None and pg_nodes and "cpu:minitensor" not in by_id[pg_nodes[-1]]["inputs"]["values"][0]:
-        ck.fail("groups", "the last process-group node does not carry the runtime's declared group")
+    if args.rank is not None and pg_nodes and "cpu:minitensor" not in by_id[max(pg_nodes)]["inputs"]["values"][0]:
+        ck.fail("groups", "the newest process-group node does not carry the runtime's declared group")
 
     # ---- the weird name and awkward values ---------------------------------------------
     weird = [nid for nid in ops if by_id[nid].get("name") == WEIRD_NAME]

@@ -30,12 +30,24 @@ def check(path, rank, world, problems):
     with open(path) as f:
         doc = json.load(f)
     nodes = sorted(doc["nodes"], key=lambda n: n["id"])
-    pg_nodes = [n for n in nodes if "process_group:init" in n["name"]]
+    # (PARAM reads the first in file order, and only that one)
+    pg_nodes = [n for n in doc["nodes"] if "process_group:init" in n["name"]]
     if not pg_nodes:
         fail("no process_group:init node (PARAM's comm replay fails with KeyError)")
         return None
     groups = {}
     first = pg_nodes[0]
+    # The writer places them before the first collective, newest first (docs/FORMAT.md):
+    # they reached it after the collectives of other threads, and the stale one came first.
+    at = {id(n): i for i, n in enumerate(doc["nodes"])}
+    colls_at = [at[id(n)] for n in doc["nodes"] if n["name"] == "record_param_comms"]
+    if colls_at and at[id(first)] > colls_at[0]:
+        fail("the first process_group:init node (file position %d) comes after the first "
+             "collective (%d)" % (at[id(first)], colls_at[0]))
+    newest = max(pg_nodes, key=lambda n: n["id"])
+    if first["inputs"]["values"] != newest["inputs"]["values"]:
+        fail("the first process_group:init node in the file (id %d) is not the newest (id %d): "
+             "%r" % (first["id"], newest["id"], first["inputs"]["values"]))
     if first["name"] != PG_INIT or first["inputs"]["types"] != ["String"]:
         fail("node %d: %r with inputs %r" % (first["id"], first["name"], first["inputs"]["types"]))
         return None
