@@ -3,7 +3,8 @@
 
   test_docs.py api    ROOT                   every public function of include/etr/*.h is in
                                              docs/API.md, every error code in its "Errors",
-                                             every ETR_* variable the library reads in it
+                                             every ETR_* variable the library reads in it;
+                                             every option() of CMakeLists.txt in README.md
   test_docs.py cli    ROOT ETR EXAMPLE       every command of `etr --help` has its section in
                                              docs/CLI.md and a line in README.md's command
                                              block; every option a command's --help names is
@@ -99,8 +100,18 @@ def check_api(root):
     for v in sorted(read_vars):
         if not re.search(r"`" + v + r"[=`]", api):
             fail("docs/API.md: the variable %s (read by libetr) is not described" % v)
-    print("api: %d functions, %d error codes, %d variables" % (len(names), len(codes),
-                                                              len(read_vars)))
+    # Every build option of the top-level CMakeLists.txt, in README.md's "Build and install".
+    readme = section(read(root, "README.md"), "Build and install")
+    cm = read(root, "CMakeLists.txt")
+    opts = set(re.findall(r"^\s*option\((ETR_[A-Z_]+)", cm, re.M))
+    opts |= set(re.findall(r"^\s*set\((ETR_SANITIZE) ", cm, re.M))
+    if len(opts) < 8:
+        fail("found only %d option()s in CMakeLists.txt (parse error?)" % len(opts))
+    for o in sorted(opts):
+        if "`%s`" % o not in readme:
+            fail('README.md, "Build and install": the build option %s is not listed' % o)
+    print("api: %d functions, %d error codes, %d variables, %d build options" %
+          (len(names), len(codes), len(read_vars), len(opts)))
 
 
 def run(cmd, **kw):
