@@ -44,7 +44,7 @@ static void help(void) {
       "timing: in a trace with both kinds, the untimed ops alone are laid out so.\n"
       "\n"
       "options:\n"
-      "  -o, --output OUT   write to OUT (default: stdout); removed again on bad input\n"
+      "  -o, --output OUT   write to OUT (default: stdout); left as it was on bad input\n"
       "  --no-args          leave out the args (smaller output)\n"
       "  --no-flows         leave out the fw_parent flow arrows\n"
       "  -h, --help         this text\n"

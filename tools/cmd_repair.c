@@ -76,7 +76,7 @@ static void usage(FILE *f) {
           "One report line goes to stderr: nodes kept, bytes dropped, nodes added.\n"
           "\n"
           "  -o, --output OUT   where to write the repaired trace ('-' = stdout); never FILE\n"
-          "                     itself; removed again when repair fails\n"
+          "                     itself; left as it was when repair fails\n"
           "  --json             the report as one JSON object on stdout instead (not with\n"
           "                     -o -)\n"
           "  --name NAME        FILE's name in the report (etr convert names the log)\n"
@@ -427,9 +427,10 @@ int cli_repair(int argc, char **argv, bool gzip) {
       status = ETR_CLI_FAIL;
       goto done;
     }
-    /* Removed again on failure: cli_discard_output takes this run's temporary file, or a
-     * regular file written in place, never a device (/dev/full & co.). (Not by fstat of the
-     * stream: a .gz output's has no descriptor, and its temporary file was left.) */
+    /* Discarded on failure (once: see below): cli_discard_output takes this run's temporary
+     * file, or a regular file written in place, never a device (/dev/full & co.). (Not by
+     * fstat of the stream: a .gz output's has no descriptor, and its temporary file was
+     * left.) */
     created = true;
   }
   setvbuf(f, NULL, _IOFBF, 1u << 20);
@@ -485,7 +486,7 @@ int cli_repair(int argc, char **argv, bool gzip) {
     if (gz_err) {
       cli_error(CMD, "%s: write error: %s", cli_term(out_path), strerror(gz_err));
       fclose(f);
-      cli_discard_output(out_path);
+      if (created) cli_discard_output(out_path);
       status = ETR_CLI_FAIL;
     } else {
       status = cli_close_output(CMD, f, out_path);
@@ -494,10 +495,11 @@ int cli_repair(int argc, char **argv, bool gzip) {
     status = cli_close_output(CMD, f, out_path);
   }
   f = NULL;
-  if (status != ETR_CLI_OK) {
-    if (created) cli_discard_output(out_path); /* no half-written output */
-    goto done;
-  }
+  /* The output is settled: committed, or its temporary file discarded (by close on a write
+   * error or a failed rename, or just above). Discarding it again would find no temporary
+   * file left and take OUT for a file written in place: the file OUT held before, removed. */
+  created = false;
+  if (status != ETR_CLI_OK) goto done;
   status = report(&w, json);
 
 done:

@@ -58,6 +58,8 @@ def put_old(path):
 
 
 def is_old(path):
+    if not os.path.exists(path):  # (removed: not the old file either)
+        return False
     with open(path, "rb") as f:
         return f.read() == OLD
 
@@ -79,6 +81,7 @@ COMMANDS = {
     "graph": ["graph", "--max-nodes", "100000", "--dot", "O", "I"],
     "replay": ["replay", "--csv", "O", "I"],
     "symbolize": ["symbolize", "I", "-o", "O"],
+    "repair": ["repair", "I", "-o", "O"],
 }
 
 
@@ -96,7 +99,8 @@ def small_files():
 def failed_runs_keep_the_old_file():
     """A command that fails (a cut input; a file limit smaller than its output) leaves the
     output as it was and nothing beside it. Before: chrome, graph, replay and summary left a
-    truncated file on a full disk, chrome and symbolize one for a cut input."""
+    truncated file on a full disk, chrome and symbolize one for a cut input; repair removed
+    the old file on a full disk."""
     for cmd in COMMANDS:
         d = fresh_dir("fail-" + cmd)
         out = os.path.join(d, "out")
@@ -118,6 +122,17 @@ def failed_runs_keep_the_old_file():
         r = run(args_of(cmd, TRACE, out))
         check(r.returncode == 0 and not is_old(out) and os.path.getsize(out) > 0,
               "%s: the run that succeeds writes the output (exit %d)" % (cmd, r.returncode))
+    # repair's write error closed (and discarded) its temporary file, then discarded the
+    # output again, which by then named the old file: removed (2026-11-28). Its .gz too.
+    d = fresh_dir("fail-repair-gz")
+    out = os.path.join(d, "out.json.gz")
+    put_old(out)
+    r = run(["repair", TRACE, "-o", out], preexec_fn=small_files)
+    if check(r.returncode == 1, "repair -o .gz past RLIMIT_FSIZE: exit %d, want 1" % r.returncode):
+        check(os.path.exists(out) and is_old(out),
+              "repair -o .gz past RLIMIT_FSIZE: the old output kept")
+        check(not leftovers(d), "repair -o .gz past RLIMIT_FSIZE: nothing left: %r" %
+              leftovers(d))
 
 
 def output_through_a_symlink():
