@@ -8,8 +8,10 @@
   test_docs.py cli    ROOT ETR EXAMPLE       every command of `etr --help` has its section in
                                              docs/CLI.md and a line in README.md's command
                                              block; every option a command's --help names is
-                                             in its section; every option of
-                                             `etr-example-runtime --help` in examples/README.md
+                                             in its section, and every option its
+                                             synopses there show is in --help; every option
+                                             of `etr-example-runtime --help` in
+                                             examples/README.md
   test_docs.py readme ROOT ETR CC INCDIR LIB README.md's "API in ten lines", compiled as
                                              written (with `in` and `run()` defined around
                                              it), run, and its trace valid (etr validate
@@ -144,6 +146,11 @@ def check_cli(root, etr, example):
         if not re.search(r"^etr " + c + r"\b", block, re.M):
             fail("README.md's command block has no `etr %s` line" % c)
         h = run([etr, c, "--help"])
+        for line in re.findall(r"^(etr " + c + r"\b[^#\n]*)", block, re.M):
+            for opt in set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", line)):
+                if opt not in h.stdout:
+                    fail("README.md's command block: `%s` shows %s, which etr %s --help "
+                         "does not name" % (line.strip(), opt, c))
         if h.returncode != 0:
             fail("etr %s --help exited %d" % (c, h.returncode))
         first = h.stdout.splitlines()[0] if h.stdout else ""
@@ -157,6 +164,13 @@ def check_cli(root, etr, example):
             if not re.search(pat, sec) and not re.search(pat, common):
                 fail("docs/CLI.md, '## %s': the option %s (etr %s --help) is not described"
                      % (c, opt, c))
+        # The other way: an option a synopsis of the section (`etr CMD ...`) shows is one
+        # the command's --help names (a documented option the command refuses is caught).
+        for syn in re.findall(r"`(etr " + c + r"\b[^`]*)`", sec):
+            for opt in set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", syn)):
+                if opt not in h.stdout:
+                    fail("docs/CLI.md, '## %s': `%s` shows %s, which etr %s --help does not "
+                         "name" % (c, syn, opt, c))
     # The variables the etr command and its trace reader read.
     cli_vars = vars_read(root, ["tools", "src/json"])
     if "ETR_PROGRESS" not in cli_vars:
