@@ -4,7 +4,8 @@
   test_docs.py api    ROOT                   every public function of include/etr/*.h is in
                                              docs/API.md, every error code in its "Errors",
                                              every ETR_* variable the library reads in it;
-                                             every option() of CMakeLists.txt in README.md
+                                             every option() of CMakeLists.txt in README.md,
+                                             and its package list is scripts/lib.sh's
   test_docs.py cli    ROOT ETR EXAMPLE       every command of `etr --help` has its section in
                                              docs/CLI.md and a line in README.md's command
                                              block; every option a command's --help names is
@@ -112,6 +113,17 @@ def check_api(root):
     for o in sorted(opts):
         if "`%s`" % o not in readme:
             fail('README.md, "Build and install": the build option %s is not listed' % o)
+    # The packages README.md says the scripts install are scripts/lib.sh's ETR_PACKAGES.
+    lib = re.search(r"ETR_PACKAGES=\((.*?)\)", read(root, "scripts/lib.sh"), re.S)
+    listed = re.search(r"\(`(build-essential[^`]*)`", read(root, "README.md"))
+    if not lib or not listed:
+        fail("no package list in scripts/lib.sh or README.md (parse error?)")
+    elif set(lib.group(1).split()) != set(listed.group(1).split()):
+        fail("README.md's package list differs from scripts/lib.sh's ETR_PACKAGES: only in "
+             "lib.sh %s, only in README %s" % (sorted(set(lib.group(1).split()) -
+                                                      set(listed.group(1).split())),
+                                               sorted(set(listed.group(1).split()) -
+                                                      set(lib.group(1).split()))))
     print("api: %d functions, %d error codes, %d variables, %d build options" %
           (len(names), len(codes), len(read_vars), len(opts)))
 
