@@ -10,6 +10,7 @@
 #   ./scripts/demo.sh     (options through the environment: DEMO_THREADS, DEMO_ITERS)
 #
 # Outputs in out/demo/: trace.json, trace.chrome.json, trace.folded, trace-env.json,
+# trace-env.etr and its conversion trace-env-etr.json,
 # ranks/rank-0.json and ranks/rank-1.json, chakra/rank.0.et and chakra/rank.1.et,
 # python-trace.json, torch-trace.json. Build directory: build/demo.
 set -uo pipefail

@@ -47,7 +47,7 @@ extern "C" {
   X(EINVAL, -1, "invalid argument")                                                     \
   X(ENOMEM, -2, "out of memory")                                                        \
   X(EBUSY, -3, "resource busy (another trace is open, or the call is not allowed now)") \
-  X(ENOSPC, -4, "no free observer slot")                                                \
+  X(ENOSPC, -4, "no free slot (observers, or process groups)")                          \
   X(ENOENT, -5, "no such observer (stale or removed handle)")                           \
   X(EIO, -6, "write error on the trace file")                                           \
   X(EOPEN, -7, "cannot open the trace file")                                            \

@@ -85,10 +85,10 @@ enum {
  * encoding above) keep their own layout. A string reference ("sref") is uv r: r >= 1 names
  * slot r - 1 of the thread's string table, r = 0 is followed by uv length and the bytes.
  *   OP      uv id, zv (id - parent), [TIMING: zv (ts - base), uv incl_ns, uv excl_us],
- *           [TRACEBACK: uv tb_gen, uv words, words x 8 raw | TBINDEX: uv index],
+ *           [TRACEBACK: u64 tb_gen, u32 words, words x 8 raw | TBINDEX: uv index],
  *           sref name, sref schema, uv rf_id, zv seq, uv scope, [FW: uv fw_tid,
  *           uv fw_parent], [KERNEL: uv len + backend, uv len + file, uv grid x 3,
- *           zv stream], [COLLECTIVE: uv length + its block], uv n_in, inputs, uv n_out,
+ *           zv stream], [COLLECTIVE: u32 length + its block], uv n_in, inputs, uv n_out,
  *           outputs (values may be V_TREF)
  *   THREAD  uv id, uv tid, uv os_tid, the name (the rest of the body)
  *   DEF_STR uv slot, the string (the rest): the thread's string table slot holds it now
