@@ -87,8 +87,8 @@ uint64_t etr_tid_of(uint64_t torch_tid) {
 
 struct ThreadState {
   // The values of one call: everything the etr_values point into lives here until the call
-  // that reads them (begin or end) returns. The start and end callbacks of a thread never
-  // run inside one another.
+  // that reads them (begin or end) returns. (A callback that runs inside another's walk has
+  // its own: nest, below.)
   std::unique_ptr<etr_value[]> top;           // the call's inputs or outputs
   std::unique_ptr<etr_tensor[]> top_tensors;  // their tensors (top[i]'s is top_tensors[i])
   size_t n_top = 0, top_cap = 0;
@@ -96,6 +96,26 @@ struct ThreadState {
   Pool<etr_tensor> tensors;         // tensors in lists and tuples
   std::deque<std::string> strings;  // opaque objects' kinds, odd dtypes' names
   bool pooled = false;              // items, tensors or strings used since clear()
+
+  // A callback inside a callback of the same thread: the values above hold a walk's result
+  // until its record is begun or ended, and reading a tensor may run ops (a
+  // __torch_dispatch__ subclass whose sizes or strides are Python code), whose callbacks come
+  // back here before the walk is done. walking says a walk is under way (set by Walking,
+  // below); a callback that finds one puts the walk's values aside (nest), works on fresh
+  // ones, and gives them back when its record is begun or ended (unnest). Before, it
+  // overwrote them: the outer op was written with the inner ops' tensors as its own, and a
+  // larger inner op freed the outer's array under it.
+  struct Aside {
+    std::unique_ptr<etr_value[]> top;
+    std::unique_ptr<etr_tensor[]> top_tensors;
+    size_t n_top = 0, top_cap = 0;
+    Pool<etr_value> items;
+    Pool<etr_tensor> tensors;
+    std::deque<std::string> strings;
+    bool pooled = false;
+  };
+  bool walking = false;
+  std::vector<std::unique_ptr<Aside>> aside;
 
   Held *held = nullptr;  // registered (held_join)
   bool held_locked = false;
@@ -280,6 +300,45 @@ struct ThreadState {
     slot.name = name;
   }
 
+  // (a callback inside a walk) Puts the walk's values aside; false when memory runs out
+  // (nothing moved: the nested callback then records no values).
+  C10_NOINLINE bool nest() noexcept {
+    std::unique_ptr<Aside> a;
+    try {  // (all that may fail, before anything moves)
+      a.reset(new Aside());
+      aside.reserve(aside.size() + 1);
+    } catch (...) {
+      return false;
+    }
+    a->top = std::move(top);
+    a->top_tensors = std::move(top_tensors);
+    a->n_top = n_top;
+    a->top_cap = top_cap;
+    std::swap(a->items, items);
+    std::swap(a->tensors, tensors);
+    a->strings.swap(strings);
+    a->pooled = pooled;
+    aside.push_back(std::move(a));
+    top_cap = 0;
+    n_top = 0;
+    pooled = false;
+    return true;
+  }
+
+  // Gives back the values nest() put aside (the nested callback's go).
+  C10_NOINLINE void unnest() noexcept {
+    std::unique_ptr<Aside> a = std::move(aside.back());
+    aside.pop_back();
+    top = std::move(a->top);
+    top_tensors = std::move(a->top_tensors);
+    n_top = a->n_top;
+    top_cap = a->top_cap;
+    std::swap(items, a->items);
+    std::swap(tensors, a->tensors);
+    strings.swap(a->strings);
+    pooled = a->pooled;
+  }
+
   uint64_t fw_tid(uint64_t torch_tid) {
     if (torch_tid != fw_torch_tid || fw_etr_tid == 0) {
       fw_etr_tid = etr_tid_of(torch_tid);
@@ -418,6 +477,28 @@ struct ThreadState {
 // (initial-exec, as libetr's own: a %fs-relative load, where this module, loaded by dlopen,
 // would otherwise call __tls_get_addr on each of the three accesses per op; 9 bytes of the
 // static TLS that glibc keeps for such modules)
+// A callback's use of its thread's values, from its walk to the begin or end of its record
+// (ThreadState::walking). ok is false when a nested callback could not put the outer walk's
+// values aside: it must then walk none.
+struct Walking {
+  ThreadState *st;
+  bool nested, ok = true;
+  explicit Walking(ThreadState *s) : st(s), nested(s->walking) {
+    if (C10_UNLIKELY(nested)) {
+      ok = s->nest();
+    } else {
+      s->walking = true;
+    }
+  }
+  ~Walking() {
+    if (C10_LIKELY(!nested)) {
+      st->walking = false;
+    } else if (ok) {
+      st->unnest();
+    }
+  }
+};
+
 thread_local ThreadState *tls_state __attribute__((tls_model("initial-exec"))) = nullptr;
 thread_local bool tls_state_gone __attribute__((tls_model("initial-exec"))) = false;
 
@@ -618,9 +699,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
   r.seq_nr = fn.seqNr();
   if (fn.forwardThreadId() != 0) r.fw_tid = st->fw_tid(fn.forwardThreadId());
   st->op_of(fn, name, &r.name, &r.schema);
+  Walking walk(st);
   st->clear();
   bool comm = false;
-  if (etr_record_needs_inputs(&r)) {
+  if (etr_record_needs_inputs(&r) && C10_LIKELY(walk.ok)) {
     // (a value that cannot be converted, memory exhausted: the op is recorded without its
     // inputs rather than lost, and nothing escapes into PyTorch's dispatch)
     try {
@@ -652,8 +734,14 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
     return;
   }
   ThreadState *st = state();
-  if (ctx->comm) comm_end(st, ctx);
-  if (st && etr_record_needs_outputs(&ctx->rec)) {
+  if (!st) {  // (the thread is exiting)
+    if (ctx->comm) comm_end(st, ctx);
+    etr_record_end(&ctx->rec);
+    return;
+  }
+  Walking walk(st);
+  if (ctx->comm) comm_end(walk.ok ? st : nullptr, ctx);
+  if (etr_record_needs_outputs(&ctx->rec) && C10_LIKELY(walk.ok)) {
     st->clear();
     try {  // (as in on_start; and the op is ended whatever happens, never left open)
       const std::vector<c10::IValue> &all = fn.outputs();

@@ -11,7 +11,7 @@ target_link_libraries(etr_torch_python PRIVATE etr_torch etr_build_flags)
 install(TARGETS etr_torch_python LIBRARY DESTINATION ${ETR_PYTHON_INSTALL_DIR}/etr)
 
 if(ETR_BUILD_TESTS AND ETR_BUILD_TOOLS)
-  foreach(t side_by_side run_script held jit)
+  foreach(t side_by_side run_script held jit odd)
     add_test(NAME torch.${t}
       COMMAND ${Python3_EXECUTABLE} ${_torch_dir}/tests/test_${t}.py $<TARGET_FILE:etr_tool>)
     set_tests_properties(torch.${t} PROPERTIES LABELS "python;torch"
