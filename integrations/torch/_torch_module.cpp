@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include "etr/torch.h"
+#include "python_errors.h"
 
 static PyObject *attach(PyObject *, PyObject *) {
   if (etr_torch_attach() != 0) {
@@ -19,6 +20,16 @@ static PyObject *detach(PyObject *, PyObject *) {
   etr_torch_detach();
   PyEval_RestoreThread(ts);
   Py_RETURN_NONE;
+}
+
+// A Python error that Python code run by a read of a tensor (a subclass's sizes or strides)
+// left set when it raised: etr wrote the tensor without a shape, and the op goes on, so the
+// error is not the op's (python_errors.h).
+static void drop_python_error(void) {
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyErr_Clear();
+  PyGILState_Release(g);
 }
 
 static PyObject *attached(PyObject *, PyObject *) { return PyBool_FromLong(etr_torch_attached()); }
@@ -39,4 +50,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
                                     nullptr,
                                     nullptr};
 
-PyMODINIT_FUNC PyInit__torch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__torch(void) {
+  etr_torch__set_error_drop(drop_python_error);
+  return PyModule_Create(&module);
+}

@@ -13,6 +13,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/TensorImpl.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -29,6 +30,7 @@
 #include "callback.h"
 #include "comm.h"
 #include "held.h"
+#include "python_errors.h"
 
 namespace {
 
@@ -70,6 +72,16 @@ struct Pool {
 };
 
 struct Context;
+
+// Python errors. Reading a tensor may run Python (a __torch_dispatch__ subclass whose sizes
+// or strides are its own), and when that Python raises, PyTorch throws a C++ exception
+// (python_error) but leaves the Python error set on the thread, for the code that catches
+// it to hand back to Python. etr catches it and writes the tensor without a shape; the
+// error left set would make the op's Python caller fail ("returned a result with an
+// exception set", SystemError) where the untraced program runs: a subclass that refuses
+// strides to ops that never ask for them, as etr does. etr._torch gives the function that
+// drops it (python_errors.h), called once the walk has let its held set go.
+std::atomic<void (*)(void)> error_drop{nullptr};
 
 // PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
 // backward ops: each thread says its own when it first records.
@@ -117,6 +129,7 @@ struct ThreadState {
   Held *held = nullptr;  // registered (held_join)
   bool held_locked = false;
   bool sweep_due = false;
+  bool read_failed = false;  // reading a tensor threw something else than a c10::Error
 
   // dtype and device names, made once per thread and interned (names_ keeps them when
   // etr_intern cannot)
@@ -361,12 +374,17 @@ struct ThreadState {
 
   // After a walk of values that held objects: lets the set go, sweeping it when due.
   void walk_done() {
-    if (!held_locked) return;
-    if (sweep_due) held->sweep(false);
-    held->unlock();
-    held_locked = false;
-    if (sweep_due) etr_torch::held_sweep_orphans();
-    sweep_due = false;
+    if (held_locked) {
+      if (sweep_due) held->sweep(false);
+      held->unlock();
+      held_locked = false;
+      if (sweep_due) etr_torch::held_sweep_orphans();
+      sweep_due = false;
+    }
+    if (C10_UNLIKELY(read_failed)) {  // (the set let go first: the drop may wait for the GIL)
+      read_failed = false;
+      if (void (*drop)(void) = error_drop.load(std::memory_order_acquire)) drop();
+    }
   }
 
   // (e: where the tensor goes; the caller's slot, or one from the pool in a list)
@@ -401,7 +419,9 @@ struct ThreadState {
         e.strides = ti->layout() == c10::kStrided ? ti->strides().data() : nullptr;
         return etr_value_tensor(&e);
       }
-    } catch (...) {
+    } catch (const c10::Error &) {  // (PyTorch's own refusal: nothing left behind)
+    } catch (...) {  // (Python code that raised may have left its error set: walk_done)
+      read_failed = true;
     }
     e.storage_offset = 0;
     e.numel = 0;
@@ -760,3 +780,7 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
 }
 
 }  // namespace etr_torch
+
+extern "C" void etr_torch__set_error_drop(void (*drop)(void)) {
+  error_drop.store(drop, std::memory_order_release);
+}

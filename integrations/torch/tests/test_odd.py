@@ -6,6 +6,11 @@ under etr.torch.trace, and its trace must pass `etr validate --strict`.
   still reading the outer op's values. Before, they overwrote them (the outer op was written
   with the inner ops' tensors); now the outer op has its own inputs and outputs. (PyTorch
   1.13's observer deadlocks on its own mutex here.)
+- a tensor subclass that refuses its strides (dispatch_sizes_strides_policy="strides",
+  raising NotImplementedError) to ops that never ask for them: etr asks, and PyTorch left
+  the Python error set after etr caught it, so the traced program failed (SystemError,
+  "returned a result with an exception set") where the untraced one runs. Now the error is
+  dropped with the read.
 
 usage: test_odd.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -117,5 +122,49 @@ def sizes_in_python():
           "shapes: %r %r" % (add["outputs"]["shapes"], relu["outputs"]["shapes"]))
 
 
+class NoStrides(torch.Tensor):
+    """A wrapper whose strides are refused (its ops unwrap it and never ask)."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.size(), dtype=elem.dtype,
+                                                device=elem.device,
+                                                dispatch_sizes_strides_policy="strides")
+        r.elem = elem
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.sym_stride, torch.ops.aten.stride,
+                                   torch.ops.aten.sym_storage_offset):
+            raise NotImplementedError("no strides here")
+
+        def unwrap(x):
+            return x.elem if isinstance(x, NoStrides) else x
+
+        out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in
+                                                   (kwargs or {}).items()})
+        return NoStrides(out) if isinstance(out, torch.Tensor) else out
+
+
+def strides_refused():
+    path = os.path.join(TMP, "strides.json")
+    a = NoStrides(torch.randn(3, 4))
+    (a + a).relu()  # (runs untraced)
+    try:
+        with etr.torch.trace(path):
+            b = (a + a).relu()
+            c = b + 1
+    except BaseException as e:  # noqa: BLE001
+        check(False, "the traced program fails where the untraced one runs: %r" % e)
+        return
+    check(isinstance(c, NoStrides), "the ops' results: %r" % type(c))
+    validate_strict(path)
+    names = [n["name"] for n in nodes_of(path)]
+    check(names.count("aten::add") >= 2 and "aten::relu" in names, "the ops: %r" % names)
+
+
 if __name__ == "__main__":
-    sys.exit(run_cases([sizes_in_python], "odd tensors and programs"))
+    sys.exit(run_cases([sizes_in_python, strides_refused], "odd tensors and programs"))
