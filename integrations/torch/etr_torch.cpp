@@ -411,12 +411,20 @@ struct ThreadState {
     try {
       e.device = device_name(ti->device());
       if (C10_LIKELY(!ti->is_nested())) {
-        e.storage_offset = si ? ti->storage_offset() : 0;
         e.numel = ti->numel();
         e.ndim = static_cast<int32_t>(ti->dim());
         e.sizes = ti->sizes().data();
-        // (sparse and other layouts without strides: etr writes contiguous strides)
-        e.strides = ti->layout() == c10::kStrided ? ti->strides().data() : nullptr;
+        // A shape without strides (a subclass may refuse its strides and offset, which
+        // PyTorch's observer never asks for) keeps its shape, with contiguous strides.
+        e.storage_offset = 0;
+        e.strides = nullptr;  // (sparse and other layouts without strides: contiguous)
+        try {
+          e.storage_offset = si ? ti->storage_offset() : 0;
+          if (ti->layout() == c10::kStrided) e.strides = ti->strides().data();
+        } catch (const c10::Error &) {
+        } catch (...) {
+          read_failed = true;
+        }
         return etr_value_tensor(&e);
       }
     } catch (const c10::Error &) {  // (PyTorch's own refusal: nothing left behind)

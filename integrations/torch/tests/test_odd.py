@@ -10,7 +10,8 @@ under etr.torch.trace, and its trace must pass `etr validate --strict`.
   raising NotImplementedError) to ops that never ask for them: etr asks, and PyTorch left
   the Python error set after etr caught it, so the traced program failed (SystemError,
   "returned a result with an exception set") where the untraced one runs. Now the error is
-  dropped with the read.
+  dropped with the read; and the tensor keeps its shape (before, written without one, where
+  PyTorch's observer, which reads no strides, has it), with contiguous strides.
 
 usage: test_odd.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -162,8 +163,15 @@ def strides_refused():
         return
     check(isinstance(c, NoStrides), "the ops' results: %r" % type(c))
     validate_strict(path)
-    names = [n["name"] for n in nodes_of(path)]
+    nodes = nodes_of(path)
+    names = [n["name"] for n in nodes]
     check(names.count("aten::add") >= 2 and "aten::relu" in names, "the ops: %r" % names)
+    # (the shape is not the strides': kept, as PyTorch's observer has it, strides contiguous)
+    for n in nodes:
+        if n["name"] in ("aten::add", "aten::relu"):
+            check(n["inputs"]["shapes"][0] == [3, 4] and n["inputs"]["strides"][0] == [4, 1],
+                  "%s keeps its input's shape: %r %r" % (n["name"], n["inputs"]["shapes"],
+                                                          n["inputs"]["strides"]))
 
 
 if __name__ == "__main__":
