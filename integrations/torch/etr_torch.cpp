@@ -392,6 +392,9 @@ struct ThreadState {
     c10::TensorImpl *ti = t.unsafeGetTensorImpl();
     if (!t.defined()) {  // dtype NULL: an undefined tensor
       std::memset(&e, 0, sizeof e);
+      // (PyTorch's one UndefinedTensorImpl, which never dies and is not held: one id for
+      // every undefined tensor, as PyTorch's observer gives it; not id 0)
+      e.impl = ti;
       return etr_value_tensor(&e);
     }
     // (unsafe_storage, not has_storage()/storage(): those two are virtual calls; the

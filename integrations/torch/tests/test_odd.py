@@ -12,6 +12,9 @@ under etr.torch.trace, and its trace must pass `etr validate --strict`.
   "returned a result with an exception set") where the untraced one runs. Now the error is
   dropped with the read; and the tensor keeps its shape (before, written without one, where
   PyTorch's observer, which reads no strides, has it), with contiguous strides.
+- undefined tensors (the grads layer_norm's backward does not compute, an optional Tensor
+  passed as an undefined one) have an id, one for all of them, as PyTorch's observer gives
+  its one undefined tensor (before, id 0).
 
 usage: test_odd.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -174,5 +177,30 @@ def strides_refused():
                                                           n["inputs"]["strides"]))
 
 
+def undefined_tensors():
+    path = os.path.join(TMP, "undefined.json")
+    x = torch.randn(2, 3, requires_grad=True)
+    with etr.torch.trace(path):
+        torch.nn.functional.layer_norm(x, (3,)).sum().backward()  # (no weight, no bias)
+    validate_strict(path)
+    undefined, defined = set(), set()
+
+    def walk(vals, types):
+        for v, t in zip(vals, types):
+            if t == "Tensor(nullptr (uninitialized))":
+                undefined.add(v[0])
+            elif t.startswith("Tensor("):
+                defined.add(v[0])
+
+    n_bw = 0
+    for n in nodes_of(path):
+        for k in ("inputs", "outputs"):
+            walk(n[k]["values"], n[k]["types"])
+        n_bw += n["name"] == "aten::native_layer_norm_backward"
+    check(n_bw == 1, "one native_layer_norm_backward: %d" % n_bw)
+    check(len(undefined) == 1 and 0 not in undefined and not undefined & defined,
+          "one id, not 0, for the undefined tensors, no defined tensor's: %r" % undefined)
+
+
 if __name__ == "__main__":
-    sys.exit(run_cases([sizes_in_python, strides_refused], "odd tensors and programs"))
+    sys.exit(run_cases([sizes_in_python, strides_refused, undefined_tensors], "odd tensors and programs"))
