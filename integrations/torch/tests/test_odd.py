@@ -15,6 +15,10 @@ under etr.torch.trace, and its trace must pass `etr validate --strict`.
 - undefined tensors (the grads layer_norm's backward does not compute, an optional Tensor
   passed as an undefined one) have an id, one for all of them, as PyTorch's observer gives
   its one undefined tensor (before, id 0).
+- tensor kinds the side-by-side training loop has none of, under PyTorch's observer and
+  etr.torch.trace (skipped without PyTorch 1.13's ExecutionGraphObserver): the same ops in
+  the same order, with the same shapes, types and tensors' offset, numel, item size and
+  device; docs/TORCH.md lists the differences left out (tensors without storage, doubles).
 
 usage: test_odd.py ETR_TOOL   (PYTHONPATH holds <build>/python); exit 77 = skipped
 """
@@ -23,6 +27,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 try:
     import torch
@@ -202,5 +207,90 @@ def undefined_tensors():
           "one id, not 0, for the undefined tensors, no defined tensor's: %r" % undefined)
 
 
+def kinds():
+    """Tensors of many kinds through ops (none without storage: docs/TORCH.md)."""
+    torch.manual_seed(0)
+    for dt in (torch.bool, torch.half, torch.bfloat16, torch.uint8, torch.int8, torch.float64,
+               torch.cfloat):
+        t = torch.ones(3, dtype=dt)
+        t + t if dt != torch.bool else t & t
+    q = torch.quantize_per_tensor(torch.randn(4, 4), 0.1, 10, torch.quint8)
+    q.dequantize()
+    torch.empty(0, 3).sum()
+    torch.tensor(3.0) * 2
+    big = torch.ones([1] * 20 + [2])
+    big.permute(list(range(20, -1, -1))).contiguous()
+    a = torch.randn(4, 6)
+    a[1:, ::2] + 1
+    a.t().contiguous()
+    torch.randn(3, 1).expand(3, 5) * 2
+    torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last).relu()
+    m = torch.empty(3, 4, device="meta")
+    torch.mm(m, torch.empty(4, 2, device="meta"))
+    torch.nn.functional.linear(torch.randn(2, 3), torch.randn(4, 3), None)
+    with warnings.catch_warnings():  # (named tensors are experimental, PyTorch says)
+        warnings.simplefilter("ignore")
+        n = torch.randn(2, 3, names=("N", "C"))
+    n.sum("C")
+    o = torch.empty(3)
+    torch.add(torch.ones(3), torch.ones(3), out=o)
+    o.resize_(10)
+    torch.sin(torch.ones(10), out=o)
+    with torch.inference_mode():
+        i = torch.randn(3)
+        i.add_(1)
+    x = torch.randn(2, 3, requires_grad=True)
+    torch.nn.functional.layer_norm(x, (3,)).sum().backward()
+
+
+def kinds_side_by_side():
+    try:
+        from torch.profiler import ExecutionGraphObserver
+    except ImportError:
+        print("kinds_side_by_side: skipped (no ExecutionGraphObserver in this PyTorch)")
+        return
+    eg_path, et_path = os.path.join(TMP, "kinds_eg.json"), os.path.join(TMP, "kinds.json")
+    kinds()  # (warm: PyTorch's lazily made state)
+    eg = ExecutionGraphObserver()
+    eg.register_callback(eg_path)
+    eg.start()
+    kinds()
+    eg.stop()
+    eg.unregister_callback()
+    with etr.torch.trace(et_path):
+        kinds()
+    validate_strict(et_path)
+
+    def ops(path, tid_of, view):
+        return [view(n) for n in nodes_of(path) if not n["name"].startswith(("[", "## "))
+                and tid_of(n) is not None]
+
+    def tensors(vals, out):
+        for v in vals:
+            if tensor_id(v) is not None:
+                out.append(tuple(v[2:]))
+            elif isinstance(v, list):
+                tensors(v, out)
+        return out
+
+    def eg_view(n):
+        return (n["name"], n["input_shapes"], n["input_types"], n["output_shapes"],
+                n["output_types"], tensors(n["inputs"] + n["outputs"], []))
+
+    def et_view(n):
+        return (n["name"], n["inputs"]["shapes"], n["inputs"]["types"], n["outputs"]["shapes"],
+                n["outputs"]["types"], tensors(n["inputs"]["values"] +
+                                               n["outputs"]["values"], []))
+
+    theirs = ops(eg_path, lambda n: n.get("tid"), eg_view)
+    ours = ops(et_path, lambda n: 1, et_view)
+    check([o[0] for o in ours] == [o[0] for o in theirs], "the same ops: %d vs %d" % (
+        len(ours), len(theirs)))
+    differ = [(a[0], a[1:], b[1:]) for a, b in zip(theirs, ours) if a != b]
+    print("kinds_side_by_side: %d ops compared" % len(ours))
+    check(len(ours) > 100 and not differ, "the same shapes, types and tensors in %d ops: %r"
+          % (len(ours), differ[:3]))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cases([sizes_in_python, strides_refused, undefined_tensors], "odd tensors and programs"))
+    sys.exit(run_cases([sizes_in_python, strides_refused, undefined_tensors, kinds_side_by_side], "odd tensors and programs"))
