@@ -76,11 +76,11 @@ struct Context;
 // Python errors. Reading a tensor may run Python (a __torch_dispatch__ subclass whose sizes
 // or strides are its own), and when that Python raises, PyTorch throws a C++ exception
 // (python_error) but leaves the Python error set on the thread, for the code that catches
-// it to hand back to Python. etr catches it and writes the tensor without a shape; the
-// error left set would make the op's Python caller fail ("returned a result with an
-// exception set", SystemError) where the untraced program runs: a subclass that refuses
-// strides to ops that never ask for them, as etr does. etr._torch gives the function that
-// drops it (python_errors.h), called once the walk has let its held set go.
+// it to hand back to Python. etr catches it and writes the tensor without what it could not
+// read (strides, or the shape); the error left set would make the op's Python caller fail
+// ("returned a result with an exception set", SystemError) where the untraced program runs: a
+// subclass that refuses strides to ops that never ask for them, as etr does. etr._torch gives the
+// function that drops it (python_errors.h), called once the walk has let its held set go.
 std::atomic<void (*)(void)> error_drop{nullptr};
 
 // PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
@@ -500,11 +500,6 @@ struct ThreadState {
   }
 };
 
-// The thread's state: made at its first callback, gone at its exit (gone: callbacks that
-// run during thread exit are not recorded).
-// (initial-exec, as libetr's own: a %fs-relative load, where this module, loaded by dlopen,
-// would otherwise call __tls_get_addr on each of the three accesses per op; 9 bytes of the
-// static TLS that glibc keeps for such modules)
 // A callback's use of its thread's values, from its walk to the begin or end of its record
 // (ThreadState::walking). ok is false when a nested callback could not put the outer walk's
 // values aside: it must then walk none.
@@ -527,6 +522,11 @@ struct Walking {
   }
 };
 
+// The thread's state: made at its first callback, gone at its exit (gone: callbacks that
+// run during thread exit are not recorded).
+// (initial-exec, as libetr's own: a %fs-relative load, where this module, loaded by dlopen,
+// would otherwise call __tls_get_addr on each of the three accesses per op; 9 bytes of the
+// static TLS that glibc keeps for such modules)
 thread_local ThreadState *tls_state __attribute__((tls_model("initial-exec"))) = nullptr;
 thread_local bool tls_state_gone __attribute__((tls_model("initial-exec"))) = false;
 
