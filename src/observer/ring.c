@@ -19,9 +19,11 @@ struct etr__ring {
   size_t head, tail; /* oldest event; where the next one goes */
   size_t n;          /* op events kept */
   uint64_t dropped;
-  /* thread events, copies back to back (8-aligned) */
+  /* thread events, copies back to back (8-aligned); pruned (etr__ring_prune_threads) once
+   * threads_len reaches prune_at */
   uint8_t *threads;
-  size_t threads_len, threads_cap;
+  size_t threads_len, threads_cap, prune_at;
+  uint64_t threads_pruned;
   /* The process-group nodes (dist.c's `## process_group:init ##`, which says the process's
    * rank) go to the ring like any op, to keep their place among the ops, and a copy of each
    * is kept here, oldest first: a dump writes the copies of those the ring dropped. */
@@ -32,6 +34,12 @@ struct etr__ring {
   uint32_t groups_n;
 };
 
+/* The thread nodes' size below which they are not pruned: a sixteenth of the ring (a prune
+ * reads every op the ring holds), at least 64 KiB (about 400 nodes). */
+static size_t prune_floor(const etr__ring *r) {
+  return r->cap / 16 > ((size_t)64 << 10) ? r->cap / 16 : (size_t)64 << 10;
+}
+
 etr__ring *etr__ring_new(size_t bytes) {
   etr__ring *r = calloc(1, sizeof *r);
   if (!r) return NULL;
@@ -41,6 +49,7 @@ etr__ring *etr__ring_new(size_t bytes) {
     free(r);
     return NULL;
   }
+  r->prune_at = prune_floor(r);
   return r;
 }
 
@@ -147,6 +156,62 @@ bool etr__ring_add(etr__ring *r, const etr__ev *ev) {
   }
 }
 
+bool etr__ring_threads_due(const etr__ring *r) { return r->threads_len >= r->prune_at; }
+
+uint64_t etr__ring_threads_pruned(const etr__ring *r) { return r->threads_pruned; }
+
+/* A thread node stays while its thread may record (live), while an op the ring (or a
+ * process-group copy) holds is on its thread or names it as its forward thread (fw_tid:
+ * the placeholder of a forward op dropped goes under it), or names the node itself as
+ * fw_parent (the forward thread had no op open). */
+bool etr__ring_prune_threads(etr__ring *r, const etr__refmap *live) {
+  etr__refmap need = {0}; /* tid + 1 of the threads whose ops are kept; ids named fw_parent */
+  if (!etr__refmap_init(&need, 64)) return false; /* (grows: few threads, as a rule) */
+  bool ok = true;
+  size_t p = r->head;
+  for (size_t i = 0; ok && i < r->n; i++) {
+    p = event_at(r, p);
+    const etr__ev *ev = (const etr__ev *)(const void *)(r->buf + p);
+    /* (tids and node ids are told apart by the top bit: a node id never has it) */
+    if (!etr__refmap_put(&need, (ev->tid + 1) | ((uint64_t)1 << 63)) ||
+        (ev->fw_parent > 1 && !etr__refmap_put(&need, ev->fw_parent)) ||
+        (ev->fw_tid && !etr__refmap_put(&need, (ev->fw_tid + 1) | ((uint64_t)1 << 63))))
+      ok = false;
+    p += ev->size;
+  }
+  for (uint32_t i = 0; ok && i < r->groups_n; i++)
+    if (!etr__refmap_put(&need, (r->groups[i].ev->tid + 1) | ((uint64_t)1 << 63))) ok = false;
+  if (ok) {
+    size_t to = 0;
+    for (size_t off = 0; off < r->threads_len;) {
+      const etr__ev *ev = (const etr__ev *)(const void *)(r->threads + off);
+      size_t size = ev->size;
+      if (etr__refmap_find(live, ev->tid + 1) ||
+          etr__refmap_find(&need, (ev->tid + 1) | ((uint64_t)1 << 63)) ||
+          etr__refmap_find(&need, ev->id)) {
+        if (to != off) memmove(r->threads + to, r->threads + off, size);
+        to += size;
+      } else {
+        r->threads_pruned++;
+      }
+      off += size;
+    }
+    r->threads_len = to;
+    if (r->threads_cap > 4 * to && r->threads_cap > 4096) { /* give the memory back */
+      size_t cap = 2 * to > 4096 ? 2 * to : 4096;
+      uint8_t *q = realloc(r->threads, cap);
+      if (q) {
+        r->threads = q;
+        r->threads_cap = cap;
+      }
+    }
+  }
+  etr__refmap_free(&need);
+  /* (the nodes that stay are not read again before they have doubled) */
+  r->prune_at = 2 * r->threads_len > prune_floor(r) ? 2 * r->threads_len : prune_floor(r);
+  return ok;
+}
+
 /* ---- writing out ---- */
 
 /* A reference from ev to id: remembered unless id is a kept op or a thread node. */
@@ -166,6 +231,46 @@ static void put_op(etr__refmap *miss, const etr__refmap *kept, const etr__ev *ev
   if (*ok && (!note_ref(miss, kept, ev->parent, ev->tid, ev, true) ||
               !note_ref(miss, kept, ev->fw_parent, ev->fw_tid ? ev->fw_tid : ev->tid, ev, false)))
     *ok = false;
+}
+
+/* A reference to a thread whose node was pruned: a backward op recorded after its forward
+ * thread had exited names that thread's node as fw_parent (recorder.c), which nothing kept
+ * holds (a forward op of the thread that a kept op names keeps the node: prune above). It
+ * gets a thread node again, under its id, without the OS thread id and name it had; a
+ * placeholder op there would hang under no thread. */
+static bool thread_stubs(etr__refmap *miss, etr__refmap *threads,
+                         void (*put)(void *ctx, const etr__ev *ev), void *ctx) {
+  size_t k = 0;
+  for (size_t i = 0; i <= miss->mask && miss->e; i++)
+    if (miss->e[i].id && !etr__refmap_find(threads, miss->e[i].tid + 1)) k++;
+  if (!k) return true;
+  etr__missing *v = malloc(k * sizeof *v);
+  if (!v) return false;
+  k = 0;
+  for (size_t i = 0; i <= miss->mask; i++)
+    if (miss->e[i].id && !etr__refmap_find(threads, miss->e[i].tid + 1)) v[k++] = miss->e[i];
+  bool ok = true;
+  for (size_t i = 0; ok && i < k; i++) {
+    if (etr__refmap_find(threads, v[i].tid + 1)) continue; /* (made for an earlier one) */
+    _Alignas(8) etr__ev ev;
+    memset(&ev, 0, sizeof ev);
+    ev.size = (uint32_t)sizeof ev;
+    ev.type = ETR__EV_THREAD;
+    ev.id = v[i].id;
+    ev.parent = 1;
+    ev.tid = v[i].tid;
+    ev.kstream = -1;
+    etr__missing *t = etr__refmap_put(threads, v[i].tid + 1);
+    if (!t) {
+      ok = false;
+      break;
+    }
+    t->tid = v[i].id;
+    put(ctx, &ev);
+    etr__refmap_del(miss, v[i].id);
+  }
+  free(v);
+  return ok;
 }
 
 uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev), void *ctx) {
@@ -205,6 +310,7 @@ uint64_t etr__ring_write(etr__ring *r, void (*put)(void *ctx, const etr__ev *ev)
     p += ev->size;
   }
   uint64_t made = 0;
+  if (ok && !thread_stubs(&miss, &threads, put, ctx)) ok = false;
   if (ok && !etr__put_placeholders(&miss, &threads, ETR__RING_PLACEHOLDER, put, ctx, &made))
     ok = false;
   etr__refmap_free(&kept);

@@ -570,6 +570,31 @@ static void serve_fatal(etr_trace *tr, uint64_t *buffered, bool locked) {
 
 static void writer_run(etr_trace *tr);
 
+/* The flight recorder keeps a copy of each thread's node (ring.c). A host that starts and
+ * ends threads all the time would grow it without bound (and every dump with it: 100 000
+ * short-lived threads made an 85 MB dump of a 1 MiB ring, 65 MB of memory), so the nodes
+ * of the threads that are gone and have no op left in the ring are dropped now and then.
+ * A thread may still record while a state holds its tid (a state keeps the tid of a thread
+ * that exited until a new thread takes it); *live gets those tids (+ 1). threads_mutex is
+ * only tried: q_mutex is held, which a thread that exits takes after it. A thread whose
+ * tid no state holds handed its last chunk over (etr__finish_thread, under threads_mutex)
+ * before its state was taken or freed, so that chunk is in the queue held now, and the
+ * prune waits until that queue is processed (writer_run). */
+static bool ring_live_threads(etr_trace *tr, etr__refmap *live) {
+  if (pthread_mutex_trylock(&tr->threads_mutex) != 0) return false;
+  etr__refmap_free(live);
+  bool ok = etr__refmap_init(live, 64);
+  for (etr__tstate *ts = tr->threads; ok && ts; ts = ts->next)
+    if (!etr__refmap_put(live, ts->tid + 1)) ok = false;
+  pthread_mutex_unlock(&tr->threads_mutex);
+  return ok;
+}
+
+static void ring_prune(etr_trace *tr, const etr__refmap *live) {
+  if (!etr__ring_prune_threads(tr->ring, live))
+    etr__log(ETR_LOG_DEBUG, "flight recorder: no memory to prune its thread nodes (kept)");
+}
+
 bool etr__writer_main(etr_trace *tr) {
   writer_run(tr);
   /* (close waits for this, for at most stall_ms without progress: trace.c join_writer) */
@@ -589,6 +614,7 @@ static void writer_run(etr_trace *tr) {
   int64_t deadline = next_deadline(tr);
   unsigned flush_rounds = 0;
   etr__chunk *spare = NULL; /* written chunks not yet back in the pool */
+  etr__refmap live = {0};   /* the threads that may record (a ring's prune) */
   uint64_t done_pending = 0;
   bool locked = writer_lock(tr);
   for (;;) {
@@ -617,6 +643,10 @@ static void writer_run(etr_trace *tr) {
       locked = writer_lock(tr);
       continue;
     }
+    /* (the ring's thread nodes: those of the threads that were gone before now go once the
+     * queue held now is processed, below, or at once when it is empty) */
+    bool prune = tr->ring && etr__ring_threads_due(tr->ring) && ring_live_threads(tr, &live);
+    if (prune && !tr->q_head) ring_prune(tr, &live);
     if (tr->q_head) {
       etr__chunk *list = tr->q_head;
       tr->q_head = tr->q_tail = NULL;
@@ -642,6 +672,7 @@ static void writer_run(etr_trace *tr) {
         }
       }
       done_pending += n;
+      if (prune) ring_prune(tr, &live);
       if (!(locked = writer_lock(tr))) continue;
       put_back_locked(tr, &spare); /* before a peek: the queued counts must be current */
       tr->q_done += done_pending;
@@ -689,6 +720,7 @@ static void writer_run(etr_trace *tr) {
     writer_sleep(tr, deadline);
     locked = writer_lock(tr);
   }
+  etr__refmap_free(&live);
   put_back_locked(tr, &spare);
   /* (flush_done stays: a flush still waiting was overtaken by close, which woke it; it
    * returns ETR_ESTATE, and the rest below writes its nodes) */

@@ -7,6 +7,9 @@
  *  - forward ops (fw_parent) the ring dropped get a placeholder too;
  *  - a fatal signal writes the ring (signals on), etr_trace_dump without a ring is a flush.
  *  - a dump that fails part way leaves the previous dump whole.
+ *  - a host that starts and ends threads all the time: the node of a thread that is gone
+ *    leaves the ring with its last op, so memory and dumps do not grow with the threads the
+ *    process ever had; a backward op naming such a thread still resolves.
  * TRACE_HELPER is the helper program (trace_helper.c), ETR_TOOL the etr command. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -336,12 +339,88 @@ static void test_dump_without_a_ring(void **state) {
   tu_free(&t);
 }
 
+/* Thread churn: 3000 short-lived threads, one op each (a 6 KB string: the 1 MiB ring holds
+ * about 170 of them), joined one by one. Until 2026-11-28 the ring kept every thread's node
+ * to the end: each dump held all 3000 (100 000 threads: an 85 MB dump of a 1 MiB ring, 65 MB
+ * of memory). Now a thread's node goes once the thread is gone and its ops left the ring. A
+ * forward thread gone that long is still named by a later backward op (fw_parent): a
+ * placeholder, as for a forward op the ring dropped. */
+static char churn_text[6000];
+static void *churn_thread(void *arg) {
+  (void)arg;
+  etr_value in[1] = {etr_value_string(churn_text)};
+  etr_record r;
+  etr_record_init(&r, "r::churn", ETR_SCOPE_FUNCTION);
+  r.inputs = in;
+  r.n_inputs = 1;
+  etr_record_begin(&r);
+  etr_record_end(&r);
+  return NULL;
+}
+
+static void *forward_gone_thread(void *arg) {
+  (void)arg;
+  fw_thread_id = etr_thread_id();
+  op_seq("r::forward_gone", 0, 0);
+  return NULL;
+}
+
+static size_t thread_nodes(const tu_trace *t) { return tu_count(t, TU_THREAD_NAME); }
+
+static void test_exited_threads_leave_the_ring(void **state) {
+  (void)state;
+  memset(churn_text, 'x', sizeof churn_text - 1);
+  tu_trace t;
+  etr_trace_options o = ETR_TRACE_OPTIONS_INIT;
+  o.ring_mb = 1;
+  tu_open(&t, &o);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, forward_gone_thread, NULL), 0);
+  pthread_join(th, NULL);
+  const int threads = 3000;
+  for (int i = 0; i < threads; i++) {
+    assert_int_equal(pthread_create(&th, NULL, churn_thread, NULL), 0);
+    pthread_join(th, NULL);
+  }
+  etr_record bw;
+  etr_record_init(&bw, "r::backward_late", ETR_SCOPE_BACKWARD_FUNCTION);
+  bw.fw_tid = fw_thread_id;
+  etr_record_begin(&bw);
+  etr_record_end(&bw);
+  assert_int_equal(etr_trace_dump(t.trace), 0);
+  tu_trace d;
+  tu_load_path(&d, t.path);
+  tu_check_tree(&d);
+  size_t kept = tu_count(&d, "r::churn");
+  assert_true(kept > 50 && kept < 1000);
+  /* the threads of the ops kept, the main thread, and those not pruned yet (under 64 KiB
+   * of nodes, about 400, or twice what the last prune kept) */
+  fprintf(stderr, "dump: %zu thread nodes, %zu churn ops\n", thread_nodes(&d), kept);
+  assert_true(thread_nodes(&d) < 1500);
+  json_t *b = tu_node(&d, "r::backward_late");
+  assert_non_null(b);
+  assert_non_null(tu_node_by_id(&d, tu_attr_int(b, "fw_parent")));
+  tu_free(&d);
+#ifdef ETR_TOOL
+  tu_assert_valid(ETR_TOOL, t.path);
+#endif
+  tu_close_ok(&t);
+  assert_true(thread_nodes(&t) < 1500);
+  assert_int_equal(tu_stat(&t, "threads"), threads + 2);
+  assert_int_equal(tu_stat(&t, "ops_recorded"), threads + 2);
+  assert_int_equal(tu_stat(&t, "nodes_dropped"), 0);
+#ifdef ETR_TOOL
+  tu_assert_valid(ETR_TOOL, t.path);
+#endif
+  tu_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_TEST(test_keeps_the_latest),       TU_TEST(test_dump_with_an_open_op),
       TU_TEST(test_forward_op_placeholder), TU_TEST(test_fatal_signal_writes_the_ring),
       TU_TEST(test_dump_without_a_ring),    TU_TEST(test_failed_dump_keeps_the_previous),
-      TU_TEST(test_dump_through_a_symlink),
+      TU_TEST(test_dump_through_a_symlink), TU_TEST(test_exited_threads_leave_the_ring),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
