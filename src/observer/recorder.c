@@ -209,10 +209,11 @@ uint8_t *etr__event_room_slow(etr__tstate *ts, size_t size, bool node) {
 
 /* ---- per-thread state ---- */
 
-_Atomic uintptr_t *etr__tid_slot(etr_trace *tr, uint64_t tid, bool create) {
-  if (tid == 0 || tid >= (uint64_t)ETR__TID_PAGE * ETR__TID_PAGES) return NULL;
+_Atomic uint64_t *etr__tid_slot(etr_trace *tr, uint64_t tid, bool create) {
+  if (tid == 0) return NULL;
+  tid %= (uint64_t)ETR__TID_PAGE * ETR__TID_PAGES;
   size_t page = (size_t)(tid / ETR__TID_PAGE);
-  _Atomic uintptr_t *p = __atomic_load_n(&tr->tid_pages[page], __ATOMIC_ACQUIRE);
+  _Atomic uint64_t *p = __atomic_load_n(&tr->tid_pages[page], __ATOMIC_ACQUIRE);
   if (!p && create) {
     p = calloc(ETR__TID_PAGE, sizeof *p);
     if (!p) return NULL;
@@ -265,8 +266,12 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
     ts->next = tr->threads;
     __atomic_store_n(&tr->threads, ts, __ATOMIC_RELEASE); /* the writer walks the list */
   }
-  _Atomic uintptr_t *slot = etr__tid_slot(tr, ts->tid, true);
-  if (slot) atomic_store_explicit(slot, (uintptr_t)ts, memory_order_release);
+  /* (a slot a live thread holds stays its: only an exited thread's is taken over) */
+  _Atomic uint64_t *slot = etr__tid_slot(tr, ts->tid, true);
+  uint64_t held = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 1;
+  if (held == 0 || (held & 1))
+    atomic_store_explicit(slot, etr__tid_word(ts->tid, (uint64_t)(uintptr_t)ts),
+                          memory_order_release);
   pthread_mutex_unlock(&tr->threads_mutex);
   atomic_fetch_add_explicit(&tr->threads_count, 1, memory_order_relaxed);
   thr->trace_state = ts;
@@ -504,12 +509,14 @@ void etr__trace_enter(const etr_record *rec, void *user) {
   if (rec->fw_tid) {
     /* (the forward thread's thread node when it has no op open or has exited, as
      * PyTorch's observer writes it: the backward ops of a forward run outside any op) */
-    _Atomic uintptr_t *slot = etr__tid_slot(tr, rec->fw_tid, false);
-    uintptr_t fw = slot ? atomic_load_explicit(slot, memory_order_acquire) : 0;
+    _Atomic uint64_t *slot = etr__tid_slot(tr, rec->fw_tid, false);
+    uint64_t fw =
+        slot ? etr__tid_value(atomic_load_explicit(slot, memory_order_acquire), rec->fw_tid) : 0;
     if (fw & 1)
       fw_parent = fw >> 1;
     else if (fw)
-      fw_parent = atomic_load_explicit(&((etr__tstate *)fw)->top_id, memory_order_relaxed);
+      fw_parent =
+          atomic_load_explicit(&((etr__tstate *)(uintptr_t)fw)->top_id, memory_order_relaxed);
     flags |= ETR__EVF_FW;
   }
   const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);

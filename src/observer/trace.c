@@ -49,9 +49,11 @@ static void on_thread_exit(etr__thread *thr) {
     etr__finish_thread(ts, &tr->ops_open_at_thread_exit);
     /* its thread is gone: a new thread may take the state; its tid now names its thread
      * node only (fw_parent) */
-    _Atomic uintptr_t *slot = etr__tid_slot(tr, ts->tid, false);
-    if (slot && atomic_load_explicit(slot, memory_order_relaxed) == (uintptr_t)ts)
-      atomic_store_explicit(slot, etr__tid_exited(ts->thread_node_id), memory_order_release);
+    _Atomic uint64_t *slot = etr__tid_slot(tr, ts->tid, false);
+    if (slot && atomic_load_explicit(slot, memory_order_relaxed) ==
+                    etr__tid_word(ts->tid, (uint64_t)(uintptr_t)ts))
+      atomic_store_explicit(slot, etr__tid_word(ts->tid, etr__tid_exited(ts->thread_node_id)),
+                            memory_order_release);
     thr->trace_state = NULL; /* (before another thread can take it) */
     if (!was_finished) {
       ts->free_next = tr->tstate_free;

@@ -292,8 +292,8 @@ struct etr_trace {
   etr__tstate *tstate_free;      /* states of exited threads, for new threads to reuse */
   /* By etr thread id: the thread's state while it lives (its address), then its thread
    * node's id once it has exited (id << 1 | 1), so that the backward ops of a forward
-   * thread that is gone still name it in fw_parent (etr__tid_slot). */
-  _Atomic uintptr_t **tid_pages; /* ETR__TID_PAGES pages */
+   * thread that is gone still name it in fw_parent (etr__tid_slot, etr__tid_word). */
+  _Atomic uint64_t **tid_pages; /* ETR__TID_PAGES pages */
 
   /* Queue between recorders and the writer (q_mutex). */
   pthread_mutex_t q_mutex;
@@ -653,10 +653,33 @@ void etr__trace_exit(const etr_record *rec, void *user);
 /* Write the thread's open ops (innermost first, marked incomplete) and hand its chunk over;
  * its memory is freed. The owner thread must not be inside our callbacks. */
 void etr__finish_thread(etr__tstate *ts, _Atomic uint64_t *open_counter);
-/* The slot of thread tid in the trace's pages (made when create), or NULL. */
-_Atomic uintptr_t *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool create);
+/* The slot of thread tid in the trace's pages (made when create), or NULL (tid 0). Thread
+ * ids count the threads the process ever had, so the pages (ETR__TID_PAGE * ETR__TID_PAGES
+ * slots) are indexed by tid modulo their size, and a slot's word says whose it is (the rest
+ * of the tid, etr__tid_word): threads whose ids are that far apart share a slot, which a live
+ * thread keeps and an exited one gives up to a newer thread. Until 2026-11-28 a tid past the
+ * pages had no slot, so in a process that had had 65 536 threads, even before the trace
+ * opened, no backward op named its forward op (fw_parent 0). */
+_Atomic uint64_t *etr__tid_slot(struct etr_trace *tr, uint64_t tid, bool create);
 /* A slot's value for an exited thread whose thread node is node_id. */
-static inline uintptr_t etr__tid_exited(uint64_t node_id) { return (uintptr_t)(node_id << 1 | 1); }
+static inline uint64_t etr__tid_exited(uint64_t node_id) { return node_id << 1 | 1; }
+#define ETR__TID_VALUE_BITS 48
+/* The tag of thread tid in its slot's word: the bits of tid above the slot's index. */
+static inline uint64_t etr__tid_tag(uint64_t tid) {
+  return (tid / ((uint64_t)ETR__TID_PAGE * ETR__TID_PAGES)) &
+         (((uint64_t)1 << (64 - ETR__TID_VALUE_BITS)) - 1);
+}
+/* The word a slot holds for thread tid with value v (a state's address, or
+ * etr__tid_exited): 0 (no slot) when v does not fit under the tag. */
+static inline uint64_t etr__tid_word(uint64_t tid, uint64_t v) {
+  return v >> ETR__TID_VALUE_BITS ? 0 : etr__tid_tag(tid) << ETR__TID_VALUE_BITS | v;
+}
+/* The value slot word w holds for thread tid; 0 when it holds another thread's, or none. */
+static inline uint64_t etr__tid_value(uint64_t w, uint64_t tid) {
+  return w && w >> ETR__TID_VALUE_BITS == etr__tid_tag(tid)
+             ? w & (((uint64_t)1 << ETR__TID_VALUE_BITS) - 1)
+             : 0;
+}
 
 /* ---- writer_thread.c ---- */
 

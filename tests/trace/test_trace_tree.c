@@ -162,8 +162,7 @@ static void *thread_b(void *p) {
   return NULL;
 }
 
-static void test_fw_parent(void **state) {
-  (void)state;
+static void fw_parent_case(void) {
   tu_trace t;
   tu_open(&t, NULL);
   struct fw_ctx c;
@@ -211,6 +210,32 @@ static void test_fw_parent(void **state) {
   assert_int_equal(tu_attr_int(fo, "fw_parent"), 0);
   assert_int_equal(tu_ctrl_deps(fi), tu_id(fo));
   tu_free(&t);
+}
+
+static void test_fw_parent(void **state) {
+  (void)state;
+  fw_parent_case();
+}
+
+/* Thread ids count the threads a process ever had. Until 2026-11-28 the trace knew a
+ * forward thread by its id only below 65 536: in a process that had had that many threads
+ * (a server that starts a thread per request, even before the trace opened), every backward
+ * op had fw_parent 0. The same case once the ids are past that, far enough that the
+ * threads' slots are those of the first threads (the main thread's among them). */
+static void *thread_id_only(void *p) {
+  *(uint64_t *)p = etr_thread_id();
+  return NULL;
+}
+
+static void test_fw_parent_past_65536_threads(void **state) {
+  (void)state;
+  uint64_t id = 0;
+  while (id < 65536 + 64) {
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, thread_id_only, &id), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+  }
+  fw_parent_case();
 }
 
 /* Many threads at once: every op hangs under its own thread's node. */
@@ -371,13 +396,10 @@ static void test_sampling(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_nesting),
-      TU_TEST(test_second_thread),
-      TU_TEST(test_fw_parent),
-      TU_TEST(test_many_threads),
-      TU_TEST(test_idle_threads_hold_buffers),
-      TU_TEST(test_scope_filter),
-      TU_TEST(test_sampling),
+      TU_TEST(test_nesting),      TU_TEST(test_second_thread),
+      TU_TEST(test_fw_parent),    TU_TEST(test_fw_parent_past_65536_threads),
+      TU_TEST(test_many_threads), TU_TEST(test_idle_threads_hold_buffers),
+      TU_TEST(test_scope_filter), TU_TEST(test_sampling),
   };
   return cmocka_run_group_tests_name("trace_tree", tests, NULL, NULL);
 }
