@@ -50,6 +50,24 @@
  * the "etr" object, which the reader keeps in the same arena. */
 #define ETR__TABLES_BUDGET ((uint64_t)ETR__TABLES_READ_LIMIT / 8 * 7)
 
+/* Stacks left out are remembered (as site sequences, about 100 bytes each at 20 frames), so
+ * that each is counted once, up to this many; a new stack met past that is left out without
+ * being kept, and counted through a filter of CUT_FILTER_BITS bits (1 MiB, made then: a stack
+ * is counted when its hash's bit was not set yet, so one whose bit another set first is not
+ * counted, about n / 2^24 of n such stacks: 2.6 % of 430 000). Until 2026-11-28 every stack was
+ * kept for as long as the trace was open: a run whose stacks never repeat (recursion, an
+ * interpreter's varying lines) grew the writer by that much per new stack, tables full or not. A
+ * test build (ETR_TEST_HOOKS) reads the limit from etr__tbtab_test_cut_kept. */
+#define CUT_KEPT_MAX 65536u
+#define CUT_FILTER_BITS (1u << 23)
+#ifdef ETR_TEST_HOOKS
+uint32_t etr__tbtab_test_cut_kept = CUT_KEPT_MAX;
+uint32_t etr__tbtab_test_seqs; /* site sequences kept, for the test to read */
+#define CUT_KEPT_LIMIT etr__tbtab_test_cut_kept
+#else
+#define CUT_KEPT_LIMIT CUT_KEPT_MAX
+#endif
+
 #define TB_UNKNOWN UINT32_MAX   /* pub_of: not looked at yet */
 #define TB_CUT (UINT32_MAX - 1) /* pub_of: left out, the tables were full */
 
@@ -113,7 +131,9 @@ struct etr__tbtab {
   uint32_t *pub_frames; /* index in the table -> frame */
   uint32_t n_pub_frames, cap_pub_frames;
   uint64_t cost;                /* what the two tables take to read (frame_cost) */
-  uint64_t cut;                 /* site sequences left out: the tables were full */
+  uint64_t cut;                 /* stacks left out: the tables were full */
+  uint32_t cut_kept;            /* of them, those kept as site sequences (CUT_KEPT_MAX) */
+  uint64_t *cut_filter;         /* the others' hashes (CUT_FILTER_BITS), made at the first */
   uint32_t frames_out, pub_out; /* written by etr__tbtab_emit_new so far */
   /* The module map of the generation last asked for: most words come in the current one,
    * and this saves the lock an older one takes (etr__modules_map). */
@@ -226,6 +246,7 @@ etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode) {
 void etr__tbtab_free(etr__tbtab *t) {
   if (!t) return;
   if (t->sym) etr__symbolizer_free(t->sym);
+  free(t->cut_filter);
   free(t->sites);
   free(t->site_index);
   free(t->site_frames);
@@ -337,6 +358,16 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
     uint32_t len = t->tb_off[i + 1] - t->tb_off[i];
     if (len == n && memcmp(t->seq + t->tb_off[i], cand, n * sizeof *cand) == 0) return i;
   }
+  if (t->cut_kept >= CUT_KEPT_LIMIT) { /* new, and the tables are long full: left out */
+    uint64_t bit = seq_hash(cand, n) % CUT_FILTER_BITS;
+    if (!t->cut_filter && !(t->cut_filter = calloc(CUT_FILTER_BITS / 64, sizeof(uint64_t))))
+      return UINT64_MAX;
+    if (!(t->cut_filter[bit / 64] & (uint64_t)1 << (bit % 64))) {
+      t->cut_filter[bit / 64] |= (uint64_t)1 << (bit % 64);
+      t->cut++;
+    }
+    return UINT64_MAX;
+  }
   if (!grow((void **)&t->tb_off, &t->cap_tbs, sizeof *t->tb_off, t->n_tbs + 2) ||
       !grow((void **)&t->pub_of, &t->cap_pub_of, sizeof *t->pub_of, t->n_tbs + 1))
     return UINT64_MAX;
@@ -344,6 +375,9 @@ static uint64_t intern_sites(etr__tbtab *t, uint64_t gen, const uint64_t *words,
   t->seq_len += n;
   t->tb_off[++t->n_tbs] = t->seq_len;
   t->tb_index[h] = t->n_tbs;
+#ifdef ETR_TEST_HOOKS
+  etr__tbtab_test_seqs = t->n_tbs;
+#endif
   return t->n_tbs - 1;
 }
 
@@ -514,6 +548,7 @@ static uint32_t traceback_of(etr__tbtab *t, uint32_t i) {
     for (uint32_t k = 0; k < added; k++)
       t->frame_pub[t->pub_frames[t->n_pub_frames + k]] = UINT32_MAX;
     t->cut++;
+    t->cut_kept++;
     return TB_CUT;
   }
   t->cost += cost;
