@@ -269,6 +269,9 @@ static void cut_not_kept(const char *name) {
 
 static void test_cut_stacks_not_kept(void **state) {
   (void)state;
+#ifdef TU_TSAN
+  skip(); /* (tsan_modes: the writer's own code, on one thread) */
+#endif
   cut_not_kept("trace.json");
   cut_not_kept("trace.etr");
 }
