@@ -98,7 +98,9 @@ ETR_API bool etr_trace_is_enabled(const etr_trace *trace);
 
 /* Change which ops get a traceback (opt->enabled false stops capturing). Takes effect for
  * ops that begin afterwards; the symbolize mode is fixed at open and ignored here.
- * ETR_EINVAL for bad options. Any thread; allocates (a copy of the pattern). */
+ * ETR_EINVAL for bad options. Any thread; allocates (a copy of the pattern) the first time a
+ * setting is given: each distinct setting is kept until close, a setting given again is the
+ * one kept (switching between a few costs nothing more). */
 ETR_API int etr_trace_set_traceback(etr_trace *trace, const etr_traceback_options *opt);
 
 /* Wait until every node completed before the call, by any thread, is written to the file

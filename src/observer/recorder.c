@@ -519,7 +519,7 @@ void etr__trace_enter(const etr_record *rec, void *user) {
           atomic_load_explicit(&((etr__tstate *)(uintptr_t)fw)->top_id, memory_order_relaxed);
     flags |= ETR__EVF_FW;
   }
-  const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg, memory_order_acquire);
+  const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg_now, memory_order_acquire);
   if (cfg && cfg->enabled && wants_traceback(ts, cfg, rec->name) &&
       capture_traceback(ts, cfg, thr->begin_ra))
     flags |= ETR__EVF_TRACEBACK;

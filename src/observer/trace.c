@@ -175,6 +175,7 @@ static void trace_free(etr_trace *tr, bool in_child) {
   tr->threads = NULL;
   tr->tid_pages = NULL;
   tr->tb_cfg = NULL;
+  tr->tb_cfg_now = NULL;
   tr->tbtab = NULL;
   tr->tensors = tr->storages = NULL;
   if (in_child) return;

@@ -83,20 +83,40 @@ int etr__trace_tb_configure(etr_trace *tr, const etr_traceback_options *in) {
   memcpy(&o, in, n);
   if (o.max_depth > ETR__TB_DEPTH_MAX || (unsigned)o.symbolize > ETR_SYMBOLIZE_MODULE)
     return ETR_EINVAL;
+  const char *pattern = o.pattern && *o.pattern ? o.pattern : NULL;
+  uint32_t every = o.every ? o.every : 1, depth = o.max_depth ? o.max_depth : ETR__TB_DEPTH_DEFAULT;
+  /* Recording threads may hold any configuration published before (they read it without a
+   * lock), so none is freed before close. One the same as an earlier one is that one again:
+   * a host that switches between a few settings (tracebacks on for some steps, off for the
+   * others) keeps a few. Until 2026-11-28 each call kept a new one (62 bytes and a copy of
+   * the pattern: 1 000 000 switches, 60 MB). Its version is its own, so the threads' cached
+   * pattern matches, made under it, still hold. */
+  pthread_mutex_lock(&tr->tb_mutex);
+  for (etr__tbcfg *e = atomic_load(&tr->tb_cfg); e; e = e->older) {
+    if (e->enabled != o.enabled || e->every != every || e->depth != depth ||
+        (e->pattern == NULL) != (pattern == NULL) || (pattern && strcmp(e->pattern, pattern)))
+      continue;
+    atomic_store_explicit(&tr->tb_cfg_now, e, memory_order_release);
+    if (e->enabled) atomic_store(&tr->tb_ever, true);
+    pthread_mutex_unlock(&tr->tb_mutex);
+    return 0;
+  }
+  pthread_mutex_unlock(&tr->tb_mutex);
   etr__tbcfg *c = calloc(1, sizeof *c);
   if (!c) return ETR_ENOMEM;
   c->enabled = o.enabled;
-  if (o.pattern && *o.pattern && !(c->pattern = strdup(o.pattern))) {
+  if (pattern && !(c->pattern = strdup(pattern))) {
     free(c);
     return ETR_ENOMEM;
   }
-  c->every = o.every ? o.every : 1;
-  c->depth = o.max_depth ? o.max_depth : ETR__TB_DEPTH_DEFAULT;
+  c->every = every;
+  c->depth = depth;
   pthread_mutex_lock(&tr->tb_mutex);
   etr__tbcfg *old = atomic_load(&tr->tb_cfg);
   c->older = old;
   c->version = old ? old->version + 1 : 1;
   atomic_store_explicit(&tr->tb_cfg, c, memory_order_release);
+  atomic_store_explicit(&tr->tb_cfg_now, c, memory_order_release);
   if (c->enabled) atomic_store(&tr->tb_ever, true);
   pthread_mutex_unlock(&tr->tb_mutex);
   return 0;

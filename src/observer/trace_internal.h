@@ -311,8 +311,9 @@ struct etr_trace {
   pthread_t writer;
 
   _Atomic(etr__tbcfg *) tb_cfg;
-  _Atomic bool tb_ever;     /* tracebacks were enabled at some point: write the tables */
-  pthread_mutex_t tb_mutex; /* serializes etr_trace_set_traceback */
+  _Atomic(etr__tbcfg *) tb_cfg_now; /* the one in effect: tb_cfg or an older one */
+  _Atomic bool tb_ever;             /* tracebacks were enabled at some point: write the tables */
+  pthread_mutex_t tb_mutex;         /* serializes etr_trace_set_traceback */
 
   /* Durability (options flush_ms, flush_kb, sync). */
   int64_t flush_ns; /* INT64_MAX: no timed flush */
