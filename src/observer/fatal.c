@@ -310,7 +310,10 @@ static void seal_direct(etr_trace *tr, int sig) {
   if (tr->sealed || tr->jw.err || tr->seal_node_len == 0) return;
   uint64_t off = tr->unseal_pending ? tr->seal_off : tr->jw.written;
   bool nodes = tr->unseal_pending ? tr->seal_any_node : off > tr->header_len;
-  char buf[512], num[24];
+  /* (static: only the handler that took io_state above gets here, once; a host's alternate
+   * signal stack may be small) */
+  static char buf[sizeof tr->seal_node + 256];
+  char num[24];
   size_t n = 0;
   if (nodes) n = PUT_LIT(buf, n, sizeof buf, ",");
   n = put_text(buf, n, sizeof buf, tr->seal_node, tr->seal_node_len);
@@ -326,7 +329,7 @@ static void seal_direct(etr_trace *tr, int sig) {
   n = PUT_LIT(buf, n, sizeof buf, ", \"stats\": {}}\n}\n");
   if (n > sizeof buf) return;
   /* A gzip trace gets the text as one more member, stored: deflate would allocate. */
-  unsigned char member[sizeof buf + 32];
+  static unsigned char member[sizeof buf + 64];
   const char *out = buf;
   if (tr->jw.gz) {
     n = etr__gz_stored_member(member, sizeof member, buf, n);

@@ -328,7 +328,8 @@ struct etr_trace {
   _Atomic int fatal_sig;
   _Atomic int io_state;
   _Atomic pid_t writer_tid;
-  char seal_node[320]; /* the process node's text, rendered at open for the handler */
+  char seal_node[1024]; /* the process node's text, rendered at open for the handler (about
+                          690 bytes; until 2026-11-28 320 were kept, which took none) */
   size_t seal_node_len;
   uint64_t header_len;
 
