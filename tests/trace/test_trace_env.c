@@ -655,8 +655,12 @@ static void test_env_fork_child_own_file(void **state) {
  * of SIGTERM, its file finalized. */
 static void test_env_fork_sigterm_child(void **state) {
   (void)state;
-#if defined(TU_TSAN)
-  skip(); /* (the child goes on after a multi-threaded fork: trace_util.h) */
+#if defined(TU_TSAN) || defined(TU_ASAN)
+  /* (the child goes on after a multi-threaded fork: trace_util.h. Under ASan its writer
+   * thread can block for ever in ASan's allocator, locked at the fork by the parent's
+   * writer: seen in 1 run of 8 with a CPU hog beside, the child's ops then lost; the file
+   * still gets the handler's own footer, reliability.writer_stall) */
+  skip();
 #endif
   char dir[256], var[600];
   tu_mkdtemp(dir, sizeof dir);
