@@ -559,8 +559,11 @@ static void records_from_a_signal_handler(int rounds, bool with_tb) {
   memset(&ev, 0, sizeof ev);
   ev.sigev_notify = SIGEV_SIGNAL;
   ev.sigev_signo = SIGUSR2;
-  assert_int_equal(timer_create(CLOCK_MONOTONIC, &ev, &timer), 0);
-  struct itimerspec every = {{0, 20000}, {0, 20000}}, stop = {{0, 0}, {0, 0}};
+  /* (every 100 µs of the process's CPU time, not of wall time: on a loaded machine a
+   * wall-clock timer kept firing while the process waited for a CPU, and the handlers,
+   * slow under ASan with tracebacks, took all the CPU it got: 60 s and more for 4 000 ops) */
+  assert_int_equal(timer_create(CLOCK_PROCESS_CPUTIME_ID, &ev, &timer), 0);
+  struct itimerspec every = {{0, 100000}, {0, 100000}}, stop = {{0, 0}, {0, 0}};
   assert_int_equal(timer_settime(timer, 0, &every, NULL), 0);
   alarm(60);
   for (int round = 0; round < rounds; round++) {
@@ -666,7 +669,7 @@ static void test_oneshot_host_handler(void **state) {
  * child, so that a hang fails the test instead of stopping it. */
 static volatile sig_atomic_t ctl_samples;
 
-static void ctl_on_alarm(int sig) {
+static void ctl_on_tick(int sig) {
   (void)sig;
   etr_record r;
   etr_record_init(&r, "profiler::sample", ETR_SCOPE_USER_SCOPE);
@@ -678,12 +681,14 @@ static void ctl_on_alarm(int sig) {
 static int control_calls_under_a_timer(const char *path) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = ctl_on_alarm;
+  sa.sa_handler = ctl_on_tick;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGALRM, &sa, NULL) != 0) return 2;
+  if (sigaction(SIGPROF, &sa, NULL) != 0) return 2;
+  /* (the process's CPU time: a wall-clock timer's handlers took the whole CPU share of a
+   * process on a loaded machine) */
   struct itimerval it = {{0, 20}, {0, 20}};
-  if (setitimer(ITIMER_REAL, &it, NULL) != 0) return 2;
+  if (setitimer(ITIMER_PROF, &it, NULL) != 0) return 2;
   for (int round = 0; round < 40; round++) {
     etr_trace *t;
     if (etr_trace_open(path, NULL, &t) != 0 || etr_trace_enable(t) != 0) return 3;
@@ -704,7 +709,7 @@ static int control_calls_under_a_timer(const char *path) {
     if (etr_trace_close(t) != 0) return 4;
   }
   struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  setitimer(ITIMER_PROF, &off, NULL);
   return ctl_samples > 0 ? 0 : 5;
 }
 
