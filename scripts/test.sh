@@ -9,6 +9,8 @@
 #   (a) gcc    clang-format check (scripts/format.sh --check), then
 #              RelWithDebInfo, -DETR_WERROR=ON, ctest           build/gcc
 #   (b) clang  RelWithDebInfo, -DETR_WERROR=ON, ctest           build/clang
+#              without the tests of the etr command alone (cli.*, labels bench, analysis,
+#              docs): stages (a) and (c) run them; here the library's tests run
 #   (c) asan   -DETR_SANITIZE=address,undefined, ctest          build/asan
 #   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
 #   (e) install tests (ctest -L install) of the four builds
@@ -89,12 +91,14 @@ count_labelled() {
   ctest --test-dir "$1" -N -L "$2" 2>/dev/null | sed -n 's/^Total Tests: *//p'
 }
 
-# run_ctest DIR [LABEL_REGEX]: every test except those with a label matching LABEL_REGEX
-# (default: the install ones). (One -LE only: given twice, ctest keeps just one of them.)
+# run_ctest DIR [LABEL_REGEX [NAME_REGEX]]: every test except those with a label matching
+# LABEL_REGEX (default: the install ones) or a name matching NAME_REGEX. (One -LE only:
+# given twice, ctest keeps just one of them.)
 run_ctest() {
-  local dir=$1 exclude=${2:-^install$}
+  local dir=$1 exclude=${2:-^install$} names=()
+  [ -n "${3:-}" ] && names=(-E "$3")
   ctest --test-dir "$dir" --output-on-failure -j "$ETR_JOBS" --no-tests=error \
-    --timeout 600 -LE "$exclude"
+    --timeout 600 -LE "$exclude" "${names[@]}"
 }
 
 gcc_args=(-DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++)
@@ -109,7 +113,7 @@ stage_gcc() {
 
 stage_clang() {
   etr_build clang "${clang_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_WERROR=ON &&
-    run_ctest build/clang
+    run_ctest build/clang '^(install|bench|analysis|docs)$' '^cli[.]'
 }
 
 # Sanitizer stages: no "slow" tests when such a label exists.

@@ -101,23 +101,7 @@ static void set_when(etr_trace *tr) {
   if (localtime_r(&now, &tm)) strftime(tr->when, sizeof tr->when, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
-/* Closed traces stay allocated as small tombstones, so that a second close (or any call)
- * on the handle is recognised and returns ETR_ESTATE instead of touching freed memory, and
- * a new trace never reuses the address of a recent one. The oldest are freed beyond this
- * many. g_lock held. */
-#define TOMBSTONES 1024
-static etr_trace *g_tombs[TOMBSTONES];
-static size_t g_tomb_next;
-
-static void entomb_locked(etr_trace *tr) {
-  tr->closed = true;
-  etr_trace *old = g_tombs[g_tomb_next];
-  g_tombs[g_tomb_next] = tr;
-  g_tomb_next = (g_tomb_next + 1) % TOMBSTONES;
-  free(old);
-}
-
-/* Frees everything but the handle itself (see entomb_locked).
+/* Frees everything but the handle itself (see etr__trace_entomb).
  * in_child: a forked child's copy, whose mutexes and condition variables may show waiters
  * that do not exist here (destroying them would block): leave them. */
 static void trace_free(etr_trace *tr, bool in_child) {
@@ -560,7 +544,7 @@ static void free_left_behind(etr_trace *tr) {
   pthread_mutex_unlock(&g_lock);
   trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
-  entomb_locked(tr);
+  etr__trace_entomb(tr);
   release_modules_locked();
   pthread_mutex_unlock(&g_lock);
 }
@@ -644,7 +628,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
       return ETR_EFORKED;
     }
     trace_free(tr, true);
-    entomb_locked(tr);
+    etr__trace_entomb(tr);
     pthread_mutex_unlock(&g_lock);
     return ETR_EFORKED;
   }
@@ -724,7 +708,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   if (out) etr_trace_stats_get(tr, out);
   trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
-  entomb_locked(tr);
+  etr__trace_entomb(tr);
   release_modules_locked();
   pthread_mutex_unlock(&g_lock);
   etr_script_release_pending();

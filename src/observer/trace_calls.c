@@ -1,7 +1,9 @@
 /* A trace's public calls against its close (the counting that lets other threads call into
- * a trace while one closes it), and its counters (stats_get, which counts itself the same
- * way). trace.c's close waits through etr__trace_wait_calls. */
+ * a trace while one closes it), its counters (stats_get, which counts itself the same
+ * way), and the closed handles kept as tombstones. trace.c's close waits through
+ * etr__trace_wait_calls. */
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -120,4 +122,22 @@ int etr_trace_stats_get(const etr_trace *tr, etr_trace_stats *out) {
   memcpy(out, &s, n);
   out->struct_size = n;
   return 0;
+}
+
+/* ---- closed handles ----
+ *
+ * Closed traces stay allocated as small tombstones, so that a second close (or any call) on
+ * the handle is recognised and returns ETR_ESTATE instead of touching freed memory, and a
+ * new trace never reuses the address of a recent one. The oldest are freed beyond this many.
+ * Callers serialise (trace.c's lock). */
+#define TOMBSTONES 1024
+static etr_trace *g_tombs[TOMBSTONES];
+static size_t g_tomb_next;
+
+void etr__trace_entomb(etr_trace *tr) {
+  tr->closed = true;
+  etr_trace *old = g_tombs[g_tomb_next];
+  g_tombs[g_tomb_next] = tr;
+  g_tomb_next = (g_tomb_next + 1) % TOMBSTONES;
+  free(old);
 }

@@ -255,7 +255,7 @@ enum { ETR__IO_IDLE = 0, ETR__IO_BUSY = 1, ETR__IO_HANDLER = 2 };
 
 struct etr_trace {
   uint64_t serial;
-  /* A tombstone: the handle was closed (see trace.c). Set once the final counters are in
+  /* A tombstone: the handle was closed (see trace_calls.c). Set once the final counters are in
    * final_stats, before the trace is freed; read without a lock (etr__trace_usable). */
   _Atomic bool closed;
   /* Public calls at work on the trace (etr__trace_call_enter) and close's mark that refuses
@@ -756,6 +756,9 @@ int etr__dup_for_writing(int fd);
  * write (.zst, .zstd, .xz, .bz2, .lz4): never plain JSON under a compressed name. */
 int etr__trace_path_format(const char *path, bool *binary, bool *gzip);
 
+/* Mark tr closed and keep its handle allocated (only everything else is freed) as one of the
+ * last 1 024 closed handles, freeing the oldest (trace_calls.c). Under trace.c's lock. */
+void etr__trace_entomb(struct etr_trace *tr);
 /* Fill a stats snapshot (trace_calls.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);
 /* How many closed traces still wait for their writer, which close left behind (trace.c;
