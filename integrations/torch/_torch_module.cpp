@@ -24,11 +24,15 @@ static PyObject *detach(PyObject *, PyObject *) {
 
 // A Python error that Python code run by a read of a tensor (a subclass's sizes or strides)
 // left set when it raised: etr wrote the tensor without a shape, and the op goes on, so the
-// error is not the op's (python_errors.h).
+// error is not the op's (python_errors.h). A KeyboardInterrupt is a Ctrl-C that came while
+// that code ran: Python gets it back as the interrupt it was (raised in the main thread at
+// its next check, or given to the program's own SIGINT handler), not lost with the read.
 static void drop_python_error(void) {
   if (!Py_IsInitialized()) return;
   PyGILState_STATE g = PyGILState_Ensure();
+  bool interrupt = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
   PyErr_Clear();
+  if (interrupt) PyErr_SetInterrupt();
   PyGILState_Release(g);
 }
 

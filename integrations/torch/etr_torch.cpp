@@ -80,8 +80,16 @@ struct Context;
 // read (strides, or the shape); the error left set would make the op's Python caller fail
 // ("returned a result with an exception set", SystemError) where the untraced program runs: a
 // subclass that refuses strides to ops that never ask for them, as etr does. etr._torch gives the
-// function that drops it (python_errors.h), called once the walk has let its held set go.
+// function that drops it (python_errors.h; a KeyboardInterrupt, a Ctrl-C that came while that
+// code ran, it hands back to Python as an interrupt), called at once: the next read of the
+// walk may run Python code again, which must not find an error set. (It takes the GIL with
+// the thread's held set held, as a subclass's Python sizes code does: detach never waits for a
+// set with the registry of sets held, held.cpp.)
 std::atomic<void (*)(void)> error_drop{nullptr};
+
+void python_error_left() {
+  if (void (*drop)(void) = error_drop.load(std::memory_order_acquire)) drop();
+}
 
 // PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
 // backward ops: each thread says its own when it first records.
@@ -129,7 +137,6 @@ struct ThreadState {
   Held *held = nullptr;  // registered (held_join)
   bool held_locked = false;
   bool sweep_due = false;
-  bool read_failed = false;  // reading a tensor threw something else than a c10::Error
 
   // dtype and device names, made once per thread and interned (names_ keeps them when
   // etr_intern cannot)
@@ -381,10 +388,6 @@ struct ThreadState {
       if (sweep_due) etr_torch::held_sweep_orphans();
       sweep_due = false;
     }
-    if (C10_UNLIKELY(read_failed)) {  // (the set let go first: the drop may wait for the GIL)
-      read_failed = false;
-      if (void (*drop)(void) = error_drop.load(std::memory_order_acquire)) drop();
-    }
   }
 
   // (e: where the tensor goes; the caller's slot, or one from the pool in a list)
@@ -426,13 +429,13 @@ struct ThreadState {
           if (ti->layout() == c10::kStrided) e.strides = ti->strides().data();
         } catch (const c10::Error &) {
         } catch (...) {
-          read_failed = true;
+          python_error_left();
         }
         return etr_value_tensor(&e);
       }
     } catch (const c10::Error &) {  // (PyTorch's own refusal: nothing left behind)
-    } catch (...) {  // (Python code that raised may have left its error set: walk_done)
-      read_failed = true;
+    } catch (...) {                 // (Python code that raised may have left its error set)
+      python_error_left();
     }
     e.storage_offset = 0;
     e.numel = 0;

@@ -4,6 +4,7 @@
 #include "held.h"
 
 #include <mutex>
+#include <thread>
 
 namespace etr_torch {
 namespace {
@@ -12,6 +13,7 @@ std::mutex held_mutex;
 std::vector<Held *> held_sets;     // of living threads
 std::vector<Held *> held_orphans;  // of exited threads, with living objects
 std::atomic<bool> have_orphans{false};
+std::atomic<unsigned> release_waits{0};
 
 void sweep_orphans_locked(bool forget_living) {
   for (size_t i = 0; i < held_orphans.size();) {
@@ -59,14 +61,32 @@ void held_sweep_orphans() {
   if (g.owns_lock()) sweep_orphans_locked(false);
 }
 
+// Never waits for a set with the registry held: a walk holds its set, and may wait inside it
+// for a lock (Python's GIL, asked by a tensor subclass's sizes code) that another thread
+// holds while it waits for the registry (held_join, its first op, run with the GIL held).
+// A busy set is tried again once the registry was let go for a moment (sets joined or left
+// meanwhile are in the next look; a set swept again lets go only what it held since).
 void held_release_all() {
-  std::lock_guard<std::mutex> g(held_mutex);
-  for (Held *h : held_sets) {
-    h->lock();
-    h->sweep(true);
-    h->unlock();
+  std::unique_lock<std::mutex> g(held_mutex);
+  for (;;) {
+    bool busy = false;
+    for (Held *h : held_sets) {
+      if (!h->try_lock()) {
+        busy = true;
+        continue;
+      }
+      h->sweep(true);
+      h->unlock();
+    }
+    if (!busy) break;
+    release_waits.fetch_add(1, std::memory_order_relaxed);
+    g.unlock();
+    std::this_thread::yield();
+    g.lock();
   }
-  sweep_orphans_locked(true);
+  sweep_orphans_locked(true);  // (an orphan's thread is gone: nobody walks it)
 }
+
+unsigned held_test_release_waits() { return release_waits.load(); }
 
 }  // namespace etr_torch

@@ -39,6 +39,7 @@ class Held {
     while (busy_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
   }
   void unlock() { busy_.store(false, std::memory_order_release); }
+  bool try_lock() { return !busy_.exchange(true, std::memory_order_acquire); }
 
   // (locked) Holds t's TensorImpl and, if it has one, its StorageImpl. Returns true when the
   // set is due for a sweep.
@@ -218,6 +219,8 @@ void held_leave(Held *h);
 void held_sweep_orphans();
 // The trace is closed (detach): every set lets all its objects go, the living too.
 void held_release_all();
+// (for tests) How many times held_release_all found a set busy (its thread inside a walk).
+unsigned held_test_release_waits();
 
 }  // namespace etr_torch
 

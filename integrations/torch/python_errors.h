@@ -10,8 +10,9 @@
 extern "C" {
 #endif
 
-// drop: called on the thread, without the GIL held or not (it takes it itself), after a
-// read of a tensor threw something other than PyTorch's own c10::Error; nullptr: none.
+// drop: called on the thread, with the GIL held or not (it takes it itself), right after a
+// read of a tensor threw something other than PyTorch's own c10::Error; it clears the error
+// and hands a KeyboardInterrupt back to Python as an interrupt. nullptr: none.
 ETR_TORCH_API void etr_torch__set_error_drop(void (*drop)(void));
 
 #ifdef __cplusplus

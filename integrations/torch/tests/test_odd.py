@@ -12,6 +12,10 @@ under etr.torch.trace, and its trace must pass `etr validate --strict`.
   "returned a result with an exception set") where the untraced one runs. Now the error is
   dropped with the read; and the tensor keeps its shape (before, written without one, where
   PyTorch's observer, which reads no strides, has it), with contiguous strides.
+- a Ctrl-C that comes while such strides code runs inside etr's read (a KeyboardInterrupt
+  raised there): the program gets its KeyboardInterrupt, raised in the main thread at its
+  next check as a Ctrl-C is. Before, it was dropped with the read's error, and the program
+  ran on as if never interrupted.
 - undefined tensors (the grads layer_norm's backward does not compute, an optional Tensor
   passed as an undefined one) have an id, one for all of them, as PyTorch's observer gives
   its one undefined tensor (before, id 0).
@@ -132,7 +136,10 @@ def sizes_in_python():
 
 
 class NoStrides(torch.Tensor):
-    """A wrapper whose strides are refused (its ops unwrap it and never ask)."""
+    """A wrapper whose strides are refused (its ops unwrap it and never ask); with ctrl_c
+    set, the next query raises KeyboardInterrupt instead (a Ctrl-C that came while it ran)."""
+
+    ctrl_c = False
 
     @staticmethod
     def __new__(cls, elem):
@@ -148,6 +155,9 @@ class NoStrides(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if func.overloadpacket in (torch.ops.aten.sym_stride, torch.ops.aten.stride,
                                    torch.ops.aten.sym_storage_offset):
+            if NoStrides.ctrl_c:
+                NoStrides.ctrl_c = False
+                raise KeyboardInterrupt("a Ctrl-C while the strides code ran")
             raise NotImplementedError("no strides here")
 
         def unwrap(x):
@@ -180,6 +190,25 @@ def strides_refused():
             check(n["inputs"]["shapes"][0] == [3, 4] and n["inputs"]["strides"][0] == [4, 1],
                   "%s keeps its input's shape: %r %r" % (n["name"], n["inputs"]["shapes"],
                                                           n["inputs"]["strides"]))
+
+
+def ctrl_c_in_strides():
+    path = os.path.join(TMP, "ctrl_c.json")
+    a = NoStrides(torch.randn(3, 4))
+    got = None
+    with etr.torch.trace(path):
+        NoStrides.ctrl_c = True
+        try:
+            for i in range(100):
+                a + a
+        except KeyboardInterrupt:
+            got = i
+    if not check(not NoStrides.ctrl_c, "etr asked the strides (the Ctrl-C's moment)"):
+        NoStrides.ctrl_c = False
+        return
+    check(got is not None, "the program gets the KeyboardInterrupt raised in the strides code "
+          "etr's read ran (not swallowed with the read's error)")
+    validate_strict(path)
 
 
 def undefined_tensors():
@@ -293,4 +322,5 @@ def kinds_side_by_side():
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([sizes_in_python, strides_refused, undefined_tensors, kinds_side_by_side], "odd tensors and programs"))
+    sys.exit(run_cases([sizes_in_python, strides_refused, ctrl_c_in_strides, undefined_tensors,
+                       kinds_side_by_side], "odd tensors and programs"))
