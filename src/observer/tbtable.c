@@ -243,9 +243,12 @@ etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode) {
   return t;
 }
 
-void etr__tbtab_free(etr__tbtab *t) {
+void etr__tbtab_free(etr__tbtab *t, bool keep_symbolizer) {
   if (!t) return;
-  if (t->sym) etr__symbolizer_free(t->sym);
+  if (keep_symbolizer)
+    etr__symbolizer_give_back(t->sym);
+  else
+    etr__symbolizer_free(t->sym);
   free(t->cut_filter);
   free(t->sites);
   free(t->site_index);
@@ -445,7 +448,7 @@ static void resolve(etr__tbtab *t, site *s) {
       int n = -1;
       etr__symbol sym[ETR__INLINE_MAX];
       if (t->mode == ETR_SYMBOLIZE_FULL) {
-        if (!t->sym) t->sym = etr__symbolizer_new();
+        if (!t->sym) t->sym = etr__symbolizer_take();
         /* dladdr may answer only while this record is still what is loaded there. */
         uintptr_t live = etr__modules_find(etr__modules_generation(), ip) == m ? call : 0;
         if (t->sym) n = etr__symbolize_frames_mapped(t->sym, m, vaddr, live, sym, ETR__INLINE_MAX);

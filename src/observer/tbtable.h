@@ -11,6 +11,7 @@
 #ifndef ETR_OBSERVER_TBTABLE_H
 #define ETR_OBSERVER_TBTABLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "etr/traceback.h"
@@ -20,7 +21,10 @@ typedef struct etr__tbtab etr__tbtab;
 
 /* NULL when memory runs out. */
 etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode);
-void etr__tbtab_free(etr__tbtab *t); /* NULL is a no-op */
+/* NULL is a no-op. keep_symbolizer: its symbolizer's answers serve the next trace
+ * (etr__symbolizer_give_back); false in a forked child, whose copy the parent's writer may
+ * have been changing at the fork. */
+void etr__tbtab_free(etr__tbtab *t, bool keep_symbolizer);
 
 /* Index of the traceback made of these frame words (native return addresses of module
  * generation gen, or ETR__SCRIPT_TAG | script frame id), innermost first; a new index when

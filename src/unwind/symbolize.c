@@ -208,6 +208,38 @@ void etr__symbolizer_free(etr__symbolizer *s) {
   free(s);
 }
 
+/* ---- kept from one trace to the next ----
+ *
+ * Loading a module's file (libdw's index of its DWARF) is most of what symbolizing costs:
+ * about 65 ms for the example runtime's few modules, paid again by every trace with
+ * tracebacks when each had its own symbolizer (a host that opens and closes traces over
+ * and over, as a profiler's schedule does). A trace's writer hands its symbolizer back at
+ * close, and the next trace's writer takes it: the same stacks are then answered from its
+ * cache. What it keeps is its answers only: its files are closed when it is handed back
+ * (no descriptor or libdw memory stays behind a closed trace; a new address loads its file
+ * again), and one that holds more than KEEP_MAX answers, or was given search directories, is
+ * freed instead. The answers stay right across dlclose and dlopen: a module is keyed by
+ * its file's identity and where it was mapped (module_get). */
+#define KEEP_MAX ((size_t)1 << 18)
+static etr__symbolizer *_Atomic g_kept;
+
+etr__symbolizer *etr__symbolizer_take(void) {
+  etr__symbolizer *s = atomic_exchange_explicit(&g_kept, NULL, memory_order_acquire);
+  return s != NULL ? s : etr__symbolizer_new();
+}
+
+static void file_unload(etr__symbolizer *s, sfile *f);
+
+void etr__symbolizer_give_back(etr__symbolizer *s) {
+  if (s == NULL) return;
+  if (s->cache_n > KEEP_MAX || s->ndirs != 0) {
+    etr__symbolizer_free(s);
+    return;
+  }
+  while (s->lru != NULL) file_unload(s, s->lru);
+  etr__symbolizer_free(atomic_exchange_explicit(&g_kept, s, memory_order_acq_rel));
+}
+
 int etr__symbolizer_add_search_dir(etr__symbolizer *s, const char *dir) {
   char **d = realloc(s->dirs, (s->ndirs + 1) * sizeof *d);
   if (d == NULL) return ETR_ENOMEM;

@@ -109,6 +109,11 @@ typedef struct etr__symbolizer etr__symbolizer;
  * NULL when memory runs out. */
 etr__symbolizer *etr__symbolizer_new(void);
 void etr__symbolizer_free(etr__symbolizer *s);
+/* A trace's writer: the symbolizer the last trace gave back (its answers kept, its files
+ * closed), else a new one; and at the trace's end, give it back for the next (or free it
+ * when it grew too large). symbolize.c, "kept from one trace to the next". */
+etr__symbolizer *etr__symbolizer_take(void);
+void etr__symbolizer_give_back(etr__symbolizer *s);
 
 /* Resolve the ELF virtual address vaddr of the module file at path (its build-id, when
  * given, must match, else the lookup fails; build_id non-NULL with build_id_len 0 says the

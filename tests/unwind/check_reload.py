@@ -33,7 +33,7 @@ def main():
         seen.setdefault(n["name"], []).append(names)
     # which ops must be named by their own build (else a module+offset fallback is allowed)
     must = {"noflush": ["op_B"], "flush": ["op_A", "op_B"],
-            "stale": ["op_A", "op_B2"], "deleted": ["op_A", "op_B"]}[mode]
+            "stale": ["op_A", "op_B2"], "deleted": ["op_A", "op_B"], "traces": ["op_B"]}[mode]
     bad = []
     for op, stacks in sorted(seen.items()):
         build = op[3]
@@ -43,7 +43,7 @@ def main():
                 bad.append("%s (build %s) named %s: %s" % (op, build, other, names))
             if op in must and own not in names:
                 bad.append("%s (build %s) not named %s: %s" % (op, build, own, names))
-    want = {"noflush": 6, "flush": 6, "stale": 9, "deleted": 6}[mode]
+    want = {"noflush": 6, "flush": 6, "stale": 9, "deleted": 6, "traces": 3}[mode]
     got = sum(len(v) for v in seen.values())
     if got != want:
         bad.append("%d ops with a traceback, expected %d" % (got, want))

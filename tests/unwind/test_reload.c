@@ -18,6 +18,7 @@
  *         deleted  A's file deleted while loaded, then flushed; B (flushed)
  *         stale    A (flushed); B (op_B1) closed and A installed again before the flush
  *                  that symbolizes it; B installed again (op_B2) and flushed while loaded
+ *         traces   A in a first trace (closed, moved to TRACE.first), B in the next one
  *
  * Exit 0 when the run (and for mem its checks) went right; messages on stderr.
  */
@@ -181,7 +182,7 @@ static int run_tables(const char *lib) {
   bool named = w.buf && strstr(w.buf, "unwind_dl_inner") && strstr(w.buf, "unwind_dl_entry");
   if (!named) fprintf(stderr, "%s\n", w.buf ? w.buf : "(no output)");
   etr__jw_free(&w);
-  etr__tbtab_free(t);
+  etr__tbtab_free(t, false);
   if (!named) die("the library's functions were not named");
   return 0;
 }
@@ -200,6 +201,19 @@ static int run_names(const char *mode, const char *trace, const char *plugin, co
     through_ex(plugin, "op_A", 3, true, true);
     install(b, plugin);
     through(plugin, "op_B", 3, true);
+  } else if (!strcmp(mode, "traces")) {
+    /* A recorded and symbolized in a trace of its own, closed; B installed at the same path
+     * and recorded in the next trace, whose writer takes the first one's symbolizer (its
+     * answers for A's addresses, maybe B's too: the same path, likely the same address) */
+    install(a, plugin);
+    through(plugin, "op_A", 3, false);
+    if (etr_trace_close(g_tr) != 0) die("etr_trace_close failed");
+    char first[4096];
+    snprintf(first, sizeof first, "%s.first", trace);
+    if (rename(trace, first) != 0) die("cannot move the first trace aside");
+    open_trace(trace);
+    install(b, plugin);
+    through(plugin, "op_B", 3, false);
   } else if (!strcmp(mode, "stale")) {
     install(a, plugin);
     through(plugin, "op_A", 3, true);
