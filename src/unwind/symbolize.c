@@ -41,7 +41,6 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,23 +57,6 @@ void etr__symbolize_stats_add(etr_traceback_stats *out) {
   out->symbol_cache_hits += atomic_load_explicit(&g_hits, memory_order_relaxed);
   out->symbol_cache_misses += atomic_load_explicit(&g_misses, memory_order_relaxed);
   out->symbolize_fallbacks += atomic_load_explicit(&g_fallbacks, memory_order_relaxed);
-}
-
-/* ---- C++ demangling without a C++ dependency ---- */
-
-typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-static demangle_fn g_demangle;
-static pthread_once_t g_demangle_once = PTHREAD_ONCE_INIT;
-
-static void demangle_init(void) {
-  void *f = dlsym(RTLD_DEFAULT, "__cxa_demangle");
-  if (f == NULL) {
-    /* Not in the process: load libstdc++ privately (kept for the process's lifetime). */
-    void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
-    if (h != NULL) f = dlsym(h, "__cxa_demangle");
-  }
-  /* Casting a data pointer to a function pointer, as dlsym requires. */
-  memcpy(&g_demangle, &f, sizeof f);
 }
 
 /* ---- the symbolizer: modules, cached answers, strings ---- */
@@ -210,16 +192,12 @@ void etr__symbolizer_free(etr__symbolizer *s) {
 
 /* ---- kept from one trace to the next ----
  *
- * Loading a module's file (libdw's index of its DWARF) is most of what symbolizing costs:
- * about 65 ms for the example runtime's few modules, paid again by every trace with
- * tracebacks when each had its own symbolizer (a host that opens and closes traces over
- * and over, as a profiler's schedule does). A trace's writer hands its symbolizer back at
- * close, and the next trace's writer takes it: the same stacks are then answered from its
- * cache. What it keeps is its answers only: its files are closed when it is handed back
- * (no descriptor or libdw memory stays behind a closed trace; a new address loads its file
- * again), and one that holds more than KEEP_MAX answers, or was given search directories, is
- * freed instead. The answers stay right across dlclose and dlopen: a module is keyed by
- * its file's identity and where it was mapped (module_get). */
+ * Loading a module's file (libdw's index of its DWARF) is most of what symbolizing costs
+ * (65 ms for a small program's modules), paid at every close when each trace had its own
+ * symbolizer. The next trace's writer takes the last one's answers; its files are closed
+ * when it is handed back (no descriptor or libdw memory stays behind a closed trace), and
+ * one holding more than KEEP_MAX answers or search directories is freed instead. Answers
+ * stay right across dlclose and dlopen: modules are keyed by file identity and address. */
 #define KEEP_MAX ((size_t)1 << 18)
 static etr__symbolizer *_Atomic g_kept;
 
@@ -305,17 +283,10 @@ void *etr__symbolizer_alloc(etr__symbolizer *s, size_t n) {
 }
 
 const char *etr__symbolizer_demangle(etr__symbolizer *s, const char *raw) {
-  if (raw[0] == '_' && raw[1] == 'Z') {
-    pthread_once(&g_demangle_once, demangle_init);
-    if (g_demangle != NULL) {
-      int status = -1;
-      char *d = g_demangle(raw, NULL, NULL, &status);
-      const char *r = (d != NULL && status == 0) ? intern(s, d) : NULL;
-      free(d);
-      if (r != NULL) return r;
-    }
-  }
-  return intern(s, raw);
+  char *d = etr__demangle(raw);
+  const char *r = d != NULL ? intern(s, d) : NULL;
+  free(d);
+  return r != NULL ? r : intern(s, raw);
 }
 
 /* ---- files shared by modules ---- */

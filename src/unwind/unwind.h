@@ -153,6 +153,10 @@ int etr__symbolize_frames_mapped(etr__symbolizer *s, const etr__module *m, uint6
 
 void etr__symbolize_stats_add(etr_traceback_stats *out);
 
+/* A C++ symbol demangled (malloc'd: the caller frees it), or NULL when mangled is not a C++
+ * name or no demangler is found (demangle.c: __cxa_demangle, loaded without linking C++). */
+char *etr__demangle(const char *mangled);
+
 /* ---- script frames (script.c) ---- */
 
 /* Script frames are tagged in a frame word so native and script frames share one array. */
