@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "etr/etr.h"
 #include "unwind/symbolize_search.h"
 #include "unwind/unwind.h"
 
@@ -297,4 +298,52 @@ int etr_bench_symbolize(int quick, FILE *report, double *symbolize_warm_ns,
   free(order);
   free(shuffled);
   return wrong ? -1 : 0;
+}
+
+__attribute__((noinline)) static void tb_close_op(int i) {
+  etr_record r;
+  etr_record_init(&r, i % 2 ? "bench::odd" : "bench::even", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&r);
+  etr_record_end(&r);
+  __asm__ volatile("" ::: "memory");
+}
+
+int etr_bench_tb_close(int quick, FILE *report, double *tb_close_first_ms,
+                       double *tb_close_next_ms) {
+  *tb_close_first_ms = *tb_close_next_ms = NAN;
+  char dir[] = "/tmp/etr-bench-tbclose-XXXXXX", path[64];
+  if (mkdtemp(dir) == NULL) return -1;
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  etr_traceback_options tb = ETR_TRACEBACK_OPTIONS_INIT;
+  tb.enabled = true;
+  etr_trace_options opt = ETR_TRACE_OPTIONS_INIT;
+  opt.traceback = &tb;
+  enum { MAX_CYCLES = 21 };
+  int cycles = quick ? 3 : MAX_CYCLES, done = 0;
+  double next[MAX_CYCLES];
+  for (; done < cycles; done++) {
+    etr_trace *t;
+    if (etr_trace_open(path, &opt, &t) != 0) break;
+    etr_trace_enable(t);
+    for (int i = 0; i < 100; i++) tb_close_op(i);
+    double t0 = now_ns();
+    int rc = etr_trace_close(t);
+    double ms = (now_ns() - t0) / 1e6;
+    if (rc != 0) break;
+    if (done == 0)
+      *tb_close_first_ms = ms;
+    else
+      next[done - 1] = ms;
+  }
+  unlink(path);
+  rmdir(dir);
+  if (done < cycles) return -1;
+  *tb_close_next_ms = median(next, (size_t)done - 1);
+  if (report != NULL) {
+    fprintf(report, "  %-26s %12.2f  ms, the first close of a trace with tracebacks\n",
+            "tb_close_first_ms", *tb_close_first_ms);
+    fprintf(report, "  %-26s %12.2f  ms, the next closes (same stacks, %d traces)\n",
+            "tb_close_next_ms", *tb_close_next_ms, done - 1);
+  }
+  return 0;
 }

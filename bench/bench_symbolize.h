@@ -20,4 +20,13 @@
 int etr_bench_symbolize(int quick, FILE *report, double *symbolize_warm_ns,
                         double *symbolize_cold_ns, double *addr2line_ns, double *addr2line_pipe_ns);
 
+/* Traces with tracebacks opened, given a few ops and closed one after another (a
+ * profiler's schedule), in ms per close (the writer symbolizes the stacks at close):
+ *   tb_close_first_ms  the first close (loads the stack's modules' files)
+ *   tb_close_next_ms   median of the next ones (the same stacks: answered from the
+ *                      symbolizer the last trace handed back)
+ * NAN when a trace could not be opened. */
+int etr_bench_tb_close(int quick, FILE *report, double *tb_close_first_ms,
+                       double *tb_close_next_ms);
+
 #endif /* ETR_BENCH_SYMBOLIZE_H */

@@ -43,6 +43,7 @@
 
 #include <etr/etr.h>
 
+#include "bench_args.h"
 #include "bench_report.h"
 #include "pt_baseline.h"
 
@@ -406,94 +407,6 @@ static bytes_result bench_bytes(const char *path, const pool *p, uint64_t warm, 
 
 /* ---- main ---- */
 
-enum {
-  RUN_DISABLED = 1u << 0,
-  RUN_BYTES = 1u << 1,
-  RUN_ENABLED = 1u << 2,
-  RUN_DEVNULL = 1u << 3,
-  RUN_2T = 1u << 4,
-  RUN_BASELINE = 1u << 5,
-  RUN_BASELINE_2T = 1u << 6,
-  RUN_PACED = 1u << 7,
-  RUN_TRACEBACK = 1u << 8,
-  RUN_CAPTURE = 1u << 9,
-  RUN_SYMBOLIZE = 1u << 10,
-  RUN_LTTNG = 1u << 11,
-  RUN_BINARY = 1u << 12,
-  RUN_ALL = (1u << 13) - 1
-};
-
-static const struct {
-  const char *name;
-  unsigned bit;
-} PHASES[] = {{"disabled", RUN_DISABLED},
-              {"bytes", RUN_BYTES},
-              {"enabled", RUN_ENABLED},
-              {"devnull", RUN_DEVNULL},
-              {"2t", RUN_2T},
-              {"baseline", RUN_BASELINE},
-              {"baseline2t", RUN_BASELINE_2T},
-              {"paced", RUN_PACED},
-              {"traceback", RUN_TRACEBACK},
-              {"capture", RUN_CAPTURE},
-              {"symbolize", RUN_SYMBOLIZE},
-              {"lttng", RUN_LTTNG},
-              {"binary", RUN_BINARY}};
-
-static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: etr-bench [--quick] [--ops N] [--reps N] [--only LIST] [--keep] [--interned|--heap]\n"
-      "                 [--help]\n"
-      "  --ops N      ops per repetition in the enabled phases (default 200000); the\n"
-      "               disabled phase runs 100x as many (at least 1000000)\n"
-      "  --reps N     repetitions per figure, median reported (default 11, max %d)\n"
-      "  --quick      smoke run: --ops 5000 --reps 3 (a few seconds at most)\n"
-      "  --only LIST  run only these phases (comma-separated; for profiling): disabled,\n"
-      "               bytes, enabled, devnull, 2t, baseline, baseline2t, paced, traceback, "
-      "binary,\n"
-      "               capture, symbolize, lttng (the last three run etr-bench-capture,\n"
-      "               etr-bench-symbolize and etr-bench-lttng from etr-bench's own\n"
-      "               directory; lttng needs lttng-tools and liblttng-ust); the figures\n"
-      "               of the others are printed as '-' and null\n"
-      "  --interned   every phase passes the op's strings interned (etr_intern), not only\n"
-      "               binary_interned (to count instructions of that path alone)\n"
-      "  --heap       the same with copies of the strings on the heap (binary_heap's)\n"
-      "  --keep       keep the last trace files written (trace-bytes.json, trace.json,\n"
-      "               baseline.json) in the temporary directory\n"
-      "Prints a table, then one JSON line with every figure. Trace files go to a\n"
-      "temporary directory under $TMPDIR (default /tmp), removed unless --keep.\n",
-      MAX_REPS);
-}
-
-static bool parse_u64(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || s[0] == '-') return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_phases(const char *s, unsigned *out) {
-  unsigned m = 0;
-  while (*s) {
-    size_t len = strcspn(s, ",");
-    bool found = false;
-    for (size_t k = 0; k < sizeof PHASES / sizeof PHASES[0]; k++) {
-      if (strlen(PHASES[k].name) == len && strncmp(s, PHASES[k].name, len) == 0) {
-        m |= PHASES[k].bit;
-        found = true;
-      }
-    }
-    if (!found) return false;
-    s += len;
-    if (*s == ',') s++;
-  }
-  *out = m;
-  return m != 0;
-}
-
 int main(int argc, char **argv) {
   uint64_t ops = 200000, reps = 11;
   bool quick = false, ops_set = false, reps_set = false, keep = false;
@@ -501,7 +414,7 @@ int main(int argc, char **argv) {
   unsigned run = RUN_ALL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage(stdout);
+      bench_usage(stdout);
       return 0;
     } else if (strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -512,25 +425,25 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--keep") == 0) {
       keep = true;
     } else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
-      if (!parse_u64(argv[++i], &ops) || ops == 0 || ops > (UINT64_C(1) << 40)) {
+      if (!bench_parse_u64(argv[++i], &ops) || ops == 0 || ops > (UINT64_C(1) << 40)) {
         fprintf(stderr, "etr-bench: bad --ops value '%s'\n", argv[i]);
         return 2;
       }
       ops_set = true;
     } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      if (!parse_u64(argv[++i], &reps) || reps == 0 || reps > MAX_REPS) {
+      if (!bench_parse_u64(argv[++i], &reps) || reps == 0 || reps > MAX_REPS) {
         fprintf(stderr, "etr-bench: bad --reps value '%s' (1..%d)\n", argv[i], MAX_REPS);
         return 2;
       }
       reps_set = true;
     } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
-      if (!parse_phases(argv[++i], &run)) {
+      if (!bench_parse_phases(argv[++i], &run)) {
         fprintf(stderr, "etr-bench: bad --only list '%s'\n", argv[i]);
         return 2;
       }
     } else {
       fprintf(stderr, "etr-bench: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
+      bench_usage(stderr);
       return 2;
     }
   }
@@ -645,17 +558,18 @@ int main(int argc, char **argv) {
   }
   /* Capture and symbolization: their own programs (they use libetr's internals). */
   static const char *const cap_keys[] = {"capture32_ns", "fpwalk32_ns"};
-  static const char *const sym_keys[] = {"symbolize_warm_ns", "symbolize_cold_ns", "addr2line_ns",
-                                         "addr2line_pipe_ns"};
+  static const char *const sym_keys[] = {"symbolize_warm_ns", "symbolize_cold_ns",
+                                         "addr2line_ns",      "addr2line_pipe_ns",
+                                         "tb_close_first_ms", "tb_close_next_ms"};
   static const char *const lttng_keys[] = {"lttng_ns", "lttng_rec_cpu_ns"};
-  double cap[2] = {NAN, NAN}, sym[4] = {NAN, NAN, NAN, NAN}, lt[2] = {NAN, NAN};
+  double cap[2] = {NAN, NAN}, sym[6] = {NAN, NAN, NAN, NAN, NAN, NAN}, lt[2] = {NAN, NAN};
   if (run & RUN_CAPTURE) {
     printf("\n  capture (etr-bench-capture):\n");
     run_sibling("etr-bench-capture", quick, cap_keys, cap, 2);
   }
   if (run & RUN_SYMBOLIZE) {
     printf("\n  symbolization (etr-bench-symbolize):\n");
-    run_sibling("etr-bench-symbolize", quick, sym_keys, sym, 4);
+    run_sibling("etr-bench-symbolize", quick, sym_keys, sym, 6);
   }
   /* The peer: an LTTng-UST tracepoint with the same payload, live session (bench_lttng.c). */
   if (run & RUN_LTTNG) {
@@ -742,6 +656,8 @@ int main(int argc, char **argv) {
   row1("symbolize_cold_ns", sym[1], "ns per address, first address of a module");
   row1("addr2line_ns", sym[2], "ns per address, one addr2line process each");
   row1("addr2line_pipe_ns", sym[3], "ns per address, addr2line on an open pipe");
+  row1("tb_close_first_ms", sym[4], "ms, first close of a trace with tracebacks");
+  row1("tb_close_next_ms", sym[5], "ms, next closes, same stacks (symbolizer kept)");
   row1("symbolize_vs_pipe", sym[3] / sym[0],
        "addr2line_pipe_ns / symbolize_warm_ns (target >= 10)");
   row1("lttng_ns", lt[0], "ns/op, LTTng-UST begin + end tracepoints, same payload, live session");
@@ -818,6 +734,8 @@ int main(int argc, char **argv) {
   json_num("symbolize_cold_ns", sym[1]);
   json_num("addr2line_ns", sym[2]);
   json_num("addr2line_pipe_ns", sym[3]);
+  json_num("tb_close_first_ms", sym[4]);
+  json_num("tb_close_next_ms", sym[5]);
   printf(", \"buffer_waits\": %" PRIu64 "}\n", byt.buffer_waits);
   use_strings(pools, 2, STR_LITERAL); /* (frees the heap copies) */
   return 0;
