@@ -77,4 +77,3 @@ bool bench_parse_phases(const char *s, unsigned *out) {
   *out = m;
   return m != 0;
 }
-

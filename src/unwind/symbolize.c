@@ -198,7 +198,7 @@ void etr__symbolizer_free(etr__symbolizer *s) {
  * when it is handed back (no descriptor or libdw memory stays behind a closed trace), and
  * one holding more than KEEP_MAX answers or search directories is freed instead. Answers
  * stay right across dlclose and dlopen: modules are keyed by file identity and address. */
-#define KEEP_MAX ((size_t)1 << 18)
+#define KEEP_MAX ((size_t)1 << 16) /* (about 100-200 bytes each with their strings) */
 static etr__symbolizer *_Atomic g_kept;
 
 etr__symbolizer *etr__symbolizer_take(void) {
