@@ -530,6 +530,9 @@ static void test_counters(void **state) {
 static void test_symbolizer_kept_across_traces(void **state) {
   (void)state;
   etr_traceback_stats s0, s1, s2;
+  memset(&s0, 0, sizeof s0); /* (struct_size 0: this header's size) */
+  memset(&s1, 0, sizeof s1);
+  memset(&s2, 0, sizeof s2);
   json_t *names[2];
   for (int round = 0; round < 2; round++) {
     assert_int_equal(etr_traceback_stats_get(round ? &s1 : &s0), 0);
