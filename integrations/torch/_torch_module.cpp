@@ -4,6 +4,7 @@
 
 #include "etr/torch.h"
 #include "python_errors.h"
+#include "python_groups.h"
 
 static PyObject *attach(PyObject *, PyObject *) {
   if (etr_torch_attach() != 0) {
@@ -38,10 +39,25 @@ static void drop_python_error(void) {
 
 static PyObject *attached(PyObject *, PyObject *) { return PyBool_FromLong(etr_torch_attached()); }
 
+// name_group(address, name, size, group_rank): python_groups.h (etr.torch's _declare_dist).
+static PyObject *name_group(PyObject *, PyObject *args) {
+  unsigned long long pg;
+  const char *name;
+  long long size, group_rank;
+  if (!PyArg_ParseTuple(args, "KsLL", &pg, &name, &size, &group_rank)) return nullptr;
+  if (etr_torch__name_group(static_cast<uintptr_t>(pg), name, size, group_rank) != 0) {
+    PyErr_SetString(PyExc_ValueError, "a group name etr cannot keep");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"attach", attach, METH_NOARGS, "Record PyTorch's ops into the open etr trace."},
     {"detach", detach, METH_NOARGS, "Stop recording PyTorch's ops."},
     {"attached", attached, METH_NOARGS, "True while attached."},
+    {"name_group", name_group, METH_VARARGS,
+     "Name the process group at a C++ address for its collectives (etr.torch)."},
     {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,

@@ -1,8 +1,12 @@
 // c10d dispatcher ops as etr collective info (comm.h).
 #include "comm.h"
 
+#include "python_groups.h"
+
 #include <c10/core/ScalarType.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -18,6 +22,24 @@
 namespace etr_torch {
 
 namespace {
+
+// The groups etr._torch named, by address (python_groups.h).
+struct NamedGroup {
+  std::string name;
+  int64_t size, group_rank;
+};
+std::mutex named_mutex;
+std::unordered_map<uintptr_t, NamedGroup> named;
+
+// The name given to the group at pg when it still has the size and rank it had then.
+bool named_group(uintptr_t pg, int64_t size, int64_t group_rank, char *out, size_t cap) {
+  std::lock_guard<std::mutex> g(named_mutex);
+  auto it = named.find(pg);
+  if (it == named.end() || it->second.size != size || it->second.group_rank != group_rank)
+    return false;
+  std::snprintf(out, cap, "%s", it->second.name.c_str());
+  return true;
+}
 
 // The elements of the tensors a value holds (a tensor, a list of them, a list of lists),
 // and the dtype of the first. Nested at most two deep, as c10d's arguments are.
@@ -103,7 +125,9 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall
           call->group_rank = args[i].toInt();
           break;
         }
-  if (etr_dist_group_of(pg->getSize(), pg->getRank(), call->pg_name, sizeof call->pg_name) == 1)
+  if (named_group(reinterpret_cast<uintptr_t>(pg), pg->getSize(), pg->getRank(), call->pg_name,
+                  sizeof call->pg_name) ||
+      etr_dist_group_of(pg->getSize(), pg->getRank(), call->pg_name, sizeof call->pg_name) == 1)
     info->pg_name = call->pg_name;
   return true;
 #else
@@ -122,3 +146,18 @@ int64_t comm_next_seq(const char *pg_name) {
 }
 
 }  // namespace etr_torch
+
+extern "C" int etr_torch__name_group(uintptr_t pg, const char *name, int64_t size,
+                                     int64_t group_rank) {
+  if (!name || !*name || std::strlen(name) >= sizeof etr_torch::CommCall::pg_name || size < 1 ||
+      group_rank < 0 || group_rank >= size)
+    return ETR_EINVAL;
+  if (pg == 0) return 0;
+  try {
+    std::lock_guard<std::mutex> g(etr_torch::named_mutex);
+    etr_torch::named[pg] = etr_torch::NamedGroup{name, size, group_rank};
+  } catch (...) {
+    return ETR_ENOMEM;
+  }
+  return 0;
+}

@@ -38,10 +38,10 @@ detach = _torch.detach
 
 
 def _torch_groups(dist):
-    """(name, global ranks in group-rank order, desc, backend config) of each process group
-    torch.distributed knows in this process (the world group, named "0", and the groups this
-    rank belongs to), from its bookkeeping: module globals in PyTorch 1.x, ``_world`` in 2.x.
-    Empty when neither is there."""
+    """(name, global ranks in group-rank order, desc, backend config, group object) of each
+    process group torch.distributed knows in this process (the world group, named "0", and
+    the groups this rank belongs to), from its bookkeeping: module globals in PyTorch 1.x,
+    ``_world`` in 2.x. Empty when neither is there."""
     c10d = dist.distributed_c10d
     world = getattr(c10d, "_world", None)
     names = getattr(world, "pg_names", None) if world is not None else None
@@ -65,8 +65,21 @@ def _torch_groups(dist):
         device = "cuda" if backend == "nccl" else "cpu"
         out.append((str(name), [g for g, _ in sorted(ranks.items(), key=lambda kv: kv[1])],
                     "default_pg" if pg is default else "undefined",
-                    "%s:%s" % (device, backend) if backend else ""))
+                    "%s:%s" % (device, backend) if backend else "", pg))
     return out
+
+
+def _group_address(pg):
+    """The address of the C++ ProcessGroup a Python group object holds, or 0. pybind11 keeps
+    it in the word after the object's header (its "simple" layout, that of a class with one
+    C++ type); read only, never followed: libetr_torch compares it with the group a
+    collective names, so a wrong word matches nothing. (PyTorch 1.13's ProcessGroup has no
+    name, and two groups of the same members can be told apart by their address only.)"""
+    import ctypes
+    t = type(pg)
+    if t.__basicsize__ < 24 or not any(b.__name__ == "pybind11_object" for b in t.__mro__):
+        return 0
+    return ctypes.c_void_p.from_address(id(pg) + 16).value or 0
 
 
 _declared = {}  # (what this process declared: name -> (ranks, desc, backend); the rank)
@@ -85,10 +98,17 @@ def _declare_dist():
             if _declared.get(None) != rank:
                 _etr.set_rank(*rank)
                 _declared[None] = rank
-            for name, ranks, desc, backend in _torch_groups(dist):
+            me = dist.get_rank()
+            for name, ranks, desc, backend, pg in _torch_groups(dist):
                 if _declared.get(name) != (ranks, desc, backend):
                     _etr.declare_group(name, ranks, desc=desc, backend=backend)
                     _declared[name] = (ranks, desc, backend)
+                if me in ranks:  # (what the collectives on it will name, by its address)
+                    try:
+                        _torch.name_group(_group_address(pg), name, len(ranks),
+                                          ranks.index(me))
+                    except Exception:  # (a name etr refused above too)
+                        pass
     except Exception:  # (a PyTorch whose bookkeeping differs; a group etr refuses)
         pass
 

@@ -227,9 +227,46 @@ def torch_dist_late_groups():
         check(pgs == ["1", "0"], "rank 0's collectives' groups: %s" % pgs)
 
 
+def torch_dist_lookalike_groups():
+    """Two groups of the same members (the world and new_group([0, 1])): each collective
+    names its own group, told apart by the address of its C++ ProcessGroup (before: neither
+    was named, as both had the collective's size and rank; PARAM's comm replay then crashed
+    on the broadcast); skipped without etr.torch or gloo."""
+    if not have_torch_gloo():
+        return
+    path = os.path.join(TMP, "talike-%d.json")
+    store = os.path.join(TMP, "talike.store")
+    rc, err = run_py("""
+        import torch, torch.distributed as dist, torch.multiprocessing as mp, etr.torch
+        def run(rank):
+            dist.init_process_group("gloo", init_method="file://%s", rank=rank, world_size=2)
+            same = dist.new_group([0, 1])
+            with etr.torch.trace(%r %% rank):
+                t = torch.ones(4)
+                dist.all_reduce(t)
+                dist.all_reduce(t, group=same)
+                dist.broadcast(t, src=1, group=same)
+                dist.barrier()
+            dist.destroy_process_group()
+        if __name__ == "__main__":
+            mp.spawn(run, nprocs=2)
+    """ % (store, path))
+    check(rc == 0, "two groups of the same members: %d %s" % (rc, err[-400:]))
+    for r in (0, 1):
+        if not validate(TOOL, path % r):
+            continue
+        nodes = load(path % r)["nodes"]
+        got = [(attr(n, "collective_name"), attr(n, "pg_name"), n["inputs"]["values"][2])
+               for n in nodes if n["name"] == "record_param_comms"]
+        check(got == [("allreduce", "0", ["0", "default_pg"]), ("allreduce", "1", ["1", "undefined"]),
+                      ("broadcast", "1", ["1", "undefined"]), ("barrier", "0", ["0", "default_pg"])],
+              "rank %d's collectives name their own groups: %s" % (r, got))
+
+
 def main():
     cases = (
-        dash_m_ranks, dist_api, torch_dist_groups, torch_dist_late_groups)
+        dash_m_ranks, dist_api, torch_dist_groups, torch_dist_late_groups,
+        torch_dist_lookalike_groups)
     return run_cases(cases, "python.ranks: passed")
 
 
