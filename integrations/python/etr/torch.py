@@ -349,3 +349,11 @@ class ExecutionTraceObserver(_Base):
 
 
 ExecutionGraphObserver = ExecutionTraceObserver  # (PyTorch 1.13's name)
+
+
+# Under ETR_TRACE the library attached as it loaded (no block, no observer): the groups are
+# declared here and as init_process_group / new_group make them, for the rest of the run,
+# as a block does while it records; else a sub-group's collectives name no group.
+if _torch.attached():
+    _declare_dist()
+    _watch_groups(True)
