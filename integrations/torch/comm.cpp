@@ -115,9 +115,11 @@ bool comm_info(const char *name, c10::ArrayRef<const c10::IValue> args, CommCall
   call->group_rank = pg->getRank();
   // A rooted collective: PyTorch's record_param_comms holds the root's group rank there
   // (opts.rootRank), the same on every rank, and PARAM's comm replay takes it as the root.
-  // c10d passes it as the first int after the process group (broadcast_, reduce_, gather_,
-  // scatter_; reduce_'s ReduceOp, an object, comes between).
-  static const char *const rooted[] = {"broadcast", "reduce", "gather", "scatter"};
+  // A point-to-point op: the peer's (send's dstRank, recv's srcRank), PARAM's destination or
+  // source. c10d passes it as the first int after the process group (broadcast_, reduce_,
+  // gather_, scatter_, send, recv_; reduce_'s ReduceOp, an object, comes between;
+  // recv_any_source_'s first int is its tag, and it is not listed).
+  static const char *const rooted[] = {"broadcast", "reduce", "gather", "scatter", "send", "recv"};
   for (const char *r : rooted)
     if (std::strcmp(cname, r) == 0)
       for (size_t i = pg_arg + 1; i < args.size(); i++)

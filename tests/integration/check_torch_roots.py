@@ -6,6 +6,9 @@ replay takes that input as the root (et_replay/comm/commsTraceParser.py); with e
 rank there (etr.torch before), every rank was a root and the replay of a broadcast hung.
 Each record_param_comms also has the message the collective wrote as its one output, as
 PyTorch 2.x records outputTensors (an all-reduce's: its input tensors, in place); it had none.
+A send's rank input is its destination's group rank and a recv's its source's (PyTorch's
+dstRank / srcRank), which PARAM's comm replay takes as the peer; with the own rank there, the
+replay sent to itself (gloo crashed).
 
 Usage: check_torch_roots.py WORKDIR  (PYTHONPATH: the build's python/ folder)
 Skips (exit 77) without torch, torch.distributed with gloo, or etr.torch.
@@ -33,6 +36,10 @@ def rank_main(rank, out, port):
         dist.gather(x, outs, dst=1)
         dist.scatter(x, [torch.ones(8), torch.ones(8)] if rank == 1 else None, src=1)
         dist.all_reduce(x)
+        if rank == 0:
+            dist.send(x, dst=1)
+        else:
+            dist.recv(x, src=0)
     dist.destroy_process_group()
 
 
@@ -74,11 +81,12 @@ def main():
                       % (r, name, out, v[:1]))
                 fails += 1
         want = {"broadcast": 1, "reduce": 1, "gather": 1, "scatter": 1, "allreduce": r}
+        want.update({"send": 1} if r == 0 else {"recv": 0})
         for name, w in want.items():
             if seen.get(name) != w:
-                print("FAIL: rank %d: %s's record_param_comms has rank input %r, wanted %d%s"
-                      % (r, name, seen.get(name), w,
-                         " (the root)" if name != "allreduce" else " (this rank)"))
+                why = {"allreduce": "this rank", "send": "the destination", "recv": "the source"}
+                print("FAIL: rank %d: %s's record_param_comms has rank input %r, wanted %d (%s)"
+                      % (r, name, seen.get(name), w, why.get(name, "the root")))
                 fails += 1
     if fails:
         return 1
