@@ -246,6 +246,29 @@ static int open_failed(repair *w, int rc) {
   return rc == ETR_EOPEN ? ETR_CLI_USAGE : ETR_CLI_FAIL;
 }
 
+/* A cut input's footer is written again from the values the reader kept (rp_put_footer): a
+ * value after "nodes" written whole but over the reader's limit (skipped, not loaded) would
+ * be lost, or its table replaced by an empty one. True after the error. (An intact input is
+ * copied as it is, and a value the input stops inside was not written whole: neither is
+ * lost.) */
+static bool lost_to_limit(repair *w) {
+  size_t n;
+  const char *const *k = rd_top_keys(w->r, &n);
+  bool after = false;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(k[i], "nodes")) {
+      after = true;
+    } else if (after && rd_skipped_whole(w->r, k[i])) {
+      cli_error(CMD,
+                "%s: the value of \"%s\" is over the reader's limit and was not loaded: the "
+                "repaired trace would lose it (ETR_READER_LIMIT_MB raises the limit)",
+                w->file, k[i]);
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Copies the header and each complete node. ETR_CLI_OK, or an error status after printing
  * the error. Sets w->intact, or w->reason / w->reason_at for where the input stops. */
 static int copy_nodes(repair *w) {
@@ -286,7 +309,7 @@ static int copy_nodes(repair *w) {
   }
   if (rc == 0) {
     rc = rd_finish(w->r);
-    if (rc == 0 && cli_no_skipped(CMD, w->r)) return ETR_CLI_FAIL;
+    /* (copied to its end as it is: a value the reader skipped, over its limit, is kept too) */
     w->intact = rc == 0;
     if (w->intact) return ETR_CLI_OK;
   }
@@ -298,6 +321,7 @@ static int copy_nodes(repair *w) {
     cli_error(CMD, "%s; not repaired: a limit of the reader, not a cut", read_error(w));
     return ETR_CLI_FAIL;
   }
+  if (lost_to_limit(w)) return ETR_CLI_FAIL;
   snprintf(w->why, sizeof w->why, "%s", split_error(w->r, &w->reason_at));
   w->reason = w->why;
   return ETR_CLI_OK;

@@ -528,6 +528,12 @@ bool rd_skipped(const rd_reader *r, const char *key) {
   return false;
 }
 
+bool rd_skipped_whole(const rd_reader *r, const char *key) {
+  for (size_t i = 0; i < r->n_skipped_whole; i++)
+    if (!strcmp(r->skipped[i], key)) return true;
+  return false;
+}
+
 const char *const *rd_top_keys(const rd_reader *r, size_t *n) {
   *n = r->n_top_keys;
   return r->top_keys;

@@ -178,6 +178,9 @@ const rd_jval *rd_trailer(const rd_reader *r, const char *key);
 /* True when the value of top-level key `key` was over the limit and skipped (rd_trailer
  * gives NULL for it; only its strings and brackets were followed). */
 bool rd_skipped(const rd_reader *r, const char *key);
+/* rd_skipped, and the value was passed over to its end: it is whole in the input (a value the
+ * input stops inside, cut short, is skipped but not whole). */
+bool rd_skipped_whole(const rd_reader *r, const char *key);
 
 /* Bytes the hand backend parsed more than once (a step cut by the end of its window is
  * redone after the window has doubled, so this stays below twice the input): for tests. */

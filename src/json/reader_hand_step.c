@@ -75,7 +75,10 @@ static int h_skip(rd_reader *r) {
     }
   }
   r->hpos = (size_t)(p - r->hb);
-  if (done) r->skipping = false;
+  if (done) {
+    r->skipping = false;
+    r->n_skipped_whole = r->n_skipped;
+  }
   return H_OK;
 }
 

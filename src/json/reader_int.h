@@ -197,6 +197,7 @@ struct rd_reader {
   size_t disc_depth; /* its containers still open */
   const char **skipped;
   size_t n_skipped, skipped_cap;
+  size_t n_skipped_whole; /* skipped[0..n) were passed over to their end (rd_skipped_whole) */
   /* a string of the node being read holds a NUL byte (from a \u0000 escape): node_done then
    * compares names as C strings (strcmp), as commands do, not by length */
   bool nul_str;

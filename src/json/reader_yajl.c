@@ -44,6 +44,7 @@ static int b_discard_close(rd_reader *r, bool container) {
   if (r->disc_depth == 0) {
     r->discard = false;
     r->building = false;
+    r->n_skipped_whole = r->n_skipped;
   }
   return 1;
 }

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""etr commands on inputs of odd shapes at the edge of their bounds (ctest cli.bounded): the
+reader's limit met by a table (ETR_READER_LIMIT_MB=1, so a table of a few hundred KB is over
+it), tables placed before "nodes", a very long name. Each case is a defect found measuring
+the commands at scale (docs/CLI.md, "Common behaviour") and failed before its fix. The
+files are small; nothing here depends on time.
+
+usage: test_bounded.py ETR WORKDIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from etr_checks import PROCESS, THREAD, check, finish  # noqa: E402
+
+ETR, WORK = sys.argv[1:3]
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+
+EMPTY = {"values": [], "shapes": [], "types": [], "strides": []}
+
+
+def attrs(tid, scope=0, extra=()):
+    a = [("rf_id", "uint64", 0), ("fw_parent", "uint64", 0), ("seq_id", "int64", -1),
+         ("scope", "uint64", scope), ("tid", "uint64", tid), ("fw_tid", "uint64", 0),
+         ("op_schema", "string", ""), ("kernel_backend", "string", ""),
+         ("kernel_file", "string", "")] + list(extra)
+    return [{"name": n, "type": t, "value": v} for n, t, v in a]
+
+
+def op(i, name="op", tb=None):
+    extra = [("traceback", "uint64", tb)] if tb is not None else []
+    return {"id": i, "name": name, "ctrl_deps": 2, "inputs": EMPTY, "outputs": EMPTY,
+            "ts": i, "inclusive_dur": 1, "exclusive_dur": 1, "attrs": attrs(1, 0, extra)}
+
+
+def nodes(ops):
+    return ([{"id": 2, "name": THREAD, "ctrl_deps": 1, "inputs": EMPTY, "outputs": EMPTY,
+              "attrs": attrs(1, 7)}] + ops +
+            [{"id": 1, "name": PROCESS, "ctrl_deps": 1, "inputs": EMPTY, "outputs": EMPTY,
+              "attrs": attrs(0, 7)}])
+
+
+def write(name, members):
+    """WORK/name: a JSON object of the (key, value) pairs in this order."""
+    path = os.path.join(WORK, name)
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join("  %s: %s" % (json.dumps(k), json.dumps(v))
+                                   for k, v in members) + "\n}\n")
+    return path
+
+
+HEADER = [("schema", "1.1.1-chakra.0.0.4"), ("pid", 7), ("time", "2026-01-01 00:00:00"),
+          ("start_ts", 0)]
+FRAMES = [{"name": "main", "filename": "m.py", "line": 1},
+          {"name": "step", "filename": "m.py", "line": 2}]
+# 500,000 zeros: about 1 MB of text, more than 8 MiB as the reader holds the values,
+# the trailer's budget under ETR_READER_LIMIT_MB=1 (8 x 1 MiB).
+BIG_TBS = [[1, 0]] + [[0] * 100 for _ in range(5000)]
+
+
+def run(args, limit_mb=None, **kw):
+    env = dict(os.environ, ETR_PROGRESS="0")
+    env.pop("ETR_READER_LIMIT_MB", None)
+    if limit_mb is not None:
+        env["ETR_READER_LIMIT_MB"] = str(limit_mb)
+    return subprocess.run([ETR, *args], capture_output=True, timeout=300, env=env, **kw)
+
+
+def ran(r, what, want=0):
+    return check(r.returncode == want, "%s: exit %d, want %d: %s" %
+                 (what, r.returncode, want, r.stderr[-400:].decode("utf-8", "replace")))
+
+
+def repair_table_over_limit():
+    """etr repair and a "tracebacks" table over the reader's limit. An intact trace is
+    copied as it is, table and all: it was refused (exit 1, "would be lost") though nothing
+    would be. A cut trace whose table was written whole is refused, since its footer is
+    written again from what the reader kept: it was repaired with the table replaced by
+    an empty one per id, exit 0. A cut inside the table is an ordinary cut (that table was
+    never whole): repaired."""
+    members = HEADER + [("nodes", nodes([op(3, tb=0), op(4, tb=1)])), ("finish_ts", 5),
+                        ("frames", FRAMES), ("tracebacks", BIG_TBS),
+                        ("etr", {"version": "0.1.0", "stats": {"nodes_written": 4}})]
+    path = write("big-tables.json", members)
+    out = os.path.join(WORK, "big-tables.repaired.json")
+    r = run(["repair", path, "-o", out], limit_mb=1)
+    if ran(r, "repair of an intact trace whose table is over the limit"):
+        with open(path, "rb") as a, open(out, "rb") as b:
+            check(a.read() == b.read(), "repair of an intact trace: not copied unchanged")
+        check(b"intact" in r.stderr, "repair says intact: %r" % r.stderr)
+    with open(path, "rb") as f:
+        data = f.read()
+    cut_footer = os.path.join(WORK, "big-tables.cut-footer.json")
+    with open(cut_footer, "wb") as f:
+        f.write(data[:data.rindex(b'"stats"')])  # the tables whole, the footer cut
+    out2 = os.path.join(WORK, "cut-footer.repaired.json")
+    r = run(["repair", cut_footer, "-o", out2], limit_mb=1)
+    ran(r, "repair of a cut trace whose whole table is over the limit", want=1)
+    check(b'the value of "tracebacks" is over the reader\'s limit' in r.stderr and
+          not os.path.exists(out2), "repair names the table and writes nothing: %r" % r.stderr)
+    # with the limit raised, the same file repairs and keeps the table
+    r = run(["repair", cut_footer, "-o", out2])
+    if ran(r, "repair of the cut trace under the default limit"):
+        with open(out2) as f:
+            d = json.load(f)
+        check(d.get("tracebacks") == BIG_TBS and d["etr"]["repair"]["tracebacks_lost"] == 0,
+              "the repaired trace keeps its table")
+    cut_table = os.path.join(WORK, "big-tables.cut-table.json")
+    with open(cut_table, "wb") as f:
+        f.write(data[:data.index(b'"tracebacks"') + 1400000])  # cut inside the table, once skipped
+    out3 = os.path.join(WORK, "cut-table.repaired.json")
+    r = run(["repair", cut_table, "-o", out3], limit_mb=1)
+    if ran(r, "repair of a trace cut inside its table over the limit"):
+        with open(out3) as f:
+            d = json.load(f)
+        check(d["etr"]["repair"]["nodes_kept"] == 4, "cut inside the table: %r" % d["etr"])
+
+
+CASES = [repair_table_over_limit]
+
+for case in CASES:
+    try:
+        case()
+    except Exception as e:  # noqa: BLE001 (a case that crashes is a failure, not the end)
+        check(False, "%s raised %r" % (case.__name__, e))
+sys.exit(finish("cli.bounded: passed"))
