@@ -106,6 +106,25 @@ static void put_key(etr__jw *w, const char *key, bool *first) {
   etr__jw_raw(w, ": ", 2);
 }
 
+static bool is_header_key(const char *k) {
+  return !strcmp(k, "schema") || !strcmp(k, "pid") || !strcmp(k, "time") || !strcmp(k, "start_ts");
+}
+
+/* A header key (is_header_key) with the value the reader took from the file; nothing when it
+ * kept none (a schema or time that is not a string). */
+static void put_header_key(etr__jw *w, const rd_rheader *h, const char *k, bool *first) {
+  if (!strcmp(k, "schema") || !strcmp(k, "time")) {
+    const char *v = k[0] == 's' ? h->schema : h->time;
+    if (v != NULL) {
+      put_key(w, k, first);
+      etr__jw_str(w, v, strlen(v));
+    }
+  } else if (!strcmp(k, "pid") || !strcmp(k, "start_ts")) {
+    put_key(w, k, first);
+    etr__jw_i64(w, k[0] == 'p' ? h->pid : h->start_ts);
+  }
+}
+
 /* ---- frames ----
  *
  * Each input frame becomes one or more output frames: a module frame whose address is in
@@ -632,29 +651,16 @@ int cmd_symbolize(int argc, char **argv) {
     goto done;
   }
 
-  /* Header: the keys before "nodes", in file order. */
+  /* Header: the header keys before "nodes", in file order (every other key goes after the
+   * nodes, below: tables before them, as a tool that sorts keys leaves them, are kept). */
   const rd_rheader *h = rd_header(in.r);
   size_t nkeys;
   const char *const *keys = rd_top_keys(in.r, &nkeys);
   etr__jw_char(&w, '{');
   bool first = true;
-  for (size_t i = 0; i < nkeys && strcmp(keys[i], "nodes") != 0; i++) {
-    const char *k = keys[i];
-    if (!strcmp(k, "schema") && h->schema != NULL) {
-      put_key(&w, k, &first);
-      etr__jw_str(&w, h->schema, strlen(h->schema));
-    } else if (!strcmp(k, "pid")) {
-      put_key(&w, k, &first);
-      etr__jw_i64(&w, h->pid);
-    } else if (!strcmp(k, "time") && h->time != NULL) {
-      put_key(&w, k, &first);
-      etr__jw_str(&w, h->time, strlen(h->time));
-    } else if (!strcmp(k, "start_ts")) {
-      put_key(&w, k, &first);
-      etr__jw_i64(&w, h->start_ts);
-    }
-    /* else an unknown header key: the reader keeps no value for it (it warned) */
-  }
+  size_t nodes_at = 0;
+  for (; nodes_at < nkeys && strcmp(keys[nodes_at], "nodes") != 0; nodes_at++)
+    put_header_key(&w, h, keys[nodes_at], &first);
   put_key(&w, "nodes", &first);
   etr__jw_char(&w, '[');
 
@@ -682,10 +688,13 @@ int cmd_symbolize(int argc, char **argv) {
     goto done;
   }
   keys = rd_top_keys(in.r, &nkeys);
-  size_t i = 0;
-  while (i < nkeys && strcmp(keys[i], "nodes") != 0) i++;
-  for (i++; i < nkeys && w.err == 0; i++) {
+  for (size_t i = 0; i < nkeys && w.err == 0; i++) {
     const char *k = keys[i];
+    if (i == nodes_at) continue;
+    if (is_header_key(k)) {
+      if (i > nodes_at) put_header_key(&w, h, k, &first); /* (the others are written) */
+      continue;
+    }
     if (!strcmp(k, "finish_ts")) {
       put_key(&w, k, &first);
       etr__jw_i64(&w, rd_finish_ts(in.r));

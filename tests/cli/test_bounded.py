@@ -120,7 +120,29 @@ def repair_table_over_limit():
         check(d["etr"]["repair"]["nodes_kept"] == 4, "cut inside the table: %r" % d["etr"])
 
 
-CASES = [repair_table_over_limit]
+def symbolize_keys_in_any_order():
+    """etr symbolize keeps every top-level value wherever it stands. A trace whose keys were
+    sorted (jq -S, json.dump(sort_keys=True)) has "frames" and "etr" before "nodes" and
+    the header after it: symbolize wrote only "nodes" and "tracebacks" (the frames, schema,
+    pid, time, start_ts, finish_ts and footer gone, exit 0). Now the header keys before
+    "nodes" stay there and every other key follows the nodes."""
+    members = HEADER + [("nodes", nodes([op(3, tb=0), op(4, tb=1)])), ("finish_ts", 5),
+                        ("frames", FRAMES), ("tracebacks", [[1, 0], [0]]),
+                        ("etr", {"version": "0.1.0", "stats": {"nodes_written": 4}})]
+    want = dict(members)
+    for name, order in (("sorted", sorted(members)),
+                        ("tables-first", [m for m in members if m[0] != "nodes"] +
+                         [("nodes", want["nodes"])])):
+        path = write("keys-%s.json" % name, order)
+        r = run(["symbolize", path])
+        if not ran(r, "symbolize of a trace with its keys %s" % name):
+            continue
+        got = json.loads(r.stdout)
+        check(got == want, "symbolize, keys %s: %s lost or changed" % (
+            name, sorted(k for k in want if got.get(k) != want[k])))
+
+
+CASES = [repair_table_over_limit, symbolize_keys_in_any_order]
 
 for case in CASES:
     try:
