@@ -306,7 +306,18 @@ static void put_repair_member(repair *w) {
              w->input_bytes);
 }
 
-/* The footer: "]", finish_ts, the tables written whole, "etr". */
+/* Whether top-level key k came before "nodes": then the header, copied as it is, holds it
+ * (a trace whose keys were sorted has "etr", "finish_ts" and "frames" there). */
+static bool in_header(const rd_reader *r, const char *k) {
+  size_t n;
+  const char *const *keys = rd_top_keys(r, &n);
+  for (size_t i = 0; i < n && strcmp(keys[i], "nodes") != 0; i++)
+    if (!strcmp(keys[i], k)) return true;
+  return false;
+}
+
+/* The footer: "]", finish_ts, the tables written whole, "etr"; each key once (one the header
+ * holds is not written again). */
 void rp_put_footer(repair *w) {
   an_out *o = &w->o;
   rd_reader *r = w->r;
@@ -320,7 +331,8 @@ void rp_put_footer(repair *w) {
     }
   }
   w->finish_ts = fin;
-  an_out_fmt(o, "\n  ],\n  \"finish_ts\": %" PRId64 ",\n  ", fin);
+  an_out_cstr(o, "\n  ]");
+  if (!in_header(r, "finish_ts")) an_out_fmt(o, ",\n  \"finish_ts\": %" PRId64, fin);
   /* other keys of the trailer read whole, in file order */
   size_t nk;
   const char *const *keys = rd_top_keys(r, &nk);
@@ -336,10 +348,10 @@ void rp_put_footer(repair *w) {
       continue;
     const rd_jval *v = rd_trailer(r, k);
     if (!v) continue;
+    an_out_cstr(o, ",\n  ");
     an_out_jstr(o, k, strlen(k));
     an_out_cstr(o, ": ");
     an_out_jval(o, v);
-    an_out_cstr(o, ",\n  ");
   }
   const rd_jval *frames = rd_trailer(r, "frames");
   const rd_jval *tbs = rd_trailer(r, "tracebacks");
@@ -348,22 +360,26 @@ void rp_put_footer(repair *w) {
     /* the tables the recorder kept beside the trace: the tracebacks the trace names beyond
      * them (their nodes written after the last entries reached that file) map to [] */
     w->tracebacks_lost = w->tb_unresolved;
-    an_out_cstr(o, "\"frames\": [");
+    an_out_cstr(o, ",\n  \"frames\": [");
     an_out_raw(o, w->side_frames, w->side_frames_len);
     an_out_cstr(o, "\n  ],\n  \"tracebacks\": [");
     an_out_raw(o, w->side_tbs, w->side_tbs_len);
     for (uint64_t i = w->side_n_tbs; i <= w->tb_max; i++)
       an_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
-    an_out_cstr(o, "\n  ],\n  ");
+    an_out_cstr(o, "\n  ]");
   } else if (tbs || named || frames) {
-    an_out_cstr(o, "\"frames\": ");
-    if (frames)
-      an_out_jval(o, frames);
-    else
-      an_out_cstr(o, "[]");
+    if (!in_header(r, "frames")) {
+      an_out_cstr(o, ",\n  \"frames\": ");
+      if (frames)
+        an_out_jval(o, frames);
+      else
+        an_out_cstr(o, "[]");
+    }
     if (tbs) {
-      an_out_cstr(o, ",\n  \"tracebacks\": ");
-      an_out_jval(o, tbs);
+      if (!in_header(r, "tracebacks")) {
+        an_out_cstr(o, ",\n  \"tracebacks\": ");
+        an_out_jval(o, tbs);
+      }
     } else if (named) {
       /* the frames of these tracebacks were never written: each id maps to [] (unknown) */
       w->tracebacks_lost = w->tb_nodes;
@@ -371,25 +387,28 @@ void rp_put_footer(repair *w) {
       for (uint64_t i = 0; i <= w->tb_max; i++) an_out_raw(o, i ? ",[]" : "[]", i ? 3 : 2);
       an_out_cstr(o, "]");
     }
-    an_out_cstr(o, ",\n  ");
   }
-  const rd_jval *etr = rd_trailer(r, "etr");
-  const rd_jval *ver = etr ? rd_jobj_get(etr, "version") : NULL;
-  an_out_cstr(o, "\"etr\": {\"version\": ");
-  if (ver && ver->kind == ETR_J_STRING)
-    an_out_jval(o, ver);
-  else
-    an_out_cstr(o, "\"" ETR_TOOL_VERSION "\"");
-  if (etr && etr->kind == ETR_J_OBJECT)
-    for (size_t i = 0; i < etr->v.obj.n; i++) {
-      const rd_jmember *m = &etr->v.obj.items[i];
-      if (!strcmp(m->key, "version") || !strcmp(m->key, "repair")) continue;
-      an_out_cstr(o, ", ");
-      an_out_jstr(o, m->key, m->key_len);
-      an_out_cstr(o, ": ");
-      an_out_jval(o, &m->val);
-    }
-  an_out_cstr(o, ", ");
-  put_repair_member(w);
-  an_out_cstr(o, "}\n}\n");
+  /* (an "etr" before "nodes" stays there as it was, without the "repair" member) */
+  if (!in_header(r, "etr")) {
+    const rd_jval *etr = rd_trailer(r, "etr");
+    const rd_jval *ver = etr ? rd_jobj_get(etr, "version") : NULL;
+    an_out_cstr(o, ",\n  \"etr\": {\"version\": ");
+    if (ver && ver->kind == ETR_J_STRING)
+      an_out_jval(o, ver);
+    else
+      an_out_cstr(o, "\"" ETR_TOOL_VERSION "\"");
+    if (etr && etr->kind == ETR_J_OBJECT)
+      for (size_t i = 0; i < etr->v.obj.n; i++) {
+        const rd_jmember *m = &etr->v.obj.items[i];
+        if (!strcmp(m->key, "version") || !strcmp(m->key, "repair")) continue;
+        an_out_cstr(o, ", ");
+        an_out_jstr(o, m->key, m->key_len);
+        an_out_cstr(o, ": ");
+        an_out_jval(o, &m->val);
+      }
+    an_out_cstr(o, ", ");
+    put_repair_member(w);
+    an_out_cstr(o, "}");
+  }
+  an_out_cstr(o, "\n}\n");
 }

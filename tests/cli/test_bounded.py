@@ -142,7 +142,34 @@ def symbolize_keys_in_any_order():
             name, sorted(k for k in want if got.get(k) != want[k])))
 
 
-CASES = [repair_table_over_limit, symbolize_keys_in_any_order]
+def repair_cut_keys_before_nodes():
+    """etr repair of a cut trace whose "etr", "finish_ts" and "frames" come before "nodes"
+    (its keys sorted): the header, copied as it is, holds them, and the footer wrote them
+    again, so the repaired trace had "finish_ts" twice and no etr command read it ("appears
+    twice"). Now each key comes once and the frames are kept."""
+    members = [("etr", {"version": "0.1.0", "stats": {"nodes_written": 6}}), ("finish_ts", 9),
+               ("frames", FRAMES)] + HEADER + \
+              [("nodes", nodes([op(3, tb=0), op(4, tb=1), op(5, tb=0), op(6, tb=1)])),
+               ("tracebacks", [[1, 0], [0]])]
+    path = write("keys-first.json", members)
+    with open(path, "rb") as f:
+        data = f.read()
+    cut = os.path.join(WORK, "keys-first.cut.json")
+    with open(cut, "wb") as f:
+        f.write(data[:data.index(b'"id": 5') + 20])  # cut inside op 5
+    out = os.path.join(WORK, "keys-first.repaired.json")
+    if not ran(run(["repair", cut, "-o", out]), "repair of a cut trace, keys before nodes"):
+        return
+    with open(out) as f:
+        pairs = json.load(f, object_pairs_hook=lambda p: p)
+    keys = [k for k, _ in pairs]
+    check(len(keys) == len(set(keys)), "repair wrote a top-level key twice: %s" % keys)
+    with open(out) as f:
+        check(json.load(f).get("frames") == FRAMES, "repair kept the frames: %s" % keys)
+    ran(run(["summary", out]), "summary of the repaired trace")
+
+
+CASES = [repair_table_over_limit, symbolize_keys_in_any_order, repair_cut_keys_before_nodes]
 
 for case in CASES:
     try:
