@@ -4,6 +4,7 @@
  * back from the latest end that names what each step waited for. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "cli.h"
 #include "lib_an_ops.h"
 
 #include <stdio.h>
@@ -316,7 +317,8 @@ void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const do
       fprintf(f, "    %12.1f us %5.1f%%  %6u x  ", sums[i].total,
               s->makespan > 0 ? 100.0 * sums[i].total / s->makespan : 0.0, sums[i].count);
       an_out o = {.f = f};
-      an_out_sanitized(&o, t->names.strs[sums[i].name], t->names.lens[sums[i].name], "", ' ');
+      an_out_sanitized_cut(&o, t->names.strs[sums[i].name], t->names.lens[sums[i].name],
+                           CLI_TERM_MAX, "", ' ');
       fputc('\n', f);
     }
   }
@@ -334,7 +336,8 @@ void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const do
             st->at_end ? "" : an_bind_name(st->bind),
             (unsigned long long)t->threads[op->thread].tid, (long long)op->id);
     an_out o = {.f = f};
-    an_out_sanitized(&o, t->names.strs[op->name], t->names.lens[op->name], "", ' ');
+    an_out_sanitized_cut(&o, t->names.strs[op->name], t->names.lens[op->name], CLI_TERM_MAX, "",
+                         ' ');
     fputc('\n', f);
   }
   if (show < n) fprintf(f, "    ... (--path 0 prints all)\n");

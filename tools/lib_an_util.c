@@ -346,34 +346,55 @@ static void out_jval(an_out *o, const rd_jval *v) {
 
 void an_out_jval(an_out *o, const rd_jval *v) { out_jval(o, v); }
 
+/* p[from..to) as it is (nothing when empty). */
+static void out_run(an_out *o, const unsigned char *p, size_t from, size_t to) {
+  if (to > from) an_out_raw(o, (const char *)p + from, to - from);
+}
+
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl) {
   const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
+  size_t i = 0, from = 0; /* p[from..i): bytes kept as they are, written at once */
   while (i < len) {
     unsigned char c = p[i];
     if (c >= 0x80) {
       size_t n = etr__utf8_seq(p + i, len - i);
+      if (n != 0 && !(n == 2 && c == 0xc2 && p[i + 1] < 0xa0)) { /* (C1 controls: below) */
+        i += n;
+        continue;
+      }
+      out_run(o, p, from, i);
       if (n == 0) {
         an_out_raw(o, REPLACEMENT, 3);
         i++;
-      } else if (n == 2 && c == 0xc2 && p[i + 1] < 0xa0) {
+      } else {
         an_out_raw(o, " ", 1); /* a C1 control (U+0080..U+009F, CSI among them) */
         i += n;
-      } else {
-        an_out_raw(o, (const char *)p + i, n);
-        i += n;
       }
+      from = i;
       continue;
     }
-    if (c < 0x20 || c == 0x7f) {
-      an_out_raw(o, " ", 1);
-    } else if (strchr(bad, c) != NULL) {
-      an_out_raw(o, &repl, 1);
-    } else {
-      an_out_raw(o, (const char *)p + i, 1);
+    bool control = c < 0x20 || c == 0x7f;
+    if (!control && (*bad == '\0' || strchr(bad, c) == NULL)) {
+      i++;
+      continue;
     }
-    i++;
+    out_run(o, p, from, i);
+    an_out_raw(o, control ? " " : &repl, 1);
+    from = ++i;
   }
+  out_run(o, p, from, len);
+}
+
+void an_out_sanitized_cut(an_out *o, const char *s, size_t len, size_t max, const char *bad,
+                          char repl) {
+  if (len <= max) {
+    an_out_sanitized(o, s, len, bad, repl);
+    return;
+  }
+  size_t n = max;
+  while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--; /* (a character's start) */
+  an_out_sanitized(o, s, n, bad, repl);
+  an_out_raw(o, "...", 3);
 }
 
 /* ---- growable arrays ---- */

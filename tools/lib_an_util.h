@@ -92,6 +92,10 @@ void an_out_jval(an_out *o, const rd_jval *v);
  * by spaces and
  * every byte in `bad` replaced by `repl` — for text formats (folded stacks, DOT, reports). */
 void an_out_sanitized(an_out *o, const char *s, size_t len, const char *bad, char repl);
+/* an_out_sanitized of the first `max` bytes of s at most (cut back to a character's start),
+ * then "..." when it was cut: names in human reports, cut as cli_term cuts (CLI_TERM_MAX). */
+void an_out_sanitized_cut(an_out *o, const char *s, size_t len, size_t max, const char *bad,
+                          char repl);
 
 /* ---- growable arrays ---- */
 

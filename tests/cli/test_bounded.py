@@ -169,7 +169,27 @@ def repair_cut_keys_before_nodes():
     ran(run(["summary", out]), "summary of the repaired trace")
 
 
-CASES = [repair_table_over_limit, symbolize_keys_in_any_order, repair_cut_keys_before_nodes]
+def graph_replay_long_name():
+    """The reports of etr graph and etr replay cut an op name after 1024 bytes, as human
+    output does (docs/CLI.md, "Trace strings are shown, never obeyed"): they wrote it whole,
+    three times (a 200 MB name gave 600 MB of report). Cut at a character's start; control
+    characters still become spaces."""
+    name = "\x1b" + "x" * 1021 + "\u20ac" + "y" * 4000  # the euro sign spans bytes 1022..1024
+    path = write("long-name.json", HEADER + [("nodes", nodes([op(3, name)])), ("finish_ts", 5)])
+    want = " " + "x" * 1021 + "..."
+    for cmd in ("graph", "replay"):
+        r = run([cmd, path])
+        if not ran(r, "%s of an op with a long name" % cmd):
+            continue
+        out = r.stdout.decode("utf-8")  # (a cut inside a character would not decode)
+        lines = [ln for ln in out.splitlines() if "xxxx" in ln]
+        check(len(lines) >= 2 and all(ln.endswith(want) for ln in lines) and "yy" not in out,
+              "%s: the name not cut after 1024 bytes: %d lines, %d bytes" %
+              (cmd, len(lines), len(out)))
+
+
+CASES = [repair_table_over_limit, symbolize_keys_in_any_order, repair_cut_keys_before_nodes,
+         graph_replay_long_name]
 
 for case in CASES:
     try:
