@@ -182,8 +182,10 @@ bool rd_skipped(const rd_reader *r, const char *key);
  * input stops inside, cut short, is skipped but not whole). */
 bool rd_skipped_whole(const rd_reader *r, const char *key);
 
-/* Bytes the hand backend parsed more than once (a step cut by the end of its window is
- * redone after the window has doubled, so this stays below twice the input): for tests. */
+/* Bytes parsed more than once, for tests: the hand backend redoes a step cut by the end of
+ * its window after the window has doubled; yajl lexes a token that spans its feeds (a long
+ * string) again from its start at each feed, and the feeds double while one does. Either
+ * way this stays below about twice the input. */
 uint64_t rd_redone(const rd_reader *r);
 
 /* "FILE: byte N: reason" for the last error, or "" if none. */

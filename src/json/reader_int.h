@@ -138,6 +138,14 @@ struct rd_reader {
   uint64_t feed_base;       /* decompressed offset of the current feed's first byte */
   uint64_t top_end;         /* offset just after the top-level object's '}' (yajl) */
   const unsigned char *feed_ptr;
+  /* yajl lexes a token that spans its feeds (one long string) again from its start at each
+   * feed: after a feed that gave no callback, the blocks are gathered here until twice as
+   * many bytes wait (y_want), so such a token costs about twice its length, not its square */
+  uint64_t y_events; /* callbacks so far */
+  bool y_pending;    /* the last parse gave no callback: a token spans it, from y_from on */
+  uint64_t y_from;
+  unsigned char *y_stage;
+  size_t y_stage_len, y_stage_cap, y_want;
   uint64_t consumed; /* decompressed bytes handed to the parser and fully parsed */
   uint64_t fed;      /* decompressed bytes handed to the parser (source_answer) */
   phase ph;

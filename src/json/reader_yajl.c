@@ -161,6 +161,7 @@ static void begin_build(rd_reader *r, bool node) {
  * top-level object itself. Returns 1 to go on, 0 to stop (error set). `is_open` tells
  * whether the value is a container being opened. */
 static int value_start(rd_reader *r, bool is_map, bool is_open) {
+  r->y_events++;
   if (r->building) return 1;
   switch (r->ph) {
     case PH_START:
@@ -302,6 +303,7 @@ static int cb_start_array(void *ctx) { return start_container(ctx, false); }
 
 static int cb_key(void *ctx, const unsigned char *k, size_t len) {
   rd_reader *r = ctx;
+  r->y_events++;
   if (!r->building) return etr__rd_top_key(r, k, len);
   if (r->discard) return 1;
   char *p = etr__rd_copy_str(r, r->target, k, len, &len);
@@ -312,6 +314,7 @@ static int cb_key(void *ctx, const unsigned char *k, size_t len) {
 }
 
 static int end_container(rd_reader *r) {
+  r->y_events++;
   r->depth--;
   if (r->building) return b_close(r);
   if (r->ph == PH_NODES && r->depth == 1) {
@@ -360,29 +363,33 @@ static bool yajl_trailing_garbage(rd_reader *r, const unsigned char *p, size_t n
   return false;
 }
 
-int etr__rd_yajl_feed(rd_reader *r) {
-  if (r->err) return -1;
-  if (r->parse_done) return 0;
-  const unsigned char *p = NULL;
-  ssize_t k = etr__rd_next_block(r, &p);
-  if (k < 0) return -1;
-  if (k == 0) {
-    r->feed_base = r->consumed;
-    r->yajl_eof = true;
-    yajl_status st = yajl_complete_parse(r->yh);
-    if (r->err) return -1;
-    if (st != yajl_status_ok || r->ph != PH_END) {
-      etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "unexpected end of input (truncated file?)");
-      return -1;
-    }
-    r->parse_done = true;
-    return 0;
-  }
+static bool all_space(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != ' ' && p[i] != '\n' && p[i] != '\r' && p[i] != '\t') return false;
+  return true;
+}
+
+/* The node being built needs more than the limit by its text alone (a token yajl is still
+ * gathering, one long string, is only seen when it ends): true after the error. */
+static bool node_over_limit(rd_reader *r, uint64_t end) {
+  if (!r->building || !r->build_node || end - r->node_off <= r->limit) return false;
+  r->err_limit = true;
+  etr__rd_set_error(r, ETR_EFORMAT, r->node_off,
+                    "node needs more than %zu MiB to read (its text, or the values it holds; "
+                    "ETR_READER_LIMIT_MB raises the limit)",
+                    r->limit >> 20);
+  return true;
+}
+
+/* Hands p[0..k) (the input's bytes from r->consumed on) to yajl: 1, or -1 after the error. */
+static int parse(rd_reader *r, const unsigned char *p, size_t k) {
+  if (r->y_pending) r->redone += r->consumed - r->y_from; /* (lexed again: rd_redone) */
   r->feed_base = r->consumed;
   r->feed_ptr = p;
+  uint64_t events = r->y_events;
   /* yajl takes \v and \f for whitespace; RFC 8259 (and the hand parser) do not, and they
    * are invalid anywhere in JSON (raw control bytes in strings too): stop the block there. */
-  size_t n = (size_t)k;
+  size_t n = k;
   const unsigned char *bad = memchr(p, '\f', n), *vt = memchr(p, '\v', n);
   if (vt && (!bad || vt < bad)) bad = vt;
   if (bad) n = (size_t)(bad - p);
@@ -398,16 +405,65 @@ int etr__rd_yajl_feed(rd_reader *r) {
     return -1;
   }
   r->consumed += (uint64_t)k;
-  /* a token yajl is still gathering (one long string) is only seen when it ends */
-  if (r->building && r->build_node && r->consumed - r->node_off > r->limit) {
-    r->err_limit = true;
-    etr__rd_set_error(r, ETR_EFORMAT, r->node_off,
-                      "node needs more than %zu MiB to read (its text, or the values it holds; "
-                      "ETR_READER_LIMIT_MB raises the limit)",
-                      r->limit >> 20);
-    return -1;
+  if (node_over_limit(r, r->consumed)) return -1;
+  /* No callback in all of it, and not only whitespace (which yajl does not keep): a token
+   * spans it. Gather twice as much before the next parse. */
+  if (r->y_events == events && !all_space(p, k)) {
+    if (!r->y_pending) r->y_from = r->feed_base;
+    r->y_pending = true;
+    r->y_want = r->y_want ? 2 * r->y_want : 2 * k;
+  } else {
+    r->y_pending = false;
+    r->y_want = 0;
   }
   return 1;
+}
+
+int etr__rd_yajl_feed(rd_reader *r) {
+  if (r->err) return -1;
+  if (r->parse_done) return 0;
+  for (;;) {
+    const unsigned char *p = NULL;
+    ssize_t k = etr__rd_next_block(r, &p);
+    if (k < 0) return -1;
+    if (k == 0) {
+      if (r->y_stage_len) {
+        size_t n = r->y_stage_len;
+        r->y_stage_len = 0;
+        if (parse(r, r->y_stage, n) < 0) return -1;
+      }
+      r->feed_base = r->consumed;
+      r->yajl_eof = true;
+      yajl_status st = yajl_complete_parse(r->yh);
+      if (r->err) return -1;
+      if (st != yajl_status_ok || r->ph != PH_END) {
+        etr__rd_set_error(r, ETR_EFORMAT, r->consumed, "unexpected end of input (truncated file?)");
+        return -1;
+      }
+      r->parse_done = true;
+      return 0;
+    }
+    if (r->y_want == 0) return parse(r, p, (size_t)k);
+    /* gathering (at most the limit at once: beyond, a token costs its square again) */
+    size_t need = r->y_stage_len + (size_t)k;
+    if (need > r->y_stage_cap) {
+      size_t cap = r->y_stage_cap ? r->y_stage_cap : 4 * FEED_BLOCK;
+      while (cap < need) cap *= 2;
+      unsigned char *np = realloc(r->y_stage, cap);
+      if (!np) {
+        etr__rd_set_error(r, ETR_ENOMEM, r->consumed, "out of memory");
+        return -1;
+      }
+      r->y_stage = np;
+      r->y_stage_cap = cap;
+    }
+    memcpy(r->y_stage + r->y_stage_len, p, (size_t)k);
+    r->y_stage_len = need;
+    if (node_over_limit(r, r->consumed + need)) return -1;
+    if (need < r->y_want && need < r->limit) continue;
+    r->y_stage_len = 0;
+    return parse(r, r->y_stage, need);
+  }
 }
 
 bool etr__rd_yajl_open(rd_reader *r) {
@@ -419,4 +475,5 @@ bool etr__rd_yajl_open(rd_reader *r) {
 
 void etr__rd_yajl_close(rd_reader *r) {
   if (r->yh) yajl_free(r->yh);
+  free(r->y_stage);
 }
