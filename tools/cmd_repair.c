@@ -9,7 +9,7 @@
  * byte for byte — followed by what repair adds: a placeholder node for each parent that
  * kept nodes name but the file lacks (ops still open at the crash), the process node, and
  * the footer (finish_ts, traceback tables, an "etr" object with a "repair" member).
- * An intact input is copied unchanged (decompressed when it was gzip).
+ * An intact input is copied unchanged (decompressed when it was gzip or zstd).
  *
  * This file is the command: options, the input and output, the two streams side by side
  * (copy_nodes), the report. The raw stream is repair_raw.c, what repair notes of each node
@@ -152,7 +152,7 @@ static int report(const repair *w, bool json) {
   }
   if (w->intact) {
     fprintf(stderr, "etr repair: %s: intact (%" PRIu64 " nodes): copied unchanged%s\n", w->file,
-            w->kept, rd_source_is_gzip(w->raw.src) ? " (decompressed)" : "");
+            w->kept, rd_source_is_compressed(w->raw.src) ? " (decompressed)" : "");
     return ETR_CLI_OK;
   }
   char added[160] = "nothing";

@@ -188,8 +188,25 @@ def graph_replay_long_name():
               (cmd, len(lines), len(out)))
 
 
+def repair_says_decompressed():
+    """etr repair of an intact zstd trace writes plain JSON, as for gzip, and says so: it
+    said "copied unchanged" for zstd (only gzip got "(decompressed)"). Skipped without the
+    zstd tool."""
+    if not shutil.which("zstd"):
+        print("repair_says_decompressed: skipped (no zstd)")
+        return
+    path = write("plain.json", HEADER + [("nodes", nodes([op(3)])), ("finish_ts", 5)])
+    subprocess.run(["zstd", "-q", "-f", path, "-o", path + ".zst"], check=True)
+    out = os.path.join(WORK, "plain.repaired.json")
+    r = run(["repair", path + ".zst", "-o", out])
+    if ran(r, "repair of an intact zstd trace"):
+        with open(path, "rb") as a, open(out, "rb") as b:
+            check(a.read() == b.read(), "repair of a zstd trace: not its JSON")
+        check(b"copied unchanged (decompressed)" in r.stderr, "repair says: %r" % r.stderr)
+
+
 CASES = [repair_table_over_limit, symbolize_keys_in_any_order, repair_cut_keys_before_nodes,
-         graph_replay_long_name]
+         graph_replay_long_name, repair_says_decompressed]
 
 for case in CASES:
     try:
