@@ -279,6 +279,9 @@ int cli_stdin_once(const char *cmd, const char *const *paths, size_t n) {
   return ETR_CLI_OK;
 }
 
+static const char *const no_keys[] = {NULL};
+const rd_options cli_no_trailer = {sizeof(rd_options), NULL, NULL, 0, false, no_keys};
+
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt) {
   memset(in, 0, sizeof *in);
   in->cmd = cmd;

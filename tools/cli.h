@@ -73,6 +73,9 @@ int cli_stdin_once(const char *cmd, const char *const *paths, size_t n);
  * ETR_CLI_FAIL after printing the one-line error (also when stdout is that file: see
  * cli_stdout_check). On failure, in->r is closed already. */
 int cli_open(cli_input *in, const char *cmd, const char *path, const rd_options *opt);
+/* Reader options for a command that uses none of the values after "nodes" (the tables, the
+ * footer): the reader passes over them without holding them (rd_options.trailer_keys). */
+extern const rd_options cli_no_trailer;
 
 /* The next node (valid until the next call): 1, 0 at the end of "nodes", or -1 after printing
  * the reader's one-line error. Updates the progress line. */

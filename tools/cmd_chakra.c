@@ -219,7 +219,7 @@ static bool add_node(cx_trace *c, const rd_rnode *n) {
 
 static int load(cx_trace *c) {
   cli_input in;
-  if (cli_open(&in, CMD, c->path, NULL) != 0) return ETR_CLI_FAIL;
+  if (cli_open(&in, CMD, c->path, &cli_no_trailer) != 0) return ETR_CLI_FAIL;
   const rd_rheader *h = rd_header(in.r);
   if (cli_check_schema(CMD, c->path, h) != ETR_CLI_OK) {
     cli_close(&in);

@@ -648,7 +648,7 @@ int cmd_chrome(int argc, char **argv) {
   }
 
   cli_input in;
-  if (cli_open(&in, CMD, file, NULL) != 0) return ETR_CLI_FAIL;
+  if (cli_open(&in, CMD, file, &cli_no_trailer) != 0) return ETR_CLI_FAIL;
   if (cli_check_schema(CMD, file, rd_header(in.r)) != ETR_CLI_OK) {
     cli_close(&in);
     return ETR_CLI_FAIL;

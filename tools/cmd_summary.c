@@ -652,7 +652,10 @@ int cmd_summary(int argc, char **argv) {
   }
   int ret = ETR_CLI_FAIL;
   cli_input in;
-  if (cli_open(&in, CMD, path, NULL)) goto done;
+  static const char *const footer[] = {"etr", NULL}; /* (the tables are not summed up) */
+  rd_options rdo = ETR_READER_OPTIONS_INIT;
+  rdo.trailer_keys = footer;
+  if (cli_open(&in, CMD, path, &rdo)) goto done;
   if (cli_check_schema(CMD, path, rd_header(in.r)) != ETR_CLI_OK) goto done;
   const rd_rnode *n;
   int rc;

@@ -377,7 +377,7 @@ bool an_optab_finish(an_optab *t) {
 
 int an_optab_load(an_optab *t, const char *cmd, const char *path) {
   cli_input in;
-  if (cli_open(&in, cmd, path, NULL) != 0) return ETR_CLI_FAIL;
+  if (cli_open(&in, cmd, path, &cli_no_trailer) != 0) return ETR_CLI_FAIL;
   if (cli_check_schema(cmd, path, rd_header(in.r)) != ETR_CLI_OK) {
     cli_close(&in);
     return ETR_CLI_FAIL;

@@ -128,7 +128,7 @@ static int cmp_i64(const void *a, const void *b) {
 
 static int read_rank(rk_set *s, rk_rank *rk) {
   cli_input in;
-  if (cli_open(&in, s->cmd, rk->file, NULL)) return ETR_CLI_FAIL;
+  if (cli_open(&in, s->cmd, rk->file, &cli_no_trailer)) return ETR_CLI_FAIL;
   if (cli_check_schema(s->cmd, rk->file, rd_header(in.r)) != ETR_CLI_OK) {
     cli_close(&in);
     return ETR_CLI_FAIL;

@@ -152,9 +152,16 @@ typedef struct rd_options {
    * which conforms to docs/FORMAT.md is handed over without its tree (rd_rnode.conforms),
    * checked while it is scanned; any other node is read as usual. The hand backend only. */
   bool conform;
+  /* The values after "nodes" the caller wants (rd_trailer), a NULL-terminated list of keys;
+   * NULL: all of them. The built-in parser passes over the others without holding them
+   * (their brackets and strings followed, as for a skipped value, but no warning and not
+   * rd_skipped): a command that needs no table reads a trace whose tables are large in a
+   * few MiB. finish_ts and the header's keys are read wherever they stand. yajl builds
+   * every value. */
+  const char *const *trailer_keys;
 } rd_options;
 #define ETR_READER_OPTIONS_INIT \
-  { sizeof(rd_options), NULL, NULL, 0, false }
+  { sizeof(rd_options), NULL, NULL, 0, false, NULL }
 
 /* Open path ("-" = stdin) and read up to the start of "nodes". 0, or a negative ETR_E*
  * code with the message in rd_error (of the reader returned in *out, which must

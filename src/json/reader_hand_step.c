@@ -15,13 +15,14 @@
 #include "etr/common.h"
 #include "json/reader_hand.h"
 
-/* The value of the top-level key r->tkey (at p) needs more than the limit: note it, warn, and
- * pass over it in later steps without building it. */
-static int h_skip_start(rd_reader *r, const unsigned char *p) {
+/* The value of the top-level key r->tkey (at p) needs more than the limit (note: note it and
+ * warn), or is not wanted (rd_options.trailer_keys): pass over it in later steps without
+ * building it. */
+static int h_skip_start(rd_reader *r, const unsigned char *p, bool note) {
   r->skip_next = false;
   r->have_key = false;
   r->hpos = (size_t)(p - r->hb);
-  if (!etr__rd_skip_note(r, r->hb_base + r->hpos)) return H_ERR;
+  if (note && !etr__rd_skip_note(r, r->hb_base + r->hpos)) return H_ERR;
   r->skipping = true;
   r->sk_started = r->sk_str = r->sk_esc = false;
   r->sk_depth = 0;
@@ -162,7 +163,8 @@ static int h_step(rd_reader *r) {
         r->hpos = (size_t)(p + 1 - r->hb);
         return H_OK;
       }
-      if (r->skip_next) return h_skip_start(r, p);
+      if (r->skip_next) return h_skip_start(r, p, true);
+      if (etr__rd_trailer_unwanted(r, r->tkey)) return h_skip_start(r, p, false);
       rd_jval v;
       r->stk_len = 0;
       int st = etr__rd_h_value(r, &p, end, &r->keep, 0, &v);

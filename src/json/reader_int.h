@@ -273,6 +273,9 @@ int etr__rd_top_key(rd_reader *r, const unsigned char *k, size_t len);
 int etr__rd_top_value_done(rd_reader *r, const rd_jval *v);
 /* The value of top-level key r->tkey is over the limit and skipped: note it, warn. 1 or 0. */
 int etr__rd_skip_note(rd_reader *r, uint64_t off);
+/* The value of top-level key k is after "nodes" and not among rd_options.trailer_keys: the
+ * built-in parser passes over it. */
+bool etr__rd_trailer_unwanted(const rd_reader *r, const char *k);
 /* A node's tree was read (at r->node_off, its blocks from r->node_mark): pull out its parts,
  * warn about what is missing, queue it for rd_next. 1, or 0 on error. */
 int etr__rd_node_done(rd_reader *r, const rd_jval *root);

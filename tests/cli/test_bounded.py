@@ -9,6 +9,7 @@ usage: test_bounded.py ETR WORKDIR
 """
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -205,8 +206,42 @@ def repair_says_decompressed():
         check(b"copied unchanged (decompressed)" in r.stderr, "repair says: %r" % r.stderr)
 
 
+def tables_not_held_by_commands_without_use():
+    """The commands that use no table (chrome, graph, replay, chakra; summary uses the "etr"
+    footer only) pass over the tables after "nodes" without holding them: they loaded them
+    whole, up to 1.5 times the trailer's budget (a trace with 1 M distinct tracebacks: 196 MB
+    for summary and chrome, 3.6 MB now). Checked under an address-space limit (RLIMIT_AS,
+    32 MiB) with ETR_READER_LIMIT_MB=8, so that a 3 MB table (1.5 M numbers, about 30 MB
+    as values) is within the trailer's budget (64 MiB) and is loaded when held. Skipped when
+    the command cannot run under that limit at all (sanitizer builds reserve more)."""
+    limit = 32 << 20
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    tiny = write("no-tables.json", HEADER + [("nodes", nodes([op(3)])), ("finish_ts", 5)])
+    if run(["summary", tiny], preexec_fn=limited).returncode != 0:
+        print("tables_not_held_by_commands_without_use: skipped (etr needs more than 32 MiB "
+              "of address space here)")
+        return
+    path = os.path.join(WORK, "big-tables-unused.json")
+    with open(path, "w") as f:
+        f.write(json.dumps(dict(HEADER + [("nodes", nodes([op(3, tb=0)])), ("finish_ts", 5),
+                                          ("frames", FRAMES)]))[:-1])
+        f.write(', "tracebacks": [' + ",".join(["[" + ",".join(["0"] * 100) + "]"] * 15000) +
+                '], "etr": {"version": "0.1.0", "stats": {"nodes_written": 3}}}')
+    for args in (["summary", path], ["chrome", path, "-o", os.devnull], ["graph", path],
+                 ["replay", path]):
+        r = run(args, limit_mb=8, preexec_fn=limited)
+        ran(r, "%s of a trace with a 3 MB table under a 32 MiB address space" % args[0])
+    r = run(["summary", "--json", path], limit_mb=8, preexec_fn=limited)
+    if ran(r, "summary --json under the limit"):
+        check(json.loads(r.stdout)["recorder"]["stats"] == {"nodes_written": 3},
+              "summary still reads the footer: %r" % r.stdout[-200:])
+
+
 CASES = [repair_table_over_limit, symbolize_keys_in_any_order, repair_cut_keys_before_nodes,
-         graph_replay_long_name, repair_says_decompressed]
+         graph_replay_long_name, repair_says_decompressed, tables_not_held_by_commands_without_use]
 
 for case in CASES:
     try:
