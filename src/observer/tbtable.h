@@ -22,8 +22,7 @@ typedef struct etr__tbtab etr__tbtab;
 /* NULL when memory runs out. */
 etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode);
 /* NULL is a no-op. keep_symbolizer: its symbolizer's answers serve the next trace
- * (etr__symbolizer_give_back); false in a forked child, whose copy the parent's writer may
- * have been changing at the fork. */
+ * (etr__symbolizer_give_back); else it is freed too. */
 void etr__tbtab_free(etr__tbtab *t, bool keep_symbolizer);
 
 /* Index of the traceback made of these frame words (native return addresses of module

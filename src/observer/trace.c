@@ -102,8 +102,12 @@ static void set_when(etr_trace *tr) {
 }
 
 /* Frees everything but the handle itself (see etr__trace_entomb).
- * in_child: a forked child's copy, whose mutexes and condition variables may show waiters
- * that do not exist here (destroying them would block): leave them. */
+ * in_child: a forked child's copy. Only the chunk lists are freed, which the fork handlers
+ * held still (q_mutex); the rest was the parent's writer's and recording threads' to change
+ * without a lock at the moment of the fork (a symbolizer's table half grown, an arena being
+ * reallocated), and freeing such a copy could free a block twice: it stays, reachable from
+ * the tombstone (copy-on-write memory the child never touches). Its mutexes and condition
+ * variables may show waiters that do not exist here: left too. */
 static void trace_free(etr_trace *tr, bool in_child) {
   etr__chunk *lists[2] = {tr->q_head, tr->free_chunks};
   for (int i = 0; i < 2; i++)
@@ -112,6 +116,14 @@ static void trace_free(etr_trace *tr, bool in_child) {
       free(c);
       c = n;
     }
+  tr->q_head = tr->free_chunks = NULL;
+  if (in_child) {
+    if (tr->tables_fd >= 0) close(tr->tables_fd); /* (the parent's file: never removed) */
+    tr->tables_fd = -1;
+    if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd);
+    tr->dump_prev_fd = -1;
+    return;
+  }
   for (etr__tstate *ts = tr->threads; ts;) {
     etr__tstate *n = ts->next;
     free(ts->chunk);
@@ -135,7 +147,7 @@ static void trace_free(etr_trace *tr, bool in_child) {
     free(c);
     c = o;
   }
-  etr__tbtab_free(tr->tbtab, !in_child);
+  etr__tbtab_free(tr->tbtab, true);
   etr__ring_free(tr->ring);
   tr->ring = NULL;
   etr__idmap_free(tr->tensors);
@@ -144,7 +156,7 @@ static void trace_free(etr_trace *tr, bool in_child) {
   etr__emit_free(tr);
   free(tr->cev_out.buf);
   tr->cev_out.buf = NULL;
-  if (tr->tables_fd >= 0) close(tr->tables_fd); /* (a forked child's copy: never removed) */
+  if (tr->tables_fd >= 0) close(tr->tables_fd);
   tr->tables_fd = -1;
   free(tr->tables_path);
   tr->tables_path = NULL;
@@ -162,7 +174,6 @@ static void trace_free(etr_trace *tr, bool in_child) {
   tr->tb_cfg_now = NULL;
   tr->tbtab = NULL;
   tr->tensors = tr->storages = NULL;
-  if (in_child) return;
   pthread_mutex_destroy(&tr->threads_mutex);
   pthread_mutex_destroy(&tr->tb_mutex);
   pthread_mutex_destroy(&tr->q_mutex);
