@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "etr/etr.h"
@@ -102,10 +103,10 @@ uint64_t etr_tid_of(uint64_t torch_tid) {
   return it == tid_map.end() ? 0 : it->second;
 }
 
-struct ThreadState {
-  // The values of one call: everything the etr_values point into lives here until the call
-  // that reads them (begin or end) returns. (A callback that runs inside another's walk has
-  // its own: nest, below.)
+// The values of one call: everything the etr_values point into lives here until the call
+// that reads them (begin or end) returns. (A callback that runs inside another's walk has its
+// own: ThreadState::nest.)
+struct WalkValues {
   std::unique_ptr<etr_value[]> top;           // the call's inputs or outputs
   std::unique_ptr<etr_tensor[]> top_tensors;  // their tensors (top[i]'s is top_tensors[i])
   size_t n_top = 0, top_cap = 0;
@@ -114,25 +115,30 @@ struct ThreadState {
   std::deque<std::string> strings;  // opaque objects' kinds, odd dtypes' names
   bool pooled = false;              // items, tensors or strings used since clear()
 
-  // A callback inside a callback of the same thread: the values above hold a walk's result
-  // until its record is begun or ended, and reading a tensor may run ops (a
+  // (nothing allocates: the pools' vectors and the deque trade their buffers)
+  void swap_values(WalkValues &o) noexcept {
+    top.swap(o.top);
+    top_tensors.swap(o.top_tensors);
+    std::swap(n_top, o.n_top);
+    std::swap(top_cap, o.top_cap);
+    std::swap(items, o.items);
+    std::swap(tensors, o.tensors);
+    strings.swap(o.strings);
+    std::swap(pooled, o.pooled);
+  }
+};
+
+struct ThreadState : WalkValues {
+  // A callback inside a callback of the same thread: the values (WalkValues) hold a walk's
+  // result until its record is begun or ended, and reading a tensor may run ops (a
   // __torch_dispatch__ subclass whose sizes or strides are Python code), whose callbacks come
   // back here before the walk is done. walking says a walk is under way (set by Walking,
   // below); a callback that finds one puts the walk's values aside (nest), works on fresh
   // ones, and gives them back when its record is begun or ended (unnest). Before, it
   // overwrote them: the outer op was written with the inner ops' tensors as its own, and a
   // larger inner op freed the outer's array under it.
-  struct Aside {
-    std::unique_ptr<etr_value[]> top;
-    std::unique_ptr<etr_tensor[]> top_tensors;
-    size_t n_top = 0, top_cap = 0;
-    Pool<etr_value> items;
-    Pool<etr_tensor> tensors;
-    std::deque<std::string> strings;
-    bool pooled = false;
-  };
   bool walking = false;
-  std::vector<std::unique_ptr<Aside>> aside;
+  std::vector<std::unique_ptr<WalkValues>> aside;
 
   Held *held = nullptr;  // registered (held_join)
   bool held_locked = false;
@@ -320,40 +326,22 @@ struct ThreadState {
   // (a callback inside a walk) Puts the walk's values aside; false when memory runs out
   // (nothing moved: the nested callback then records no values).
   C10_NOINLINE bool nest() noexcept {
-    std::unique_ptr<Aside> a;
+    std::unique_ptr<WalkValues> a;
     try {  // (all that may fail, before anything moves)
-      a.reset(new Aside());
+      a.reset(new WalkValues());
       aside.reserve(aside.size() + 1);
     } catch (...) {
       return false;
     }
-    a->top = std::move(top);
-    a->top_tensors = std::move(top_tensors);
-    a->n_top = n_top;
-    a->top_cap = top_cap;
-    std::swap(a->items, items);
-    std::swap(a->tensors, tensors);
-    a->strings.swap(strings);
-    a->pooled = pooled;
+    swap_values(*a);
     aside.push_back(std::move(a));
-    top_cap = 0;
-    n_top = 0;
-    pooled = false;
     return true;
   }
 
   // Gives back the values nest() put aside (the nested callback's go).
   C10_NOINLINE void unnest() noexcept {
-    std::unique_ptr<Aside> a = std::move(aside.back());
+    swap_values(*aside.back());
     aside.pop_back();
-    top = std::move(a->top);
-    top_tensors = std::move(a->top_tensors);
-    n_top = a->n_top;
-    top_cap = a->top_cap;
-    std::swap(items, a->items);
-    std::swap(tensors, a->tensors);
-    strings.swap(a->strings);
-    pooled = a->pooled;
   }
 
   uint64_t fw_tid(uint64_t torch_tid) {
@@ -381,13 +369,12 @@ struct ThreadState {
 
   // After a walk of values that held objects: lets the set go, sweeping it when due.
   void walk_done() {
-    if (held_locked) {
-      if (sweep_due) held->sweep(false);
-      held->unlock();
-      held_locked = false;
-      if (sweep_due) etr_torch::held_sweep_orphans();
-      sweep_due = false;
-    }
+    if (!held_locked) return;
+    if (sweep_due) held->sweep(false);
+    held->unlock();
+    held_locked = false;
+    if (sweep_due) etr_torch::held_sweep_orphans();
+    sweep_due = false;
   }
 
   // (e: where the tensor goes; the caller's slot, or one from the pool in a list)

@@ -244,19 +244,17 @@ char *etr__rd_copy_str(rd_reader *r, arena *a, const unsigned char *s, size_t n,
 
 /* ---- top level ---- */
 
-bool etr__rd_trailer_unwanted(const rd_reader *r, const char *k) {
-  const char *const *want = r->opt.trailer_keys;
-  if (want == NULL || r->ph != PH_TRAILER || !strcmp(k, "finish_ts") || !strcmp(k, "schema") ||
-      !strcmp(k, "pid") || !strcmp(k, "time") || !strcmp(k, "start_ts"))
-    return false;
-  for (; *want; want++)
-    if (!strcmp(*want, k)) return false;
-  return true;
-}
-
 static bool is_header_key(const char *k) {
   return !strcmp(k, "schema") || !strcmp(k, "pid") || !strcmp(k, "time") ||
          !strcmp(k, "start_ts") || !strcmp(k, "finish_ts");
+}
+
+bool etr__rd_trailer_unwanted(const rd_reader *r, const char *k) {
+  const char *const *want = r->opt.trailer_keys;
+  if (want == NULL || r->ph != PH_TRAILER || is_header_key(k)) return false;
+  for (; *want; want++)
+    if (!strcmp(*want, k)) return false;
+  return true;
 }
 
 static int64_t int_of(const rd_jval *v, bool *ok) {

@@ -243,12 +243,9 @@ etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode) {
   return t;
 }
 
-void etr__tbtab_free(etr__tbtab *t, bool keep_symbolizer) {
+void etr__tbtab_free(etr__tbtab *t) {
   if (!t) return;
-  if (keep_symbolizer)
-    etr__symbolizer_give_back(t->sym);
-  else
-    etr__symbolizer_free(t->sym);
+  etr__symbolizer_give_back(t->sym);
   free(t->cut_filter);
   free(t->sites);
   free(t->site_index);

@@ -11,7 +11,6 @@
 #ifndef ETR_OBSERVER_TBTABLE_H
 #define ETR_OBSERVER_TBTABLE_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "etr/traceback.h"
@@ -21,9 +20,9 @@ typedef struct etr__tbtab etr__tbtab;
 
 /* NULL when memory runs out. */
 etr__tbtab *etr__tbtab_new(etr_symbolize_mode mode);
-/* NULL is a no-op. keep_symbolizer: its symbolizer's answers serve the next trace
- * (etr__symbolizer_give_back); else it is freed too. */
-void etr__tbtab_free(etr__tbtab *t, bool keep_symbolizer);
+/* NULL is a no-op. Its symbolizer's answers serve the next trace
+ * (etr__symbolizer_give_back). */
+void etr__tbtab_free(etr__tbtab *t);
 
 /* Index of the traceback made of these frame words (native return addresses of module
  * generation gen, or ETR__SCRIPT_TAG | script frame id), innermost first; a new index when

@@ -147,7 +147,7 @@ static void trace_free(etr_trace *tr, bool in_child) {
     free(c);
     c = o;
   }
-  etr__tbtab_free(tr->tbtab, true);
+  etr__tbtab_free(tr->tbtab);
   etr__ring_free(tr->ring);
   tr->ring = NULL;
   etr__idmap_free(tr->tensors);

@@ -182,7 +182,7 @@ static int run_tables(const char *lib) {
   bool named = w.buf && strstr(w.buf, "unwind_dl_inner") && strstr(w.buf, "unwind_dl_entry");
   if (!named) fprintf(stderr, "%s\n", w.buf ? w.buf : "(no output)");
   etr__jw_free(&w);
-  etr__tbtab_free(t, false);
+  etr__tbtab_free(t);
   if (!named) die("the library's functions were not named");
   return 0;
 }

@@ -98,7 +98,7 @@ def _declare_dist():
             if _declared.get(None) != rank:
                 _etr.set_rank(*rank)
                 _declared[None] = rank
-            me = dist.get_rank()
+            me = rank[0]
             for name, ranks, desc, backend, pg in _torch_groups(dist):
                 if _declared.get(name) != (ranks, desc, backend):
                     _etr.declare_group(name, ranks, desc=desc, backend=backend)
