@@ -3,7 +3,7 @@
 #
 #   ./scripts/fuzz.sh                           each target 600 s (the long run)
 #   ./scripts/fuzz.sh --seconds-per-target N    each target N s
-#   ./scripts/fuzz.sh --short                   10 s each (60 s in all); exit 1 on any crash
+#   ./scripts/fuzz.sh --short                   5 s each (30 s in all); exit 1 on any crash
 #   ./scripts/fuzz.sh --targets fuzz_reader     only the targets named (comma separated)
 #   ./scripts/fuzz.sh --update-corpus           merge new coverage into tests/fuzz/corpus/
 #
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     shift
     ;;
   --seconds-per-target=*) secs=${1#*=} ;;
-  --short) secs=10 ;;
+  --short) secs=5 ;;
   --update-corpus) update=1 ;;
   --targets)
     [ $# -ge 2 ] || etr_die "--targets needs a list, e.g. fuzz_reader,fuzz_escape"

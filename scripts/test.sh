@@ -10,14 +10,15 @@
 #              RelWithDebInfo, -DETR_WERROR=ON, ctest           build/gcc
 #   (b) clang  RelWithDebInfo, -DETR_WERROR=ON, ctest           build/clang
 #              without the tests of the etr command alone (cli.*, labels bench, analysis,
-#              docs): stages (a) and (c) run them; here the library's tests run
+#              docs) and the two longest Python ones (python.ranks: gloo ranks;
+#              torch.run_script): stage (a) runs them; here the library's tests run
 #   (c) asan   -DETR_SANITIZE=address,undefined, ctest          build/asan
 #   (d) tsan   -DETR_SANITIZE=thread, ctest                     build/tsan
 #   (e) install tests (ctest -L install) of the four builds
 #   (f) etr-bench --quick smoke run, when etr-bench exists (figures never fail it)
 #   (g) valgrind memcheck of etr-example-runtime (also with tracebacks) and of the stress
 #       program, when valgrind exists
-#   (h) fuzz   the libFuzzer targets for 60 s in all (scripts/fuzz.sh --short)   build/fuzz
+#   (h) fuzz   the libFuzzer targets for 30 s in all (scripts/fuzz.sh --short)   build/fuzz
 #              (the run's corpora, logs and any reproducer: build/fuzz/work)
 # Install tests (label "install") run only in stage (e). Sanitizer stages leave out tests
 # labelled "slow" when there are any.
@@ -113,7 +114,7 @@ stage_gcc() {
 
 stage_clang() {
   etr_build clang "${clang_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETR_WERROR=ON &&
-    run_ctest build/clang '^(install|bench|analysis|docs)$' '^cli[.]'
+    run_ctest build/clang '^(install|bench|analysis|docs)$' '^(cli[.]|python[.]ranks$|torch[.]run_script$)'
 }
 
 # Sanitizer stages: no "slow" tests when such a label exists.
@@ -271,7 +272,7 @@ want d && run_stage d "tsan" stage_tsan
 want e && run_stage e "install" stage_install
 want f && run_stage f "bench smoke" stage_bench
 want g && run_stage g "valgrind" stage_valgrind
-want h && run_stage h "fuzz (60 s)" stage_fuzz
+want h && run_stage h "fuzz (30 s)" stage_fuzz
 
 total=$(($(date +%s) - suite_start))
 if [ "$quick" -eq 1 ]; then

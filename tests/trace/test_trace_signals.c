@@ -76,6 +76,7 @@ typedef struct {
   pthread_t target;
   long target_tid;
   int wfd;
+  atomic_bool read_back; /* the target's read returned: no byte needed */
 } poke;
 
 /* Whether thread tid of this process is blocked in read(2) now (/proc's syscall file
@@ -97,16 +98,16 @@ static bool blocked_in_read(long tid) {
 }
 
 /* Sends SIGINT to the thread once it is blocked in read(2) (a loaded machine may take a
- * while to get it there: a signal before the read would not interrupt it); 3 s later, if
- * the read is still blocked (restarted), unblocks it with a byte so the test fails instead
+ * while to get it there: a signal before the read would not interrupt it); if the read is
+ * still blocked (restarted) 3 s later, unblocks it with a byte so the test fails instead
  * of hanging. */
 static void *poker(void *p) {
   poke *k = p;
   tu_sleep_us(100000);
   for (int i = 0; i < 5000 && !blocked_in_read(k->target_tid); i++) tu_sleep_us(1000);
   pthread_kill(k->target, SIGINT);
-  tu_sleep_us(3000000);
-  if (write(k->wfd, "x", 1) != 1) return NULL;
+  for (int i = 0; i < 3000 && !atomic_load(&k->read_back); i++) tu_sleep_us(1000);
+  if (!atomic_load(&k->read_back) && write(k->wfd, "x", 1) != 1) return NULL;
   return NULL;
 }
 
@@ -120,12 +121,13 @@ static void test_ctrl_c_interrupts_read(void **state) {
   tu_op("before_ctrl_c", NULL, 0, NULL, 0);
   int p[2];
   assert_int_equal(pipe(p), 0);
-  poke k = {pthread_self(), (long)gettid(), p[1]};
+  poke k = {pthread_self(), (long)gettid(), p[1], false};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, poker, &k), 0);
   char c;
   ssize_t n = read(p[0], &c, 1);
   int err = errno;
+  atomic_store(&k.read_back, true);
   pthread_join(th, NULL);
   if (n != -1 || err != EINTR)
     fail_msg("read returned %zd (errno %d): SIGINT did not interrupt it", n, err);
@@ -479,7 +481,13 @@ static void test_writer_blocks_signals(void **state) {
  * runs of five, or aborted in free(). alarm() turns a hang into a failure. */
 
 #define SIG_THREADS 4
+/* (A sanitizer makes every handler call ~10x dearer: a quarter of the rounds, still many
+ * times what the bugs needed to show.) */
+#if defined(TU_ASAN) || defined(TU_TSAN)
+#define SIG_ROUNDS 25
+#else
 #define SIG_ROUNDS 100
+#endif
 #define SIG_OPS 20 /* per thread and round */
 
 static char sig_impl[SIG_THREADS][64], sig_stor[SIG_THREADS][64];
@@ -712,7 +720,7 @@ static int control_calls_under_a_timer(const char *path) {
   if (sigaction(SIGALRM, &sa, NULL) != 0) return 2;
   struct itimerval it = {{0, 20}, {0, 20}};
   if (setitimer(ITIMER_REAL, &it, NULL) != 0) return 2;
-  for (int round = 0; round < 40; round++) {
+  for (int round = 0; round < SIG_ROUNDS * 2 / 5; round++) {
     etr_trace *t;
     if (etr_trace_open(path, NULL, &t) != 0 || etr_trace_enable(t) != 0) return 3;
     for (int k = 0; k < 50; k++) {
