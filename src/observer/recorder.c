@@ -233,6 +233,8 @@ static etr__tstate *tstate_reuse_locked(etr_trace *tr) {
   if (!ts) return NULL;
   tr->tstate_free = ts->free_next;
   ts->free_next = NULL;
+  /* (before top_id changes, which publishes it: fw_top_by_walk) */
+  atomic_store_explicit(&ts->tid_pub, 0, memory_order_relaxed);
   ts->id_next = ts->id_end = 0;
   ts->depth = 0;
   memset(&ts->tensor_ids, 0, sizeof ts->tensor_ids);
@@ -240,7 +242,7 @@ static etr__tstate *tstate_reuse_locked(etr_trace *tr) {
   ts->tb_countdown = 0;
   ts->tb_cfg_version = 0;
   memset(ts->tb_names, 0, sizeof ts->tb_names);
-  atomic_store_explicit(&ts->top_id, 0, memory_order_relaxed);
+  atomic_store_explicit(&ts->top_id, 0, memory_order_release);
   atomic_store_explicit(&ts->depth_pub, 0, memory_order_relaxed);
   ts->finished = false;
   return ts;
@@ -261,6 +263,7 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   /* (from the shared counter, like op ids: a thread node comes before its first op) */
   ts->thread_node_id = atomic_fetch_add_explicit(&tr->next_id, 1, memory_order_relaxed);
   atomic_store_explicit(&ts->top_id, ts->thread_node_id, memory_order_relaxed);
+  atomic_store_explicit(&ts->tid_pub, ts->tid, memory_order_release);
   if (fresh) {
     ts->stream = tr->n_streams++;
     ts->next = tr->threads;
@@ -473,6 +476,34 @@ static bool capture_traceback(etr__tstate *ts, const etr__tbcfg *cfg, uintptr_t 
   return true;
 }
 
+/* The innermost op open on thread tid, found by walking the trace's states: for a thread
+ * whose slot another live thread holds (ids 65 536 apart, etr__tid_slot). Rare, so a walk;
+ * without a lock, as a signal handler may record. A state that changes hands meanwhile
+ * changes tid_pub first (to 0, then to a new thread's id, never tid again: ids are not
+ * reused), so a top read between two equal looks at tid_pub is tid's. 0 when not found
+ * (the thread is gone and its state taken by another). */
+static __attribute__((noinline)) uint64_t fw_top_by_walk(etr_trace *tr, uint64_t tid) {
+  for (etr__tstate *s = __atomic_load_n(&tr->threads, __ATOMIC_ACQUIRE); s; s = s->next) {
+    if (atomic_load_explicit(&s->tid_pub, memory_order_acquire) != tid) continue;
+    uint64_t top = atomic_load_explicit(&s->top_id, memory_order_acquire);
+    if (top && atomic_load_explicit(&s->tid_pub, memory_order_relaxed) == tid) return top;
+  }
+  return 0;
+}
+
+/* fw_parent for forward thread tid: its innermost open op, else its thread node (when it
+ * has no op open or has exited, as PyTorch's observer writes it: the backward ops of a
+ * forward run outside any op); 0 for a thread the trace does not know. */
+static uint64_t fw_top(etr_trace *tr, uint64_t tid) {
+  _Atomic uint64_t *slot = etr__tid_slot(tr, tid, false);
+  uint64_t w = slot ? atomic_load_explicit(slot, memory_order_acquire) : 0;
+  uint64_t fw = etr__tid_value(w, tid);
+  if (fw & 1) return fw >> 1;
+  if (fw)
+    return atomic_load_explicit(&((etr__tstate *)(uintptr_t)fw)->top_id, memory_order_relaxed);
+  return w ? fw_top_by_walk(tr, tid) : 0; /* (w: another thread's slot) */
+}
+
 void etr__trace_enter(const etr_record *rec, void *user) {
   etr_trace *tr = user;
   etr__thread *thr = etr__thread_self();
@@ -507,16 +538,8 @@ void etr__trace_enter(const etr_record *rec, void *user) {
   f->parent = ts->depth ? ts->frames[ts->depth - 1].id : ts->thread_node_id;
   uint64_t fw_parent = 0;
   if (rec->fw_tid) {
-    /* (the forward thread's thread node when it has no op open or has exited, as
-     * PyTorch's observer writes it: the backward ops of a forward run outside any op) */
-    _Atomic uint64_t *slot = etr__tid_slot(tr, rec->fw_tid, false);
-    uint64_t fw =
-        slot ? etr__tid_value(atomic_load_explicit(slot, memory_order_acquire), rec->fw_tid) : 0;
-    if (fw & 1)
-      fw_parent = fw >> 1;
-    else if (fw)
-      fw_parent =
-          atomic_load_explicit(&((etr__tstate *)(uintptr_t)fw)->top_id, memory_order_relaxed);
+    /* (its own thread: what is open here, as the slot would say) */
+    fw_parent = rec->fw_tid == ts->tid ? f->parent : fw_top(tr, rec->fw_tid);
     flags |= ETR__EVF_FW;
   }
   const etr__tbcfg *cfg = atomic_load_explicit(&tr->tb_cfg_now, memory_order_acquire);

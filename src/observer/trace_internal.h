@@ -222,6 +222,9 @@ typedef struct etr__tstate {
   uintptr_t *tb_ips;
   _Atomic uint64_t top_id;    /* id of the innermost open op, else the thread node's: fw_parent */
   _Atomic uint32_t depth_pub; /* depth, for counting ops open at disable */
+  /* tid for other threads' fw_parent lookups when its slot is another thread's (0 while the
+   * state changes hands: recorder.c fw_top_by_walk) */
+  _Atomic uint64_t tid_pub;
   /* Counters, written by the owner only (plain load+store), read by stats. */
   _Atomic uint64_t ops_recorded, ends_without_begin, ends_out_of_order, strings_cut, lists_cut,
       nesting_cut, nodes_dropped, objects, tracebacks, ops_abandoned;

@@ -245,6 +245,74 @@ static void test_fw_parent_past_65536_threads(void **state) {
   fw_parent_case();
 }
 
+/* A forward thread whose id is 65 536 away from a live thread's, here the main thread's:
+ * the slot of its id is the main thread's, which keeps it. Until 2026-11-28 a backward op
+ * of the main thread then had fw_parent 0 for it; the trace now finds the forward thread
+ * among its threads. */
+static void *thread_fw_collide(void *p) {
+  struct fw_ctx *c = p;
+  c->a_tid = etr_thread_id();
+  etr_record open;
+  tu_begin(&open, "fwd_collide", NULL, 0);
+  set_stage(c, 1); /* the main thread: a backward op for this one */
+  wait_stage(c, 2);
+  tu_end(&open, NULL, 0);
+  return NULL;
+}
+
+static void test_fw_parent_slot_of_a_live_thread(void **state) {
+  (void)state;
+#ifdef TU_TSAN
+  skip(); /* (tens of thousands of threads: test_fw_parent_past_65536_threads) */
+#endif
+  tu_trace t;
+  tu_open(&t, NULL);
+  tu_op("main_first", NULL, 0, NULL, 0); /* the main thread takes its slot */
+  uint64_t main_tid = etr_thread_id(), id = 0;
+  pthread_attr_t small;
+  pthread_attr_init(&small);
+  pthread_attr_setstacksize(&small, 64 * 1024);
+  pthread_t th0;
+  assert_int_equal(pthread_create(&th0, &small, thread_id_only, &id), 0);
+  assert_int_equal(pthread_join(th0, NULL), 0);
+  uint64_t want = main_tid + 65536 * ((id - main_tid) / 65536 + 1); /* A's id */
+  while (id + 1 < want) {
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, &small, thread_id_only, &id), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+  }
+  pthread_attr_destroy(&small);
+  struct fw_ctx c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_init(&c.mu, NULL);
+  pthread_cond_init(&c.cv, NULL);
+  pthread_t ta;
+  assert_int_equal(pthread_create(&ta, NULL, thread_fw_collide, &c), 0);
+  wait_stage(&c, 1);
+  assert_int_equal(c.a_tid, want);
+  bw_op("bwd_collide", c.a_tid);
+  set_stage(&c, 2);
+  assert_int_equal(pthread_join(ta, NULL), 0);
+  bw_op("bwd_own", main_tid); /* its own thread as the forward one: what is open here */
+  etr_record holder;
+  tu_begin(&holder, "own_holder", NULL, 0);
+  bw_op("bwd_own_inner", main_tid);
+  tu_end(&holder, NULL, 0);
+  pthread_mutex_destroy(&c.mu);
+  pthread_cond_destroy(&c.cv);
+  tu_close_ok(&t);
+  json_t *fw = tu_node(&t, "fwd_collide"), *bw = tu_node(&t, "bwd_collide");
+  assert_non_null(fw);
+  assert_int_equal(tu_attr_int(bw, "fw_tid"), (json_int_t)want);
+  assert_int_equal(tu_attr_int(bw, "fw_parent"), tu_id(fw));
+  json_t *main_node = tu_thread_node(&t, (json_int_t)main_tid);
+  assert_non_null(main_node);
+  assert_int_equal(tu_attr_int(tu_node(&t, "bwd_own"), "fw_parent"), tu_id(main_node));
+  assert_int_equal(tu_attr_int(tu_node(&t, "bwd_own_inner"), "fw_parent"),
+                   tu_id(tu_node(&t, "own_holder")));
+  tu_free(&t);
+}
+
 /* Many threads at once: every op hangs under its own thread's node. */
 #define NTHREADS 4
 static void *thread_many(void *p) {
@@ -403,10 +471,15 @@ static void test_sampling(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_TEST(test_nesting),      TU_TEST(test_second_thread),
-      TU_TEST(test_fw_parent),    TU_TEST(test_fw_parent_past_65536_threads),
-      TU_TEST(test_many_threads), TU_TEST(test_idle_threads_hold_buffers),
-      TU_TEST(test_scope_filter), TU_TEST(test_sampling),
+      TU_TEST(test_nesting),
+      TU_TEST(test_second_thread),
+      TU_TEST(test_fw_parent),
+      TU_TEST(test_fw_parent_slot_of_a_live_thread),
+      TU_TEST(test_fw_parent_past_65536_threads),
+      TU_TEST(test_many_threads),
+      TU_TEST(test_idle_threads_hold_buffers),
+      TU_TEST(test_scope_filter),
+      TU_TEST(test_sampling),
   };
   return cmocka_run_group_tests_name("trace_tree", tests, NULL, NULL);
 }
