@@ -9,44 +9,17 @@
 //   check TRACE ETR_TOOL  checks a trace of `run`'s ops
 // Checked: `etr validate --strict` accepts the trace; it holds every aten::mm of the two
 // threads (their tid attrs), with the input shapes of each thread's first mm.
-// Built twice: torch_cpp_host (linked with libetr_torch), and with ETR_TORCH_PLAIN
-// torch_plain, a libtorch program that knows nothing of etr (mode run only), for
-// LD_PRELOAD=libetr_torch.so.
-#include <ATen/ATen.h>
+// The ops are cpp_host_work.cpp's; torch_plain (cpp_plain.cpp) runs the same ones knowing
+// nothing of etr, for LD_PRELOAD=libetr_torch.so.
+#include <jansson.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
-#include <thread>
-
-static const int kOps = 5;  // iterations of 2 aten::mm per thread
-
-static void work(int64_t n) {
-  at::Tensor a = at::randn({n, 3}), b = at::randn({3, 2});
-  for (int i = 0; i < kOps; i++) a = at::relu(at::mm(at::mm(a, b), b.t()));
-}
-
-static void run_threads() {
-  std::thread t1(work, 4), t2(work, 6);
-  t1.join();
-  t2.join();
-}
-
-#ifdef ETR_TORCH_PLAIN
-int main(int argc, char **argv) {
-  if (argc != 2 || std::strcmp(argv[1], "run") != 0) {
-    std::fprintf(stderr, "usage: torch_plain run\n");
-    return 2;
-  }
-  run_threads();
-  return 0;
-}
-#else
-#include <jansson.h>
-
 #include <set>
+#include <string>
 
+#include "cpp_host_work.h"
 #include "etr/etr.h"
 #include "etr/torch.h"
 
@@ -129,4 +102,3 @@ int main(int argc, char **argv) {
   }
   return failures ? 1 : 0;
 }
-#endif
