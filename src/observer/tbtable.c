@@ -62,10 +62,16 @@
 #define CUT_FILTER_BITS (1u << 23)
 #ifdef ETR_TEST_HOOKS
 uint32_t etr__tbtab_test_cut_kept = CUT_KEPT_MAX;
+/* Called between an index's free and its replacement (old_slots: the freed index's size, 0
+ * when there was none), the state a fork may copy from the writer. */
+void (*etr__tbtab_test_rehash_gap)(uint32_t old_slots);
+#define REHASH_GAP(old_slots) \
+  (etr__tbtab_test_rehash_gap ? etr__tbtab_test_rehash_gap(old_slots) : (void)0)
 uint32_t etr__tbtab_test_seqs; /* site sequences kept, for the test to read */
 #define CUT_KEPT_LIMIT etr__tbtab_test_cut_kept
 #else
 #define CUT_KEPT_LIMIT CUT_KEPT_MAX
+#define REHASH_GAP(old_slots) ((void)(old_slots))
 #endif
 
 #define TB_UNKNOWN UINT32_MAX   /* pub_of: not looked at yet */
@@ -185,7 +191,9 @@ static bool rehash(uint32_t **index, uint32_t *slots, uint32_t n, const etr__tbt
     while (ix[h]) h = (h + 1) & (ns - 1);
     ix[h] = i + 1;
   }
+  uint32_t old_slots = *index ? *slots : 0;
   free(*index);
+  REHASH_GAP(old_slots); /* (the old index freed, still named: a test forks here) */
   *index = ix;
   *slots = ns;
   return true;

@@ -440,7 +440,8 @@ static void test_fork_child_underscore_exit(void **state) {
  * recording threads may have been changing at the fork without a lock (a table half grown:
  * a block freed twice); now it frees only the chunk lists the fork handlers held still.
  * (The window is a few instructions: 5 runs of 40 forks did not hit it before the change;
- * the test keeps such a child's close beside a busy writer checked.) */
+ * test_trace_tbbound.c's fork_child_closes_tables_half_replaced forks inside it, held there
+ * by a test hook. This one keeps such a child's close beside a busy writer checked.) */
 static atomic_bool busy_stop;
 static atomic_uint busy_forks; /* forks made: the recorder runs 500 ops per fork, beside it */
 static volatile unsigned busy_sink;
