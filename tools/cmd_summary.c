@@ -301,11 +301,15 @@ static void on_node(srun *s, const rd_rnode *n) {
   t->ops++;
   if (n->has_timing) {
     s->timing = true;
-    e->excl = sat_add(e->excl, n->exclusive_dur);
-    e->incl = sat_add(e->incl, n->inclusive_dur);
-    t->busy = sat_add(t->busy, n->exclusive_dur);
+    /* A negative duration (an invalid trace: `etr validate` reports it) counts as 0, as in
+     * graph and replay: a sum of times never goes below 0. */
+    int64_t ex = n->exclusive_dur > 0 ? n->exclusive_dur : 0;
+    int64_t in = n->inclusive_dur > 0 ? n->inclusive_dur : 0;
+    e->excl = sat_add(e->excl, ex);
+    e->incl = sat_add(e->incl, in);
+    t->busy = sat_add(t->busy, ex);
     if (n->ts < t->first_ts) t->first_ts = n->ts;
-    int64_t end = sat_add(n->ts, n->inclusive_dur);
+    int64_t end = sat_add(n->ts, in);
     if (end > t->last_end) t->last_end = end;
   }
   scan_io(s, n, n->inputs);
