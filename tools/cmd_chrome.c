@@ -104,13 +104,15 @@ typedef struct chrome {
   size_t pid_len;
   bool args, flows;
   bool first_event;
-  an_u64map threads; /* tid -> 1 (thread_name emitted) */
-  an_u64map cursor;  /* synthetic: tid -> next free time */
+  an_u64map threads;    /* tid -> 1 (thread_name emitted) */
+  an_u64map cursor;     /* synthetic: tid -> next free time */
+  an_u64map last_synth; /* synthetic: tid -> id of the last untimed op read there */
   /* parent id -> the latest end of its timed children / the earliest start of its untimed
    * ones (each op is laid out by its own timing: a parent spans its children of its kind) */
   pend pending, pending_synth;
   ch_flows waiting; /* untimed ops' flows whose fw_parent is not read yet */
   uint64_t n_timed, n_untimed, n_flows_dropped;
+  uint64_t n_after_parent; /* untimed ops read right after their parent on their thread */
 } chrome;
 
 static bool pend_get(const pend *p, uint64_t id, uint64_t *val) {
@@ -603,6 +605,13 @@ static bool node(chrome *c, const rd_rnode *n) {
   int64_t start = had ? (int64_t)pv : (int64_t)cur;
   int64_t end = (int64_t)cur + 1000;
   if (!an_u64map_put(&c->cursor, n->tid, (uint64_t)end)) return false;
+  /* The layout needs children before their parent: an op read right after its parent (nodes
+   * sorted by id, say) is laid out after it, not inside it. Counted, said at the end. */
+  uint64_t last;
+  if (an_u64map_get(&c->last_synth, n->tid, &last) && n->ctrl_deps > 0 &&
+      last == (uint64_t)n->ctrl_deps)
+    c->n_after_parent++;
+  if (n->id > 0 && !an_u64map_put(&c->last_synth, n->tid, (uint64_t)n->id)) return false;
   sep(c);
   emit_op(c, &c->o, n, start, end - start);
   if (!parent_read && !pend_get(&c->pending_synth, (uint64_t)n->ctrl_deps, NULL)) {
@@ -747,6 +756,13 @@ int cmd_chrome(int argc, char **argv) {
               "etr chrome: note: %s: %llu of %llu op(s) without timing, laid out 1 us each in "
               "recorded order from 0 on their thread; the others at their recorded times\n",
               file, (unsigned long long)c.n_untimed, (unsigned long long)(c.n_untimed + c.n_timed));
+    if (c.n_after_parent)
+      fprintf(stderr,
+              "etr chrome: warning: %s: %llu op(s) without timing come right after their "
+              "parent: the recorded-order layout needs children before their parent (as etr "
+              "and PyTorch write them), so ops listed after their parent are laid out after "
+              "it, not inside it (nesting not shown)\n",
+              file, (unsigned long long)c.n_after_parent);
     if (c.n_flows_dropped)
       fprintf(stderr,
               "etr chrome: note: %llu fw_parent flow(s) left out (fw_parent not found "
@@ -771,6 +787,7 @@ int cmd_chrome(int argc, char **argv) {
   cli_close(&in);
   an_u64map_free(&c.threads);
   an_u64map_free(&c.cursor);
+  an_u64map_free(&c.last_synth);
   pend_free(&c.pending);
   pend_free(&c.pending_synth);
   ch_flows_free(&c.waiting);

@@ -9,6 +9,9 @@ Cases (one ctest entry each):
   schedule   graph's critical-path length and replay's makespan (idle kept and --no-idle)
              against a simulation of the documented model, on the same traces
   negative   an invalid trace with negative durations: no sum of times goes below 0
+  chrome_order  chrome's layout of an untimed trace: nested as recorded when children come
+             before their parent (as etr and PyTorch write them); listed parent first (nodes
+             sorted by id), laid out flat, and a warning says so
 Exit status: 0 pass, 1 fail.
 """
 import argparse
@@ -219,6 +222,28 @@ def check_schedule(etr, path):
               f"replay {' '.join(extra)} {path}: makespan {m and m.group(1)}, reference {want:.1f}")
 
 
+# ---- chrome's layout of untimed ops ----
+
+def check_chrome_order(etr, work):
+    T = THREAD
+    kids_first = [node(2, T, 1, 1), node(4, "c1", 3, 1), node(5, "c2", 3, 1), node(3, "p", 2, 1),
+                  node(6, "q", 2, 1)]
+    for name, nodes, nested in (("kids_first", kids_first, True),
+                                ("parent_first", sorted(kids_first, key=lambda n: n["id"]), False)):
+        path = write(work, name, nodes)
+        out = os.path.join(work, name + ".chrome.json")
+        p = subprocess.run([etr, "chrome", path, "-o", out], capture_output=True, text=True)
+        if not check(p.returncode == 0, f"chrome {name}: exit {p.returncode}: {p.stderr}"):
+            continue
+        ev = {e["args"]["id"]: e for e in load(out)["traceEvents"] if e["ph"] == "X"}
+        inside = all(ev[3]["ts"] <= ev[k]["ts"] and
+                     ev[k]["ts"] + ev[k]["dur"] <= ev[3]["ts"] + ev[3]["dur"] for k in (4, 5))
+        warned = "come right after their parent" in p.stderr
+        check(inside == nested, f"chrome {name}: children inside their parent: {inside}")
+        check(warned == (not nested), f"chrome {name}: warning about the order: {warned}: "
+              f"{p.stderr}")
+
+
 # ---- traces ----
 
 def A(n, t, v):
@@ -296,10 +321,12 @@ def main():
     ap.add_argument("--runtime", default="")
     ap.add_argument("--real", default="")
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["summary", "schedule", "negative"])
+    ap.add_argument("case", choices=["summary", "schedule", "negative", "chrome_order"])
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    if a.case == "negative":
+    if a.case == "chrome_order":
+        check_chrome_order(a.etr, a.work)
+    elif a.case == "negative":
         # invalid: exclusive -1 on p, both durations -4 on n (counted as 0, as graph does)
         p = write(a.work, "negative", [node(2, THREAD, 1, 1), node(4, "c", 3, 1, 5, 3, 3),
                                        node(3, "p", 2, 1, 0, 2, -1), node(5, "n", 2, 1, 10, -4, -4)])
