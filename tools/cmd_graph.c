@@ -180,11 +180,15 @@ int cmd_graph(int argc, char **argv) {
               "critical path (dependencies only, unlimited threads, recorded exclusive "
               "durations; recorded wall time %lld us):\n",
               (long long)(t.t1 - t.t0));
-    } else {
+    } else if (t.n_untimed == t.n) {
       fprintf(out,
-              "critical path (dependencies only, unlimited threads; %s, so every op "
-              "counts 1 unit):\n",
-              t.n_untimed == t.n ? "the trace has no timing" : "some ops have no timing");
+              "critical path (dependencies only, unlimited threads; the trace has no timing, "
+              "so every op counts 1 unit):\n");
+    } else { /* each op by its own timing, as replay costs them */
+      fprintf(out,
+              "critical path (dependencies only, unlimited threads; %zu of %zu ops have no "
+              "timing and count 1 us each, the others their recorded exclusive durations):\n",
+              t.n_untimed, t.n);
     }
     an_sched_print_path(out, &t, &s, cost, (size_t)path_limit);
     if (fflush(out) != 0 || ferror(out)) {

@@ -9,6 +9,9 @@ Cases (one ctest entry each):
   schedule   graph's critical-path length and replay's makespan (idle kept and --no-idle)
              against a simulation of the documented model, on the same traces
   negative   an invalid trace with negative durations: no sum of times goes below 0
+  graph_mixed  graph of a trace where only some ops are timed: the path's length and the
+             cost model the report states agree (timed ops their exclusive time, 1 us each
+             for the others, as replay)
   chrome_order  chrome's layout of an untimed trace: nested as recorded when children come
              before their parent (as etr and PyTorch write them); listed parent first (nodes
              sorted by id), laid out flat, and a warning says so
@@ -321,10 +324,23 @@ def main():
     ap.add_argument("--runtime", default="")
     ap.add_argument("--real", default="")
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["summary", "schedule", "negative", "chrome_order"])
+    ap.add_argument("case", choices=["summary", "schedule", "negative", "chrome_order",
+                                       "graph_mixed"])
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    if a.case == "chrome_order":
+    if a.case == "graph_mixed":
+        # a: 5 us recorded; b has ts only, c no exclusive_dur: untimed, 1 us each
+        b, c = node(4, "b", 2, 1), node(5, "c", 2, 1)
+        b["ts"], c["ts"], c["inclusive_dur"] = 10, 20, 4
+        p = write(a.work, "mixed", [node(2, THREAD, 1, 1), node(3, "a", 2, 1, 0, 5, 5), b, c])
+        out = subprocess.run([a.etr, "graph", p], capture_output=True, text=True).stdout
+        m = re.search(r"length: (\d+) ops, ([\d.]+) us", out)
+        check(m and float(m.group(2)) == 5.0, f"graph mixed: length {m and m.group(2)}, want 5")
+        check("every op counts 1 unit" not in out and "2 of 3 ops have no timing" in out,
+              f"graph mixed: the report's cost model: {out}")
+        out = subprocess.run([a.etr, "replay", p], capture_output=True, text=True).stdout
+        check("predicted makespan: 7.0 us" in out, f"replay mixed: {out}")
+    elif a.case == "chrome_order":
         check_chrome_order(a.etr, a.work)
     elif a.case == "negative":
         # invalid: exclusive -1 on p, both durations -4 on n (counted as 0, as graph does)
