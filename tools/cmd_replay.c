@@ -188,7 +188,17 @@ int cmd_replay(int argc, char **argv) {
       const an_op *op = &t.ops[i];
       an_out_fmt(&o, "%lld,%llu,\"", (long long)op->id,
                  (unsigned long long)t.threads[op->thread].tid);
-      an_out_sanitized(&o, t.names.strs[op->name], t.names.lens[op->name], "\"", '\'');
+      /* RFC 4180: a quote inside the quoted name is doubled (it was written as '), so a
+       * CSV reader gets the name back; control characters are spaces, one row a line. */
+      const char *nm = t.names.strs[op->name], *q;
+      size_t left = t.names.lens[op->name];
+      while ((q = memchr(nm, '"', left)) != NULL) {
+        an_out_sanitized(&o, nm, (size_t)(q - nm), "", ' ');
+        an_out_cstr(&o, "\"\"");
+        left -= (size_t)(q - nm) + 1;
+        nm = q + 1;
+      }
+      an_out_sanitized(&o, nm, left, "", ' ');
       an_out_cstr(&o, "\",");
       if (op->flags & ETR_OPF_TIMED) an_out_fmt(&o, "%lld", (long long)(op->ts - t.t0));
       an_out_fmt(&o, ",%.3f,%.3f,%.3f\n", s.start[i], s.end[i], cost[i]);

@@ -12,6 +12,8 @@ Cases (one ctest entry each):
   graph_mixed  graph of a trace where only some ops are timed: the path's length and the
              cost model the report states agree (timed ops their exclusive time, 1 us each
              for the others, as replay)
+  replay_csv replay --csv read back with Python's csv module: one row per op, names with a
+             quote or a comma whole (control characters as spaces), cost = exclusive time
   chrome_order  chrome's layout of an untimed trace: nested as recorded when children come
              before their parent (as etr and PyTorch write them); listed parent first (nodes
              sorted by id), laid out flat, and a warning says so
@@ -325,10 +327,23 @@ def main():
     ap.add_argument("--real", default="")
     ap.add_argument("--work", required=True)
     ap.add_argument("case", choices=["summary", "schedule", "negative", "chrome_order",
-                                       "graph_mixed"])
+                                       "graph_mixed", "replay_csv"])
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    if a.case == "graph_mixed":
+    if a.case == "replay_csv":
+        names = ['a"b', 'say "hi", twice', "x\ny", "plain"]
+        p = write(a.work, "csv_names", [node(2, THREAD, 1, 1)] +
+                  [node(3 + k, nm, 2, 1, 10 * k, 3 + k, 3 + k) for k, nm in enumerate(names)])
+        out = os.path.join(a.work, "s.csv")
+        r = subprocess.run([a.etr, "replay", p, "--csv", out], capture_output=True, text=True)
+        check(r.returncode == 0, f"replay --csv: exit {r.returncode}: {r.stderr}")
+        import csv
+        with open(out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        got = [(r["name"], float(r["cost_us"])) for r in rows]
+        want = [(nm.replace("\n", " "), 3.0 + k) for k, nm in enumerate(names)]
+        check(got == want, f"replay --csv: rows {got}, want {want}")
+    elif a.case == "graph_mixed":
         # a: 5 us recorded; b has ts only, c no exclusive_dur: untimed, 1 us each
         b, c = node(4, "b", 2, 1), node(5, "c", 2, 1)
         b["ts"], c["ts"], c["inclusive_dur"] = 10, 20, 4
