@@ -313,7 +313,8 @@ void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const do
     for (size_t i = 0; i < t->names.n; i++) sums[i].name = (uint32_t)i;
     qsort(sums, t->names.n, sizeof *sums, cmp_name_sum);
     fprintf(f, "  time on the path by op name:\n");
-    for (size_t i = 0; i < t->names.n && i < 8 && sums[i].total > 0; i++) {
+    size_t i = 0;
+    for (; i < t->names.n && i < 8 && sums[i].total > 0; i++) {
       fprintf(f, "    %12.1f us %5.1f%%  %6u x  ", sums[i].total,
               s->makespan > 0 ? 100.0 * sums[i].total / s->makespan : 0.0, sums[i].count);
       an_out o = {.f = f};
@@ -321,6 +322,19 @@ void an_sched_print_path(FILE *f, const an_optab *t, const an_sched *s, const do
                            CLI_TERM_MAX, "", ' ');
       fputc('\n', f);
     }
+    /* The names past the first 8 in one line, so that the lines and the idle time above
+     * add up to the length. */
+    double rest = 0;
+    unsigned rest_count = 0;
+    size_t rest_names = 0;
+    for (; i < t->names.n && sums[i].total > 0; i++, rest_names++) {
+      rest += sums[i].total;
+      rest_count += sums[i].count;
+    }
+    if (rest_names > 0)
+      fprintf(f, "    %12.1f us %5.1f%%  %6u x  (%zu other op name%s)\n", rest,
+              s->makespan > 0 ? 100.0 * rest / s->makespan : 0.0, rest_count, rest_names,
+              rest_names == 1 ? "" : "s");
   }
   free(sums);
   free(seen);

@@ -14,6 +14,8 @@ Cases (one ctest entry each):
              for the others, as replay)
   replay_csv replay --csv read back with Python's csv module: one row per op, names with a
              quote or a comma whole (control characters as spaces), cost = exclusive time
+  path_names the path's "time on the path by op name" lines and its idle time add up to its
+             length, in graph and replay (a line sums the names past the first 8)
   chrome_order  chrome's layout of an untimed trace: nested as recorded when children come
              before their parent (as etr and PyTorch write them); listed parent first (nodes
              sorted by id), laid out flat, and a warning says so
@@ -327,10 +329,22 @@ def main():
     ap.add_argument("--real", default="")
     ap.add_argument("--work", required=True)
     ap.add_argument("case", choices=["summary", "schedule", "negative", "chrome_order",
-                                       "graph_mixed", "replay_csv"])
+                                       "graph_mixed", "replay_csv", "path_names"])
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    if a.case == "replay_csv":
+    if a.case == "path_names":
+        for p in traces(a):
+            for cmd in ("graph", "replay"):
+                out = subprocess.run([a.etr, cmd, p], capture_output=True, text=True).stdout
+                m = re.search(r"length: \d+ ops, ([\d.]+) us(?: \(([\d.]+) us of it)?", out)
+                if not check(m, f"{cmd} {p}: no length: {out[-300:]}"):
+                    continue
+                lines = re.findall(r"^\s+([\d.]+) us\s+[\d.]+%\s+\d+ x  ", out, re.M)
+                total = sum(map(float, lines)) + float(m.group(2) or 0)
+                check(abs(total - float(m.group(1))) <= 0.1 * (len(lines) + 1),
+                      f"{cmd} {p}: the path's times by name add up to {total:.1f}, "
+                      f"its length is {m.group(1)}")
+    elif a.case == "replay_csv":
         names = ['a"b', 'say "hi", twice', "x\ny", "plain"]
         p = write(a.work, "csv_names", [node(2, THREAD, 1, 1)] +
                   [node(3 + k, nm, 2, 1, 10 * k, 3 + k, 3 + k) for k, nm in enumerate(names)])
