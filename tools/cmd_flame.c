@@ -18,7 +18,8 @@ static void help(void) {
   printf(
       "usage: etr flame [options] FILE [-o OUT]\n"
       "\n"
-      "Folded stacks from the trace's traceback tables: one line per distinct stack,\n"
+      "Folded stacks from the trace's traceback tables: one line per distinct traceback\n"
+      "and op name (tools add up equal lines: without --lines, two tracebacks may read alike),\n"
       "\"frame;frame;...;op COUNT\", outermost frame first, the op's name as the leaf.\n"
       "Feed it to flamegraph.pl (flamegraph.pl out.folded > out.svg), inferno, or\n"
       "speedscope (which opens folded files). Only ops that carry a \"traceback\" attr count.\n"
