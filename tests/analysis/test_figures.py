@@ -23,6 +23,7 @@ Exit status: 0 pass, 1 fail.
 """
 import argparse
 import collections
+import csv
 import gzip
 import json
 import os
@@ -351,7 +352,6 @@ def main():
         out = os.path.join(a.work, "s.csv")
         r = subprocess.run([a.etr, "replay", p, "--csv", out], capture_output=True, text=True)
         check(r.returncode == 0, f"replay --csv: exit {r.returncode}: {r.stderr}")
-        import csv
         with open(out, newline="") as f:
             rows = list(csv.DictReader(f))
         got = [(r["name"], float(r["cost_us"])) for r in rows]
