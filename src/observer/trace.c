@@ -207,6 +207,7 @@ int etr_trace_open(const char *path, const etr_trace_options *opt, etr_trace **o
 
 static int trace_open(const char *path, const etr_trace_options *opt, etr_trace **out) {
   pthread_once(&g_hooks_once, install_hooks);
+  etr__main_watch(); /* (lastthread.c) */
   if (out) *out = NULL;
   if (!path || !*path || !out) return ETR_EINVAL;
   if (opt && !etr__trace_options_size_ok(opt->struct_size)) return ETR_EINVAL;
@@ -579,6 +580,10 @@ size_t etr__trace_left_behind(void) {
  * behind rather than hang the host (at exit too): the trace is marked failed, so when its
  * write returns the writer discards the rest and ends. */
 static bool join_writer(etr_trace *tr) {
+  if (pthread_equal(pthread_self(), tr->writer)) { /* (exit on the writer: lastthread.c) */
+    (void)etr__writer_main(tr);                    /* its work, done here; never joined */
+    return true;
+  }
   int ms = tr->jw.stall_ms;
   uint64_t took0 = atomic_load_explicit(&tr->jw.progress, memory_order_relaxed);
   struct timespec dl;
@@ -748,6 +753,13 @@ bool etr__trace_file_id(const etr_trace *tr, unsigned long long *dev, unsigned l
   *dev = (unsigned long long)tr->file_dev;
   *ino = (unsigned long long)tr->file_ino;
   return true;
+}
+
+/* Wakes the open trace's writer (lastthread.c: the main thread left). */
+void etr__trace_wake_writer(void) {
+  pthread_mutex_lock(&g_lock);
+  if (g_trace && g_trace->pid == getpid()) sem_post(&g_trace->wake);
+  pthread_mutex_unlock(&g_lock);
 }
 
 /* At process exit (or library unload): finalize the trace still open. */

@@ -686,6 +686,20 @@ static inline uint64_t etr__tid_value(uint64_t w, uint64_t tid) {
              : 0;
 }
 
+/* ---- lastthread.c: a host whose main thread left by pthread_exit ---- */
+
+/* Marks the calling thread, when it is the main one, so that its pthread_exit is seen. */
+void etr__main_watch(void);
+/* Whether the main thread has left by pthread_exit. */
+bool etr__main_gone(void);
+/* Whether the calling thread is the only one left, the main thread's remains aside (reads
+ * /proc; false when unsure). */
+bool etr__only_thread(void);
+/* exit(0), as the last thread of a process whose main thread left does (never returns). */
+void etr__end_as_last_thread(void);
+/* (trace.c) Wakes the open trace's writer. */
+void etr__trace_wake_writer(void);
+
 /* ---- writer_thread.c ---- */
 
 /* The writer thread's body. True when close left it behind (trace.c join_writer): the

@@ -516,6 +516,10 @@ static void writer_sleep(etr_trace *tr, int64_t deadline) {
   } /* posts since are covered: the state is checked next */
 }
 
+/* How often the writer looks whether it is the process's last thread, once the main
+ * thread has left by pthread_exit (lastthread.c). */
+#define LAST_THREAD_WATCH_MS 50
+
 static int64_t next_deadline(const etr_trace *tr) {
   return tr->flush_ns == INT64_MAX ? INT64_MAX : etr__now_ns() + tr->flush_ns;
 }
@@ -717,7 +721,16 @@ static void writer_run(etr_trace *tr) {
     if (tr->q_head) continue;
     if (tr->stop) break;
     pthread_mutex_unlock(&tr->q_mutex);
-    writer_sleep(tr, deadline);
+    int64_t until = deadline;
+    if (etr__main_gone()) { /* the host's last thread may be gone (lastthread.c) */
+      if (etr__only_thread()) {
+        etr__refmap_free(&live);
+        etr__end_as_last_thread(); /* (closes the trace here: trace.c join_writer) */
+      }
+      int64_t watch = etr__now_ns() + (int64_t)LAST_THREAD_WATCH_MS * 1000000;
+      if (watch < until) until = watch;
+    }
+    writer_sleep(tr, until);
     locked = writer_lock(tr);
   }
   etr__refmap_free(&live);

@@ -358,6 +358,65 @@ static void test_exit_while_thread_records(void **state) {
   check_exit_trace("exit-busy", 0);
 }
 
+/* The main thread leaves by pthread_exit while another thread records, which then returns:
+ * the process ends with its last thread, exit status 0, atexit functions run and the trace
+ * finalized. Before, the writer thread kept the process alive for ever (and, blocking every
+ * signal, immune to SIGTERM): tu_run's 60 s then killed it. */
+static void test_pthread_exit_from_main(void **state) {
+  (void)state;
+  char dir[256], path[512], mark[600];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/pexit.json", dir);
+  snprintf(mark, sizeof mark, "%s.atexit", path);
+  const char *args[] = {"pexit", path, NULL};
+  static const char *const env[] = {"ASAN_OPTIONS=detect_leaks=0", NULL};
+  int status = tu_run(TRACE_HELPER, args, env, NULL); /* (fails after 60 s) */
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper pexit: status 0x%x", status);
+  assert_int_equal(access(mark, F_OK), 0);
+  tu_trace t;
+  tu_load_path(&t, path); /* complete, valid JSON, process node last */
+  assert_int_equal(tu_count(&t, "exit_outer"), 5);
+  assert_int_equal(tu_count(&t, "pexit_worker_outer"), 5);
+  assert_int_equal(tu_count(&t, "pexit_worker_inner"), 10);
+  json_t *a = tu_node(&t, "pexit_main_open"), *b = tu_node(&t, "pexit_worker_open");
+  assert_int_equal(tu_attr_int(a, "etr_incomplete"), 1);
+  assert_int_equal(tu_attr_int(b, "etr_incomplete"), 1);
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "pexit_main_leaf")), tu_id(a));
+  assert_int_equal(tu_ctrl_deps(tu_node(&t, "pexit_worker_leaf")), tu_id(b));
+  tu_free(&t);
+  unlink(mark);
+  tu_rmdir(dir);
+}
+
+/* The same, and a child forked by the thread left (now the child's main thread) records
+ * into its own trace across pauses: its writer must not take itself for the last thread
+ * (the parent's main thread had left, not the child's). */
+static void test_pthread_exit_from_main_then_fork(void **state) {
+  (void)state;
+  char dir[256], path[512], child[600];
+  tu_mkdtemp(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/pexit.json", dir);
+  snprintf(child, sizeof child, "%s.child.json", path);
+  const char *args[] = {"pexit-fork", path, NULL};
+  static const char *const env[] = {"ASAN_OPTIONS=detect_leaks=0", NULL};
+  int status = tu_run(TRACE_HELPER, args, env, NULL);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("trace_helper pexit-fork: status 0x%x", status);
+  tu_trace t;
+  tu_load_path(&t, child);
+  assert_int_equal(tu_count(&t, "pexit_child_outer"), 15);
+  tu_free(&t);
+  tu_load_path(&t, path);
+  assert_int_equal(tu_count(&t, "pexit_worker_outer"), 5);
+  tu_free(&t);
+  unlink(child);
+  char mark[600];
+  snprintf(mark, sizeof mark, "%s.atexit", path);
+  unlink(mark);
+  tu_rmdir(dir);
+}
+
 /* Set in forked children: they inherit the parent's heap (jansson trees of earlier tests,
  * the parent's trace) and are not the place to report it. LeakSanitizer calls this hook. */
 static volatile int in_forked_child;
@@ -652,6 +711,8 @@ int main(void) {
       TU_TEST(test_exit_without_close),
       TU_TEST(test_exit_with_open_ops),
       TU_TEST(test_exit_while_thread_records),
+      TU_TEST(test_pthread_exit_from_main),
+      TU_TEST(test_pthread_exit_from_main_then_fork),
       TU_TEST(test_fork_child_closes),
       TU_TEST(test_fork_child_exits),
       TU_TEST(test_fork_child_underscore_exit),

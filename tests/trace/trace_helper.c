@@ -26,6 +26,13 @@
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
  *   trace_helper exit-open PATH      same, with two ops still open at exit()
  *   trace_helper exit-busy PATH      same, while another thread records in a loop
+ *   trace_helper pexit PATH          opens PATH, records, leaves main by pthread_exit with
+ *                                    an op open while a thread records and returns (an op
+ *                                    open too): the process ends with it, exit 0; an atexit
+ *                                    function makes PATH.atexit
+ *   trace_helper pexit-fork PATH     the same, and the thread, once the main thread has
+ *                                    left, forks a child that records into
+ *                                    PATH.child.json across 100 ms pauses and closes it
  *   trace_helper signal PATH SIG HOW  opens PATH with fatal_signals on, records 100
  *                                    "before_signal" ops while two threads record in a
  *                                    loop, then gets SIG (SEGV: a null write; BUS: a read past
@@ -109,6 +116,65 @@ static void *busy(void *p) {
     op("busy_op", 1);
     atomic_store(&busy_started, 1);
   }
+  return NULL;
+}
+
+/* pexit: the worker outlives the main thread, then returns; the process ends with it. */
+static char pexit_mark[600];
+static etr_trace *g_pexit_trace;
+static int open_trace(const char *path, etr_trace **out);
+
+static void pexit_atexit(void) {
+  FILE *f = fopen(pexit_mark, "w");
+  if (f) fclose(f);
+}
+
+static void *pexit_worker(void *p) {
+  (void)p;
+  struct timespec ts = {0, 20000000}; /* (the main thread has left by then, mostly) */
+  nanosleep(&ts, NULL);
+  record_some("pexit_worker");
+  etr_record a;
+  etr_record_init(&a, "pexit_worker_open", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&a);
+  op("pexit_worker_leaf", 0);
+  return NULL;
+}
+
+/* pexit-fork: once the main thread has left, the worker forks; the child (whose main
+ * thread the forking one now is) records into its own trace across pauses longer than the
+ * writer's watch, then closes it. */
+static char pexit_child_path[600];
+
+static bool main_thread_gone(void) {
+  char p[64], buf[512];
+  snprintf(p, sizeof p, "/proc/self/task/%d/stat", (int)getpid());
+  FILE *f = fopen(p, "r");
+  if (!f) return true;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *e = strrchr(buf, ')');
+  return !e || e[1] == 0 || e[2] == 'Z';
+}
+
+static void *pexit_forker(void *p) {
+  (void)p;
+  for (int i = 0; i < 10000 && !main_thread_gone(); i++) usleep(1000);
+  record_some("pexit_worker");
+  pid_t pid = fork();
+  if (pid == 0) {
+    etr_trace_close(g_pexit_trace); /* (the parent's copy: ETR_EFORKED) */
+    etr_trace *t;
+    if (open_trace(pexit_child_path, &t) != 0) _exit(2);
+    for (int i = 0; i < 3; i++) {
+      usleep(100000);
+      record_some("pexit_child");
+    }
+    _exit(etr_trace_close(t) == 0 ? 0 : 3);
+  }
+  int st = 0;
+  if (pid > 0) waitpid(pid, &st, 0);
   return NULL;
 }
 
@@ -550,6 +616,20 @@ int main(int argc, char **argv) {
     etr_record_begin(&b);
     op("exit_open_leaf", 0);
     exit(0);
+  }
+  if (strcmp(mode, "pexit") == 0 || strcmp(mode, "pexit-fork") == 0) {
+    snprintf(pexit_mark, sizeof pexit_mark, "%s.atexit", argv[2]);
+    snprintf(pexit_child_path, sizeof pexit_child_path, "%s.child.json", argv[2]);
+    g_pexit_trace = t;
+    if (atexit(pexit_atexit) != 0) return 2;
+    pthread_t th;
+    bool forks = strcmp(mode, "pexit-fork") == 0;
+    if (pthread_create(&th, NULL, forks ? pexit_forker : pexit_worker, NULL) != 0) return 2;
+    etr_record a;
+    etr_record_init(&a, "pexit_main_open", ETR_SCOPE_FUNCTION);
+    etr_record_begin(&a);
+    op("pexit_main_leaf", 0);
+    pthread_exit(NULL);
   }
   if (strcmp(mode, "exit-busy") == 0) {
     pthread_t th;
