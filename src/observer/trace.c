@@ -393,8 +393,8 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
     else
       etr__emit_header(tr);
     uint64_t none = 0;
-    etr__writer_flush(tr, &none);
-    tr->header_len = tr->jw.written; /* file bytes (compressed in a gzip trace) */
+    etr__writer_flush_host(tr, &none); /* (a pipe without reader: no SIGPIPE) */
+    tr->header_len = tr->jw.written;   /* file bytes (compressed in a gzip trace) */
     etr_observer_options oo = ETR_OBSERVER_OPTIONS_INIT;
     oo.enter = etr__trace_enter;
     oo.exit = etr__trace_exit;

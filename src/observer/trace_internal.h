@@ -709,6 +709,8 @@ bool etr__writer_main(struct etr_trace *tr);
  * a write error, which also stops recording). Writer thread, or the closing thread once the
  * writer has ended. */
 void etr__writer_flush(struct etr_trace *tr, uint64_t *buffered);
+/* The same on a host's thread: SIGPIPE blocked meanwhile, one the write raised taken back. */
+void etr__writer_flush_host(struct etr_trace *tr, uint64_t *buffered);
 /* Whether the descriptor still refers to the file the trace created. */
 bool etr__fd_is_ours(const struct etr_trace *tr);
 /* An empty or written chunk goes back to the pool, or is freed if it was made for one large

@@ -109,6 +109,27 @@ void (*etr__test_before_write)(void);
 #define BEFORE_WRITE() ((void)0)
 #endif
 
+/* etr__writer_flush on a host's thread (the header, at open). A pipe whose reader went
+ * away raises SIGPIPE at the thread that writes, which ends a host that never writes to
+ * that pipe itself (ETR_TRACE=/dev/stdout | head: killed in its constructor): SIGPIPE is
+ * blocked meanwhile and one raised by this write is taken back; the write fails with EPIPE,
+ * an error like any other (recording stops, close returns ETR_EIO). The writer thread has
+ * every signal blocked already. */
+void etr__writer_flush_host(etr_trace *tr, uint64_t *buffered) {
+  sigset_t pipe_set, old, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  etr__writer_flush(tr, buffered);
+  if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 void etr__writer_flush(etr_trace *tr, uint64_t *buffered) {
   tr->jw.flush_kept = 0; /* (what a write error leaves of this flush, unless it writes) */
   if (tr->jw.len) BEFORE_WRITE();

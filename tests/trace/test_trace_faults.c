@@ -153,6 +153,44 @@ static void test_dev_full(void **state) {
   tu_free(&t2);
 }
 
+/* A trace opened on a pipe whose reader went away (ETR_TRACE=/dev/stdout | head that
+ * ended first): the header's write fails with EPIPE like any write error, and the SIGPIPE
+ * it raises never reaches the host, whose default action would end it (the child died of
+ * SIGPIPE inside etr_trace_open before). Nothing pending after, the mask as it was. */
+static void test_open_on_a_pipe_without_reader(void **state) {
+  (void)state;
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  close(fds[0]);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t before, after, pending;
+    pthread_sigmask(SIG_SETMASK, NULL, &before);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fds[1]);
+    etr_trace *t;
+    if (etr_trace_open(path, NULL, &t) != 0) _exit(3);
+    if (etr_trace_enable(t) != ETR_EIO) _exit(4);
+    etr_trace_stats st;
+    memset(&st, 0, sizeof st);
+    etr_trace_stats_get(t, &st);
+    if (st.write_error != EPIPE) _exit(5);
+    if (etr_trace_close(t) != ETR_EIO) _exit(6);
+    pthread_sigmask(SIG_SETMASK, NULL, &after);
+    if (sigismember(&before, SIGPIPE) != sigismember(&after, SIGPIPE)) _exit(7);
+    if (sigpending(&pending) != 0 || sigismember(&pending, SIGPIPE)) _exit(8);
+    _exit(0);
+  }
+  close(fds[1]);
+  int status = 0;
+  assert_int_equal(tu_wait(pid, 60, &status), 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("child: status 0x%x (signal %d)", status, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 /* A write error after a good start (the reader of a pipe goes away): recording stops, the
  * nodes that could not be written are counted as dropped, close reports ETR_EIO. */
 static void test_write_error_midway(void **state) {
@@ -705,6 +743,7 @@ int main(void) {
       TU_TEST(test_open_locked_by_other_writer),
       cmocka_unit_test_teardown(test_dev_full, full_teardown),
       cmocka_unit_test_teardown(test_write_error_midway, full_teardown),
+      TU_TEST(test_open_on_a_pipe_without_reader),
       TU_TEST(test_fifo_without_reader),
       TU_TEST(test_fifo_reader_never_reads),
       TU_TEST(test_close_from_handler_during_wait),
