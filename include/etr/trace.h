@@ -50,8 +50,9 @@ typedef struct etr_trace_options {
   uint32_t flush_ms;  /* 0 = 1000 ms; ETR_FLUSH_NEVER = only when buffers fill */
   uint32_t flush_kb;  /* 0 = 512 KiB */
   bool sync;          /* fdatasync(2) after each timed flush (power loss) */
-  bool fatal_signals; /* finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and
-                         SIGINT, then hand the signal on: to the host's handler (installed
+  bool fatal_signals; /* finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,
+                         SIGFPE, SIGILL, SIGHUP, SIGQUIT, SIGPIPE and SIGXCPU, then hand
+                         the signal on: to the host's handler (installed
                          with that handler's own flags and mask) or the default action.
                          Off by default (ETR_TRACE_SIGNALS=1). docs/RELIABILITY.md */
   uint32_t stall_ms;  /* output that takes no bytes for this long (a pipe whose reader

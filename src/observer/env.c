@@ -20,7 +20,8 @@
  *                           recording stops, losses counted)
  *   ETR_TRACE_RING_MB=n     flight recorder: keep the latest n MiB of events, written at exit,
  *                           etr_trace_dump and (with ETR_TRACE_SIGNALS=1) a fatal signal
- *   ETR_TRACE_SIGNALS=1     finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,
+ *   ETR_TRACE_SIGNALS=1     finalize the file on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT
+ *                           (and SIGFPE, SIGILL, SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU),
  *                           then hand the signal on (off by default: signals are the host's;
  *                           docs/RELIABILITY.md)
  *   ETR_TRACE_FORKS=1       a child forked without exec that records writes its own file

@@ -1,4 +1,5 @@
-/* Fatal signals: on SIGSEGV, SIGBUS, SIGABRT, SIGTERM and SIGINT the open trace is written
+/* Fatal signals: on SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT and the others of k_signals
+ * (below) the open trace is written
  * out and finalized (etr__trace_fatal, below) when the signal is about to end the process,
  * so the host's own crash handling (core dumps, crash reporters, Python's KeyboardInterrupt)
  * still happens, and a signal the host handles costs it nothing.
@@ -48,7 +49,13 @@
 #include "etr/version.h"
 #include "observer/trace_internal.h"
 
-static const int k_signals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT};
+/* Every signal whose default action ends the process and that a host does not use for
+ * its own ends (not SIGUSR1/2, SIGALRM, the profiling timers, the real-time ones): the
+ * faults, abort, Ctrl-C and Ctrl-\, a kill, a closed terminal, a reader gone, a CPU limit.
+ * Until 2026-11-28 the first five only: a division by zero, a trap, a hang-up or SIGPIPE
+ * left the file unfinalized. */
+static const int k_signals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT, SIGFPE,
+                                SIGILL,  SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU};
 #define N_SIGNALS (sizeof k_signals / sizeof k_signals[0])
 
 /* Written under the trace module's g_lock (install and remove); read by handlers. */
@@ -73,6 +80,13 @@ static struct etr_trace *handler_trace_take(void) {
 
 static void handler_trace_drop(struct etr_trace *tr) {
   if (tr) atomic_fetch_sub(&g_handlers_in, 1);
+}
+
+/* Whether the signal is a fault of the instruction that runs again when the handler
+ * returns (not a sent one). */
+static bool is_fault(int sig, const siginfo_t *si) {
+  return (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) && si &&
+         si->si_code > 0;
 }
 
 static int signal_index(int sig) {
@@ -134,7 +148,7 @@ static bool ends_on_return(const struct sigaction *prev, const struct sigaction 
   if (same_handler(&cur, at_entry)) return false;
   if (same_handler(&cur, prev)) return false;
   if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) return false;
-  if ((sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0) return true;
+  if (is_fault(sig, si)) return true;
   sigset_t pending;
   return sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
 }
@@ -158,8 +172,7 @@ static bool chain(int idx, int sig, siginfo_t *si, void *uc) {
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(sig, &dfl, NULL);
-  bool fault = (sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0;
-  if (!fault) raise(sig);
+  if (!is_fault(sig, si)) raise(sig);
   return false;
 }
 

@@ -297,6 +297,12 @@ static int sig_of(const char *name) {
          : !strcmp(name, "BUS")  ? SIGBUS
          : !strcmp(name, "ABRT") ? SIGABRT
          : !strcmp(name, "TERM") ? SIGTERM
+         : !strcmp(name, "FPE")  ? SIGFPE
+         : !strcmp(name, "ILL")  ? SIGILL
+         : !strcmp(name, "HUP")  ? SIGHUP
+         : !strcmp(name, "QUIT") ? SIGQUIT
+         : !strcmp(name, "PIPE") ? SIGPIPE
+         : !strcmp(name, "XCPU") ? SIGXCPU
                                  : SIGINT;
 }
 
@@ -327,8 +333,10 @@ static void signal_case_gz(const char *signame, const char *how, bool gz) {
   /* A sanitizer's own SIGSEGV/SIGBUS handler, installed before ours, would be a host's
    * handler that reports and exits: the file would not be finalized (docs/RELIABILITY.md).
    * Off, so that "default" means the default action under a sanitizer too. */
-  const char *env[] = {"ASAN_OPTIONS=detect_leaks=0:handle_abort=0:handle_segv=0:handle_sigbus=0",
-                       "TSAN_OPTIONS=handle_segv=0:handle_sigbus=0", NULL};
+  const char *env[] = {
+      "ASAN_OPTIONS=detect_leaks=0:handle_abort=0:handle_segv=0:handle_sigbus=0:"
+      "handle_sigfpe=0:handle_sigill=0",
+      "TSAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0", NULL};
   int status = tu_run(TRACE_HELPER, args, env, NULL);
   /* A host handler that returns from abort()'s SIGABRT does not save the process. */
   bool survives = !strcmp(how, "host-return") && sig != SIGABRT;
@@ -670,6 +678,13 @@ int main(void) {
       SIGNAL_TEST(test_sigabrt, "ABRT", "default", false),
       SIGNAL_TEST(test_sigterm, "TERM", "default", false),
       SIGNAL_TEST(test_sigint, "INT", "default", false),
+      SIGNAL_TEST(test_sigfpe, "FPE", "default", false),
+      SIGNAL_TEST(test_sigill, "ILL", "default", false),
+      SIGNAL_TEST(test_sighup, "HUP", "default", false),
+      SIGNAL_TEST(test_sigquit, "QUIT", "default", false),
+      SIGNAL_TEST(test_sigpipe, "PIPE", "default", false),
+      SIGNAL_TEST(test_sigxcpu, "XCPU", "default", false),
+      SIGNAL_TEST(test_sigfpe_host_handler_restores_default, "FPE", "host-dfl", false),
       SIGNAL_TEST(test_sigint_host_handler_returns, "INT", "host-return", false),
       SIGNAL_TEST(test_sigterm_host_handler_exits, "TERM", "host-exit", false),
       SIGNAL_TEST(test_sigsegv_host_handler_restores_default, "SEGV", "host-dfl", false),

@@ -36,8 +36,10 @@
  *   trace_helper signal PATH SIG HOW  opens PATH with fatal_signals on, records 100
  *                                    "before_signal" ops while two threads record in a
  *                                    loop, then gets SIG (SEGV: a null write; BUS: a read past
- *                                    the end of a mapped empty file; ABRT: abort(); TERM,
- *                                    INT: kill(getpid())). HOW: "default" (no handler of
+ *                                    the end of a mapped empty file; ABRT: abort(); FPE: a
+ *                                    division by zero; ILL: __builtin_trap(); PIPE: a write
+ *                                    to a pipe without reader; TERM, INT, HUP, QUIT, XCPU:
+ *                                    kill(getpid())). HOW: "default" (no handler of
  *                                    ours before), "host-return" (a handler installed before
  *                                    the trace that counts and returns: the program goes on,
  *                                    records 100 "after_signal" ops and closes: exit 0; for
@@ -303,14 +305,28 @@ static int fork_open_main(const char *dir) {
   return hung ? 5 : 0;
 }
 
+/* An integer division the sanitizers leave to the CPU (SIGFPE for 0). */
+__attribute__((noinline, no_sanitize("undefined"))) static int divide(volatile int a,
+                                                                      volatile int b) {
+  return a / b;
+}
+
 static int signal_main(const char *path, const char *signame, const char *how) {
   int sig = !strcmp(signame, "SEGV")   ? SIGSEGV
             : !strcmp(signame, "BUS")  ? SIGBUS
             : !strcmp(signame, "ABRT") ? SIGABRT
             : !strcmp(signame, "TERM") ? SIGTERM
             : !strcmp(signame, "INT")  ? SIGINT
+            : !strcmp(signame, "FPE")  ? SIGFPE
+            : !strcmp(signame, "ILL")  ? SIGILL
+            : !strcmp(signame, "HUP")  ? SIGHUP
+            : !strcmp(signame, "QUIT") ? SIGQUIT
+            : !strcmp(signame, "PIPE") ? SIGPIPE
+            : !strcmp(signame, "XCPU") ? SIGXCPU
                                        : 0;
   if (!sig) return 2;
+  int pipe_fds[2] = {-1, -1}; /* (PIPE: a pipe whose reader is gone) */
+  if (sig == SIGPIPE && pipe(pipe_fds) != 0) return 2;
   if (strcmp(how, "default")) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -374,6 +390,14 @@ static int signal_main(const char *path, const char *signame, const char *how) {
     (void)m[0];
   } else if (sig == SIGABRT) {
     abort();
+  } else if (sig == SIGFPE) {
+    volatile int q = divide(1, 0); /* a real fault: x86's divide error */
+    (void)q;
+  } else if (sig == SIGILL) {
+    __builtin_trap(); /* ud2 on x86 */
+  } else if (sig == SIGPIPE) {
+    close(pipe_fds[0]);
+    if (write(pipe_fds[1], "x", 1) == 1) return 2;
   } else {
     kill(getpid(), sig);
     if (strcmp(how, "host-return") == 0) {
