@@ -42,6 +42,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -287,6 +288,59 @@ void etr__fatal_remove(struct etr_trace *tr) {
         cur.sa_sigaction == on_fatal)
       sigaction(k_signals[i], previous((int)i), NULL); /* (a spent one-shot: the default) */
   }
+}
+
+/* ---- a stack for the handler ----
+ *
+ * A stack overflow (deep recursion with ops open, on the main thread or a thread with a
+ * small stack) faults with no stack left to run a handler on: the kernel kills the process
+ * with SIGSEGV, and the file was never finalized. So a thread that records into a trace
+ * with fatal_signals gets an alternate signal stack of etr's (our handler is installed with
+ * SA_ONSTACK where it replaces the default action), unless it has one already (the host's,
+ * a sanitizer's, Rust's: kept). The thread's exit (registry.c) gives it back, unless the
+ * thread is running on it then; a host that installs its own later replaces it, and ours
+ * is unmapped at the thread's exit all the same. */
+#define ALT_STACK_SIZE (64 * 1024)
+static _Thread_local void *t_alt_map __attribute__((tls_model("initial-exec")));
+static _Thread_local size_t t_alt_len __attribute__((tls_model("initial-exec")));
+
+void etr__fatal_thread_stack(void) {
+  if (t_alt_map) return;
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)) return;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t size = ALT_STACK_SIZE;
+  if ((size_t)SIGSTKSZ > size) size = (size_t)SIGSTKSZ;
+  size = (size + page - 1) / page * page;
+  char *map = mmap(NULL, size + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (map == MAP_FAILED) return;
+  (void)mprotect(map, page, PROT_NONE); /* (a guard below it) */
+  stack_t ss;
+  memset(&ss, 0, sizeof ss);
+  ss.ss_sp = map + page;
+  ss.ss_size = size;
+  if (sigaltstack(&ss, NULL) != 0) {
+    munmap(map, size + page);
+    return;
+  }
+  t_alt_map = map;
+  t_alt_len = size + page;
+}
+
+void etr__fatal_thread_exit(void) {
+  if (!t_alt_map) return;
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) != 0 || (cur.ss_flags & SS_ONSTACK)) return; /* (kept) */
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (cur.ss_sp == (char *)t_alt_map + page && !(cur.ss_flags & SS_DISABLE)) {
+    stack_t off;
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    if (sigaltstack(&off, NULL) != 0) return;
+  }
+  munmap(t_alt_map, t_alt_len);
+  t_alt_map = NULL;
 }
 
 /* ---- fatal signals (handler side; everything here is async-signal-safe) ---- */

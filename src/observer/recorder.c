@@ -279,6 +279,7 @@ static etr__tstate *tstate_new(etr_trace *tr, etr__thread *thr) {
   atomic_fetch_add_explicit(&tr->threads_count, 1, memory_order_relaxed);
   thr->trace_state = ts;
   thr->trace_serial = tr->serial;
+  if (tr->opt.fatal_signals) etr__fatal_thread_stack(); /* (a stack overflow is finalized) */
   /* The thread node goes first, so that a file cut short (kill -9) has the parent of every
    * op the thread finished; only ops still open at the cut lack theirs. When it cannot be
    * written (memory ran out, a write error), the trace has failed: none of the thread's ops

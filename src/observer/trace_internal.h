@@ -726,6 +726,9 @@ void etr__fatal_remove(struct etr_trace *tr);
 /* A forked child lets its copy of the parent's trace go: the handlers stay installed (they
  * hand signals on to the host's) and no longer name it. */
 void etr__fatal_forget(struct etr_trace *tr);
+/* Gives the calling thread an alternate signal stack of etr's unless it has one (a stack
+ * overflow can then be finalized); etr__fatal_thread_exit (internal.h) gives it back. */
+void etr__fatal_thread_stack(void);
 /* From a signal handler (async-signal-safe): finalize tr's file as well as possible. */
 void etr__trace_fatal(struct etr_trace *tr, int sig);
 /* After the signal was handed on: survived, the writer goes on (cutting the footer off

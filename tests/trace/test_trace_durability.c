@@ -293,17 +293,18 @@ static void test_double_close(void **state) {
 /* ---- fatal signals ---- */
 
 static int sig_of(const char *name) {
-  return !strcmp(name, "SEGV")   ? SIGSEGV
-         : !strcmp(name, "BUS")  ? SIGBUS
-         : !strcmp(name, "ABRT") ? SIGABRT
-         : !strcmp(name, "TERM") ? SIGTERM
-         : !strcmp(name, "FPE")  ? SIGFPE
-         : !strcmp(name, "ILL")  ? SIGILL
-         : !strcmp(name, "HUP")  ? SIGHUP
-         : !strcmp(name, "QUIT") ? SIGQUIT
-         : !strcmp(name, "PIPE") ? SIGPIPE
-         : !strcmp(name, "XCPU") ? SIGXCPU
-                                 : SIGINT;
+  return !strcmp(name, "SEGV")                                   ? SIGSEGV
+         : !strcmp(name, "BUS")                                  ? SIGBUS
+         : !strcmp(name, "ABRT")                                 ? SIGABRT
+         : !strcmp(name, "TERM")                                 ? SIGTERM
+         : !strcmp(name, "FPE")                                  ? SIGFPE
+         : !strcmp(name, "ILL")                                  ? SIGILL
+         : !strcmp(name, "HUP")                                  ? SIGHUP
+         : !strcmp(name, "QUIT")                                 ? SIGQUIT
+         : !strcmp(name, "PIPE")                                 ? SIGPIPE
+         : !strcmp(name, "XCPU")                                 ? SIGXCPU
+         : !strncmp(name, "STACK", 5) || !strcmp(name, "TSTACK") ? SIGSEGV
+                                                                 : SIGINT;
 }
 
 /* A host handler that _exits, at the first signal of its kind: etr finalized the file
@@ -685,6 +686,9 @@ int main(void) {
       SIGNAL_TEST(test_sigpipe, "PIPE", "default", false),
       SIGNAL_TEST(test_sigxcpu, "XCPU", "default", false),
       SIGNAL_TEST(test_sigfpe_host_handler_restores_default, "FPE", "host-dfl", false),
+      SIGNAL_TEST(test_stack_overflow, "STACK", "default", false),
+      SIGNAL_TEST(test_stack_overflow_small_thread, "TSTACK", "default", false),
+      SIGNAL_TEST(test_gzip_stack_overflow, "STACK", "default", true),
       SIGNAL_TEST(test_sigint_host_handler_returns, "INT", "host-return", false),
       SIGNAL_TEST(test_sigterm_host_handler_exits, "TERM", "host-exit", false),
       SIGNAL_TEST(test_sigsegv_host_handler_restores_default, "SEGV", "host-dfl", false),

@@ -39,22 +39,18 @@
  *                                    the end of a mapped empty file; ABRT: abort(); FPE: a
  *                                    division by zero; ILL: __builtin_trap(); PIPE: a write
  *                                    to a pipe without reader; TERM, INT, HUP, QUIT, XCPU:
- *                                    kill(getpid())). HOW: "default" (no handler of
- *                                    ours before), "host-return" (a handler installed before
- *                                    the trace that counts and returns: the program goes on,
- *                                    records 100 "after_signal" ops and closes: exit 0; for
- *                                    ABRT abort() goes on and ends the process),
- *                                    "host-exit" (a handler that _exits 7; the ops are flushed
- *                                    before the signal), "host-dfl" (a crash reporter's
- *                                    handler: it notes whether the file was finalized when it
- *                                    ran, "sealed" or "unsealed" in PATH.host, restores the
- *                                    default action and returns, to fault again, or raises a
- *                                    sent signal again), or "host-dfl-learnt" (TERM, INT: the
- *                                    same handler resolves a first SIG, then ends the second);
- *                                    ETR_HELPER_RING_MB=n makes it a flight recorder
- *   trace_helper kill PATH THREADS   records on THREADS threads until killed (flush_ms 20),
- *                                    printing the nodes_written counter on stdout every
- *                                    2 ms; op names "k<thread>", seq_id = the op's number
+ *                                    kill(getpid()); STACK: recursion with an op open at
+ *                                    each level until the stack overflows, TSTACK: the same
+ *                                    on a thread with a 256 KiB stack: SIGSEGV). HOW: "default" (no
+ * handler of ours before), "host-return" (a handler installed before the trace that counts and
+ * returns: the program goes on, records 100 "after_signal" ops and closes: exit 0; for ABRT abort()
+ * goes on and ends the process), "host-exit" (a handler that _exits 7; the ops are flushed before
+ * the signal), "host-dfl" (a crash reporter's handler: it notes whether the file was finalized when
+ * it ran, "sealed" or "unsealed" in PATH.host, restores the default action and returns, to fault
+ * again, or raises a sent signal again), or "host-dfl-learnt" (TERM, INT: the same handler resolves
+ * a first SIG, then ends the second); ETR_HELPER_RING_MB=n makes it a flight recorder trace_helper
+ * kill PATH THREADS   records on THREADS threads until killed (flush_ms 20), printing the
+ * nodes_written counter on stdout every 2 ms; op names "k<thread>", seq_id = the op's number
  *
  * Exit status 0 on success; 2 on bad usage or a failed call.
  */
@@ -305,6 +301,25 @@ static int fork_open_main(const char *dir) {
   return hung ? 5 : 0;
 }
 
+/* Recursion with an op open at each level until the stack runs out. */
+static int overflow_stack(int depth) {
+  etr_record r;
+  etr_record_init(&r, "deep", ETR_SCOPE_FUNCTION);
+  etr_record_begin(&r);
+  volatile char pad[512];
+  pad[depth % 512] = (char)depth;
+  int x = depth == INT32_MAX ? 0 : overflow_stack(depth + 1) + pad[(depth * 7) % 512];
+  etr_record_end(&r);
+  return x;
+}
+
+static void *overflow_thread(void *p) {
+  (void)p;
+  for (int i = 0; i < 10; i++) op("before_overflow", 0);
+  (void)overflow_stack(0);
+  return NULL;
+}
+
 /* An integer division the sanitizers leave to the CPU (SIGFPE for 0). */
 __attribute__((noinline, no_sanitize("undefined"))) static int divide(volatile int a,
                                                                       volatile int b) {
@@ -312,18 +327,20 @@ __attribute__((noinline, no_sanitize("undefined"))) static int divide(volatile i
 }
 
 static int signal_main(const char *path, const char *signame, const char *how) {
-  int sig = !strcmp(signame, "SEGV")   ? SIGSEGV
-            : !strcmp(signame, "BUS")  ? SIGBUS
-            : !strcmp(signame, "ABRT") ? SIGABRT
-            : !strcmp(signame, "TERM") ? SIGTERM
-            : !strcmp(signame, "INT")  ? SIGINT
-            : !strcmp(signame, "FPE")  ? SIGFPE
-            : !strcmp(signame, "ILL")  ? SIGILL
-            : !strcmp(signame, "HUP")  ? SIGHUP
-            : !strcmp(signame, "QUIT") ? SIGQUIT
-            : !strcmp(signame, "PIPE") ? SIGPIPE
-            : !strcmp(signame, "XCPU") ? SIGXCPU
-                                       : 0;
+  int sig = !strcmp(signame, "SEGV")                                  ? SIGSEGV
+            : !strcmp(signame, "BUS")                                 ? SIGBUS
+            : !strcmp(signame, "ABRT")                                ? SIGABRT
+            : !strcmp(signame, "TERM")                                ? SIGTERM
+            : !strcmp(signame, "INT")                                 ? SIGINT
+            : !strcmp(signame, "FPE")                                 ? SIGFPE
+            : !strcmp(signame, "ILL")                                 ? SIGILL
+            : !strcmp(signame, "HUP")                                 ? SIGHUP
+            : !strcmp(signame, "QUIT")                                ? SIGQUIT
+            : !strcmp(signame, "PIPE")                                ? SIGPIPE
+            : !strcmp(signame, "XCPU")                                ? SIGXCPU
+            : !strcmp(signame, "STACK") || !strcmp(signame, "TSTACK") ? SIGSEGV
+                                                                      : 0;
+  bool overflow = !strcmp(signame, "STACK") || !strcmp(signame, "TSTACK");
   if (!sig) return 2;
   int pipe_fds[2] = {-1, -1}; /* (PIPE: a pipe whose reader is gone) */
   if (sig == SIGPIPE && pipe(pipe_fds) != 0) return 2;
@@ -376,7 +393,16 @@ static int signal_main(const char *path, const char *signame, const char *how) {
   for (int i = 0; i < 5; i++) op("child_of_open", 1); /* (in the file: they name it) */
   /* A handler that _exits leaves the file as written so far: put these ops there. */
   if (!strcmp(how, "host-exit") && etr_trace_flush(t) != 0) return 2;
-  if (sig == SIGSEGV) {
+  if (overflow && !strcmp(signame, "TSTACK")) { /* on a thread with a small stack */
+    pthread_attr_t attr;
+    pthread_t deep;
+    if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, 256 * 1024) != 0 ||
+        pthread_create(&deep, &attr, overflow_thread, NULL) != 0)
+      return 2;
+    pthread_join(deep, NULL);
+  } else if (overflow) {
+    (void)overflow_stack(0);
+  } else if (sig == SIGSEGV) {
     volatile uintptr_t bad = 8; /* unmapped, and not NULL, which UBSan would stop at */
     *(volatile int *)bad = 1;
   } else if (sig == SIGBUS) {
