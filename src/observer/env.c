@@ -380,3 +380,11 @@ __attribute__((constructor)) static void etr_env_start(void) {
 }
 
 __attribute__((destructor)) static void etr_env_stop(void) { etr__trace_shutdown(); }
+
+/* quick_exit runs the functions given to at_quick_exit and no destructor: finalize there
+ * too (registered when the library loads; before 2026-11-28 such a trace was left for
+ * etr repair, every op since the last timed flush lost). */
+static void etr_quick_exit(void) { etr__trace_shutdown(); }
+__attribute__((constructor)) static void etr_quick_exit_register(void) {
+  (void)at_quick_exit(etr_quick_exit);
+}

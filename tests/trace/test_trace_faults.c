@@ -386,6 +386,13 @@ static void test_exit_without_close(void **state) {
   check_exit_trace("exit", 0);
 }
 
+/* quick_exit runs no destructor: the at_quick_exit function finalizes the file (before,
+ * it was a header and nothing else: not valid JSON). */
+static void test_quick_exit_without_close(void **state) {
+  (void)state;
+  check_exit_trace("quick-exit", 0);
+}
+
 static void test_exit_with_open_ops(void **state) {
   (void)state;
   check_exit_trace("exit-open", 1);
@@ -749,6 +756,7 @@ int main(void) {
       TU_TEST(test_close_from_handler_during_wait),
       TU_TEST(test_exit_without_close),
       TU_TEST(test_exit_with_open_ops),
+      TU_TEST(test_quick_exit_without_close),
       TU_TEST(test_exit_while_thread_records),
       TU_TEST(test_pthread_exit_from_main),
       TU_TEST(test_pthread_exit_from_main_then_fork),

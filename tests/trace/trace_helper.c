@@ -24,6 +24,7 @@
  *   trace_helper sigquery            records like env, then exits 0 when SIGINT still has
  *                                    its default action, 5 when a handler is installed
  *   trace_helper exit PATH           opens PATH, records, calls exit(0) without closing
+ *   trace_helper quick-exit PATH     same, with quick_exit(0)
  *   trace_helper exit-open PATH      same, with two ops still open at exit()
  *   trace_helper exit-busy PATH      same, while another thread records in a loop
  *   trace_helper pexit PATH          opens PATH, records, leaves main by pthread_exit with
@@ -658,6 +659,7 @@ int main(int argc, char **argv) {
   if (open_trace(argv[2], &t) != 0) return 2;
   record_some("exit");
   if (strcmp(mode, "exit") == 0) exit(0);
+  if (strcmp(mode, "quick-exit") == 0) quick_exit(0);
   if (strcmp(mode, "exit-open") == 0) {
     etr_record a, b;
     etr_record_init(&a, "exit_open_a", ETR_SCOPE_FUNCTION);
