@@ -297,7 +297,7 @@ void etr__fatal_remove(struct etr_trace *tr) {
  * with SIGSEGV, and the file was never finalized. So a thread that records into a trace
  * with fatal_signals gets an alternate signal stack of etr's (our handler is installed with
  * SA_ONSTACK where it replaces the default action), unless it has one already (the host's,
- * a sanitizer's, Rust's: kept). The thread's exit (registry.c) gives it back, unless the
+ * a sanitizer's, Rust's: kept). The thread's exit (trace.c's hook) gives it back, unless the
  * thread is running on it then; a host that installs its own later replaces it, and ours
  * is unmapped at the thread's exit all the same. */
 #define ALT_STACK_SIZE (64 * 1024)

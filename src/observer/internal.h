@@ -51,9 +51,6 @@ struct etr_trace;
 void etr__env_file_replaced(const struct etr_trace *tr, unsigned long long dev,
                             unsigned long long ino);
 
-/* A thread ends (registry.c): the alternate signal stack fatal.c gave it goes back. */
-void etr__fatal_thread_exit(void);
-
 /* Diagnostics through the log hook; never from a signal handler. */
 void etr__log(etr_log_level level, const char *fmt, ...) ETR__PRINTF(2, 3);
 

@@ -211,7 +211,6 @@ static void thread_exit(void *arg) {
   pthread_mutex_unlock(&reg_lock);
   const etr__registry_hooks *h = hooks();
   if (h && h->thread_exit) h->thread_exit(t);
-  etr__fatal_thread_exit();
   /* Gone first, then no state: a handler of the host's signals that lands between the two
    * must find the thread gone, not a thread without a state to make again (it made one,
    * observed its record, and the capture of its traceback found the unwinder's state of

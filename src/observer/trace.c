@@ -40,6 +40,7 @@ static etr_trace *g_forked_trace; /* in a forked child: the parent's trace, unti
 /* ---- the registry's thread exits and the runtime's object deaths ---- */
 
 static void on_thread_exit(etr__thread *thr) {
+  etr__fatal_thread_exit(); /* (the thread's alternate signal stack, if fatal.c gave one) */
   pthread_mutex_lock(&g_lock);
   etr_trace *tr = g_trace;
   if (tr && thr->trace_state && thr->trace_serial == tr->serial && tr->pid == getpid()) {
@@ -99,87 +100,6 @@ static void set_when(etr_trace *tr) {
   time_t now = time(NULL);
   struct tm tm;
   if (localtime_r(&now, &tm)) strftime(tr->when, sizeof tr->when, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
-/* Frees everything but the handle itself (see etr__trace_entomb).
- * in_child: a forked child's copy. Only the chunk lists are freed, which the fork handlers
- * held still (q_mutex); the rest was the parent's writer's and recording threads' to change
- * without a lock at the moment of the fork (a symbolizer's table half grown, an arena being
- * reallocated), and freeing such a copy could free a block twice: it stays, reachable from
- * the tombstone (copy-on-write memory the child never touches). Its mutexes and condition
- * variables may show waiters that do not exist here: left too. */
-static void trace_free(etr_trace *tr, bool in_child) {
-  etr__chunk *lists[2] = {tr->q_head, tr->free_chunks};
-  for (int i = 0; i < 2; i++)
-    for (etr__chunk *c = lists[i]; c;) {
-      etr__chunk *n = c->next;
-      free(c);
-      c = n;
-    }
-  tr->q_head = tr->free_chunks = NULL;
-  if (in_child) {
-    if (tr->tables_fd >= 0) close(tr->tables_fd); /* (the parent's file: never removed) */
-    tr->tables_fd = -1;
-    if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd);
-    tr->dump_prev_fd = -1;
-    return;
-  }
-  for (etr__tstate *ts = tr->threads; ts;) {
-    etr__tstate *n = ts->next;
-    free(ts->chunk);
-    free(ts->arena);
-    free(ts->frames);
-    free(ts->tb_ips);
-    if (ts->cstr)
-      for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(ts->cstr[i].copy);
-    free(ts->cstr);
-    free(ts->cten);
-    etr__cev_dec_free(ts->dec);
-    free(ts);
-    ts = n;
-  }
-  if (tr->tid_pages)
-    for (size_t i = 0; i < ETR__TID_PAGES; i++) free(tr->tid_pages[i]);
-  free(tr->tid_pages);
-  for (etr__tbcfg *c = atomic_load(&tr->tb_cfg); c;) {
-    etr__tbcfg *o = c->older;
-    free(c->pattern);
-    free(c);
-    c = o;
-  }
-  etr__tbtab_free(tr->tbtab);
-  etr__ring_free(tr->ring);
-  tr->ring = NULL;
-  etr__idmap_free(tr->tensors);
-  etr__idmap_free(tr->storages);
-  etr__jw_free(&tr->jw);
-  etr__emit_free(tr);
-  free(tr->cev_out.buf);
-  tr->cev_out.buf = NULL;
-  if (tr->tables_fd >= 0) close(tr->tables_fd);
-  tr->tables_fd = -1;
-  free(tr->tables_path);
-  tr->tables_path = NULL;
-  if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd); /* (a dump that never ended) */
-  tr->dump_prev_fd = -1;
-  free(tr->path);
-  free(tr->dump_path);
-  free(tr->dump_tmp);
-  tr->path = tr->dump_path = tr->dump_tmp = NULL;
-  etr__jw_free(&tr->tables_out);
-  tr->q_head = tr->free_chunks = NULL;
-  tr->threads = NULL;
-  tr->tid_pages = NULL;
-  tr->tb_cfg = NULL;
-  tr->tb_cfg_now = NULL;
-  tr->tbtab = NULL;
-  tr->tensors = tr->storages = NULL;
-  pthread_mutex_destroy(&tr->threads_mutex);
-  pthread_mutex_destroy(&tr->tb_mutex);
-  pthread_mutex_destroy(&tr->q_mutex);
-  sem_destroy(&tr->wake);
-  pthread_cond_destroy(&tr->space_cond);
-  pthread_cond_destroy(&tr->done_cond);
 }
 
 /* The registry's thread-exit and fork events (registry.h), from the first open on. */
@@ -423,7 +343,7 @@ static int trace_open(const char *path, const etr_trace_options *opt, etr_trace 
       close(tr->fd);
       if (!stream_path) unlink(path); /* (never /dev/stdout, or the host's log behind it) */
     }
-    trace_free(tr, false);
+    etr__trace_free(tr, false);
     free(tr);
     pthread_mutex_unlock(&g_lock);
     if (open_errno) errno = open_errno; /* why the file could not be created */
@@ -554,7 +474,7 @@ static void free_left_behind(etr_trace *tr) {
       break;
     }
   pthread_mutex_unlock(&g_lock);
-  trace_free(tr, false);
+  etr__trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
   etr__trace_entomb(tr);
   release_modules_locked();
@@ -643,7 +563,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
       pthread_mutex_unlock(&g_lock);
       return ETR_EFORKED;
     }
-    trace_free(tr, true);
+    etr__trace_free(tr, true);
     etr__trace_entomb(tr);
     pthread_mutex_unlock(&g_lock);
     return ETR_EFORKED;
@@ -722,7 +642,7 @@ static int trace_close(etr_trace *tr, etr_trace_stats *out) {
   tr->closed = true;         /* (stats_get copies final_stats from here on) */
   etr__trace_wait_calls(tr); /* the calls that began before closing (the writer's stop woke them) */
   if (out) etr_trace_stats_get(tr, out);
-  trace_free(tr, false);
+  etr__trace_free(tr, false);
   pthread_mutex_lock(&g_lock);
   etr__trace_entomb(tr);
   release_modules_locked();

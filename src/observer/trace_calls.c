@@ -1,15 +1,19 @@
 /* A trace's public calls against its close (the counting that lets other threads call into
  * a trace while one closes it), its counters (stats_get, which counts itself the same
- * way), and the closed handles kept as tombstones. trace.c's close waits through
+ * way), the closed handles kept as tombstones, and the freeing of a trace (all of it but the
+ * handle; a forked child's copy, its chunk lists only). trace.c's close waits through
  * etr__trace_wait_calls. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "etr/trace.h"
 #include "observer/internal.h"
 #include "observer/registry.h"
+#include "observer/ring.h"
+#include "observer/tbtable.h"
 #include "observer/trace_internal.h"
 
 /* ---- calls against close ----
@@ -140,4 +144,87 @@ void etr__trace_entomb(etr_trace *tr) {
   g_tombs[g_tomb_next] = tr;
   g_tomb_next = (g_tomb_next + 1) % TOMBSTONES;
   free(old);
+}
+
+/* ---- freeing ---- */
+
+/* Frees everything but the handle itself (see etr__trace_entomb).
+ * in_child: a forked child's copy. Only the chunk lists are freed, which the fork handlers
+ * held still (q_mutex); the rest was the parent's writer's and recording threads' to change
+ * without a lock at the moment of the fork (a symbolizer's table half grown, an arena being
+ * reallocated), and freeing such a copy could free a block twice: it stays, reachable from
+ * the tombstone (copy-on-write memory the child never touches). Its mutexes and condition
+ * variables may show waiters that do not exist here: left too. */
+void etr__trace_free(etr_trace *tr, bool in_child) {
+  etr__chunk *lists[2] = {tr->q_head, tr->free_chunks};
+  for (int i = 0; i < 2; i++)
+    for (etr__chunk *c = lists[i]; c;) {
+      etr__chunk *n = c->next;
+      free(c);
+      c = n;
+    }
+  tr->q_head = tr->free_chunks = NULL;
+  if (in_child) {
+    if (tr->tables_fd >= 0) close(tr->tables_fd); /* (the parent's file: never removed) */
+    tr->tables_fd = -1;
+    if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd);
+    tr->dump_prev_fd = -1;
+    return;
+  }
+  for (etr__tstate *ts = tr->threads; ts;) {
+    etr__tstate *n = ts->next;
+    free(ts->chunk);
+    free(ts->arena);
+    free(ts->frames);
+    free(ts->tb_ips);
+    if (ts->cstr)
+      for (uint32_t i = 0; i < ETR__CSTR_SLOTS; i++) free(ts->cstr[i].copy);
+    free(ts->cstr);
+    free(ts->cten);
+    etr__cev_dec_free(ts->dec);
+    free(ts);
+    ts = n;
+  }
+  if (tr->tid_pages)
+    for (size_t i = 0; i < ETR__TID_PAGES; i++) free(tr->tid_pages[i]);
+  free(tr->tid_pages);
+  for (etr__tbcfg *c = atomic_load(&tr->tb_cfg); c;) {
+    etr__tbcfg *o = c->older;
+    free(c->pattern);
+    free(c);
+    c = o;
+  }
+  etr__tbtab_free(tr->tbtab);
+  etr__ring_free(tr->ring);
+  tr->ring = NULL;
+  etr__idmap_free(tr->tensors);
+  etr__idmap_free(tr->storages);
+  etr__jw_free(&tr->jw);
+  etr__emit_free(tr);
+  free(tr->cev_out.buf);
+  tr->cev_out.buf = NULL;
+  if (tr->tables_fd >= 0) close(tr->tables_fd);
+  tr->tables_fd = -1;
+  free(tr->tables_path);
+  tr->tables_path = NULL;
+  if (tr->dump_prev_fd >= 0) close(tr->dump_prev_fd); /* (a dump that never ended) */
+  tr->dump_prev_fd = -1;
+  free(tr->path);
+  free(tr->dump_path);
+  free(tr->dump_tmp);
+  tr->path = tr->dump_path = tr->dump_tmp = NULL;
+  etr__jw_free(&tr->tables_out);
+  tr->q_head = tr->free_chunks = NULL;
+  tr->threads = NULL;
+  tr->tid_pages = NULL;
+  tr->tb_cfg = NULL;
+  tr->tb_cfg_now = NULL;
+  tr->tbtab = NULL;
+  tr->tensors = tr->storages = NULL;
+  pthread_mutex_destroy(&tr->threads_mutex);
+  pthread_mutex_destroy(&tr->tb_mutex);
+  pthread_mutex_destroy(&tr->q_mutex);
+  sem_destroy(&tr->wake);
+  pthread_cond_destroy(&tr->space_cond);
+  pthread_cond_destroy(&tr->done_cond);
 }

@@ -727,8 +727,10 @@ void etr__fatal_remove(struct etr_trace *tr);
  * hand signals on to the host's) and no longer name it. */
 void etr__fatal_forget(struct etr_trace *tr);
 /* Gives the calling thread an alternate signal stack of etr's unless it has one (a stack
- * overflow can then be finalized); etr__fatal_thread_exit (internal.h) gives it back. */
+ * overflow can then be finalized); etr__fatal_thread_exit, at the thread's exit (trace.c's
+ * hook), gives it back. */
 void etr__fatal_thread_stack(void);
+void etr__fatal_thread_exit(void);
 /* From a signal handler (async-signal-safe): finalize tr's file as well as possible. */
 void etr__trace_fatal(struct etr_trace *tr, int sig);
 /* After the signal was handed on: survived, the writer goes on (cutting the footer off
@@ -781,6 +783,9 @@ int etr__trace_path_format(const char *path, bool *binary, bool *gzip);
 /* Mark tr closed and keep its handle allocated (only everything else is freed) as one of the
  * last 1 024 closed handles, freeing the oldest (trace_calls.c). Under trace.c's lock. */
 void etr__trace_entomb(struct etr_trace *tr);
+/* Free everything of tr but the handle (trace_calls.c); in_child: a forked child's copy,
+ * of which only the chunk lists go (the comment there says why). */
+void etr__trace_free(struct etr_trace *tr, bool in_child);
 /* Fill a stats snapshot (trace_calls.c). */
 void etr__trace_collect_stats(const struct etr_trace *tr, etr_trace_stats *s);
 /* How many closed traces still wait for their writer, which close left behind (trace.c;
