@@ -65,9 +65,11 @@ class trace:
     thread's own profile function, sys.setprofile's or cProfile's, is suspended meanwhile
     and put back after; generator and coroutine frames are not ops, their calls are);
     ``signals=True`` finalizes the file when SIGSEGV, SIGBUS, SIGABRT, SIGTERM, SIGINT,
-    SIGFPE, SIGILL, SIGHUP, SIGQUIT, SIGPIPE or SIGXCPU is about to end the process; a signal a handler installed before handles (Python's SIGINT
-    handler: KeyboardInterrupt) finalizes the file the first time only (it is reopened when
-    the handler returns) and nothing after, and a crash finalizes it before faulthandler's.
+    SIGFPE, SIGILL, SIGHUP, SIGQUIT or SIGXCPU is about to end the process (and SIGPIPE,
+    which Python ignores: an ignored signal stays so); a signal a handler installed before
+    handles (Python's SIGINT handler: KeyboardInterrupt) finalizes the file the first time
+    only (it is reopened when the handler returns) and nothing after, and a crash finalizes
+    it before faulthandler's.
     After the block, ``stats`` holds the trace's final counters (a dict), also when closing
     failed (a write error: raised as EtrError, unless the block itself raised, which then
     goes on with a warning). A process forked inside the block leaves it without closing
