@@ -398,13 +398,21 @@ struct ThreadState : WalkValues {
   }
 
   // After a walk of values that held objects: lets the set go, sweeping it when due.
-  void walk_done() {
+  // (inline, and the sweep out of line: a walk ends twice per op, and a whole sweep is due
+  // after some thousand new objects; with the sweep inlined, every call saved and restored
+  // the registers it needs, 30 instructions an op)
+  C10_ALWAYS_INLINE void walk_done() {
     if (!held_locked) return;
-    if (sweep_due) held->sweep(false);
+    if (C10_UNLIKELY(sweep_due)) return walk_done_sweep();
     held->unlock();
     held_locked = false;
-    if (sweep_due) etr_torch::held_sweep_orphans();
+  }
+  C10_NOINLINE void walk_done_sweep() {
+    held->sweep(false);
+    held->unlock();
+    held_locked = false;
     sweep_due = false;
+    etr_torch::held_sweep_orphans();
   }
 
   // (e: where the tensor goes; the caller's slot, or one from the pool in a list)
