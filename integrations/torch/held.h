@@ -43,15 +43,29 @@ class Held {
 
   // (locked) Holds t's TensorImpl and, if it has one, its StorageImpl. Returns true when the
   // set is due for a sweep.
+  //
+  // Most tensors an op reports were reported by an op just before (its inputs are earlier
+  // ops' outputs) and are in the set already; a small direct-mapped cache of the last pairs
+  // held answers for them without the set's two probes. An entry stands only while nothing
+  // left the set since it was made (gen_, bumped by every sweep that lets an object go): a
+  // released address can come back as a new object, which must be held anew (and a living
+  // tensor may have been given another storage, at the address of one that was let go).
   bool hold(c10::TensorImpl *t, c10::StorageImpl *s) {
-    bool due = add(reinterpret_cast<uintptr_t>(t));
-    if (s) due |= add(reinterpret_cast<uintptr_t>(s) | 1);
+    uintptr_t tk = reinterpret_cast<uintptr_t>(t), sk = reinterpret_cast<uintptr_t>(s);
+    Recent &r = recent_[((tk >> 4) ^ (tk >> 10)) & (kRecent - 1)];
+    if (r.t == tk && r.s == sk && r.gen == gen_) return false;
+    bool due = add(tk);
+    if (s) due |= add(sk | 1);
+    r.t = tk;  // (both are in the set now: an add's sweep lets go only the dead)
+    r.s = sk;
+    r.gen = gen_;
     return due;
   }
 
   // (locked) Retires the expired objects and lets them go; with forget_living, lets the
   // living go too (the trace is closed: etr forgets them with it).
   void sweep(bool forget_living) {
+    gen_++;  // (the cache's entries are void)
     n_young_ = 0;
     young_new_ = 0;
     promoted_ = 0;
@@ -86,6 +100,7 @@ class Held {
   static constexpr size_t kYoung = kYoungSweep * (kYoungAge + 1);  // room for all ages
   static constexpr size_t kMinSweep = 1024;
   static constexpr size_t kMinSlots = 256;
+  static constexpr size_t kRecent = 64;  // the cache of hold()
 
   static size_t hash(uintptr_t k, size_t mask) {
     return static_cast<size_t>(((k >> 4) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
@@ -149,6 +164,7 @@ class Held {
     for (size_t i = 0; i < n_young_; i++) {
       uintptr_t k = young_[i];
       if (expired(k)) {
+        gen_++;  // (the cache's entries are void)
         erase(k);
         retire(k);
       } else if (size_t{young_age_[i]} + 1 < kYoungAge) {
@@ -204,6 +220,13 @@ class Held {
   size_t n_young_ = 0;
   size_t young_new_ = 0;  // added since the last young sweep
   size_t promoted_ = 0;   // young found alive since the last sweep
+  // hold()'s cache: pairs held while gen_ was gen (0: no entry; gen_ starts at 1)
+  struct Recent {
+    uintptr_t t = 0, s = 0;
+    uint64_t gen = 0;
+  };
+  Recent recent_[kRecent];
+  uint64_t gen_ = 1;
 };
 
 // The registry of the sets (held.cpp): every living thread's, and the orphans of exited

@@ -2,6 +2,8 @@
 
 - attached with no trace open: ops run through the callback without being recorded (each
   op's context goes straight back to the thread's free list), on two threads;
+- tensors and storages that die and come back at the same addresses (an op's outputs, a
+  tensor given new storages): each new object its own id (held.h's cache of recent pairs);
 - many tensors alive at once: a thread's held set grows past its first 256 slots (half
   full at 128 objects), and every living tensor and storage keeps its own id;
 - lists of tensors (aten::cat, aten::stack) and scalars converted, the trace valid;
@@ -127,6 +129,54 @@ def check_kinds(tool, path):
     check(mul and mul[0]["inputs"]["values"][0][5] == "meta", "the meta tensor: %r" % mul[:1])
 
 
+def check_reuse(tool, path):
+    """Tensors and storages that die and come back at the same addresses (the allocator
+    hands a freed object's memory to the next new one): each new object gets a new id. The
+    held set's cache of recent pairs (held.h) would, if an entry outlived the release of its
+    objects, take a new object at a released address for the old one and not hold it; its
+    death then goes unseen, and the next object there inherits its id."""
+    n = 400
+    x = torch.ones(3, 3)
+    p = torch.ones(4)
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    with etr.torch.trace(path):
+        for i in range(n):  # outputs dying an op or two later
+            x = torch.relu(torch.add(x, 1.0))
+        for i in range(n):
+            # p keeps its TensorImpl and is given a new storage that no op reported (numpy's
+            # memory, or a buffer's), recorded only every other time: the storage it had when
+            # last recorded dies and is let go meanwhile, and a new one may take its address
+            if numpy is not None:
+                p.data = torch.from_numpy(numpy.full(4, float(i), dtype=numpy.float32))
+            else:
+                p.data = torch.frombuffer(bytearray(16), dtype=torch.float32)
+            if i % 2 == 0:
+                torch.mul(p, 2.0)
+            torch.neg(torch.ones(1))  # (new objects: the set's young sweeps)
+    validate(tool, path)
+    with open(path) as f:
+        nodes = json.load(f)["nodes"]
+    outs = [n["outputs"]["values"][0] for n in nodes
+            if n["name"] in ("aten::add", "aten::relu") and n["outputs"]["shapes"] == [[3, 3]]]
+    check(len(outs) == 2 * n, "%d add and relu outputs: %d" % (2 * n, len(outs)))
+    check(len({o[0] for o in outs}) == len(outs),
+          "each new tensor its own id: %d ids for %d tensors" % (len({o[0] for o in outs}),
+                                                                 len(outs)))
+    check(len({o[1] for o in outs}) == len(outs),
+          "each new storage its own id: %d ids for %d storages" % (len({o[1] for o in outs}),
+                                                                   len(outs)))
+    ins = [n["inputs"]["values"][0] for n in nodes
+           if n["name"] == "aten::mul" and n["inputs"]["shapes"][0] == [4]]
+    check(len(ins) == n // 2, "%d aten::mul of p: %d" % (n // 2, len(ins)))
+    check(len({v[0] for v in ins}) == 1, "p keeps its one id: %r" % sorted({v[0] for v in ins}))
+    check(len({v[1] for v in ins}) == len(ins),
+          "each of p's storages its own id: %d ids for %d storages" % (len({v[1] for v in ins}),
+                                                                     len(ins)))
+
+
 def main():
     tool = sys.argv[1]
     tmp = scratch_dir("etr-torch-held-")
@@ -175,11 +225,12 @@ def main():
     if cats:
         ids = [v[0] for v in cats[0]["inputs"]["values"][0]]
         check(ids == [o[0] for o in outs[:5]], "the list holds the same tensors: %r" % ids)
+    check_reuse(tool, os.path.join(tmp, "reuse.json"))
     check_names(tool, os.path.join(tmp, "names.json"))
     check_kinds(tool, os.path.join(tmp, "kinds.json"))
     return finish("held: %d living tensors with distinct ids, lists and attach without a trace "
-                  "fine; names and schemas each their own; nested, sparse, quantized and meta "
-                  "tensors recorded" % n_live)
+                  "fine; new objects at old addresses get new ids; names and schemas each "
+                  "their own; nested, sparse, quantized and meta tensors recorded" % n_live)
 
 
 if __name__ == "__main__":
