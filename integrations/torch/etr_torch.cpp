@@ -255,7 +255,11 @@ struct ThreadState : WalkValues {
   }
 
   const char *device_name(const c10::Device d) {
-    int k = static_cast<int>(d.type()) * 65536 + d.index() + 1;
+    // (the device's two bytes, type and index, as one key: one load)
+    static_assert(sizeof(c10::Device) == 2, "c10::Device: a type and an index, a byte each");
+    uint16_t raw;
+    std::memcpy(&raw, &d, sizeof raw);
+    int k = raw;
     if (C10_LIKELY(k == last_device_key)) return last_device_name;
     const char *name = nullptr;
     for (const DeviceName &e : device_names)
