@@ -12,7 +12,6 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 #include <c10/core/TensorImpl.h>
-#include <cxxabi.h>
 
 #include <atomic>
 #include <cstring>
@@ -32,6 +31,7 @@
 #include "callback.h"
 #include "comm.h"
 #include "held.h"
+#include "uncaught.h"
 #include "python_errors.h"
 
 namespace {
@@ -92,33 +92,6 @@ std::atomic<void (*)(void)> error_drop{nullptr};
 void python_error_left() {
   if (void (*drop)(void) = error_drop.load(std::memory_order_acquire)) drop();
 }
-
-// Exceptions in flight on this thread (std::uncaught_exceptions()), asked at each op's start
-// and end (Context::uncaught). std::uncaught_exceptions() finds the thread's exception
-// globals through libstdc++'s thread-local storage on every call (a call to
-// __cxa_get_globals and one to __tls_get_addr: about 26 instructions, twice per op); their
-// address is fixed for the thread's life, so each thread asks for it once (ThreadState) and
-// reads the count from there. The layout is the Itanium C++ ABI's (section 2.2.2: the
-// caught exceptions' stack, then the unsigned count of uncaught ones), which libstdc++ and
-// libc++abi follow; elsewhere the standard call.
-#if defined(__GLIBCXX__) || defined(_LIBCPPABI_VERSION)
-struct EhGlobals {
-  void *caught_exceptions;
-  unsigned int uncaught_exceptions;
-};
-inline const EhGlobals *eh_globals() {
-  return reinterpret_cast<const EhGlobals *>(abi::__cxa_get_globals());
-}
-// (g: eh_globals(), or nullptr where its count did not agree with the standard call's)
-inline int uncaught_in(const EhGlobals *g) {
-  return C10_LIKELY(g != nullptr) ? static_cast<int>(g->uncaught_exceptions)
-                                  : std::uncaught_exceptions();
-}
-#else
-struct EhGlobals {};
-inline const EhGlobals *eh_globals() { return nullptr; }
-inline int uncaught_in(const EhGlobals *) { return std::uncaught_exceptions(); }
-#endif
 
 // PyTorch's thread ids (RecordFunction::currentThreadId) to etr's, for the fw_tid of
 // backward ops: each thread says its own when it first records.
@@ -221,7 +194,7 @@ struct ThreadState : WalkValues {
   Context *free_contexts = nullptr;
   size_t n_free_contexts = 0;
 
-  const EhGlobals *eh = eh_globals();  // (this thread's: uncaught_in)
+  const etr_torch::EhGlobals *eh = etr_torch::eh_globals();  // (this thread's: uncaught_in)
 
   bool tid_known = false;
   uint64_t fw_torch_tid = 0, fw_etr_tid = 0;  // the last forward thread looked up
@@ -590,7 +563,8 @@ inline ThreadState *state() {
 
 ThreadState::ThreadState() {
   if (const char *e = etr_intern("")) no_schema = e;
-  if (eh && uncaught_in(eh) != std::uncaught_exceptions()) eh = nullptr;  // (not the ABI's)
+  if (eh && etr_torch::uncaught_in(eh) != std::uncaught_exceptions())
+    eh = nullptr;  // (not the ABI's)
   held = etr_torch::held_join();
 }
 
@@ -756,7 +730,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction &fn) {
     return nullptr;
   }
   st->note_thread();
-  ctx->uncaught = uncaught_in(st->eh);
+  ctx->uncaught = etr_torch::uncaught_in(st->eh);
   etr_record &r = ctx->rec;
   // (rf_id is PyTorch's handle, as its own observer writes it: Kineto's "Record function
   // id", which links a Kineto trace's events to these nodes, e.g. Chakra's trace_link)
@@ -792,7 +766,7 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *c) {
   auto *ctx = static_cast<Context *>(c);
   if (!ctx) return;
   ThreadState *st = state();
-  int uncaught = st ? uncaught_in(st->eh) : std::uncaught_exceptions();
+  int uncaught = st ? etr_torch::uncaught_in(st->eh) : std::uncaught_exceptions();
   if (uncaught > ctx->uncaught) {  // failed (no outputs: the op returned none)
     if (ctx->comm) etr_record_end_failed(ctx->comm.get());
     ctx->comm.reset();
